@@ -1,0 +1,247 @@
+"""Compiled conditions: evaluation, explanation and incremental monitors (SPEC §3)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from ._ast import And, Atom, Expr, Not, Or
+from ._facts import Fact
+from ._parser import DEFAULT_WINDOW, Duration, parse
+from ._printer import print_atom, print_expr
+from ._verdict import Verdict
+
+__all__ = [
+    "AtomReport",
+    "Condition",
+    "Explanation",
+    "Monitor",
+    "Tally",
+    "atoms_of",
+    "compile_condition",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Tally:
+    """What a monitor remembers of one atom: how many occurrences matched it, and
+    the ids of the first few (enough to prove the verdict, never more)."""
+
+    count: int = 0
+    ids: tuple[str, ...] = ()
+
+    def add(self, fact: Fact, cap: int) -> Tally:
+        """This tally after one more matching occurrence."""
+        ids = self.ids
+        if fact.id is not None and len(ids) < cap:
+            ids = (*ids, fact.id)
+        return Tally(self.count + 1, ids)
+
+    def to_json(self) -> list[Any]:
+        """``[count, [ids...]]``, for job state."""
+        return [self.count, list(self.ids)]
+
+    @classmethod
+    def from_json(cls, data: list[Any]) -> Tally:
+        """The inverse of :meth:`to_json`."""
+        return cls(int(data[0]), tuple(str(i) for i in data[1]))
+
+
+_EMPTY = Tally()
+
+
+@dataclass(frozen=True, slots=True)
+class AtomReport:
+    """One atom's part in a verdict: its verdict, its match count, and the ids of
+    the occurrences that made it so (empty when absence decided it)."""
+
+    atom: str
+    verdict: Verdict
+    count: int
+    evidence: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return {
+            "atom": self.atom,
+            "verdict": self.verdict.value,
+            "count": self.count,
+            "evidence": list(self.evidence),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Explanation:
+    """Why a condition said what it said."""
+
+    condition: str
+    verdict: Verdict
+    closed: bool
+    atoms: tuple[AtomReport, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict, as written into decision records."""
+        return {
+            "condition": self.condition,
+            "verdict": self.verdict.value,
+            "closed": self.closed,
+            "atoms": [a.to_json() for a in self.atoms],
+        }
+
+
+def atoms_of(expr: Expr) -> tuple[Atom, ...]:
+    """The distinct atoms of ``expr``, in the order they are written."""
+    seen: dict[Atom, None] = {}
+
+    def walk(node: Expr) -> None:
+        if isinstance(node, Not):
+            walk(node.operand)
+        elif isinstance(node, And | Or):
+            for operand in node.operands:
+                walk(operand)
+        else:
+            seen.setdefault(node, None)
+
+    walk(expr)
+    return tuple(seen)
+
+
+def _combine(expr: Expr, verdicts: Mapping[Atom, Verdict]) -> Verdict:
+    if isinstance(expr, Not):
+        return ~_combine(expr.operand, verdicts)
+    if isinstance(expr, And):
+        result = Verdict.TRUE
+        for operand in expr.operands:
+            result = result & _combine(operand, verdicts)
+            if result is Verdict.FALSE:
+                break
+        return result
+    if isinstance(expr, Or):
+        result = Verdict.FALSE
+        for operand in expr.operands:
+            result = result | _combine(operand, verdicts)
+            if result is Verdict.TRUE:
+                break
+        return result
+    return verdicts[expr]
+
+
+@dataclass(frozen=True, eq=False)
+class Condition:
+    """A compiled condition. Build one with :func:`compile_condition`."""
+
+    expr: Expr
+    within: Duration | None = None
+    atoms: tuple[Atom, ...] = field(init=False)
+    _by_name: Mapping[str, tuple[Atom, ...]] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        atoms = atoms_of(self.expr)
+        by_name: dict[str, list[Atom]] = {}
+        for atom in atoms:
+            by_name.setdefault(atom.fact_name, []).append(atom)
+        object.__setattr__(self, "atoms", atoms)
+        object.__setattr__(self, "_by_name", {k: tuple(v) for k, v in by_name.items()})
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Condition):
+            return NotImplemented
+        return self.expr == other.expr and self.within == other.within
+
+    def __hash__(self) -> int:
+        return hash((self.expr, self.within))
+
+    @property
+    def window(self) -> timedelta:
+        """How long the world stays open after the milestone opens (default 30 days)."""
+        return self.within.timedelta if self.within is not None else DEFAULT_WINDOW
+
+    def __str__(self) -> str:
+        text = print_expr(self.expr)
+        return text if self.within is None else f"{text} WITHIN {self.within}"
+
+    @property
+    def text(self) -> str:
+        """The canonical text (keywords upper-case, minimal parentheses)."""
+        return str(self)
+
+    def atoms_for(self, name: str) -> tuple[Atom, ...]:
+        """The atoms an occurrence of fact ``name`` can affect."""
+        return self._by_name.get(name, ())
+
+    # -- evaluation over a whole list of facts ---------------------------------
+
+    def tally(self, facts: Iterable[Fact]) -> dict[Atom, Tally]:
+        """Count every fact into a fresh tally per atom. Occurrences that share
+        an id are one occurrence (a duplicate delivery)."""
+        monitor = self.monitor()
+        seen: set[str] = set()
+        for fact in facts:
+            if fact.id is not None:
+                if fact.id in seen:
+                    continue
+                seen.add(fact.id)
+            monitor.feed(fact)
+        return dict(monitor.tallies)
+
+    def evaluate(self, facts: Iterable[Fact], closed: bool = False) -> Verdict:
+        """The verdict over ``facts``; ``closed`` once the window is over."""
+        return self.verdict_of(self.tally(facts), closed)
+
+    def explain(self, facts: Iterable[Fact], closed: bool = False) -> Explanation:
+        """The verdict over ``facts`` with each atom's verdict and evidence."""
+        return self.explain_of(self.tally(facts), closed)
+
+    # -- evaluation over tallies (what monitors and the decision core keep) ------
+
+    def verdict_of(self, tallies: Mapping[Atom, Tally], closed: bool) -> Verdict:
+        """The verdict given each atom's tally (missing atoms have matched nothing)."""
+        verdicts = {a: a.verdict(tallies.get(a, _EMPTY).count, closed) for a in self.atoms}
+        return _combine(self.expr, verdicts)
+
+    def explain_of(self, tallies: Mapping[Atom, Tally], closed: bool) -> Explanation:
+        """:meth:`verdict_of`, with the reasons."""
+        reports: list[AtomReport] = []
+        verdicts: dict[Atom, Verdict] = {}
+        for atom in self.atoms:
+            t = tallies.get(atom, _EMPTY)
+            verdict = atom.verdict(t.count, closed)
+            verdicts[atom] = verdict
+            reports.append(AtomReport(print_atom(atom), verdict, t.count, t.ids))
+        return Explanation(str(self), _combine(self.expr, verdicts), closed, tuple(reports))
+
+    def monitor(self) -> Monitor:
+        """A fresh incremental monitor over this condition."""
+        return Monitor(self)
+
+
+@dataclass
+class Monitor:
+    """Feeds occurrences one at a time. Each feed touches only the atoms that
+    name the fact, and keeps a count and a few ids per atom, so its cost does not
+    grow with the history the job has already seen."""
+
+    condition: Condition
+    tallies: dict[Atom, Tally] = field(default_factory=dict)
+
+    def feed(self, fact: Fact) -> None:
+        """Count one new occurrence."""
+        for atom in self.condition.atoms_for(fact.name):
+            if atom.matches(fact):
+                self.tallies[atom] = self.tallies.get(atom, _EMPTY).add(fact, atom.evidence_cap)
+
+    def verdict(self, closed: bool = False) -> Verdict:
+        """The verdict now; ``closed`` once the window is over."""
+        return self.condition.verdict_of(self.tallies, closed)
+
+    def explain(self, closed: bool = False) -> Explanation:
+        """The verdict now, with reasons."""
+        return self.condition.explain_of(self.tallies, closed)
+
+
+def compile_condition(text: str) -> Condition:
+    """Parse and check a condition. Raises :class:`ConditionError` on bad input."""
+    expr, within = parse(text)
+    return Condition(expr, within)

@@ -1,0 +1,270 @@
+"""Text → AST: the lark grammar, the WITHIN clause, and the static checks.
+
+Nothing here lets a lark exception escape: every problem becomes a
+:class:`ConditionError` with a line, a column, a caret and what was expected.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from datetime import timedelta
+from importlib import resources
+from typing import Any, cast
+
+from lark import Lark, Token, Transformer, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
+from lark import UnexpectedToken as LarkUnexpectedToken
+from lark.exceptions import VisitError
+
+from ._ast import And, Compare, Count, Exists, Expr, FactRef, Literal, Member, Not, Op, Or
+from ._errors import ConditionError
+
+__all__ = ["DEFAULT_WINDOW", "MAX_WINDOW", "Duration", "parse"]
+
+#: The window of a condition without WITHIN (SPEC §3).
+DEFAULT_WINDOW = timedelta(days=30)
+#: The longest window a condition may ask for.
+MAX_WINDOW = timedelta(days=180)
+
+KEYWORDS = frozenset({"and", "or", "not", "in", "count", "within"})
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+_GRAMMAR = resources.files(__package__).joinpath("condition.lark").read_text(encoding="utf-8")
+_LARK = Lark(_GRAMMAR, parser="lalr", propagate_positions=True, maybe_placeholders=False)
+
+# What the parser expected, in words a playbook author knows.
+_EXPECTED_WORDS = {
+    "NAME": "a fact name",
+    "NUMBER": "a number",
+    "STRING": 'a "string"',
+    "OP": "a comparison (==, >, >=, <, <=)",
+    "LPAR": '"("',
+    "RPAR": '")"',
+    "LSQB": '"["',
+    "RSQB": '"]"',
+    "COMMA": '","',
+    "COLON": '":"',
+    "_AND": "AND",
+    "_OR": "OR",
+    "_NOT": "NOT",
+    "_IN": "IN",
+    "_COUNT": "COUNT",
+    "$END": "the end of the condition",
+}
+
+# A WITHIN keyword outside string literals: strings are matched first and skipped.
+_WITHIN_SCAN = re.compile(r'"(?:[^"\\\n]|\\.)*"|(?<![\w.\-])(?P<kw>within)(?![\w.\-])', re.I)
+_DURATION = re.compile(r"\s*(?P<amount>\d+)(?P<unit>[A-Za-z]*)(?P<rest>.*)", re.S)
+
+
+@dataclass(frozen=True, slots=True)
+class Duration:
+    """A WITHIN duration as written: ``amount`` of ``unit`` (s, m, h or d)."""
+
+    amount: int
+    unit: str
+
+    @property
+    def timedelta(self) -> timedelta:
+        """The duration as a timedelta."""
+        return timedelta(seconds=self.amount * _UNITS[self.unit])
+
+    def __str__(self) -> str:
+        return f"{self.amount}{self.unit}"
+
+
+def _position(text: str, offset: int) -> tuple[int, int]:
+    """1-based (line, column) of a character offset."""
+    line = text.count("\n", 0, offset) + 1
+    start = text.rfind("\n", 0, offset) + 1
+    return line, offset - start + 1
+
+
+def _error_at(text: str, offset: int, reason: str) -> ConditionError:
+    line, column = _position(text, offset)
+    return ConditionError(reason, text, line, column)
+
+
+def parse(text: str) -> tuple[Expr, Duration | None]:
+    """Parse a whole condition: its expression and its WITHIN clause, if any."""
+    if not isinstance(text, str):
+        raise ConditionError(f"a condition must be text, not {type(text).__name__}", "", 1, 1)
+    body, within = _split_within(text)
+    if not body.strip():
+        where = len(body) if within is not None else len(text)
+        raise _error_at(text, where, "expected a condition, found nothing")
+    try:
+        tree = _LARK.parse(body)
+        expr = cast(Expr, _ToAst(text).transform(tree))
+    except VisitError as exc:
+        if isinstance(exc.orig_exc, ConditionError):
+            raise exc.orig_exc from None
+        raise  # a bug in the transformer, not bad input
+    except UnexpectedInput as exc:
+        raise _syntax_error(text, body, exc) from None
+    return expr, within
+
+
+def _split_within(text: str) -> tuple[str, Duration | None]:
+    """Split off ``WITHIN duration``; it may appear once, at the very end."""
+    keywords = [m for m in _WITHIN_SCAN.finditer(text) if m.group("kw")]
+    if not keywords:
+        return text, None
+    if len(keywords) > 1:
+        raise _error_at(text, keywords[1].start("kw"), "WITHIN may appear only once")
+    keyword = keywords[0]
+    after = keyword.end("kw")
+    match = _DURATION.match(text, after)
+    if match is None:
+        raise _error_at(
+            text, _skip_space(text, after), "expected a duration after WITHIN, like 24h or 7d"
+        )
+    amount, unit = int(match.group("amount")), match.group("unit")
+    unit_at = match.start("unit")
+    if match.group("rest").strip():
+        rest_at = _skip_space(text, match.start("rest"))
+        raise _error_at(text, rest_at, "WITHIN must come at the end of the condition")
+    if not unit:
+        raise _error_at(text, unit_at, "expected a unit after the number: s, m, h or d")
+    if unit not in _UNITS:
+        raise _error_at(text, unit_at, f"unknown unit {unit!r}: use s, m, h or d")
+    duration = Duration(amount, unit)
+    if amount == 0:
+        raise _error_at(text, match.start("amount"), "a WITHIN window must be longer than zero")
+    if duration.timedelta > MAX_WINDOW:
+        raise _error_at(
+            text, match.start("amount"), f"WITHIN {duration} is longer than the maximum of 180d"
+        )
+    return text[: keyword.start("kw")], duration
+
+
+def _skip_space(text: str, offset: int) -> int:
+    while offset < len(text) and text[offset].isspace():
+        offset += 1
+    return offset
+
+
+def _describe(token: Token) -> str:
+    if token.type == "$END":
+        return "the end of the condition"
+    return repr(str(token))
+
+
+def _expected(names: set[str] | frozenset[str]) -> str:
+    words = sorted({_EXPECTED_WORDS.get(n, n) for n in names})
+    if not words:
+        return "nothing more"
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " or " + words[-1]
+
+
+def _syntax_error(text: str, body: str, exc: UnexpectedInput) -> ConditionError:
+    if isinstance(exc, UnexpectedCharacters):
+        at = exc.pos_in_stream or 0
+        char = body[at] if at < len(body) else ""
+        hint = " (use == to compare)" if char == "=" else ""
+        if char == "'":
+            hint = ' (strings are double-quoted: "like this")'
+        if char == '"':
+            reason = "a string that is not closed on its line"
+        else:
+            reason = f"unexpected character {char!r}{hint}"
+            allowed = exc.allowed or set()
+            if allowed:
+                reason += f"; expected {_expected(allowed)}"
+        return _error_at(text, at, reason)
+    if isinstance(exc, LarkUnexpectedToken | UnexpectedEOF):
+        token = exc.token
+        expected = exc.expected if isinstance(exc, UnexpectedEOF) else exc.accepts or exc.expected
+        offset = token.start_pos if token.start_pos is not None else len(body)
+        if token.type == "$END":
+            offset = len(body.rstrip())
+        found = _describe(token)
+        word = str(token).lower()
+        if token.type == "NAME" and word in KEYWORDS:
+            found = f"the keyword {str(token).upper()}"
+        return _error_at(text, offset, f"expected {_expected(set(expected))}, found {found}")
+    return _error_at(text, 0, "not a valid condition")  # pragma: no cover - lark's own kinds
+
+
+def _number(token: Token) -> int | float:
+    raw = str(token)
+    if re.fullmatch(r"-?\d+", raw):
+        return int(raw)
+    return float(raw)
+
+
+class _ToAst(Transformer[Token, Any]):
+    """lark tree → frozen AST, with the static checks that need positions."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self._text = text
+
+    def _fail(self, token: Token, reason: str) -> ConditionError:
+        return ConditionError(reason, self._text, token.line or 1, token.column or 1)
+
+    def NAME(self, token: Token) -> Token:  # lark calls a terminal's callback by its name
+        if str(token).lower() in KEYWORDS:
+            raise self._fail(token, f"{str(token).upper()} is a keyword, not a fact name")
+        return token
+
+    def NUMBER(self, token: Token) -> Token:
+        return token
+
+    def STRING(self, token: Token) -> Token:
+        return token
+
+    def _literal(self, token: Token) -> Literal:
+        if token.type == "STRING":
+            try:
+                value = json.loads(str(token))
+            except ValueError:
+                raise self._fail(token, "a string with an invalid escape") from None
+            assert isinstance(value, str)
+            return value
+        return _number(token)
+
+    def fact(self, items: list[Token]) -> FactRef:
+        return FactRef(str(items[0]), str(items[1]) if len(items) > 1 else None)
+
+    def exists(self, items: list[FactRef]) -> Exists:
+        return Exists(items[0])
+
+    def compare(self, items: list[Any]) -> Compare:
+        ref, op, token = items
+        value = self._literal(token)
+        if isinstance(value, str) and str(op) != "==":
+            raise self._fail(op, f"a string can only be compared with ==, not {op}")
+        return Compare(ref, cast(Op, str(op)), value)
+
+    def member(self, items: list[Any]) -> Member:
+        ref, *tokens = items
+        return Member(ref, tuple(self._literal(t) for t in tokens))
+
+    def count(self, items: list[Token]) -> Count:
+        name, op, token = items
+        if token.type != "NUMBER" or not re.fullmatch(r"-?\d+", str(token)):
+            raise self._fail(token, f"a COUNT bound must be a whole number, not {token}")
+        bound = int(str(token))
+        if bound < 0:
+            raise self._fail(token, f"a COUNT bound cannot be negative ({bound})")
+        return Count(str(name), cast(Op, str(op)), bound)
+
+    def not_(self, items: list[Expr]) -> Not:
+        return Not(items[0])
+
+    def and_(self, items: list[Expr]) -> Expr:
+        return _flatten(And, items)
+
+    def or_(self, items: list[Expr]) -> Expr:
+        return _flatten(Or, items)
+
+
+def _flatten(kind: type[And] | type[Or], items: list[Expr]) -> Expr:
+    if len(items) == 1:
+        return items[0]
+    operands: list[Expr] = []
+    for item in items:
+        operands.extend(item.operands if isinstance(item, kind) else (item,))
+    return kind(tuple(operands))
