@@ -15,13 +15,40 @@ from ._condition import (
     Tally,
     compile_condition,
 )
+from ._durations import format_offset, parse_duration
+from ._effects import (
+    Effect,
+    JobFinished,
+    Step,
+    TaskClosed,
+    TaskOpened,
+    TimerCancelled,
+    TimerSet,
+    Transition,
+    task_id,
+)
 from ._errors import ConditionError, LemongraphError
 from ._facts import Fact
+from ._inputs import Event, Input, Source, Start, Tick, input_from_json
+from ._jobgraph import JobGraph
 from ._parser import DEFAULT_WINDOW, MAX_WINDOW, Duration
+from ._playbook import (
+    Milestone,
+    MilestoneSpec,
+    Playbook,
+    PlaybookError,
+    PlaybookProblem,
+    PlaybookSpec,
+    compile_playbook,
+    load_playbook,
+)
+from ._source import SourceError
+from ._state import MAX_REMEMBERED_KEYS, JobState, MilestoneState, Timer, canonical_json
 from ._verdict import Verdict
 
 __all__ = [
     "DEFAULT_WINDOW",
+    "MAX_REMEMBERED_KEYS",
     "MAX_WINDOW",
     "And",
     "Atom",
@@ -31,17 +58,48 @@ __all__ = [
     "ConditionError",
     "Count",
     "Duration",
+    "Effect",
+    "Event",
     "Exists",
     "Explanation",
     "Expr",
     "Fact",
     "FactRef",
+    "Input",
+    "JobFinished",
+    "JobGraph",
+    "JobState",
     "LemongraphError",
     "Member",
+    "Milestone",
+    "MilestoneSpec",
+    "MilestoneState",
     "Monitor",
     "Not",
     "Or",
+    "Playbook",
+    "PlaybookError",
+    "PlaybookProblem",
+    "PlaybookSpec",
+    "Source",
+    "SourceError",
+    "Start",
+    "Step",
     "Tally",
+    "TaskClosed",
+    "TaskOpened",
+    "Tick",
+    "Timer",
+    "TimerCancelled",
+    "TimerSet",
+    "Transition",
     "Verdict",
+    "canonical_json",
     "compile_condition",
+    "compile_playbook",
+    "format_offset",
+    "input_from_json",
+    "load_playbook",
+    "parse_duration",
+    "task_id",
 ]

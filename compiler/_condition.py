@@ -21,6 +21,7 @@ __all__ = [
     "Tally",
     "atoms_of",
     "compile_condition",
+    "evaluate_expr",
 ]
 
 
@@ -106,6 +107,11 @@ def atoms_of(expr: Expr) -> tuple[Atom, ...]:
 
     walk(expr)
     return tuple(seen)
+
+
+def evaluate_expr(expr: Expr, verdicts: Mapping[Atom, Verdict]) -> Verdict:
+    """Combine atom verdicts over ``expr`` with Kleene logic."""
+    return _combine(expr, verdicts)
 
 
 def _combine(expr: Expr, verdicts: Mapping[Atom, Verdict]) -> Verdict:

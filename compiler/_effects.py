@@ -1,0 +1,224 @@
+"""What a decision returns: effects (as values, for the shell to carry out),
+transitions, and the step that holds them (SPEC §4)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal, TypeAlias
+
+from ._inputs import Input
+from ._state import JobState, Timer
+from ._time import to_iso
+
+__all__ = [
+    "Effect",
+    "JobFinished",
+    "Step",
+    "TaskClosed",
+    "TaskOpened",
+    "TimerCancelled",
+    "TimerSet",
+    "Transition",
+    "task_id",
+]
+
+TaskOutcome: TypeAlias = Literal["done", "knocked", "timed_out", "dropped"]
+
+
+def task_id(job_key: str, milestone: str) -> str:
+    """A milestone opens at most once per job, so job and milestone name its task
+    for good: the same id however often the input is re-delivered."""
+    return f"{job_key}/{milestone}"
+
+
+@dataclass(frozen=True, slots=True)
+class TaskOpened:
+    """Work a channel service may pick up: the milestone and the whole frontier."""
+
+    job_key: str
+    milestone: str
+    at: datetime
+    instructions: str
+    playbook_instructions: str
+    integrations: tuple[str, ...]
+    deadline: datetime
+    frontier: tuple[str, ...]
+
+    @property
+    def task_id(self) -> str:
+        """Stable across re-delivery."""
+        return task_id(self.job_key, self.milestone)
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready, with ``type``."""
+        return {
+            "type": "task.opened",
+            "task_id": self.task_id,
+            "job_key": self.job_key,
+            "milestone": self.milestone,
+            "at": to_iso(self.at),
+            "instructions": self.instructions,
+            "playbook_instructions": self.playbook_instructions,
+            "integrations": list(self.integrations),
+            "deadline": to_iso(self.deadline),
+            "frontier": list(self.frontier),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class TaskClosed:
+    """A task is over: done, knocked, timed_out or dropped."""
+
+    job_key: str
+    milestone: str
+    at: datetime
+    outcome: TaskOutcome
+
+    @property
+    def task_id(self) -> str:
+        """Stable across re-delivery."""
+        return task_id(self.job_key, self.milestone)
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready, with ``type``."""
+        return {
+            "type": "task.closed",
+            "task_id": self.task_id,
+            "job_key": self.job_key,
+            "milestone": self.milestone,
+            "at": to_iso(self.at),
+            "outcome": self.outcome,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class TimerSet:
+    """Remember to wake the job at ``timer.at``."""
+
+    timer: Timer
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready, with ``type``."""
+        return {"type": "timer.set", **self.timer.to_json()}
+
+
+@dataclass(frozen=True, slots=True)
+class TimerCancelled:
+    """Forget a timer that was set."""
+
+    timer: Timer
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready, with ``type``."""
+        return {"type": "timer.cancelled", **self.timer.to_json()}
+
+
+@dataclass(frozen=True, slots=True)
+class JobFinished:
+    """The job is over."""
+
+    job_key: str
+    status: Literal["done", "failed"]
+    at: datetime
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready, with ``type``."""
+        return {
+            "type": "job.finished",
+            "job_key": self.job_key,
+            "status": self.status,
+            "at": to_iso(self.at),
+        }
+
+
+Effect: TypeAlias = TaskOpened | TaskClosed | TimerSet | TimerCancelled | JobFinished
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """A milestone moved from one status to another, and why."""
+
+    milestone: str
+    before: str
+    after: str
+    at: datetime
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready."""
+        return {
+            "milestone": self.milestone,
+            "from": self.before,
+            "to": self.after,
+            "at": to_iso(self.at),
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Verdicts:
+    """What one open milestone's monitor said at one instant."""
+
+    milestone: str
+    at: datetime
+    explanation: Mapping[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready."""
+        return {"milestone": self.milestone, "at": to_iso(self.at), **self.explanation}
+
+
+@dataclass(frozen=True)
+class Step:
+    """The result of ``JobGraph.next``.
+
+    ``state`` is the new state (the same object when nothing applied).
+    ``duplicate`` — the event's idempotency key was already applied;
+    ``refused`` — the input cannot apply (a reason in words); ``noop`` — a tick
+    with nothing due. In all three cases there are no effects.
+    """
+
+    state: JobState | None
+    now: datetime
+    input: Input
+    fired: tuple[Timer, ...] = ()
+    verdicts: tuple[Verdicts, ...] = ()
+    transitions: tuple[Transition, ...] = ()
+    effects: tuple[Effect, ...] = ()
+    frontier: tuple[str, ...] = ()
+    duplicate: bool = False
+    refused: str | None = None
+    noop: bool = False
+
+    @property
+    def applied(self) -> bool:
+        """Did this input change the job?"""
+        return not (self.duplicate or self.refused or self.noop)
+
+    @property
+    def outcome(self) -> str:
+        """applied | duplicate | refused | noop."""
+        if self.refused:
+            return "refused"
+        if self.duplicate:
+            return "duplicate"
+        return "noop" if self.noop else "applied"
+
+    def to_json(self) -> dict[str, Any]:
+        """The decision record's body (the shell adds where the input came from)."""
+        return {
+            "now": to_iso(self.now),
+            "input": self.input.to_json(),
+            "outcome": self.outcome,
+            "refused": self.refused,
+            "seq": self.state.seq if self.state is not None else None,
+            "fired": [t.to_json() for t in self.fired],
+            "verdicts": [v.to_json() for v in self.verdicts],
+            "transitions": [t.to_json() for t in self.transitions],
+            "effects": [e.to_json() for e in self.effects],
+            "frontier": list(self.frontier),
+            "status": self.state.status if self.state is not None else None,
+            "state_hash": self.state.hash if self.state is not None else None,
+        }

@@ -1,0 +1,410 @@
+"""The decision core: ``JobGraph.next(state, now, input) -> Step`` (SPEC §2, §4).
+
+Every milestone transition rule lives in this file, in ``_Decision``:
+
+  pending → open         its merge is satisfied (all: every need done; any: one)
+  pending → unreachable  its merge can no longer be satisfied
+  open    → done         its monitor says TRUE (open world, or at the window's close)
+  open    → knocked      its monitor says FALSE (open world: outcome ``knocked``;
+                         at the window's close: outcome ``timed_out``)
+  open | pending → dropped
+                         it can no longer matter to any unsettled goal (pruning),
+                         or the job ended
+
+The job is ``done`` when its goals are met per ``complete_when``, ``failed``
+when that became impossible. Within one instant the rules run to a fixed point
+in rank order, so the result never depends on dict order or on timing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime
+
+from ._ast import Atom
+from ._condition import Tally
+from ._effects import (
+    Effect,
+    JobFinished,
+    Step,
+    TaskClosed,
+    TaskOpened,
+    TaskOutcome,
+    TimerCancelled,
+    TimerSet,
+    Transition,
+    Verdicts,
+)
+from ._inputs import Event, Input, Start, Tick
+from ._playbook import Milestone, Playbook
+from ._state import (
+    LOST,
+    MAX_REMEMBERED_KEYS,
+    SETTLED,
+    JobState,
+    JobStatus,
+    MilestoneState,
+    MilestoneStatus,
+    Timer,
+)
+from ._time import require_aware
+from ._verdict import Verdict
+
+__all__ = ["JobGraph"]
+
+_EMPTY = Tally()
+
+
+class JobGraph:
+    """The pure decision function for jobs on one playbook version."""
+
+    def __init__(self, playbook: Playbook) -> None:
+        self.playbook = playbook
+
+    def frontier(self, state: JobState) -> tuple[str, ...]:
+        """Open milestones in rank order: the first is the next best step."""
+        return tuple(
+            m.id for m in self.playbook.milestones if state.milestones[m.id].status == "open"
+        )
+
+    def next(self, state: JobState | None, now: datetime, input: Input) -> Step:
+        """Apply ``input`` at ``now``. Pure: same arguments, byte-identical result.
+
+        Timers due at or before ``now`` fire first, in time order; then the input
+        applies. A duplicate event, an input the job cannot take, or a tick with
+        nothing due returns a step without effects and the state unchanged.
+        """
+        now = require_aware(now)
+        if isinstance(input, Start):
+            if state is not None:
+                return Step(state, now, input, refused=f"job {state.key!r} already exists")
+            if input.playbook_key != self.playbook.key:
+                return Step(
+                    None,
+                    now,
+                    input,
+                    refused=f"this graph runs playbook {self.playbook.key!r}, "
+                    f"not {input.playbook_key!r}",
+                )
+            return _Decision.start(self.playbook, input, now)
+        if state is None:
+            return Step(None, now, input, refused="unknown job: no job.start was applied")
+        if (state.playbook_key, state.playbook_version) != (
+            self.playbook.key,
+            self.playbook.version,
+        ):
+            raise ValueError(
+                f"job {state.key!r} pinned playbook {state.playbook_key} "
+                f"v{state.playbook_version}; this graph runs v{self.playbook.version}"
+            )
+        if (
+            isinstance(input, Event)
+            and input.idempotency_key is not None
+            and input.idempotency_key in state.recent_keys
+        ):
+            return Step(state, now, input, duplicate=True, frontier=self.frontier(state))
+        if now < (state.updated_at or state.started_at):
+            # The clock never runs backwards for one job: a late record is decided
+            # at the job's latest instant, so timers never fire twice or out of order.
+            now = state.updated_at or state.started_at
+        if isinstance(input, Tick) and not (state.timers and state.timers[0].at <= now):
+            return Step(state, now, input, noop=True, frontier=self.frontier(state))
+        decision = _Decision(self.playbook, state)
+        decision.fire_timers(now)
+        if isinstance(input, Event):
+            decision.record(input, now)
+        return decision.finish(now, input)
+
+
+class _Decision:
+    """One call of ``next``: a working copy of the state, and what happened."""
+
+    def __init__(self, playbook: Playbook, state: JobState) -> None:
+        self.playbook = playbook
+        self.state = state
+        self.status: JobStatus = state.status
+        self.ended_at = state.ended_at
+        self.milestones: dict[str, MilestoneState] = dict(state.milestones)
+        self.tallies: dict[str, Tally] = dict(state.tallies)
+        self.timers: list[Timer] = list(state.timers)
+        self.events = state.events
+        self.recent_keys = state.recent_keys
+        self.fired: list[Timer] = []
+        self.verdicts: list[Verdicts] = []
+        self.transitions: list[Transition] = []
+        self.effects: list[Effect] = []
+        self._opened_now: list[int] = []  # indexes of TaskOpened effects this instant
+
+    # -- inputs -----------------------------------------------------------------
+
+    @classmethod
+    def start(cls, playbook: Playbook, start: Start, now: datetime) -> Step:
+        state = JobState(
+            key=start.key,
+            playbook_key=playbook.key,
+            playbook_version=playbook.version,
+            started_at=now,
+            subject=dict(start.subject),
+            contacts=tuple(start.contacts),
+            milestones={m.id: MilestoneState() for m in playbook.milestones},
+            tallies={},
+        )
+        decision = cls(playbook, state)
+        return decision.finish(now, start)
+
+    def fire_timers(self, now: datetime) -> None:
+        """Fire every timer due at or before ``now``, one instant at a time."""
+        while self.timers and self.timers[0].at <= now and self.status == "running":
+            instant = self.timers[0].at
+            group: list[Timer] = []
+            while self.timers and self.timers[0].at == instant:
+                group.append(self.timers.pop(0))
+            self.fired.extend(group)
+            for timer in group:  # already in Timer.order: settlements first
+                milestone = self.playbook.by_id[timer.milestone]
+                if self.milestones[timer.milestone].status != "open":
+                    continue
+                if timer.kind == "settle":
+                    self._settle_at_close(milestone, instant)
+                else:
+                    self._emit_task(milestone, instant)
+            self._run_rules(instant)
+
+    def record(self, event: Event, now: datetime) -> None:
+        """Record an event; unless it is an agent's claim, count it as evidence."""
+        self.events += 1
+        if event.idempotency_key is not None:
+            keys = (*self.recent_keys, event.idempotency_key)
+            self.recent_keys = keys[-MAX_REMEMBERED_KEYS:]
+        if event.source == "agent" or self.status != "running":
+            return
+        fact = event.fact(fallback_id=f"{self.state.key}#{self.state.seq + 1}")
+        for key, atom in self.playbook.atoms_by_fact.get(fact.name, ()):
+            if atom.matches(fact):
+                self.tallies[key] = self.tallies.get(key, _EMPTY).add(fact, atom.evidence_cap)
+
+    def finish(self, now: datetime, input: Input) -> Step:
+        """Run the rules at ``now`` and package the step."""
+        self._run_rules(now)
+        state = dataclasses.replace(
+            self.state,
+            status=self.status,
+            seq=self.state.seq + 1,
+            updated_at=now,
+            ended_at=self.ended_at,
+            events=self.events,
+            milestones=self.milestones,
+            tallies=self.tallies,
+            timers=tuple(self.timers),
+            recent_keys=self.recent_keys,
+        )
+        return Step(
+            state,
+            now,
+            input,
+            fired=tuple(self.fired),
+            verdicts=tuple(self.verdicts),
+            transitions=tuple(self.transitions),
+            effects=tuple(self.effects),
+            frontier=self._frontier(),
+        )
+
+    # -- the rules ----------------------------------------------------------------
+
+    def _run_rules(self, at: datetime) -> None:
+        """Apply every rule at instant ``at`` until nothing changes."""
+        evaluated: dict[str, Verdicts] = {}
+        changed = self.status == "running"
+        while changed:
+            changed = False
+            for milestone in self.playbook.milestones:
+                status = self.milestones[milestone.id].status
+                if status == "open":
+                    changed |= self._evaluate(milestone, at, evaluated)
+                elif status == "pending":
+                    changed |= self._open_or_unreachable(milestone, at)
+            if self._decide_job(at):
+                break
+            changed |= self._prune(at)
+        self.verdicts.extend(evaluated[m.id] for m in self.playbook.milestones if m.id in evaluated)
+        frontier = self._frontier()
+        for i in self._opened_now:
+            opened = self.effects[i]
+            assert isinstance(opened, TaskOpened)
+            self.effects[i] = dataclasses.replace(opened, frontier=frontier)
+        self._opened_now = []
+
+    def _tally_view(self, milestone: Milestone) -> dict[Atom, Tally]:
+        return {atom: self.tallies.get(key, _EMPTY) for key, atom in milestone.atom_keys}
+
+    def _evaluate(self, milestone: Milestone, at: datetime, seen: dict[str, Verdicts]) -> bool:
+        explanation = milestone.condition.explain_of(self._tally_view(milestone), closed=False)
+        data = explanation.to_json()
+        seen[milestone.id] = Verdicts(milestone.id, at, data)
+        if explanation.verdict is Verdict.TRUE:
+            self._settle(milestone, "done", "done", at, "condition TRUE", data)
+            return True
+        if explanation.verdict is Verdict.FALSE:
+            self._settle(milestone, "knocked", "knocked", at, "condition FALSE", data)
+            return True
+        self.milestones[milestone.id] = dataclasses.replace(
+            self.milestones[milestone.id], explanation=data
+        )
+        return False
+
+    def _settle_at_close(self, milestone: Milestone, at: datetime) -> None:
+        """The window closed: the world is closed and the condition settles."""
+        explanation = milestone.condition.explain_of(self._tally_view(milestone), closed=True)
+        data = explanation.to_json()
+        self.verdicts.append(Verdicts(milestone.id, at, data))
+        if explanation.verdict is Verdict.TRUE:
+            self._settle(milestone, "done", "done", at, "window closed: condition TRUE", data)
+        else:
+            self._settle(
+                milestone, "knocked", "timed_out", at, "window closed: condition FALSE", data
+            )
+
+    def _open_or_unreachable(self, milestone: Milestone, at: datetime) -> bool:
+        needs = [self.milestones[n].status for n in milestone.needs]
+        if milestone.merge == "all":
+            ready = all(s == "done" for s in needs)
+            lost = any(s in LOST for s in needs)
+        else:
+            ready = any(s == "done" for s in needs)
+            lost = all(s in LOST for s in needs)
+        if ready:
+            self._open(milestone, at)
+            return True
+        if lost:
+            which = ", ".join(n for n in milestone.needs if self.milestones[n].status in LOST)
+            self._move(milestone.id, "unreachable", at, f"merge {milestone.merge} lost: {which}")
+            return True
+        return False
+
+    def _open(self, milestone: Milestone, at: datetime) -> None:
+        deadline = at + milestone.condition.window
+        task_at = at + milestone.due if milestone.due is not None else at
+        self._move(
+            milestone.id,
+            "open",
+            at,
+            "job started" if not milestone.needs else f"merge {milestone.merge} satisfied",
+            opened_at=at,
+            deadline=deadline,
+            task_at=task_at,
+        )
+        self._set_timer(Timer(deadline, "settle", milestone.id))
+        if milestone.due is not None:
+            self._set_timer(Timer(task_at, "due", milestone.id))
+        else:
+            self._emit_task(milestone, at)
+
+    def _emit_task(self, milestone: Milestone, at: datetime) -> None:
+        state = self.milestones[milestone.id]
+        assert state.deadline is not None
+        self.milestones[milestone.id] = dataclasses.replace(state, task_open=True)
+        self._opened_now.append(len(self.effects))
+        self.effects.append(
+            TaskOpened(
+                job_key=self.state.key,
+                milestone=milestone.id,
+                at=at,
+                instructions=milestone.instructions,
+                playbook_instructions=self.playbook.spec.instructions,
+                integrations=milestone.integrations,
+                deadline=state.deadline,
+                frontier=(),  # filled in when the instant is over
+            )
+        )
+
+    def _settle(
+        self,
+        milestone: Milestone,
+        status: MilestoneStatus,
+        outcome: str,
+        at: datetime,
+        reason: str,
+        explanation: dict[str, object] | None = None,
+    ) -> None:
+        state = self.milestones[milestone.id]
+        for timer in [t for t in self.timers if t.milestone == milestone.id]:
+            self.timers.remove(timer)
+            self.effects.append(TimerCancelled(timer))
+        if state.task_open:
+            self.effects.append(
+                TaskClosed(self.state.key, milestone.id, at, _task_outcome(outcome))
+            )
+        fields: dict[str, object] = {"task_open": False, "settled_at": at, "outcome": outcome}
+        if explanation is not None:
+            fields["explanation"] = explanation
+        self._move(milestone.id, status, at, reason, **fields)
+
+    def _decide_job(self, at: datetime) -> bool:
+        """Decide the job's status; when it ends, drop everything still unsettled."""
+        if self.status != "running":
+            return True
+        goals = [self.milestones[g].status for g in self.playbook.goals]
+        if self.playbook.complete_when == "all":
+            done = all(s == "done" for s in goals)
+            failed = any(s in LOST for s in goals)
+        else:
+            done = any(s == "done" for s in goals)
+            failed = all(s in LOST for s in goals)
+        if not (done or failed):
+            return False
+        self.status = "done" if done else "failed"
+        self.ended_at = at
+        for milestone in self.playbook.milestones:
+            if self.milestones[milestone.id].status not in SETTLED:
+                self._settle(milestone, "dropped", "dropped", at, f"job {self.status}")
+        self.effects.append(JobFinished(self.state.key, self.status, at))
+        return True
+
+    def _prune(self, at: datetime) -> bool:
+        """Drop what can no longer matter to any unsettled goal."""
+        matters: set[str] = set()
+        stack = [g for g in self.playbook.goals if self.milestones[g].status not in SETTLED]
+        while stack:
+            node = stack.pop()
+            if node in matters:
+                continue
+            matters.add(node)
+            # Only a milestone still waiting to open depends on its needs.
+            if self.milestones[node].status == "pending":
+                stack.extend(
+                    n
+                    for n in self.playbook.by_id[node].needs
+                    if self.milestones[n].status not in SETTLED
+                )
+        dropped = False
+        for milestone in self.playbook.milestones:
+            if self.milestones[milestone.id].status in SETTLED or milestone.id in matters:
+                continue
+            self._settle(milestone, "dropped", "dropped", at, "can no longer matter to a goal")
+            dropped = True
+        return dropped
+
+    # -- bookkeeping --------------------------------------------------------------
+
+    def _move(
+        self, milestone: str, status: MilestoneStatus, at: datetime, reason: str, **fields: object
+    ) -> None:
+        before = self.milestones[milestone]
+        self.milestones[milestone] = dataclasses.replace(before, status=status, **fields)  # type: ignore[arg-type]
+        self.transitions.append(Transition(milestone, before.status, status, at, reason))
+
+    def _set_timer(self, timer: Timer) -> None:
+        self.timers.append(timer)
+        self.timers.sort(key=lambda t: t.order)
+        self.effects.append(TimerSet(timer))
+
+    def _frontier(self) -> tuple[str, ...]:
+        return tuple(
+            m.id for m in self.playbook.milestones if self.milestones[m.id].status == "open"
+        )
+
+
+def _task_outcome(outcome: str) -> TaskOutcome:
+    if outcome in ("done", "knocked", "timed_out"):
+        return outcome  # type: ignore[return-value]
+    return "dropped"

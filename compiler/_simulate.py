@@ -1,0 +1,308 @@
+"""Scenarios: scripted events on a virtual clock, run through the pure core,
+with expectations about where the job lands (SPEC §8).
+
+This module parses scenario text and runs scenarios; finding files and printing
+reports is the shell's work (``stream/simulate.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from ._ast import And, Expr, Not, Or
+from ._condition import evaluate_expr
+from ._durations import parse_duration
+from ._effects import Step, TaskOpened
+from ._errors import LemongraphError
+from ._inputs import Event, Start, Tick
+from ._jobgraph import JobGraph
+from ._playbook import Playbook
+from ._printer import print_expr
+from ._source import load_located
+from ._state import JobState
+from ._time import require_aware
+from ._verdict import Verdict
+
+__all__ = [
+    "Coverage",
+    "Expectation",
+    "Scenario",
+    "ScenarioError",
+    "ScenarioEvent",
+    "ScenarioFile",
+    "ScenarioResult",
+    "parse_scenarios",
+    "run_scenario",
+]
+
+
+class ScenarioError(LemongraphError):
+    """A scenario file that cannot be used."""
+
+    code = "invalid_scenario"
+
+
+def _offset(value: str) -> str:
+    parse_duration(value)
+    return value
+
+
+class ScenarioEvent(BaseModel):
+    """One scripted event, ``at`` an offset from the scenario's base."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    at: str
+    action: str = Field(min_length=1)
+    value: str | int | float | bool | None = None
+    properties: dict[str, Any] = Field(default_factory=dict)
+    source: Literal["world", "tool", "agent"] = "world"
+    idempotency_key: str | None = None
+
+    _check_at = field_validator("at")(_offset)
+
+    @property
+    def offset(self) -> timedelta:
+        """``at`` as a timedelta."""
+        return parse_duration(self.at)
+
+
+class Expectation(BaseModel):
+    """Where the job should land. Lists compare as sets; ``tasks`` in order."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    status: Literal["running", "done", "failed"] | None = None
+    done: list[str] | None = None
+    knocked: list[str] | None = None
+    dropped: list[str] | None = None
+    open: list[str] | None = None
+    pending: list[str] | None = None
+    unreachable: list[str] | None = None
+    tasks: list[str] | None = None
+
+
+class Scenario(BaseModel):
+    """A named event script and its expectation."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1)
+    base: datetime
+    events: list[ScenarioEvent] = Field(default_factory=list)
+    until: str | None = None
+    subject: dict[str, Any] = Field(default_factory=dict)
+    expect: Expectation = Field(default_factory=Expectation)
+
+    _check_until = field_validator("until")(lambda v: v if v is None else _offset(v))
+
+    @field_validator("base")
+    @classmethod
+    def _aware(cls, value: datetime) -> datetime:
+        return require_aware(value, "base")
+
+
+class ScenarioFile(BaseModel):
+    """A scenario file: a playbook (a path relative to the file, or inline) and
+    its scenarios."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    playbook: str | dict[str, Any]
+    scenarios: list[Scenario] = Field(min_length=1)
+
+
+def parse_scenarios(text: str, source: str) -> ScenarioFile:
+    """Parse a scenario file's text. Raises :class:`ScenarioError` naming the
+    file, the line and what is wrong."""
+    try:
+        located = load_located(text, source)
+    except LemongraphError as exc:
+        raise ScenarioError(str(exc)) from None
+    try:
+        return ScenarioFile.model_validate(located.data)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            loc = tuple(p if isinstance(p, int) else str(p) for p in err["loc"])
+            pos = located.position(loc)
+            where = f"{source}:{pos.line}:{pos.column}" if pos else source
+            dotted = ".".join(str(p) for p in loc) or "file"
+            message = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden":
+                message = f"unknown field {loc[-1]!r}"
+            lines.append(f"{where}: {dotted}: {message}")
+        raise ScenarioError("\n".join(lines)) from None
+
+
+@dataclass
+class Coverage:
+    """What a set of scenarios exercised in one playbook."""
+
+    playbook: str
+    #: milestone → the states it reached in some scenario
+    states: dict[str, set[str]] = field(default_factory=dict)
+    #: milestone → OR branch (canonical text) → times it was TRUE when the milestone completed
+    branches: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    @classmethod
+    def empty(cls, playbook: Playbook) -> Coverage:
+        """Every milestone and every OR branch, none exercised yet."""
+        cov = cls(playbook.key)
+        for m in playbook.milestones:
+            cov.states[m.id] = set()
+            cov.branches[m.id] = {text: 0 for text in _or_branches(m.condition.expr)}
+        return cov
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready."""
+        return {
+            "playbook": self.playbook,
+            "milestones": {k: sorted(v) for k, v in self.states.items()},
+            "or_branches": self.branches,
+        }
+
+
+@dataclass(frozen=True)
+class ScenarioResult:
+    """One scenario's run: every step, the final state, and what missed."""
+
+    source: str
+    scenario: str
+    steps: tuple[Step, ...]
+    state: JobState
+    tasks: tuple[str, ...]
+    failures: tuple[str, ...]
+
+    @property
+    def passed(self) -> bool:
+        """Did the job land where the scenario expected?"""
+        return not self.failures
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``results`` entry of ``simulate --json``."""
+        return {
+            "file": self.source,
+            "scenario": self.scenario,
+            "passed": self.passed,
+            "status": self.state.status,
+            "milestones": {k: v.status for k, v in self.state.milestones.items()},
+            "tasks": list(self.tasks),
+            "failures": list(self.failures),
+        }
+
+
+def run_scenario(
+    playbook: Playbook, scenario: Scenario, source: str, coverage: Coverage | None = None
+) -> ScenarioResult:
+    """Run ``scenario`` on a virtual clock and compare the result to its expectation."""
+    graph = JobGraph(playbook)
+    base = scenario.base
+    until = base + parse_duration(scenario.until) if scenario.until else None
+    job_key = f"scenario:{scenario.name}"
+    steps: list[Step] = [graph.next(None, base, Start(job_key, playbook.key, scenario.subject))]
+    state = steps[0].state
+    assert state is not None
+    failures: list[str] = []
+    events = sorted(enumerate(scenario.events), key=lambda pair: (pair[1].offset, pair[0]))
+    for i, spec in events:
+        at = base + spec.offset
+        if until is not None and at > until:
+            failures.append(f"event #{i + 1} ({spec.action} at {spec.at}) is after until")
+            continue
+        event = Event(
+            spec.action,
+            spec.value,
+            spec.properties or None,
+            spec.source,
+            spec.idempotency_key,
+            id=f"e{i + 1}",
+        )
+        steps.append(graph.next(state, at, event))
+        state = steps[-1].state or state
+    # Let the clock run on through pending timers until the job ends (or `until`).
+    while state.status == "running" and state.timers:
+        at = state.timers[0].at
+        if until is not None and at > until:
+            break
+        steps.append(graph.next(state, at, Tick()))
+        state = steps[-1].state or state
+    tasks = tuple(e.milestone for step in steps for e in step.effects if isinstance(e, TaskOpened))
+    failures.extend(_compare(scenario.expect, state, tasks))
+    if coverage is not None:
+        _cover(coverage, playbook, steps)
+    return ScenarioResult(source, scenario.name, tuple(steps), state, tasks, tuple(failures))
+
+
+def _compare(expect: Expectation, state: JobState, tasks: tuple[str, ...]) -> list[str]:
+    failures = []
+    if expect.status is not None and expect.status != state.status:
+        failures.append(f"status: expected {expect.status}, got {state.status}")
+    by_status: dict[str, set[str]] = {}
+    for key, m in state.milestones.items():
+        by_status.setdefault(m.status, set()).add(key)
+    for status in ("done", "knocked", "dropped", "open", "pending", "unreachable"):
+        wanted = getattr(expect, status)
+        if wanted is None:
+            continue
+        got = by_status.get(status, set())
+        missing, extra = sorted(set(wanted) - got), sorted(got - set(wanted))
+        if missing or extra:
+            parts = []
+            if missing:
+                parts.append(f"expected but not {status}: {', '.join(missing)}")
+            if extra:
+                parts.append(f"{status} but not expected: {', '.join(extra)}")
+            failures.append(f"{status}: " + "; ".join(parts))
+    if expect.tasks is not None and list(expect.tasks) != list(tasks):
+        failures.append(f"tasks: expected [{', '.join(expect.tasks)}], got [{', '.join(tasks)}]")
+    return failures
+
+
+def _or_branches(expr: Expr) -> list[str]:
+    out: list[str] = []
+    if isinstance(expr, Or):
+        out.extend(print_expr(e) for e in expr.operands)
+    if isinstance(expr, Not):
+        out.extend(_or_branches(expr.operand))
+    elif isinstance(expr, And | Or):
+        for operand in expr.operands:
+            out.extend(_or_branches(operand))
+    return out
+
+
+def _true_branches(expr: Expr, verdicts: Mapping[Any, Verdict]) -> list[str]:
+    out: list[str] = []
+    if isinstance(expr, Or):
+        out.extend(
+            print_expr(e) for e in expr.operands if evaluate_expr(e, verdicts) is Verdict.TRUE
+        )
+    if isinstance(expr, Not):
+        out.extend(_true_branches(expr.operand, verdicts))
+    elif isinstance(expr, And | Or):
+        for operand in expr.operands:
+            out.extend(_true_branches(operand, verdicts))
+    return out
+
+
+def _cover(coverage: Coverage, playbook: Playbook, steps: list[Step]) -> None:
+    for step in steps:
+        for transition in step.transitions:
+            coverage.states.setdefault(transition.milestone, set()).add(transition.after)
+        done_now = {t.milestone for t in step.transitions if t.after == "done"}
+        for verdict in step.verdicts:
+            if verdict.milestone not in done_now or verdict.explanation.get("verdict") != "TRUE":
+                continue
+            milestone = playbook.by_id[verdict.milestone]
+            by_text = {
+                a["atom"]: Verdict(a["verdict"]) for a in verdict.explanation.get("atoms", [])
+            }
+            verdicts = {atom: by_text[key] for key, atom in milestone.atom_keys if key in by_text}
+            branches = coverage.branches.setdefault(milestone.id, {})
+            for text in _true_branches(milestone.condition.expr, verdicts):
+                branches[text] = branches.get(text, 0) + 1

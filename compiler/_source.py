@@ -1,0 +1,105 @@
+"""Structured text (YAML or JSON) → Python data, remembering where every value
+was written so that validation can point at a line and a column."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from ._errors import LemongraphError
+
+__all__ = ["Located", "Position", "SourceError", "load_located"]
+
+Path = tuple[str | int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    """1-based line and column of a value in its file, and how it was written."""
+
+    line: int
+    column: int
+    style: str | None = None  # YAML scalar style: None (plain), '"', "'", "|", ">"
+
+
+class SourceError(LemongraphError):
+    """The text is not well-formed YAML/JSON, or repeats a mapping key."""
+
+    code = "invalid_source"
+
+    def __init__(self, source: str, reason: str, line: int | None, column: int | None) -> None:
+        self.source = source
+        self.reason = reason
+        self.line = line
+        self.column = column
+        where = f"{source}:{line}:{column}" if line is not None else source
+        super().__init__(f"{where}: {reason}")
+
+
+@dataclass(frozen=True, slots=True)
+class Located:
+    """Parsed data, the text it came from, and the position of every value by path."""
+
+    data: Any
+    text: str
+    positions: dict[Path, Position]
+
+    def position(self, path: Path) -> Position | None:
+        """Where ``path`` was written; the nearest enclosing value if not itself."""
+        for end in range(len(path), -1, -1):
+            found = self.positions.get(tuple(path[:end]))
+            if found is not None:
+                return found
+        return None
+
+
+def load_located(text: str, source: str) -> Located:
+    """Parse YAML (JSON is a subset) and record every value's position."""
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        reason = " ".join(p for p in (exc.context, exc.problem) if p) or "not valid YAML"
+        line = mark.line + 1 if mark else None
+        column = mark.column + 1 if mark else None
+        raise SourceError(source, reason, line, column) from None
+    except yaml.YAMLError as exc:
+        raise SourceError(source, f"not valid YAML: {exc}", None, None) from None
+    if node is None:
+        raise SourceError(source, "the file is empty", 1, 1)
+    positions: dict[Path, Position] = {}
+    data = _Builder(source, positions).build(node, ())
+    return Located(data, text, positions)
+
+
+class _Builder:
+    """Walks the composed node tree, constructing values and noting positions."""
+
+    def __init__(self, source: str, positions: dict[Path, Position]) -> None:
+        self.source = source
+        self.positions = positions
+        self.constructor = yaml.constructor.SafeConstructor()
+
+    def fail(self, reason: str, node: yaml.Node) -> SourceError:
+        mark = node.start_mark
+        return SourceError(self.source, reason, mark.line + 1, mark.column + 1)
+
+    def build(self, node: yaml.Node, path: Path) -> Any:
+        mark = node.start_mark
+        style = getattr(node, "style", None)
+        self.positions[path] = Position(mark.line + 1, mark.column + 1, style)
+        if isinstance(node, yaml.MappingNode):
+            out: dict[Any, Any] = {}
+            for key_node, value_node in node.value:
+                key = self.constructor.construct_object(key_node, deep=True)
+                if not isinstance(key, str | int | float | bool) and key is not None:
+                    raise self.fail("a mapping key must be a plain value", key_node)
+                if key in out:
+                    raise self.fail(f"the key {key!r} is given twice", key_node)
+                out[key] = self.build(value_node, (*path, str(key)))
+            return out
+        if isinstance(node, yaml.SequenceNode):
+            return [self.build(item, (*path, i)) for i, item in enumerate(node.value)]
+        return self.constructor.construct_object(node, deep=True)

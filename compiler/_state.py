@@ -1,0 +1,206 @@
+"""Job state: everything the decision core remembers about one job.
+
+State is a value. It serialises to canonical JSON (sorted keys, no spaces) and
+its hash is the SHA-256 of those bytes, so two runs that agree byte for byte
+agree on the hash. Its size is bounded by the playbook, not by the job's
+history: per atom a count and a few evidence ids, per milestone one record, and
+at most ``MAX_REMEMBERED_KEYS`` idempotency keys.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+import orjson
+
+from ._condition import Tally
+from ._time import from_iso, to_iso
+
+__all__ = [
+    "MAX_REMEMBERED_KEYS",
+    "JobState",
+    "JobStatus",
+    "MilestoneState",
+    "MilestoneStatus",
+    "Timer",
+    "canonical_json",
+]
+
+#: How many idempotency keys a job remembers (oldest forgotten first). A retry
+#: of an event older than the last this-many keyed events would apply again.
+MAX_REMEMBERED_KEYS = 1000
+
+MilestoneStatus = Literal["pending", "open", "done", "knocked", "dropped", "unreachable"]
+JobStatus = Literal["running", "done", "failed"]
+TimerKind = Literal["settle", "due"]
+
+#: Statuses a milestone never leaves.
+SETTLED: frozenset[str] = frozenset({"done", "knocked", "dropped", "unreachable"})
+#: Statuses that count as a lost need.
+LOST: frozenset[str] = frozenset({"knocked", "dropped", "unreachable"})
+
+
+def canonical_json(data: Any) -> bytes:
+    """Sorted keys, no whitespace: the bytes that hashes and comparisons use."""
+    return orjson.dumps(data, option=orjson.OPT_SORT_KEYS)
+
+
+def _opt_iso(instant: datetime | None) -> str | None:
+    return to_iso(instant) if instant is not None else None
+
+
+def _opt_dt(text: str | None) -> datetime | None:
+    return from_iso(text) if text is not None else None
+
+
+@dataclass(frozen=True, slots=True)
+class Timer:
+    """A durable timer: ``settle`` closes a milestone's window, ``due`` emits its task."""
+
+    at: datetime
+    kind: TimerKind
+    milestone: str
+
+    @property
+    def order(self) -> tuple[datetime, int, str]:
+        """Time order; at one instant settlements before due tasks."""
+        return (self.at, 0 if self.kind == "settle" else 1, self.milestone)
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready."""
+        return {"at": to_iso(self.at), "kind": self.kind, "milestone": self.milestone}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Timer:
+        """The inverse of :meth:`to_json`."""
+        return cls(from_iso(data["at"]), data["kind"], data["milestone"])
+
+
+@dataclass(frozen=True, slots=True)
+class MilestoneState:
+    """Where one milestone stands."""
+
+    status: MilestoneStatus = "pending"
+    opened_at: datetime | None = None
+    deadline: datetime | None = None  # the window closes here
+    task_at: datetime | None = None  # task.opened is (or was) emitted here
+    task_open: bool = False
+    settled_at: datetime | None = None
+    outcome: str | None = None  # done | knocked | timed_out | dropped | unreachable
+    #: The verdict explanation when it settled (or last evaluated while open).
+    explanation: Mapping[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready; absent values are left out."""
+        out: dict[str, Any] = {"status": self.status}
+        for name in ("opened_at", "deadline", "task_at", "settled_at"):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = to_iso(value)
+        if self.task_open:
+            out["task_open"] = True
+        if self.outcome is not None:
+            out["outcome"] = self.outcome
+        if self.explanation is not None:
+            out["explanation"] = self.explanation
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> MilestoneState:
+        """The inverse of :meth:`to_json`."""
+        return cls(
+            status=data["status"],
+            opened_at=_opt_dt(data.get("opened_at")),
+            deadline=_opt_dt(data.get("deadline")),
+            task_at=_opt_dt(data.get("task_at")),
+            task_open=bool(data.get("task_open", False)),
+            settled_at=_opt_dt(data.get("settled_at")),
+            outcome=data.get("outcome"),
+            explanation=data.get("explanation"),
+        )
+
+
+@dataclass(frozen=True)
+class JobState:
+    """One job. Build it through ``JobGraph.next`` with a ``Start`` input."""
+
+    key: str
+    playbook_key: str
+    playbook_version: int
+    started_at: datetime
+    status: JobStatus = "running"
+    seq: int = 0  # decisions applied so far
+    updated_at: datetime | None = None
+    ended_at: datetime | None = None
+    events: int = 0  # events recorded, of every source
+    subject: Mapping[str, Any] = field(default_factory=dict)
+    contacts: tuple[Any, ...] = ()
+    milestones: Mapping[str, MilestoneState] = field(default_factory=dict)
+    #: One tally per distinct atom of the playbook, keyed by the atom's canonical text.
+    tallies: Mapping[str, Tally] = field(default_factory=dict)
+    timers: tuple[Timer, ...] = ()  # sorted by Timer.order
+    recent_keys: tuple[str, ...] = ()  # idempotency keys, oldest first
+
+    @property
+    def frontier(self) -> tuple[str, ...]:
+        """Open milestones; ranked by the playbook (JobGraph.frontier orders them)."""
+        return tuple(k for k, m in self.milestones.items() if m.status == "open")
+
+    def to_json(self) -> dict[str, Any]:
+        """Canonical JSON-ready data."""
+        return {
+            "key": self.key,
+            "playbook_key": self.playbook_key,
+            "playbook_version": self.playbook_version,
+            "started_at": to_iso(self.started_at),
+            "status": self.status,
+            "seq": self.seq,
+            "updated_at": _opt_iso(self.updated_at),
+            "ended_at": _opt_iso(self.ended_at),
+            "events": self.events,
+            "subject": dict(self.subject),
+            "contacts": list(self.contacts),
+            "milestones": {k: v.to_json() for k, v in self.milestones.items()},
+            "tallies": {k: v.to_json() for k, v in self.tallies.items()},
+            "timers": [t.to_json() for t in self.timers],
+            "recent_keys": list(self.recent_keys),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> JobState:
+        """The inverse of :meth:`to_json`."""
+        return cls(
+            key=data["key"],
+            playbook_key=data["playbook_key"],
+            playbook_version=int(data["playbook_version"]),
+            started_at=from_iso(data["started_at"]),
+            status=data["status"],
+            seq=int(data["seq"]),
+            updated_at=_opt_dt(data.get("updated_at")),
+            ended_at=_opt_dt(data.get("ended_at")),
+            events=int(data.get("events", 0)),
+            subject=dict(data.get("subject") or {}),
+            contacts=tuple(data.get("contacts") or ()),
+            milestones={k: MilestoneState.from_json(v) for k, v in data["milestones"].items()},
+            tallies={k: Tally.from_json(v) for k, v in data.get("tallies", {}).items()},
+            timers=tuple(Timer.from_json(t) for t in data.get("timers", ())),
+            recent_keys=tuple(data.get("recent_keys", ())),
+        )
+
+    def to_bytes(self) -> bytes:
+        """Canonical JSON bytes."""
+        return canonical_json(self.to_json())
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> JobState:
+        """The inverse of :meth:`to_bytes`."""
+        return cls.from_json(orjson.loads(raw))
+
+    @property
+    def hash(self) -> str:
+        """SHA-256 of the canonical JSON, hex."""
+        return hashlib.sha256(self.to_bytes()).hexdigest()

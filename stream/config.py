@@ -1,0 +1,99 @@
+"""Configuration from the environment (and a ``.env`` file in the working
+directory, whose values never override the real environment)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["ConfigError", "Settings", "read_dotenv"]
+
+
+class ConfigError(ValueError):
+    """A setting with a value that cannot be used; names the variable."""
+
+
+def read_dotenv(path: Path) -> dict[str, str]:
+    """``KEY=VALUE`` lines; ``#`` comments, ``export`` prefixes and quotes allowed."""
+    values: dict[str, str] = {}
+    if not path.is_file():
+        return values
+    for number, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        line = line.removeprefix("export ").strip()
+        if "=" not in line:
+            raise ConfigError(f"{path}:{number}: expected KEY=VALUE, got {raw!r}")
+        key, value = (part.strip() for part in line.split("=", 1))
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+            value = value[1:-1]
+        values[key] = value
+    return values
+
+
+def _int(env: dict[str, str], name: str, default: int, low: int = 1) -> int:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a whole number") from None
+    if value < low:
+        raise ConfigError(f"{name}={raw!r} must be at least {low}")
+    return value
+
+
+def _float(env: dict[str, str], name: str, default: float) -> float:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a number of seconds") from None
+    if not value > 0:
+        raise ConfigError(f"{name}={raw!r} must be more than zero")
+    return value
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything lemongraph reads from its environment."""
+
+    kafka_url: str | None = None  # None: start the embedded broker
+    playbooks_dir: Path = Path("playbooks")
+    data_dir: Path = Path("data")
+    topic_prefix: str = "lemongraph."
+    partitions: int = 4
+    tick_interval: float = 1.0
+    api_port: int = 3002
+    ui_port: int = 3000
+    api_token_secret: str = ""
+
+    @classmethod
+    def from_env(
+        cls, environ: dict[str, str] | None = None, dotenv: Path | None = None
+    ) -> Settings:
+        """Read ``LEMONGRAPH_*`` (and ``API_TOKEN_SECRET``) from the environment."""
+        env = read_dotenv(dotenv if dotenv is not None else Path(".env"))
+        env.update(environ if environ is not None else os.environ)
+        url = env.get("LEMONGRAPH_KAFKA_URL", "").strip() or None
+        if url is not None and not url.startswith(("kafka://", "aiokafka://")):
+            raise ConfigError(
+                f"LEMONGRAPH_KAFKA_URL={url!r} must look like kafka://host:port[;host:port]"
+            )
+        prefix = env.get("LEMONGRAPH_TOPIC_PREFIX", "lemongraph.")
+        return cls(
+            kafka_url=url,
+            playbooks_dir=Path(env.get("LEMONGRAPH_PLAYBOOKS_DIR", "").strip() or "playbooks"),
+            data_dir=Path(env.get("LEMONGRAPH_DATA_DIR", "").strip() or "data"),
+            topic_prefix=prefix,
+            partitions=_int(env, "LEMONGRAPH_PARTITIONS", 4),
+            tick_interval=_float(env, "LEMONGRAPH_TICK_INTERVAL", 1.0),
+            api_port=_int(env, "LEMONGRAPH_API_PORT", 3002),
+            ui_port=_int(env, "LEMONGRAPH_UI_PORT", 3000),
+            api_token_secret=env.get("API_TOKEN_SECRET", ""),
+        )

@@ -1,0 +1,84 @@
+"""Reading playbook and scenario files from disk (the core only sees text)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from compiler import Playbook, PlaybookError, PlaybookProblem, load_playbook
+
+__all__ = [
+    "PlaybookSet",
+    "is_scenario",
+    "load_playbook_file",
+    "load_playbooks_dir",
+    "playbook_files",
+    "scenario_files",
+]
+
+_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def is_scenario(path: Path) -> bool:
+    """``*.scenario.yaml|yml|json``."""
+    return path.suffix in _SUFFIXES and path.stem.endswith(".scenario")
+
+
+def playbook_files(folder: Path) -> list[Path]:
+    """Every playbook file under ``folder`` (recursively), sorted."""
+    return sorted(
+        p for p in folder.rglob("*") if p.is_file() and p.suffix in _SUFFIXES and not is_scenario(p)
+    )
+
+
+def scenario_files(folder: Path, name_filter: str | None = None) -> list[Path]:
+    """Every scenario file under ``folder`` whose path contains ``name_filter``."""
+    return sorted(
+        p
+        for p in folder.rglob("*")
+        if p.is_file() and is_scenario(p) and (not name_filter or name_filter in str(p))
+    )
+
+
+def load_playbook_file(path: Path) -> Playbook:
+    """Read and compile one playbook file; problems name the file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PlaybookError([PlaybookProblem(str(path), f"cannot read: {exc}")]) from None
+    return load_playbook(text, str(path))
+
+
+@dataclass
+class PlaybookSet:
+    """Playbooks loaded from a folder, by key; and every problem found."""
+
+    by_key: dict[str, Playbook]
+    problems: list[PlaybookProblem]
+
+
+def load_playbooks_dir(folder: Path) -> PlaybookSet:
+    """Load every playbook in ``folder``. Invalid files and duplicate keys are
+    reported, never silently skipped."""
+    found = PlaybookSet({}, [])
+    if not folder.is_dir():
+        found.problems.append(PlaybookProblem(str(folder), "no such folder"))
+        return found
+    origin: dict[str, Path] = {}
+    for path in playbook_files(folder):
+        try:
+            playbook = load_playbook_file(path)
+        except PlaybookError as exc:
+            found.problems.extend(exc.problems)
+            continue
+        if playbook.key in found.by_key:
+            found.problems.append(
+                PlaybookProblem(
+                    str(path),
+                    f"playbook key {playbook.key!r} is also used by {origin[playbook.key]}",
+                )
+            )
+            continue
+        found.by_key[playbook.key] = playbook
+        origin[playbook.key] = path
+    return found
