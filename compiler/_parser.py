@@ -7,13 +7,22 @@ Nothing here lets a lark exception escape: every problem becomes a
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from datetime import timedelta
 from importlib import resources
 from typing import Any, cast
 
-from lark import Lark, Token, Transformer, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
+from lark import (
+    Lark,
+    Token,
+    Transformer,
+    Tree,
+    UnexpectedCharacters,
+    UnexpectedEOF,
+    UnexpectedInput,
+)
 from lark import UnexpectedToken as LarkUnexpectedToken
 from lark.exceptions import VisitError
 
@@ -26,6 +35,9 @@ __all__ = ["DEFAULT_WINDOW", "MAX_WINDOW", "Duration", "parse"]
 DEFAULT_WINDOW = timedelta(days=30)
 #: The longest window a condition may ask for.
 MAX_WINDOW = timedelta(days=180)
+#: How deep parentheses and NOTs may nest. The AST is walked recursively (here, by
+#: the printer and by evaluation), so unbounded nesting would end in RecursionError.
+MAX_NESTING = 100
 
 KEYWORDS = frozenset({"and", "or", "not", "in", "count", "within"})
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -96,6 +108,7 @@ def parse(text: str) -> tuple[Expr, Duration | None]:
         raise _error_at(text, where, "expected a condition, found nothing")
     try:
         tree = _LARK.parse(body)
+        _check_nesting(text, tree)
         expr = cast(Expr, _ToAst(text).transform(tree))
     except VisitError as exc:
         if isinstance(exc.orig_exc, ConditionError):
@@ -120,7 +133,10 @@ def _split_within(text: str) -> tuple[str, Duration | None]:
         raise _error_at(
             text, _skip_space(text, after), "expected a duration after WITHIN, like 24h or 7d"
         )
-    amount, unit = int(match.group("amount")), match.group("unit")
+    digits, unit = match.group("amount").lstrip("0") or "0", match.group("unit")
+    # int() refuses thousands of digits, and timedelta overflows long before: a
+    # number this long is over the maximum in any unit, so cap it before converting.
+    amount = int(digits) if len(digits) <= 12 else 10**12
     unit_at = match.start("unit")
     if match.group("rest").strip():
         rest_at = _skip_space(text, match.start("rest"))
@@ -132,11 +148,27 @@ def _split_within(text: str) -> tuple[str, Duration | None]:
     duration = Duration(amount, unit)
     if amount == 0:
         raise _error_at(text, match.start("amount"), "a WITHIN window must be longer than zero")
-    if duration.timedelta > MAX_WINDOW:
+    if amount * _UNITS[unit] > MAX_WINDOW.total_seconds():
         raise _error_at(
-            text, match.start("amount"), f"WITHIN {duration} is longer than the maximum of 180d"
+            text, match.start("amount"), f"WITHIN {digits}{unit} is longer than the maximum of 180d"
         )
     return text[: keyword.start("kw")], duration
+
+
+def _check_nesting(text: str, tree: Tree[Token]) -> None:
+    """Refuse parentheses and NOTs nested deeper than :data:`MAX_NESTING` (iteratively:
+    the point is not to recurse on a tree of any depth)."""
+    stack: list[tuple[Tree[Token], int]] = [(tree, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if node.data in ("or_", "not_") and node is not tree:
+            depth += 1  # every "(" opens an or_ node; every NOT is a not_ node
+            if depth > MAX_NESTING:
+                line, column = getattr(node.meta, "line", 1), getattr(node.meta, "column", 1)
+                raise ConditionError(
+                    f"parentheses and NOT nest more than {MAX_NESTING} deep", text, line, column
+                )
+        stack.extend((child, depth) for child in node.children if isinstance(child, Tree))
 
 
 def _skip_space(text: str, offset: int) -> int:
@@ -190,7 +222,7 @@ def _syntax_error(text: str, body: str, exc: UnexpectedInput) -> ConditionError:
 def _number(token: Token) -> int | float:
     raw = str(token)
     if re.fullmatch(r"-?\d+", raw):
-        return int(raw)
+        return int(raw)  # ValueError beyond int()'s digit limit; the caller reports it
     return float(raw)
 
 
@@ -223,7 +255,13 @@ class _ToAst(Transformer[Token, Any]):
                 raise self._fail(token, "a string with an invalid escape") from None
             assert isinstance(value, str)
             return value
-        return _number(token)
+        try:
+            number = _number(token)
+        except ValueError:  # more digits than int() converts
+            raise self._fail(token, "a number with too many digits") from None
+        if not math.isfinite(number):  # 1e999 is inf, which has no text to print back
+            raise self._fail(token, f"a number too large: {token}")
+        return number
 
     def fact(self, items: list[Token]) -> FactRef:
         return FactRef(str(items[0]), str(items[1]) if len(items) > 1 else None)
@@ -246,7 +284,10 @@ class _ToAst(Transformer[Token, Any]):
         name, op, token = items
         if token.type != "NUMBER" or not re.fullmatch(r"-?\d+", str(token)):
             raise self._fail(token, f"a COUNT bound must be a whole number, not {token}")
-        bound = int(str(token))
+        try:
+            bound = int(str(token))
+        except ValueError:  # more digits than int() converts
+            raise self._fail(token, "a COUNT bound with too many digits") from None
         if bound < 0:
             raise self._fail(token, f"a COUNT bound cannot be negative ({bound})")
         return Count(str(name), cast(Op, str(op)), bound)
