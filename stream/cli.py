@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -24,10 +25,36 @@ def _settings() -> Settings:
         raise click.ClickException(str(exc)) from None
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Group(click.Group):
+    """Turns an unreachable broker into one clear line instead of a traceback."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        from .kafka import KafkaUnavailable
+
+        try:
+            return super().invoke(ctx)
+        except KafkaUnavailable as exc:
+            url = Settings.from_env().kafka_url if _env_ok() else None
+            raise click.ClickException(f"cannot use Kafka at {url}: {exc}") from None
+
+
+def _env_ok() -> bool:
+    try:
+        Settings.from_env()
+    except ConfigError:
+        return False
+    return True
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="lemongraph")
 def main() -> None:
     """lemongraph: a durable decision core for long-horizon agents."""
+    import logging
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    # aiokafka logs every failed connection attempt; the command says it once.
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
 
 
 @main.command()
@@ -121,4 +148,300 @@ def simulate(
     if run.errors:
         sys.exit(2)
     if not run.passed:
+        sys.exit(1)
+
+
+# -- the stream engine --------------------------------------------------------------
+
+
+def _require_kafka(settings: Settings) -> str:
+    if settings.kafka_url is None:
+        raise click.ClickException(
+            "LEMONGRAPH_KAFKA_URL is not set: point it at a broker (kafka://host:9092), "
+            "or run `lemongraph dev`, which starts the embedded broker"
+        )
+    from .kafka import bootstrap_of
+
+    return bootstrap_of(settings.kafka_url)
+
+
+def _say(line: str) -> None:
+    click.echo(line, err=False)
+
+
+@main.command()
+@click.option("--no-ticker", is_flag=True, help="Do not run the ticker in this worker.")
+@click.option("--loglevel", default="warning", show_default=True)
+def worker(no_ticker: bool, loglevel: str) -> None:
+    """Run one worker against LEMONGRAPH_KAFKA_URL (for production).
+
+    Workers in one group share the partitions; the ticker runs on the group's
+    leader only, so every worker may keep it on.
+    """
+    from .worker import prepare, run_worker
+
+    settings = _settings()
+    _require_kafka(settings)
+    registry = prepare(settings, _say)
+    sys.exit(
+        run_worker(
+            settings,
+            registry,
+            embedded=False,
+            ticker=not no_ticker,
+            loglevel=loglevel,
+            status_every=30.0,
+            say=_say,
+        )
+    )
+
+
+@main.command()
+@click.option(
+    "--broker-port",
+    default=9092,
+    show_default=True,
+    help="Port of the embedded broker (when LEMONGRAPH_KAFKA_URL is unset).",
+)
+@click.option("--loglevel", default="warning", show_default=True)
+def dev(broker_port: int, loglevel: str) -> None:
+    """Run everything on this machine: the embedded broker (unless
+    LEMONGRAPH_KAFKA_URL is set), the topics, the playbooks, a worker and the
+    ticker. Ctrl-C stops it all."""
+    import dataclasses
+    import shutil
+
+    from .broker import BrokerStartError, EmbeddedBroker
+    from .worker import prepare, run_worker
+
+    settings = _settings()
+    broker: EmbeddedBroker | None = None
+    if settings.kafka_url is None:
+        try:
+            broker = EmbeddedBroker(broker_port)
+            broker.start()
+        except BrokerStartError as exc:
+            raise click.ClickException(f"embedded broker: {exc}") from None
+        # The embedded broker keeps everything in memory, so local state from an
+        # earlier run describes records that no longer exist: start clean.
+        data_dir = settings.data_dir / "embedded"
+        shutil.rmtree(data_dir, ignore_errors=True)
+        settings = dataclasses.replace(settings, kafka_url=broker.url, data_dir=data_dir)
+        _say(f"broker: embedded Tansu on {broker.bootstrap} (in memory; gone when this stops)")
+    else:
+        _say(f"broker: {settings.kafka_url}")
+    code = 1
+    try:
+        registry = prepare(settings, _say)
+        _say(f"state: RocksDB under {settings.data_dir / 'faust'}")
+        code = run_worker(
+            settings,
+            registry,
+            embedded=broker is not None,
+            loglevel=loglevel,
+            status_every=10.0,
+            say=_say,
+        )
+    finally:
+        if broker is not None:
+            broker.stop()
+            _say("broker: stopped")
+    sys.exit(code)
+
+
+def _parse_value(raw: str) -> object:
+    """A command-line value: JSON when it parses (3, 2.5, true, "x"), else the text."""
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
+
+
+def _send_inbox(settings: Settings, key: str, message: object) -> None:
+    from topics import Topics, encode
+
+    from .kafka import producer, run
+
+    bootstrap = _require_kafka(settings)
+
+    async def go() -> tuple[int, int]:
+        async with producer(bootstrap) as client:
+            meta = await client.send_and_wait(
+                Topics(settings.topic_prefix).inbox, encode(message), key=key.encode()
+            )
+            return meta.partition, meta.offset
+
+    partition, offset = run(go())
+    _say(f"sent to {Topics(settings.topic_prefix).inbox} partition {partition} offset {offset}")
+
+
+@main.command("start-job")
+@click.argument("key")
+@click.argument("playbook")
+@click.option("--subject", default="{}", help="The job's subject, as a JSON object.")
+@click.option("--contact", "contacts", multiple=True, help="A contact (JSON or text); repeatable.")
+def start_job(key: str, playbook: str, subject: str, contacts: tuple[str, ...]) -> None:
+    """Start job KEY on PLAYBOOK (a job.start record on the inbox)."""
+    from pydantic import ValidationError
+
+    from topics import JobStart
+
+    parsed = _parse_value(subject)
+    if not isinstance(parsed, dict):
+        raise click.BadParameter("must be a JSON object", param_hint="--subject")
+    try:
+        message = JobStart(
+            key=key,
+            playbook_key=playbook,
+            subject=parsed,
+            contacts=[_parse_value(c) for c in contacts],
+        )
+    except ValidationError as exc:
+        raise click.ClickException(str(exc)) from None
+    _send_inbox(_settings(), key, message)
+
+
+@main.command("send-event")
+@click.argument("key")
+@click.argument("action")
+@click.option("--value", help="The event's value (JSON or text).")
+@click.option("--prop", "props", multiple=True, metavar="K=V", help="A property; repeatable.")
+@click.option("--idempotency-key", help="Retries with the same key apply once.")
+@click.option(
+    "--source",
+    type=click.Choice(["world", "tool", "agent"]),
+    default="world",
+    show_default=True,
+    help="Who vouches for it; agent events never count.",
+)
+def send_event(
+    key: str,
+    action: str,
+    value: str | None,
+    props: tuple[str, ...],
+    idempotency_key: str | None,
+    source: str,
+) -> None:
+    """Send event ACTION to job KEY (an event record on the inbox)."""
+    from pydantic import ValidationError
+
+    from topics import InboxEvent
+
+    properties: dict[str, object] = {}
+    for prop in props:
+        name, sep, raw = prop.partition("=")
+        if not sep or not name:
+            raise click.BadParameter(f"{prop!r} is not K=V", param_hint="--prop")
+        properties[name] = _parse_value(raw)
+    try:
+        message = InboxEvent(
+            key=key,
+            action=action,
+            value=_parse_value(value) if value is not None else None,
+            properties=properties,
+            idempotency_key=idempotency_key,
+            source=source,
+        )
+    except ValidationError as exc:
+        raise click.ClickException(str(exc)) from None
+    _send_inbox(_settings(), key, message)
+
+
+@main.command()
+@click.argument("topic")
+@click.option(
+    "--follow/--no-follow", default=True, show_default=True, help="Keep waiting for new records."
+)
+def tail(topic: str, follow: bool) -> None:
+    """Print the records of TOPIC (inbox, tasks, decisions, jobs, playbooks,
+    deadletter, ticks; or a full name) as JSON lines, from the beginning."""
+    import orjson
+
+    from topics import Topics
+
+    from .kafka import read_topic, run
+
+    settings = _settings()
+    bootstrap = _require_kafka(settings)
+    try:
+        name = Topics(settings.topic_prefix).name(topic)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="TOPIC") from None
+
+    async def go() -> None:
+        async for r in read_topic(bootstrap, name, follow=follow):
+            value: object = None
+            if r.value is not None:
+                try:
+                    value = orjson.loads(r.value)
+                except orjson.JSONDecodeError:
+                    value = r.value.decode("utf-8", "replace")
+            line = {
+                "topic": r.topic,
+                "partition": r.partition,
+                "offset": r.offset,
+                "timestamp": r.timestamp_ms,
+                "key": r.key.decode("utf-8", "replace") if r.key is not None else None,
+                "value": value,
+            }
+            click.echo(orjson.dumps(line).decode())
+
+    with contextlib.suppress(KeyboardInterrupt):
+        run(go())
+
+
+@main.command()
+@click.option("--job", help="Only this job.")
+@click.option("--verify", is_flag=True, help="Exit 1 on any state-hash or effect mismatch.")
+@click.option(
+    "--with-playbook",
+    "other",
+    type=click.Path(path_type=Path, exists=True),
+    help="Show what this playbook file would have decided on the same history.",
+)
+def replay(job: str | None, verify: bool, other: Path | None) -> None:
+    """Re-run the decision log through the pure core and compare."""
+    import orjson
+
+    from topics import Topics
+
+    from .kafka import read_topic, run
+    from .replay import replay_decisions, what_if
+    from .worker import prepare_registry
+
+    settings = _settings()
+    bootstrap = _require_kafka(settings)
+
+    async def load() -> tuple[list[dict[str, object]], object]:
+        records = [
+            orjson.loads(r.value)
+            async for r in read_topic(bootstrap, Topics(settings.topic_prefix).decisions)
+            if r.value is not None
+        ]
+        registry, _problems = await prepare_registry(settings, lambda _line: None)
+        return records, registry
+
+    records, registry = run(load())
+    if other is not None:
+        playbook = load_playbook_file(other)
+        for key, (recorded, state) in sorted(what_if(records, playbook, job).items()):
+            if state is None:
+                continue
+            states = ", ".join(f"{k}={v.status}" for k, v in state.milestones.items())
+            click.echo(
+                f"{key}: recorded {recorded}; with {playbook.key} v{playbook.version}: "
+                f"{state.status} ({states})"
+            )
+        return
+    report = replay_decisions(records, registry, job)
+    for replayed in report.jobs.values():
+        for mismatch in replayed.mismatches:
+            click.echo(f"MISMATCH {replayed.key}: {mismatch}")
+    duplicates = sum(j.duplicates for j in report.jobs.values())
+    click.echo(
+        f"replayed {report.decisions} decisions of {len(report.jobs)} jobs"
+        + (f" ({duplicates} identical re-emissions skipped)" if duplicates else "")
+        + (": all states and effects match" if report.ok else ": MISMATCHES found")
+    )
+    if verify and not report.ok:
         sys.exit(1)

@@ -1,0 +1,51 @@
+"""The contract between lemongraph's producers and consumers: topic names and
+the pydantic model of every message on every topic (SPEC §5).
+
+Every message is a JSON object with a ``type`` and a ``schema`` version. A
+consumer decodes with :func:`decode_inbox` (inbox) or the model's
+``model_validate_json``; a producer encodes with :func:`encode`. Adding an
+optional field keeps the schema version; anything else bumps it.
+
+This package imports nothing of ours.
+"""
+
+from ._codec import RecordError, decode_inbox, encode
+from ._messages import (
+    SCHEMA,
+    DeadLetter,
+    DecisionRecord,
+    InboxEvent,
+    InboxMessage,
+    JobSnapshot,
+    JobStart,
+    MilestoneSnapshot,
+    PlaybookRecord,
+    RecordOrigin,
+    TaskClosedRecord,
+    TaskOpenedRecord,
+    TaskRecord,
+    TickRecord,
+)
+from ._names import TOPIC_NAMES, Topics
+
+__all__ = [
+    "SCHEMA",
+    "TOPIC_NAMES",
+    "DeadLetter",
+    "DecisionRecord",
+    "InboxEvent",
+    "InboxMessage",
+    "JobSnapshot",
+    "JobStart",
+    "MilestoneSnapshot",
+    "PlaybookRecord",
+    "RecordError",
+    "RecordOrigin",
+    "TaskClosedRecord",
+    "TaskOpenedRecord",
+    "TaskRecord",
+    "TickRecord",
+    "Topics",
+    "decode_inbox",
+    "encode",
+]

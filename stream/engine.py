@@ -1,0 +1,368 @@
+"""The imperative shell around the pure core, free of Faust so it can be read
+and tested alone: records in, decisions made, outputs and state writes out.
+
+A worker feeds it one batch of records at a time (``process``), produces every
+output it returns and waits for the broker's acknowledgements, then writes the
+states (``Batch.writes``) and only then lets the consumer commit. So:
+
+* an output is never lost: state is written only after its outputs are acked;
+* a re-delivered inbox record is recognised by the offset stored with its job
+  and makes no second decision;
+* a crash after the acks and before the state write re-decides the same records
+  from the same state at the same ``now`` (a record's timestamp, a tick's ``at``):
+  the re-emitted outputs are byte-identical, with the same ``task_id`` and
+  decision ``seq``, so consumers can de-duplicate them.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from compiler import (
+    Event,
+    JobGraph,
+    JobState,
+    Start,
+    Step,
+    TaskClosed,
+    TaskOpened,
+    Tick,
+    canonical_json,
+)
+from compiler._time import from_iso, to_iso
+from topics import (
+    DeadLetter,
+    DecisionRecord,
+    InboxEvent,
+    JobSnapshot,
+    MilestoneSnapshot,
+    RecordError,
+    RecordOrigin,
+    TaskClosedRecord,
+    TaskOpenedRecord,
+    TickRecord,
+    Topics,
+    decode_inbox,
+)
+
+from .registry import Registry
+from .store import Stored, decode_stored, encode_stored, next_due_ms, peek_header
+from .timers import TimerIndex
+
+__all__ = ["Batch", "Engine", "Output", "Record", "snapshot_of"]
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """A consumed Kafka record, as the engine needs it."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    """A record to produce. ``partition`` None: by key."""
+
+    topic: str
+    key: bytes | None
+    value: bytes
+    partition: int | None = None
+
+
+@dataclass
+class Batch:
+    """What one batch decided: outputs to produce, then states to write."""
+
+    outputs: list[Output] = field(default_factory=list)
+    #: job key → (partition, last inbox offset, state), the latest of the batch
+    states: dict[str, tuple[int, int, JobState]] = field(default_factory=dict)
+    decisions: int = 0
+    deadletters: int = 0
+    skipped: int = 0  # re-delivered inbox records recognised and skipped
+
+    def writes(self) -> list[tuple[str, int, bytes]]:
+        """(job key, partition, stored bytes) for every changed job."""
+        return [(k, p, encode_stored(p, o, s)) for k, (p, o, s) in self.states.items()]
+
+
+def _dumps(data: Any) -> bytes:
+    return canonical_json(data)
+
+
+def _instant(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, UTC)
+
+
+def snapshot_of(graph: JobGraph, state: JobState) -> JobSnapshot:
+    """The read-model view of a job (what goes to the ``jobs`` topic)."""
+    detail = {}
+    for milestone_id, m in state.milestones.items():
+        data = m.to_json()
+        detail[milestone_id] = MilestoneSnapshot(
+            state=m.status,
+            opened_at=data.get("opened_at"),
+            deadline=data.get("deadline"),
+            task_at=data.get("task_at"),
+            settled_at=data.get("settled_at"),
+            outcome=m.outcome,
+            explanation=dict(m.explanation) if m.explanation is not None else None,
+        )
+    return JobSnapshot(
+        key=state.key,
+        status=state.status,
+        playbook_key=state.playbook_key,
+        playbook_version=state.playbook_version,
+        seq=state.seq,
+        started_at=to_iso(state.started_at),
+        updated_at=to_iso(state.updated_at) if state.updated_at else None,
+        ended_at=to_iso(state.ended_at) if state.ended_at else None,
+        events=state.events,
+        milestones={k: m.status for k, m in state.milestones.items()},
+        detail=detail,
+        frontier=list(graph.frontier(state)),
+        timers=[t.to_json() for t in state.timers],
+        state_hash=state.hash,
+    )
+
+
+class Engine:
+    """Decides batches of inbox and tick records for the partitions it owns.
+
+    ``load`` reads a stored job (bytes) by key and partition from the table.
+    """
+
+    def __init__(
+        self,
+        topics: Topics,
+        registry: Registry,
+        load: Callable[[str, int], bytes | None],
+    ) -> None:
+        self.topics = topics
+        self.registry = registry
+        self.load = load
+        self.timers = TimerIndex()
+
+    # -- the timer index ------------------------------------------------------------
+
+    def rebuild_timers(self, stored: Iterable[tuple[str, bytes]]) -> int:
+        """Rebuild the timer index from every stored job's header (the state
+        itself is not parsed). Returns how many jobs have a timer."""
+        self.timers.clear()
+        count = 0
+        for key, raw in stored:
+            partition, _offset, due = peek_header(raw)
+            if due is not None:
+                self.timers.set(partition, key, due)
+                count += 1
+        return count
+
+    # -- batches ----------------------------------------------------------------------
+
+    def process(self, records: Sequence[Record]) -> Batch:
+        """Decide every record of the batch, in order."""
+        batch = Batch()
+        for record in records:
+            if record.topic == self.topics.inbox:
+                self._inbox(record, batch)
+            elif record.topic == self.topics.ticks:
+                self._tick(record, batch)
+            else:
+                self._dead(record, f"unexpected topic {record.topic!r}", batch)
+        for key, (_p, _o, state) in batch.states.items():
+            graph = self.registry.graph(state.playbook_key, state.playbook_version)
+            if graph is not None:
+                batch.outputs.append(
+                    Output(self.topics.jobs, key.encode(), _dumps(snapshot_of(graph, state).dump()))
+                )
+        return batch
+
+    def _current(self, key: str, partition: int, batch: Batch) -> tuple[int, JobState | None]:
+        """(last applied inbox offset, state) — the batch's own writes first."""
+        pending = batch.states.get(key)
+        if pending is not None:
+            return pending[1], pending[2]
+        raw = self.load(key, partition)
+        if raw is None:
+            return -1, None
+        stored: Stored = decode_stored(raw)
+        return stored.offset, stored.state
+
+    def _inbox(self, record: Record, batch: Batch) -> None:
+        try:
+            message = decode_inbox(record.value, record.key)
+        except RecordError as exc:
+            self._dead(record, exc.reason, batch)
+            return
+        key: str = message.key
+        offset, state = self._current(key, record.partition, batch)
+        if record.offset <= offset:
+            batch.skipped += 1  # re-delivered: this job has applied it already
+            return
+        now = _instant(record.timestamp_ms)
+        if isinstance(message, InboxEvent):
+            item: Event | Start = Event(
+                message.action,
+                message.value,
+                message.properties or None,
+                message.source,
+                message.idempotency_key,
+                None if message.idempotency_key else f"p{record.partition}@{record.offset}",
+            )
+            if state is None:
+                self._refuse(record, key, now, item, "unknown job: no job.start was applied", batch)
+                return
+            graph = self.registry.graph(state.playbook_key, state.playbook_version)
+            if graph is None:
+                reason = (
+                    f"playbook {state.playbook_key} v{state.playbook_version} is not registered "
+                    "on this worker"
+                )
+                self._refuse(record, key, now, item, reason, batch, state)
+                return
+        else:
+            item = Start(key, message.playbook_key, message.subject, tuple(message.contacts))
+            latest = self.registry.latest(message.playbook_key)
+            if latest is None:
+                reason = f"unknown playbook {message.playbook_key!r}"
+                self._refuse(record, key, now, item, reason, batch, state)
+                return
+            graph = latest
+        step = graph.next(state, now, item)
+        self._decided(record, key, graph, state, offset, step, batch)
+
+    def _tick(self, record: Record, batch: Batch) -> None:
+        try:
+            tick = TickRecord.model_validate_json(record.value or b"")
+            now = from_iso(tick.at)
+        except ValueError as exc:
+            self._dead(record, f"invalid tick: {exc}", batch)
+            return
+        now_ms = int(now.timestamp() * 1000)
+        for key in self.timers.pop_due(record.partition, now_ms):
+            offset, state = self._current(key, record.partition, batch)
+            if state is None:
+                continue
+            graph = self.registry.graph(state.playbook_key, state.playbook_version)
+            if graph is None:
+                continue  # nothing can fire without the playbook; refused events say why
+            step = graph.next(state, now, Tick())
+            self._decided(record, key, graph, state, offset, step, batch)
+
+    def _decided(
+        self,
+        record: Record,
+        key: str,
+        graph: JobGraph,
+        before: JobState | None,
+        offset: int,
+        step: Step,
+        batch: Batch,
+    ) -> None:
+        state = step.state
+        if step.noop:
+            if state is not None:
+                self.timers.set(record.partition, key, next_due_ms(state))
+            return
+        applied_offset = record.offset if record.topic == self.topics.inbox else offset
+        if state is not None and (step.applied or record.topic == self.topics.inbox):
+            # Remember the inbox offset even for a duplicate or refusal, so a
+            # re-delivery of this record is recognised without a second decision.
+            batch.states[key] = (record.partition, applied_offset, state)
+            self.timers.set(record.partition, key, next_due_ms(state))
+        self._decision_record(record, key, graph, before, step, batch)
+        for effect in step.effects:
+            if isinstance(effect, TaskOpened) and state is not None:
+                task: TaskOpenedRecord | TaskClosedRecord = TaskOpenedRecord(
+                    task_id=effect.task_id,
+                    job_key=key,
+                    milestone=effect.milestone,
+                    at=to_iso(effect.at),
+                    instructions=effect.instructions,
+                    playbook_key=state.playbook_key,
+                    playbook_instructions=effect.playbook_instructions,
+                    integrations=list(effect.integrations),
+                    deadline=to_iso(effect.deadline),
+                    frontier=list(effect.frontier),
+                    subject=dict(state.subject),
+                    contacts=list(state.contacts),
+                )
+            elif isinstance(effect, TaskClosed):
+                task = TaskClosedRecord(
+                    task_id=effect.task_id,
+                    job_key=key,
+                    milestone=effect.milestone,
+                    at=to_iso(effect.at),
+                    outcome=effect.outcome,
+                )
+            else:
+                continue
+            batch.outputs.append(Output(self.topics.tasks, key.encode(), _dumps(task.dump())))
+
+    def _decision_record(
+        self,
+        record: Record,
+        key: str,
+        graph: JobGraph | None,
+        before: JobState | None,
+        step: Step,
+        batch: Batch,
+    ) -> None:
+        body = step.to_json()
+        playbook = graph.playbook if graph is not None else None
+        decision = DecisionRecord(
+            job_key=key,
+            playbook_key=playbook.key if playbook else None,
+            playbook_version=playbook.version if playbook else None,
+            origin=RecordOrigin(
+                topic=record.topic, partition=record.partition, offset=record.offset
+            ),
+            prev_state_hash=before.hash if before is not None else None,
+            **body,
+        )
+        batch.decisions += 1
+        batch.outputs.append(Output(self.topics.decisions, key.encode(), _dumps(decision.dump())))
+
+    def _refuse(
+        self,
+        record: Record,
+        key: str,
+        now: datetime,
+        item: Event | Start,
+        reason: str,
+        batch: Batch,
+        state: JobState | None = None,
+    ) -> None:
+        step = Step(state, now, item, refused=reason)
+        if state is not None:
+            offset = record.offset
+            batch.states[key] = (record.partition, offset, state)
+        self._decision_record(record, key, None, state, step, batch)
+
+    def _dead(self, record: Record, reason: str, batch: Batch) -> None:
+        text = None
+        if record.value is not None:
+            try:
+                text = record.value.decode("utf-8")
+            except UnicodeDecodeError:
+                text = None
+        letter = DeadLetter(
+            topic=record.topic,
+            partition=record.partition,
+            offset=record.offset,
+            key_b64=base64.b64encode(record.key).decode() if record.key is not None else None,
+            value_b64=base64.b64encode(record.value).decode() if record.value is not None else None,
+            value_text=text,
+            reason=reason,
+            at=to_iso(_instant(record.timestamp_ms)),
+        )
+        batch.deadletters += 1
+        batch.outputs.append(Output(self.topics.deadletter, record.key, _dumps(letter.dump())))

@@ -1,0 +1,179 @@
+"""Starting a worker: topics, the playbook registry, then the Faust worker."""
+
+from __future__ import annotations
+
+import base64
+import logging
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import cast
+
+import orjson
+from pydantic import ValidationError
+
+from compiler import LemongraphError
+from compiler._time import to_iso
+from topics import TOPIC_NAMES, DeadLetter, PlaybookRecord, Topics, encode
+
+from .broker import ensure_topics
+from .config import Settings
+from .files import load_playbooks_dir
+from .kafka import bootstrap_of, producer, read_topic, run
+from .registry import Registry
+
+__all__ = ["ensure_all_topics", "prepare_registry", "run_worker"]
+
+log = logging.getLogger("lemongraph.worker")
+
+
+async def ensure_all_topics(settings: Settings) -> list[str]:
+    """Create every lemongraph topic that is missing; returns the names."""
+    assert settings.kafka_url is not None
+    topics = Topics(settings.topic_prefix)
+    names = topics.all()
+    compacted = {names[n] for n, (_, is_compacted) in TOPIC_NAMES.items() if is_compacted}
+    await ensure_topics(
+        bootstrap_of(settings.kafka_url),
+        {full: settings.partitions for full in names.values()},
+        compacted,
+    )
+    return sorted(names.values())
+
+
+async def prepare_registry(
+    settings: Settings, say: Callable[[str], None] = log.info
+) -> tuple[Registry, list[str]]:
+    """Register the playbooks folder on the ``playbooks`` topic, then read the
+    topic back so that versions registered elsewhere are known too.
+
+    Returns the registry and the problems found (invalid files or records).
+    """
+    assert settings.kafka_url is not None
+    bootstrap = bootstrap_of(settings.kafka_url)
+    topics = Topics(settings.topic_prefix)
+    found = load_playbooks_dir(settings.playbooks_dir)
+    problems = [str(p).splitlines()[0] for p in found.problems]
+    registry = Registry()
+    known: dict[tuple[str, int], bytes] = {}
+    dead: list[DeadLetter] = []
+    async for record in read_topic(bootstrap, topics.playbooks, idle=0.5):
+        try:
+            message = PlaybookRecord.model_validate_json(record.value or b"")
+            playbook = registry.add_spec(message.spec, f"{topics.playbooks}@{record.offset}")
+            known[(playbook.key, playbook.version)] = orjson.dumps(playbook.to_json())
+        except (ValidationError, LemongraphError, ValueError) as exc:
+            reason = f"invalid playbook record: {exc}".splitlines()[0]
+            problems.append(f"{topics.playbooks} offset {record.offset}: {reason}")
+            dead.append(
+                _dead_letter(
+                    record.topic, record.partition, record.offset, record.key, record.value, reason
+                )
+            )
+    published = 0
+    async with producer(bootstrap) as client:
+        for playbook in found.by_key.values():
+            body = orjson.dumps(playbook.to_json())
+            previous = known.get((playbook.key, playbook.version))
+            if previous is not None and previous != body:
+                problems.append(
+                    f"{settings.playbooks_dir}: playbook {playbook.key} v{playbook.version} "
+                    "differs from the version already registered; bump its version"
+                )
+                continue
+            registry.add(playbook)
+            if previous is None:
+                registration = PlaybookRecord(
+                    key=playbook.key, version=playbook.version, spec=playbook.to_json()
+                )
+                await client.send_and_wait(
+                    topics.playbooks, encode(registration), key=playbook.key.encode()
+                )
+                published += 1
+        for letter in dead:
+            await client.send_and_wait(topics.deadletter, encode(letter))
+    say(
+        f"playbooks: {len(registry)} version(s) known ("
+        + ", ".join(f"{p.key} v{p.version}" for p in registry.playbooks())
+        + f"); {published} newly registered"
+    )
+    return registry, problems
+
+
+def _dead_letter(
+    topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None, reason: str
+) -> DeadLetter:
+    return DeadLetter(
+        topic=topic,
+        partition=partition,
+        offset=offset,
+        key_b64=base64.b64encode(key).decode() if key is not None else None,
+        value_b64=base64.b64encode(value).decode() if value is not None else None,
+        value_text=value.decode("utf-8", "replace") if value is not None else None,
+        reason=reason,
+        at=to_iso(datetime.now(UTC)),
+    )
+
+
+def run_worker(
+    settings: Settings,
+    registry: Registry,
+    *,
+    embedded: bool,
+    ticker: bool = True,
+    app_id: str | None = None,
+    loglevel: str = "warning",
+    status_every: float = 0.0,
+    say: Callable[[str], None] = print,
+) -> int:
+    """Run a Faust worker in this process until SIGINT/SIGTERM; returns its exit code."""
+    import faust
+
+    from .app import build_app
+
+    running = build_app(settings, registry, app_id=app_id, embedded=embedded, ticker=ticker)
+    app, stats, engine = running.app, running.stats, running.engine
+
+    @app.task  # type: ignore[untyped-decorator]
+    async def ready() -> None:
+        mode = "worker + ticker" if ticker else "worker"
+        say(
+            f"{mode}: ready (group {app.conf.id}, {settings.partitions} partitions, "
+            f"tick every {settings.tick_interval:g}s)"
+        )
+
+    if status_every > 0:
+
+        @app.timer(status_every)  # type: ignore[untyped-decorator]
+        async def status() -> None:
+            say(
+                f"worker: {stats.records} records, {stats.decisions} decisions, "
+                f"{stats.deadletters} dead-lettered, {stats.skipped} re-deliveries skipped, "
+                f"{len(engine.timers)} jobs waiting on timers"
+            )
+
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    worker = faust.Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
+    worker.spinner = None  # its terminal escapes would garble the status lines
+    started = time.monotonic()
+    try:
+        worker.execute_from_commandline()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 0
+        say(f"worker: stopped after {time.monotonic() - started:.1f}s")
+        return code
+
+
+def prepare(settings: Settings, say: Callable[[str], None] = print) -> Registry:
+    """Topics and registry, synchronously (before the worker's loop starts)."""
+
+    async def go() -> tuple[list[str], Registry, list[str]]:
+        names = await ensure_all_topics(settings)
+        registry, problems = await prepare_registry(settings, say)
+        return names, registry, problems
+
+    names, registry, problems = cast(tuple[list[str], Registry, list[str]], run(go()))
+    say(f"topics: {len(names)} ready under prefix {settings.topic_prefix!r}")
+    for problem in problems:
+        say(f"playbooks: problem: {problem}")
+    return registry

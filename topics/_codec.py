@@ -1,0 +1,64 @@
+"""Bytes ↔ messages. orjson on the hot path; errors say what is wrong."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from pydantic import TypeAdapter, ValidationError
+
+from ._messages import InboxMessage
+
+__all__ = ["RecordError", "decode_inbox", "encode"]
+
+_INBOX: TypeAdapter[Any] = TypeAdapter(InboxMessage)
+
+
+class RecordError(ValueError):
+    """A record that cannot be used; ``reason`` says why, in words."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def encode(data: Any) -> bytes:
+    """A message (pydantic model or JSON-ready data) as compact JSON bytes."""
+    if hasattr(data, "dump"):
+        data = data.dump()
+    return orjson.dumps(data)
+
+
+def _describe(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "record"
+        message = err["msg"]
+        if err["type"] == "extra_forbidden":
+            message = "unknown field"
+        parts.append(f"{where}: {message}")
+    return "; ".join(parts)
+
+
+def decode_inbox(raw: bytes | None, key: bytes | None = None) -> Any:
+    """An inbox record (``JobStart`` or ``InboxEvent``). The record key, when
+    given, must be the job key. Raises :class:`RecordError`."""
+    if raw is None:
+        raise RecordError("empty record (no value)")
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise RecordError(f"not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise RecordError(f"expected a JSON object, got {type(data).__name__}")
+    if "type" not in data:
+        raise RecordError("type: missing (expected 'job.start' or 'event')")
+    try:
+        message = _INBOX.validate_python(data)
+    except ValidationError as exc:
+        raise RecordError(_describe(exc)) from None
+    if key is not None and key.decode("utf-8", "replace") != message.key:
+        raise RecordError(
+            f"record key {key.decode('utf-8', 'replace')!r} is not the job key {message.key!r}"
+        )
+    return message

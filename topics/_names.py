@@ -1,0 +1,73 @@
+"""Topic names. The prefix is configurable (``LEMONGRAPH_TOPIC_PREFIX``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["TOPIC_NAMES", "Topics"]
+
+#: topic → (what it carries, compacted?)
+TOPIC_NAMES: dict[str, tuple[str, bool]] = {
+    "inbox": ("job starts and events, keyed by job key, in order per job", False),
+    "ticks": ("clock ticks, one per partition, co-partitioned with the inbox", False),
+    "tasks": ("task.opened / task.closed for channel services, keyed by job key", False),
+    "decisions": ("one record per decision: the audit log, replayable", False),
+    "jobs": ("job snapshots for read models, keyed by job key", True),
+    "playbooks": ("the playbook registry, keyed by playbook key", True),
+    "deadletter": ("records that could not be decoded or were invalid, with the reason", False),
+}
+
+
+@dataclass(frozen=True)
+class Topics:
+    """The full names of lemongraph's topics under one prefix."""
+
+    prefix: str = "lemongraph."
+
+    @property
+    def inbox(self) -> str:
+        """Job starts and events."""
+        return f"{self.prefix}inbox"
+
+    @property
+    def ticks(self) -> str:
+        """Clock ticks, co-partitioned with the inbox."""
+        return f"{self.prefix}ticks"
+
+    @property
+    def tasks(self) -> str:
+        """task.opened / task.closed."""
+        return f"{self.prefix}tasks"
+
+    @property
+    def decisions(self) -> str:
+        """The audit log."""
+        return f"{self.prefix}decisions"
+
+    @property
+    def jobs(self) -> str:
+        """Compacted job snapshots."""
+        return f"{self.prefix}jobs"
+
+    @property
+    def playbooks(self) -> str:
+        """Compacted playbook registry."""
+        return f"{self.prefix}playbooks"
+
+    @property
+    def deadletter(self) -> str:
+        """Undecodable or invalid records."""
+        return f"{self.prefix}deadletter"
+
+    def all(self) -> dict[str, str]:
+        """short name → full name, for every topic."""
+        return {name: f"{self.prefix}{name}" for name in TOPIC_NAMES}
+
+    def name(self, short: str) -> str:
+        """The full name of ``short`` (``inbox``, ``tasks``...); a full name passes through."""
+        if short in TOPIC_NAMES:
+            return f"{self.prefix}{short}"
+        if short.startswith(self.prefix) and short[len(self.prefix) :] in TOPIC_NAMES:
+            return short
+        known = ", ".join(TOPIC_NAMES)
+        raise ValueError(f"unknown topic {short!r}: use one of {known}")
