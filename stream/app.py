@@ -40,6 +40,7 @@ class EngineStats:
     decisions: int = 0
     deadletters: int = 0
     skipped: int = 0
+    duplicates: int = 0
     ticks_sent: int = 0
     first_decision_at: float | None = None
 
@@ -54,7 +55,7 @@ class EngineApp:
     table: JobTable
 
 
-def faust_settings(settings: Settings, embedded: bool) -> dict[str, Any]:
+def faust_settings(settings: Settings, tansu: bool) -> dict[str, Any]:
     """Faust settings that work against both Apache Kafka and the embedded broker."""
     options: dict[str, Any] = {
         "broker": settings.kafka_url,
@@ -75,7 +76,7 @@ def faust_settings(settings: Settings, embedded: bool) -> dict[str, Any]:
         "broker_session_timeout": 6.0,
         "broker_heartbeat_interval": 1.0,
     }
-    if embedded:
+    if tansu:
         # Tansu reports the end offset of a partition as the base offset of its
         # last batch + 1, which trips Faust's recovery consistency check.
         options["recovery_consistency_check"] = False
@@ -87,15 +88,13 @@ def build_app(
     registry: Registry,
     *,
     app_id: str | None = None,
-    embedded: bool = False,
+    tansu: bool = False,
     ticker: bool = True,
     stats: EngineStats | None = None,
 ) -> EngineApp:
     """A Faust app that runs the engine. ``settings.kafka_url`` must be set."""
     topics = Topics(settings.topic_prefix)
-    app = faust.App(
-        app_id or f"{settings.topic_prefix}engine", **faust_settings(settings, embedded)
-    )
+    app = faust.App(app_id or f"{settings.topic_prefix}engine", **faust_settings(settings, tansu))
     stats = stats if stats is not None else EngineStats()
     source = app.topic(topics.inbox, topics.ticks, key_type=bytes, value_type=bytes)
     table = JobTable(
@@ -134,11 +133,13 @@ def build_app(
         await producer.flush()
         for key, partition, raw in batch.writes():
             table.put(key, partition, raw)
+        engine.committed(batch)
         stats.batches += 1
         stats.records += len(records)
         stats.decisions += batch.decisions
         stats.deadletters += batch.deadletters
         stats.skipped += batch.skipped
+        stats.duplicates += batch.duplicates
         if batch.decisions and stats.first_decision_at is None:
             stats.first_decision_at = time.monotonic()
 

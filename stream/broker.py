@@ -310,3 +310,21 @@ def ensure_topics_sync(
 ) -> None:
     """Blocking wrapper of :func:`ensure_topics` (not for use inside a running loop)."""
     asyncio.run(ensure_topics(bootstrap, names_with_partitions, compacted))
+
+
+async def cluster_id(bootstrap: str, timeout_ms: int = 10_000) -> str:
+    """The cluster id the broker reports (Tansu says ``tansu_cluster`` by default)."""
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=timeout_ms)
+    await admin.start()
+    try:
+        described = await admin.describe_cluster()
+        return str(described.get("cluster_id") or "")
+    finally:
+        await admin.close()
+
+
+def is_tansu(cluster: str) -> bool:
+    """Does the cluster id look like a Tansu broker (whose quirks we work around)?"""
+    return cluster.startswith("tansu")

@@ -182,12 +182,12 @@ def worker(no_ticker: bool, loglevel: str) -> None:
 
     settings = _settings()
     _require_kafka(settings)
-    registry = prepare(settings, _say)
+    prepared = prepare(settings, _say)
     sys.exit(
         run_worker(
             settings,
-            registry,
-            embedded=False,
+            prepared.registry,
+            tansu=prepared.tansu,
             ticker=not no_ticker,
             loglevel=loglevel,
             status_every=30.0,
@@ -232,12 +232,12 @@ def dev(broker_port: int, loglevel: str) -> None:
         _say(f"broker: {settings.kafka_url}")
     code = 1
     try:
-        registry = prepare(settings, _say)
+        prepared = prepare(settings, _say)
         _say(f"state: RocksDB under {settings.data_dir / 'faust'}")
         code = run_worker(
             settings,
-            registry,
-            embedded=broker is not None,
+            prepared.registry,
+            tansu=prepared.tansu,
             loglevel=loglevel,
             status_every=10.0,
             say=_say,
@@ -445,3 +445,18 @@ def replay(job: str | None, verify: bool, other: Path | None) -> None:
     )
     if verify and not report.ok:
         sys.exit(1)
+
+
+@main.command()
+def ticker() -> None:
+    """Write one tick per partition every LEMONGRAPH_TICK_INTERVAL seconds (for
+    deployments whose workers run with --no-ticker)."""
+    from .kafka import run
+    from .ticker import run_ticker
+
+    settings = _settings()
+    _require_kafka(settings)
+    try:
+        run(run_ticker(settings, _say))
+    except RuntimeError as exc:
+        raise click.ClickException(str(exc)) from None

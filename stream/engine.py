@@ -88,10 +88,27 @@ class Batch:
     decisions: int = 0
     deadletters: int = 0
     skipped: int = 0  # re-delivered inbox records recognised and skipped
+    duplicates: int = 0  # events whose idempotency key was applied before
+
+    #: partition → the last inbox offset this batch handled there
+    watermarks: dict[int, int] = field(default_factory=dict)
 
     def writes(self) -> list[tuple[str, int, bytes]]:
-        """(job key, partition, stored bytes) for every changed job."""
-        return [(k, p, encode_stored(p, o, s)) for k, (p, o, s) in self.states.items()]
+        """(key, partition, bytes) for every changed job, then each partition's
+        inbox watermark — last, so a crash part-way leaves it behind the jobs."""
+        out = [(k, p, encode_stored(p, o, s)) for k, (p, o, s) in self.states.items()]
+        out.extend((watermark_key(p), p, b"%d" % o) for p, o in sorted(self.watermarks.items()))
+        return out
+
+
+#: Keys of the table that are not jobs start with a control character, which a
+#: job key cannot contain (see topics.JobKey).
+META_PREFIX = "\x00"
+
+
+def watermark_key(partition: int) -> str:
+    """The table key of a partition's inbox watermark."""
+    return f"{META_PREFIX}inbox-watermark-{partition}"
 
 
 def _dumps(data: Any) -> bytes:
@@ -150,6 +167,7 @@ class Engine:
         self.registry = registry
         self.load = load
         self.timers = TimerIndex()
+        self._watermarks: dict[int, int] = {}
 
     # -- the timer index ------------------------------------------------------------
 
@@ -157,8 +175,11 @@ class Engine:
         """Rebuild the timer index from every stored job's header (the state
         itself is not parsed). Returns how many jobs have a timer."""
         self.timers.clear()
+        self._watermarks.clear()
         count = 0
         for key, raw in stored:
+            if key.startswith(META_PREFIX):
+                continue
             partition, _offset, due = peek_header(raw)
             if due is not None:
                 self.timers.set(partition, key, due)
@@ -172,7 +193,11 @@ class Engine:
         batch = Batch()
         for record in records:
             if record.topic == self.topics.inbox:
+                if record.offset <= self._watermark(record.partition, batch):
+                    batch.skipped += 1  # re-delivered: handled before the last commit
+                    continue
                 self._inbox(record, batch)
+                batch.watermarks[record.partition] = record.offset
             elif record.topic == self.topics.ticks:
                 self._tick(record, batch)
             else:
@@ -184,6 +209,19 @@ class Engine:
                     Output(self.topics.jobs, key.encode(), _dumps(snapshot_of(graph, state).dump()))
                 )
         return batch
+
+    def committed(self, batch: Batch) -> None:
+        """The batch's writes are stored: its watermarks are now the floor."""
+        self._watermarks.update(batch.watermarks)
+
+    def _watermark(self, partition: int, batch: Batch) -> int:
+        """The last inbox offset handled in ``partition`` (-1: none)."""
+        if partition in batch.watermarks:
+            return batch.watermarks[partition]
+        if partition not in self._watermarks:
+            raw = self.load(watermark_key(partition), partition)
+            self._watermarks[partition] = int(raw) if raw is not None else -1
+        return self._watermarks[partition]
 
     def _current(self, key: str, partition: int, batch: Batch) -> tuple[int, JobState | None]:
         """(last applied inbox offset, state) — the batch's own writes first."""
@@ -272,10 +310,15 @@ class Engine:
             if state is not None:
                 self.timers.set(record.partition, key, next_due_ms(state))
             return
+        if step.duplicate:
+            # A retried idempotency key: applied once already, so no decision and
+            # no write (a re-delivery of this retry is a duplicate again).
+            batch.duplicates += 1
+            return
         applied_offset = record.offset if record.topic == self.topics.inbox else offset
-        if state is not None and (step.applied or record.topic == self.topics.inbox):
-            # Remember the inbox offset even for a duplicate or refusal, so a
-            # re-delivery of this record is recognised without a second decision.
+        if state is not None:
+            # Remember the inbox offset even for a refusal, so a re-delivery of
+            # this record is recognised without a second decision.
             batch.states[key] = (record.partition, applied_offset, state)
             self.timers.set(record.partition, key, next_due_ms(state))
         self._decision_record(record, key, graph, before, step, batch)

@@ -6,6 +6,7 @@ import base64
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import cast
 
@@ -16,7 +17,7 @@ from compiler import LemongraphError
 from compiler._time import to_iso
 from topics import TOPIC_NAMES, DeadLetter, PlaybookRecord, Topics, encode
 
-from .broker import ensure_topics
+from .broker import cluster_id, ensure_topics, is_tansu
 from .config import Settings
 from .files import load_playbooks_dir
 from .kafka import bootstrap_of, producer, read_topic, run
@@ -119,7 +120,7 @@ def run_worker(
     settings: Settings,
     registry: Registry,
     *,
-    embedded: bool,
+    tansu: bool,
     ticker: bool = True,
     app_id: str | None = None,
     loglevel: str = "warning",
@@ -131,7 +132,7 @@ def run_worker(
 
     from .app import build_app
 
-    running = build_app(settings, registry, app_id=app_id, embedded=embedded, ticker=ticker)
+    running = build_app(settings, registry, app_id=app_id, tansu=tansu, ticker=ticker)
     app, stats, engine = running.app, running.stats, running.engine
 
     @app.task  # type: ignore[untyped-decorator]
@@ -148,7 +149,8 @@ def run_worker(
         async def status() -> None:
             say(
                 f"worker: {stats.records} records, {stats.decisions} decisions, "
-                f"{stats.deadletters} dead-lettered, {stats.skipped} re-deliveries skipped, "
+                f"{stats.deadletters} dead-lettered, {stats.skipped} re-deliveries and "
+                f"{stats.duplicates} retried keys ignored, "
                 f"{len(engine.timers)} jobs waiting on timers"
             )
 
@@ -160,20 +162,35 @@ def run_worker(
         worker.execute_from_commandline()
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 0
-        say(f"worker: stopped after {time.monotonic() - started:.1f}s")
+        say(
+            f"worker: stopped after {time.monotonic() - started:.1f}s; {stats.records} records, "
+            f"{stats.decisions} decisions, {stats.skipped} re-deliveries skipped, "
+            f"{stats.duplicates} retried keys ignored, {stats.deadletters} dead-lettered"
+        )
         return code
 
 
-def prepare(settings: Settings, say: Callable[[str], None] = print) -> Registry:
-    """Topics and registry, synchronously (before the worker's loop starts)."""
+@dataclass(frozen=True)
+class Prepared:
+    """What a worker needs before its loop starts."""
 
-    async def go() -> tuple[list[str], Registry, list[str]]:
+    registry: Registry
+    #: The broker is Tansu (the embedded one): work around its quirks.
+    tansu: bool
+
+
+def prepare(settings: Settings, say: Callable[[str], None] = print) -> Prepared:
+    """Topics and registry, synchronously (before the worker's loop starts)."""
+    assert settings.kafka_url is not None
+
+    async def go() -> tuple[list[str], Registry, list[str], str]:
+        cluster = await cluster_id(bootstrap_of(settings.kafka_url or ""))
         names = await ensure_all_topics(settings)
         registry, problems = await prepare_registry(settings, say)
-        return names, registry, problems
+        return names, registry, problems, cluster
 
-    names, registry, problems = cast(tuple[list[str], Registry, list[str]], run(go()))
+    names, registry, problems, cluster = cast(tuple[list[str], Registry, list[str], str], run(go()))
     say(f"topics: {len(names)} ready under prefix {settings.topic_prefix!r}")
     for problem in problems:
         say(f"playbooks: problem: {problem}")
-    return registry
+    return Prepared(registry, is_tansu(cluster))

@@ -1,0 +1,214 @@
+"""Fixtures for tests against a real Kafka broker.
+
+A session fixture starts the embedded Tansu broker on a free port, unless
+LEMONGRAPH_KAFKA_URL points at one. Every test gets its own topic prefix (and so
+its own consumer group) and its own data folder; workers run as real
+`lemongraph worker` processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from stream.broker import EmbeddedBroker
+from stream.kafka import bootstrap_of, producer, read_topic
+from topics import Topics
+
+ROOT = Path(__file__).resolve().parents[2]
+LEMONGRAPH = Path(sys.executable).parent / "lemongraph"
+
+
+@pytest.fixture(scope="session")
+def kafka_url() -> Iterator[str]:
+    configured = os.environ.get("LEMONGRAPH_KAFKA_URL", "").strip()
+    if configured:
+        yield configured
+        return
+    with EmbeddedBroker() as broker:
+        yield broker.url
+
+
+@dataclass
+class WorkerProcess:
+    """A `lemongraph worker` subprocess and what it printed."""
+
+    proc: subprocess.Popen[str]
+    lines: list[str] = field(default_factory=list)
+    reader: threading.Thread | None = None
+
+    def wait_for(self, text: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if any(text in line for line in self.lines):
+                return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise AssertionError(f"worker never printed {text!r}; output:\n" + "".join(self.lines))
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout)
+        if self.reader is not None:
+            self.reader.join(timeout)  # it ends at EOF, once the process is gone
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        return self.proc.returncode
+
+
+@dataclass
+class Lane:
+    """One test's own topics, group, data folder and playbooks, on the shared broker."""
+
+    kafka_url: str
+    prefix: str
+    root: Path
+    workers: list[WorkerProcess] = field(default_factory=list)
+
+    @property
+    def bootstrap(self) -> str:
+        return bootstrap_of(self.kafka_url)
+
+    @property
+    def topics(self) -> Topics:
+        return Topics(self.prefix)
+
+    @property
+    def playbooks(self) -> Path:
+        return self.root / "playbooks"
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            LEMONGRAPH_KAFKA_URL=self.kafka_url,
+            LEMONGRAPH_TOPIC_PREFIX=self.prefix,
+            LEMONGRAPH_PARTITIONS="4",
+            LEMONGRAPH_DATA_DIR=str(self.root / "data"),
+            LEMONGRAPH_PLAYBOOKS_DIR=str(self.playbooks),
+            LEMONGRAPH_TICK_INTERVAL="0.2",
+        )
+        env.update(extra)
+        return env
+
+    def start_worker(self, **extra: str) -> WorkerProcess:
+        proc = subprocess.Popen(
+            [str(LEMONGRAPH), "worker", "--loglevel", "warning"],
+            cwd=self.root,
+            env=self.env(**extra),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        worker = WorkerProcess(proc)
+        assert proc.stdout is not None
+        stream = proc.stdout
+
+        def pump() -> None:
+            for line in stream:
+                worker.lines.append(line)
+
+        worker.reader = threading.Thread(target=pump, daemon=True)
+        worker.reader.start()
+        self.workers.append(worker)
+        worker.wait_for("ready", timeout=90)
+        return worker
+
+    def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [str(LEMONGRAPH), *args],
+            cwd=self.root,
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(
+                f"lemongraph {' '.join(args)} failed:\n{result.stdout}{result.stderr}"
+            )
+        return result
+
+    def produce(self, records: list[tuple[bytes | None, bytes]], topic: str = "inbox") -> None:
+        """Produce (key, value) records in order, waiting for each batch's acks."""
+        name = self.topics.name(topic)
+
+        async def go() -> None:
+            async with producer(self.bootstrap) as client:
+                futures = [await client.send(name, value, key=key) for key, value in records]
+                await asyncio.gather(*futures)
+
+        asyncio.run(go())
+
+    def send(self, *messages: dict[str, Any]) -> None:
+        self.produce([(m["key"].encode(), orjson.dumps(m)) for m in messages])
+
+    def read(self, topic: str, idle: float = 0.5) -> list[dict[str, Any]]:
+        """Every record of the topic so far, values decoded, with their offsets."""
+
+        async def go() -> list[dict[str, Any]]:
+            out = []
+            async for r in read_topic(self.bootstrap, self.topics.name(topic), idle=idle):
+                value = orjson.loads(r.value) if r.value is not None else None
+                out.append(
+                    {
+                        "partition": r.partition,
+                        "offset": r.offset,
+                        "timestamp": r.timestamp_ms,
+                        "key": r.key.decode() if r.key else None,
+                        "value": value,
+                    }
+                )
+            return out
+
+        return asyncio.run(go())
+
+    def wait_until(
+        self, topic: str, predicate: Callable[[list[dict[str, Any]]], bool], timeout: float = 60
+    ) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + timeout
+        records: list[dict[str, Any]] = []
+        while time.monotonic() < deadline:
+            records = self.read(topic, idle=0.2)
+            if predicate(records):
+                return records
+            for worker in self.workers:
+                if worker.proc.poll() is not None and worker.proc.returncode not in (0, -9):
+                    raise AssertionError("worker died:\n" + "".join(worker.lines))
+            time.sleep(0.3)
+        raise AssertionError(
+            f"timed out waiting on {topic}; last {len(records)} records: "
+            f"{[r['value'] for r in records][-5:]}"
+        )
+
+
+@pytest.fixture
+def lane(kafka_url: str, tmp_path: Path) -> Iterator[Lane]:
+    prefix = f"t{uuid.uuid4().hex[:10]}."
+    lane = Lane(kafka_url, prefix, tmp_path)
+    lane.playbooks.mkdir()
+    for name in ("onboarding.yaml", "payment-reminders.yaml", "lead-qualification.yaml"):
+        shutil.copy(ROOT / "playbooks" / name, lane.playbooks / name)
+    yield lane
+    for worker in lane.workers:
+        worker.stop(signal.SIGKILL)

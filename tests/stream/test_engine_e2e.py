@@ -1,0 +1,174 @@
+"""The stream engine end to end, against a real broker and real worker processes."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import orjson
+import pytest
+
+from .conftest import Lane
+
+pytestmark = [pytest.mark.broker, pytest.mark.timeout(240)]
+
+
+def start(key: str, playbook: str = "onboarding") -> dict[str, Any]:
+    return {
+        "type": "job.start",
+        "key": key,
+        "playbook_key": playbook,
+        "subject": {},
+        "contacts": [],
+    }
+
+
+def event(key: str, action: str, **extra: Any) -> dict[str, Any]:
+    return {"type": "event", "key": key, "action": action, **extra}
+
+
+def values(records: list[dict[str, Any]], key: str | None = None) -> list[dict[str, Any]]:
+    return [r["value"] for r in records if key is None or r["key"] == key]
+
+
+def latest_snapshot(lane: Lane, key: str) -> dict[str, Any]:
+    snapshots = values(lane.read("jobs"), key)
+    assert snapshots, f"no snapshot of {key}"
+    return max(snapshots, key=lambda s: s["seq"])
+
+
+def test_a_job_runs_end_to_end_and_tasks_arrive_in_order(lane: Lane) -> None:
+    lane.start_worker()
+    lane.send(
+        start("job-1"),
+        event("job-1", "id_uploaded", idempotency_key="evt-1"),
+        event("job-1", "self_service_completed"),
+        event("job-1", "account_activated", source="tool"),
+    )
+    tasks = lane.wait_until("tasks", lambda rs: len(values(rs, "job-1")) >= 6)
+    seen = [(t["type"], t["milestone"], t.get("outcome")) for t in values(tasks, "job-1")]
+    assert seen == [
+        ("task.opened", "collectIdentity", None),
+        ("task.closed", "collectIdentity", "done"),
+        ("task.opened", "bookCall", None),
+        ("task.opened", "selfServe", None),
+        ("task.closed", "selfServe", "done"),
+        ("task.closed", "bookCall", "dropped"),  # the losing branch of the any merge
+    ]
+    opened = values(tasks, "job-1")[2]
+    assert opened["task_id"] == "job-1/bookCall"
+    assert opened["frontier"] == ["bookCall", "selfServe"]
+    lane.wait_until("jobs", lambda rs: any(v["status"] == "done" for v in values(rs, "job-1")))
+    final = latest_snapshot(lane, "job-1")
+    assert final["milestones"] == {
+        "collectIdentity": "done",
+        "bookCall": "dropped",
+        "selfServe": "done",
+        "activateAccount": "done",
+    }
+    decisions = values(lane.read("decisions"), "job-1")
+    assert [d["outcome"] for d in decisions] == ["applied"] * 4
+    assert [d["seq"] for d in decisions] == [1, 2, 3, 4]
+    evidence = decisions[1]["verdicts"][0]["atoms"][0]["evidence"]
+    assert evidence == ["evt-1"]
+
+
+def test_a_within_deadline_fires_from_ticks(lane: Lane) -> None:
+    (lane.playbooks / "quick.yaml").write_text(
+        "key: quick\nversion: 1\nmilestones:\n"
+        "  - id: reply\n    condition: customer_replied WITHIN 2s\n"
+    )
+    lane.start_worker()
+    lane.send(start("job-t", "quick"))
+    tasks = lane.wait_until("tasks", lambda rs: len(values(rs, "job-t")) >= 2, timeout=30)
+    closed = values(tasks, "job-t")[1]
+    assert (closed["type"], closed["outcome"]) == ("task.closed", "timed_out")
+    final = latest_snapshot(lane, "job-t")
+    assert final["status"] == "failed"
+    assert final["milestones"] == {"reply": "knocked"}
+    fired = [d for d in values(lane.read("decisions"), "job-t") if d["input"]["type"] == "tick"]
+    assert len(fired) == 1
+    assert fired[0]["fired"][0]["kind"] == "settle"
+
+
+def test_a_retried_idempotency_key_gives_one_decision_and_one_task(lane: Lane) -> None:
+    lane.start_worker()
+    retry = event("job-2", "id_uploaded", idempotency_key="upload-1")
+    lane.send(start("job-2"), retry, retry)
+    lane.send(event("job-2", "self_service_completed"))
+    lane.wait_until("decisions", lambda rs: len(values(rs, "job-2")) >= 3)
+    decisions = values(lane.read("decisions", idle=1.0), "job-2")
+    assert [d["input"].get("action") for d in decisions] == [
+        None,
+        "id_uploaded",
+        "self_service_completed",
+    ]
+    tasks = values(lane.read("tasks"), "job-2")
+    opened = [t["task_id"] for t in tasks if t["type"] == "task.opened"]
+    assert opened == ["job-2/collectIdentity", "job-2/bookCall", "job-2/selfServe"]
+
+
+def test_bad_records_go_to_the_deadletter_topic_and_the_stream_goes_on(lane: Lane) -> None:
+    lane.start_worker()
+    lane.produce(
+        [
+            (b"job-p", b"\xff\xfe not json at all"),
+            (b"job-p", orjson.dumps({"type": "event", "key": "job-p"})),  # no action
+            (b"job-p", orjson.dumps({"type": "launch", "key": "job-p"})),
+            (b"other", orjson.dumps(start("job-p"))),  # record key is not the job key
+        ]
+    )
+    lane.send(start("job-p"))
+    lane.wait_until("decisions", lambda rs: len(values(rs, "job-p")) >= 1)
+    letters = values(lane.wait_until("deadletter", lambda rs: len(rs) >= 4))
+    # Partitions keep no order between them: find each letter by its bytes.
+    by_value = {base64.b64decode(d["value_b64"]): d for d in letters}
+    assert by_value[b"\xff\xfe not json at all"]["reason"].startswith("not JSON")
+    assert by_value[b"\xff\xfe not json at all"]["value_text"] is None
+    no_action = by_value[orjson.dumps({"type": "event", "key": "job-p"})]
+    assert "action: Field required" in no_action["reason"]
+    assert "launch" in by_value[orjson.dumps({"type": "launch", "key": "job-p"})]["reason"]
+    wrong_key = by_value[orjson.dumps(start("job-p"))]
+    assert wrong_key["reason"] == "record key 'other' is not the job key 'job-p'"
+    assert base64.b64decode(wrong_key["key_b64"]) == b"other"
+    assert {d["topic"] for d in letters} == {lane.topics.inbox}
+    assert all(isinstance(d["offset"], int) for d in letters)
+    decision = values(lane.read("decisions"), "job-p")[0]
+    assert decision["outcome"] == "applied"
+
+
+def test_unknown_jobs_playbooks_and_repeated_starts_are_refused_in_decisions(lane: Lane) -> None:
+    lane.start_worker()
+    lane.send(
+        event("ghost", "id_uploaded"),
+        start("job-6", "no-such-playbook"),
+        start("job-7"),
+        start("job-7"),
+    )
+    decisions = lane.wait_until("decisions", lambda rs: len(rs) >= 4)
+    by_key = {(r["key"], r["value"]["outcome"], r["value"]["refused"]) for r in decisions}
+    assert ("ghost", "refused", "unknown job: no job.start was applied") in by_key
+    assert ("job-6", "refused", "unknown playbook 'no-such-playbook'") in by_key
+    assert ("job-7", "applied", None) in by_key
+    assert ("job-7", "refused", "job 'job-7' already exists") in by_key
+
+
+def test_replay_verify_passes_on_a_run_and_fails_on_a_tampered_record(lane: Lane) -> None:
+    lane.start_worker()
+    lane.send(
+        start("job-r"),
+        event("job-r", "id_uploaded"),
+        event("job-r", "meeting_scheduled", properties={"room": "A"}),
+        start("job-s", "payment-reminders"),
+        event("job-s", "invoice_sent", source="tool"),
+        event("job-s", "payment", properties={"amount": 500}),
+    )
+    lane.wait_until("decisions", lambda rs: len(rs) >= 6)
+    ok = lane.cli("replay", "--verify")
+    assert "replayed 6 decisions of 2 jobs: all states and effects match" in ok.stdout
+    last = values(lane.read("decisions"), "job-r")[-1]
+    forged = dict(last, effects=[], state_hash="0" * 64)
+    lane.produce([(b"job-r", orjson.dumps(forged))], topic="decisions")
+    bad = lane.cli("replay", "--verify", check=False)
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    assert "MISMATCH job-r" in bad.stdout
