@@ -32,6 +32,9 @@ __all__ = [
     "Or",
 ]
 
+#: The most occurrence ids one atom keeps as evidence.
+MAX_EVIDENCE = 10
+
 Op: TypeAlias = TypingLiteral["==", ">", ">=", "<", "<="]
 Literal: TypeAlias = int | float | str
 
@@ -209,8 +212,9 @@ class Count:
 
     @property
     def evidence_cap(self) -> int:
-        """Ids enough to prove any verdict: the bound reached, or passed by one."""
-        return self.bound + 1
+        """Ids enough to prove any verdict — the bound reached, or passed by one —
+        but never more than ``MAX_EVIDENCE``, so state stays small for large bounds."""
+        return min(self.bound + 1, MAX_EVIDENCE)
 
 
 Atom: TypeAlias = Exists | Compare | Member | Count

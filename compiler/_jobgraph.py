@@ -100,7 +100,7 @@ class JobGraph:
         if (
             isinstance(input, Event)
             and input.idempotency_key is not None
-            and input.idempotency_key in state.recent_keys
+            and remembered_key(input) in state.recent_keys
         ):
             return Step(state, now, input, duplicate=True, frontier=self.frontier(state))
         if now < (state.updated_at or state.started_at):
@@ -114,6 +114,13 @@ class JobGraph:
         if isinstance(input, Event):
             decision.record(input, now)
         return decision.finish(now, input)
+
+
+def remembered_key(event: Event) -> str:
+    """How a job remembers an event's idempotency key: per source, so that an
+    agent's event can never use up the key of the world's evidence (a model that
+    guesses or reuses a key must not be able to block a real confirmation)."""
+    return f"{event.source}:{event.idempotency_key}"
 
 
 class _Decision:
@@ -174,7 +181,7 @@ class _Decision:
         """Record an event; unless it is an agent's claim, count it as evidence."""
         self.events += 1
         if event.idempotency_key is not None:
-            keys = (*self.recent_keys, event.idempotency_key)
+            keys = (*self.recent_keys, remembered_key(event))
             self.recent_keys = keys[-MAX_REMEMBERED_KEYS:]
         if event.source == "agent" or self.status != "running":
             return

@@ -226,11 +226,20 @@ class _Compiler:
         try:
             return PlaybookSpec.model_validate(data)
         except ValidationError as exc:
-            for err in exc.errors():
+            errors = exc.errors()
+            # A milestone that fails validation leaves pydantic's tuple empty and
+            # so adds "milestones: at least 1 item": only true when none was given.
+            if any(e["loc"][:1] == ("milestones",) and len(e["loc"]) > 1 for e in errors):
+                errors = [
+                    e
+                    for e in errors
+                    if tuple(e["loc"]) != ("milestones",) or e["type"] != "too_short"
+                ]
+            for err in errors:
                 loc = tuple(err["loc"])
                 milestone = _milestone_at(data, loc)
                 dotted = ".".join(str(p) for p in loc) or "playbook"
-                message = err["msg"]
+                message = err["msg"].removeprefix("Value error, ")
                 if err["type"] == "extra_forbidden":
                     message = f"unknown field {loc[-1]!r}"
                 elif err["type"] == "missing":
@@ -295,7 +304,9 @@ class _Compiler:
                         f"needs unknown milestone {need!r}", ("milestones", i, "needs", j), m.id
                     )
                 elif need == m.id:
-                    self.problem("a milestone cannot need itself", ("milestones", i, "needs", j))
+                    self.problem(
+                        "a milestone cannot need itself", ("milestones", i, "needs", j), m.id
+                    )
 
     def _goals(self, spec: PlaybookSpec, ids: set[str]) -> tuple[str, ...]:
         if spec.goals is None:

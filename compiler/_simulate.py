@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from ._ast import And, Expr, Not, Or
 from ._condition import evaluate_expr
@@ -21,9 +21,9 @@ from ._effects import Step, TaskOpened
 from ._errors import LemongraphError
 from ._inputs import Event, Start, Tick
 from ._jobgraph import JobGraph
-from ._playbook import Playbook
+from ._playbook import Playbook, compile_playbook
 from ._printer import print_expr
-from ._source import load_located
+from ._source import Located, load_located
 from ._state import JobState
 from ._time import require_aware
 from ._verdict import Verdict
@@ -115,6 +115,13 @@ class ScenarioFile(BaseModel):
 
     playbook: str | dict[str, Any]
     scenarios: list[Scenario] = Field(min_length=1)
+    _located: Located | None = PrivateAttr(default=None)
+
+    def inline_playbook(self, source: str) -> Playbook:
+        """Compile an inline ``playbook:`` mapping; problems point into this file."""
+        assert isinstance(self.playbook, dict)
+        located = self._located.subtree(("playbook",)) if self._located else None
+        return compile_playbook(self.playbook, source, located)
 
 
 def parse_scenarios(text: str, source: str) -> ScenarioFile:
@@ -125,7 +132,9 @@ def parse_scenarios(text: str, source: str) -> ScenarioFile:
     except LemongraphError as exc:
         raise ScenarioError(str(exc)) from None
     try:
-        return ScenarioFile.model_validate(located.data)
+        parsed = ScenarioFile.model_validate(located.data)
+        parsed._located = located
+        return parsed
     except ValidationError as exc:
         lines = []
         for err in exc.errors():

@@ -46,6 +46,15 @@ class Located:
     text: str
     positions: dict[Path, Position]
 
+    def subtree(self, path: Path) -> Located:
+        """The value at ``path`` with positions relative to it (same text)."""
+        n = len(path)
+        positions = {k[n:]: v for k, v in self.positions.items() if k[:n] == tuple(path)}
+        data = self.data
+        for part in path:
+            data = data[part]
+        return Located(data, self.text, positions)
+
     def position(self, path: Path) -> Position | None:
         """Where ``path`` was written; the nearest enclosing value if not itself."""
         for end in range(len(path), -1, -1):

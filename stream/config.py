@@ -3,6 +3,7 @@ directory, whose values never override the real environment)."""
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +34,9 @@ def read_dotenv(path: Path) -> dict[str, str]:
     return values
 
 
-def _int(env: dict[str, str], name: str, default: int, low: int = 1) -> int:
+def _int(
+    env: dict[str, str], name: str, default: int, low: int = 1, high: int | None = None
+) -> int:
     raw = env.get(name, "").strip()
     if not raw:
         return default
@@ -43,6 +46,8 @@ def _int(env: dict[str, str], name: str, default: int, low: int = 1) -> int:
         raise ConfigError(f"{name}={raw!r} is not a whole number") from None
     if value < low:
         raise ConfigError(f"{name}={raw!r} must be at least {low}")
+    if high is not None and value > high:
+        raise ConfigError(f"{name}={raw!r} must be at most {high}")
     return value
 
 
@@ -53,9 +58,9 @@ def _float(env: dict[str, str], name: str, default: float) -> float:
     try:
         value = float(raw)
     except ValueError:
-        raise ConfigError(f"{name}={raw!r} is not a number of seconds") from None
-    if not value > 0:
-        raise ConfigError(f"{name}={raw!r} must be more than zero")
+        raise ConfigError(f"{name}={raw!r} is not a number") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise ConfigError(f"{name}={raw!r} must be a finite number more than zero")
     return value
 
 
@@ -72,6 +77,13 @@ class Settings:
     api_port: int = 3002
     ui_port: int = 3000
     api_token_secret: str = ""
+    #: Where the gateway listens (``0.0.0.0`` in a container).
+    gateway_host: str = "127.0.0.1"
+    #: Per-token rate limit of the gateway: requests per second, and the burst allowed.
+    rate_limit: float = 20.0
+    rate_burst: int = 40
+    #: The largest request body the gateway reads, in bytes.
+    max_body: int = 65536
 
     @classmethod
     def from_env(
@@ -81,11 +93,13 @@ class Settings:
         env = read_dotenv(dotenv if dotenv is not None else Path(".env"))
         env.update(environ if environ is not None else os.environ)
         url = env.get("LEMONGRAPH_KAFKA_URL", "").strip() or None
-        if url is not None and not url.startswith(("kafka://", "aiokafka://")):
+        if url is not None and (
+            not url.startswith(("kafka://", "aiokafka://")) or not url.split("://", 1)[1].strip()
+        ):
             raise ConfigError(
                 f"LEMONGRAPH_KAFKA_URL={url!r} must look like kafka://host:port[;host:port]"
             )
-        prefix = env.get("LEMONGRAPH_TOPIC_PREFIX", "lemongraph.")
+        prefix = env.get("LEMONGRAPH_TOPIC_PREFIX", "").strip() or "lemongraph."
         return cls(
             kafka_url=url,
             playbooks_dir=Path(env.get("LEMONGRAPH_PLAYBOOKS_DIR", "").strip() or "playbooks"),
@@ -93,7 +107,11 @@ class Settings:
             topic_prefix=prefix,
             partitions=_int(env, "LEMONGRAPH_PARTITIONS", 4),
             tick_interval=_float(env, "LEMONGRAPH_TICK_INTERVAL", 1.0),
-            api_port=_int(env, "LEMONGRAPH_API_PORT", 3002),
-            ui_port=_int(env, "LEMONGRAPH_UI_PORT", 3000),
+            api_port=_int(env, "LEMONGRAPH_API_PORT", 3002, high=65535),
+            ui_port=_int(env, "LEMONGRAPH_UI_PORT", 3000, high=65535),
             api_token_secret=env.get("API_TOKEN_SECRET", ""),
+            gateway_host=env.get("LEMONGRAPH_GATEWAY_HOST", "").strip() or "127.0.0.1",
+            rate_limit=_float(env, "LEMONGRAPH_RATE_LIMIT", 20.0),
+            rate_burst=_int(env, "LEMONGRAPH_RATE_BURST", 40),
+            max_body=_int(env, "LEMONGRAPH_API_MAX_BODY", 65536),
         )

@@ -85,6 +85,8 @@ class Batch:
     outputs: list[Output] = field(default_factory=list)
     #: job key → (partition, last inbox offset, state), the latest of the batch
     states: dict[str, tuple[int, int, JobState]] = field(default_factory=dict)
+    #: jobs whose state changed (a refusal only records the offset it consumed)
+    changed: set[str] = field(default_factory=set)
     decisions: int = 0
     deadletters: int = 0
     skipped: int = 0  # re-delivered inbox records recognised and skipped
@@ -203,6 +205,8 @@ class Engine:
             else:
                 self._dead(record, f"unexpected topic {record.topic!r}", batch)
         for key, (_p, _o, state) in batch.states.items():
+            if key not in batch.changed:
+                continue
             graph = self.registry.graph(state.playbook_key, state.playbook_version)
             if graph is not None:
                 batch.outputs.append(
@@ -291,7 +295,10 @@ class Engine:
                 continue
             graph = self.registry.graph(state.playbook_key, state.playbook_version)
             if graph is None:
-                continue  # nothing can fire without the playbook; refused events say why
+                # Nothing can fire without the playbook (refused events say why);
+                # keep the timer, so it fires once the playbook is registered.
+                self.timers.set(record.partition, key, next_due_ms(state))
+                continue
             step = graph.next(state, now, Tick())
             self._decided(record, key, graph, state, offset, step, batch)
 
@@ -320,6 +327,7 @@ class Engine:
             # Remember the inbox offset even for a refusal, so a re-delivery of
             # this record is recognised without a second decision.
             batch.states[key] = (record.partition, applied_offset, state)
+            batch.changed.add(key)
             self.timers.set(record.partition, key, next_due_ms(state))
         self._decision_record(record, key, graph, before, step, batch)
         for effect in step.effects:

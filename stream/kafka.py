@@ -132,7 +132,9 @@ async def read_topic(
                     break
             if caught_up and now - last >= min(idle, 0.3):
                 return
-            if now - last >= idle:
+            # Without a high watermark for every partition yet, give the broker
+            # longer before deciding that the topic has nothing more.
+            if now - last >= max(idle, 5.0):
                 return
     finally:
         await consumer.stop()

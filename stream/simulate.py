@@ -17,10 +17,15 @@ from compiler import (
     TaskOpened,
     TimerCancelled,
     TimerSet,
-    compile_playbook,
     format_offset,
 )
-from compiler._simulate import Coverage, ScenarioResult, parse_scenarios, run_scenario
+from compiler._simulate import (
+    Coverage,
+    ScenarioFile,
+    ScenarioResult,
+    parse_scenarios,
+    run_scenario,
+)
 
 from .files import load_playbook_file
 
@@ -49,9 +54,10 @@ class SimulationRun:
         }
 
 
-def _playbook_for(path: Path, ref: str | dict[str, Any]) -> Playbook:
+def _playbook_for(path: Path, parsed: ScenarioFile) -> Playbook:
+    ref = parsed.playbook
     if isinstance(ref, dict):
-        return compile_playbook(ref, f"{path} (inline playbook)")
+        return parsed.inline_playbook(str(path))
     target = (path.parent / ref).resolve()
     if not target.is_file():
         raise LemongraphError(f"{path}: playbook {ref!r} not found (looked for {target})")
@@ -64,7 +70,7 @@ def simulate_files(paths: list[Path]) -> SimulationRun:
     for path in paths:
         try:
             scenario_file = parse_scenarios(path.read_text(encoding="utf-8"), str(path))
-            playbook = _playbook_for(path, scenario_file.playbook)
+            playbook = _playbook_for(path, scenario_file)
         except (OSError, UnicodeDecodeError) as exc:
             run.errors.append(f"{path}: cannot read: {exc}")
             continue

@@ -1,0 +1,738 @@
+"""``stream.engine.Engine`` without a broker: records in, outputs and state writes out.
+
+A dict stands in for the RocksDB table. After each ``process`` the test does what
+the Faust layer does (stream/app.py): it "produces" the outputs (keeps them),
+writes ``Batch.writes()`` into the dict, then calls ``engine.committed(batch)``.
+
+Every expected value is written out by hand from SPEC §4-§5 and the playbooks
+below; none is computed by the code under test.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import orjson
+import pytest
+
+from compiler import load_playbook
+from stream.engine import Batch, Engine, Output, Record
+from stream.registry import Registry
+from topics import (
+    DeadLetter,
+    DecisionRecord,
+    JobSnapshot,
+    TaskClosedRecord,
+    TaskOpenedRecord,
+    TickRecord,
+    Topics,
+)
+
+TOPICS = Topics("test.")
+T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
+
+ONBOARD = """\
+key: onboard
+version: 1
+instructions: Be brief and friendly.
+milestones:
+  - id: collect
+    instructions: Ask for an ID document.
+    condition: id_uploaded WITHIN 7d
+    integrations: [email]
+  - id: activate
+    needs: [collect]
+    instructions: Activate the account.
+    condition: account_activated
+    integrations: [crm]
+"""
+
+QUICK = """\
+key: quick
+version: 1
+milestones:
+  - id: reply
+    condition: customer_replied WITHIN 2h
+"""
+
+
+def ms(instant: datetime) -> int:
+    return int(instant.timestamp() * 1000)
+
+
+def parse_iso(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def registry(*texts: str) -> Registry:
+    return Registry(load_playbook(text) for text in texts)
+
+
+def start(key: str, playbook: str = "onboard", **extra: Any) -> dict[str, Any]:
+    return {
+        "type": "job.start",
+        "key": key,
+        "playbook_key": playbook,
+        "subject": {},
+        "contacts": [],
+        **extra,
+    }
+
+
+def event(key: str, action: str, **extra: Any) -> dict[str, Any]:
+    return {"type": "event", "key": key, "action": action, **extra}
+
+
+class Harness:
+    """An engine on a dict-backed table, committed like the Faust layer commits."""
+
+    def __init__(self, reg: Registry, store: dict[tuple[str, int], bytes] | None = None) -> None:
+        self.registry = reg
+        self.store: dict[tuple[str, int], bytes] = {} if store is None else store
+        self.loads: list[tuple[str, int]] = []
+        self.engine = Engine(TOPICS, reg, self.load)
+        self.next_offset: dict[int, int] = {}
+
+    def load(self, key: str, partition: int) -> bytes | None:
+        self.loads.append((key, partition))
+        return self.store.get((key, partition))
+
+    def restart(self) -> Harness:
+        """A new engine (a new worker process) on the same table."""
+        fresh = Harness(self.registry, self.store)
+        fresh.next_offset = self.next_offset
+        return fresh
+
+    def stored_items(self) -> list[tuple[str, bytes]]:
+        return [(key, raw) for (key, _p), raw in self.store.items()]
+
+    def inbox(
+        self,
+        message: dict[str, Any] | bytes | None,
+        *,
+        at: datetime = T0,
+        partition: int = 0,
+        key: bytes | str | None = "auto",
+    ) -> Record:
+        offset = self.next_offset.get(partition, 0)
+        self.next_offset[partition] = offset + 1
+        if isinstance(message, dict):
+            value: bytes | None = orjson.dumps(message)
+            record_key = message["key"].encode() if key == "auto" else key
+        else:
+            value = message
+            record_key = b"job-1" if key == "auto" else key
+        assert not isinstance(record_key, str)
+        return Record(TOPICS.inbox, partition, offset, record_key, value, ms(at))
+
+    def tick(self, at: datetime, partition: int = 0, offset: int = 0) -> Record:
+        value = orjson.dumps(
+            {"type": "tick", "schema": 1, "partition": partition, "at": at_text(at)}
+        )
+        return Record(TOPICS.ticks, partition, offset, b"tick", value, ms(at))
+
+    def run(self, records: Iterable[Record], *, commit: bool = True) -> Batch:
+        batch = self.engine.process(list(records))
+        if commit:
+            for key, partition, raw in batch.writes():
+                self.store[(key, partition)] = raw
+            self.engine.committed(batch)
+        return batch
+
+    def state_bytes(self, key: str, partition: int = 0) -> bytes:
+        raw = self.store[(key, partition)]
+        return raw[raw.index(b"\n") + 1 :]
+
+
+def at_text(instant: datetime) -> str:
+    return instant.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def on(batch: Batch, topic: str) -> list[Output]:
+    return [o for o in batch.outputs if o.topic == TOPICS.name(topic)]
+
+
+def decisions(batch: Batch) -> list[DecisionRecord]:
+    return [DecisionRecord.model_validate_json(o.value) for o in on(batch, "decisions")]
+
+
+def tasks(batch: Batch) -> list[TaskOpenedRecord | TaskClosedRecord]:
+    out: list[TaskOpenedRecord | TaskClosedRecord] = []
+    for o in on(batch, "tasks"):
+        data = orjson.loads(o.value)
+        if data["type"] == "task.opened":
+            out.append(TaskOpenedRecord.model_validate(data))
+        else:
+            out.append(TaskClosedRecord.model_validate(data))
+    return out
+
+
+def snapshots(batch: Batch) -> list[JobSnapshot]:
+    return [JobSnapshot.model_validate_json(o.value) for o in on(batch, "jobs")]
+
+
+def letters(batch: Batch) -> list[DeadLetter]:
+    return [DeadLetter.model_validate_json(o.value) for o in on(batch, "deadletter")]
+
+
+def sha(raw: bytes) -> str:
+    return hashlib.sha256(raw).hexdigest()
+
+
+# -- decisions, tasks and snapshots ---------------------------------------------------
+
+
+def test_a_start_then_events_give_chained_decision_records() -> None:
+    h = Harness(registry(ONBOARD))
+    first = h.run([h.inbox(start("job-1"), at=T0)])
+    [d1] = decisions(first)
+    assert (d1.job_key, d1.outcome, d1.seq, d1.refused) == ("job-1", "applied", 1, None)
+    assert (d1.playbook_key, d1.playbook_version) == ("onboard", 1)
+    assert d1.origin is not None
+    assert (d1.origin.topic, d1.origin.partition, d1.origin.offset) == ("test.inbox", 0, 0)
+    assert d1.input["type"] == "job.start"
+    assert d1.prev_state_hash is None
+    assert d1.state_hash == sha(h.state_bytes("job-1"))
+    assert d1.status == "running"
+    assert d1.frontier == ["collect"]
+    assert parse_iso(d1.now) == T0
+
+    second = h.run(
+        [
+            h.inbox(
+                event("job-1", "id_uploaded", idempotency_key="evt-1"), at=T0 + timedelta(hours=1)
+            ),
+            h.inbox(event("job-1", "account_activated"), at=T0 + timedelta(hours=2)),
+        ]
+    )
+    d2, d3 = decisions(second)
+    assert [d.seq for d in (d2, d3)] == [2, 3]
+    assert [d.origin.offset for d in (d2, d3) if d.origin] == [1, 2]
+    assert d2.prev_state_hash == d1.state_hash
+    assert d3.prev_state_hash == d2.state_hash
+    assert d3.state_hash == sha(h.state_bytes("job-1"))
+    assert d2.input["action"] == "id_uploaded"
+    assert d3.status == "done"
+    assert [o.key for o in on(second, "decisions")] == [b"job-1", b"job-1"]
+    # the verdict that settled collect names the occurrence that made it TRUE
+    assert "evt-1" in orjson.dumps(d2.verdicts).decode()
+    assert (second.decisions, first.decisions) == (2, 1)
+
+
+def test_tasks_open_and_close_with_stable_task_ids() -> None:
+    h = Harness(registry(ONBOARD))
+    started = h.run([h.inbox(start("job-1", subject={"name": "Ada"}, contacts=["ada@x"]), at=T0)])
+    [opened] = tasks(started)
+    assert isinstance(opened, TaskOpenedRecord)
+    assert opened.task_id == "job-1/collect"
+    assert (opened.job_key, opened.milestone) == ("job-1", "collect")
+    assert opened.instructions == "Ask for an ID document."
+    assert opened.playbook_key == "onboard"
+    assert opened.playbook_instructions == "Be brief and friendly."
+    assert opened.integrations == ["email"]
+    assert parse_iso(opened.at) == T0
+    assert parse_iso(opened.deadline) == T0 + timedelta(days=7)
+    assert opened.frontier == ["collect"]
+    assert opened.subject == {"name": "Ada"}
+    assert opened.contacts == ["ada@x"]
+    assert [o.key for o in on(started, "tasks")] == [b"job-1"]
+
+    later = T0 + timedelta(hours=3)
+    moved = h.run([h.inbox(event("job-1", "id_uploaded"), at=later)])
+    closed, opened2 = tasks(moved)
+    assert isinstance(closed, TaskClosedRecord)
+    assert (closed.task_id, closed.outcome) == ("job-1/collect", "done")
+    assert parse_iso(closed.at) == later
+    assert isinstance(opened2, TaskOpenedRecord)
+    assert (opened2.task_id, opened2.integrations) == ("job-1/activate", ["crm"])
+    assert opened2.frontier == ["activate"]
+
+
+def test_one_snapshot_per_changed_job_per_batch_with_the_latest_state() -> None:
+    h = Harness(registry(ONBOARD))
+    batch = h.run(
+        [
+            h.inbox(start("job-1"), at=T0),
+            h.inbox(start("job-2"), at=T0),
+            h.inbox(event("job-1", "id_uploaded"), at=T0 + timedelta(minutes=1)),
+            h.inbox(event("job-1", "noise"), at=T0 + timedelta(minutes=2)),
+        ]
+    )
+    assert batch.decisions == 4
+    snaps = snapshots(batch)
+    assert sorted(s.key for s in snaps) == ["job-1", "job-2"]
+    assert sorted(o.key for o in on(batch, "jobs") if o.key) == [b"job-1", b"job-2"]
+    by_key = {s.key: s for s in snaps}
+    one = by_key["job-1"]
+    assert one.seq == 3
+    assert one.events == 2
+    assert one.milestones == {"collect": "done", "activate": "open"}
+    assert one.frontier == ["activate"]
+    assert one.status == "running"
+    assert one.state_hash == sha(h.state_bytes("job-1"))
+    assert by_key["job-2"].milestones == {"collect": "open", "activate": "pending"}
+    assert by_key["job-2"].seq == 1
+    # a batch that changes only job-2 snapshots only job-2
+    again = h.run([h.inbox(event("job-2", "id_uploaded"), at=T0 + timedelta(minutes=5))])
+    assert [s.key for s in snapshots(again)] == ["job-2"]
+
+
+def test_outputs_are_produced_by_key_and_the_state_is_written_per_job() -> None:
+    h = Harness(registry(ONBOARD))
+    batch = h.run([h.inbox(start("job-1"), at=T0, partition=2)])
+    assert all(o.partition is None for o in batch.outputs)
+    assert {o.topic for o in batch.outputs} == {"test.decisions", "test.tasks", "test.jobs"}
+    assert ("job-1", 2) in h.store
+    assert h.store[("job-1", 2)].startswith(b"LG1 2 0 ")
+
+
+# -- re-delivery, crashes, idempotency --------------------------------------------------
+
+
+def test_redelivered_records_after_a_commit_produce_nothing() -> None:
+    h = Harness(registry(ONBOARD))
+    records = [
+        h.inbox(start("job-1"), at=T0),
+        h.inbox(event("job-1", "id_uploaded"), at=T0 + timedelta(minutes=1)),
+        h.inbox(event("job-1", "account_activated"), at=T0 + timedelta(minutes=2)),
+    ]
+    first = h.run(records)
+    assert first.decisions == 3
+    before = dict(h.store)
+
+    again = h.run(records)
+    assert again.outputs == []
+    assert (again.skipped, again.decisions, again.deadletters) == (3, 0, 0)
+    assert h.store == before
+
+    restarted = h.restart()
+    after_restart = restarted.run(records)
+    assert after_restart.outputs == []
+    assert after_restart.skipped == 3
+    assert h.store == before
+
+
+def test_redelivered_deadletters_and_refusals_are_recognised_by_the_watermark() -> None:
+    h = Harness(registry(ONBOARD))
+    records = [
+        h.inbox(b"\xff not json", key=b"job-x"),
+        h.inbox(event("ghost", "id_uploaded")),
+        h.inbox(start("job-9", "no-such-playbook")),
+    ]
+    first = h.run(records)
+    assert (first.deadletters, first.decisions) == (1, 2)
+    again = h.run(records)
+    assert again.outputs == []
+    assert again.skipped == 3
+    fresh = h.restart().run(records)
+    assert fresh.outputs == []
+    assert fresh.skipped == 3
+
+
+def test_a_partly_written_batch_is_recognised_by_the_jobs_own_offsets() -> None:
+    """The watermark is written last: a crash before it leaves the jobs' offsets."""
+    h = Harness(registry(ONBOARD))
+    records = [
+        h.inbox(start("job-1"), at=T0),
+        h.inbox(event("job-1", "id_uploaded"), at=T0 + timedelta(minutes=1)),
+    ]
+    batch = h.engine.process(records)
+    writes = batch.writes()
+    jobs_only = [w for w in writes if w[0] == "job-1"]
+    assert len(jobs_only) == 1
+    assert len(writes) == 2
+    for key, partition, raw in jobs_only:
+        h.store[(key, partition)] = raw
+    again = h.restart().run(records)
+    assert again.outputs == []
+    assert again.skipped == 2
+
+
+def test_a_crash_part_way_through_the_writes_loses_and_repeats_nothing() -> None:
+    """Whatever prefix of ``writes()`` reached the table, re-processing the batch
+    after a restart ends in the same table as a run without a crash."""
+    reg = registry(ONBOARD)
+    base = Harness(reg)
+    base.run([base.inbox(start("job-1"), at=T0)])
+    records = [
+        base.inbox(event("job-1", "id_uploaded"), at=T0 + timedelta(minutes=1)),
+        base.inbox(start("job-2"), at=T0 + timedelta(minutes=2)),
+        base.inbox(b"junk", key=b"job-3", at=T0 + timedelta(minutes=3)),
+    ]
+    clean = Harness(reg, dict(base.store))
+    clean.run(records)
+    writes = Harness(reg, dict(base.store)).engine.process(records).writes()
+    assert len(writes) == 3
+    for cut in range(len(writes) + 1):
+        crashed = Harness(reg, dict(base.store))
+        for key, partition, raw in writes[:cut]:
+            crashed.store[(key, partition)] = raw
+        rerun = crashed.restart().run(records)
+        assert crashed.store == clean.store, f"crash after {cut} writes"
+        decided = {d.job_key for d in decisions(rerun)}
+        assert decided == {"job-1", "job-2"} - {k for k, _p, _r in writes[:cut]}
+
+
+def test_a_crash_before_the_state_write_re_emits_byte_identical_outputs() -> None:
+    h = Harness(registry(ONBOARD, QUICK))
+    h.run([h.inbox(start("job-0", "quick"), at=T0)])
+    records = [
+        h.inbox(start("job-1"), at=T0),
+        h.inbox(event("job-1", "id_uploaded", idempotency_key="u-1"), at=T0 + timedelta(hours=1)),
+        h.inbox(b"garbage", key=b"job-1", at=T0 + timedelta(hours=1)),
+        h.inbox(event("ghost", "x"), at=T0 + timedelta(hours=1)),
+        h.tick(T0 + timedelta(hours=3)),
+    ]
+    # same engine, writes never applied
+    first = h.run(records[:4], commit=False)
+    second = h.run(records[:4], commit=False)
+    assert first.outputs == second.outputs
+    assert len(first.outputs) > 5
+
+    # a new worker process after the crash, the timer index rebuilt from the table
+    runs = []
+    for _ in range(2):
+        worker = h.restart()
+        worker.engine.rebuild_timers(worker.stored_items())
+        runs.append(worker.run(records, commit=False))
+    assert runs[0].outputs == runs[1].outputs
+    assert [d.input["type"] for d in decisions(runs[0])][-1] == "tick"
+    assert runs[0].writes() == runs[1].writes()
+
+
+def test_a_retried_idempotency_key_gives_no_decision_and_no_output() -> None:
+    h = Harness(registry(ONBOARD))
+    h.run([h.inbox(start("job-1"), at=T0)])
+    upload = event("job-1", "id_uploaded", idempotency_key="upload-1")
+    first = h.run([h.inbox(upload, at=T0 + timedelta(minutes=1))])
+    assert first.decisions == 1
+    assert first.duplicates == 0
+    stored = h.store[("job-1", 0)]
+
+    retry = h.run([h.inbox(upload, at=T0 + timedelta(minutes=2))])
+    assert retry.outputs == []
+    assert (retry.duplicates, retry.decisions, retry.skipped) == (1, 0, 0)
+    assert h.store[("job-1", 0)] == stored
+
+    # a retry inside one batch, next to its original
+    h.run([h.inbox(start("job-2"), at=T0)])
+    both = event("job-2", "id_uploaded", idempotency_key="upload-2")
+    batch = h.run(
+        [
+            h.inbox(both, at=T0 + timedelta(minutes=1)),
+            h.inbox(both, at=T0 + timedelta(minutes=2)),
+        ]
+    )
+    assert batch.decisions == 1
+    assert batch.duplicates == 1
+    assert [t.task_id for t in tasks(batch)] == ["job-2/collect", "job-2/activate"]
+
+
+# -- refusals -----------------------------------------------------------------------
+
+
+def test_an_event_for_an_unknown_job_is_refused() -> None:
+    h = Harness(registry(ONBOARD))
+    batch = h.run([h.inbox(event("ghost", "id_uploaded"), at=T0)])
+    [d] = decisions(batch)
+    assert (d.job_key, d.outcome) == ("ghost", "refused")
+    assert d.refused == "unknown job: no job.start was applied"
+    assert d.state_hash is None
+    assert d.origin is not None
+    assert d.origin.offset == 0
+    assert tasks(batch) == []
+    assert snapshots(batch) == []
+    assert [o.key for o in on(batch, "decisions")] == [b"ghost"]
+
+
+def test_a_start_on_an_unknown_playbook_is_refused() -> None:
+    h = Harness(registry(ONBOARD))
+    batch = h.run([h.inbox(start("job-6", "no-such-playbook"), at=T0)])
+    [d] = decisions(batch)
+    assert (d.job_key, d.outcome) == ("job-6", "refused")
+    assert d.refused == "unknown playbook 'no-such-playbook'"
+    assert tasks(batch) == []
+    assert ("job-6", 0) not in h.store
+    # the job does not exist afterwards
+    later = h.run([h.inbox(event("job-6", "id_uploaded"), at=T0)])
+    assert [d.refused for d in decisions(later)] == ["unknown job: no job.start was applied"]
+
+
+def test_a_repeated_start_is_refused_and_changes_nothing() -> None:
+    h = Harness(registry(ONBOARD))
+    h.run([h.inbox(start("job-7"), at=T0)])
+    state = h.state_bytes("job-7")
+    again = h.inbox(start("job-7"), at=T0 + timedelta(minutes=1))
+    batch = h.run([again])
+    [d] = decisions(batch)
+    assert (d.job_key, d.outcome) == ("job-7", "refused")
+    assert d.refused == "job 'job-7' already exists"
+    assert tasks(batch) == []
+    assert h.state_bytes("job-7") == state
+    # and it is not decided again when re-delivered
+    redelivered = h.run([again])
+    assert redelivered.outputs == []
+    assert redelivered.skipped == 1
+
+
+# -- dead letters ----------------------------------------------------------------------
+
+
+def test_bad_records_become_dead_letters_and_the_next_good_record_is_decided() -> None:
+    h = Harness(registry(ONBOARD))
+    no_action = orjson.dumps({"type": "event", "key": "job-p"})
+    launch = orjson.dumps({"type": "launch", "key": "job-p"})
+    wrong_key = orjson.dumps(start("job-p"))
+    records = [
+        h.inbox(b"\xff\xfe not json at all", key=b"job-p", at=T0),
+        h.inbox(no_action, key=b"job-p", at=T0),
+        h.inbox(launch, key=b"job-p", at=T0),
+        h.inbox(wrong_key, key=b"other", at=T0),
+        h.inbox(None, key=b"job-p", at=T0),
+        h.inbox(start("job-p"), at=T0 + timedelta(seconds=1)),
+    ]
+    batch = h.run(records)
+    dead = letters(batch)
+    assert batch.deadletters == 5
+    assert [d.offset for d in dead] == [0, 1, 2, 3, 4]
+    assert {(d.topic, d.partition) for d in dead} == {("test.inbox", 0)}
+    assert [d.value_b64 and base64.b64decode(d.value_b64) for d in dead] == [
+        b"\xff\xfe not json at all",
+        no_action,
+        launch,
+        wrong_key,
+        None,
+    ]
+    assert [d.key_b64 and base64.b64decode(d.key_b64) for d in dead] == [
+        b"job-p",
+        b"job-p",
+        b"job-p",
+        b"other",
+        b"job-p",
+    ]
+    assert dead[0].reason.startswith("not JSON")
+    assert dead[0].value_text is None
+    assert "action" in dead[1].reason
+    assert dead[1].value_text == no_action.decode()
+    assert "launch" in dead[2].reason
+    assert dead[3].reason == "record key 'other' is not the job key 'job-p'"
+    assert dead[4].value_b64 is None
+    assert dead[4].reason == "empty record (no value)"
+    assert all(parse_iso(d.at) == T0 for d in dead)
+    # the dead letter keeps the original record key
+    assert [o.key for o in on(batch, "deadletter")] == [
+        b"job-p",
+        b"job-p",
+        b"job-p",
+        b"other",
+        b"job-p",
+    ]
+    [d] = decisions(batch)
+    assert (d.job_key, d.outcome, d.seq) == ("job-p", "applied", 1)
+
+
+def test_a_record_from_an_unexpected_topic_is_a_dead_letter() -> None:
+    h = Harness(registry(ONBOARD))
+    stray = Record("test.elsewhere", 1, 7, b"k", b"{}", ms(T0))
+    batch = h.run([stray, h.inbox(start("job-1"), at=T0)])
+    [dead] = letters(batch)
+    assert (dead.topic, dead.partition, dead.offset) == ("test.elsewhere", 1, 7)
+    assert "test.elsewhere" in dead.reason
+    assert batch.decisions == 1
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        b"not json",
+        None,
+        orjson.dumps({"type": "tick", "partition": 0}),
+        orjson.dumps({"type": "tick", "partition": 0, "at": "yesterday"}),
+        orjson.dumps({"type": "tick", "partition": 0, "at": "2026-01-05T12:00:00"}),
+        orjson.dumps({"type": "tick", "partition": 0, "at": "2026-01-05T12:00:00Z", "x": 1}),
+    ],
+    ids=["not-json", "no-value", "no-at", "bad-at", "naive-at", "unknown-field"],
+)
+def test_an_invalid_tick_is_a_dead_letter_and_the_batch_goes_on(value: bytes | None) -> None:
+    h = Harness(registry(QUICK))
+    h.run([h.inbox(start("job-q", "quick"), at=T0)])
+    bad = Record(TOPICS.ticks, 0, 5, b"tick", value, ms(T0 + timedelta(hours=3)))
+    good = h.tick(T0 + timedelta(hours=3), offset=6)
+    batch = h.run([bad, good])
+    [dead] = letters(batch)
+    assert dead.reason.startswith("invalid tick")
+    assert (dead.topic, dead.partition, dead.offset) == ("test.ticks", 0, 5)
+    assert dead.value_b64 == (base64.b64encode(value).decode() if value is not None else None)
+    assert dead.key_b64 == base64.b64encode(b"tick").decode()
+    assert [d.input["type"] for d in decisions(batch)] == ["tick"]
+
+
+# -- ticks and timers ---------------------------------------------------------------------
+
+
+def test_a_tick_past_a_within_deadline_fires_it() -> None:
+    h = Harness(registry(QUICK))
+    h.run([h.inbox(start("job-t", "quick"), at=T0, partition=1)])
+
+    early = h.run([h.tick(T0 + timedelta(hours=1), partition=1)])
+    assert early.outputs == []
+    other = h.run([h.tick(T0 + timedelta(hours=3), partition=0)])
+    assert other.outputs == []
+
+    at = T0 + timedelta(hours=3)
+    fired = h.run([h.tick(at, partition=1, offset=9)])
+    [d] = decisions(fired)
+    assert d.input == {"type": "tick"}
+    assert d.job_key == "job-t"
+    assert parse_iso(d.now) == at
+    assert d.origin is not None
+    assert (d.origin.topic, d.origin.partition, d.origin.offset) == ("test.ticks", 1, 9)
+    assert [(f["kind"], f["milestone"]) for f in d.fired] == [("settle", "reply")]
+    assert parse_iso(d.fired[0]["at"]) == T0 + timedelta(hours=2)
+    assert d.seq == 2
+    assert d.status == "failed"
+    [closed] = tasks(fired)
+    assert isinstance(closed, TaskClosedRecord)
+    assert (closed.task_id, closed.outcome) == ("job-t/reply", "timed_out")
+    [snap] = snapshots(fired)
+    assert (snap.status, snap.milestones) == ("failed", {"reply": "knocked"})
+    assert snap.state_hash == sha(h.state_bytes("job-t", 1))
+    # fired once: a later tick finds nothing due
+    assert h.run([h.tick(T0 + timedelta(hours=4), partition=1)]).outputs == []
+
+
+def test_a_due_task_is_emitted_by_the_first_tick_after_opening_plus_due() -> None:
+    delayed = """\
+key: delayed
+version: 1
+milestones:
+  - id: call
+    condition: called WITHIN 1d
+    due: 1h
+"""
+    h = Harness(registry(delayed))
+    started = h.run([h.inbox(start("job-d", "delayed"), at=T0)])
+    assert tasks(started) == []
+    assert h.run([h.tick(T0 + timedelta(minutes=30))]).outputs == []
+    batch = h.run([h.tick(T0 + timedelta(hours=1, minutes=30))])
+    [opened] = tasks(batch)
+    assert isinstance(opened, TaskOpenedRecord)
+    assert opened.task_id == "job-d/call"
+    assert parse_iso(opened.at) == T0 + timedelta(hours=1)  # opening + due, not the tick
+    assert parse_iso(opened.deadline) == T0 + timedelta(days=1)
+    [d] = decisions(batch)
+    assert [(f["kind"], f["milestone"]) for f in d.fired] == [("due", "call")]
+    # the settlement timer is still pending, and fires later
+    late = h.run([h.tick(T0 + timedelta(days=2))])
+    [closed] = tasks(late)
+    assert isinstance(closed, TaskClosedRecord)
+    assert (closed.task_id, closed.outcome) == ("job-d/call", "timed_out")
+
+
+def test_a_tick_offset_is_not_taken_for_an_inbox_offset() -> None:
+    """Ticks and the inbox have offsets of their own: after a tick decided a job,
+    the job's next inbox record is still decided."""
+    delayed = """\
+key: delayed
+version: 1
+milestones:
+  - id: call
+    condition: called WITHIN 1d
+    due: 1h
+"""
+    h = Harness(registry(delayed))
+    h.run([h.inbox(start("job-d", "delayed"), at=T0)])
+    fired = h.run([h.tick(T0 + timedelta(hours=2), offset=5_000)])
+    assert fired.decisions == 1
+    for restart in (False, True):
+        worker = h.restart() if restart else h
+        batch = worker.run(
+            [worker.inbox(event("job-d", "called"), at=T0 + timedelta(hours=3))], commit=False
+        )
+        assert batch.skipped == 0
+        [d] = decisions(batch)
+        assert (d.outcome, d.seq, d.status) == ("applied", 3, "done")
+
+
+def test_an_event_before_a_deadline_cancels_its_firing() -> None:
+    h = Harness(registry(QUICK))
+    h.run([h.inbox(start("job-t", "quick"), at=T0)])
+    h.run([h.inbox(event("job-t", "customer_replied"), at=T0 + timedelta(hours=1))])
+    assert h.run([h.tick(T0 + timedelta(hours=3))]).outputs == []
+
+
+def test_rebuilt_timers_fire_after_a_restart() -> None:
+    h = Harness(registry(QUICK, ONBOARD))
+    h.run(
+        [
+            h.inbox(start("job-t", "quick"), at=T0),
+            h.inbox(start("job-u", "quick"), at=T0 + timedelta(hours=1)),
+            h.inbox(start("job-v", "quick"), at=T0),
+        ]
+    )
+    h.run([h.inbox(event("job-v", "customer_replied"), at=T0 + timedelta(minutes=5))])
+    at = T0 + timedelta(hours=2, minutes=30)
+
+    forgetful = h.restart()  # no rebuild: the new engine knows no timers
+    assert forgetful.run([forgetful.tick(at)], commit=False).outputs == []
+
+    restarted = h.restart()
+    assert restarted.engine.rebuild_timers(restarted.stored_items()) == 2
+    batch = restarted.run([restarted.tick(at)])
+    assert [d.job_key for d in decisions(batch)] == ["job-t"]
+    later = restarted.run([restarted.tick(T0 + timedelta(hours=3, minutes=30))])
+    assert [d.job_key for d in decisions(later)] == ["job-u"]
+
+
+def test_agent_events_decide_but_never_settle_a_milestone() -> None:
+    h = Harness(registry(ONBOARD))
+    h.run([h.inbox(start("job-1"), at=T0)])
+    claim = h.run(
+        [h.inbox(event("job-1", "id_uploaded", source="agent"), at=T0 + timedelta(minutes=1))]
+    )
+    [d] = decisions(claim)
+    assert (d.outcome, d.seq, d.input["source"]) == ("applied", 2, "agent")
+    assert d.transitions == []
+    assert tasks(claim) == []
+    [snap] = snapshots(claim)
+    assert snap.milestones == {"collect": "open", "activate": "pending"}
+    assert snap.events == 1
+
+    proof = h.run(
+        [h.inbox(event("job-1", "id_uploaded", source="tool"), at=T0 + timedelta(minutes=2))]
+    )
+    assert snapshots(proof)[0].milestones == {"collect": "done", "activate": "open"}
+
+
+def test_the_now_of_an_inbox_decision_is_the_record_timestamp() -> None:
+    h = Harness(registry(ONBOARD))
+    started_at = T0 + timedelta(milliseconds=250)
+    event_at = T0 + timedelta(hours=1, minutes=30, seconds=5, milliseconds=123)
+    batch = h.run(
+        [
+            h.inbox(start("job-1"), at=started_at),
+            h.inbox(event("job-1", "id_uploaded"), at=event_at),
+        ]
+    )
+    d1, d2 = decisions(batch)
+    assert parse_iso(d1.now) == started_at
+    assert parse_iso(d2.now) == event_at
+    [snap] = snapshots(batch)
+    assert parse_iso(snap.started_at) == started_at
+    assert snap.updated_at is not None
+    assert parse_iso(snap.updated_at) == event_at
+    _opened, closed, _opened_next = tasks(batch)
+    assert isinstance(closed, TaskClosedRecord)
+    assert parse_iso(closed.at) == event_at
+
+
+def test_a_tick_record_encodes_like_the_ticker_writes_it() -> None:
+    """The harness's tick bytes are what the TickRecord model accepts."""
+    h = Harness(registry(QUICK))
+    record = h.tick(T0, partition=3)
+    tick = TickRecord.model_validate_json(record.value or b"")
+    assert (tick.partition, parse_iso(tick.at)) == (3, T0)

@@ -1,0 +1,439 @@
+"""The ``topics`` package: the inbox shapes producers may send, topic names,
+the codec, and the public names of ``topics`` and ``compiler`` (SPEC §5)."""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import orjson
+import pytest
+from pydantic import TypeAdapter
+
+import compiler
+import topics
+from topics import (
+    SCHEMA,
+    TOPIC_NAMES,
+    DeadLetter,
+    DecisionRecord,
+    InboxEvent,
+    JobSnapshot,
+    JobStart,
+    MilestoneSnapshot,
+    PlaybookRecord,
+    RecordError,
+    RecordOrigin,
+    TaskClosedRecord,
+    TaskOpenedRecord,
+    TaskRecord,
+    TickRecord,
+    Topics,
+    decode_inbox,
+    encode,
+)
+
+# The two inbox shapes pinned by the issue, byte for byte as written there.
+START_JSON = (
+    b'{"type": "job.start", "key": "job-1", "playbook_key": "onboarding", '
+    b'"subject": {}, "contacts": []}'
+)
+EVENT_JSON = (
+    b'{"type": "event", "key": "job-1", "action": "id_uploaded", "value": null, '
+    b'"properties": {}, "idempotency_key": "evt-1", "source": "world"}'
+)
+
+
+def reason_of(raw: bytes | None, key: bytes | None = None) -> str:
+    with pytest.raises(RecordError) as caught:
+        decode_inbox(raw, key)
+    assert str(caught.value) == caught.value.reason
+    return caught.value.reason
+
+
+def ev(**fields: Any) -> bytes:
+    return orjson.dumps({"type": "event", "key": "job-1", "action": "paid", **fields})
+
+
+# -- decode_inbox: what is accepted ---------------------------------------------------
+
+
+def test_the_pinned_job_start_shape_decodes() -> None:
+    message = decode_inbox(START_JSON)
+    assert isinstance(message, JobStart)
+    assert (message.type, message.key, message.playbook_key) == ("job.start", "job-1", "onboarding")
+    assert message.subject == {}
+    assert message.contacts == []
+    assert message.schema_ == 1
+
+
+def test_the_pinned_event_shape_decodes() -> None:
+    message = decode_inbox(EVENT_JSON, b"job-1")
+    assert isinstance(message, InboxEvent)
+    assert (message.type, message.key, message.action) == ("event", "job-1", "id_uploaded")
+    assert message.value is None
+    assert message.properties == {}
+    assert message.idempotency_key == "evt-1"
+    assert message.source == "world"
+    assert message.schema_ == 1
+
+
+def test_optional_fields_default() -> None:
+    start = decode_inbox(b'{"type": "job.start", "key": "j", "playbook_key": "p"}')
+    assert isinstance(start, JobStart)
+    assert (start.subject, start.contacts) == ({}, [])
+    event = decode_inbox(b'{"type": "event", "key": "j", "action": "a"}')
+    assert isinstance(event, InboxEvent)
+    assert event.source == "world"
+    assert (event.value, event.properties, event.idempotency_key) == (None, {}, None)
+
+
+@pytest.mark.parametrize("source", ["world", "tool", "agent"])
+def test_every_source_is_accepted(source: str) -> None:
+    assert decode_inbox(ev(source=source)).source == source
+
+
+@pytest.mark.parametrize("value", [None, "won", 3, -5, 99.5, True])
+def test_scalar_values_are_accepted(value: object) -> None:
+    message = decode_inbox(ev(value=value))
+    assert message.value == value
+    assert type(message.value) is type(value)
+
+
+def test_schema_one_is_accepted_and_a_higher_schema_is_refused() -> None:
+    assert decode_inbox(ev(schema=1)).schema_ == 1
+    assert SCHEMA == 1
+    reason = reason_of(ev(schema=2))
+    assert "schema" in reason
+    assert "schema" in reason_of(ev(schema=0))
+    start = orjson.dumps({"type": "job.start", "key": "j", "playbook_key": "p", "schema": 9})
+    assert "schema" in reason_of(start)
+
+
+# -- decode_inbox: what is refused, and why --------------------------------------------
+
+
+def test_an_unknown_field_is_named() -> None:
+    reason = reason_of(ev(colour="red"))
+    assert "colour" in reason
+    assert "unknown field" in reason
+    start = orjson.dumps({"type": "job.start", "key": "j", "playbook_key": "p", "extra": 1})
+    assert "extra" in reason_of(start)
+
+
+def test_a_missing_type_is_named() -> None:
+    reason = reason_of(b'{"key": "job-1", "action": "paid"}')
+    assert reason.startswith("type")
+    assert "missing" in reason
+
+
+def test_an_unknown_type_is_refused() -> None:
+    reason = reason_of(b'{"type": "launch", "key": "job-1"}')
+    assert "launch" in reason
+    assert "type" in reason
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        ({"action": 5}, "action"),
+        ({"key": 5}, "key"),
+        ({"key": ""}, "key"),
+        ({"key": "a\nb"}, "key"),
+        ({"action": ""}, "action"),
+        ({"value": {"nested": 1}}, "value"),
+        ({"value": [1, 2]}, "value"),
+        ({"properties": []}, "properties"),
+        ({"idempotency_key": 7}, "idempotency_key"),
+        ({"idempotency_key": ""}, "idempotency_key"),
+        ({"source": "boss"}, "source"),
+    ],
+)
+def test_a_wrong_type_is_refused_naming_the_field(fields: dict[str, Any], named: str) -> None:
+    assert named in reason_of(ev(**fields))
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        ({"playbook_key": 1}, "playbook_key"),
+        ({"subject": []}, "subject"),
+        ({"contacts": {}}, "contacts"),
+    ],
+)
+def test_a_wrong_type_in_a_start_is_named(fields: dict[str, Any], named: str) -> None:
+    raw = orjson.dumps({"type": "job.start", "key": "j", "playbook_key": "p", **fields})
+    assert named in reason_of(raw)
+
+
+def test_a_missing_required_field_is_named() -> None:
+    assert "action" in reason_of(b'{"type": "event", "key": "job-1"}')
+    assert "playbook_key" in reason_of(b'{"type": "job.start", "key": "job-1"}')
+    assert "key" in reason_of(b'{"type": "event", "action": "paid"}')
+
+
+@pytest.mark.parametrize("raw", [b"[1, 2]", b'"text"', b"42", b"null", b"true"])
+def test_json_that_is_not_an_object_is_refused(raw: bytes) -> None:
+    assert "expected a JSON object" in reason_of(raw)
+
+
+@pytest.mark.parametrize("raw", [b"\xff\xfe{}", b"not json", b"{", b""])
+def test_bytes_that_are_not_json_are_refused(raw: bytes) -> None:
+    assert reason_of(raw).startswith("not JSON")
+
+
+def test_a_record_without_a_value_is_refused() -> None:
+    assert reason_of(None) == "empty record (no value)"
+
+
+def test_the_record_key_must_be_the_job_key() -> None:
+    assert decode_inbox(EVENT_JSON, b"job-1").key == "job-1"
+    assert reason_of(EVENT_JSON, b"job-2") == "record key 'job-2' is not the job key 'job-1'"
+    assert "job-1" in reason_of(START_JSON, b"\xffjob-1")
+
+
+def test_record_error_is_a_value_error() -> None:
+    assert issubclass(RecordError, ValueError)
+    assert RecordError("why").reason == "why"
+
+
+# -- topic names ------------------------------------------------------------------------
+
+SHORT = ["inbox", "ticks", "tasks", "decisions", "jobs", "playbooks", "deadletter"]
+
+
+def test_the_default_prefix_names_every_topic_of_the_spec() -> None:
+    names = Topics()
+    assert names.prefix == "lemongraph."
+    assert names.inbox == "lemongraph.inbox"
+    assert names.ticks == "lemongraph.ticks"
+    assert names.tasks == "lemongraph.tasks"
+    assert names.decisions == "lemongraph.decisions"
+    assert names.jobs == "lemongraph.jobs"
+    assert names.playbooks == "lemongraph.playbooks"
+    assert names.deadletter == "lemongraph.deadletter"
+    assert names.all() == {s: f"lemongraph.{s}" for s in SHORT}
+    assert sorted(TOPIC_NAMES) == sorted(SHORT)
+
+
+def test_only_jobs_and_playbooks_are_compacted() -> None:
+    assert {s for s, (_what, compacted) in TOPIC_NAMES.items() if compacted} == {
+        "jobs",
+        "playbooks",
+    }
+    assert all(what for what, _compacted in TOPIC_NAMES.values())
+
+
+def test_a_custom_prefix() -> None:
+    names = Topics("acme.t1.")
+    assert names.inbox == "acme.t1.inbox"
+    assert names.deadletter == "acme.t1.deadletter"
+    assert names.all()["jobs"] == "acme.t1.jobs"
+    assert names.name("tasks") == "acme.t1.tasks"
+    assert names.name("acme.t1.tasks") == "acme.t1.tasks"  # a full name passes through
+    assert Topics("acme.t1.") == names  # a value: equal by prefix
+
+
+@pytest.mark.parametrize("short", SHORT)
+def test_name_of_every_short_name(short: str) -> None:
+    assert Topics("p-").name(short) == f"p-{short}"
+    assert getattr(Topics("p-"), short) == f"p-{short}"
+
+
+@pytest.mark.parametrize("bad", ["nope", "lemongraph.inbox", "acme.nope", "", "INBOX"])
+def test_name_refuses_what_is_not_a_topic(bad: str) -> None:
+    with pytest.raises(ValueError, match="unknown topic") as caught:
+        Topics("acme.").name(bad)
+    assert repr(bad) in str(caught.value)
+    assert "inbox" in str(caught.value)  # it lists what would do
+
+
+# -- encode and round trips ----------------------------------------------------------------
+
+
+def test_encode_writes_schema_under_its_wire_name() -> None:
+    data = orjson.loads(encode(JobStart(key="job-1", playbook_key="onboarding")))
+    assert data == {
+        "type": "job.start",
+        "schema": 1,
+        "key": "job-1",
+        "playbook_key": "onboarding",
+        "subject": {},
+        "contacts": [],
+    }
+
+
+def test_encode_passes_plain_data_through() -> None:
+    assert encode({"a": [1, "x"]}) == b'{"a":[1,"x"]}'
+
+
+def test_inbox_messages_round_trip() -> None:
+    start = JobStart(key="job-1", playbook_key="onboarding", subject={"n": 1}, contacts=["x"])
+    assert decode_inbox(encode(start), b"job-1") == start
+    event = InboxEvent(
+        key="job-1",
+        action="id_uploaded",
+        value=2.5,
+        properties={"a": {"b": [1]}},
+        idempotency_key="evt-1",
+        source="tool",
+    )
+    assert decode_inbox(encode(event)) == event
+
+
+def test_the_pinned_shapes_round_trip_to_equal_json() -> None:
+    for raw in (START_JSON, EVENT_JSON):
+        again = orjson.loads(encode(decode_inbox(raw)))
+        assert again == {**orjson.loads(raw), "schema": 1}
+
+
+def test_every_other_message_round_trips() -> None:
+    messages = [
+        TickRecord(partition=3, at="2026-01-05T09:00:00Z"),
+        TaskOpenedRecord(
+            task_id="job-1/collect",
+            job_key="job-1",
+            milestone="collect",
+            at="2026-01-05T09:00:00Z",
+            instructions="Ask.",
+            playbook_key="onboarding",
+            playbook_instructions="Be kind.",
+            integrations=["email"],
+            deadline="2026-01-12T09:00:00Z",
+            frontier=["collect"],
+        ),
+        TaskClosedRecord(
+            task_id="job-1/collect",
+            job_key="job-1",
+            milestone="collect",
+            at="2026-01-05T10:00:00Z",
+            outcome="timed_out",
+        ),
+        DecisionRecord(
+            job_key="job-1",
+            playbook_key="onboarding",
+            playbook_version=1,
+            origin=RecordOrigin(topic="lemongraph.inbox", partition=0, offset=7),
+            now="2026-01-05T09:00:00Z",
+            input={"type": "tick"},
+            outcome="applied",
+            seq=2,
+            state_hash="a" * 64,
+            prev_state_hash="b" * 64,
+        ),
+        JobSnapshot(
+            key="job-1",
+            status="running",
+            playbook_key="onboarding",
+            playbook_version=1,
+            seq=1,
+            started_at="2026-01-05T09:00:00Z",
+            updated_at=None,
+            milestones={"collect": "open"},
+            detail={"collect": MilestoneSnapshot(state="open")},
+            frontier=["collect"],
+            timers=[],
+            state_hash="c" * 64,
+        ),
+        PlaybookRecord(key="onboarding", version=2, spec={"key": "onboarding"}),
+        DeadLetter(
+            topic="lemongraph.inbox",
+            partition=1,
+            offset=2,
+            key_b64=None,
+            value_b64="/w==",
+            reason="not JSON",
+            at="2026-01-05T09:00:00Z",
+        ),
+    ]
+    for message in messages:
+        raw = encode(message)
+        assert orjson.loads(raw)["schema"] == 1
+        assert type(message).model_validate_json(raw) == message
+
+
+def test_task_records_are_told_apart_by_type() -> None:
+    adapter: TypeAdapter[Any] = TypeAdapter(TaskRecord)
+    closed = TaskClosedRecord(task_id="j/m", job_key="j", milestone="m", at="x", outcome="done")
+    assert isinstance(adapter.validate_json(encode(closed)), TaskClosedRecord)
+    with pytest.raises(ValueError, match="outcome"):
+        TaskClosedRecord.model_validate(
+            {"task_id": "j/m", "job_key": "j", "milestone": "m", "at": "x", "outcome": "meh"}
+        )
+
+
+def test_messages_are_frozen_and_refuse_unknown_fields() -> None:
+    start = JobStart(key="j", playbook_key="p")
+    with pytest.raises(ValueError, match="frozen"):
+        start.key = "other"  # type: ignore[misc]
+    with pytest.raises(ValueError, match="colour"):
+        TickRecord.model_validate({"partition": 0, "at": "x", "colour": 1})
+    with pytest.raises(ValueError, match="partition"):
+        TickRecord.model_validate({"partition": -1, "at": "x"})
+
+
+# -- the public names --------------------------------------------------------------------
+
+
+def public_names(module: types.ModuleType) -> set[str]:
+    return {
+        name
+        for name, value in vars(module).items()
+        if not name.startswith("_")
+        and not isinstance(value, types.ModuleType)
+        and name != "annotations"
+    }
+
+
+@pytest.mark.parametrize("module", [topics, compiler], ids=["topics", "compiler"])
+def test_all_exports_exactly_the_public_names(module: types.ModuleType) -> None:
+    exported = module.__all__
+    assert len(exported) == len(set(exported))
+    assert set(exported) == public_names(module)
+    for name in exported:
+        assert getattr(module, name) is not None
+
+
+def test_topics_exports_the_documented_names() -> None:
+    documented = {
+        "SCHEMA",
+        "TOPIC_NAMES",
+        "Topics",
+        "RecordError",
+        "decode_inbox",
+        "encode",
+        "JobStart",
+        "InboxEvent",
+        "InboxMessage",
+        "TickRecord",
+        "TaskOpenedRecord",
+        "TaskClosedRecord",
+        "TaskRecord",
+        "DecisionRecord",
+        "RecordOrigin",
+        "JobSnapshot",
+        "MilestoneSnapshot",
+        "PlaybookRecord",
+        "DeadLetter",
+    }
+    assert documented <= set(topics.__all__)
+
+
+def test_compiler_exports_the_documented_names() -> None:
+    documented = {
+        "compile_condition",
+        "ConditionError",
+        "Fact",
+        "Verdict",
+        "JobGraph",
+        "JobState",
+        "Step",
+        "Start",
+        "Event",
+        "Tick",
+        "load_playbook",
+        "compile_playbook",
+        "Playbook",
+        "PlaybookError",
+    }
+    assert documented <= set(compiler.__all__)
