@@ -81,7 +81,7 @@ def check(paths: tuple[Path, ...]) -> None:
                 from .simulate import _playbook_for
 
                 parsed = parse_scenarios(path.read_text(encoding="utf-8"), str(path))
-                _playbook_for(path, parsed.playbook)
+                _playbook_for(path, parsed)
             else:
                 load_playbook_file(path)
         except PlaybookError as exc:
