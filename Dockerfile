@@ -1,4 +1,4 @@
-# One image for the worker, the ticker and (later) the gateway.
+# One image for the worker, the ticker and the gateway.
 FROM python:3.11-slim
 WORKDIR /app
 COPY pyproject.toml README.md ./

@@ -206,15 +206,21 @@ def worker(no_ticker: bool, loglevel: str) -> None:
 @click.option("--loglevel", default="warning", show_default=True)
 def dev(broker_port: int, loglevel: str) -> None:
     """Run everything on this machine: the embedded broker (unless
-    LEMONGRAPH_KAFKA_URL is set), the topics, the playbooks, a worker and the
-    ticker. Ctrl-C stops it all."""
+    LEMONGRAPH_KAFKA_URL is set), the topics, the playbooks, a worker, the
+    ticker and the gateway (API and UI). Ctrl-C stops it all."""
     import dataclasses
     import shutil
+    import time
 
     from .broker import BrokerStartError, EmbeddedBroker
+    from .gateway import GatewayThread, addresses, mint_token, new_secret
     from .worker import prepare, run_worker
 
     settings = _settings()
+    if not settings.api_token_secret:
+        # A secret for this session only, so the dev token printed below works.
+        settings = dataclasses.replace(settings, api_token_secret=new_secret())
+        _say("gateway: API_TOKEN_SECRET is empty: using a random secret for this session")
     broker: EmbeddedBroker | None = None
     if settings.kafka_url is None:
         try:
@@ -231,9 +237,20 @@ def dev(broker_port: int, loglevel: str) -> None:
     else:
         _say(f"broker: {settings.kafka_url}")
     code = 1
+    gateway: GatewayThread | None = None
     try:
         prepared = prepare(settings, _say)
         _say(f"state: RocksDB under {settings.data_dir / 'faust'}")
+        gateway = GatewayThread(settings, _say)
+        try:
+            gateway.start()
+        except RuntimeError as exc:
+            raise click.ClickException(str(exc)) from None
+        _say(addresses(settings))
+        dev_token = mint_token(
+            settings.api_token_secret, now=time.time(), name="dev", ttl_seconds=7 * 86400
+        )
+        _say(f"gateway: dev token (source world, 7 days): {dev_token}")
         code = run_worker(
             settings,
             prepared.registry,
@@ -243,6 +260,8 @@ def dev(broker_port: int, loglevel: str) -> None:
             say=_say,
         )
     finally:
+        if gateway is not None:
+            gateway.stop()
         if broker is not None:
             broker.stop()
             _say("broker: stopped")
@@ -460,3 +479,101 @@ def ticker() -> None:
         run(run_ticker(settings, _say))
     except RuntimeError as exc:
         raise click.ClickException(str(exc)) from None
+
+
+@main.command()
+@click.option("--quick", is_flag=True, help="A smaller run of the same parts (under a minute).")
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(path_type=Path),
+    help="Also write the figures to this file as one JSON object.",
+)
+def bench(quick: bool, json_path: Path | None) -> None:
+    """Measure everything side by side on one broker and print a table: raw
+    aiokafka, Faust doing nothing, naive Faust, the engine end to end, latency,
+    the pure core, ticks, recovery and memory."""
+    from .bench.run import figures_json, render_table, run_bench
+
+    configured = _settings().playbooks_dir
+    try:
+        figures = run_bench(quick, _say, configured if configured.is_dir() else None)
+    except RuntimeError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo()
+    click.echo(render_table(figures))
+    if json_path is not None:
+        json_path.write_bytes(figures_json(figures))
+        click.echo(f"figures written to {json_path}")
+
+
+# -- the gateway ------------------------------------------------------------------------
+
+
+@main.command()
+def gateway() -> None:
+    """Run the HTTP gateway alone against LEMONGRAPH_KAFKA_URL (for production):
+    the API on LEMONGRAPH_API_PORT, the UI on LEMONGRAPH_UI_PORT. Tokens are
+    checked with API_TOKEN_SECRET; while it is empty every /v1 call is 401."""
+    from .gateway import run_gateway
+    from .kafka import run
+    from .worker import ensure_all_topics
+
+    settings = _settings()
+    _require_kafka(settings)
+    names = run(ensure_all_topics(settings))
+    _say(f"topics: {len(names)} ready under prefix {settings.topic_prefix!r}")
+    if not settings.api_token_secret:
+        _say("gateway: API_TOKEN_SECRET is empty: every /v1 call answers 401 until it is set")
+    sys.exit(run_gateway(settings, _say))
+
+
+@main.command()
+@click.option(
+    "--source",
+    type=click.Choice(["world", "agent", "tool"]),
+    default="world",
+    show_default=True,
+    help="Stamped on every event sent with this token; agent events never count.",
+)
+@click.option(
+    "--ttl",
+    default="30d",
+    show_default=True,
+    help="How long it is valid (90s, 15m, 12h, 30d, 1d2h), or 'never'.",
+)
+@click.option(
+    "--name", default="cli", show_default=True, help="Who it is for (shown in status lines)."
+)
+def token(source: str, ttl: str, name: str) -> None:
+    """Mint an API token signed with API_TOKEN_SECRET; it is printed alone on the
+    last line."""
+    import time
+
+    from compiler import parse_duration
+
+    from .gateway import mint_token
+
+    settings = _settings()
+    if not settings.api_token_secret:
+        raise click.ClickException(
+            "API_TOKEN_SECRET is empty: set it (the gateway checks tokens with the same secret)"
+        )
+    seconds: float | None = None
+    if ttl.strip().lower() != "never":
+        try:
+            seconds = parse_duration(ttl).total_seconds()
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--ttl") from None
+        if seconds <= 0:
+            raise click.BadParameter("must be more than zero", param_hint="--ttl")
+    minted = mint_token(
+        settings.api_token_secret,
+        now=time.time(),
+        source=source,  # type: ignore[arg-type]  # click.Choice checked it
+        name=name,
+        ttl_seconds=seconds,
+    )
+    expiry = "never expires" if seconds is None else f"valid for {ttl}"
+    click.echo(f"token for {name!r}, source {source}, {expiry}:", err=True)
+    click.echo(minted)

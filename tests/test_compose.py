@@ -18,11 +18,11 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_compose_services_use_real_commands_and_known_settings() -> None:
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     services = compose["services"]
-    assert {"kafka", "worker", "ticker"} <= set(services)
+    assert {"kafka", "worker", "ticker", "gateway"} <= set(services)
     config_source = (ROOT / "stream" / "config.py").read_text()
     known = set(re.findall(r'"((?:LEMONGRAPH|API)_[A-Z_]+)"', config_source))
     runner = CliRunner()
-    for name in ("worker", "ticker"):
+    for name in ("worker", "ticker", "gateway"):
         service = services[name]
         command = service["command"]
         result = runner.invoke(main, [command[0], "--help"])
@@ -34,3 +34,9 @@ def test_compose_services_use_real_commands_and_known_settings() -> None:
     kafka_env = services["kafka"]["environment"]
     assert kafka_env["KAFKA_PROCESS_ROLES"] == "broker,controller"  # KRaft, no ZooKeeper
     assert "/data" in services["worker"]["volumes"]  # one RocksDB per replica
+    gateway = services["gateway"]
+    assert (
+        gateway["environment"]["LEMONGRAPH_GATEWAY_HOST"] == "0.0.0.0"
+    )  # reachable in a container
+    assert "API_TOKEN_SECRET" in gateway["environment"]
+    assert {"3000:3000", "3002:3002"} <= set(gateway["ports"])

@@ -1,6 +1,7 @@
 """Fixtures for tests against a real Kafka broker.
 
-A session fixture starts the embedded Tansu broker on a free port, unless
+A session fixture (``kafka_url``, in tests/conftest.py, shared with the gateway
+tests) starts the embedded Tansu broker on a free port, unless
 LEMONGRAPH_KAFKA_URL points at one. Every test gets its own topic prefix (and so
 its own consumer group) and its own data folder; workers run as real
 `lemongraph worker` processes.
@@ -25,22 +26,11 @@ from typing import Any
 import orjson
 import pytest
 
-from stream.broker import EmbeddedBroker
 from stream.kafka import bootstrap_of, producer, read_topic
 from topics import Topics
 
 ROOT = Path(__file__).resolve().parents[2]
 LEMONGRAPH = Path(sys.executable).parent / "lemongraph"
-
-
-@pytest.fixture(scope="session")
-def kafka_url() -> Iterator[str]:
-    configured = os.environ.get("LEMONGRAPH_KAFKA_URL", "").strip()
-    if configured:
-        yield configured
-        return
-    with EmbeddedBroker() as broker:
-        yield broker.url
 
 
 @dataclass

@@ -1,0 +1,5 @@
+"""``python -m stream`` is ``lemongraph``."""
+
+from stream.cli import main
+
+main()

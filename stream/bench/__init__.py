@@ -1,0 +1,5 @@
+"""``lemongraph bench``: one run, one broker, every figure side by side.
+
+See ``run.py`` for the table it prints and ``README.md`` (section Benchmarks)
+for what each figure means.
+"""

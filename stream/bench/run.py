@@ -1,0 +1,475 @@
+"""The benchmark run: every figure in one process tree, on one broker.
+
+Order: raw aiokafka ceiling → Faust doing nothing → naive Faust (table write and
+send per event) → the engine end to end → latency at a steady rate → memory per
+idle job → recovery after SIGKILL → the pure core → tick cost. Everything runs
+against the same broker; each part gets its own topics (a fresh prefix).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+from aiokafka import AIOKafkaConsumer
+from aiokafka.structs import TopicPartition
+
+from stream.broker import EmbeddedBroker, ensure_topics
+from stream.kafka import bootstrap_of, producer, read_topic
+from topics import Topics
+
+from .micro import core_decisions_per_s, tick_cost_ms
+from .workload import onboarding_mix
+
+__all__ = ["Figures", "Parameters", "run_bench"]
+
+PARTITIONS = 4
+
+
+@dataclass(frozen=True)
+class Parameters:
+    """What a run measures with."""
+
+    quick: bool
+    raw_records: int
+    faust_records: int
+    engine_jobs: int
+    latency_rate: int
+    latency_seconds: float
+    recovery_jobs: int
+    core_jobs: int
+    tick_pending_large: int
+    tick_due: int
+
+    @classmethod
+    def for_run(cls, quick: bool) -> Parameters:
+        if quick:
+            return cls(True, 20_000, 5_000, 1_000, 1_000, 3.0, 5_000, 500, 100_000, 200)
+        return cls(False, 100_000, 30_000, 10_000, 1_000, 10.0, 100_000, 3_000, 1_000_000, 1_000)
+
+
+@dataclass
+class Figures:
+    """Every figure of one run (the keys of ``--json``)."""
+
+    raw_produce_per_s: float = 0.0
+    raw_consume_per_s: float = 0.0
+    framework_events_per_s: float = 0.0
+    naive_events_per_s: float = 0.0
+    engine_events_per_s: float = 0.0
+    engine_vs_naive: float = 0.0
+    engine_vs_framework: float = 0.0
+    p50_latency_ms: float = 0.0
+    p99_latency_ms: float = 0.0
+    core_decisions_per_s: float = 0.0
+    tick_ms_1m_pending: float = 0.0
+    tick_ms_1k_pending: float = 0.0
+    recovery_s: float = 0.0
+    rss_mb_per_100k_jobs: float = 0.0
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+class _Process:
+    """A child process whose output lines are collected."""
+
+    def __init__(self, args: list[str], env: dict[str, str], cwd: Path) -> None:
+        self.proc = subprocess.Popen(  # noqa: S603 - our own interpreter and entry points
+            args, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        self.lines: list[str] = []
+        assert self.proc.stdout is not None
+        out = self.proc.stdout
+        self.reader = threading.Thread(target=lambda: self.lines.extend(out), daemon=True)
+        self.reader.start()
+
+    def wait_for(self, text: str, timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for line in list(self.lines):
+                if text in line:
+                    return line
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.02)
+        raise RuntimeError(f"never saw {text!r}; output:\n" + "".join(self.lines[-30:]))
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(30)
+        self.reader.join(5)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+async def _produce(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]]) -> float:
+    """Produce and wait for every ack; returns the elapsed seconds."""
+    async with producer(bootstrap) as client:
+        started = time.perf_counter()
+        futures = [await client.send(topic, value, key=key) for key, value in records]
+        await asyncio.gather(*futures)
+        return time.perf_counter() - started
+
+
+async def _consume_all(bootstrap: str, topic: str, count: int) -> float:
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        max_poll_records=10_000,
+    )
+    await consumer.start()
+    try:
+        await asyncio.sleep(0)
+        tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        seen = 0
+        started = time.perf_counter()
+        while seen < count:
+            batches = await consumer.getmany(timeout_ms=500, max_records=10_000)
+            seen += sum(len(v) for v in batches.values())
+        return time.perf_counter() - started
+    finally:
+        await consumer.stop()
+
+
+async def _count(bootstrap: str, topic: str) -> tuple[int, list[tuple[int, int]]]:
+    """Records of a topic, and each record's (timestamp, partition)."""
+    stamps = [(r.timestamp_ms, r.partition) async for r in read_topic(bootstrap, topic, idle=0.3)]
+    return len(stamps), stamps
+
+
+class Bench:
+    """One run."""
+
+    def __init__(
+        self,
+        url: str,
+        params: Parameters,
+        say: Callable[[str], None],
+        playbooks: Path,
+        workdir: Path,
+    ) -> None:
+        self.url = url
+        self.bootstrap = bootstrap_of(url)
+        self.params = params
+        self.say = say
+        self.playbooks = playbooks
+        self.workdir = workdir
+        self.figures = Figures(parameters=asdict(params))
+        self.run_id = uuid.uuid4().hex[:8]
+
+    def _env(self, prefix: str, data: Path) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            LEMONGRAPH_KAFKA_URL=self.url,
+            LEMONGRAPH_TOPIC_PREFIX=prefix,
+            LEMONGRAPH_PARTITIONS=str(PARTITIONS),
+            LEMONGRAPH_DATA_DIR=str(data),
+            LEMONGRAPH_PLAYBOOKS_DIR=str(self.playbooks),
+            LEMONGRAPH_TICK_INTERVAL="1",
+        )
+        return env
+
+    # -- raw and framework ceilings ----------------------------------------------------
+
+    def raw(self) -> list[tuple[bytes, bytes]]:
+        topic = f"bench-{self.run_id}-raw"
+        mix = onboarding_mix(self.params.raw_records // 3 + 1, seed=5)[: self.params.raw_records]
+        records = [(m["key"].encode(), orjson.dumps(m)) for m in mix]
+        asyncio.run(ensure_topics(self.bootstrap, {topic: PARTITIONS}))
+        produce_s = asyncio.run(_produce(self.bootstrap, topic, records))
+        consume_s = asyncio.run(_consume_all(self.bootstrap, topic, len(records)))
+        self.figures.raw_produce_per_s = len(records) / produce_s
+        self.figures.raw_consume_per_s = len(records) / consume_s
+        self.say(
+            f"raw aiokafka: produce {self.figures.raw_produce_per_s:,.0f}/s, "
+            f"consume {self.figures.raw_consume_per_s:,.0f}/s ({len(records):,} records)"
+        )
+        return records
+
+    def faust_baseline(self, mode: str, records: list[tuple[bytes, bytes]]) -> float:
+        topic = f"bench-{self.run_id}-{mode}"
+        asyncio.run(ensure_topics(self.bootstrap, {topic: PARTITIONS}))
+        asyncio.run(_produce(self.bootstrap, topic, records))
+        data = self.workdir / f"faust-{mode}"
+        child = _Process(
+            [
+                sys.executable,
+                "-m",
+                "stream.bench.faust_apps",
+                mode,
+                self.url,
+                topic,
+                str(data),
+                str(len(records)),
+                str(PARTITIONS),
+            ],
+            dict(os.environ),
+            self.workdir,
+        )
+        try:
+            first = float(child.wait_for("BENCH first", 120).split()[2])
+            done = float(child.wait_for("BENCH done", 600).split()[3])
+        finally:
+            child.kill()
+        rate = (len(records) - 1) / (done - first)
+        self.say(f"faust {mode}: {rate:,.0f} events/s ({len(records):,} records)")
+        return rate
+
+    # -- the engine ---------------------------------------------------------------------
+
+    def engine(self) -> None:
+        prefix = f"bench-{self.run_id}-engine."
+        topics = Topics(prefix)
+        data = self.workdir / "engine"
+        env = self._env(prefix, data)
+        worker = _Process([sys.executable, "-m", "stream", "worker"], env, self.workdir)
+        try:
+            worker.wait_for("ready", 120)
+            base_rss = _rss_mb(worker.proc.pid)
+            # 1. Throughput: a burst of the onboarding mix for engine_jobs jobs.
+            mix = onboarding_mix(self.params.engine_jobs, seed=11, prefix="tp")
+            records = [(m["key"].encode(), orjson.dumps(m)) for m in mix]
+            asyncio.run(_produce(self.bootstrap, topics.inbox, records))
+            expected = _expected_decisions(mix)
+            stamps = self._wait_decisions(topics.decisions, expected, 600)
+            refused = asyncio.run(_refusals(self.bootstrap, topics.decisions))
+            if refused:
+                raise RuntimeError(f"the engine refused {len(refused)} inputs, e.g. {refused[:3]}")
+            span = (max(stamps) - min(stamps)) / 1000
+            self.figures.engine_events_per_s = len(records) / span if span > 0 else 0.0
+            self.say(
+                f"engine: {self.figures.engine_events_per_s:,.0f} events/s "
+                f"({len(records):,} records, {self.params.engine_jobs:,} jobs, "
+                f"{expected:,} decisions)"
+            )
+            # 2. Latency at a steady rate: new jobs, task.opened on arrival.
+            self._latency(topics)
+            # 3. Memory: fill the table to recovery_jobs idle jobs.
+            have = self.params.engine_jobs + self._latency_jobs
+            more = max(0, self.params.recovery_jobs - have)
+            starts = [
+                (
+                    f"idle-{i:07d}".encode(),
+                    orjson.dumps(
+                        {"type": "job.start", "key": f"idle-{i:07d}", "playbook_key": "onboarding"}
+                    ),
+                )
+                for i in range(more)
+            ]
+            done_before = self._decisions_so_far(topics.decisions)
+            asyncio.run(_produce(self.bootstrap, topics.inbox, starts))
+            self._wait_decisions(topics.decisions, done_before + more, 900)
+            time.sleep(1.5)  # let the last batch's writes and commit settle
+            jobs = have + more
+            rss = _rss_mb(worker.proc.pid)
+            self.figures.rss_mb_per_100k_jobs = (rss - base_rss) * 100_000 / jobs
+            self.say(
+                f"memory: worker RSS {base_rss:.0f} MB empty, {rss:.0f} MB with "
+                f"{jobs:,} idle jobs → {self.figures.rss_mb_per_100k_jobs:.0f} MB per 100k"
+            )
+            # 4. Recovery: SIGKILL, restart, first new decision.
+            worker.kill()
+            decided = self._decisions_so_far(topics.decisions)
+            restarted = time.time()
+            worker = _Process([sys.executable, "-m", "stream", "worker"], env, self.workdir)
+            probe = {"type": "event", "key": "tp-000001", "action": "meeting_cancelled"}
+            asyncio.run(
+                _produce(self.bootstrap, topics.inbox, [(b"tp-000001", orjson.dumps(probe))])
+            )
+            stamps = self._wait_decisions(topics.decisions, decided + 1, 300)
+            first_new = max(stamps) / 1000
+            self.figures.recovery_s = first_new - restarted
+            self.say(
+                f"recovery: first new decision {self.figures.recovery_s:.1f}s after "
+                f"restarting a SIGKILLed worker with {jobs:,} jobs in its table"
+            )
+        finally:
+            worker.kill()
+
+    _latency_jobs = 0
+
+    def _latency(self, topics: Topics) -> None:
+        rate, seconds = self.params.latency_rate, self.params.latency_seconds
+        count = int(rate * seconds)
+        self._latency_jobs = count
+        sent: dict[str, float] = {}
+
+        async def go() -> None:
+            async with producer(self.bootstrap) as client:
+                started = time.monotonic()
+                for i in range(count):
+                    key = f"lat-{i:06d}"
+                    target = started + i / rate
+                    delay = target - time.monotonic()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                    value = orjson.dumps(
+                        {"type": "job.start", "key": key, "playbook_key": "onboarding"}
+                    )
+                    meta = await (await client.send(topics.inbox, value, key=key.encode()))
+                    sent[key] = meta.timestamp / 1000
+
+        asyncio.run(go())
+        arrived: dict[str, float] = {}
+        deadline = time.monotonic() + 120
+        while len(arrived) < count and time.monotonic() < deadline:
+            arrived = asyncio.run(_task_arrivals(self.bootstrap, topics.tasks, "lat-"))
+        latencies = sorted((arrived[k] - sent[k]) * 1000 for k in sent if k in arrived)
+        if len(latencies) < count:
+            raise RuntimeError(f"only {len(latencies)} of {count} tasks arrived")
+        self.figures.p50_latency_ms = statistics.median(latencies)
+        self.figures.p99_latency_ms = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
+        self.say(
+            f"latency at {rate:,}/s for {seconds:g}s: p50 {self.figures.p50_latency_ms:.1f} ms,"
+            f" p99 {self.figures.p99_latency_ms:.1f} ms (event produced → task.opened "
+            f"arrived, broker timestamps)"
+        )
+
+    def _decisions_so_far(self, topic: str) -> int:
+        return asyncio.run(_count(self.bootstrap, topic))[0]
+
+    def _wait_decisions(self, topic: str, expected: int, timeout: float) -> list[int]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            count, stamps = asyncio.run(_count(self.bootstrap, topic))
+            if count >= expected:
+                return [t for t, _ in stamps]
+            time.sleep(0.5)
+        raise RuntimeError(f"{topic}: {count} of {expected} decisions after {timeout}s")
+
+
+async def _task_arrivals(bootstrap: str, topic: str, key_prefix: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    async for r in read_topic(bootstrap, topic, idle=0.3):
+        if r.key is not None and r.key.startswith(key_prefix.encode()):
+            value = orjson.loads(r.value or b"{}")
+            if value.get("type") == "task.opened":
+                out.setdefault(r.key.decode(), r.timestamp_ms / 1000)
+    return out
+
+
+async def _refusals(bootstrap: str, topic: str) -> list[str]:
+    out = []
+    async for r in read_topic(bootstrap, topic, idle=0.3):
+        value = orjson.loads(r.value or b"{}")
+        if value.get("outcome") == "refused":
+            out.append(str(value.get("refused")))
+    return out
+
+
+def _expected_decisions(mix: list[dict[str, Any]]) -> int:
+    """Every record is a decision except a retried idempotency key."""
+    seen: set[tuple[str, str]] = set()
+    count = 0
+    for m in mix:
+        key = m.get("idempotency_key")
+        if key is not None:
+            if (m["key"], key) in seen:
+                continue
+            seen.add((m["key"], key))
+        count += 1
+    return count
+
+
+def run_bench(
+    quick: bool, say: Callable[[str], None] = print, playbooks: Path | None = None
+) -> Figures:
+    """Run every part and return the figures."""
+    params = Parameters.for_run(quick)
+    playbooks = (playbooks or Path(__file__).resolve().parents[2] / "playbooks").resolve()
+    if not (playbooks / "onboarding.yaml").is_file():
+        raise RuntimeError(
+            f"the benchmark runs the onboarding playbook: {playbooks / 'onboarding.yaml'} is "
+            "missing (set LEMONGRAPH_PLAYBOOKS_DIR to the project's playbooks folder)"
+        )
+    url = os.environ.get("LEMONGRAPH_KAFKA_URL", "").strip()
+    workdir = Path(tempfile.mkdtemp(prefix="lemongraph-bench-"))
+    broker = None
+    try:
+        if not url:
+            broker = EmbeddedBroker()
+            broker.start()
+            url = broker.url
+        say(f"parameters: {', '.join(f'{k}={v}' for k, v in asdict(params).items())}")
+        say(f"broker: {url}{' (embedded Tansu)' if broker else ''}; cores: {os.cpu_count()}")
+        bench = Bench(url, params, say, playbooks, workdir)
+        records = bench.raw()
+        faust_records = records[: params.faust_records]
+        bench.figures.framework_events_per_s = bench.faust_baseline("noop", faust_records)
+        bench.figures.naive_events_per_s = bench.faust_baseline("naive", faust_records)
+        bench.engine()
+        f = bench.figures
+        f.engine_vs_naive = f.engine_events_per_s / f.naive_events_per_s
+        f.engine_vs_framework = f.engine_events_per_s / f.framework_events_per_s
+        f.core_decisions_per_s = core_decisions_per_s(playbooks, params.core_jobs)
+        say(f"pure core: {f.core_decisions_per_s:,.0f} decisions/s")
+        f.tick_ms_1k_pending = tick_cost_ms(playbooks, params.tick_due, params.tick_due)
+        f.tick_ms_1m_pending = tick_cost_ms(
+            playbooks, params.tick_pending_large, params.tick_due, repeats=1 if quick else 3
+        )
+        say(
+            f"tick: {f.tick_ms_1k_pending:.1f} ms with {params.tick_due:,} pending, "
+            f"{f.tick_ms_1m_pending:.1f} ms with {params.tick_pending_large:,} pending "
+            f"({params.tick_due:,} due in both)"
+        )
+        return f
+    finally:
+        if broker is not None:
+            broker.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def render_table(f: Figures) -> str:
+    """The figures as a table with the targets beside them."""
+    rows = [
+        ("raw aiokafka produce", f"{f.raw_produce_per_s:,.0f} records/s", ""),
+        ("raw aiokafka consume", f"{f.raw_consume_per_s:,.0f} records/s", ""),
+        (
+            "Faust agent doing nothing (framework ceiling)",
+            f"{f.framework_events_per_s:,.0f} events/s",
+            "",
+        ),
+        ("Faust table write + send per event (naive)", f"{f.naive_events_per_s:,.0f} events/s", ""),
+        ("lemongraph engine end to end", f"{f.engine_events_per_s:,.0f} events/s", ""),
+        ("  engine / naive", f"{f.engine_vs_naive:.2f}×", "target ≥ 3×"),
+        ("  engine / framework", f"{f.engine_vs_framework:.2f}×", "target ≥ 0.6×"),
+        ("latency p50 (event → task)", f"{f.p50_latency_ms:.1f} ms", ""),
+        ("latency p99 (event → task)", f"{f.p99_latency_ms:.1f} ms", "target < 100 ms"),
+        ("pure core", f"{f.core_decisions_per_s:,.0f} decisions/s", ""),
+        ("tick, large pending set", f"{f.tick_ms_1m_pending:.1f} ms", "flat in pending"),
+        ("tick, 1k pending", f"{f.tick_ms_1k_pending:.1f} ms", ""),
+        ("recovery after SIGKILL", f"{f.recovery_s:.1f} s", "target ≤ 10 s"),
+        ("memory per 100k idle jobs", f"{f.rss_mb_per_100k_jobs:.0f} MB RSS", ""),
+    ]
+    width = max(len(r[0]) for r in rows)
+    value_width = max(len(r[1]) for r in rows)
+    return "\n".join(f"{a:<{width}}  {b:>{value_width}}  {c}".rstrip() for a, b, c in rows)
+
+
+def figures_json(f: Figures) -> bytes:
+    """The figures as one JSON object."""
+    return orjson.dumps(asdict(f), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)

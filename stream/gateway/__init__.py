@@ -1,0 +1,27 @@
+"""The HTTP gateway (SPEC §6): the API, the token scheme, the read model fed by
+the ``jobs``, ``decisions`` and ``playbooks`` topics, and the UI page.
+
+Modules: ``tokens`` (minting and checking ``lemongraph_sk_`` tokens), ``errors``
+(the one error shape), ``guard`` and ``ratelimit`` (what every ``/v1`` call
+passes first), ``readmodel`` and ``views`` (the read side), ``models`` (request
+and response bodies), ``api`` (the routes), ``docs`` (the offline docs page),
+``server`` (uvicorn, API and UI ports, the thread ``lemongraph dev`` uses).
+"""
+
+from .errors import ApiError
+from .server import GatewayThread, addresses, run_gateway, serve
+from .tokens import PREFIX, SOURCES, Principal, mint_token, new_secret, verify_token
+
+__all__ = [
+    "PREFIX",
+    "SOURCES",
+    "ApiError",
+    "GatewayThread",
+    "Principal",
+    "addresses",
+    "mint_token",
+    "new_secret",
+    "run_gateway",
+    "serve",
+    "verify_token",
+]

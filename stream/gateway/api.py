@@ -1,0 +1,378 @@
+"""The HTTP API of SPEC §6 (FastAPI): writes go to the inbox, reads come from
+the read model. ``build_api`` returns the ASGI app; :class:`Gateway` holds what
+its routes share."""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+import orjson
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
+from fastapi import Depends, FastAPI, Query, Request, Security
+from fastapi.responses import HTMLResponse, Response, StreamingResponse
+from fastapi.security import HTTPBearer
+
+from topics import InboxEvent, JobStart, encode
+
+from .docs import install_docs
+from .errors import ApiError, ErrorBody, install_handlers
+from .guard import Guard, GuardMiddleware, principal_of
+from .models import (
+    Accepted,
+    DecisionList,
+    EventBody,
+    Health,
+    JobList,
+    JobStatus,
+    JobView,
+    PlaybookList,
+    PlaybookView,
+    StartJobBody,
+)
+from .readmodel import AcceptedWrite, ReadModel
+from .tokens import Principal
+from .views import job_summary, job_view
+
+__all__ = ["Gateway", "build_api"]
+
+_BEARER = HTTPBearer(
+    auto_error=False,
+    description="`lemongraph_sk_...` from `lemongraph token` (or the one `lemongraph dev` prints).",
+)
+_KEEPALIVE_SECONDS = 15.0
+
+
+def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    return {s: {"model": ErrorBody} for s in (401, 429, *statuses)}
+
+
+@dataclass
+class Gateway:
+    """What the routes share: the read model, the producer, the guard."""
+
+    model: ReadModel
+    producer: AIOKafkaProducer
+    guard: Guard
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    broker_ok: bool = False
+    broker_checked: float = 0.0
+    accepted_writes: int = 0
+    _locks: weakref.WeakValueDictionary[str, asyncio.Lock] = field(
+        default_factory=weakref.WeakValueDictionary
+    )
+
+    def lock(self, key: str) -> asyncio.Lock:
+        """One lock per job key: writes to a job are checked and produced in turn."""
+        lock = self._locks.get(key)
+        if lock is None:
+            lock = asyncio.Lock()
+            self._locks[key] = lock
+        return lock
+
+    async def produce(self, key: str, message: JobStart | InboxEvent) -> AcceptedWrite:
+        """Put ``message`` on the inbox and wait for the broker's acknowledgement."""
+        try:
+            meta = await asyncio.wait_for(
+                self.producer.send_and_wait(
+                    self.model.topics.inbox, encode(message), key=key.encode()
+                ),
+                timeout=20,
+            )
+        except (KafkaError, TimeoutError) as exc:
+            raise ApiError(
+                503, "broker_unavailable", f"the broker did not take the write: {exc!r}"
+            ) from None
+        write = AcceptedWrite(
+            type=message.type,
+            partition=meta.partition,
+            offset=meta.offset,
+            accepted_at=datetime.now(UTC).isoformat().replace("+00:00", "Z"),
+            message=message.dump(),
+        )
+        self.model.accepted(key, write)
+        self.accepted_writes += 1
+        return write
+
+    async def broker_reachable(self) -> bool:
+        """Metadata from the broker within a few seconds (cached for 2 s)."""
+        now = self.guard.monotonic()
+        if now - self.broker_checked < 2.0:
+            return self.broker_ok
+        try:
+            await asyncio.wait_for(self.producer.client.fetch_all_metadata(), timeout=3)
+            self.broker_ok = True
+        except Exception:  # any failure means "not reachable", which is the answer
+            self.broker_ok = False
+        self.broker_checked = now
+        return self.broker_ok
+
+
+def _principal(request: Request) -> Principal:
+    return principal_of(request.scope)
+
+
+PrincipalDep = Annotated[Principal, Depends(_principal)]
+
+
+def build_api(gateway: Gateway) -> FastAPI:
+    """The API app."""
+    app = FastAPI(
+        title="lemongraph gateway",
+        version="1",
+        summary="Start jobs, send events, and read jobs, decisions and playbooks.",
+        description=(
+            "Every `/v1` call needs `Authorization: Bearer lemongraph_sk_...` "
+            "(mint one with `lemongraph token`). Errors are always "
+            '`{"error": {"code", "message"}}`. `GET /v1/jobs/{key}/events` also accepts '
+            "the token as `?access_token=` because a browser's EventSource cannot send "
+            "headers."
+        ),
+        docs_url=None,
+        redoc_url=None,
+    )
+    install_handlers(app)
+    install_docs(app)
+    app.add_middleware(GuardMiddleware, guard=gateway.guard)
+    model = gateway.model
+    secured = [Security(_BEARER)]
+
+    @app.get("/", include_in_schema=False)
+    async def home() -> HTMLResponse:
+        return HTMLResponse(
+            '<p>lemongraph gateway: <a href="/docs">API docs</a>, '
+            '<a href="/openapi.json">OpenAPI</a></p>'
+        )
+
+    @app.get("/healthz", response_model=Health, responses={503: {"model": Health}})
+    async def healthz() -> Response:
+        """Is the broker reachable and the read model caught up? 200 when both, else 503."""
+        broker = await gateway.broker_reachable()
+        caught_up = model.caught_up
+        status = "ok" if broker and caught_up else ("starting" if broker else "degraded")
+        body = Health(
+            status=status,
+            broker=broker,
+            caught_up=caught_up,
+            jobs=len(model.jobs),
+            playbooks=len(model.playbooks),
+        )
+        return Response(
+            body.model_dump_json(),
+            status_code=200 if status == "ok" else 503,
+            media_type="application/json",
+        )
+
+    @app.post(
+        "/v1/jobs",
+        status_code=202,
+        response_model=Accepted,
+        dependencies=secured,
+        responses=_errors(400, 404, 409, 413, 422, 503),
+    )
+    async def start_job(body: StartJobBody, principal: PrincipalDep) -> Accepted:
+        """Start a job: a `job.start` on the inbox, acknowledged before the 202.
+        A key in use answers 409, an unknown playbook 404."""
+        del principal
+        if model.playbook(body.playbook_key) is None:
+            raise ApiError(404, "playbook_not_found", f"no playbook {body.playbook_key!r}")
+        async with gateway.lock(body.key):
+            if model.entry(body.key) is not None:
+                raise ApiError(409, "job_exists", f"job {body.key!r} exists already")
+            message = JobStart(
+                key=body.key,
+                playbook_key=body.playbook_key,
+                subject=body.subject,
+                contacts=body.contacts,
+            )
+            write = await gateway.produce(body.key, message)
+        return Accepted(
+            type="job.start", key=body.key, partition=write.partition, offset=write.offset
+        )
+
+    @app.post(
+        "/v1/events",
+        status_code=202,
+        response_model=Accepted,
+        dependencies=secured,
+        responses=_errors(400, 404, 413, 422, 503),
+    )
+    async def send_event(body: EventBody, principal: PrincipalDep) -> Accepted:
+        """Send an event to a job. Its source is the token's. A retried
+        `idempotency_key` answers 202 again and is applied once."""
+        async with gateway.lock(body.key):
+            entry = model.entry(body.key)
+            if entry is None:
+                raise ApiError(404, "job_not_found", f"no job {body.key!r}")
+            earlier = entry.idempotency.get(body.idempotency_key or "")
+            if earlier is not None:
+                return Accepted(
+                    type="event",
+                    key=body.key,
+                    partition=earlier.partition,
+                    offset=earlier.offset,
+                    event_id=body.idempotency_key,
+                    source=earlier.message.get("source"),
+                    duplicate=True,
+                )
+            message = InboxEvent(
+                key=body.key,
+                action=body.action,
+                value=body.value,
+                properties=body.properties,
+                idempotency_key=body.idempotency_key,
+                source=principal.source,
+            )
+            write = await gateway.produce(body.key, message)
+        return Accepted(
+            type="event",
+            key=body.key,
+            partition=write.partition,
+            offset=write.offset,
+            # What verdict explanations will cite (the engine's naming).
+            event_id=body.idempotency_key or f"p{write.partition}@{write.offset}",
+            source=principal.source,
+        )
+
+    @app.get("/v1/jobs", response_model=JobList, dependencies=secured, responses=_errors(422))
+    async def list_jobs(
+        status: Annotated[JobStatus | None, Query(description="Only jobs in this status.")] = None,
+        limit: Annotated[int, Query(ge=1, le=500)] = 50,
+        cursor: Annotated[str | None, Query(max_length=200, description="A page's `next`.")] = None,
+    ) -> JobList:
+        """Jobs by key, a page at a time."""
+        rows = [job_summary(e) for e in model.jobs.values() if e.visible]
+        if status is not None:
+            rows = [r for r in rows if r.status == status]
+        rows.sort(key=lambda r: r.key)
+        total = len(rows)
+        if cursor is not None:
+            rows = [r for r in rows if r.key > cursor]
+        page = rows[:limit]
+        more = len(rows) > limit
+        return JobList(jobs=page, total=total, next=page[-1].key if more and page else None)
+
+    def visible(key: str) -> Any:
+        entry = model.jobs.get(key)
+        if entry is None or not entry.visible:
+            raise ApiError(404, "job_not_found", f"no job {key!r}")
+        return entry
+
+    @app.get("/v1/jobs/{key}", response_model=JobView, dependencies=secured, responses=_errors(404))
+    async def get_job(key: str) -> JobView:
+        """A job: status, milestones with state, deadline and verdict explanation,
+        the frontier (the first is the next best step), pending timers, and this
+        gateway's accepted writes that no decision reflects yet."""
+        return job_view(model, visible(key))
+
+    @app.get(
+        "/v1/jobs/{key}/decisions",
+        response_model=DecisionList,
+        dependencies=secured,
+        responses=_errors(404, 422),
+    )
+    async def get_decisions(
+        key: str, limit: Annotated[int, Query(ge=1, le=1000)] = 200
+    ) -> DecisionList:
+        """The audit trail: the job's newest decisions (input, `now`, verdicts with
+        explanations, transitions, effects, state hash), oldest first."""
+        visible(key)
+        kept = list(model.decisions.get(key, ()))
+        return DecisionList(key=key, decisions=kept[-limit:], kept=len(kept))
+
+    @app.get(
+        "/v1/jobs/{key}/events",
+        dependencies=secured,
+        responses={
+            200: {"content": {"text/event-stream": {}}, "description": "Server-sent events"},
+            **_errors(404),
+        },
+        response_class=StreamingResponse,
+    )
+    async def job_events(
+        key: str,
+        access_token: Annotated[
+            str | None,
+            Query(description="The token, for clients that cannot send headers (EventSource)."),
+        ] = None,
+    ) -> StreamingResponse:
+        """Server-sent events as the job changes: `job` (the full view, first at
+        once and then on every change) and `decision` (each new decision)."""
+        del access_token  # the guard read it
+        visible(key)
+        return StreamingResponse(
+            _follow(gateway, key),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
+    @app.get(
+        "/v1/playbooks", response_model=PlaybookList, dependencies=secured, responses=_errors()
+    )
+    async def list_playbooks() -> PlaybookList:
+        """The latest version of every playbook (folder and registry)."""
+        return PlaybookList(playbooks=[_playbook(model, k, None) for k in sorted(model.playbooks)])
+
+    @app.get(
+        "/v1/playbooks/{key}",
+        response_model=PlaybookView,
+        dependencies=secured,
+        responses=_errors(404, 422),
+    )
+    async def get_playbook(
+        key: str, version: Annotated[int | None, Query(ge=1)] = None
+    ) -> PlaybookView:
+        """A playbook: the latest version, or `version`."""
+        if model.playbook(key, version) is None:
+            which = f"{key!r} v{version}" if version is not None else repr(key)
+            raise ApiError(404, "playbook_not_found", f"no playbook {which}")
+        return _playbook(model, key, version)
+
+    return app
+
+
+def _playbook(model: ReadModel, key: str, version: int | None) -> PlaybookView:
+    versions = sorted(model.playbooks[key])
+    chosen = version if version is not None else versions[-1]
+    return PlaybookView(
+        key=key, version=chosen, versions=versions, spec=model.playbooks[key][chosen]
+    )
+
+
+def _sse(event: str, data: Any) -> bytes:
+    return b"event: " + event.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
+
+
+async def _follow(gateway: Gateway, key: str) -> AsyncIterator[bytes]:
+    model = gateway.model
+    flag = model.watch(key)
+    try:
+        sent = model.decision_totals.get(key, 0)
+        yield b"retry: 2000\n\n"
+        entry = model.jobs.get(key)
+        if entry is not None:
+            yield _sse("job", job_view(model, entry).model_dump(mode="json"))
+        while not gateway.stopping.is_set():
+            try:
+                await asyncio.wait_for(flag.wait(), timeout=_KEEPALIVE_SECONDS)
+            except TimeoutError:
+                yield b": keep-alive\n\n"
+                continue
+            flag.clear()
+            if gateway.stopping.is_set():
+                break
+            total = model.decision_totals.get(key, 0)
+            kept = list(model.decisions.get(key, ()))
+            for record in kept[max(0, len(kept) - (total - sent)) :]:
+                yield _sse("decision", record)
+            sent = total
+            entry = model.jobs.get(key)
+            if entry is not None:
+                yield _sse("job", job_view(model, entry).model_dump(mode="json"))
+    finally:
+        model.unwatch(key, flag)

@@ -1,0 +1,144 @@
+"""The checks every ``/v1`` request passes before any route sees it, in order:
+a valid token (401), the token's rate limit (429 with Retry-After), a body no
+larger than the limit (413).
+
+It is ASGI middleware rather than a route dependency so that the order holds
+for every request: a framework parses a JSON body before it runs dependencies,
+and an unauthenticated caller must learn nothing but 401.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qs
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .errors import ApiError, error_response
+from .ratelimit import RateLimiter
+from .tokens import Principal, verify_token
+
+__all__ = ["Guard", "GuardMiddleware", "principal_of"]
+
+#: Routes that accept the token as ``?access_token=`` too (EventSource cannot
+#: set headers).
+_SSE_SUFFIX = "/events"
+
+
+@dataclass
+class Guard:
+    """What the checks need: the secret, the limiter, the body limit, clocks."""
+
+    secret: str
+    limiter: RateLimiter
+    max_body: int
+    wall: Callable[[], float] = time.time
+    monotonic: Callable[[], float] = time.monotonic
+    refused: dict[int, int] = field(default_factory=dict)  # status → count, for status lines
+
+    def admit(self, scope: Scope) -> Principal:
+        """The principal of the request, or :class:`ApiError`."""
+        token = _bearer(scope)
+        if token is None and scope["path"].endswith(_SSE_SUFFIX):
+            query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+            given = query.get("access_token")
+            token = given[0] if given else None
+        principal = verify_token(self.secret, token, now=self.wall())
+        wait = self.limiter.take(principal.ident, self.monotonic())
+        if wait is not None:
+            raise ApiError(
+                429,
+                "rate_limited",
+                f"too many requests for this token: retry in {wait}s",
+                headers={"Retry-After": str(wait)},
+            )
+        return principal
+
+
+def _bearer(scope: Scope) -> str | None:
+    for name, value in scope.get("headers", ()):
+        if name == b"authorization":
+            text: str = bytes(value).decode("latin-1")
+            scheme, _, credentials = text.partition(" ")
+            if scheme.lower() == "bearer" and credentials.strip():
+                return credentials.strip()
+            return None
+    return None
+
+
+def principal_of(scope: Scope) -> Principal:
+    """The principal :class:`GuardMiddleware` admitted (routes under /v1 only)."""
+    principal = scope.get("state", {}).get("principal")
+    if not isinstance(principal, Principal):
+        raise ApiError(401, "token_missing", "no token was checked for this request")
+    return principal
+
+
+class GuardMiddleware:
+    """Applies :class:`Guard` to every HTTP request under ``/v1``."""
+
+    def __init__(self, app: ASGIApp, guard: Guard) -> None:
+        self.app = app
+        self.guard = guard
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith("/v1"):
+            await self.app(scope, receive, send)
+            return
+        try:
+            principal = self.guard.admit(scope)
+            body = await self._body(scope, receive)
+        except ApiError as error:
+            self.guard.refused[error.status] = self.guard.refused.get(error.status, 0) + 1
+            await error_response(error)(scope, receive, send)
+            return
+        scope.setdefault("state", {})["principal"] = principal
+        if body is None:
+            await self.app(scope, receive, send)
+            return
+        await self.app(scope, _replay(body, receive), send)
+
+    async def _body(self, scope: Scope, receive: Receive) -> bytes | None:
+        """The whole body (for methods that carry one), refused past the limit."""
+        if scope["method"] not in ("POST", "PUT", "PATCH"):
+            return None
+        limit = self.guard.max_body
+        too_large = ApiError(413, "body_too_large", f"the body is larger than {limit} bytes")
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length":
+                try:
+                    if int(value) > limit:
+                        raise too_large
+                except ValueError:
+                    raise ApiError(400, "malformed_request", "bad Content-Length") from None
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise too_large
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            message: dict[str, Any] = {"type": "http.request", "body": body, "more_body": False}
+            return message
+        return await receive()
+
+    return replay

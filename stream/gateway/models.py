@@ -1,0 +1,229 @@
+"""The gateway's request and response bodies (what its OpenAPI document shows).
+
+Request bodies forbid unknown fields: in particular an event body cannot carry a
+``source`` — the token decides it (SPEC §4), so a body that tries is refused 422.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, field_validator
+
+__all__ = [
+    "Accepted",
+    "DecisionList",
+    "EventBody",
+    "EvidenceEvent",
+    "Health",
+    "JobList",
+    "JobStatus",
+    "JobSummary",
+    "JobView",
+    "MilestoneView",
+    "PendingWrite",
+    "PlaybookList",
+    "PlaybookView",
+    "StartJobBody",
+    "TimerView",
+]
+
+JobStatus = Literal["starting", "running", "done", "failed", "refused"]
+_KEY = r"^[^\x00-\x1f]+$"
+Scalar = StrictStr | int | float | bool | None
+
+
+_INT64 = 2**63
+
+
+def _plain_json(value: Any, depth: int = 0) -> Any:
+    """Refuse what the inbox codec cannot carry faithfully: integers beyond 64
+    bits, infinite numbers, nesting deeper than 32."""
+    if depth > 32:
+        raise ValueError("nested deeper than 32 levels")
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int) and not -_INT64 <= value < _INT64:
+        raise ValueError("integers must fit in 64 bits")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError("numbers must be finite")
+    if isinstance(value, dict):
+        for item in value.values():
+            _plain_json(item, depth + 1)
+    elif isinstance(value, list):
+        for item in value:
+            _plain_json(item, depth + 1)
+    return value
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _encodable(cls, value: Any) -> Any:
+        return _plain_json(value)
+
+
+class StartJobBody(_Body):
+    """Start job ``key`` on the latest version of playbook ``playbook_key``."""
+
+    key: StrictStr = Field(min_length=1, max_length=200, pattern=_KEY)
+    playbook_key: StrictStr = Field(min_length=1, max_length=200)
+    subject: dict[str, Any] = Field(default_factory=dict)
+    contacts: list[Any] = Field(default_factory=list)
+
+
+class EventBody(_Body):
+    """Something that happened to job ``key``: one occurrence of fact ``action``.
+    The source is the token's, never the body's."""
+
+    key: StrictStr = Field(min_length=1, max_length=200, pattern=_KEY)
+    action: StrictStr = Field(min_length=1, max_length=200)
+    value: Scalar = None
+    properties: dict[str, Any] = Field(default_factory=dict)
+    idempotency_key: StrictStr | None = Field(None, min_length=1, max_length=200)
+
+
+class Accepted(BaseModel):
+    """A write that is on the inbox (the broker acknowledged it)."""
+
+    accepted: bool = True
+    type: Literal["job.start", "event"]
+    key: str
+    #: Where it landed; an event's ``event_id`` is what verdict explanations cite.
+    partition: int
+    offset: int
+    event_id: str | None = None
+    source: Literal["world", "tool", "agent"] | None = None
+    #: True when this idempotency key was accepted before: it is applied once.
+    duplicate: bool = False
+
+
+class TimerView(BaseModel):
+    """A pending timer: ``settle`` closes a window, ``due`` emits a delayed task."""
+
+    at: str
+    kind: str
+    milestone: str
+
+
+class EvidenceEvent(BaseModel):
+    """An event a verdict cites."""
+
+    id: str
+    action: str
+    value: Any = None
+    properties: dict[str, Any] = Field(default_factory=dict)
+    source: str = "world"
+    at: str | None = None
+
+
+class MilestoneView(BaseModel):
+    """One milestone: where it stands, why, and until when."""
+
+    id: str
+    state: str
+    depth: int
+    needs: list[str]
+    merge: str
+    condition: str | None
+    instructions: str
+    next_best: bool
+    opened_at: str | None = None
+    deadline: str | None = None
+    settled_at: str | None = None
+    outcome: str | None = None
+    explanation: dict[str, Any] | None = None
+    evidence: list[EvidenceEvent] = Field(default_factory=list)
+
+
+class PendingWrite(BaseModel):
+    """A write this gateway accepted that no decision reflects yet."""
+
+    type: Literal["job.start", "event"]
+    action: str | None = None
+    partition: int
+    offset: int
+    accepted_at: str
+
+
+class JobView(BaseModel):
+    """A job: status, milestones (in rank order), frontier and pending timers.
+
+    ``accepted`` is true while the job is known only from this gateway's own
+    accepted start (status ``starting``); ``pending_writes`` lists accepted
+    writes no decision reflects yet, so a client reads what it just wrote."""
+
+    key: str
+    status: JobStatus
+    accepted: bool
+    playbook_key: str
+    playbook_version: int | None
+    seq: int
+    started_at: str | None
+    updated_at: str | None
+    ended_at: str | None
+    events: int
+    goals: list[str]
+    milestones: list[MilestoneView]
+    frontier: list[str]
+    next_step: str | None
+    timers: list[TimerView]
+    pending_writes: list[PendingWrite]
+    refused: str | None = None
+
+
+class JobSummary(BaseModel):
+    """A job in a list."""
+
+    key: str
+    status: JobStatus
+    accepted: bool
+    playbook_key: str
+    playbook_version: int | None
+    updated_at: str | None
+    milestones: dict[str, str]
+    next_step: str | None
+
+
+class JobList(BaseModel):
+    """A page of jobs, by key. Pass ``next`` as ``cursor`` for the next page."""
+
+    jobs: list[JobSummary]
+    total: int
+    next: str | None
+
+
+class DecisionList(BaseModel):
+    """A job's audit trail (the newest decisions the gateway keeps), oldest first."""
+
+    key: str
+    decisions: list[dict[str, Any]]
+    kept: int
+
+
+class PlaybookView(BaseModel):
+    """A playbook version as registered (the validated spec)."""
+
+    key: str
+    version: int
+    versions: list[int]
+    spec: dict[str, Any]
+
+
+class PlaybookList(BaseModel):
+    """The latest version of every known playbook."""
+
+    playbooks: list[PlaybookView]
+
+
+class Health(BaseModel):
+    """Is the gateway ready to answer from an up-to-date read model?"""
+
+    status: Literal["ok", "starting", "degraded"]
+    broker: bool
+    caught_up: bool
+    jobs: int
+    playbooks: int

@@ -1,0 +1,201 @@
+"""Running the gateway: the read model, a producer, and two uvicorn servers in
+one event loop — the API on ``api_port`` and the UI on ``ui_port``. The UI app
+mounts the API app too, so the page reaches the API on its own origin (no CORS).
+
+``serve`` runs until ``stopping`` is set; ``run_gateway`` is the blocking entry
+point of ``lemongraph gateway`` (SIGINT/SIGTERM stop it); :class:`GatewayThread`
+runs it beside the Faust worker of ``lemongraph dev``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+from aiokafka import AIOKafkaProducer
+from starlette.applications import Starlette
+from starlette.responses import FileResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from stream.config import Settings
+from stream.files import load_playbooks_dir
+from stream.kafka import bootstrap_of
+from topics import Topics
+
+from .api import Gateway, build_api
+from .guard import Guard
+from .ratelimit import RateLimiter
+from .readmodel import ReadModel
+
+__all__ = ["GatewayThread", "addresses", "build_ui", "run_gateway", "serve"]
+
+log = logging.getLogger("lemongraph.gateway")
+UI_DIR = Path(__file__).with_name("ui")
+
+
+class _Server(uvicorn.Server):
+    """A uvicorn server that leaves signals to its owner (two run in one loop)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def build_ui(api: Any) -> Starlette:
+    """The UI app: the page and its assets, with the API mounted beside them."""
+
+    async def index(_request: Any) -> FileResponse:
+        return FileResponse(UI_DIR / "index.html", headers={"Cache-Control": "no-cache"})
+
+    return Starlette(
+        routes=[
+            Route("/", index),
+            Route("/jobs/{key}", index),  # deep links: the page reads the path
+            Mount("/ui", StaticFiles(directory=UI_DIR), name="ui"),
+            Mount("", api),
+        ]
+    )
+
+
+def _playbooks(settings: Settings, say: Callable[[str], None]) -> dict[str, dict[int, Any]]:
+    found = load_playbooks_dir(settings.playbooks_dir)
+    for problem in found.problems:
+        say(f"gateway: playbooks: problem: {str(problem).splitlines()[0]}")
+    return {key: {p.version: p.to_json()} for key, p in found.by_key.items()}
+
+
+def _config(app: Any, host: str, port: int) -> uvicorn.Config:
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_config=None,
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+        timeout_graceful_shutdown=2,
+    )
+
+
+async def serve(
+    settings: Settings,
+    stopping: asyncio.Event,
+    *,
+    say: Callable[[str], None] = log.info,
+    ready: Callable[[], None] | None = None,
+) -> None:
+    """Run the gateway until ``stopping`` is set."""
+    assert settings.kafka_url is not None
+    bootstrap = bootstrap_of(settings.kafka_url)
+    model = ReadModel(Topics(settings.topic_prefix), _playbooks(settings, say))
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", request_timeout_ms=15000)
+    await producer.start()
+    guard = Guard(
+        settings.api_token_secret,
+        RateLimiter(settings.rate_limit, settings.rate_burst),
+        settings.max_body,
+    )
+    gateway = Gateway(model, producer, guard)
+    api = build_api(gateway)
+    servers = [
+        _Server(_config(api, settings.gateway_host, settings.api_port)),
+        _Server(_config(build_ui(api), settings.gateway_host, settings.ui_port)),
+    ]
+    follower = asyncio.create_task(model.follow(bootstrap, gateway.stopping, say))
+    running = [asyncio.create_task(s.serve()) for s in servers]
+    try:
+        while not all(s.started for s in servers):
+            if any(t.done() for t in running):
+                failed = next(t for t in running if t.done())
+                failed.result()  # raises what stopped it
+                raise SystemExit("gateway: a server stopped while starting (is the port taken?)")
+            await asyncio.sleep(0.02)
+        if ready is not None:
+            ready()
+        await stopping.wait()
+    finally:
+        gateway.stopping.set()
+        model.wake_all()
+        for s in servers:
+            s.should_exit = True
+        await asyncio.gather(*running, return_exceptions=True)
+        await asyncio.gather(follower, return_exceptions=True)
+        await producer.stop()
+        refused = ", ".join(f"{n}×{s}" for s, n in sorted(guard.refused.items())) or "none"
+        say(f"gateway: stopped; {gateway.accepted_writes} writes accepted; refused: {refused}")
+
+
+def run_gateway(settings: Settings, say: Callable[[str], None] = print) -> int:
+    """Run the gateway in this thread's own loop until SIGINT or SIGTERM."""
+
+    async def main() -> None:
+        stopping = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stopping.set)
+        await serve(settings, stopping, say=say, ready=lambda: say(addresses(settings)))
+
+    asyncio.run(main())
+    return 0
+
+
+def addresses(settings: Settings) -> str:
+    """The status line that says where the gateway listens."""
+    host = settings.gateway_host if settings.gateway_host not in ("0.0.0.0", "::") else "127.0.0.1"  # noqa: S104
+    return (
+        f"gateway: UI on http://{host}:{settings.ui_port}/ ; "
+        f"API on http://{host}:{settings.api_port}/v1 "
+        f"(docs /docs, OpenAPI /openapi.json)"
+    )
+
+
+class GatewayThread:
+    """The gateway in a thread of its own (beside a Faust worker that owns the
+    main thread and its loop)."""
+
+    def __init__(self, settings: Settings, say: Callable[[str], None] = print) -> None:
+        self.settings = settings
+        self.say = say
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="lemongraph-gateway", daemon=True)
+
+    def _run(self) -> None:
+        async def main() -> None:
+            self._loop = asyncio.get_running_loop()
+            self._stopping = asyncio.Event()
+            await serve(self.settings, self._stopping, say=self.say, ready=self._ready.set)
+
+        try:
+            asyncio.run(main())
+        except BaseException as exc:  # reported by start(); the thread just ends
+            self._error = exc
+        finally:
+            self._ready.set()
+
+    def start(self, timeout: float = 30.0) -> None:
+        """Start it and wait until both servers listen; raises what went wrong."""
+        self._thread.start()
+        self._ready.wait(timeout)
+        if self._error is not None:
+            raise RuntimeError(f"gateway did not start: {self._error}") from self._error
+        if not self._ready.is_set():
+            raise RuntimeError(f"gateway did not start within {timeout:g}s")
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop it and wait for the thread."""
+        loop, stopping = self._loop, self._stopping
+        if loop is not None and stopping is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(stopping.set)
+        self._thread.join(timeout)

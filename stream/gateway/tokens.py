@@ -1,0 +1,153 @@
+"""API tokens: ``lemongraph_sk_`` + a payload signed with HMAC-SHA256.
+
+A token reads ``lemongraph_sk_<payload>.<signature>``, both parts base64url
+without padding. The payload is compact JSON::
+
+    {"v": 1, "src": "world", "name": "ops", "iat": 1767600000, "exp": 1767686400,
+     "nonce": "9f2c..."}
+
+``src`` is the source stamped on every event the token sends (SPEC §4: the
+ingress decides it, never the body). ``exp`` is absent for a token that does not
+expire. The signature covers the payload's base64 text exactly as sent, and is
+compared in constant time. Time is an argument (``now``, seconds since the epoch).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+from typing import Any, Literal, cast
+
+import orjson
+
+from .errors import ApiError
+
+__all__ = [
+    "PREFIX",
+    "SOURCES",
+    "Principal",
+    "Source",
+    "mint_token",
+    "new_secret",
+    "verify_token",
+]
+
+PREFIX = "lemongraph_sk_"
+Source = Literal["world", "tool", "agent"]
+SOURCES: tuple[Source, ...] = ("world", "tool", "agent")
+_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who a verified token speaks for."""
+
+    source: Source
+    name: str
+    nonce: str
+    issued_at: int
+    expires_at: int | None
+
+    @property
+    def ident(self) -> str:
+        """What the rate limit counts by: one bucket per minted token."""
+        return f"{self.name}/{self.nonce}"
+
+
+def new_secret() -> str:
+    """A random secret for API_TOKEN_SECRET (256 bits, URL-safe text)."""
+    return secrets.token_urlsafe(32)
+
+
+def _b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def _unb64(text: str) -> bytes:
+    padded = text + "=" * (-len(text) % 4)
+    return base64.b64decode(padded.encode("ascii"), altchars=b"-_", validate=True)
+
+
+def _sign(secret: str, payload: str) -> str:
+    return _b64(hmac.new(secret.encode(), payload.encode("ascii"), hashlib.sha256).digest())
+
+
+def mint_token(
+    secret: str,
+    *,
+    now: float,
+    source: Source = "world",
+    name: str = "default",
+    ttl_seconds: float | None = None,
+) -> str:
+    """A new signed token. ``ttl_seconds`` None: it never expires."""
+    if not secret:
+        raise ValueError("API_TOKEN_SECRET is empty: set it before minting tokens")
+    if source not in SOURCES:
+        raise ValueError(f"source must be one of {', '.join(SOURCES)}, not {source!r}")
+    claims: dict[str, Any] = {
+        "v": _VERSION,
+        "src": source,
+        "name": name,
+        "iat": int(now),
+        "nonce": secrets.token_hex(8),
+    }
+    if ttl_seconds is not None:
+        claims["exp"] = int(now + ttl_seconds)
+    payload = _b64(orjson.dumps(claims))
+    return f"{PREFIX}{payload}.{_sign(secret, payload)}"
+
+
+def _unauthorized(code: str, message: str) -> ApiError:
+    return ApiError(401, code, message, headers={"WWW-Authenticate": 'Bearer realm="lemongraph"'})
+
+
+def verify_token(secret: str, token: str | None, *, now: float) -> Principal:
+    """The principal of a valid token; :class:`ApiError` (401) with a stable code
+    otherwise: ``auth_not_configured``, ``token_missing``, ``token_malformed``,
+    ``token_invalid`` (bad signature) or ``token_expired``."""
+    if not secret:
+        raise _unauthorized(
+            "auth_not_configured",
+            "the gateway has no API_TOKEN_SECRET, so no token can be valid: set it "
+            "and mint a token with `lemongraph token`",
+        )
+    if not token:
+        raise _unauthorized(
+            "token_missing",
+            "send `Authorization: Bearer lemongraph_sk_...` (see `lemongraph token`)",
+        )
+    if not token.startswith(PREFIX) or token.count(".") != 1:
+        raise _unauthorized("token_malformed", "not a lemongraph token (lemongraph_sk_...)")
+    payload, signature = token[len(PREFIX) :].split(".")
+    try:
+        payload.encode("ascii")
+        signature.encode("ascii")
+    except UnicodeEncodeError:
+        raise _unauthorized("token_malformed", "not a lemongraph token") from None
+    # Constant time: the comparison does not stop at the first differing byte.
+    if not hmac.compare_digest(_sign(secret, payload).encode(), signature.encode()):
+        raise _unauthorized("token_invalid", "the token's signature does not match")
+    try:
+        claims = orjson.loads(_unb64(payload))
+    except (binascii.Error, ValueError, orjson.JSONDecodeError):
+        raise _unauthorized("token_malformed", "the token's payload is unreadable") from None
+    if not isinstance(claims, dict) or claims.get("v") != _VERSION:
+        raise _unauthorized("token_malformed", "unknown token version")
+    source = claims.get("src")
+    expires = claims.get("exp")
+    if source not in SOURCES or (expires is not None and not isinstance(expires, int)):
+        raise _unauthorized("token_malformed", "the token's claims are invalid")
+    if expires is not None and now >= expires:
+        raise _unauthorized("token_expired", "the token has expired: mint a new one")
+    return Principal(
+        source=cast(Source, source),
+        name=str(claims.get("name", "")),
+        nonce=str(claims.get("nonce", "")),
+        issued_at=int(claims.get("iat", 0)),
+        expires_at=expires,
+    )

@@ -1,0 +1,299 @@
+// lemongraph UI: a job list and a live job view over the gateway's API.
+// No libraries and no network beyond this origin: it works offline.
+// The token is pasted once and kept in localStorage (or given as #token=...).
+"use strict";
+
+const TOKEN_KEY = "lemongraph.token";
+const state = { token: "", filter: "", cursor: null, source: null, job: null,
+  decisions: [], listTimer: null };
+
+// -- small helpers ---------------------------------------------------------------------
+
+function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k === "class") el.className = v; else el.setAttribute(k, v === true ? "" : String(v));
+  }
+  for (const c of children.flat()) {
+    if (c === null || c === undefined || c === false) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return el;
+}
+
+const SVG = "http://www.w3.org/2000/svg";
+function s(tag, attrs, ...children) {
+  const el = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v !== null && v !== undefined) el.setAttribute(k, String(v));
+  }
+  for (const c of children.flat()) {
+    if (c !== null && c !== undefined) el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return el;
+}
+
+function notice(text) { document.getElementById("notice").textContent = text || ""; }
+
+async function api(path) {
+  if (!state.token) throw new Error("paste an API token first (lemongraph token, or the dev token)");
+  const response = await fetch(path, { headers: { Authorization: "Bearer " + state.token } });
+  const body = await response.json().catch(() => ({}));
+  if (!response.ok) {
+    const err = body.error || {};
+    throw new Error(`${response.status} ${err.code || ""}: ${err.message || response.statusText}`);
+  }
+  return body;
+}
+
+function countdown(deadline) {
+  if (!deadline) return "";
+  let left = Math.round((Date.parse(deadline) - Date.now()) / 1000);
+  const late = left < 0;
+  left = Math.abs(left);
+  const d = Math.floor(left / 86400), hr = Math.floor(left % 86400 / 3600);
+  const m = Math.floor(left % 3600 / 60), sec = left % 60;
+  const text = (d ? d + "d " : "") + (d || hr ? hr + "h " : "") + (d || hr || m ? m + "m " : "") + sec + "s";
+  return late ? text + " ago" : "in " + text;
+}
+
+function tickCountdowns() {
+  for (const el of document.querySelectorAll(".countdown[data-deadline]")) {
+    const text = countdown(el.dataset.deadline);
+    el.textContent = text;
+    el.classList.toggle("late", text.endsWith("ago"));
+  }
+}
+
+// -- token -----------------------------------------------------------------------------
+
+function loadToken() {
+  const fromHash = new URLSearchParams(location.hash.slice(1)).get("token");
+  if (fromHash) {
+    localStorage.setItem(TOKEN_KEY, fromHash);
+    history.replaceState(null, "", location.pathname + location.search);
+  }
+  state.token = localStorage.getItem(TOKEN_KEY) || "";
+  document.getElementById("token-input").placeholder = state.token
+    ? "token saved (paste another to replace it)" : "paste an API token (lemongraph_sk_…)";
+}
+
+// -- job list --------------------------------------------------------------------------
+
+async function renderList(append) {
+  const params = new URLSearchParams({ limit: "100" });
+  if (state.filter) params.set("status", state.filter);
+  if (append && state.cursor) params.set("cursor", state.cursor);
+  let page;
+  try { page = await api("/v1/jobs?" + params); } catch (e) { notice(e.message); return; }
+  notice("");
+  const body = document.querySelector("#jobs tbody");
+  if (!append) body.replaceChildren();
+  for (const job of page.jobs) {
+    const states = Object.values(job.milestones);
+    const done = states.filter((x) => x === "done").length;
+    const row = h("tr", { class: "job-row", "data-job": job.key, "data-status": job.status },
+      h("td", {}, h("a", { href: "/jobs/" + encodeURIComponent(job.key), "data-nav": "job" }, job.key)),
+      h("td", {}, h("span", { class: "badge status-" + job.status }, job.status)),
+      h("td", {}, job.playbook_key + (job.playbook_version ? " v" + job.playbook_version : "")),
+      h("td", {}, job.next_step || ""),
+      h("td", {}, states.length ? `${done}/${states.length} done` : ""),
+      h("td", { class: "muted" }, job.updated_at || ""));
+    row.addEventListener("click", (ev) => { ev.preventDefault(); go("/jobs/" + encodeURIComponent(job.key)); });
+    body.append(row);
+  }
+  state.cursor = page.next;
+  document.getElementById("more").hidden = !page.next;
+  document.getElementById("list-count").textContent = `${page.total} job(s)`;
+}
+
+// -- job view --------------------------------------------------------------------------
+
+function drawGraph(job) {
+  const svg = document.getElementById("graph");
+  const W = 190, H = 54, GX = 70, GY = 22, PAD = 16;
+  const columns = new Map();
+  for (const m of job.milestones) {
+    if (!columns.has(m.depth)) columns.set(m.depth, []);
+    columns.get(m.depth).push(m);
+  }
+  const pos = new Map();
+  let rows = 1;
+  for (const [depth, list] of columns) {
+    list.forEach((m, i) => pos.set(m.id, { x: PAD + depth * (W + GX), y: PAD + i * (H + GY) }));
+    rows = Math.max(rows, list.length);
+  }
+  const width = PAD * 2 + columns.size * (W + GX) - GX;
+  const height = PAD * 2 + rows * (H + GY) - GY;
+  svg.setAttribute("viewBox", `0 0 ${Math.max(width, 200)} ${height}`);
+  svg.style.maxHeight = Math.max(height, 120) + "px";
+  const edges = [], nodes = [];
+  for (const m of job.milestones) {
+    const to = pos.get(m.id);
+    for (const need of m.needs) {
+      const from = pos.get(need);
+      if (!from) continue;
+      const x1 = from.x + W, y1 = from.y + H / 2, x2 = to.x, y2 = to.y + H / 2;
+      edges.push(s("path", { class: "edge", d: `M${x1},${y1} C${x1 + GX / 2},${y1} ${x2 - GX / 2},${y2} ${x2},${y2}`,
+        "marker-end": "url(#arrow)" }));
+    }
+    const deadline = m.state === "open" && m.deadline;
+    nodes.push(s("g", { class: `node state-${m.state}${m.next_best ? " next" : ""}`,
+      "data-milestone": m.id, "data-state": m.state, transform: `translate(${to.x},${to.y})` },
+      s("title", {}, `${m.id}: ${m.state}${m.condition ? " — " + m.condition : ""}`),
+      s("rect", { width: W, height: H, rx: 8 }),
+      s("text", { x: 10, y: 20 }, (m.next_best ? "" : "") + m.id),
+      m.next_best ? s("text", { class: "star", x: W - 22, y: 20 }, "★") : null,
+      s("text", { class: "sub", x: 10, y: 40 }, m.state + (m.merge === "any" && m.needs.length > 1 ? " · any" : "")),
+      deadline ? s("text", { class: "sub countdown", x: 80, y: 40, "data-deadline": m.deadline }, countdown(m.deadline)) : null));
+  }
+  const defs = s("defs", {}, s("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 9, refY: 5,
+    markerWidth: 7, markerHeight: 7, orient: "auto-start-reverse" }, s("path", { d: "M0,0 L10,5 L0,10 z", fill: "#b4b4ad" })));
+  svg.replaceChildren(defs, ...edges, ...nodes);
+}
+
+function renderMilestones(job) {
+  const box = document.getElementById("milestones");
+  box.replaceChildren(...job.milestones.map((m) => {
+    const exp = m.explanation;
+    return h("div", { class: "milestone state-" + m.state, "data-milestone": m.id, "data-state": m.state },
+      h("div", { class: "head" },
+        h("strong", {}, m.id),
+        h("span", { class: "chip state-" + m.state }, m.state),
+        m.next_best ? h("span", { class: "chip next" }, "★ next best step") : null,
+        m.condition ? h("code", {}, m.condition) : null,
+        m.state === "open" && m.deadline
+          ? h("span", {}, "deadline ", h("span", { class: "countdown", "data-deadline": m.deadline }, countdown(m.deadline)))
+          : null,
+        m.outcome ? h("span", { class: "muted" }, "outcome: " + m.outcome) : null),
+      m.instructions ? h("div", { class: "muted" }, m.instructions) : null,
+      exp ? h("div", {}, "verdict ", h("strong", { class: "v-" + exp.verdict }, exp.verdict),
+        exp.closed ? " (window closed)" : " (window open)",
+        h("ul", { class: "atoms" }, (exp.atoms || []).map((a) =>
+          h("li", {}, h("code", {}, a.atom), " → ", h("span", { class: "v-" + a.verdict }, a.verdict),
+            ` (${a.count} match${a.count === 1 ? "" : "es"})`)))) : null,
+      m.evidence.length ? h("div", {}, "evidence: ", m.evidence.map((e, i) => h("span", { class: "src-" + e.source },
+        i ? ", " : "", `${e.action}${e.value !== null && e.value !== undefined ? "=" + JSON.stringify(e.value) : ""}`,
+        ` [${e.source}, ${e.id}${e.at ? ", " + e.at : ""}]`))) : null);
+  }));
+}
+
+function describeInput(input) {
+  if (!input) return "";
+  if (input.type === "event") {
+    return `event ${input.action}${input.value !== null && input.value !== undefined ? "=" + JSON.stringify(input.value) : ""} [${input.source || "world"}]`;
+  }
+  return input.type === "job.start" ? "job.start " + (input.playbook_key || "") : input.type;
+}
+
+function decisionRow(d) {
+  const moves = (d.transitions || []).map((t) => `${t.milestone}: ${t.from || t.before || "?"}→${t.to || t.after || "?"}`);
+  return h("tr", { "data-seq": d.seq },
+    h("td", {}, d.seq ?? ""), h("td", { class: "muted" }, d.now),
+    h("td", {}, describeInput(d.input)),
+    h("td", {}, d.outcome + (d.refused ? ": " + d.refused : "")),
+    h("td", {}, moves.join(", ")), h("td", {}, d.status || ""));
+}
+
+function renderDecisions() {
+  document.querySelector("#decisions tbody").replaceChildren(...state.decisions.map(decisionRow).reverse());
+}
+
+function renderJob(job) {
+  state.job = job;
+  document.getElementById("job-title").textContent = job.key;
+  const badge = document.getElementById("job-status");
+  badge.textContent = job.status;
+  badge.className = "badge status-" + job.status;
+  document.getElementById("job-meta").textContent =
+    `playbook ${job.playbook_key}${job.playbook_version ? " v" + job.playbook_version : ""} · ` +
+    `${job.events} event(s) · next step: ${job.next_step || "—"} · frontier: ${job.frontier.join(", ") || "—"}` +
+    (job.timers.length ? " · timers: " + job.timers.map((t) => `${t.kind} ${t.milestone} ${t.at}`).join("; ") : "") +
+    (job.refused ? " · refused: " + job.refused : "");
+  drawGraph(job);
+  renderMilestones(job);
+  document.getElementById("pending").replaceChildren(...job.pending_writes.map((w) =>
+    h("li", {}, `${w.type}${w.action ? " " + w.action : ""} accepted ${w.accepted_at} (partition ${w.partition}, offset ${w.offset}), not decided yet`)));
+}
+
+async function showJob(key) {
+  closeStream();
+  state.decisions = [];
+  renderDecisions();
+  let job, trail;
+  try {
+    job = await api("/v1/jobs/" + encodeURIComponent(key));
+    trail = await api("/v1/jobs/" + encodeURIComponent(key) + "/decisions");
+  } catch (e) { notice(e.message); return; }
+  notice("");
+  renderJob(job);
+  state.decisions = trail.decisions;
+  renderDecisions();
+  const live = document.getElementById("job-live");
+  const source = new EventSource("/v1/jobs/" + encodeURIComponent(key) + "/events?access_token=" + encodeURIComponent(state.token));
+  state.source = source;
+  source.addEventListener("open", () => { live.textContent = "● live"; });
+  source.addEventListener("error", () => { live.textContent = "○ reconnecting…"; });
+  source.addEventListener("job", (ev) => renderJob(JSON.parse(ev.data)));
+  source.addEventListener("decision", (ev) => {
+    state.decisions.push(JSON.parse(ev.data));
+    if (state.decisions.length > 500) state.decisions.shift();
+    renderDecisions();
+  });
+}
+
+function closeStream() {
+  if (state.source) { state.source.close(); state.source = null; }
+}
+
+// -- navigation ------------------------------------------------------------------------
+
+function route() {
+  const match = location.pathname.match(/^\/jobs\/(.+)$/);
+  document.getElementById("list-view").hidden = Boolean(match);
+  document.getElementById("job-view").hidden = !match;
+  clearInterval(state.listTimer);
+  if (match) {
+    showJob(decodeURIComponent(match[1]));
+  } else {
+    closeStream();
+    renderList(false);
+    state.listTimer = setInterval(() => renderList(false), 2000);
+  }
+}
+
+function go(path) {
+  history.pushState(null, "", path);
+  route();
+}
+
+document.addEventListener("click", (ev) => {
+  const link = ev.target.closest("a[data-nav]");
+  if (!link) return;
+  ev.preventDefault();
+  go(link.getAttribute("href"));
+});
+window.addEventListener("popstate", route);
+document.getElementById("status-filter").addEventListener("change", (ev) => {
+  state.filter = ev.target.value;
+  renderList(false);
+});
+document.getElementById("more").addEventListener("click", () => renderList(true));
+document.getElementById("token-form").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  const input = document.getElementById("token-input");
+  if (input.value.trim()) localStorage.setItem(TOKEN_KEY, input.value.trim());
+  input.value = "";
+  loadToken();
+  route();
+});
+document.getElementById("token-forget").addEventListener("click", () => {
+  localStorage.removeItem(TOKEN_KEY);
+  loadToken();
+  route();
+});
+
+loadToken();
+route();
+setInterval(tickCountdowns, 1000);

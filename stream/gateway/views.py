@@ -1,0 +1,185 @@
+"""Read-model entries as API responses: a job with its milestones in rank order
+(topological depth, then playbook order), each with its verdict explanation and
+the events that explanation cites."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .models import (
+    EvidenceEvent,
+    JobStatus,
+    JobSummary,
+    JobView,
+    MilestoneView,
+    PendingWrite,
+    TimerView,
+)
+from .readmodel import AcceptedWrite, JobEntry, ReadModel
+
+__all__ = ["job_summary", "job_view"]
+
+
+def _depths(milestones: list[dict[str, Any]]) -> dict[str, int]:
+    needs = {m["id"]: list(m.get("needs") or []) for m in milestones}
+    depth: dict[str, int] = {}
+
+    def of(mid: str, trail: frozenset[str]) -> int:
+        if mid in depth:
+            return depth[mid]
+        if mid in trail:  # a registered playbook has no cycles; be safe anyway
+            return 0
+        parents = [n for n in needs.get(mid, []) if n in needs]
+        value = 1 + max((of(n, trail | {mid}) for n in parents), default=-1)
+        depth[mid] = value
+        return value
+
+    for m in milestones:
+        of(m["id"], frozenset())
+    return depth
+
+
+def _goals(spec: dict[str, Any]) -> list[str]:
+    goals = spec.get("goals")
+    if goals:
+        return [str(g) for g in goals]
+    milestones = spec.get("milestones") or []
+    needed = {n for m in milestones for n in (m.get("needs") or [])}
+    return [m["id"] for m in milestones if m["id"] not in needed]
+
+
+def _status(entry: JobEntry) -> JobStatus:
+    if entry.snapshot is not None:
+        return entry.snapshot.status
+    return "refused" if entry.refused is not None else "starting"
+
+
+def _pending(writes: list[AcceptedWrite]) -> list[PendingWrite]:
+    return [
+        PendingWrite(
+            type="event" if w.type == "event" else "job.start",
+            action=w.message.get("action"),
+            partition=w.partition,
+            offset=w.offset,
+            accepted_at=w.accepted_at,
+        )
+        for w in writes
+    ]
+
+
+def _evidence(
+    model: ReadModel, key: str, explanation: dict[str, Any] | None
+) -> list[EvidenceEvent]:
+    if not explanation:
+        return []
+    known: dict[str, dict[str, Any]] = dict(model.events.get(key) or {})
+    out: list[EvidenceEvent] = []
+    seen: set[str] = set()
+    for atom in explanation.get("atoms") or []:
+        for ident in atom.get("evidence") or []:
+            ident = str(ident)
+            if ident in seen:
+                continue
+            seen.add(ident)
+            event = known.get(ident)
+            if event is None:
+                out.append(EvidenceEvent(id=ident, action=str(atom.get("atom", "?"))))
+                continue
+            out.append(
+                EvidenceEvent(
+                    id=ident,
+                    action=str(event.get("action")),
+                    value=event.get("value"),
+                    properties=dict(event.get("properties") or {}),
+                    source=str(event.get("source", "world")),
+                    at=event.get("at"),
+                )
+            )
+    return out
+
+
+def job_view(model: ReadModel, entry: JobEntry) -> JobView:
+    """The full view of one job."""
+    snapshot = entry.snapshot
+    start = entry.start
+    if snapshot is not None:
+        playbook_key, version = snapshot.playbook_key, snapshot.playbook_version
+    else:
+        assert start is not None
+        playbook_key, version = str(start.message["playbook_key"]), None
+    spec = model.playbook(playbook_key, version) or {}
+    if version is None and spec:
+        version = int(spec.get("version", 0)) or None
+    specs = list(spec.get("milestones") or [])
+    depth = _depths(specs)
+    frontier = list(snapshot.frontier) if snapshot is not None else []
+    order = sorted(range(len(specs)), key=lambda i: (depth.get(specs[i]["id"], 0), i))
+    milestones = []
+    for i in order:
+        m = specs[i]
+        detail = snapshot.detail.get(m["id"]) if snapshot is not None else None
+        milestones.append(
+            MilestoneView(
+                id=m["id"],
+                state=detail.state if detail is not None else "pending",
+                depth=depth.get(m["id"], 0),
+                needs=list(m.get("needs") or []),
+                merge=str(m.get("merge", "all")),
+                condition=m.get("condition"),
+                instructions=str(m.get("instructions", "")),
+                next_best=bool(frontier) and frontier[0] == m["id"],
+                opened_at=detail.opened_at if detail else None,
+                deadline=detail.deadline if detail else None,
+                settled_at=detail.settled_at if detail else None,
+                outcome=detail.outcome if detail else None,
+                explanation=detail.explanation if detail else None,
+                evidence=_evidence(model, entry.key, detail.explanation if detail else None),
+            )
+        )
+    pending = ([start] if snapshot is None and start is not None else []) + entry.pending
+    return JobView(
+        key=entry.key,
+        status=_status(entry),
+        accepted=snapshot is None,
+        playbook_key=playbook_key,
+        playbook_version=version,
+        seq=snapshot.seq if snapshot is not None else 0,
+        started_at=snapshot.started_at if snapshot is not None else None,
+        updated_at=snapshot.updated_at if snapshot is not None else None,
+        ended_at=snapshot.ended_at if snapshot is not None else None,
+        events=snapshot.events if snapshot is not None else 0,
+        goals=_goals(spec),
+        milestones=milestones,
+        frontier=frontier,
+        next_step=frontier[0] if frontier else None,
+        timers=[TimerView.model_validate(t) for t in snapshot.timers] if snapshot else [],
+        pending_writes=_pending(pending),
+        refused=entry.refused,
+    )
+
+
+def job_summary(entry: JobEntry) -> JobSummary:
+    """A job as a row of the list."""
+    snapshot = entry.snapshot
+    if snapshot is not None:
+        return JobSummary(
+            key=entry.key,
+            status=snapshot.status,
+            accepted=False,
+            playbook_key=snapshot.playbook_key,
+            playbook_version=snapshot.playbook_version,
+            updated_at=snapshot.updated_at or snapshot.started_at,
+            milestones=dict(snapshot.milestones),
+            next_step=snapshot.frontier[0] if snapshot.frontier else None,
+        )
+    assert entry.start is not None
+    return JobSummary(
+        key=entry.key,
+        status=_status(entry),
+        accepted=True,
+        playbook_key=str(entry.start.message["playbook_key"]),
+        playbook_version=None,
+        updated_at=entry.start.accepted_at,
+        milestones={},
+        next_step=None,
+    )

@@ -1,0 +1,137 @@
+"""Fixtures for gateway tests: a real `lemongraph gateway` process on free ports,
+with its own topic prefix on the shared broker (the Lane of tests/stream), and a
+real worker where a test needs decisions."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pytest
+
+from stream.broker import free_port
+from stream.gateway import mint_token
+from tests.stream.conftest import LEMONGRAPH, Lane, lane
+
+__all__ = ["SECRET", "GatewayProcess", "Lane", "lane"]
+
+SECRET = "test-secret-0123456789"
+
+
+@dataclass
+class GatewayProcess:
+    """A `lemongraph gateway` subprocess, what it printed, and a client for it."""
+
+    proc: subprocess.Popen[str]
+    api: str
+    ui: str
+    secret: str
+    lines: list[str] = field(default_factory=list)
+
+    def token(self, **options: Any) -> str:
+        """A token signed with this gateway's secret."""
+        return mint_token(self.secret, now=time.time(), **options)
+
+    def client(self, token: str | None = None, base: str | None = None) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return httpx.Client(base_url=base or self.api, headers=headers, timeout=30)
+
+    def wait_healthy(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        last = ""
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                break
+            try:
+                response = httpx.get(f"{self.api}/healthz", timeout=5)
+                last = response.text
+                if response.status_code == 200:
+                    return
+            except httpx.TransportError as exc:
+                last = repr(exc)
+            time.sleep(0.2)
+        raise AssertionError(f"gateway never healthy ({last}); output:\n" + "".join(self.lines))
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        return self.proc.returncode
+
+
+@pytest.fixture
+def start_gateway(lane: Lane) -> Iterator[Callable[..., GatewayProcess]]:
+    """Start `lemongraph gateway` for this lane; extra keyword arguments are
+    environment variables (e.g. ``API_TOKEN_SECRET=""``)."""
+    started: list[GatewayProcess] = []
+
+    def start(**env: str) -> GatewayProcess:
+        api_port, ui_port = free_port(), free_port()
+        settings = {
+            "API_TOKEN_SECRET": SECRET,
+            "LEMONGRAPH_API_PORT": str(api_port),
+            "LEMONGRAPH_UI_PORT": str(ui_port),
+            "LEMONGRAPH_RATE_LIMIT": "1000",
+            "LEMONGRAPH_RATE_BURST": "1000",
+            **env,
+        }
+        proc = subprocess.Popen(
+            [str(LEMONGRAPH), "gateway"],
+            cwd=lane.root,
+            env=lane.env(**settings),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        gateway = GatewayProcess(
+            proc,
+            api=f"http://127.0.0.1:{api_port}",
+            ui=f"http://127.0.0.1:{ui_port}",
+            secret=settings["API_TOKEN_SECRET"],
+        )
+        assert proc.stdout is not None
+        stream = proc.stdout
+
+        def pump() -> None:
+            for line in stream:
+                gateway.lines.append(line)
+
+        threading.Thread(target=pump, daemon=True).start()
+        started.append(gateway)
+        gateway.wait_healthy()
+        return gateway
+
+    yield start
+    for gateway in started:
+        gateway.stop()
+
+
+@pytest.fixture
+def gateway(start_gateway: Callable[..., GatewayProcess]) -> GatewayProcess:
+    """A gateway with the test secret and a generous rate limit."""
+    return start_gateway()
+
+
+def wait_for(
+    check: Callable[[], Any], timeout: float = 60, interval: float = 0.2, what: str = "condition"
+) -> Any:
+    """Poll ``check`` until it returns something truthy."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out waiting for {what}")

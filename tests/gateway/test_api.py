@@ -1,0 +1,337 @@
+"""The gateway's HTTP API through the real server and the real embedded broker:
+every status code of SPEC §6, tokens, the empty secret, the rate limit,
+read-your-writes, source stamping and the live event stream."""
+
+from __future__ import annotations
+
+import base64
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from stream.gateway import mint_token
+
+from .conftest import GatewayProcess, Lane, wait_for
+
+pytestmark = [pytest.mark.broker, pytest.mark.timeout(180)]
+
+
+def error_of(response: httpx.Response) -> dict[str, Any]:
+    body = response.json()
+    assert set(body) == {"error"}, body
+    assert set(body["error"]) == {"code", "message"}, body
+    assert "Traceback" not in response.text
+    detail: dict[str, Any] = body["error"]
+    return detail
+
+
+def job_view(client: httpx.Client, key: str) -> dict[str, Any]:
+    response = client.get(f"/v1/jobs/{key}")
+    assert response.status_code == 200, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def milestone(view: dict[str, Any], mid: str) -> dict[str, Any]:
+    return next(m for m in view["milestones"] if m["id"] == mid)
+
+
+def test_a_job_is_started_read_back_and_moved_by_an_event(
+    lane: Lane, gateway: GatewayProcess
+) -> None:
+    with gateway.client(gateway.token(name="t1")) as client:
+        started = client.post("/v1/jobs", json={"key": "job-1", "playbook_key": "onboarding"})
+        assert started.status_code == 202, started.text
+        assert started.json()["type"] == "job.start"
+        # Read-your-writes: no worker runs yet, and the job reads back at once.
+        view = job_view(client, "job-1")
+        assert view["status"] == "starting"
+        assert view["accepted"] is True
+        assert [m["state"] for m in view["milestones"]] == ["pending"] * 4
+        assert [w["type"] for w in view["pending_writes"]] == ["job.start"]
+        listed = client.get("/v1/jobs", params={"status": "starting"}).json()
+        assert [j["key"] for j in listed["jobs"]] == ["job-1"]
+        # The key is taken, whether a worker decided it yet or not.
+        again = client.post("/v1/jobs", json={"key": "job-1", "playbook_key": "onboarding"})
+        assert again.status_code == 409
+        assert error_of(again)["code"] == "job_exists"
+
+        event = {"key": "job-1", "action": "id_uploaded", "idempotency_key": "upload-1"}
+        first = client.post("/v1/events", json=event)
+        assert first.status_code == 202, first.text
+        assert first.json()["source"] == "world"
+        assert first.json()["event_id"] == "upload-1"
+        retry = client.post("/v1/events", json=event)
+        assert retry.status_code == 202
+        assert retry.json()["duplicate"] is True
+        assert job_view(client, "job-1")["pending_writes"][-1]["action"] == "id_uploaded"
+
+        lane.start_worker()
+        view = wait_for(
+            lambda: (
+                (v := job_view(client, "job-1"))["status"] == "running"
+                and milestone(v, "collectIdentity")["state"] == "done"
+                and v
+            ),
+            what="collectIdentity done",
+        )
+        assert view["accepted"] is False
+        assert view["pending_writes"] == []
+        done = milestone(view, "collectIdentity")
+        assert done["explanation"]["verdict"] == "TRUE"
+        assert [e["id"] for e in done["evidence"]] == ["upload-1"]
+        assert done["evidence"][0]["source"] == "world"
+        assert view["frontier"] == ["bookCall", "selfServe"]
+        assert view["next_step"] == "bookCall"
+        assert milestone(view, "bookCall")["next_best"] is True
+        assert milestone(view, "bookCall")["deadline"]
+        assert {t["milestone"] for t in view["timers"]} == {"bookCall", "selfServe"}
+
+        trail = wait_for(
+            lambda: (d := client.get("/v1/jobs/job-1/decisions").json())["kept"] >= 2 and d,
+            what="two decisions",
+        )
+        inputs = [d["input"] for d in trail["decisions"]]
+        assert [i["type"] for i in inputs] == ["job.start", "event"]  # the retry applied once
+        assert trail["decisions"][1]["verdicts"][0]["atoms"][0]["evidence"] == ["upload-1"]
+
+        assert client.get("/v1/jobs", params={"status": "running"}).json()["total"] == 1
+        assert client.get("/v1/jobs", params={"status": "done"}).json()["jobs"] == []
+
+
+def test_jobs_are_listed_a_page_at_a_time(gateway: GatewayProcess) -> None:
+    with gateway.client(gateway.token()) as client:
+        for i in range(5):
+            body = {"key": f"job-{i}", "playbook_key": "payment-reminders"}
+            assert client.post("/v1/jobs", json=body).status_code == 202
+        seen: list[str] = []
+        cursor = None
+        while True:
+            params: dict[str, Any] = {"limit": 2}
+            if cursor:
+                params["cursor"] = cursor
+            page = client.get("/v1/jobs", params=params).json()
+            assert page["total"] == 5
+            seen.extend(j["key"] for j in page["jobs"])
+            cursor = page["next"]
+            if cursor is None:
+                break
+        assert seen == [f"job-{i}" for i in range(5)]
+        bad = client.get("/v1/jobs", params={"status": "sleeping"})
+        assert bad.status_code == 422
+        assert error_of(bad)["code"] == "invalid_query"
+
+
+def test_bad_requests_get_clear_errors(gateway: GatewayProcess) -> None:
+    with gateway.client(gateway.token()) as client:
+        unknown = client.post("/v1/jobs", json={"key": "j", "playbook_key": "nope"})
+        assert unknown.status_code == 404
+        assert error_of(unknown)["code"] == "playbook_not_found"
+        no_job = client.post("/v1/events", json={"key": "ghost", "action": "x"})
+        assert no_job.status_code == 404
+        assert error_of(no_job)["code"] == "job_not_found"
+        assert error_of(client.get("/v1/jobs/ghost"))["code"] == "job_not_found"
+        assert client.get("/v1/jobs/ghost/decisions").status_code == 404
+        assert client.get("/v1/jobs/ghost/events").status_code == 404
+        assert error_of(client.get("/v1/playbooks/nope"))["code"] == "playbook_not_found"
+        assert client.get("/v1/playbooks/onboarding", params={"version": 9}).status_code == 404
+
+        broken = client.post(
+            "/v1/jobs", content=b'{"key": ', headers={"Content-Type": "application/json"}
+        )
+        assert broken.status_code == 400
+        assert error_of(broken)["code"] == "malformed_json"
+        invalid = client.post("/v1/jobs", json={"key": "", "playbook_key": 3})
+        assert invalid.status_code == 422
+        assert error_of(invalid)["code"] == "invalid_body"
+        assert client.post("/v1/events", json=["not", "an", "object"]).status_code == 422
+        # What the inbox could not carry faithfully is refused, not half-applied.
+        for value in (b"123456789012345678901234567890", b"1e400"):
+            odd = client.post(
+                "/v1/events",
+                content=b'{"key": "ghost", "action": "a", "value": ' + value + b"}",
+                headers={"Content-Type": "application/json"},
+            )
+            assert odd.status_code == 422, odd.text
+        huge = client.post("/v1/jobs", json={"key": "j", "playbook_key": "x" * 70_000})
+        assert huge.status_code == 413
+        assert error_of(huge)["code"] == "body_too_large"
+
+        assert error_of(client.get("/v1/nothing-here"))["code"] == "not_found"
+        assert error_of(client.delete("/v1/jobs"))["code"] == "method_not_allowed"
+
+        # Nothing half-applied: none of the refused writes made a job.
+        assert client.get("/v1/jobs").json()["total"] == 0
+
+
+def test_playbooks_are_listed_and_read(gateway: GatewayProcess) -> None:
+    with gateway.client(gateway.token()) as client:
+        listed = client.get("/v1/playbooks").json()
+        keys = [p["key"] for p in listed["playbooks"]]
+        assert keys == ["lead-qualification", "onboarding", "payment-reminders"]
+        onboarding = client.get("/v1/playbooks/onboarding").json()
+        assert onboarding["version"] == 1
+        assert onboarding["versions"] == [1]
+        ids = [m["id"] for m in onboarding["spec"]["milestones"]]
+        assert ids[0] == "collectIdentity"
+
+
+def test_tokens_are_checked(gateway: GatewayProcess) -> None:
+    good = gateway.token(ttl_seconds=3600)
+    with gateway.client(good) as client:
+        assert client.get("/v1/jobs").status_code == 200
+    prefix, rest = good[: len("lemongraph_sk_")], good[len("lemongraph_sk_") :]
+    payload, signature = rest.split(".")
+    # Flip the source claim inside the payload: the signature no longer matches.
+    claims = orjson.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    claims["src"] = "tool"
+    forged = base64.urlsafe_b64encode(orjson.dumps(claims)).rstrip(b"=").decode()
+    expired = gateway.token(ttl_seconds=-1)
+    foreign = mint_token("another-secret", now=time.time())
+    cases = {
+        "token_invalid": [
+            f"{prefix}{forged}.{signature}",
+            f"{prefix}{payload}.{signature[:-2]}AA",
+            foreign,
+        ],
+        "token_expired": [expired],
+        "token_malformed": ["lemongraph_sk_nodot", "sk_live_123.abc", "lemongraph_sk_a.b.c"],
+    }
+    for code, tokens in cases.items():
+        for token in tokens:
+            with gateway.client(token) as client:
+                response = client.get("/v1/jobs")
+                assert response.status_code == 401, token
+                assert error_of(response)["code"] == code, token
+                assert response.headers["WWW-Authenticate"].startswith("Bearer")
+    missing = httpx.get(f"{gateway.api}/v1/jobs")
+    assert missing.status_code == 401
+    assert error_of(missing)["code"] == "token_missing"
+    # A bad token is refused before the body is read.
+    with gateway.client("junk") as client:
+        assert client.post("/v1/jobs", content=b"{not json").status_code == 401
+
+
+def test_an_empty_secret_refuses_every_v1_call(
+    start_gateway: Callable[..., GatewayProcess],
+) -> None:
+    gateway = start_gateway(API_TOKEN_SECRET="")
+    token = mint_token("whatever", now=time.time())
+    calls = [
+        ("GET", "/v1/jobs"),
+        ("GET", "/v1/jobs/x"),
+        ("GET", "/v1/playbooks"),
+        ("POST", "/v1/jobs"),
+        ("POST", "/v1/events"),
+    ]
+    for method, path in calls:
+        for headers in ({}, {"Authorization": f"Bearer {token}"}):
+            response = httpx.request(method, gateway.api + path, headers=headers, json={})
+            assert response.status_code == 401, (method, path)
+            error = error_of(response)
+            assert error["code"] == "auth_not_configured"
+            assert "API_TOKEN_SECRET" in error["message"]
+    assert httpx.get(f"{gateway.api}/healthz").status_code == 200
+    assert any("API_TOKEN_SECRET is empty" in line for line in gateway.lines)
+
+
+def test_each_token_has_its_own_rate_limit(
+    start_gateway: Callable[..., GatewayProcess],
+) -> None:
+    gateway = start_gateway(LEMONGRAPH_RATE_LIMIT="0.5", LEMONGRAPH_RATE_BURST="3")
+    busy, other = gateway.token(name="busy"), gateway.token(name="other")
+    with gateway.client(busy) as client:
+        codes = [client.get("/v1/playbooks").status_code for _ in range(3)]
+        assert codes == [200, 200, 200]
+        limited = client.get("/v1/playbooks")
+        assert limited.status_code == 429
+        assert error_of(limited)["code"] == "rate_limited"
+        assert int(limited.headers["Retry-After"]) >= 1
+    with gateway.client(other) as client:
+        assert client.get("/v1/playbooks").status_code == 200
+    with gateway.client(busy) as client:
+        time.sleep(2.1)  # one request's worth refills in 2 s
+        assert client.get("/v1/playbooks").status_code == 200
+
+
+def test_the_token_stamps_the_source_and_a_body_cannot(lane: Lane, gateway: GatewayProcess) -> None:
+    world = gateway.client(gateway.token(source="world"))
+    agent = gateway.client(gateway.token(source="agent"))
+    with world, agent:
+        assert (
+            world.post("/v1/jobs", json={"key": "j", "playbook_key": "onboarding"}).status_code
+            == 202
+        )
+        claim = agent.post("/v1/events", json={"key": "j", "action": "id_uploaded"})
+        assert claim.status_code == 202
+        assert claim.json()["source"] == "agent"
+        smuggled = agent.post(
+            "/v1/events", json={"key": "j", "action": "id_uploaded", "source": "world"}
+        )
+        assert smuggled.status_code == 422
+        assert "source" in error_of(smuggled)["message"]
+    inbox = [r["value"] for r in lane.read("inbox")]
+    assert [(m["type"], m.get("source")) for m in inbox] == [
+        ("job.start", None),
+        ("event", "agent"),
+    ]
+
+
+def test_job_changes_arrive_as_server_sent_events(lane: Lane, gateway: GatewayProcess) -> None:
+    token = gateway.token()
+    with gateway.client(token) as client:
+        assert (
+            client.post("/v1/jobs", json={"key": "j", "playbook_key": "onboarding"}).status_code
+            == 202
+        )
+        lane.start_worker()
+        seen: list[tuple[str, dict[str, Any]]] = []
+        # EventSource cannot send headers: the token rides in the query string.
+        with httpx.stream(
+            "GET", f"{gateway.api}/v1/jobs/j/events", params={"access_token": token}, timeout=60
+        ) as stream:
+            assert stream.status_code == 200
+            assert stream.headers["content-type"].startswith("text/event-stream")
+            event = ""
+            sent = False
+            for line in stream.iter_lines():
+                if line.startswith("event: "):
+                    event = line[len("event: ") :]
+                elif line.startswith("data: "):
+                    seen.append((event, orjson.loads(line[len("data: ") :])))
+                    if event == "job" and seen[-1][1]["status"] == "running" and not sent:
+                        sent = True
+                        posted = client.post(
+                            "/v1/events", json={"key": "j", "action": "id_uploaded"}
+                        )
+                        assert posted.status_code == 202
+                    if event == "job" and any(
+                        m["id"] == "collectIdentity" and m["state"] == "done"
+                        for m in seen[-1][1]["milestones"]
+                    ):
+                        break
+        kinds = [kind for kind, _ in seen]
+        assert kinds[0] == "job"
+        assert "decision" in kinds
+
+
+def test_healthz_and_the_docs_need_no_token(gateway: GatewayProcess) -> None:
+    health = httpx.get(f"{gateway.api}/healthz").json()
+    assert health["status"] == "ok"
+    assert health["broker"] is True
+    assert health["caught_up"] is True
+    schema = httpx.get(f"{gateway.api}/openapi.json").json()
+    assert {"/v1/jobs", "/v1/events", "/v1/jobs/{key}", "/v1/playbooks"} <= set(schema["paths"])
+    assert schema["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
+    docs = httpx.get(f"{gateway.api}/docs")
+    assert docs.status_code == 200
+    assert "/docs/assets/swagger-ui-bundle.js" in docs.text
+    assert "cdn" not in docs.text.lower()
+    assert httpx.get(f"{gateway.api}/docs/assets/swagger-ui-bundle.js").status_code == 200
+    # The UI port serves the page and the same API, on one origin.
+    assert "lemongraph" in httpx.get(gateway.ui + "/").text
+    assert httpx.get(f"{gateway.ui}/healthz").status_code == 200

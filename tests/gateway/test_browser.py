@@ -1,0 +1,110 @@
+"""The UI in headless Chromium (Debian's /usr/bin/chromium, driven by Playwright
+through its executable path; the project's set-up installs it, never Playwright's
+own browser download): a job starts, the event that clears its first milestone
+arrives, and the page shows it done without a reload."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
+
+from .conftest import GatewayProcess, Lane
+
+pytestmark = [pytest.mark.broker, pytest.mark.browser, pytest.mark.timeout(240)]
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
+
+
+@pytest.fixture
+def browser() -> Iterator[Browser]:
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} is missing: scripts/test installs Debian's chromium")
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+def test_a_milestone_turns_done_on_the_page_without_a_reload(
+    lane: Lane, gateway: GatewayProcess, browser: Browser
+) -> None:
+    lane.start_worker()
+    token = gateway.token(name="browser")
+    page: Page = browser.new_page(viewport={"width": 1280, "height": 900})
+    problems: list[str] = []
+    page.on("pageerror", lambda exc: problems.append(str(exc)))
+    outside: list[str] = []
+    page.on(
+        "request",
+        lambda request: (
+            None if request.url.startswith((gateway.ui, "data:")) else outside.append(request.url)
+        ),
+    )
+
+    page.goto(gateway.ui + "/")
+    page.fill("#token-input", token)  # pasted once, kept by the page
+    page.click("#token-form button[type=submit]")
+
+    with gateway.client(token) as client:
+        started = client.post("/v1/jobs", json={"key": "ui-job", "playbook_key": "onboarding"})
+        assert started.status_code == 202
+        row = page.locator('tr[data-job="ui-job"]')
+        row.wait_for(timeout=30_000)  # the list refreshes itself
+        row.click()
+        first = page.locator('#graph [data-milestone="collectIdentity"]')
+        page.wait_for_selector(
+            '#graph [data-milestone="collectIdentity"][data-state="open"]', timeout=30_000
+        )
+        assert "next" in (first.get_attribute("class") or "")
+        page.wait_for_selector("#job-live:has-text('live')", timeout=30_000)
+        marker = page.evaluate("() => (window.__sameDocument = Date.now())")
+
+        sent = client.post(
+            "/v1/events",
+            json={"key": "ui-job", "action": "id_uploaded", "idempotency_key": "ui-upload"},
+        )
+        assert sent.status_code == 202
+
+    page.wait_for_selector(
+        '#graph [data-milestone="collectIdentity"][data-state="done"]', timeout=30_000
+    )
+    page.wait_for_selector(
+        '#graph [data-milestone="bookCall"][data-state="open"].next', timeout=30_000
+    )
+    # Still the same document: the change arrived live, not through a reload.
+    assert page.evaluate("() => window.__sameDocument") == marker
+    card = page.locator('#milestones [data-milestone="collectIdentity"]')
+    assert "TRUE" in card.inner_text()
+    assert "ui-upload" in card.inner_text()  # the evidence the verdict cites
+    page.wait_for_selector('#decisions tr[data-seq="2"]', timeout=30_000)
+    countdown = '#milestones [data-milestone="bookCall"] .countdown'
+    before = page.locator(countdown).inner_text()
+    assert before.startswith(("in 3d", "in 2d"))
+    # The deadline counts down, second by second.
+    page.wait_for_function(
+        "([sel, before]) => document.querySelector(sel).textContent !== before",
+        arg=[countdown, before],
+        timeout=5_000,
+    )
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / "ui-job-view.png"
+    page.screenshot(path=str(shot), full_page=True)
+    print(f"screenshot: {shot}")
+    assert not problems, problems
+    assert not outside, f"the page reached outside its origin: {outside}"

@@ -1,0 +1,123 @@
+"""Tokens, the rate limit and the `lemongraph token` command (no broker needed)."""
+
+from __future__ import annotations
+
+import base64
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+
+import stream.gateway
+from stream.gateway import ApiError, mint_token, verify_token
+from stream.gateway.ratelimit import RateLimiter
+
+LEMONGRAPH = Path(sys.executable).parent / "lemongraph"
+NOW = 1_800_000_000.0
+
+
+def code_of(secret: str, token: str | None, now: float = NOW) -> str:
+    with pytest.raises(ApiError) as caught:
+        verify_token(secret, token, now=now)
+    assert caught.value.status == 401
+    return caught.value.code
+
+
+def test_the_public_names_are_pinned() -> None:
+    assert stream.gateway.__all__ == [
+        "PREFIX",
+        "SOURCES",
+        "ApiError",
+        "GatewayThread",
+        "Principal",
+        "addresses",
+        "mint_token",
+        "new_secret",
+        "run_gateway",
+        "serve",
+        "verify_token",
+    ]
+
+
+def test_a_minted_token_verifies_with_its_claims() -> None:
+    token = mint_token("s3cret", now=NOW, source="tool", name="executor", ttl_seconds=60)
+    assert token.startswith("lemongraph_sk_")
+    principal = verify_token("s3cret", token, now=NOW + 59)
+    assert (principal.source, principal.name, principal.expires_at) == (
+        "tool",
+        "executor",
+        NOW + 60,
+    )
+    assert code_of("s3cret", token, now=NOW + 60) == "token_expired"
+    forever = mint_token("s3cret", now=NOW)
+    assert verify_token("s3cret", forever, now=NOW + 10**9).expires_at is None
+
+
+def test_tampering_is_detected() -> None:
+    token = mint_token("s3cret", now=NOW, source="agent")
+    payload, signature = token.removeprefix("lemongraph_sk_").split(".")
+    claims = orjson.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    claims["src"] = "world"  # an agent token promoting itself
+    forged = base64.urlsafe_b64encode(orjson.dumps(claims)).rstrip(b"=").decode()
+    assert code_of("s3cret", f"lemongraph_sk_{forged}.{signature}") == "token_invalid"
+    assert code_of("other", token) == "token_invalid"
+    assert code_of("s3cret", token[:-1] + ("A" if token[-1] != "A" else "B")) == "token_invalid"
+    assert code_of("s3cret", "lemongraph_sk_é.x") == "token_malformed"
+    assert code_of("s3cret", None) == "token_missing"
+    assert code_of("", token) == "auth_not_configured"
+
+
+def test_minting_needs_a_secret_and_a_known_source() -> None:
+    with pytest.raises(ValueError, match="API_TOKEN_SECRET"):
+        mint_token("", now=NOW)
+    with pytest.raises(ValueError, match="source"):
+        mint_token("s", now=NOW, source="root")  # type: ignore[arg-type]
+
+
+def test_the_rate_limit_is_a_token_bucket_per_identity() -> None:
+    limiter = RateLimiter(rate=2.0, burst=2)
+    assert [limiter.take("a", 0.0) for _ in range(2)] == [None, None]
+    assert limiter.take("a", 0.0) == 1  # empty: one request refills in 0.5 s → 1 s
+    assert limiter.take("b", 0.0) is None  # another token has its own bucket
+    assert limiter.take("a", 0.5) is None
+    assert limiter.take("a", 0.5) == 1
+    slow = RateLimiter(rate=0.1, burst=1)
+    assert slow.take("x", 0.0) is None
+    assert slow.take("x", 0.0) == 10
+
+
+def run_token(*args: str, secret: str) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": "/usr/bin:/bin", "API_TOKEN_SECRET": secret}
+    return subprocess.run(
+        [str(LEMONGRAPH), "token", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_the_token_command_prints_the_token_alone_on_its_last_line() -> None:
+    result = run_token("--source", "tool", "--ttl", "2h", "--name", "ops", secret="cli-secret")
+    assert result.returncode == 0, result.stderr
+    last = result.stdout.strip().splitlines()[-1]
+    assert last.startswith("lemongraph_sk_")
+    assert " " not in last
+    principal = verify_token("cli-secret", last, now=time.time())
+    assert (principal.source, principal.name) == ("tool", "ops")
+    assert principal.expires_at is not None
+    never = run_token("--ttl", "never", secret="cli-secret")
+    assert verify_token("cli-secret", never.stdout.strip(), now=NOW).expires_at is None
+
+
+def test_the_token_command_refuses_without_a_secret_or_with_a_bad_ttl() -> None:
+    empty = run_token(secret="")
+    assert empty.returncode != 0
+    assert "API_TOKEN_SECRET" in empty.stderr
+    bad = run_token("--ttl", "soon", secret="x")
+    assert bad.returncode != 0
+    assert "--ttl" in bad.stderr
