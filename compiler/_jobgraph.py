@@ -141,6 +141,10 @@ class _Decision:
         self.transitions: list[Transition] = []
         self.effects: list[Effect] = []
         self._opened_now: list[int] = []  # indexes of TaskOpened effects this instant
+        # Open milestones whose verdict may have changed: an open-world verdict is
+        # a function of the tallies, so only a new occurrence of a fact a
+        # condition reads, or opening, can change it. The rest are not re-run.
+        self._stale: set[str] = set()
 
     # -- inputs -----------------------------------------------------------------
 
@@ -189,6 +193,7 @@ class _Decision:
         for key, atom in self.playbook.atoms_by_fact.get(fact.name, ()):
             if atom.matches(fact):
                 self.tallies[key] = self.tallies.get(key, _EMPTY).add(fact, atom.evidence_cap)
+        self._stale |= self.playbook.milestones_by_fact.get(fact.name, frozenset())
 
     def finish(self, now: datetime, input: Input) -> Step:
         """Run the rules at ``now`` and package the step."""
@@ -227,7 +232,9 @@ class _Decision:
             for milestone in self.playbook.milestones:
                 status = self.milestones[milestone.id].status
                 if status == "open":
-                    changed |= self._evaluate(milestone, at, evaluated)
+                    if milestone.id in self._stale:
+                        self._stale.discard(milestone.id)
+                        changed |= self._evaluate(milestone, at, evaluated)
                 elif status == "pending":
                     changed |= self._open_or_unreachable(milestone, at)
             if self._decide_job(at):
@@ -254,9 +261,7 @@ class _Decision:
         if explanation.verdict is Verdict.FALSE:
             self._settle(milestone, "knocked", "knocked", at, "condition FALSE", data)
             return True
-        self.milestones[milestone.id] = dataclasses.replace(
-            self.milestones[milestone.id], explanation=data
-        )
+        self.milestones[milestone.id] = self.milestones[milestone.id].with_(explanation=data)
         return False
 
     def _settle_at_close(self, milestone: Milestone, at: datetime) -> None:
@@ -301,6 +306,7 @@ class _Decision:
             task_at=task_at,
         )
         self._set_timer(Timer(deadline, "settle", milestone.id))
+        self._stale.add(milestone.id)  # evidence may have arrived before it opened
         if milestone.due is not None:
             self._set_timer(Timer(task_at, "due", milestone.id))
         else:
@@ -309,7 +315,7 @@ class _Decision:
     def _emit_task(self, milestone: Milestone, at: datetime) -> None:
         state = self.milestones[milestone.id]
         assert state.deadline is not None
-        self.milestones[milestone.id] = dataclasses.replace(state, task_open=True)
+        self.milestones[milestone.id] = state.with_(task_open=True)
         self._opened_now.append(len(self.effects))
         self.effects.append(
             TaskOpened(
@@ -397,7 +403,7 @@ class _Decision:
         self, milestone: str, status: MilestoneStatus, at: datetime, reason: str, **fields: object
     ) -> None:
         before = self.milestones[milestone]
-        self.milestones[milestone] = dataclasses.replace(before, status=status, **fields)  # type: ignore[arg-type]
+        self.milestones[milestone] = before.with_(status=status, **fields)
         self.transitions.append(Transition(milestone, before.status, status, at, reason))
 
     def _set_timer(self, timer: Timer) -> None:

@@ -133,6 +133,8 @@ class Playbook:
     needed_by: Mapping[str, tuple[str, ...]] = field(repr=False)
     #: Every distinct atom of every condition, by the fact name it reads.
     atoms_by_fact: Mapping[str, tuple[tuple[str, Atom], ...]] = field(repr=False)
+    #: The milestones whose condition reads a fact, by the fact's name.
+    milestones_by_fact: Mapping[str, frozenset[str]] = field(repr=False)
 
     @property
     def key(self) -> str:
@@ -397,9 +399,11 @@ class _Compiler:
             for need in m.needs:
                 needed_by[need].append(m.id)
         atoms: dict[str, dict[str, Atom]] = {}
+        readers: dict[str, set[str]] = {}
         for m in ranked:
             for atom in m.condition.atoms:
                 atoms.setdefault(atom.fact_name, {})[print_atom(atom)] = atom
+                readers.setdefault(atom.fact_name, set()).add(m.id)
         return Playbook(
             spec=spec,
             milestones=ranked,
@@ -407,6 +411,7 @@ class _Compiler:
             by_id={m.id: m for m in ranked},
             needed_by={k: tuple(v) for k, v in needed_by.items()},
             atoms_by_fact={k: tuple(v.items()) for k, v in atoms.items()},
+            milestones_by_fact={k: frozenset(v) for k, v in readers.items()},
         )
 
 

@@ -94,6 +94,13 @@ class MilestoneState:
     #: The verdict explanation when it settled (or last evaluated while open).
     explanation: Mapping[str, Any] | None = None
 
+    def with_(self, **changes: Any) -> MilestoneState:
+        """A copy with ``changes`` (``dataclasses.replace``, without its generic
+        overhead: the decision core makes several of these per decision)."""
+        values = {name: getattr(self, name) for name in _MILESTONE_FIELDS}
+        values.update(changes)
+        return MilestoneState(**values)
+
     def to_json(self) -> dict[str, Any]:
         """JSON-ready; absent values are left out."""
         out: dict[str, Any] = {"status": self.status}
@@ -124,6 +131,18 @@ class MilestoneState:
         )
 
 
+_MILESTONE_FIELDS = (
+    "status",
+    "opened_at",
+    "deadline",
+    "task_at",
+    "task_open",
+    "settled_at",
+    "outcome",
+    "explanation",
+)
+
+
 @dataclass(frozen=True)
 class JobState:
     """One job. Build it through ``JobGraph.next`` with a ``Start`` input."""
@@ -144,6 +163,10 @@ class JobState:
     tallies: Mapping[str, Tally] = field(default_factory=dict)
     timers: tuple[Timer, ...] = ()  # sorted by Timer.order
     recent_keys: tuple[str, ...] = ()  # idempotency keys, oldest first
+    #: The JSON form and canonical bytes, computed once: a state is a value and
+    #: never changes.
+    _json: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
+    _bytes: bytes | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def frontier(self) -> tuple[str, ...]:
@@ -191,14 +214,30 @@ class JobState:
             recent_keys=tuple(data.get("recent_keys", ())),
         )
 
+    def json(self) -> Mapping[str, Any]:
+        """:meth:`to_json`, computed once per state and shared: read, never modify."""
+        if self._json is None:
+            object.__setattr__(self, "_json", self.to_json())
+        assert self._json is not None
+        return self._json
+
     def to_bytes(self) -> bytes:
-        """Canonical JSON bytes."""
-        return canonical_json(self.to_json())
+        """Canonical JSON bytes (computed once per state)."""
+        if self._bytes is None:
+            object.__setattr__(self, "_bytes", canonical_json(self.json()))
+        assert self._bytes is not None
+        return self._bytes
 
     @classmethod
     def from_bytes(cls, raw: bytes) -> JobState:
         """The inverse of :meth:`to_bytes`."""
-        return cls.from_json(orjson.loads(raw))
+        data = orjson.loads(raw)
+        state = cls.from_json(data)
+        # Bytes this code wrote are canonical already; anything else is re-encoded.
+        if canonical_json(data) == raw:
+            object.__setattr__(state, "_json", data)
+            object.__setattr__(state, "_bytes", bytes(raw))
+        return state
 
     @property
     def hash(self) -> str:

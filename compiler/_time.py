@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from functools import lru_cache
 
 __all__ = ["from_iso", "require_aware", "to_iso"]
 
@@ -14,8 +15,10 @@ def require_aware(now: datetime, what: str = "now") -> datetime:
     return now.astimezone(UTC)
 
 
+@lru_cache(maxsize=4096)
 def to_iso(instant: datetime) -> str:
-    """``2026-01-05T09:00:00Z`` (microseconds only when present)."""
+    """``2026-01-05T09:00:00Z`` (microseconds only when present). Cached: one
+    decision writes the same few instants dozens of times."""
     return instant.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 

@@ -18,6 +18,7 @@ from topics import TickRecord, Topics, encode
 
 from .config import Settings
 from .engine import Engine, Record
+from .faust_tuning import set_fetch_max_wait
 from .registry import Registry
 from .table import JobTable
 
@@ -25,8 +26,12 @@ __all__ = ["EngineApp", "EngineStats", "build_app"]
 
 log = logging.getLogger("lemongraph.worker")
 
+#: How long a fetch may wait for records (Faust's own value is 1500 ms).
+FETCH_MAX_WAIT_MS = 500
+FETCH_MAX_WAIT_MS_TANSU = 20
+
 #: How many records one batch may hold, and how long to wait to fill it.
-BATCH_MAX = 500
+BATCH_MAX = 2000
 BATCH_WITHIN = 0.05
 
 
@@ -43,6 +48,24 @@ class EngineStats:
     duplicates: int = 0
     ticks_sent: int = 0
     first_decision_at: float | None = None
+    #: Seconds spent per phase of a batch, and waiting between batches.
+    seconds: dict[str, float] = field(
+        default_factory=lambda: dict.fromkeys(("wait", "decide", "produce", "ack", "store"), 0.0)
+    )
+    _last_end: float | None = None
+    _first_start: float | None = None
+
+    def rate(self) -> str:
+        """Records per second from the first batch's start to the last's end."""
+        if self._first_start is None or self._last_end is None:
+            return "no batches"
+        span = self._last_end - self._first_start
+        return f"{self.records / span:,.0f} records/s over {span:.1f}s" if span > 0 else "-"
+
+    def phases(self) -> str:
+        """Where the time went, as percentages."""
+        total = sum(self.seconds.values()) or 1.0
+        return ", ".join(f"{k} {v:.1f}s ({100 * v / total:.0f}%)" for k, v in self.seconds.items())
 
 
 @dataclass(frozen=True)
@@ -68,6 +91,11 @@ def faust_settings(settings: Settings, tansu: bool) -> dict[str, Any]:
         "table_standby_replicas": 0,
         "broker_commit_interval": 1.0,
         "producer_linger_ms": 5,
+        # A batch of decisions produces thousands of records at once; with the
+        # default 16 KB batches every send waited for the broker (measured: a
+        # third of a worker's time).
+        "producer_max_batch_size": 1 << 20,
+        "producer_max_request_size": 4 << 20,
         "key_serializer": "raw",
         "value_serializer": "raw",
         # Rejoining a group waits about the rebalance timeout; Faust's defaults
@@ -94,6 +122,9 @@ def build_app(
 ) -> EngineApp:
     """A Faust app that runs the engine. ``settings.kafka_url`` must be set."""
     topics = Topics(settings.topic_prefix)
+    # Apache Kafka answers a fetch when data is there; Tansu waits out the whole
+    # fetch wait, so keep it short there (see stream/faust_tuning.py).
+    set_fetch_max_wait(FETCH_MAX_WAIT_MS_TANSU if tansu else FETCH_MAX_WAIT_MS)
     app = faust.App(app_id or f"{settings.topic_prefix}engine", **faust_settings(settings, tansu))
     stats = stats if stats is not None else EngineStats()
     source = app.topic(topics.inbox, topics.ticks, key_type=bytes, value_type=bytes)
@@ -104,8 +135,11 @@ def build_app(
     assigned: list[frozenset[int]] = [frozenset()]
 
     async def handle(events: Sequence[Any]) -> None:
-        by_partition = {ev.message.partition: ev for ev in events}
-        table.use_events(by_partition)
+        started = time.monotonic()
+        if stats._last_end is not None:
+            stats.seconds["wait"] += started - stats._last_end
+        else:
+            stats._first_start = started
         mine = frozenset(
             tp.partition for tp in app.assignor.assigned_actives() if tp.topic == topics.inbox
         )
@@ -125,15 +159,46 @@ def build_app(
             for ev in events
         ]
         batch = engine.process(records)
-        producer = app.producer
-        for out in batch.outputs:
-            await producer.send(out.topic, out.key, out.value, out.partition, None, None)
-        # Outputs first, acknowledged; then state; then (after this batch) the
-        # consumer may commit. See stream/engine.py for why this order.
-        await producer.flush()
-        for key, partition, raw in batch.writes():
-            table.put(key, partition, raw)
+        decided = time.monotonic()
+        send = app.producer.send
+        pending = [
+            await send(out.topic, out.key, out.value, out.partition, None, None)
+            for out in batch.outputs
+        ]
+        rows = batch.writes()
+        changelog = table.changelog_topic
+        logged = [
+            (partition, await send(changelog, key.encode(), raw, partition, None, None))
+            for key, partition, raw in rows
+        ]
+        sent = time.monotonic()
+        # Outputs and the state's changelog first, acknowledged; then the state
+        # in RocksDB; then (after this batch) the consumer may commit. See
+        # stream/engine.py for why this order.
+        for out, delivery in zip(batch.outputs, pending, strict=True):
+            try:
+                await delivery  # raises if the broker refused it: nothing is stored
+            except Exception as exc:
+                raise RuntimeError(
+                    f"producing to {out.topic} partition {out.partition} failed: {exc!r}"
+                ) from exc
+        offsets: dict[int, int] = {}
+        for partition, delivery in logged:
+            try:
+                meta = await delivery
+            except Exception as exc:
+                raise RuntimeError(
+                    f"producing to {changelog} partition {partition} failed: {exc!r}"
+                ) from exc
+            offsets[partition] = max(offsets.get(partition, -1), meta.offset)
+        acked = time.monotonic()
+        table.write(rows, offsets)
         engine.committed(batch)
+        stats._last_end = ended = time.monotonic()
+        stats.seconds["decide"] += decided - started
+        stats.seconds["produce"] += sent - decided
+        stats.seconds["ack"] += acked - sent
+        stats.seconds["store"] += ended - acked
         stats.batches += 1
         stats.records += len(records)
         stats.decisions += batch.decisions

@@ -17,6 +17,7 @@ states (``Batch.writes``) and only then lets the consumer commit. So:
 from __future__ import annotations
 
 import base64
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -35,15 +36,10 @@ from compiler import (
 )
 from compiler._time import from_iso, to_iso
 from topics import (
+    SCHEMA,
     DeadLetter,
-    DecisionRecord,
     InboxEvent,
-    JobSnapshot,
-    MilestoneSnapshot,
     RecordError,
-    RecordOrigin,
-    TaskClosedRecord,
-    TaskOpenedRecord,
     TickRecord,
     Topics,
     decode_inbox,
@@ -70,7 +66,12 @@ class Record:
 
 @dataclass(frozen=True, slots=True)
 class Output:
-    """A record to produce. ``partition`` None: by key."""
+    """A record to produce. ``partition`` None: by key.
+
+    The engine sends every output to the partition its input came from: every
+    lemongraph topic has the inbox's partition count, so a job's records share
+    one partition number everywhere (its order kept, compaction per key intact),
+    and no partitioner runs per record."""
 
     topic: str
     key: bytes | None
@@ -121,36 +122,42 @@ def _instant(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, UTC)
 
 
-def snapshot_of(graph: JobGraph, state: JobState) -> JobSnapshot:
-    """The read-model view of a job (what goes to the ``jobs`` topic)."""
-    detail = {}
-    for milestone_id, m in state.milestones.items():
-        data = m.to_json()
-        detail[milestone_id] = MilestoneSnapshot(
-            state=m.status,
-            opened_at=data.get("opened_at"),
-            deadline=data.get("deadline"),
-            task_at=data.get("task_at"),
-            settled_at=data.get("settled_at"),
-            outcome=m.outcome,
-            explanation=dict(m.explanation) if m.explanation is not None else None,
-        )
-    return JobSnapshot(
-        key=state.key,
-        status=state.status,
-        playbook_key=state.playbook_key,
-        playbook_version=state.playbook_version,
-        seq=state.seq,
-        started_at=to_iso(state.started_at),
-        updated_at=to_iso(state.updated_at) if state.updated_at else None,
-        ended_at=to_iso(state.ended_at) if state.ended_at else None,
-        events=state.events,
-        milestones={k: m.status for k, m in state.milestones.items()},
-        detail=detail,
-        frontier=list(graph.frontier(state)),
-        timers=[t.to_json() for t in state.timers],
-        state_hash=state.hash,
-    )
+def snapshot_of(graph: JobGraph, state: JobState) -> dict[str, Any]:
+    """The read-model view of a job (what goes to the ``jobs`` topic), shaped as
+    :class:`topics.JobSnapshot`. Built as plain data: this runs once per changed
+    job per batch, and validating our own output there would cost more than the
+    decision (tests validate it against the model instead)."""
+    data = state.json()
+    detail = {
+        milestone_id: {
+            "state": m["status"],
+            "opened_at": m.get("opened_at"),
+            "deadline": m.get("deadline"),
+            "task_at": m.get("task_at"),
+            "settled_at": m.get("settled_at"),
+            "outcome": m.get("outcome"),
+            "explanation": m.get("explanation"),
+        }
+        for milestone_id, m in data["milestones"].items()
+    }
+    return {
+        "type": "job.snapshot",
+        "schema": SCHEMA,
+        "key": state.key,
+        "status": state.status,
+        "playbook_key": state.playbook_key,
+        "playbook_version": state.playbook_version,
+        "seq": state.seq,
+        "started_at": data["started_at"],
+        "updated_at": data["updated_at"],
+        "ended_at": data["ended_at"],
+        "events": state.events,
+        "milestones": {k: m.status for k, m in state.milestones.items()},
+        "detail": detail,
+        "frontier": list(graph.frontier(state)),
+        "timers": data["timers"],
+        "state_hash": state.hash,
+    }
 
 
 class Engine:
@@ -164,12 +171,20 @@ class Engine:
         topics: Topics,
         registry: Registry,
         load: Callable[[str, int], bytes | None],
+        cache_size: int = 10_000,
     ) -> None:
         self.topics = topics
         self.registry = registry
         self.load = load
         self.timers = TimerIndex()
         self._watermarks: dict[int, int] = {}
+        # Recently stored jobs, decoded: a job that just had an event is likely to
+        # have another soon (a conversation), and decoding costs as much as
+        # deciding. Holds committed states only, so a crash loses nothing.
+        self._cache: OrderedDict[str, tuple[int, JobState]] = OrderedDict()
+        self.cache_size = cache_size
+        self.cache_hits = 0
+        self.cache_misses = 0
 
     # -- the timer index ------------------------------------------------------------
 
@@ -178,6 +193,7 @@ class Engine:
         itself is not parsed). Returns how many jobs have a timer."""
         self.timers.clear()
         self._watermarks.clear()
+        self._cache.clear()
         count = 0
         for key, raw in stored:
             if key.startswith(META_PREFIX):
@@ -204,19 +220,31 @@ class Engine:
                 self._tick(record, batch)
             else:
                 self._dead(record, f"unexpected topic {record.topic!r}", batch)
-        for key, (_p, _o, state) in batch.states.items():
+        for key, (partition, _o, state) in batch.states.items():
             if key not in batch.changed:
                 continue
             graph = self.registry.graph(state.playbook_key, state.playbook_version)
             if graph is not None:
                 batch.outputs.append(
-                    Output(self.topics.jobs, key.encode(), _dumps(snapshot_of(graph, state).dump()))
+                    Output(
+                        self.topics.jobs,
+                        key.encode(),
+                        _dumps(snapshot_of(graph, state)),
+                        partition,
+                    )
                 )
         return batch
 
     def committed(self, batch: Batch) -> None:
-        """The batch's writes are stored: its watermarks are now the floor."""
+        """The batch's writes are stored: its watermarks are now the floor, and
+        its states the cached ones."""
         self._watermarks.update(batch.watermarks)
+        cache = self._cache
+        for key, (_partition, offset, state) in batch.states.items():
+            cache[key] = (offset, state)
+            cache.move_to_end(key)
+        while len(cache) > self.cache_size:
+            cache.popitem(last=False)
 
     def _watermark(self, partition: int, batch: Batch) -> int:
         """The last inbox offset handled in ``partition`` (-1: none)."""
@@ -232,6 +260,12 @@ class Engine:
         pending = batch.states.get(key)
         if pending is not None:
             return pending[1], pending[2]
+        cached = self._cache.get(key)
+        if cached is not None:
+            self.cache_hits += 1
+            self._cache.move_to_end(key)
+            return cached
+        self.cache_misses += 1
         raw = self.load(key, partition)
         if raw is None:
             return -1, None
@@ -332,31 +366,21 @@ class Engine:
         self._decision_record(record, key, graph, before, step, batch)
         for effect in step.effects:
             if isinstance(effect, TaskOpened) and state is not None:
-                task: TaskOpenedRecord | TaskClosedRecord = TaskOpenedRecord(
-                    task_id=effect.task_id,
-                    job_key=key,
-                    milestone=effect.milestone,
-                    at=to_iso(effect.at),
-                    instructions=effect.instructions,
-                    playbook_key=state.playbook_key,
-                    playbook_instructions=effect.playbook_instructions,
-                    integrations=list(effect.integrations),
-                    deadline=to_iso(effect.deadline),
-                    frontier=list(effect.frontier),
-                    subject=dict(state.subject),
-                    contacts=list(state.contacts),
-                )
+                # Shaped as topics.TaskOpenedRecord / TaskClosedRecord.
+                task = {
+                    "schema": SCHEMA,
+                    **effect.to_json(),
+                    "playbook_key": state.playbook_key,
+                    "subject": dict(state.subject),
+                    "contacts": list(state.contacts),
+                }
             elif isinstance(effect, TaskClosed):
-                task = TaskClosedRecord(
-                    task_id=effect.task_id,
-                    job_key=key,
-                    milestone=effect.milestone,
-                    at=to_iso(effect.at),
-                    outcome=effect.outcome,
-                )
+                task = {"schema": SCHEMA, **effect.to_json()}
             else:
                 continue
-            batch.outputs.append(Output(self.topics.tasks, key.encode(), _dumps(task.dump())))
+            batch.outputs.append(
+                Output(self.topics.tasks, key.encode(), _dumps(task), record.partition)
+            )
 
     def _decision_record(
         self,
@@ -367,20 +391,26 @@ class Engine:
         step: Step,
         batch: Batch,
     ) -> None:
-        body = step.to_json()
         playbook = graph.playbook if graph is not None else None
-        decision = DecisionRecord(
-            job_key=key,
-            playbook_key=playbook.key if playbook else None,
-            playbook_version=playbook.version if playbook else None,
-            origin=RecordOrigin(
-                topic=record.topic, partition=record.partition, offset=record.offset
-            ),
-            prev_state_hash=before.hash if before is not None else None,
-            **body,
-        )
+        # Shaped as topics.DecisionRecord (plain data, for the reason in snapshot_of).
+        decision = {
+            "type": "decision",
+            "schema": SCHEMA,
+            "job_key": key,
+            "playbook_key": playbook.key if playbook else None,
+            "playbook_version": playbook.version if playbook else None,
+            "origin": {
+                "topic": record.topic,
+                "partition": record.partition,
+                "offset": record.offset,
+            },
+            "prev_state_hash": before.hash if before is not None else None,
+            **step.to_json(),
+        }
         batch.decisions += 1
-        batch.outputs.append(Output(self.topics.decisions, key.encode(), _dumps(decision.dump())))
+        batch.outputs.append(
+            Output(self.topics.decisions, key.encode(), _dumps(decision), record.partition)
+        )
 
     def _refuse(
         self,
@@ -416,4 +446,6 @@ class Engine:
             at=to_iso(_instant(record.timestamp_ms)),
         )
         batch.deadletters += 1
-        batch.outputs.append(Output(self.topics.deadletter, record.key, _dumps(letter.dump())))
+        batch.outputs.append(
+            Output(self.topics.deadletter, record.key, _dumps(letter.dump()), record.partition)
+        )

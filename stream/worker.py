@@ -165,7 +165,8 @@ def run_worker(
         say(
             f"worker: stopped after {time.monotonic() - started:.1f}s; {stats.records} records, "
             f"{stats.decisions} decisions, {stats.skipped} re-deliveries skipped, "
-            f"{stats.duplicates} retried keys ignored, {stats.deadletters} dead-lettered"
+            f"{stats.duplicates} retried keys ignored, {stats.deadletters} dead-lettered; "
+            f"{stats.batches} batches, {stats.rate()}; time: {stats.phases()}"
         )
         return code
 

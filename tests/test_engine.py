@@ -281,10 +281,12 @@ def test_one_snapshot_per_changed_job_per_batch_with_the_latest_state() -> None:
     assert [s.key for s in snapshots(again)] == ["job-2"]
 
 
-def test_outputs_are_produced_by_key_and_the_state_is_written_per_job() -> None:
+def test_outputs_go_to_the_input_partition_and_the_state_is_written_per_job() -> None:
     h = Harness(registry(ONBOARD))
     batch = h.run([h.inbox(start("job-1"), at=T0, partition=2)])
-    assert all(o.partition is None for o in batch.outputs)
+    # Every topic has the inbox's partition count: a job keeps one partition.
+    assert [o.partition for o in batch.outputs] == [2] * len(batch.outputs)
+    assert all(o.key == b"job-1" for o in batch.outputs)
     assert {o.topic for o in batch.outputs} == {"test.decisions", "test.tasks", "test.jobs"}
     assert ("job-1", 2) in h.store
     assert h.store[("job-1", 2)].startswith(b"LG1 2 0 ")
