@@ -17,6 +17,7 @@ __all__ = [
     "ConsumedRecord",
     "KafkaUnavailable",
     "bootstrap_of",
+    "caught_up",
     "producer",
     "read_topic",
     "run",
@@ -84,6 +85,17 @@ async def topic_partitions(bootstrap: str, topic: str) -> list[int]:
         await consumer.stop()
 
 
+async def caught_up(consumer: AIOKafkaConsumer, tps: list[TopicPartition]) -> bool:
+    """Has ``consumer`` read every partition up to its high watermark, as fetch
+    responses report it? (The embedded broker's ListOffsets answer is off by up to
+    a batch, so end_offsets() cannot be used for this.)"""
+    for tp in tps:
+        high = consumer.highwater(tp)
+        if high is None or await consumer.position(tp) < high:
+            return False
+    return True
+
+
 async def read_topic(
     bootstrap: str,
     topic: str,
@@ -124,13 +136,7 @@ async def read_topic(
                 return
             if follow:
                 continue
-            caught_up = True
-            for tp in tps:
-                hw = consumer.highwater(tp)
-                if hw is None or await consumer.position(tp) < hw:
-                    caught_up = False
-                    break
-            if caught_up and now - last >= min(idle, 0.3):
+            if await caught_up(consumer, tps) and now - last >= min(idle, 0.3):
                 return
             # Without a high watermark for every partition yet, give the broker
             # longer before deciding that the topic has nothing more.

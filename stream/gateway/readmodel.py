@@ -27,6 +27,7 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
 from pydantic import ValidationError
 
+from stream.kafka import caught_up
 from topics import JobSnapshot, PlaybookRecord, Topics
 
 __all__ = ["AcceptedWrite", "JobEntry", "ReadModel"]
@@ -268,18 +269,13 @@ class ReadModel:
                 for tp, records in batches.items():
                     for r in records:
                         self.apply(tp.topic, r.key, r.value)
-                caught_up = True
-                for tp in tps:
-                    high = consumer.highwater(tp)
-                    if high is None or await consumer.position(tp) < high:
-                        caught_up = False
-                        break
-                if caught_up and not self.caught_up:
+                now_caught_up = await caught_up(consumer, tps)
+                if now_caught_up and not self.caught_up:
                     say(
                         f"gateway: read model caught up ({len(self.jobs)} jobs, "
                         f"{len(self.playbooks)} playbooks)"
                     )
-                self.caught_up = caught_up
+                self.caught_up = now_caught_up
         finally:
             self.following = False
             await consumer.stop()
