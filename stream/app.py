@@ -132,7 +132,13 @@ def build_app(
         app.Table("jobstate", partitions=settings.partitions, key_type=bytes, value_type=bytes)
     )
     engine = Engine(topics, registry, table.get)
-    assigned: list[frozenset[int]] = [frozenset()]
+    # [assignments seen, assignments the engine has rebuilt for]
+    generation = [1, 0]
+
+    def on_assigned(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
+        generation[0] += 1
+
+    app.on_partitions_assigned.connect(on_assigned)
 
     async def handle(events: Sequence[Any]) -> None:
         started = time.monotonic()
@@ -140,13 +146,13 @@ def build_app(
             stats.seconds["wait"] += started - stats._last_end
         else:
             stats._first_start = started
-        mine = frozenset(
-            tp.partition for tp in app.assignor.assigned_actives() if tp.topic == topics.inbox
-        )
-        if mine != assigned[0]:
-            assigned[0] = mine
+        if generation[0] != generation[1]:
+            # Partitions were (re)assigned since the last batch: another worker may
+            # have decided for them meanwhile, and Faust has recovered their table
+            # from the changelog. Drop what is cached and rebuild the timer index.
+            generation[1] = generation[0]
             count = engine.rebuild_timers(table.items())
-            log.info("partitions %s: timer index rebuilt, %d jobs waiting", sorted(mine), count)
+            log.info("partitions assigned: timer index rebuilt, %d jobs waiting", count)
         records = [
             Record(
                 ev.message.topic,
