@@ -52,14 +52,14 @@ class EngineStats:
     seconds: dict[str, float] = field(
         default_factory=lambda: dict.fromkeys(("wait", "decide", "produce", "ack", "store"), 0.0)
     )
-    _last_end: float | None = None
-    _first_start: float | None = None
+    last_end: float | None = None
+    first_start: float | None = None
 
     def rate(self) -> str:
         """Records per second from the first batch's start to the last's end."""
-        if self._first_start is None or self._last_end is None:
+        if self.first_start is None or self.last_end is None:
             return "no batches"
-        span = self._last_end - self._first_start
+        span = self.last_end - self.first_start
         return f"{self.records / span:,.0f} records/s over {span:.1f}s" if span > 0 else "-"
 
     def phases(self) -> str:
@@ -142,10 +142,10 @@ def build_app(
 
     async def handle(events: Sequence[Any]) -> None:
         started = time.monotonic()
-        if stats._last_end is not None:
-            stats.seconds["wait"] += started - stats._last_end
+        if stats.last_end is not None:
+            stats.seconds["wait"] += started - stats.last_end
         else:
-            stats._first_start = started
+            stats.first_start = started
         if generation[0] != generation[1]:
             # Partitions were (re)assigned since the last batch: another worker may
             # have decided for them meanwhile, and Faust has recovered their table
@@ -200,7 +200,7 @@ def build_app(
         acked = time.monotonic()
         table.write(rows, offsets)
         engine.committed(batch)
-        stats._last_end = ended = time.monotonic()
+        stats.last_end = ended = time.monotonic()
         stats.seconds["decide"] += decided - started
         stats.seconds["produce"] += sent - decided
         stats.seconds["ack"] += acked - sent
