@@ -19,6 +19,7 @@ from topics import TickRecord, Topics, encode
 from .config import Settings
 from .engine import Engine, Record
 from .faust_tuning import set_fetch_max_wait
+from .kafka import bootstrap_of
 from .registry import Registry
 from .table import JobTable
 
@@ -151,6 +152,12 @@ def build_app(
             # have decided for them meanwhile, and Faust has recovered their table
             # from the changelog. Drop what is cached and rebuild the timer index.
             generation[1] = generation[0]
+            mine = [
+                tp.partition for tp in app.assignor.assigned_actives() if tp.topic == topics.inbox
+            ]
+            late = await table.catch_up(bootstrap_of(settings.kafka_url or ""), mine)
+            if late:
+                log.warning("changelog: applied %d rows Faust's recovery had not", late)
             count = engine.rebuild_timers(table.items())
             log.info("partitions assigned: timer index rebuilt, %d jobs waiting", count)
         records = [
