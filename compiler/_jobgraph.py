@@ -19,6 +19,7 @@ in rank order, so the result never depends on dict order or on timing.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from datetime import datetime
 
 from ._ast import Atom
@@ -63,9 +64,7 @@ class JobGraph:
 
     def frontier(self, state: JobState) -> tuple[str, ...]:
         """Open milestones in rank order: the first is the next best step."""
-        return tuple(
-            m.id for m in self.playbook.milestones if state.milestones[m.id].status == "open"
-        )
+        return _frontier(self.playbook, state.milestones)
 
     def next(self, state: JobState | None, now: datetime, input: Input) -> Step:
         """Apply ``input`` at ``now``. Pure: same arguments, byte-identical result.
@@ -412,9 +411,12 @@ class _Decision:
         self.effects.append(TimerSet(timer))
 
     def _frontier(self) -> tuple[str, ...]:
-        return tuple(
-            m.id for m in self.playbook.milestones if self.milestones[m.id].status == "open"
-        )
+        return _frontier(self.playbook, self.milestones)
+
+
+def _frontier(playbook: Playbook, milestones: Mapping[str, MilestoneState]) -> tuple[str, ...]:
+    """Open milestones in rank order (topological depth, then playbook order)."""
+    return tuple(m.id for m in playbook.milestones if milestones[m.id].status == "open")
 
 
 def _task_outcome(outcome: str) -> TaskOutcome:

@@ -168,11 +168,6 @@ class JobState:
     _json: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
     _bytes: bytes | None = field(default=None, init=False, repr=False, compare=False)
 
-    @property
-    def frontier(self) -> tuple[str, ...]:
-        """Open milestones; ranked by the playbook (JobGraph.frontier orders them)."""
-        return tuple(k for k, m in self.milestones.items() if m.status == "open")
-
     def to_json(self) -> dict[str, Any]:
         """Canonical JSON-ready data."""
         return {

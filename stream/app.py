@@ -48,7 +48,6 @@ class EngineStats:
     skipped: int = 0
     duplicates: int = 0
     ticks_sent: int = 0
-    first_decision_at: float | None = None
     #: Seconds spent per phase of a batch, and waiting between batches.
     seconds: dict[str, float] = field(
         default_factory=lambda: dict.fromkeys(("wait", "decide", "produce", "ack", "store"), 0.0)
@@ -218,8 +217,6 @@ def build_app(
         stats.deadletters += batch.deadletters
         stats.skipped += batch.skipped
         stats.duplicates += batch.duplicates
-        if batch.decisions and stats.first_decision_at is None:
-            stats.first_decision_at = time.monotonic()
 
     @app.agent(source, name="decide")
     async def decide(stream: Any) -> None:

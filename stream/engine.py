@@ -16,7 +16,6 @@ states (``Batch.writes``) and only then lets the consumer commit. So:
 
 from __future__ import annotations
 
-import base64
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -429,21 +428,14 @@ class Engine:
         self._decision_record(record, key, None, state, step, batch)
 
     def _dead(self, record: Record, reason: str, batch: Batch) -> None:
-        text = None
-        if record.value is not None:
-            try:
-                text = record.value.decode("utf-8")
-            except UnicodeDecodeError:
-                text = None
-        letter = DeadLetter(
-            topic=record.topic,
-            partition=record.partition,
-            offset=record.offset,
-            key_b64=base64.b64encode(record.key).decode() if record.key is not None else None,
-            value_b64=base64.b64encode(record.value).decode() if record.value is not None else None,
-            value_text=text,
-            reason=reason,
-            at=to_iso(_instant(record.timestamp_ms)),
+        letter = DeadLetter.of(
+            record.topic,
+            record.partition,
+            record.offset,
+            record.key,
+            record.value,
+            reason,
+            to_iso(_instant(record.timestamp_ms)),
         )
         batch.deadletters += 1
         batch.outputs.append(

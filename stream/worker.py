@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import logging
 import time
 from collections.abc import Callable
@@ -67,8 +66,14 @@ async def prepare_registry(
             reason = f"invalid playbook record: {exc}".splitlines()[0]
             problems.append(f"{topics.playbooks} offset {record.offset}: {reason}")
             dead.append(
-                _dead_letter(
-                    record.topic, record.partition, record.offset, record.key, record.value, reason
+                DeadLetter.of(
+                    record.topic,
+                    record.partition,
+                    record.offset,
+                    record.key,
+                    record.value,
+                    reason,
+                    to_iso(datetime.now(UTC)),
                 )
             )
     published = 0
@@ -99,21 +104,6 @@ async def prepare_registry(
         + f"); {published} newly registered"
     )
     return registry, problems
-
-
-def _dead_letter(
-    topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None, reason: str
-) -> DeadLetter:
-    return DeadLetter(
-        topic=topic,
-        partition=partition,
-        offset=offset,
-        key_b64=base64.b64encode(key).decode() if key is not None else None,
-        value_b64=base64.b64encode(value).decode() if value is not None else None,
-        value_text=value.decode("utf-8", "replace") if value is not None else None,
-        reason=reason,
-        at=to_iso(datetime.now(UTC)),
-    )
 
 
 def run_worker(
@@ -166,7 +156,9 @@ def run_worker(
             f"worker: stopped after {time.monotonic() - started:.1f}s; {stats.records} records, "
             f"{stats.decisions} decisions, {stats.skipped} re-deliveries skipped, "
             f"{stats.duplicates} retried keys ignored, {stats.deadletters} dead-lettered; "
-            f"{stats.batches} batches, {stats.rate()}; time: {stats.phases()}"
+            f"{stats.batches} batches, {stats.rate()}; time: {stats.phases()}; "
+            f"state cache {engine.cache_hits} hits, {engine.cache_misses} misses; "
+            f"{stats.ticks_sent} ticks sent"
         )
         return code
 

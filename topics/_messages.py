@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
@@ -214,3 +215,33 @@ class DeadLetter(_Message):
     value_text: str | None = None  # the value as UTF-8 text, when it is text
     reason: str
     at: str
+
+    @classmethod
+    def of(
+        cls,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        reason: str,
+        at: str,
+    ) -> DeadLetter:
+        """The dead letter of a record, keeping its bytes exactly (base64), and its
+        value as text too when it is UTF-8."""
+        text = None
+        if value is not None:
+            try:
+                text = value.decode("utf-8")
+            except UnicodeDecodeError:
+                text = None
+        return cls(
+            topic=topic,
+            partition=partition,
+            offset=offset,
+            key_b64=base64.b64encode(key).decode() if key is not None else None,
+            value_b64=base64.b64encode(value).decode() if value is not None else None,
+            value_text=text,
+            reason=reason,
+            at=at,
+        )
