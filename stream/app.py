@@ -1,10 +1,11 @@
-"""The Faust app: one agent over ``inbox`` and ``ticks`` (co-partitioned), job
-state in a RocksDB-backed table, a leader-only ticker, and the engine between."""
+"""The Faust app: ``inbox`` and ``ticks`` (co-partitioned) consumed in batches
+(stream/fetch.py), job state in a RocksDB-backed table, a leader-only ticker,
+and the engine between. A batch's outputs and changelog records are produced as
+record batches (stream/produce.py)."""
 
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -19,7 +20,9 @@ from topics import TickRecord, Topics, encode
 from .config import Settings
 from .engine import Engine, Record
 from .faust_tuning import set_fetch_max_wait
+from .fetch import BatchApp
 from .kafka import bootstrap_of
+from .produce import produce_batches
 from .registry import Registry
 from .table import JobTable
 
@@ -31,9 +34,8 @@ log = logging.getLogger("lemongraph.worker")
 FETCH_MAX_WAIT_MS = 500
 FETCH_MAX_WAIT_MS_TANSU = 20
 
-#: How many records one batch may hold, and how long to wait to fill it.
+#: How many records one batch may hold (a fetch holds up to a few megabytes).
 BATCH_MAX = 2000
-BATCH_WITHIN = 0.05
 
 
 @dataclass
@@ -50,7 +52,7 @@ class EngineStats:
     ticks_sent: int = 0
     #: Seconds spent per phase of a batch, and waiting between batches.
     seconds: dict[str, float] = field(
-        default_factory=lambda: dict.fromkeys(("wait", "decide", "produce", "ack", "store"), 0.0)
+        default_factory=lambda: dict.fromkeys(("wait", "decide", "produce", "store"), 0.0)
     )
     last_end: float | None = None
     first_start: float | None = None
@@ -125,7 +127,7 @@ def build_app(
     # Apache Kafka answers a fetch when data is there; Tansu waits out the whole
     # fetch wait, so keep it short there (see stream/faust_tuning.py).
     set_fetch_max_wait(FETCH_MAX_WAIT_MS_TANSU if tansu else FETCH_MAX_WAIT_MS)
-    app = faust.App(app_id or f"{settings.topic_prefix}engine", **faust_settings(settings, tansu))
+    app = BatchApp(app_id or f"{settings.topic_prefix}engine", **faust_settings(settings, tansu))
     stats = stats if stats is not None else EngineStats()
     source = app.topic(topics.inbox, topics.ticks, key_type=bytes, value_type=bytes)
     table = JobTable(
@@ -140,7 +142,7 @@ def build_app(
 
     app.on_partitions_assigned.connect(on_assigned)
 
-    async def handle(events: Sequence[Any]) -> None:
+    async def handle(messages: Sequence[Any]) -> None:
         started = time.monotonic()
         if stats.last_end is not None:
             stats.seconds["wait"] += started - stats.last_end
@@ -160,56 +162,26 @@ def build_app(
             count = engine.rebuild_timers(table.items())
             log.info("partitions assigned: timer index rebuilt, %d jobs waiting", count)
         records = [
-            Record(
-                ev.message.topic,
-                ev.message.partition,
-                ev.message.offset,
-                ev.message.key,
-                ev.message.value,
-                int(ev.message.timestamp * 1000),
-            )
-            for ev in events
+            # Faust keeps the timestamp in seconds; round back to the record's ms.
+            Record(m.topic, m.partition, m.offset, m.key, m.value, round(m.timestamp * 1000))
+            for m in messages
         ]
         batch = engine.process(records)
-        decided = time.monotonic()
-        send = app.producer.send
-        pending = [
-            await send(out.topic, out.key, out.value, out.partition, None, None)
-            for out in batch.outputs
-        ]
         rows = batch.writes()
         changelog = table.changelog_topic
-        logged = [
-            (partition, await send(changelog, key.encode(), raw, partition, None, None))
-            for key, partition, raw in rows
-        ]
-        sent = time.monotonic()
+        produce = [(o.topic, o.partition, o.key, o.value) for o in batch.outputs]
+        produce.extend((changelog, partition, key.encode(), raw) for key, partition, raw in rows)
+        decided = time.monotonic()
         # Outputs and the state's changelog first, acknowledged; then the state
         # in RocksDB; then (after this batch) the consumer may commit. See
         # stream/engine.py for why this order.
-        for out, delivery in zip(batch.outputs, pending, strict=True):
-            try:
-                await delivery  # raises if the broker refused it: nothing is stored
-            except Exception as exc:
-                raise RuntimeError(
-                    f"producing to {out.topic} partition {out.partition} failed: {exc!r}"
-                ) from exc
-        offsets: dict[int, int] = {}
-        for partition, delivery in logged:
-            try:
-                meta = await delivery
-            except Exception as exc:
-                raise RuntimeError(
-                    f"producing to {changelog} partition {partition} failed: {exc!r}"
-                ) from exc
-            offsets[partition] = max(offsets.get(partition, -1), meta.offset)
+        last = await produce_batches(app.kafka_producer(), produce)
         acked = time.monotonic()
-        table.write(rows, offsets)
+        table.write(rows, {p: offset for (t, p), offset in last.items() if t == changelog})
         engine.committed(batch)
         stats.last_end = ended = time.monotonic()
         stats.seconds["decide"] += decided - started
-        stats.seconds["produce"] += sent - decided
-        stats.seconds["ack"] += acked - sent
+        stats.seconds["produce"] += acked - decided
         stats.seconds["store"] += ended - acked
         stats.batches += 1
         stats.records += len(records)
@@ -218,18 +190,7 @@ def build_app(
         stats.skipped += batch.skipped
         stats.duplicates += batch.duplicates
 
-    @app.agent(source, name="decide")
-    async def decide(stream: Any) -> None:
-        async for events in stream.take_events(BATCH_MAX, within=BATCH_WITHIN):
-            try:
-                await handle(events)
-            except BaseException:
-                # take_events acks a batch even when its body raises, and an acked
-                # offset gets committed: carrying on would lose the batch. Stop
-                # the process instead; the batch is re-delivered on restart.
-                log.exception("batch failed; exiting so that it is re-delivered")
-                logging.shutdown()
-                os._exit(70)
+    app.consume_in_batches(source, handle, BATCH_MAX)
 
     if ticker:
         ticks = app.topic(

@@ -65,7 +65,7 @@ class Record:
 
 @dataclass(frozen=True, slots=True)
 class Output:
-    """A record to produce. ``partition`` None: by key.
+    """A record to produce, and the partition it goes to.
 
     The engine sends every output to the partition its input came from: every
     lemongraph topic has the inbox's partition count, so a job's records share
@@ -75,7 +75,7 @@ class Output:
     topic: str
     key: bytes | None
     value: bytes
-    partition: int | None = None
+    partition: int
 
 
 @dataclass

@@ -5,9 +5,9 @@ the code. Apache Kafka answers a fetch as soon as one byte is there, so the
 value only bounds idle polls; the embedded Tansu broker holds every fetch for
 the whole wait, which put ~0.4 s of latency on each batch (measured: a record's
 delivery took a median 363 ms with 1500 ms, 4 ms with 50 ms). This module lowers
-the wait for the consumers Faust creates in this process. It is, with
-``stream/table.py``, the only place that reaches into Faust's internals;
-tests/test_stream_faust.py pins both.
+the wait for the consumers Faust creates in this process. With
+``stream/table.py`` and ``stream/fetch.py`` it is one of the three places that
+reach into Faust's internals; tests/test_stream_faust.py pins them.
 """
 
 from __future__ import annotations

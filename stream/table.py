@@ -11,9 +11,9 @@ are produced with the batch's outputs and acknowledged with them, then one
 RocksDB WriteBatch per partition is applied and the partition's persisted
 changelog offset advanced — exactly what Faust reads back on recovery.
 
-This module and ``stream/faust_tuning.py`` are the only places that reach into
-Faust's internals (the store's per-partition databases and its persisted
-offsets); tests/test_stream_faust.py pins them.
+This module, ``stream/fetch.py`` and ``stream/faust_tuning.py`` are the only
+places that reach into Faust's internals (here: the store's per-partition
+databases and its persisted offsets); tests/test_stream_faust.py pins them.
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
-"""The two places lemongraph reaches into Faust's internals, pinned: if a Faust
+"""The places lemongraph reaches into Faust's internals, pinned: if a Faust
 upgrade moves them, these tests fail before a worker misbehaves.
 
 * stream/table.py writes the job table as Faust's recovery does (per-partition
   RocksDB databases, WriteBatch, persisted changelog offsets);
-* stream/faust_tuning.py lowers the fetch wait Faust hard-codes.
+* stream/faust_tuning.py lowers the fetch wait Faust hard-codes;
+* stream/fetch.py replaces the per-record delivery of the engine's topics with
+  batches, and hands Faust's aiokafka producer to stream/produce.py.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import inspect
 from pathlib import Path
 
 import faust
+import pytest
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
@@ -68,3 +71,32 @@ def test_aiokafka_reads_the_fetch_wait_attribute_when_it_starts() -> None:
 
     source = inspect.getsource(AIOKafkaConsumer.start)
     assert "self._fetch_max_wait_ms" in source
+
+
+def test_the_batch_app_makes_a_batch_consumer_for_its_topics(tmp_path: Path) -> None:
+    from stream.fetch import BatchApp, BatchConsumer
+
+    async def handler(messages: object) -> None:
+        return None
+
+    app = BatchApp("pin-batch", datadir=str(tmp_path), web_enabled=False)
+    topic = app.topic("in-a", "in-b", key_type=bytes, value_type=bytes)
+    app.consume_in_batches(topic, handler, 123)
+    # The consumer itself is made at start (every broker test runs through it).
+    transport = app.transport
+    assert transport.Consumer is BatchConsumer
+    assert transport.batch == ({"in-a", "in-b"}, handler, 123)  # type: ignore[attr-defined]
+    assert topic in app.topics  # subscribed through the conductor, without an agent
+    with pytest.raises(RuntimeError, match="already consumes in batches"):
+        app.consume_in_batches(topic, handler, 1)
+
+
+def test_faust_still_drains_and_produces_the_way_stream_fetch_mirrors() -> None:
+    from faust.transport.consumer import Consumer as FaustConsumer
+
+    drain = inspect.getsource(FaustConsumer._drain_messages)
+    for step in ("getmany(timeout=1.0)", "_read_offset", "_add_gap", "_commit_every", "callback"):
+        assert step in drain, f"Faust's drain loop no longer has {step!r}: re-read stream/fetch.py"
+    assert "create_consumer" in inspect.getsource(faust.App._new_consumer)
+    assert "self._new_transport()" in inspect.getsource(faust.App.transport.fget)  # type: ignore[attr-defined]
+    assert callable(faust_aiokafka.Producer._ensure_producer)
