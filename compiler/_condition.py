@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -134,6 +134,30 @@ def _combine(expr: Expr, verdicts: Mapping[Atom, Verdict]) -> Verdict:
     return verdicts[expr]
 
 
+def _positional(expr: Expr, positions: Mapping[Atom, int]) -> Callable[[list[Verdict]], Verdict]:
+    """``expr`` as a function of its atoms' verdicts given by position: what
+    :func:`evaluate_expr` computes, without hashing atoms on every call."""
+    if isinstance(expr, Not):
+        inner = _positional(expr.operand, positions)
+        return lambda verdicts: ~inner(verdicts)
+    if isinstance(expr, And | Or):
+        parts = tuple(_positional(operand, positions) for operand in expr.operands)
+        is_and = isinstance(expr, And)
+        stop = Verdict.FALSE if is_and else Verdict.TRUE
+
+        def combine(verdicts: list[Verdict]) -> Verdict:
+            result = Verdict.TRUE if is_and else Verdict.FALSE
+            for part in parts:
+                result = (result & part(verdicts)) if is_and else (result | part(verdicts))
+                if result is stop:
+                    break
+            return result
+
+        return combine
+    position = positions[expr]
+    return lambda verdicts: verdicts[position]
+
+
 @dataclass(frozen=True, eq=False)
 class Condition:
     """A compiled condition. Build one with :func:`compile_condition`."""
@@ -142,14 +166,26 @@ class Condition:
     within: Duration | None = None
     atoms: tuple[Atom, ...] = field(init=False)
     _by_name: Mapping[str, tuple[Atom, ...]] = field(init=False, repr=False)
+    #: The canonical text, and each atom's (the key of its tally in job state).
+    _text: str = field(init=False, repr=False)
+    _atom_texts: tuple[str, ...] = field(init=False, repr=False)
+    #: The expression over atom verdicts given by position (see :meth:`judge`).
+    _combine_at: Callable[[list[Verdict]], Verdict] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         atoms = atoms_of(self.expr)
         by_name: dict[str, list[Atom]] = {}
         for atom in atoms:
             by_name.setdefault(atom.fact_name, []).append(atom)
+        text = print_expr(self.expr)
         object.__setattr__(self, "atoms", atoms)
         object.__setattr__(self, "_by_name", {k: tuple(v) for k, v in by_name.items()})
+        object.__setattr__(
+            self, "_text", text if self.within is None else f"{text} WITHIN {self.within}"
+        )
+        object.__setattr__(self, "_atom_texts", tuple(print_atom(a) for a in atoms))
+        positions = {atom: i for i, atom in enumerate(atoms)}
+        object.__setattr__(self, "_combine_at", _positional(self.expr, positions))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Condition):
@@ -165,8 +201,7 @@ class Condition:
         return self.within.timedelta if self.within is not None else DEFAULT_WINDOW
 
     def __str__(self) -> str:
-        text = print_expr(self.expr)
-        return text if self.within is None else f"{text} WITHIN {self.within}"
+        return self._text
 
     @property
     def text(self) -> str:
@@ -204,19 +239,42 @@ class Condition:
 
     def verdict_of(self, tallies: Mapping[Atom, Tally], closed: bool) -> Verdict:
         """The verdict given each atom's tally (missing atoms have matched nothing)."""
-        verdicts = {a: a.verdict(tallies.get(a, _EMPTY).count, closed) for a in self.atoms}
-        return _combine(self.expr, verdicts)
+        return self._combine_at(
+            [a.verdict(tallies.get(a, _EMPTY).count, closed) for a in self.atoms]
+        )
 
     def explain_of(self, tallies: Mapping[Atom, Tally], closed: bool) -> Explanation:
         """:meth:`verdict_of`, with the reasons."""
         reports: list[AtomReport] = []
-        verdicts: dict[Atom, Verdict] = {}
-        for atom in self.atoms:
+        verdicts: list[Verdict] = []
+        for atom, text in zip(self.atoms, self._atom_texts, strict=True):
             t = tallies.get(atom, _EMPTY)
             verdict = atom.verdict(t.count, closed)
-            verdicts[atom] = verdict
-            reports.append(AtomReport(print_atom(atom), verdict, t.count, t.ids))
-        return Explanation(str(self), _combine(self.expr, verdicts), closed, tuple(reports))
+            verdicts.append(verdict)
+            reports.append(AtomReport(text, verdict, t.count, t.ids))
+        return Explanation(self._text, self._combine_at(verdicts), closed, tuple(reports))
+
+    def judge(self, tallies: Mapping[str, Tally], closed: bool) -> tuple[Verdict, dict[str, Any]]:
+        """The verdict given the tallies keyed by each atom's canonical text (as
+        job state keeps them), with its explanation as JSON-ready data — the
+        same data as ``explain_of(...).to_json()``, built without the objects
+        (the decision core's inner loop)."""
+        verdicts: list[Verdict] = []
+        reports: list[dict[str, Any]] = []
+        for atom, text in zip(self.atoms, self._atom_texts, strict=True):
+            t = tallies.get(text, _EMPTY)
+            verdict = atom.verdict(t.count, closed)
+            verdicts.append(verdict)
+            reports.append(
+                {"atom": text, "verdict": verdict.value, "count": t.count, "evidence": list(t.ids)}
+            )
+        verdict = self._combine_at(verdicts)
+        return verdict, {
+            "condition": self._text,
+            "verdict": verdict.value,
+            "closed": closed,
+            "atoms": reports,
+        }
 
     def monitor(self) -> Monitor:
         """A fresh incremental monitor over this condition."""

@@ -18,11 +18,10 @@ in rank order, so the result never depends on dict order or on timing.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from datetime import datetime
+from typing import Any
 
-from ._ast import Atom
 from ._condition import Tally
 from ._effects import (
     Effect,
@@ -197,17 +196,23 @@ class _Decision:
     def finish(self, now: datetime, input: Input) -> Step:
         """Run the rules at ``now`` and package the step."""
         self._run_rules(now)
-        state = dataclasses.replace(
-            self.state,
-            status=self.status,
-            seq=self.state.seq + 1,
-            updated_at=now,
-            ended_at=self.ended_at,
-            events=self.events,
-            milestones=self.milestones,
-            tallies=self.tallies,
-            timers=tuple(self.timers),
-            recent_keys=self.recent_keys,
+        before = self.state
+        state = JobState(
+            before.key,
+            before.playbook_key,
+            before.playbook_version,
+            before.started_at,
+            self.status,
+            before.seq + 1,
+            now,
+            self.ended_at,
+            self.events,
+            before.subject,
+            before.contacts,
+            self.milestones,
+            self.tallies,
+            tuple(self.timers),
+            self.recent_keys,
         )
         return Step(
             state,
@@ -244,20 +249,25 @@ class _Decision:
         for i in self._opened_now:
             opened = self.effects[i]
             assert isinstance(opened, TaskOpened)
-            self.effects[i] = dataclasses.replace(opened, frontier=frontier)
+            self.effects[i] = TaskOpened(
+                opened.job_key,
+                opened.milestone,
+                opened.at,
+                opened.instructions,
+                opened.playbook_instructions,
+                opened.integrations,
+                opened.deadline,
+                frontier,
+            )
         self._opened_now = []
 
-    def _tally_view(self, milestone: Milestone) -> dict[Atom, Tally]:
-        return {atom: self.tallies.get(key, _EMPTY) for key, atom in milestone.atom_keys}
-
     def _evaluate(self, milestone: Milestone, at: datetime, seen: dict[str, Verdicts]) -> bool:
-        explanation = milestone.condition.explain_of(self._tally_view(milestone), closed=False)
-        data = explanation.to_json()
+        verdict, data = milestone.condition.judge(self.tallies, closed=False)
         seen[milestone.id] = Verdicts(milestone.id, at, data)
-        if explanation.verdict is Verdict.TRUE:
+        if verdict is Verdict.TRUE:
             self._settle(milestone, "done", "done", at, "condition TRUE", data)
             return True
-        if explanation.verdict is Verdict.FALSE:
+        if verdict is Verdict.FALSE:
             self._settle(milestone, "knocked", "knocked", at, "condition FALSE", data)
             return True
         self.milestones[milestone.id] = self.milestones[milestone.id].with_(explanation=data)
@@ -265,10 +275,9 @@ class _Decision:
 
     def _settle_at_close(self, milestone: Milestone, at: datetime) -> None:
         """The window closed: the world is closed and the condition settles."""
-        explanation = milestone.condition.explain_of(self._tally_view(milestone), closed=True)
-        data = explanation.to_json()
+        verdict, data = milestone.condition.judge(self.tallies, closed=True)
         self.verdicts.append(Verdicts(milestone.id, at, data))
-        if explanation.verdict is Verdict.TRUE:
+        if verdict is Verdict.TRUE:
             self._settle(milestone, "done", "done", at, "window closed: condition TRUE", data)
         else:
             self._settle(
@@ -346,7 +355,7 @@ class _Decision:
             self.effects.append(
                 TaskClosed(self.state.key, milestone.id, at, _task_outcome(outcome))
             )
-        fields: dict[str, object] = {"task_open": False, "settled_at": at, "outcome": outcome}
+        fields: dict[str, Any] = {"task_open": False, "settled_at": at, "outcome": outcome}
         if explanation is not None:
             fields["explanation"] = explanation
         self._move(milestone.id, status, at, reason, **fields)
@@ -399,7 +408,7 @@ class _Decision:
     # -- bookkeeping --------------------------------------------------------------
 
     def _move(
-        self, milestone: str, status: MilestoneStatus, at: datetime, reason: str, **fields: object
+        self, milestone: str, status: MilestoneStatus, at: datetime, reason: str, **fields: Any
     ) -> None:
         before = self.milestones[milestone]
         self.milestones[milestone] = before.with_(status=status, **fields)

@@ -80,6 +80,13 @@ class Timer:
         return cls(from_iso(data["at"]), data["kind"], data["milestone"])
 
 
+class _Keep:
+    """The "leave as it is" default of :meth:`MilestoneState.with_` (None is a value)."""
+
+
+_KEEP = _Keep()
+
+
 @dataclass(frozen=True, slots=True)
 class MilestoneState:
     """Where one milestone stands."""
@@ -94,12 +101,30 @@ class MilestoneState:
     #: The verdict explanation when it settled (or last evaluated while open).
     explanation: Mapping[str, Any] | None = None
 
-    def with_(self, **changes: Any) -> MilestoneState:
-        """A copy with ``changes`` (``dataclasses.replace``, without its generic
-        overhead: the decision core makes several of these per decision)."""
-        values = {name: getattr(self, name) for name in _MILESTONE_FIELDS}
-        values.update(changes)
-        return MilestoneState(**values)
+    def with_(
+        self,
+        *,
+        status: MilestoneStatus | None = None,
+        opened_at: datetime | _Keep | None = _KEEP,
+        deadline: datetime | _Keep | None = _KEEP,
+        task_at: datetime | _Keep | None = _KEEP,
+        task_open: bool | None = None,
+        settled_at: datetime | _Keep | None = _KEEP,
+        outcome: str | _Keep | None = _KEEP,
+        explanation: Mapping[str, Any] | _Keep | None = _KEEP,
+    ) -> MilestoneState:
+        """A copy with the given fields changed (``dataclasses.replace`` without
+        its generic overhead: the decision core makes several per decision)."""
+        return MilestoneState(
+            self.status if status is None else status,
+            self.opened_at if isinstance(opened_at, _Keep) else opened_at,
+            self.deadline if isinstance(deadline, _Keep) else deadline,
+            self.task_at if isinstance(task_at, _Keep) else task_at,
+            self.task_open if task_open is None else task_open,
+            self.settled_at if isinstance(settled_at, _Keep) else settled_at,
+            self.outcome if isinstance(outcome, _Keep) else outcome,
+            self.explanation if isinstance(explanation, _Keep) else explanation,
+        )
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready; absent values are left out."""
@@ -131,16 +156,6 @@ class MilestoneState:
         )
 
 
-_MILESTONE_FIELDS = (
-    "status",
-    "opened_at",
-    "deadline",
-    "task_at",
-    "task_open",
-    "settled_at",
-    "outcome",
-    "explanation",
-)
 
 
 @dataclass(frozen=True)

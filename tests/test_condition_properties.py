@@ -34,7 +34,7 @@ from compiler import (
     Verdict,
     compile_condition,
 )
-from compiler._printer import print_expr
+from compiler._printer import print_atom, print_expr
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -205,6 +205,23 @@ def test_verdict_agrees_with_the_reference_evaluator(
     expr: Expr, facts: list[Fact], closed: bool
 ) -> None:
     assert Condition(expr).evaluate(facts, closed) is reference(expr, facts, closed)
+
+
+@SETTINGS
+@given(small_exprs, fact_lists("e"), st.booleans())
+def test_judging_tallies_by_text_agrees_with_the_explanation(
+    expr: Expr, facts: list[Fact], closed: bool
+) -> None:
+    # The decision core's fast path (tallies keyed by atom text, JSON built
+    # directly) must say exactly what the explanation objects say.
+    cond = Condition(expr)
+    tallies = cond.tally(facts)
+    explanation = cond.explain_of(tallies, closed)
+    by_text = {print_atom(atom): tally for atom, tally in tallies.items()}
+    verdict, data = cond.judge(by_text, closed)
+    assert verdict is explanation.verdict is reference(expr, facts, closed)
+    assert data == explanation.to_json()
+    assert cond.verdict_of(tallies, closed) is verdict
 
 
 @SETTINGS
