@@ -171,6 +171,7 @@ class Condition:
     _atom_texts: tuple[str, ...] = field(init=False, repr=False)
     #: The expression over atom verdicts given by position (see :meth:`judge`).
     _combine_at: Callable[[list[Verdict]], Verdict] = field(init=False, repr=False)
+    _window: timedelta = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         atoms = atoms_of(self.expr)
@@ -186,6 +187,8 @@ class Condition:
         object.__setattr__(self, "_atom_texts", tuple(print_atom(a) for a in atoms))
         positions = {atom: i for i, atom in enumerate(atoms)}
         object.__setattr__(self, "_combine_at", _positional(self.expr, positions))
+        window = self.within.timedelta if self.within is not None else DEFAULT_WINDOW
+        object.__setattr__(self, "_window", window)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Condition):
@@ -198,7 +201,7 @@ class Condition:
     @property
     def window(self) -> timedelta:
         """How long the world stays open after the milestone opens (default 30 days)."""
-        return self.within.timedelta if self.within is not None else DEFAULT_WINDOW
+        return self._window
 
     def __str__(self) -> str:
         return self._text

@@ -53,6 +53,7 @@ from ._verdict import Verdict
 __all__ = ["JobGraph"]
 
 _EMPTY = Tally()
+_PENDING = MilestoneState()  # a value: every new job's milestones share it
 
 
 class JobGraph:
@@ -143,6 +144,11 @@ class _Decision:
         # a function of the tallies, so only a new occurrence of a fact a
         # condition reads, or opening, can change it. The rest are not re-run.
         self._stale: set[str] = set()
+        # Milestone moves so far. The job's status, pruning and a pending
+        # milestone's merge are functions of milestone statuses alone: while
+        # nothing has moved since they were last computed, they are not again.
+        self._moves = 0
+        self._merge_checked: dict[str, int] = {}
 
     # -- inputs -----------------------------------------------------------------
 
@@ -155,7 +161,7 @@ class _Decision:
             started_at=now,
             subject=dict(start.subject),
             contacts=tuple(start.contacts),
-            milestones={m.id: MilestoneState() for m in playbook.milestones},
+            milestones=dict.fromkeys((m.id for m in playbook.milestones), _PENDING),
             tallies={},
         )
         decision = cls(playbook, state)
@@ -231,6 +237,8 @@ class _Decision:
         """Apply every rule at instant ``at`` until nothing changes."""
         evaluated: dict[str, Verdicts] = {}
         changed = self.status == "running"
+        job_checked = -1  # self._moves when the job's status and pruning last ran
+        merge_checked = self._merge_checked
         while changed:
             changed = False
             for milestone in self.playbook.milestones:
@@ -239,11 +247,14 @@ class _Decision:
                     if milestone.id in self._stale:
                         self._stale.discard(milestone.id)
                         changed |= self._evaluate(milestone, at, evaluated)
-                elif status == "pending":
+                elif status == "pending" and merge_checked.get(milestone.id) != self._moves:
+                    merge_checked[milestone.id] = self._moves
                     changed |= self._open_or_unreachable(milestone, at)
-            if self._decide_job(at):
-                break
-            changed |= self._prune(at)
+            if job_checked != self._moves:
+                job_checked = self._moves
+                if self._decide_job(at):
+                    break
+                changed |= self._prune(at)
         self.verdicts.extend(evaluated[m.id] for m in self.playbook.milestones if m.id in evaluated)
         frontier = self._frontier()
         for i in self._opened_now:
@@ -412,6 +423,7 @@ class _Decision:
     ) -> None:
         before = self.milestones[milestone]
         self.milestones[milestone] = before.with_(status=status, **fields)
+        self._moves += 1
         self.transitions.append(Transition(milestone, before.status, status, at, reason))
 
     def _set_timer(self, timer: Timer) -> None:

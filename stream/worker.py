@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from collections.abc import Callable
@@ -127,6 +128,7 @@ def run_worker(
 
     @app.task  # type: ignore[untyped-decorator]
     async def ready() -> None:
+        tune_gc()
         mode = "worker + ticker" if ticker else "worker"
         say(
             f"{mode}: ready (group {app.conf.id}, {settings.partitions} partitions, "
@@ -161,6 +163,26 @@ def run_worker(
             f"{stats.ticks_sent} ticks sent"
         )
         return code
+
+
+#: Allocations between two young-generation collections (Python's default: 700).
+GC_YOUNG_THRESHOLD = 50_000
+
+
+def tune_gc() -> None:
+    """Collect garbage less often, and never walk what start-up allocated.
+
+    A worker keeps thousands of decoded job states alive (the engine's cache),
+    and each decision allocates a few hundred short-lived objects. With
+    Python's defaults the collector ran so often over that heap that
+    disabling it made the engine ~35% faster (measured on the onboarding mix).
+    Reference counting frees almost everything a decision makes; the cycle
+    collector still runs, just every 50,000 allocations, and ``gc.freeze``
+    moves the modules, Faust and the registry out of its sight.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, 20, 20)
 
 
 @dataclass(frozen=True)
