@@ -149,6 +149,7 @@ class _Decision:
         # nothing has moved since they were last computed, they are not again.
         self._moves = 0
         self._merge_checked: dict[str, int] = {}
+        self._frontier_at: tuple[int, tuple[str, ...]] = (-1, ())
 
     # -- inputs -----------------------------------------------------------------
 
@@ -219,7 +220,7 @@ class _Decision:
             self.tallies,
             tuple(self.timers),
             self.recent_keys,
-        )
+        ).derived_from(before)
         return Step(
             state,
             now,
@@ -432,7 +433,9 @@ class _Decision:
         self.effects.append(TimerSet(timer))
 
     def _frontier(self) -> tuple[str, ...]:
-        return _frontier(self.playbook, self.milestones)
+        if self._frontier_at[0] != self._moves:
+            self._frontier_at = (self._moves, _frontier(self.playbook, self.milestones))
+        return self._frontier_at[1]
 
 
 def _frontier(playbook: Playbook, milestones: Mapping[str, MilestoneState]) -> tuple[str, ...]:

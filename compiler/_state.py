@@ -156,8 +156,6 @@ class MilestoneState:
         )
 
 
-
-
 @dataclass(frozen=True)
 class JobState:
     """One job. Build it through ``JobGraph.next`` with a ``Start`` input."""
@@ -182,6 +180,10 @@ class JobState:
     #: never changes.
     _json: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
     _bytes: bytes | None = field(default=None, init=False, repr=False, compare=False)
+    _hash: str | None = field(default=None, init=False, repr=False, compare=False)
+    #: The state this one was derived from, until this one's JSON is built: the
+    #: parts it shares with it (the same objects) share their JSON too.
+    _base: JobState | None = field(default=None, init=False, repr=False, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         """Canonical JSON-ready data."""
@@ -224,12 +226,60 @@ class JobState:
             recent_keys=tuple(data.get("recent_keys", ())),
         )
 
+    def derived_from(self, base: JobState) -> JobState:
+        """Note that this state was made from ``base`` (which it shares unchanged
+        milestones, tallies and keys with), so that :meth:`json` reuses their
+        JSON. Returns this state. (Only a base whose JSON exists is kept, so no
+        chain of earlier states is ever held.)"""
+        if base._json is not None:
+            object.__setattr__(self, "_base", base)
+        return self
+
     def json(self) -> Mapping[str, Any]:
         """:meth:`to_json`, computed once per state and shared: read, never modify."""
         if self._json is None:
-            object.__setattr__(self, "_json", self.to_json())
+            base = self._base
+            if base is not None and base._json is not None:
+                data = self._json_from(base, base._json)
+            else:
+                data = self.to_json()
+            object.__setattr__(self, "_json", data)
+            object.__setattr__(self, "_base", None)
         assert self._json is not None
         return self._json
+
+    def _json_from(self, base: JobState, prev: Mapping[str, Any]) -> dict[str, Any]:
+        """:meth:`to_json`, reusing ``prev`` (``base``'s JSON) for every part
+        this state shares with ``base`` by identity."""
+        old_milestones, prev_milestones = base.milestones, prev["milestones"]
+        old_tallies, prev_tallies = base.tallies, prev["tallies"]
+        return {
+            "key": self.key,
+            "playbook_key": self.playbook_key,
+            "playbook_version": self.playbook_version,
+            "started_at": prev["started_at"]
+            if self.started_at is base.started_at
+            else to_iso(self.started_at),
+            "status": self.status,
+            "seq": self.seq,
+            "updated_at": _opt_iso(self.updated_at),
+            "ended_at": _opt_iso(self.ended_at),
+            "events": self.events,
+            "subject": prev["subject"] if self.subject is base.subject else dict(self.subject),
+            "contacts": prev["contacts"] if self.contacts is base.contacts else list(self.contacts),
+            "milestones": {
+                k: prev_milestones[k] if old_milestones.get(k) is v else v.to_json()
+                for k, v in self.milestones.items()
+            },
+            "tallies": {
+                k: prev_tallies[k] if old_tallies.get(k) is v else v.to_json()
+                for k, v in self.tallies.items()
+            },
+            "timers": [t.to_json() for t in self.timers],
+            "recent_keys": prev["recent_keys"]
+            if self.recent_keys is base.recent_keys
+            else list(self.recent_keys),
+        }
 
     def to_bytes(self) -> bytes:
         """Canonical JSON bytes (computed once per state)."""
@@ -251,5 +301,8 @@ class JobState:
 
     @property
     def hash(self) -> str:
-        """SHA-256 of the canonical JSON, hex."""
-        return hashlib.sha256(self.to_bytes()).hexdigest()
+        """SHA-256 of the canonical JSON, hex (computed once per state)."""
+        if self._hash is None:
+            object.__setattr__(self, "_hash", hashlib.sha256(self.to_bytes()).hexdigest())
+        assert self._hash is not None
+        return self._hash

@@ -19,7 +19,9 @@ def require_aware(now: datetime, what: str = "now") -> datetime:
 def to_iso(instant: datetime) -> str:
     """``2026-01-05T09:00:00Z`` (microseconds only when present). Cached: one
     decision writes the same few instants dozens of times."""
-    return instant.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    if instant.tzinfo is not UTC:
+        instant = instant.astimezone(UTC)
+    return instant.isoformat().replace("+00:00", "Z")
 
 
 def from_iso(text: str) -> datetime:
