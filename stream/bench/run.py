@@ -38,6 +38,8 @@ from .workload import onboarding_mix
 __all__ = ["Figures", "Parameters", "run_bench"]
 
 PARTITIONS = 4
+#: Seconds to let a consumer group of new workers settle before a burst.
+SETTLE_SECONDS = 8.0
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,9 @@ class Figures:
     engine_events_per_s: float = 0.0
     engine_vs_naive: float = 0.0
     engine_vs_framework: float = 0.0
+    #: The same workload through two worker processes in one group (scale-out on
+    #: this machine; the ratios above compare one process with one process).
+    engine_2_workers_events_per_s: float = 0.0
     p50_latency_ms: float = 0.0
     p99_latency_ms: float = 0.0
     core_decisions_per_s: float = 0.0
@@ -310,6 +315,39 @@ class Bench:
         finally:
             worker.kill()
 
+    def engine_two_workers(self) -> None:
+        """The throughput burst again, through two worker processes sharing the
+        partitions (each with its own data folder)."""
+        prefix = f"bench-{self.run_id}-engine2."
+        topics = Topics(prefix)
+        workers = [
+            _Process(
+                [sys.executable, "-m", "stream", "worker"],
+                self._env(prefix, self.workdir / f"engine2-{i}"),
+                self.workdir,
+            )
+            for i in range(2)
+        ]
+        try:
+            for worker in workers:
+                worker.wait_for("ready", 120)
+            # Let the group settle (two joins, one rebalance) before the burst.
+            time.sleep(SETTLE_SECONDS)
+            mix = onboarding_mix(self.params.engine_jobs, seed=11, prefix="tp")
+            records = [(m["key"].encode(), orjson.dumps(m)) for m in mix]
+            asyncio.run(_produce(self.bootstrap, topics.inbox, records))
+            stamps = self._wait_decisions(topics.decisions, _expected_decisions(mix), 600)
+            span = (max(stamps) - min(stamps)) / 1000
+            self.figures.engine_2_workers_events_per_s = len(records) / span if span > 0 else 0.0
+            self.say(
+                f"engine, 2 worker processes: "
+                f"{self.figures.engine_2_workers_events_per_s:,.0f} events/s "
+                f"({len(records):,} records)"
+            )
+        finally:
+            for worker in workers:
+                worker.kill()
+
     _latency_jobs = 0
 
     def _latency(self, topics: Topics) -> None:
@@ -422,6 +460,7 @@ def run_bench(
         bench.figures.framework_events_per_s = bench.faust_baseline("noop", faust_records)
         bench.figures.naive_events_per_s = bench.faust_baseline("naive", faust_records)
         bench.engine()
+        bench.engine_two_workers()
         f = bench.figures
         f.engine_vs_naive = f.engine_events_per_s / f.naive_events_per_s
         f.engine_vs_framework = f.engine_events_per_s / f.framework_events_per_s
@@ -457,6 +496,11 @@ def render_table(f: Figures) -> str:
         ("lemongraph engine end to end", f"{f.engine_events_per_s:,.0f} events/s", ""),
         ("  engine / naive", f"{f.engine_vs_naive:.2f}×", "target ≥ 3×"),
         ("  engine / framework", f"{f.engine_vs_framework:.2f}×", "target ≥ 0.6×"),
+        (
+            "engine end to end, 2 worker processes",
+            f"{f.engine_2_workers_events_per_s:,.0f} events/s",
+            "",
+        ),
         ("latency p50 (event → task)", f"{f.p50_latency_ms:.1f} ms", ""),
         ("latency p99 (event → task)", f"{f.p99_latency_ms:.1f} ms", "target < 100 ms"),
         ("pure core", f"{f.core_decisions_per_s:,.0f} decisions/s", ""),

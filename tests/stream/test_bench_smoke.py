@@ -19,6 +19,7 @@ KEYS = (
     "framework_events_per_s",
     "naive_events_per_s",
     "engine_events_per_s",
+    "engine_2_workers_events_per_s",
     "p50_latency_ms",
     "p99_latency_ms",
     "core_decisions_per_s",
