@@ -5,7 +5,6 @@ record batches (stream/produce.py)."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Sequence
@@ -23,7 +22,7 @@ from .engine import Engine, Record
 from .faust_tuning import set_fetch_max_wait
 from .fetch import BatchApp
 from .kafka import bootstrap_of
-from .produce import acknowledged, send_batches
+from .produce import produce_batches
 from .registry import Registry
 from .table import JobTable
 
@@ -53,7 +52,7 @@ class EngineStats:
     ticks_sent: int = 0
     #: Seconds spent per phase of a batch, and waiting between batches.
     seconds: dict[str, float] = field(
-        default_factory=lambda: dict.fromkeys(("wait", "decide", "produce", "acks", "store"), 0.0)
+        default_factory=lambda: dict.fromkeys(("wait", "decide", "produce", "store"), 0.0)
     )
     last_end: float | None = None
     first_start: float | None = None
@@ -143,20 +142,7 @@ def build_app(
 
     app.on_partitions_assigned.connect(on_assigned)
 
-    # The last batch's storing: it waits for the broker's acknowledgements, then
-    # writes RocksDB. The next batch is decided meanwhile (the engine sees the
-    # unstored batch's states), and produced only once it is stored, so at most
-    # one batch is ever in flight and batches are stored in order.
-    inflight: list[asyncio.Future[None]] = []
-
-    async def settle() -> None:
-        """Wait until the batch in flight, if any, is stored."""
-        if inflight:
-            waited = time.monotonic()
-            await inflight.pop()
-            stats.seconds["acks"] += time.monotonic() - waited
-
-    async def handle(messages: Sequence[Any]) -> asyncio.Future[None]:
+    async def handle(messages: Sequence[Any]) -> None:
         started = time.monotonic()
         if stats.last_end is not None:
             stats.seconds["wait"] += started - stats.last_end
@@ -166,7 +152,6 @@ def build_app(
             # Partitions were (re)assigned since the last batch: another worker may
             # have decided for them meanwhile, and Faust has recovered their table
             # from the changelog. Drop what is cached and rebuild the timer index.
-            await settle()
             generation[1] = generation[0]
             mine = [
                 tp.partition for tp in app.assignor.assigned_actives() if tp.topic == topics.inbox
@@ -176,7 +161,6 @@ def build_app(
                 log.warning("changelog: applied %d rows Faust's recovery had not", late)
             count = engine.rebuild_timers(table.items())
             log.info("partitions assigned: timer index rebuilt, %d jobs waiting", count)
-            started = time.monotonic()
         records = [
             # Faust keeps the timestamp in seconds; round back to the record's ms.
             Record(m.topic, m.partition, m.offset, m.key, m.value, round(m.timestamp * 1000))
@@ -187,31 +171,24 @@ def build_app(
         changelog = table.changelog_topic
         produce = [(o.topic, o.partition, o.key, o.value) for o in batch.outputs]
         produce.extend((changelog, partition, key.encode(), raw) for key, partition, raw in rows)
-        stats.seconds["decide"] += time.monotonic() - started
-        await settle()
+        decided = time.monotonic()
         # Outputs and the state's changelog first, acknowledged; then the state
-        # in RocksDB; then (once this future is done) the consumer may commit.
-        # See stream/engine.py for why this order.
-        submitting = time.monotonic()
-        sent = await send_batches(app.kafka_producer(), produce)
-        stats.seconds["produce"] += time.monotonic() - submitting
-
-        async def store() -> None:
-            last = await acknowledged(sent)
-            storing = time.monotonic()
-            table.write(rows, {p: offset for (t, p), offset in last.items() if t == changelog})
-            engine.committed(batch)
-            stats.seconds["store"] += time.monotonic() - storing
-            stats.batches += 1
-            stats.records += len(records)
-            stats.decisions += batch.decisions
-            stats.deadletters += batch.deadletters
-            stats.skipped += batch.skipped
-            stats.duplicates += batch.duplicates
-
-        inflight.append(asyncio.ensure_future(store()))
-        stats.last_end = time.monotonic()
-        return inflight[0]
+        # in RocksDB; then (after this batch) the consumer may commit. See
+        # stream/engine.py for why this order.
+        last = await produce_batches(app.kafka_producer(), produce)
+        acked = time.monotonic()
+        table.write(rows, {p: offset for (t, p), offset in last.items() if t == changelog})
+        engine.committed(batch)
+        stats.last_end = ended = time.monotonic()
+        stats.seconds["decide"] += decided - started
+        stats.seconds["produce"] += acked - decided
+        stats.seconds["store"] += ended - acked
+        stats.batches += 1
+        stats.records += len(records)
+        stats.decisions += batch.decisions
+        stats.deadletters += batch.deadletters
+        stats.skipped += batch.skipped
+        stats.duplicates += batch.duplicates
 
     app.consume_in_batches(source, handle, BATCH_MAX)
 

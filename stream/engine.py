@@ -188,19 +188,12 @@ class Engine:
         self.cache_size = cache_size
         self.cache_hits = 0
         self.cache_misses = 0
-        # Batches decided whose writes are not stored yet, oldest first: a worker
-        # decides the next batch while the broker acknowledges the last one, and
-        # the next batch must see their states. (A batch that fails to store
-        # ends the process, so nothing here outlives a failure.)
-        self._pending: list[Batch] = []
 
     # -- the timer index ------------------------------------------------------------
 
     def rebuild_timers(self, stored: Iterable[tuple[str, bytes]]) -> int:
         """Rebuild the timer index from every stored job's header (the state
         itself is not parsed). Returns how many jobs have a timer."""
-        if self._pending:
-            raise RuntimeError("rebuild_timers with batches not yet stored")
         self.timers.clear()
         self._watermarks.clear()
         self._cache.clear()
@@ -217,10 +210,8 @@ class Engine:
     # -- batches ----------------------------------------------------------------------
 
     def process(self, records: Sequence[Record]) -> Batch:
-        """Decide every record of the batch, in order. Until :meth:`committed`
-        is called for it, later batches see its states as the current ones."""
+        """Decide every record of the batch, in order."""
         batch = Batch()
-        self._pending.append(batch)
         for record in records:
             if record.topic == self.topics.inbox:
                 if record.offset <= self._watermark(record.partition, batch):
@@ -248,12 +239,8 @@ class Engine:
         return batch
 
     def committed(self, batch: Batch) -> None:
-        """The batch's writes are stored (batches are stored in the order they
-        were decided): its watermarks are now the floor, and its states the
-        cached ones."""
-        if not self._pending or self._pending[0] is not batch:
-            raise RuntimeError("batches must be stored in the order they were decided")
-        self._pending.pop(0)
+        """The batch's writes are stored: its watermarks are now the floor, and
+        its states the cached ones."""
         self._watermarks.update(batch.watermarks)
         cache = self._cache
         for key, (_partition, offset, state) in batch.states.items():
@@ -266,9 +253,6 @@ class Engine:
         """The last inbox offset handled in ``partition`` (-1: none)."""
         if partition in batch.watermarks:
             return batch.watermarks[partition]
-        for earlier in reversed(self._pending):
-            if partition in earlier.watermarks:
-                return earlier.watermarks[partition]
         if partition not in self._watermarks:
             raw = self.load(watermark_key(partition), partition)
             self._watermarks[partition] = int(raw) if raw is not None else -1
@@ -276,10 +260,9 @@ class Engine:
 
     def _current(self, key: str, partition: int, batch: Batch) -> tuple[int, JobState | None]:
         """(last applied inbox offset, state) — the batch's own writes first."""
-        for decided in reversed(self._pending):  # this batch is the last of them
-            pending = decided.states.get(key)
-            if pending is not None:
-                return pending[1], pending[2]
+        pending = batch.states.get(key)
+        if pending is not None:
+            return pending[1], pending[2]
         cached = self._cache.get(key)
         if cached is not None:
             self.cache_hits += 1

@@ -28,7 +28,7 @@ import asyncio
 import logging
 import os
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, NoReturn
+from typing import Any
 
 import faust
 from faust.transport.drivers import aiokafka as faust_aiokafka
@@ -38,10 +38,8 @@ __all__ = ["BatchApp", "BatchConsumer", "BatchHandler"]
 log = logging.getLogger("lemongraph.worker")
 
 #: Receives a batch of Faust messages (``.topic .partition .offset .key .value
-#: .timestamp``), in fetch order. Returns None once the batch is fully handled,
-#: or a future that completes when it is (so that the next batch can be decided
-#: meanwhile); its messages are acknowledged only then.
-BatchHandler = Callable[[Sequence[Any]], Awaitable["asyncio.Future[None] | None"]]
+#: .timestamp``), in fetch order; returns once the batch is fully handled.
+BatchHandler = Callable[[Sequence[Any]], Awaitable[None]]
 
 
 class BatchConsumer(faust_aiokafka.Consumer):
@@ -99,37 +97,17 @@ class BatchConsumer(faust_aiokafka.Consumer):
         handler = self.batch_handler
         assert handler is not None
         try:
-            done = await handler(messages)
+            await handler(messages)
         except BaseException:
-            _exit_for_redelivery()
-        if done is None:
-            self._ack_all(messages)
-        else:
-            done.add_done_callback(lambda future: self._when_done(messages, future))
-
-    def _when_done(self, messages: list[Any], future: asyncio.Future[None]) -> None:
-        if future.cancelled():
-            log.error("storing a batch was cancelled")
-            _exit_for_redelivery()
-        exc = future.exception()
-        if exc is not None:
-            log.error("storing a batch failed", exc_info=exc)
-            _exit_for_redelivery()
-        self._ack_all(messages)
-
-    def _ack_all(self, messages: list[Any]) -> None:
+            # An acknowledged message gets committed: carrying on past a batch
+            # that failed part-way would lose it. Stop the process instead; the
+            # batch is re-delivered to whoever takes the partitions over.
+            log.exception("batch failed; exiting so that it is re-delivered")
+            logging.shutdown()
+            os._exit(70)
         ack = self.ack
         for message in messages:
             ack(message)
-
-
-def _exit_for_redelivery() -> NoReturn:
-    """An acknowledged message gets committed: carrying on past a batch that
-    failed part-way would lose it. Stop the process instead; the batch is
-    re-delivered to whoever takes the partitions over."""
-    log.exception("batch failed; exiting so that it is re-delivered")
-    logging.shutdown()
-    os._exit(70)
 
 
 class _BatchTransport(faust_aiokafka.Transport):

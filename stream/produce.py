@@ -16,15 +16,11 @@ from typing import Any
 
 from aiokafka.errors import KafkaError
 
-__all__ = ["ProduceError", "Sent", "acknowledged", "produce_batches", "send_batches"]
+__all__ = ["ProduceError", "produce_batches"]
 
 
 class ProduceError(RuntimeError):
     """The broker refused (or never acknowledged) a record batch."""
-
-
-#: Batches submitted and not yet acknowledged: ((topic, partition), records, future).
-Sent = list[tuple[tuple[str, int], int, "asyncio.Future[Any]"]]
 
 
 async def produce_batches(
@@ -36,14 +32,6 @@ async def produce_batches(
 
     ``producer`` is an ``aiokafka.AIOKafkaProducer`` (Faust's own, so that one
     client and one connection serve the worker)."""
-    return await acknowledged(await send_batches(producer, records))
-
-
-async def send_batches(
-    producer: Any, records: Iterable[tuple[str, int, bytes | None, bytes]]
-) -> Sent:
-    """Submit the records as record batches, without waiting for the broker;
-    :func:`acknowledged` waits. Batches of one partition are sent in order."""
     open_: dict[tuple[str, int], Any] = {}
     full: list[tuple[tuple[str, int], Any]] = []
     for topic, partition, key, value in records:
@@ -58,7 +46,7 @@ async def send_batches(
             builder = open_[where] = producer.create_batch()
             builder.append(key=key, value=value, timestamp=None)
     full.extend(open_.items())
-    sent: Sent = []
+    sent: list[tuple[tuple[str, int], int, asyncio.Future[Any]]] = []
     for where, builder in full:
         builder.close()
         try:
@@ -68,13 +56,6 @@ async def send_batches(
                 f"cannot produce to {where[0]} partition {where[1]}: {exc!r}"
             ) from exc
         sent.append((where, builder.record_count(), future))
-    return sent
-
-
-async def acknowledged(sent: Sent) -> dict[tuple[str, int], int]:
-    """Wait for every batch's acknowledgement; the offset of the last record
-    of each ``(topic, partition)``. Raises :class:`ProduceError` on the first
-    refusal."""
     last: dict[tuple[str, int], int] = {}
     for where, count, future in sent:
         try:
