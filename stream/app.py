@@ -93,6 +93,9 @@ def faust_settings(settings: Settings, tansu: bool) -> dict[str, Any]:
         "table_standby_replicas": 0,
         "broker_commit_interval": 1.0,
         "producer_linger_ms": 5,
+        # A fetch hands the engine at most one batch: holding a whole prefetch
+        # (megabytes per partition) as messages cost ~80 MB of peak memory.
+        "broker_max_poll_records": BATCH_MAX,
         # A batch of decisions produces thousands of records at once; with the
         # default 16 KB batches every send waited for the broker (measured: a
         # third of a worker's time).
