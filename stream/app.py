@@ -35,7 +35,7 @@ FETCH_MAX_WAIT_MS = 500
 FETCH_MAX_WAIT_MS_TANSU = 20
 
 #: How many records one batch may hold (a fetch holds up to a few megabytes).
-BATCH_MAX = 2000
+BATCH_MAX = 5000
 
 
 @dataclass

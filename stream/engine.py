@@ -20,7 +20,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -52,9 +52,10 @@ from .timers import TimerIndex
 __all__ = ["Batch", "Engine", "Output", "Record", "snapshot_of"]
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
-    """A consumed Kafka record, as the engine needs it."""
+class Record(NamedTuple):
+    """A consumed Kafka record, as the engine needs it. (Named tuples, here and
+    for :class:`Output`: a worker makes several per input, and a frozen
+    dataclass costs three times as much to construct.)"""
 
     topic: str
     partition: int
@@ -64,8 +65,7 @@ class Record:
     timestamp_ms: int
 
 
-@dataclass(frozen=True, slots=True)
-class Output:
+class Output(NamedTuple):
     """A record to produce, and the partition it goes to.
 
     The engine sends every output to the partition its input came from: every

@@ -256,25 +256,16 @@ class Bench:
             worker.wait_for("ready", 120)
             base_rss = _rss_mb(worker.proc.pid)
             # 1. Throughput: a burst of the onboarding mix for engine_jobs jobs.
-            mix = onboarding_mix(self.params.engine_jobs, seed=11, prefix="tp")
-            records = [(m["key"].encode(), orjson.dumps(m)) for m in mix]
-            asyncio.run(_produce(self.bootstrap, topics.inbox, records))
-            expected = _expected_decisions(mix)
-            stamps = self._wait_decisions(topics.decisions, expected, 600)
-            refused = asyncio.run(_refusals(self.bootstrap, topics.decisions))
-            if refused:
-                raise RuntimeError(f"the engine refused {len(refused)} inputs, e.g. {refused[:3]}")
-            span = (max(stamps) - min(stamps)) / 1000
-            self.figures.engine_events_per_s = len(records) / span if span > 0 else 0.0
+            rate, records, expected = self._burst(topics)
+            self.figures.engine_events_per_s = rate
             self.say(
-                f"engine: {self.figures.engine_events_per_s:,.0f} events/s "
-                f"({len(records):,} records, {self.params.engine_jobs:,} jobs, "
-                f"{expected:,} decisions)"
+                f"engine: {rate:,.0f} events/s ({records:,} records, "
+                f"{self.params.engine_jobs:,} jobs, {expected:,} decisions)"
             )
             # 2. Latency at a steady rate: new jobs, task.opened on arrival.
             self._latency(topics)
             # 3. Memory: fill the table to recovery_jobs idle jobs.
-            have = self.params.engine_jobs + self._latency_jobs
+            have = self.params.engine_jobs + self._latency_jobs + 1  # + the warm-up job
             more = max(0, self.params.recovery_jobs - have)
             starts = [
                 (
@@ -333,17 +324,9 @@ class Bench:
                 worker.wait_for("ready", 120)
             # Let the group settle (two joins, one rebalance) before the burst.
             time.sleep(SETTLE_SECONDS)
-            mix = onboarding_mix(self.params.engine_jobs, seed=11, prefix="tp")
-            records = [(m["key"].encode(), orjson.dumps(m)) for m in mix]
-            asyncio.run(_produce(self.bootstrap, topics.inbox, records))
-            stamps = self._wait_decisions(topics.decisions, _expected_decisions(mix), 600)
-            span = (max(stamps) - min(stamps)) / 1000
-            self.figures.engine_2_workers_events_per_s = len(records) / span if span > 0 else 0.0
-            self.say(
-                f"engine, 2 worker processes: "
-                f"{self.figures.engine_2_workers_events_per_s:,.0f} events/s "
-                f"({len(records):,} records)"
-            )
+            rate, records, _decided = self._burst(topics)
+            self.figures.engine_2_workers_events_per_s = rate
+            self.say(f"engine, 2 worker processes: {rate:,.0f} events/s ({records:,} records)")
         finally:
             for worker in workers:
                 worker.kill()
@@ -387,6 +370,26 @@ class Bench:
             f"arrived, broker timestamps)"
         )
 
+    def _burst(self, topics: Topics) -> tuple[float, int, int]:
+        """The onboarding mix for ``engine_jobs`` jobs produced at once to
+        running workers: (events/s, records, decisions). Timed from the burst's
+        first inbox record to its last decision (broker timestamps), after a
+        warm-up job has been decided (the group is joined, partitions assigned)."""
+        warm_up = {"type": "job.start", "key": "warm-up", "playbook_key": "onboarding"}
+        asyncio.run(_produce(self.bootstrap, topics.inbox, [(b"warm-up", orjson.dumps(warm_up))]))
+        self._wait_decisions(topics.decisions, 1, 120)
+        mix = onboarding_mix(self.params.engine_jobs, seed=11, prefix="tp")
+        records = [(m["key"].encode(), orjson.dumps(m)) for m in mix]
+        asyncio.run(_produce(self.bootstrap, topics.inbox, records))
+        expected = _expected_decisions(mix)
+        stamps = self._wait_decisions(topics.decisions, expected + 1, 600)
+        refused = asyncio.run(_refusals(self.bootstrap, topics.decisions))
+        if refused:
+            raise RuntimeError(f"the engine refused {len(refused)} inputs, e.g. {refused[:3]}")
+        first = asyncio.run(_first_stamp(self.bootstrap, topics.inbox, b"tp-"))
+        span = (max(stamps) - first) / 1000
+        return (len(records) / span if span > 0 else 0.0), len(records), expected
+
     def _decisions_so_far(self, topic: str) -> int:
         return asyncio.run(_count(self.bootstrap, topic))[0]
 
@@ -408,6 +411,16 @@ async def _task_arrivals(bootstrap: str, topic: str, key_prefix: str) -> dict[st
             if value.get("type") == "task.opened":
                 out.setdefault(r.key.decode(), r.timestamp_ms / 1000)
     return out
+
+
+async def _first_stamp(bootstrap: str, topic: str, key_prefix: bytes) -> int:
+    """The earliest broker timestamp of the records whose key has the prefix."""
+    stamps = [
+        r.timestamp_ms
+        async for r in read_topic(bootstrap, topic, idle=0.3)
+        if r.key is not None and r.key.startswith(key_prefix)
+    ]
+    return min(stamps)
 
 
 async def _refusals(bootstrap: str, topic: str) -> list[str]:
