@@ -34,7 +34,10 @@ log = logging.getLogger("lemongraph.worker")
 FETCH_MAX_WAIT_MS = 500
 FETCH_MAX_WAIT_MS_TANSU = 20
 
-#: How many records one batch may hold (a fetch holds up to a few megabytes).
+#: How many records one batch (and one fetch) may hold. Measured on the
+#: onboarding burst: 5,000 decided ~15% more events/s than 2,000, and its peak
+#: while a batch is in flight held ~125 MB more (482 against 357 MB RSS for a
+#: worker with 100,000 jobs). Latency at low rates does not depend on it.
 BATCH_MAX = 5000
 
 
