@@ -34,7 +34,8 @@ def bootstrap_of(url: str) -> str:
 @asynccontextmanager
 async def producer(bootstrap: str, **options: Any) -> AsyncIterator[AIOKafkaProducer]:
     """A started producer that is flushed and stopped on exit."""
-    client = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, **options)
+    options.setdefault("linger_ms", 5)
+    client = AIOKafkaProducer(bootstrap_servers=bootstrap, **options)
     try:
         await client.start()
     except BaseException:
