@@ -247,15 +247,17 @@ class Condition:
         )
 
     def explain_of(self, tallies: Mapping[Atom, Tally], closed: bool) -> Explanation:
-        """:meth:`verdict_of`, with the reasons."""
-        reports: list[AtomReport] = []
-        verdicts: list[Verdict] = []
-        for atom, text in zip(self.atoms, self._atom_texts, strict=True):
-            t = tallies.get(atom, _EMPTY)
-            verdict = atom.verdict(t.count, closed)
-            verdicts.append(verdict)
-            reports.append(AtomReport(text, verdict, t.count, t.ids))
-        return Explanation(self._text, self._combine_at(verdicts), closed, tuple(reports))
+        """:meth:`verdict_of`, with the reasons (:meth:`judge`, as objects)."""
+        by_text = {
+            text: tallies.get(atom, _EMPTY)
+            for atom, text in zip(self.atoms, self._atom_texts, strict=True)
+        }
+        verdict, data = self.judge(by_text, closed)
+        reports = tuple(
+            AtomReport(r["atom"], Verdict(r["verdict"]), r["count"], tuple(r["evidence"]))
+            for r in data["atoms"]
+        )
+        return Explanation(self._text, verdict, closed, reports)
 
     def judge(self, tallies: Mapping[str, Tally], closed: bool) -> tuple[Verdict, dict[str, Any]]:
         """The verdict given the tallies keyed by each atom's canonical text (as

@@ -10,7 +10,7 @@ at most ``MAX_REMEMBERED_KEYS`` idempotency keys.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
@@ -186,24 +186,8 @@ class JobState:
     _base: JobState | None = field(default=None, init=False, repr=False, compare=False)
 
     def to_json(self) -> dict[str, Any]:
-        """Canonical JSON-ready data."""
-        return {
-            "key": self.key,
-            "playbook_key": self.playbook_key,
-            "playbook_version": self.playbook_version,
-            "started_at": to_iso(self.started_at),
-            "status": self.status,
-            "seq": self.seq,
-            "updated_at": _opt_iso(self.updated_at),
-            "ended_at": _opt_iso(self.ended_at),
-            "events": self.events,
-            "subject": dict(self.subject),
-            "contacts": list(self.contacts),
-            "milestones": {k: v.to_json() for k, v in self.milestones.items()},
-            "tallies": {k: v.to_json() for k, v in self.tallies.items()},
-            "timers": [t.to_json() for t in self.timers],
-            "recent_keys": list(self.recent_keys),
-        }
+        """Canonical JSON-ready data (built afresh: nothing shared)."""
+        return self._json_from(None)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> JobState:
@@ -238,47 +222,50 @@ class JobState:
     def json(self) -> Mapping[str, Any]:
         """:meth:`to_json`, computed once per state and shared: read, never modify."""
         if self._json is None:
-            base = self._base
-            if base is not None and base._json is not None:
-                data = self._json_from(base, base._json)
-            else:
-                data = self.to_json()
+            data = self._json_from(self._base)
             object.__setattr__(self, "_json", data)
             object.__setattr__(self, "_base", None)
         assert self._json is not None
         return self._json
 
-    def _json_from(self, base: JobState, prev: Mapping[str, Any]) -> dict[str, Any]:
-        """:meth:`to_json`, reusing ``prev`` (``base``'s JSON) for every part
-        this state shares with ``base`` by identity."""
-        old_milestones, prev_milestones = base.milestones, prev["milestones"]
-        old_tallies, prev_tallies = base.tallies, prev["tallies"]
+    def _json_from(self, base: JobState | None) -> dict[str, Any]:
+        """The JSON form. Every part this state shares with ``base`` (the same
+        object) reuses ``base``'s JSON, when ``base`` has it; the rest is built."""
+        prev: Mapping[str, Any] = {}
+        if base is not None and base._json is not None:
+            prev = base._json
+        else:
+            base = None
+
+        def part(name: str, build: Callable[[], Any]) -> Any:
+            if base is not None and getattr(self, name) is getattr(base, name):
+                return prev[name]
+            return build()
+
+        old_milestones = base.milestones if base is not None else {}
+        old_tallies = base.tallies if base is not None else {}
         return {
             "key": self.key,
             "playbook_key": self.playbook_key,
             "playbook_version": self.playbook_version,
-            "started_at": prev["started_at"]
-            if self.started_at is base.started_at
-            else to_iso(self.started_at),
+            "started_at": part("started_at", lambda: to_iso(self.started_at)),
             "status": self.status,
             "seq": self.seq,
             "updated_at": _opt_iso(self.updated_at),
             "ended_at": _opt_iso(self.ended_at),
             "events": self.events,
-            "subject": prev["subject"] if self.subject is base.subject else dict(self.subject),
-            "contacts": prev["contacts"] if self.contacts is base.contacts else list(self.contacts),
+            "subject": part("subject", lambda: dict(self.subject)),
+            "contacts": part("contacts", lambda: list(self.contacts)),
             "milestones": {
-                k: prev_milestones[k] if old_milestones.get(k) is v else v.to_json()
+                k: prev["milestones"][k] if old_milestones.get(k) is v else v.to_json()
                 for k, v in self.milestones.items()
             },
             "tallies": {
-                k: prev_tallies[k] if old_tallies.get(k) is v else v.to_json()
+                k: prev["tallies"][k] if old_tallies.get(k) is v else v.to_json()
                 for k, v in self.tallies.items()
             },
             "timers": [t.to_json() for t in self.timers],
-            "recent_keys": prev["recent_keys"]
-            if self.recent_keys is base.recent_keys
-            else list(self.recent_keys),
+            "recent_keys": part("recent_keys", lambda: list(self.recent_keys)),
         }
 
     def to_bytes(self) -> bytes:
