@@ -49,9 +49,10 @@ def test_bench_quick_measures_every_figure(tmp_path: Path) -> None:
     for key in KEYS:
         assert figures[key] > 0, (key, figures[key])
     assert figures["parameters"]["quick"] is True
-    # The latency run holds the rate it names (it once waited for each ack in
-    # turn and reached a sixth of it); this is the benchmark's honesty, not speed.
-    assert figures["latency_rate_achieved"] > 0.8 * figures["parameters"]["latency_rate"]
+    # The latency run produces at roughly the rate it names (it once waited for
+    # each ack in turn and reached a sixth of it). This checks the benchmark's
+    # honesty, not anyone's speed, so the bound is loose enough for a busy machine.
+    assert figures["latency_rate_achieved"] > 0.5 * figures["parameters"]["latency_rate"]
     assert figures["engine_vs_naive"] == pytest.approx(
         figures["engine_events_per_s"] / figures["naive_events_per_s"]
     )
