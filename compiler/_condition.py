@@ -310,7 +310,8 @@ class Monitor:
         return self.condition.explain_of(self.tallies, closed)
 
 
-def compile_condition(text: str) -> Condition:
-    """Parse and check a condition. Raises :class:`ConditionError` on bad input."""
+def compile_condition(text: object) -> Condition:
+    """Parse and check a condition. Raises :class:`ConditionError` on bad input,
+    anything but text included (a playbook's YAML may hold a number there)."""
     expr, within = parse(text)
     return Condition(expr, within)

@@ -98,7 +98,7 @@ def _error_at(text: str, offset: int, reason: str) -> ConditionError:
     return ConditionError(reason, text, line, column)
 
 
-def parse(text: str) -> tuple[Expr, Duration | None]:
+def parse(text: object) -> tuple[Expr, Duration | None]:
     """Parse a whole condition: its expression and its WITHIN clause, if any."""
     if not isinstance(text, str):
         raise ConditionError(f"a condition must be text, not {type(text).__name__}", "", 1, 1)

@@ -185,6 +185,14 @@ class JobState:
     #: parts it shares with it (the same objects) share their JSON too.
     _base: JobState | None = field(default=None, init=False, repr=False, compare=False)
 
+    def __post_init__(self) -> None:
+        # The caches start empty. (Set here and not only by their defaults: a
+        # compiled build, see setup.py, sets only what ``__init__`` sets.)
+        object.__setattr__(self, "_json", None)
+        object.__setattr__(self, "_bytes", None)
+        object.__setattr__(self, "_hash", None)
+        object.__setattr__(self, "_base", None)
+
     def to_json(self) -> dict[str, Any]:
         """Canonical JSON-ready data (built afresh: nothing shared)."""
         return self._json_from(None)

@@ -167,6 +167,16 @@ def _say(line: str) -> None:
     click.echo(line, err=False)
 
 
+def _native() -> str:
+    """Refuse to run a stale compiled core (see stream/native.py); say which runs."""
+    from .native import StaleBuild, check
+
+    try:
+        return check().describe()
+    except StaleBuild as exc:
+        raise click.ClickException(str(exc)) from None
+
+
 @main.command()
 @click.option("--no-ticker", is_flag=True, help="Do not run the ticker in this worker.")
 @click.option("--loglevel", default="warning", show_default=True)
@@ -180,6 +190,7 @@ def worker(no_ticker: bool, loglevel: str) -> None:
 
     settings = _settings()
     _require_kafka(settings)
+    _say(_native())
     prepared = prepare(settings, _say)
     sys.exit(
         run_worker(
@@ -215,6 +226,7 @@ def dev(broker_port: int, loglevel: str) -> None:
     from .worker import prepare, run_worker
 
     settings = _settings()
+    _say(_native())
     if not settings.api_token_secret:
         # A secret for this session only, so the dev token printed below works.
         settings = dataclasses.replace(settings, api_token_secret=new_secret())
@@ -494,6 +506,7 @@ def bench(quick: bool, json_path: Path | None) -> None:
     from .bench.run import figures_json, render_table, run_bench
 
     configured = _settings().playbooks_dir
+    _say(_native())
     try:
         figures = run_bench(quick, _say, configured if configured.is_dir() else None)
     except RuntimeError as exc:

@@ -8,6 +8,20 @@ from collections.abc import Iterator
 import pytest
 
 from stream.broker import EmbeddedBroker
+from stream.native import StaleBuild, check
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Test what runs: a compiled module older than its source would be tested
+    # in its old form (see stream/native.py).
+    try:
+        check()
+    except StaleBuild as exc:
+        pytest.exit(str(exc), returncode=2)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return check().describe()
 
 
 @pytest.fixture(scope="session")

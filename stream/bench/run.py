@@ -28,6 +28,7 @@ import orjson
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
 
+from stream import native
 from stream.broker import EmbeddedBroker, ensure_topics
 from stream.kafka import bootstrap_of, producer, read_topic
 from topics import Topics
@@ -87,6 +88,8 @@ class Figures:
     tick_ms_1k_pending: float = 0.0
     recovery_s: float = 0.0
     rss_mb_per_100k_jobs: float = 0.0
+    #: How the decision core ran (stream/native.py): compiled with mypyc or not.
+    core: str = ""
     parameters: dict[str, Any] = field(default_factory=dict)
 
 
@@ -478,6 +481,7 @@ def run_bench(
         say(f"parameters: {', '.join(f'{k}={v}' for k, v in asdict(params).items())}")
         say(f"broker: {url}{' (embedded Tansu)' if broker else ''}; cores: {os.cpu_count()}")
         bench = Bench(url, params, say, playbooks, workdir)
+        bench.figures.core = native.check().describe()
         records = bench.raw()
         faust_records = records[: params.faust_records]
         bench.figures.framework_events_per_s = bench.faust_baseline("noop", faust_records)
@@ -532,6 +536,7 @@ def render_table(f: Figures) -> str:
         ("tick, 1k pending", f"{f.tick_ms_1k_pending:.1f} ms", ""),
         ("recovery after SIGKILL", f"{f.recovery_s:.1f} s", "target ≤ 10 s"),
         ("memory per 100k idle jobs", f"{f.rss_mb_per_100k_jobs:.0f} MB RSS", ""),
+        (f.core, "", ""),
     ]
     width = max(len(r[0]) for r in rows)
     value_width = max(len(r[1]) for r in rows)
