@@ -4,6 +4,14 @@ decision function and the scenario simulator.
 This package contains no I/O, reads no clock and draws no random numbers: give it
 data (text, events, ``now``), get data back. A lint rule (``compiler/ruff.toml``)
 keeps it that way.
+
+Compiled: the modules on a decision's path are compiled with mypyc at install
+time (``setup.py``; ``stream/native.py`` says whether they are). The source is
+plain, typed Python and runs unchanged when not compiled. Two habits serve the
+compiled build: value classes on a decision's path spell out their
+``__init__`` (mypyc compiles what is written; the methods ``dataclass``
+generates stay interpreted, and constructing through them cost ~10x more),
+and code states its types exactly, because a compiled function checks them.
 """
 
 from ._ast import And, Atom, Compare, Count, Exists, Expr, FactRef, Member, Not, Or

@@ -33,6 +33,11 @@ class Tally:
     count: int = 0
     ids: tuple[str, ...] = ()
 
+    def __init__(self, count: int = 0, ids: tuple[str, ...] = ()) -> None:
+        # Written out: see compiler/__init__.py, "Compiled".
+        object.__setattr__(self, "count", count)
+        object.__setattr__(self, "ids", ids)
+
     def add(self, fact: Fact, cap: int) -> Tally:
         """This tally after one more matching occurrence."""
         ids = self.ids

@@ -46,6 +46,27 @@ class TaskOpened:
     deadline: datetime
     frontier: tuple[str, ...]
 
+    def __init__(
+        self,
+        job_key: str,
+        milestone: str,
+        at: datetime,
+        instructions: str,
+        playbook_instructions: str,
+        integrations: tuple[str, ...],
+        deadline: datetime,
+        frontier: tuple[str, ...],
+    ) -> None:
+        # Written out (see compiler/__init__.py, "Compiled"), as in every class below.
+        object.__setattr__(self, "job_key", job_key)
+        object.__setattr__(self, "milestone", milestone)
+        object.__setattr__(self, "at", at)
+        object.__setattr__(self, "instructions", instructions)
+        object.__setattr__(self, "playbook_instructions", playbook_instructions)
+        object.__setattr__(self, "integrations", integrations)
+        object.__setattr__(self, "deadline", deadline)
+        object.__setattr__(self, "frontier", frontier)
+
     @property
     def task_id(self) -> str:
         """Stable across re-delivery."""
@@ -76,6 +97,12 @@ class TaskClosed:
     at: datetime
     outcome: TaskOutcome
 
+    def __init__(self, job_key: str, milestone: str, at: datetime, outcome: TaskOutcome) -> None:
+        object.__setattr__(self, "job_key", job_key)
+        object.__setattr__(self, "milestone", milestone)
+        object.__setattr__(self, "at", at)
+        object.__setattr__(self, "outcome", outcome)
+
     @property
     def task_id(self) -> str:
         """Stable across re-delivery."""
@@ -99,6 +126,9 @@ class TimerSet:
 
     timer: Timer
 
+    def __init__(self, timer: Timer) -> None:
+        object.__setattr__(self, "timer", timer)
+
     def to_json(self) -> dict[str, Any]:
         """JSON-ready, with ``type``."""
         return {"type": "timer.set", **self.timer.to_json()}
@@ -109,6 +139,9 @@ class TimerCancelled:
     """Forget a timer that was set."""
 
     timer: Timer
+
+    def __init__(self, timer: Timer) -> None:
+        object.__setattr__(self, "timer", timer)
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready, with ``type``."""
@@ -122,6 +155,11 @@ class JobFinished:
     job_key: str
     status: Literal["done", "failed"]
     at: datetime
+
+    def __init__(self, job_key: str, status: Literal["done", "failed"], at: datetime) -> None:
+        object.__setattr__(self, "job_key", job_key)
+        object.__setattr__(self, "status", status)
+        object.__setattr__(self, "at", at)
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready, with ``type``."""
@@ -146,6 +184,13 @@ class Transition:
     at: datetime
     reason: str
 
+    def __init__(self, milestone: str, before: str, after: str, at: datetime, reason: str) -> None:
+        object.__setattr__(self, "milestone", milestone)
+        object.__setattr__(self, "before", before)
+        object.__setattr__(self, "after", after)
+        object.__setattr__(self, "at", at)
+        object.__setattr__(self, "reason", reason)
+
     def to_json(self) -> dict[str, Any]:
         """JSON-ready."""
         return {
@@ -164,6 +209,11 @@ class Verdicts:
     milestone: str
     at: datetime
     explanation: Mapping[str, Any]
+
+    def __init__(self, milestone: str, at: datetime, explanation: Mapping[str, Any]) -> None:
+        object.__setattr__(self, "milestone", milestone)
+        object.__setattr__(self, "at", at)
+        object.__setattr__(self, "explanation", explanation)
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready."""
@@ -191,6 +241,32 @@ class Step:
     duplicate: bool = False
     refused: str | None = None
     noop: bool = False
+
+    def __init__(
+        self,
+        state: JobState | None,
+        now: datetime,
+        input: Input,
+        fired: tuple[Timer, ...] = (),
+        verdicts: tuple[Verdicts, ...] = (),
+        transitions: tuple[Transition, ...] = (),
+        effects: tuple[Effect, ...] = (),
+        frontier: tuple[str, ...] = (),
+        duplicate: bool = False,
+        refused: str | None = None,
+        noop: bool = False,
+    ) -> None:
+        object.__setattr__(self, "state", state)
+        object.__setattr__(self, "now", now)
+        object.__setattr__(self, "input", input)
+        object.__setattr__(self, "fired", fired)
+        object.__setattr__(self, "verdicts", verdicts)
+        object.__setattr__(self, "transitions", transitions)
+        object.__setattr__(self, "effects", effects)
+        object.__setattr__(self, "frontier", frontier)
+        object.__setattr__(self, "duplicate", duplicate)
+        object.__setattr__(self, "refused", refused)
+        object.__setattr__(self, "noop", noop)
 
     @property
     def applied(self) -> bool:

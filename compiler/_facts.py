@@ -25,6 +25,19 @@ class Fact:
     properties: Mapping[str, Any] | None = field(default=None, hash=False)
     id: str | None = None
 
+    def __init__(
+        self,
+        name: str,
+        value: Any = None,
+        properties: Mapping[str, Any] | None = None,
+        id: str | None = None,
+    ) -> None:
+        # Written out: see compiler/__init__.py, "Compiled".
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "value", value)
+        object.__setattr__(self, "properties", properties)
+        object.__setattr__(self, "id", id)
+
     def prop(self, key: str) -> tuple[bool, Any]:
         """``(True, value)`` when the occurrence carries property ``key``."""
         if self.properties is None or key not in self.properties:

@@ -50,6 +50,23 @@ class Event:
     idempotency_key: str | None = None
     id: str | None = None
 
+    def __init__(
+        self,
+        action: str,
+        value: Any = None,
+        properties: Mapping[str, Any] | None = None,
+        source: Source = "world",
+        idempotency_key: str | None = None,
+        id: str | None = None,
+    ) -> None:
+        # Written out: see compiler/__init__.py, "Compiled".
+        object.__setattr__(self, "action", action)
+        object.__setattr__(self, "value", value)
+        object.__setattr__(self, "properties", properties)
+        object.__setattr__(self, "source", source)
+        object.__setattr__(self, "idempotency_key", idempotency_key)
+        object.__setattr__(self, "id", id)
+
     def fact(self, fallback_id: str) -> Fact:
         """This event as a fact occurrence."""
         return Fact(

@@ -65,6 +65,13 @@ class Timer:
     kind: TimerKind
     milestone: str
 
+    def __init__(self, at: datetime, kind: TimerKind, milestone: str) -> None:
+        # Written out (see compiler/__init__.py, "Compiled"), as in every value
+        # class on a decision's path.
+        object.__setattr__(self, "at", at)
+        object.__setattr__(self, "kind", kind)
+        object.__setattr__(self, "milestone", milestone)
+
     @property
     def order(self) -> tuple[datetime, int, str]:
         """Time order; at one instant settlements before due tasks."""
@@ -100,6 +107,26 @@ class MilestoneState:
     outcome: str | None = None  # done | knocked | timed_out | dropped | unreachable
     #: The verdict explanation when it settled (or last evaluated while open).
     explanation: Mapping[str, Any] | None = None
+
+    def __init__(
+        self,
+        status: MilestoneStatus = "pending",
+        opened_at: datetime | None = None,
+        deadline: datetime | None = None,
+        task_at: datetime | None = None,
+        task_open: bool = False,
+        settled_at: datetime | None = None,
+        outcome: str | None = None,
+        explanation: Mapping[str, Any] | None = None,
+    ) -> None:
+        object.__setattr__(self, "status", status)
+        object.__setattr__(self, "opened_at", opened_at)
+        object.__setattr__(self, "deadline", deadline)
+        object.__setattr__(self, "task_at", task_at)
+        object.__setattr__(self, "task_open", task_open)
+        object.__setattr__(self, "settled_at", settled_at)
+        object.__setattr__(self, "outcome", outcome)
+        object.__setattr__(self, "explanation", explanation)
 
     def with_(
         self,
@@ -185,9 +212,40 @@ class JobState:
     #: parts it shares with it (the same objects) share their JSON too.
     _base: JobState | None = field(default=None, init=False, repr=False, compare=False)
 
-    def __post_init__(self) -> None:
-        # The caches start empty. (Set here and not only by their defaults: a
-        # compiled build, see setup.py, sets only what ``__init__`` sets.)
+    def __init__(
+        self,
+        key: str,
+        playbook_key: str,
+        playbook_version: int,
+        started_at: datetime,
+        status: JobStatus = "running",
+        seq: int = 0,
+        updated_at: datetime | None = None,
+        ended_at: datetime | None = None,
+        events: int = 0,
+        subject: Mapping[str, Any] | None = None,
+        contacts: tuple[Any, ...] = (),
+        milestones: Mapping[str, MilestoneState] | None = None,
+        tallies: Mapping[str, Tally] | None = None,
+        timers: tuple[Timer, ...] = (),
+        recent_keys: tuple[str, ...] = (),
+    ) -> None:
+        object.__setattr__(self, "key", key)
+        object.__setattr__(self, "playbook_key", playbook_key)
+        object.__setattr__(self, "playbook_version", playbook_version)
+        object.__setattr__(self, "started_at", started_at)
+        object.__setattr__(self, "status", status)
+        object.__setattr__(self, "seq", seq)
+        object.__setattr__(self, "updated_at", updated_at)
+        object.__setattr__(self, "ended_at", ended_at)
+        object.__setattr__(self, "events", events)
+        object.__setattr__(self, "subject", {} if subject is None else subject)
+        object.__setattr__(self, "contacts", contacts)
+        object.__setattr__(self, "milestones", {} if milestones is None else milestones)
+        object.__setattr__(self, "tallies", {} if tallies is None else tallies)
+        object.__setattr__(self, "timers", timers)
+        object.__setattr__(self, "recent_keys", recent_keys)
+        # The caches start empty.
         object.__setattr__(self, "_json", None)
         object.__setattr__(self, "_bytes", None)
         object.__setattr__(self, "_hash", None)
@@ -252,6 +310,12 @@ class JobState:
 
         old_milestones = base.milestones if base is not None else {}
         old_tallies = base.tallies if base is not None else {}
+        # A timer is a value too: the same object has the same JSON.
+        old_timers: dict[int, Any] = (
+            {id(t): data for t, data in zip(base.timers, prev["timers"], strict=True)}
+            if base is not None
+            else {}
+        )
         return {
             "key": self.key,
             "playbook_key": self.playbook_key,
@@ -272,7 +336,7 @@ class JobState:
                 k: prev["tallies"][k] if old_tallies.get(k) is v else v.to_json()
                 for k, v in self.tallies.items()
             },
-            "timers": [t.to_json() for t in self.timers],
+            "timers": [old_timers.get(id(t)) or t.to_json() for t in self.timers],
             "recent_keys": part("recent_keys", lambda: list(self.recent_keys)),
         }
 
