@@ -375,6 +375,22 @@ def test_a_dropped_milestone_could_not_have_mattered(case: Case) -> None:
 
 @SETTINGS
 @given(cases())
+def test_json_built_from_the_previous_state_equals_json_built_afresh(case: Case) -> None:
+    # The engine hashes every state as it is decided, so each state's JSON is built
+    # from its predecessor's, reusing every part (milestone, instant, tally, timer)
+    # the two share. It must be exactly the JSON built from nothing.
+    graph = JobGraph(case.playbook)
+    state: JobState | None = None
+    for now, inp in case.inputs:
+        step = graph.next(state, now, inp)
+        if step.state is not None and step.state is not state:
+            assert step.state.json() == step.state.to_json()
+            assert step.state.to_bytes() == canonical_json(step.state.to_json())
+        state = step.state
+
+
+@SETTINGS
+@given(cases())
 def test_replaying_from_serialised_states_reproduces_every_step(case: Case) -> None:
     graph = JobGraph(case.playbook)
     steps = run(graph, case.inputs)
