@@ -10,7 +10,8 @@ COPY agents ./agents
 RUN apt-get update \
  && apt-get install -y --no-install-recommends gcc libc6-dev \
  && pip install --no-cache-dir . \
- && apt-get purge -y gcc libc6-dev && apt-get autoremove -y && rm -rf /var/lib/apt/lists/*
+ && apt-get purge -y gcc libc6-dev && apt-get autoremove -y \
+ && rm -rf /var/lib/apt/lists/* build
 COPY playbooks ./playbooks
 ENV LEMONGRAPH_PLAYBOOKS_DIR=/app/playbooks \
     LEMONGRAPH_DATA_DIR=/data

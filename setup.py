@@ -2,19 +2,20 @@
 adds the compiled modules: the decision core's hot path, compiled with mypyc
 (mypy's compiler, from the same type annotations CI checks).
 
-Compiled, the core decides about 1.5x faster and a worker carries about 1.3x
-more events per second (see benchmarks/README.md). The same modules run as
-plain Python when they are not compiled, with the same results:
+Compiled, the pure core decides 2-3x faster and a worker carries about 1.5x
+more events per second (figures in benchmarks/README.md). The same modules run
+as plain Python when they are not compiled, with the same results:
 
 * ``LEMONGRAPH_PURE=1`` at install time skips compilation;
-* without mypyc, or if compiling fails (no C compiler, no Python headers), the
-  install goes on without the compiled modules and says so.
+* without mypyc, if mypyc refuses the code, or if compiling fails (no C
+  compiler, no Python headers), the install goes on without any compiled
+  module and says so.
 
 An editable install (``pip install -e .``, which scripts/setup runs) puts the
 compiled modules next to their sources. Python prefers them over the ``.py``
 files, so after editing one of the modules below, install again (scripts/setup
-does when a source is newer than its compiled module); ``stream.native`` refuses
-to run a stale build.
+does when a source changed since it was compiled); ``stream.native`` refuses to
+run a stale build.
 """
 
 from __future__ import annotations
@@ -24,10 +25,12 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 
-#: The modules compiled, in dependency order. Also read by stream/native.py.
+#: The modules compiled, in dependency order.
 NATIVE_MODULES = [
     "compiler/_time.py",
     "compiler/_durations.py",
@@ -43,12 +46,12 @@ NATIVE_MODULES = [
     "stream/store.py",
     "stream/engine.py",
 ]
-
-
-#: Where setup.py writes what it compiled (read by stream/native.py).
+#: Where setup.py records what it compiled (read by stream/native.py).
 MANIFEST = "stream/native_build.json"
 #: setuptools commands that build; the others (metadata) need no compiling.
 BUILD_COMMANDS = {"build", "build_ext", "bdist_wheel", "editable_wheel", "develop", "install"}
+#: Commands that put compiled modules into the source tree.
+IN_PLACE_COMMANDS = {"editable_wheel", "develop"}
 ROOT = Path(__file__).resolve().parent
 
 
@@ -56,7 +59,11 @@ def _say(message: str) -> None:
     print(f"lemongraph build: {message}", file=sys.stderr)
 
 
-def _clean() -> None:
+def _pure_requested() -> bool:
+    return os.environ.get("LEMONGRAPH_PURE", "").strip() not in ("", "0")
+
+
+def _clean_in_place() -> None:
     """Remove compiled modules an earlier in-place build left in the tree, so
     that none outlives its source or a change to the list above."""
     for pattern in ("*/*.so", "*/*.pyd", "lemongraph_native__mypyc*"):
@@ -65,32 +72,60 @@ def _clean() -> None:
     (ROOT / MANIFEST).unlink(missing_ok=True)
 
 
+class _AllOrNothing(build_ext):
+    """Builds every compiled module or none: the modules share one runtime
+    library, and half a set would not import. On failure the install goes on as
+    plain Python."""
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except Exception as exc:  # CompileError, LinkError, a missing compiler, ...
+            for extension in self.extensions:
+                Path(self.get_ext_fullpath(extension.name)).unlink(missing_ok=True)
+            (ROOT / MANIFEST).unlink(missing_ok=True)
+            _say(f"compiling failed ({exc}): the core runs as plain Python")
+
+
 def native_extensions() -> list[Extension]:
-    if not BUILD_COMMANDS.intersection(sys.argv[1:]):
+    commands = set(sys.argv[1:])
+    if not BUILD_COMMANDS & commands:
         return []
-    _clean()
-    if os.environ.get("LEMONGRAPH_PURE"):
+    if IN_PLACE_COMMANDS & commands or "--inplace" in commands:
+        _clean_in_place()
+    if _pure_requested():
         _say("LEMONGRAPH_PURE is set: the core runs as plain Python")
+        (ROOT / MANIFEST).unlink(missing_ok=True)
         return []
     try:
         from mypyc.build import mypycify
     except ImportError:
         _say("mypyc is not installed: the core runs as plain Python")
         return []
-    # Types come from the annotations; strictness is CI's job (mypy --strict),
-    # so the build reads no config file and needs none of the typed dependencies.
-    options = ["--config-file=", "--ignore-missing-imports", "--follow-imports=silent"]
-    extensions: list[Extension] = mypycify(options + NATIVE_MODULES, group_name="lemongraph_native")
-    for extension in extensions:
-        extension.optional = True  # no C compiler: install without them
+    # The sources as compiled: hashed before mypyc reads them, so an edit made
+    # during the build shows as stale rather than as built.
     digests = {
         path.removesuffix(".py").replace("/", "."): hashlib.sha256(
             (ROOT / path).read_bytes()
         ).hexdigest()
         for path in NATIVE_MODULES
     }
+    # Types come from the annotations; strictness is CI's job (mypy --strict),
+    # so the build reads no config file and needs none of the typed dependencies.
+    options = ["--config-file=", "--ignore-missing-imports", "--follow-imports=silent"]
+    try:
+        extensions: list[Extension] = mypycify(
+            options + NATIVE_MODULES, group_name="lemongraph_native"
+        )
+    except (Exception, SystemExit) as exc:  # mypyc exits when it rejects the code
+        _say(f"mypyc refused the code ({exc!r}): the core runs as plain Python")
+        return []
     (ROOT / MANIFEST).write_text(json.dumps({"modules": digests}, indent=1) + "\n")
     return extensions
 
 
-setup(ext_modules=native_extensions())
+extensions = native_extensions()
+options: dict[str, Any] = {"ext_modules": extensions}
+if extensions:
+    options["cmdclass"] = {"build_ext": _AllOrNothing}
+setup(**options)

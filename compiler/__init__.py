@@ -8,10 +8,12 @@ keeps it that way.
 Compiled: the modules on a decision's path are compiled with mypyc at install
 time (``setup.py``; ``stream/native.py`` says whether they are). The source is
 plain, typed Python and runs unchanged when not compiled. Two habits serve the
-compiled build: value classes on a decision's path spell out their
+compiled build: the value classes a decision makes many of spell out their
 ``__init__`` (mypyc compiles what is written; the methods ``dataclass``
 generates stay interpreted, and constructing through them cost ~10x more),
-and code states its types exactly, because a compiled function checks them.
+and code states its types exactly, because a compiled function checks them
+(``Event(id=3)`` is a TypeError there). Compiled value classes cannot be
+copied with ``copy`` or pickled; nothing here does either.
 """
 
 from ._ast import And, Atom, Compare, Count, Exists, Expr, FactRef, Member, Not, Or

@@ -64,6 +64,7 @@ def check(paths: tuple[Path, ...]) -> None:
 
     Exit 0 when all are valid, 1 with one line per problem otherwise.
     """
+    _native()
     files: list[Path] = []
     problems: list[str] = []
     for path in paths:
@@ -117,6 +118,7 @@ def simulate(
     """
     from .simulate import render_coverage, render_summary, render_trace, simulate_files
 
+    _native()
     root = folder if folder is not None else _settings().playbooks_dir
     if not root.is_dir():
         click.echo(f"error: scenario folder {root} does not exist", err=True)
@@ -168,7 +170,8 @@ def _say(line: str) -> None:
 
 
 def _native() -> str:
-    """Refuse to run a stale compiled core (see stream/native.py); say which runs."""
+    """Refuse to run a stale compiled core (see stream/native.py); returns which
+    runs, for the commands that say so."""
     from .native import StaleBuild, check
 
     try:
@@ -438,6 +441,7 @@ def replay(job: str | None, verify: bool, other: Path | None) -> None:
     from .replay import replay_decisions, what_if
     from .worker import prepare_registry
 
+    _native()
     settings = _settings()
     bootstrap = _require_kafka(settings)
 

@@ -7,12 +7,13 @@ edited source would silently keep running its old compiled form. :func:`check`
 refuses that: a worker, the bench and the test suite call it at start.
 
 ``python -m stream.native`` prints the status; with ``--check`` it exits 1
-when the build is stale (scripts/setup uses it to decide to rebuild).
+when the build is stale or lost modules since (scripts/setup then rebuilds).
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.machinery
 import importlib.util
 import json
 import sys
@@ -31,19 +32,28 @@ class StaleBuild(RuntimeError):
 
 @dataclass(frozen=True)
 class NativeStatus:
-    """What runs compiled: ``compiled`` and ``stale`` are dotted module names."""
+    """What runs compiled; each field holds dotted module names."""
 
-    built: tuple[str, ...]  # compiled by the last build
+    built: tuple[str, ...]  # compiled by the last build (its manifest)
     compiled: tuple[str, ...]  # of those, the ones Python will load compiled
-    stale: tuple[str, ...]  # compiled, but their source changed since
+    stale: tuple[str, ...]  # compiled, but their source changed (or went) since
+
+    @property
+    def incomplete(self) -> tuple[str, ...]:
+        """Built but not there any more (removed by hand, or by another build
+        from this tree): they run as plain Python."""
+        return tuple(name for name in self.built if name not in self.compiled)
 
     def describe(self) -> str:
         """One line for a log or a report."""
         if not self.compiled:
-            return "decision core: plain Python (not compiled; see setup.py)"
-        line = f"decision core: compiled with mypyc ({len(self.compiled)} modules)"
+            line = "decision core: plain Python (not compiled; see setup.py)"
+        else:
+            line = f"decision core: compiled with mypyc ({len(self.compiled)} modules)"
         if self.stale:
             line += f"; STALE: {', '.join(self.stale)}"
+        if self.compiled and self.incomplete:
+            line += f"; not compiled: {', '.join(self.incomplete)}"
         return line
 
 
@@ -51,8 +61,26 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def _compiled_file(name: str) -> tuple[Path, Path] | None:
+    """(compiled file, source file) of module ``name`` when Python would load
+    it compiled. Looks at files only: importing a stale build to ask it would
+    run it (and a stale build may not even import)."""
+    package, _, module = name.rpartition(".")
+    spec = importlib.util.find_spec(package)  # a top-level package: found, not imported
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for folder in map(Path, spec.submodule_search_locations):
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES:  # tried before ".py"
+            compiled = folder / (module + suffix)
+            if compiled.is_file():
+                return compiled, folder / (module + ".py")
+        if (folder / (module + ".py")).is_file():
+            return None
+    return None
+
+
 def status() -> NativeStatus:
-    """Read the manifest and look at where each module would load from."""
+    """Read the manifest and look at the files each module would load from."""
     try:
         manifest = json.loads(MANIFEST.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -61,13 +89,12 @@ def status() -> NativeStatus:
     compiled: list[str] = []
     stale: list[str] = []
     for name, digest in built.items():
-        spec = importlib.util.find_spec(name)
-        origin = Path(spec.origin) if spec is not None and spec.origin else None
-        if origin is None or origin.suffix == ".py":
-            continue  # not compiled here (pure install, or compiling failed)
+        found = _compiled_file(name)
+        if found is None:
+            continue  # not compiled here
         compiled.append(name)
-        source = origin.parent / (name.rpartition(".")[2] + ".py")
-        if source.is_file() and _sha256(source) != digest:
+        source = found[1]
+        if not source.is_file() or _sha256(source) != digest:
             stale.append(name)
     return NativeStatus(tuple(built), tuple(compiled), tuple(stale))
 
@@ -77,7 +104,7 @@ def check() -> NativeStatus:
     current = status()
     if current.stale:
         raise StaleBuild(
-            f"compiled modules are older than their source: {', '.join(current.stale)}. "
+            f"compiled modules no longer match their source: {', '.join(current.stale)}. "
             "Rebuild with scripts/setup (or `pip install -e .`); "
             "LEMONGRAPH_PURE=1 scripts/setup installs without compiling."
         )
@@ -87,7 +114,9 @@ def check() -> NativeStatus:
 def main(argv: list[str]) -> int:
     current = status()
     print(current.describe())
-    return 1 if "--check" in argv and current.stale else 0
+    # --check: is a rebuild due? (A build that failed records nothing, so it is
+    # not retried on every run; one that lost modules since is.)
+    return 1 if "--check" in argv and (current.stale or current.incomplete) else 0
 
 
 if __name__ == "__main__":

@@ -119,6 +119,23 @@ def test_a_source_changed_after_the_build_is_refused(
     assert "STALE: compiler._jobgraph" in native.status().describe()
 
 
+def test_modules_built_but_gone_call_for_a_rebuild(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # As if compiler._printer had been compiled and its module then removed.
+    built = {"compiler._printer": native._sha256(ROOT / "compiler" / "_printer.py")}
+    manifest = tmp_path / "native_build.json"
+    manifest.write_text(json.dumps({"modules": built}), encoding="utf-8")
+    monkeypatch.setattr(native, "MANIFEST", manifest)
+
+    current = native.check()  # runs: what is there is not stale
+    assert current.compiled == ()
+    assert current.incomplete == ("compiler._printer",)
+    assert native.main(["--check"]) == 1  # but scripts/setup rebuilds
+    assert native.main([]) == 0
+    assert "plain Python" in capsys.readouterr().out
+
+
 def test_without_a_manifest_nothing_counts_as_compiled(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
