@@ -61,6 +61,7 @@ class JobGraph:
 
     def __init__(self, playbook: Playbook) -> None:
         self.playbook = playbook
+        self._pinned = (playbook.key, playbook.version)  # what a job must be pinned to
 
     def frontier(self, state: JobState) -> tuple[str, ...]:
         """Open milestones in rank order: the first is the next best step."""
@@ -88,10 +89,7 @@ class JobGraph:
             return _Decision.start(self.playbook, input, now)
         if state is None:
             return Step(None, now, input, refused="unknown job: no job.start was applied")
-        if (state.playbook_key, state.playbook_version) != (
-            self.playbook.key,
-            self.playbook.version,
-        ):
+        if (state.playbook_key, state.playbook_version) != self._pinned:
             raise ValueError(
                 f"job {state.key!r} pinned playbook {state.playbook_key} "
                 f"v{state.playbook_version}; this graph runs v{self.playbook.version}"

@@ -10,6 +10,8 @@ __all__ = ["from_iso", "require_aware", "to_iso"]
 
 def require_aware(now: datetime, what: str = "now") -> datetime:
     """``now`` in UTC; a naive datetime is refused (it names no instant)."""
+    if type(now) is datetime and now.tzinfo is UTC:
+        return now  # already so (the stream's instants are): no copy
     if not isinstance(now, datetime) or now.tzinfo is None or now.utcoffset() is None:
         raise ValueError(f"{what} must be a timezone-aware datetime, got {now!r}")
     return now.astimezone(UTC)
