@@ -57,7 +57,7 @@ class TaskOpened:
         deadline: datetime,
         frontier: tuple[str, ...],
     ) -> None:
-        # Written out (see compiler/__init__.py, "Compiled"), as in every class below.
+        # Written out (see compiler/__init__.py, "Compiled"), as in the classes below.
         object.__setattr__(self, "job_key", job_key)
         object.__setattr__(self, "milestone", milestone)
         object.__setattr__(self, "at", at)

@@ -66,8 +66,8 @@ class Timer:
     milestone: str
 
     def __init__(self, at: datetime, kind: TimerKind, milestone: str) -> None:
-        # Written out (see compiler/__init__.py, "Compiled"), as in every value
-        # class on a decision's path.
+        # Written out (see compiler/__init__.py, "Compiled"), as in the other
+        # value classes a decision makes many of.
         object.__setattr__(self, "at", at)
         object.__setattr__(self, "kind", kind)
         object.__setattr__(self, "milestone", milestone)
@@ -92,18 +92,6 @@ class _Keep:
 
 
 _KEEP = _Keep()
-
-
-def _iso_of(
-    instant: datetime, base: MilestoneState | None, prev: Mapping[str, Any] | None, name: str
-) -> str:
-    """``to_iso(instant)``, or ``prev[name]`` when ``instant`` is ``base``'s own."""
-    if base is not None and prev is not None:
-        old: datetime | None = getattr(base, name)
-        if old is instant:
-            text: str = prev[name]
-            return text
-    return to_iso(instant)
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,15 +164,22 @@ class MilestoneState:
         ``base`` (the same object) taken from ``prev``, ``base``'s JSON: a
         milestone changes a field or two at a time, and formatting an instant
         costs more than the rest of its JSON."""
+        old, texts = (base, prev) if base is not None and prev is not None else (_BLANK, {})
         out: dict[str, Any] = {"status": self.status}
-        if self.opened_at is not None:
-            out["opened_at"] = _iso_of(self.opened_at, base, prev, "opened_at")
-        if self.deadline is not None:
-            out["deadline"] = _iso_of(self.deadline, base, prev, "deadline")
-        if self.task_at is not None:
-            out["task_at"] = _iso_of(self.task_at, base, prev, "task_at")
-        if self.settled_at is not None:
-            out["settled_at"] = _iso_of(self.settled_at, base, prev, "settled_at")
+        opened, deadline, task_at, ended = (
+            self.opened_at,
+            self.deadline,
+            self.task_at,
+            self.settled_at,
+        )
+        if opened is not None:
+            out["opened_at"] = texts["opened_at"] if opened is old.opened_at else to_iso(opened)
+        if deadline is not None:
+            out["deadline"] = texts["deadline"] if deadline is old.deadline else to_iso(deadline)
+        if task_at is not None:
+            out["task_at"] = texts["task_at"] if task_at is old.task_at else to_iso(task_at)
+        if ended is not None:
+            out["settled_at"] = texts["settled_at"] if ended is old.settled_at else to_iso(ended)
         if self.task_open:
             out["task_open"] = True
         if self.outcome is not None:
@@ -206,6 +201,10 @@ class MilestoneState:
             outcome=data.get("outcome"),
             explanation=data.get("explanation"),
         )
+
+
+#: A milestone with no instants: what a milestone without a base is compared with.
+_BLANK = MilestoneState()
 
 
 @dataclass(frozen=True)
