@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -18,15 +18,16 @@ from compiler._time import to_iso
 from topics import TickRecord, Topics, encode
 
 from .config import Settings
-from .engine import Engine, Record
+from .engine import Engine, Mark, Record, watermark_key
 from .faust_tuning import set_fetch_max_wait
-from .fetch import BatchApp
+from .fetch import BatchApp, BatchConsumer, StopWorker
 from .kafka import bootstrap_of
-from .produce import produce_batches
+from .produce import Produced, produce_batches
 from .registry import Registry
+from .resets import ClusterWatch, find_resets
 from .table import JobTable
 
-__all__ = ["EngineApp", "EngineStats", "build_app"]
+__all__ = ["EXIT_LOG_RESET", "EngineApp", "EngineStats", "build_app"]
 
 log = logging.getLogger("lemongraph.worker")
 
@@ -40,6 +41,10 @@ FETCH_MAX_WAIT_MS_TANSU = 20
 #: worker with 100,000 jobs). Latency at low rates does not depend on it.
 BATCH_MAX = 5000
 
+#: The exit code of a worker that found an inbox log reset under its state
+#: (EX_CONFIG: an operator must decide what the state should be).
+EXIT_LOG_RESET = 78
+
 
 @dataclass
 class EngineStats:
@@ -52,6 +57,8 @@ class EngineStats:
     deadletters: int = 0
     skipped: int = 0
     duplicates: int = 0
+    forwarded: int = 0
+    bounded: int = 0
     ticks_sent: int = 0
     #: Seconds spent per phase of a batch, and waiting between batches.
     seconds: dict[str, float] = field(
@@ -127,8 +134,11 @@ def build_app(
     tansu: bool = False,
     ticker: bool = True,
     stats: EngineStats | None = None,
+    cluster: str = "",
 ) -> EngineApp:
-    """A Faust app that runs the engine. ``settings.kafka_url`` must be set."""
+    """A Faust app that runs the engine. ``settings.kafka_url`` must be set;
+    ``cluster`` is the broker's cluster id as it was when the worker started
+    (empty: not checked)."""
     topics = Topics(settings.topic_prefix)
     # Apache Kafka answers a fetch when data is there; Tansu waits out the whole
     # fetch wait, so keep it short there (see stream/faust_tuning.py).
@@ -139,7 +149,54 @@ def build_app(
     table = JobTable(
         app.Table("jobstate", partitions=settings.partitions, key_type=bytes, value_type=bytes)
     )
-    engine = Engine(topics, registry, table.get)
+    engine = Engine(
+        topics,
+        registry,
+        table.get,
+        partitions=settings.partitions,
+        cache_size=settings.state_cache,
+        max_skew_ms=round(settings.max_clock_skew * 1000),
+        cluster=cluster,
+    )
+    watch = ClusterWatch(bootstrap_of(settings.kafka_url or ""), cluster)
+    bootstrap = bootstrap_of(settings.kafka_url or "")
+
+    async def check_logs(partitions: Iterable[int]) -> None:
+        """Stop the worker (nothing of the batch acknowledged) when the inbox log
+        of one of ``partitions`` is not the one the state applied
+        (stream/resets.py)."""
+        marks = {}
+        for partition in partitions:
+            raw = table.get(watermark_key(partition), partition)
+            if raw is not None:
+                marks[partition] = Mark.decode(raw)
+        resets = await find_resets(bootstrap, topics.inbox, marks, cluster)
+        if resets:
+            raise StopWorker("\n".join(f"worker: stopped: {r}" for r in resets), EXIT_LOG_RESET)
+
+    async def check_rewinds(records: list[Record]) -> None:
+        """Offsets that went back since the last assignment: a reset log, or
+        (rarely) a re-delivery the broker can vouch for."""
+        rewinds = engine.rewound(records)
+        consumer = app.consumer
+        dropped = consumer.rewound if isinstance(consumer, BatchConsumer) else {}
+        for (topic, partition), seen in list(dropped.items()):
+            del dropped[(topic, partition)]
+            if topic == topics.inbox:
+                rewinds.setdefault(partition, seen)
+        if not rewinds:
+            return
+        await check_logs(rewinds)
+        for partition, (before, now) in sorted(rewinds.items()):
+            log.warning(
+                "inbox partition %d went back from offset %d to %d; its log is the one "
+                "applied, so that is a re-delivery",
+                partition,
+                before,
+                now,
+            )
+        engine.forget_seen(rewinds)
+
     # [assignments seen, assignments the engine has rebuilt for]
     generation = [1, 0]
 
@@ -162,21 +219,44 @@ def build_app(
             mine = [
                 tp.partition for tp in app.assignor.assigned_actives() if tp.topic == topics.inbox
             ]
-            late = await table.catch_up(bootstrap_of(settings.kafka_url or ""), mine)
+            late = await table.catch_up(bootstrap, mine)
             if late:
                 log.warning("changelog: applied %d rows Faust's recovery had not", late)
+            await check_logs(mine)
             count = engine.rebuild_timers(table.items())
             log.info("partitions assigned: timer index rebuilt, %d jobs waiting", count)
         records = [
             # Faust keeps the timestamp in seconds; round back to the record's ms.
-            Record(m.topic, m.partition, m.offset, m.key, m.value, round(m.timestamp * 1000))
+            Record(
+                m.topic,
+                m.partition,
+                m.offset,
+                m.key,
+                m.value,
+                round(m.timestamp * 1000),
+                _headers(m.headers),
+            )
             for m in messages
         ]
+        other = await watch.changed()
+        if other is not None:
+            raise StopWorker(
+                f"worker: stopped: the broker is now cluster {other!r}, not {cluster!r} (the "
+                "one this worker started against): it was reset or replaced, and its logs "
+                "are not the ones this worker's state applied. Nothing of it is decided: see "
+                "docs/operations.md, 'When the broker was reset'",
+                EXIT_LOG_RESET,
+            )
+        await check_rewinds(records)
         batch = engine.process(records)
         rows = batch.writes()
         changelog = table.changelog_topic
-        produce = [(o.topic, o.partition, o.key, o.value) for o in batch.outputs]
-        produce.extend((changelog, partition, key.encode(), raw) for key, partition, raw in rows)
+        produce: list[Produced] = [
+            (o.topic, o.partition, o.key, o.value, o.timestamp_ms, o.headers) for o in batch.outputs
+        ]
+        produce.extend(
+            (changelog, partition, key.encode(), raw, None, None) for key, partition, raw in rows
+        )
         decided = time.monotonic()
         # Outputs and the state's changelog first, acknowledged; then the state
         # in RocksDB; then (after this batch) the consumer may commit. See
@@ -195,6 +275,8 @@ def build_app(
         stats.deadletters += batch.deadletters
         stats.skipped += batch.skipped
         stats.duplicates += batch.duplicates
+        stats.forwarded += batch.forwarded
+        stats.bounded += batch.bounded
 
     app.consume_in_batches(source, handle, BATCH_MAX)
 
@@ -212,3 +294,11 @@ def build_app(
             stats.ticks_sent += settings.partitions
 
     return EngineApp(app, engine, stats, table)
+
+
+def _headers(headers: Any) -> list[tuple[str, bytes]]:
+    """A Faust message's headers as (name, value) pairs (Faust may hand a mapping)."""
+    if not headers:
+        return []
+    items = headers.items() if hasattr(headers, "items") else headers
+    return [(str(name), bytes(value or b"")) for name, value in items]

@@ -31,6 +31,7 @@ import socket
 import subprocess
 import tempfile
 import time
+import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
@@ -118,6 +119,10 @@ class EmbeddedBroker:
         self.startup_timeout = startup_timeout
         self.extra_args = list(extra_args)
         self._proc: subprocess.Popen[bytes] | None = None
+        #: A new cluster id every start: the broker forgets everything when it
+        #: stops, and a worker that meets another cluster id under its state
+        #: knows the log is not the one it applied (stream/resets.py).
+        self.cluster_id = ""
         self._out: IO[bytes] | None = None
         self._err: IO[bytes] | None = None
 
@@ -137,6 +142,11 @@ class EmbeddedBroker:
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
+    @property
+    def returncode(self) -> int | None:
+        """The exit code of a broker process that has exited (None: running, or none)."""
+        return self._proc.poll() if self._proc is not None else None
+
     def command(self) -> list[str]:
         listen = f"tcp://{self.host}:{self.port}"
         return [
@@ -148,19 +158,22 @@ class EmbeddedBroker:
             listen,
             "--storage-engine",
             "memory://tansu/",
+            "--cluster-id",
+            self.cluster_id or "tansu_cluster",
             *self.extra_args,
         ]
 
     def start(self) -> None:
         if self.running:
             return
+        self.cluster_id = f"tansu-{uuid.uuid4().hex[:16]}"
         # The log files live as long as the broker; stop() closes them.
         self._out = tempfile.TemporaryFile()  # noqa: SIM115
         self._err = tempfile.TemporaryFile()  # noqa: SIM115
         env = {
             k: v
             for k, v in os.environ.items()
-            if k not in {"LISTENER_URL", "ADVERTISED_LISTENER_URL", "STORAGE_ENGINE"}
+            if k not in {"LISTENER_URL", "ADVERTISED_LISTENER_URL", "STORAGE_ENGINE", "CLUSTER_ID"}
         }
         env.setdefault("NO_COLOR", "1")  # plain log lines in the stderr tail
         try:
@@ -259,6 +272,7 @@ async def ensure_topics(
     *,
     replication_factor: int = 1,
     timeout_ms: int = 10_000,
+    configs: Mapping[str, Mapping[str, str]] | None = None,
 ) -> None:
     """Create the topics that do not exist yet (idempotent).
 
@@ -276,7 +290,10 @@ async def ensure_topics(
                 name,
                 partitions,
                 replication_factor,
-                topic_configs={"cleanup.policy": "compact"} if name in compacted else {},
+                topic_configs={
+                    **({"cleanup.policy": "compact"} if name in compacted else {}),
+                    **((configs or {}).get(name) or {}),
+                },
             )
             for name, partitions in names_with_partitions.items()
             if name not in existing

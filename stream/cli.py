@@ -5,7 +5,9 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -14,6 +16,12 @@ from compiler._simulate import parse_scenarios
 
 from .config import ConfigError, Settings
 from .files import is_scenario, load_playbook_file, playbook_files, scenario_files
+from .kafka import ConsumedRecord
+
+if TYPE_CHECKING:
+    from topics import InboxEvent, JobStart
+
+    from .broker import EmbeddedBroker
 
 __all__ = ["main"]
 
@@ -200,6 +208,7 @@ def worker(no_ticker: bool, loglevel: str) -> None:
             settings,
             prepared.registry,
             tansu=prepared.tansu,
+            cluster=prepared.cluster,
             ticker=not no_ticker,
             loglevel=loglevel,
             status_every=30.0,
@@ -244,13 +253,20 @@ def dev(broker_port: int, loglevel: str) -> None:
         # The embedded broker keeps everything in memory, so local state from an
         # earlier run describes records that no longer exist: start clean.
         data_dir = settings.data_dir / "embedded"
+        had_state = data_dir.exists()
         shutil.rmtree(data_dir, ignore_errors=True)
         settings = dataclasses.replace(settings, kafka_url=broker.url, data_dir=data_dir)
         _say(f"broker: embedded Tansu on {broker.bootstrap} (in memory; gone when this stops)")
+        if had_state:
+            _say(
+                f"state: fresh: removed {data_dir} of an earlier run (it described records "
+                "the embedded broker has forgotten)"
+            )
     else:
         _say(f"broker: {settings.kafka_url}")
     code = 1
     gateway: GatewayThread | None = None
+    died = _watch_broker(broker) if broker is not None else None
     try:
         prepared = prepare(settings, _say)
         _say(f"state: RocksDB under {settings.data_dir / 'faust'}")
@@ -268,6 +284,7 @@ def dev(broker_port: int, loglevel: str) -> None:
             settings,
             prepared.registry,
             tansu=prepared.tansu,
+            cluster=prepared.cluster,
             loglevel=loglevel,
             status_every=10.0,
             say=_say,
@@ -278,7 +295,46 @@ def dev(broker_port: int, loglevel: str) -> None:
         if broker is not None:
             broker.stop()
             _say("broker: stopped")
+    if died is not None and died.is_set():
+        code = code or 1
     sys.exit(code)
+
+
+def _watch_broker(broker: EmbeddedBroker) -> threading.Event:
+    """Watch the embedded broker: when it dies, say so and stop this process
+    (SIGTERM, which the worker obeys within a few seconds). Everything the
+    broker held is gone, so going on would only fail; rerunning ``lemongraph
+    dev`` starts afresh. Returns the event set once it died."""
+    import os
+    import signal
+    import time
+
+    from .fetch import LAST_WORDS
+
+    died = threading.Event()
+    told = threading.Lock()
+
+    def tell() -> None:
+        # From the watcher, or from a worker that is ending because of it.
+        if broker.pid is None or broker.running or not told.acquire(blocking=False):
+            return
+        died.set()
+        _say(
+            f"broker: the embedded broker exited unexpectedly (code {broker.returncode}); "
+            "everything it held is gone: stopping. Run `lemongraph dev` again to start afresh"
+        )
+
+    def watch() -> None:
+        while broker.running:
+            time.sleep(0.2)
+        if broker.pid is None:
+            return  # stopped by us
+        tell()
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    LAST_WORDS.append(tell)
+    threading.Thread(target=watch, name="broker-watch", daemon=True).start()
+    return died
 
 
 def _parse_value(raw: str) -> object:
@@ -289,11 +345,21 @@ def _parse_value(raw: str) -> object:
         return raw
 
 
-def _send_inbox(settings: Settings, key: str, message: object) -> None:
-    from topics import Topics, encode
+def _send_inbox(settings: Settings, key: str, message: JobStart | InboxEvent) -> None:
+    from topics import LimitError, RecordError, Topics, decode_inbox, encode, plain_json
 
     from .kafka import producer, run
 
+    try:
+        # Refused here for what the worker would refuse (size, nesting, 64-bit
+        # integers): the same limits and decoder, before anything is sent.
+        for name, item in message.dump().items():
+            plain_json(item, name)
+        decode_inbox(encode(message), key.encode())
+    except LimitError as exc:
+        raise click.ClickException(f"not sent: {exc}") from None
+    except RecordError as exc:
+        raise click.ClickException(f"not sent: {exc.reason}") from None
     bootstrap = _require_kafka(settings)
 
     async def go() -> tuple[int, int]:
@@ -400,8 +466,13 @@ def tail(topic: str, follow: bool) -> None:
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="TOPIC") from None
 
+    deadletter = Topics(settings.topic_prefix).deadletter
+
     async def go() -> None:
         async for r in read_topic(bootstrap, name, follow=follow):
+            if r.topic == deadletter:
+                click.echo(orjson.dumps(_dead_letter_line(r)).decode())
+                continue
             value: object = None
             if r.value is not None:
                 try:
@@ -420,6 +491,24 @@ def tail(topic: str, follow: bool) -> None:
 
     with contextlib.suppress(KeyboardInterrupt):
         run(go())
+
+
+def _dead_letter_line(r: ConsumedRecord) -> dict[str, object]:
+    """A dead letter as a JSON line: where it was read, and its headers, key and
+    value (text, or base64 when not UTF-8) as ``DeadLetter.describe`` gives them."""
+    from topics import DeadLetter
+
+    line: dict[str, object] = {
+        "topic": r.topic,
+        "partition": r.partition,
+        "offset": r.offset,
+        "timestamp": r.timestamp_ms,
+    }
+    try:
+        line["value"] = DeadLetter.from_headers(r.headers).describe(r.key, r.value)
+    except ValueError as exc:
+        line["value"] = {"error": f"not a dead letter of this version: {exc}".splitlines()[0]}
+    return line
 
 
 @main.command()

@@ -64,6 +64,28 @@ def _float(env: dict[str, str], name: str, default: float) -> float:
     return value
 
 
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def _seconds(env: dict[str, str], name: str, default: float) -> float:
+    """A duration: ``300``, ``300s``, ``5m``, ``1h``, ``500ms``; zero is allowed."""
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    number, unit = raw, "s"
+    for suffix in ("ms", "s", "m", "h"):
+        if raw.endswith(suffix):
+            number, unit = raw[: -len(suffix)].strip(), suffix
+            break
+    try:
+        value = float(number) * _UNITS[unit]
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a duration (like 300s, 5m or 1h)") from None
+    if not (value >= 0 and math.isfinite(value)):
+        raise ConfigError(f"{name}={raw!r} must be a finite duration, zero or more")
+    return value
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything lemongraph reads from its environment."""
@@ -84,6 +106,10 @@ class Settings:
     rate_burst: int = 40
     #: The largest request body the gateway reads, in bytes.
     max_body: int = 65536
+    #: How far (seconds) a record's timestamp may run ahead of the worker's clock.
+    max_clock_skew: float = 300.0
+    #: Decoded job states a worker keeps in memory (most recently used).
+    state_cache: int = 10_000
 
     @classmethod
     def from_env(
@@ -114,4 +140,6 @@ class Settings:
             rate_limit=_float(env, "LEMONGRAPH_RATE_LIMIT", 20.0),
             rate_burst=_int(env, "LEMONGRAPH_RATE_BURST", 40),
             max_body=_int(env, "LEMONGRAPH_API_MAX_BODY", 65536),
+            max_clock_skew=_seconds(env, "LEMONGRAPH_MAX_CLOCK_SKEW", 300.0),
+            state_cache=_int(env, "LEMONGRAPH_STATE_CACHE", 10_000, low=0),
         )

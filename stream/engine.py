@@ -12,10 +12,29 @@ states (``Batch.writes``) and only then lets the consumer commit. So:
   from the same state at the same ``now`` (a record's timestamp, a tick's ``at``):
   the re-emitted outputs are byte-identical, with the same ``task_id`` and
   decision ``seq``, so consumers can de-duplicate them.
+
+Whatever client produced a record (docs/kafka.md, "Partitioning"):
+
+* a job is decided only on its **home partition** (murmur2 of its key, as the
+  Java client and aiokafka partition). A record a producer put elsewhere is
+  forwarded there, carrying where it came from (``FORWARDED_FROM_HEADER``),
+  and a job remembers the last offset it applied per origin partition
+  (``store.Applied``), so a record forwarded twice is applied once. Every
+  state, cache and offset check is keyed by (partition, job);
+* a keyless record, or one beyond the decoder's limits, is dead-lettered;
+* a record that makes deciding or encoding fail is dead-lettered with the
+  exception as its reason, and the batch goes on (a failure that is not about
+  one record, the broker's or the disk's, still stops the worker);
+* a decision's ``now`` is the record's timestamp, but never more than the
+  allowed skew ahead of the worker's clock (``clock`` in the decision record
+  says when it was bounded), and a tick from further ahead is dead-lettered.
 """
 
 from __future__ import annotations
 
+import logging
+import time
+import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +42,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import orjson
+from aiokafka.partitioner import murmur2
 
 from compiler import (
     Event,
@@ -36,6 +56,8 @@ from compiler import (
 )
 from compiler._time import from_iso, to_iso
 from topics import (
+    FORWARDED_FROM_HEADER,
+    MAX_RECORD_BYTES,
     SCHEMA,
     DeadLetter,
     InboxEvent,
@@ -46,10 +68,51 @@ from topics import (
 )
 
 from .registry import Registry
-from .store import Stored, decode_stored, encode_stored, next_due_ms, peek_header
+from .store import (
+    NOTHING_APPLIED,
+    Applied,
+    Stored,
+    decode_stored,
+    encode_stored,
+    next_due_ms,
+    peek_header,
+)
 from .timers import TimerIndex
 
-__all__ = ["Batch", "Engine", "Output", "Record", "snapshot_of"]
+__all__ = [
+    "DEFAULT_MAX_SKEW_MS",
+    "Batch",
+    "Engine",
+    "JobRef",
+    "Mark",
+    "Output",
+    "Record",
+    "home_partition",
+    "snapshot_of",
+    "watermark_key",
+]
+
+log = logging.getLogger("lemongraph.worker")
+
+#: A job as the engine addresses it: (its home partition, its key). States,
+#: the cache and offset checks are all keyed by it, never by the key alone.
+JobRef = tuple[int, str]
+
+Headers = list[tuple[str, bytes]]
+
+#: How far a record's timestamp may run ahead of the worker's clock.
+DEFAULT_MAX_SKEW_MS = 300_000
+
+#: 9999-12-31T23:59:59.999Z: the last instant a decision can be made at.
+MAX_INSTANT_MS = 253_402_300_799_999
+
+
+def home_partition(key: bytes, partitions: int) -> int:
+    """The partition a job lives on: murmur2 of its key, as the Java client's
+    and aiokafka's default partitioner (and librdkafka's ``murmur2_random``)
+    choose it."""
+    index: int = murmur2(key)
+    return (index & 0x7FFFFFFF) % partitions
 
 
 @dataclass(slots=True)
@@ -66,7 +129,8 @@ class Record:
     offset: int
     key: bytes | None
     value: bytes | None
-    timestamp_ms: int
+    timestamp_ms: int  # -1: the record had none
+    headers: Sequence[tuple[str, bytes]]
 
     def __init__(
         self,
@@ -76,6 +140,7 @@ class Record:
         key: bytes | None,
         value: bytes | None,
         timestamp_ms: int,
+        headers: Sequence[tuple[str, bytes]] = (),
     ) -> None:
         self.topic = topic
         self.partition = partition
@@ -83,6 +148,7 @@ class Record:
         self.key = key
         self.value = value
         self.timestamp_ms = timestamp_ms
+        self.headers = headers
 
 
 @dataclass(slots=True)
@@ -92,18 +158,74 @@ class Output:
     The engine sends every output to the partition its input came from: every
     lemongraph topic has the inbox's partition count, so a job's records share
     one partition number everywhere (its order kept, compaction per key intact),
-    and no partitioner runs per record."""
+    and no partitioner runs per record. A forwarded inbox record (and a dead
+    letter) carries headers, and a forward keeps its original's timestamp."""
 
     topic: str
     key: bytes | None
-    value: bytes
+    value: bytes | None
     partition: int
+    timestamp_ms: int | None
+    headers: Headers | None
 
-    def __init__(self, topic: str, key: bytes | None, value: bytes, partition: int) -> None:
+    def __init__(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        partition: int,
+        timestamp_ms: int | None = None,
+        headers: Headers | None = None,
+    ) -> None:
         self.topic = topic
         self.key = key
         self.value = value
         self.partition = partition
+        self.timestamp_ms = timestamp_ms
+        self.headers = headers
+
+
+@dataclass(frozen=True, slots=True)
+class Mark:
+    """A partition's inbox watermark: the last record handled there, with what
+    identifies that record and the cluster it was read from, so that a log
+    which was reset or recreated under the worker (the same offsets, other
+    records) is recognised (``stream/resets.py``)."""
+
+    offset: int
+    timestamp_ms: int = -1
+    fingerprint: int = -1  # crc32 of key and value; -1: not known
+    cluster: str = ""  # the broker's cluster id; "": not known
+
+    @classmethod
+    def of(cls, record: Record, cluster: str) -> Mark:
+        """The mark of ``record``, read from cluster ``cluster``."""
+        return cls(
+            record.offset, record.timestamp_ms, fingerprint(record.key, record.value), cluster
+        )
+
+    def encode(self) -> bytes:
+        """``offset timestamp fingerprint cluster`` as text."""
+        return b"%d %d %d %s" % (
+            self.offset,
+            self.timestamp_ms,
+            self.fingerprint,
+            self.cluster.replace(" ", "_").encode() or b"-",
+        )
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Mark:
+        """The inverse of :meth:`encode`; a bare offset (as stored before) too."""
+        fields = raw.split(b" ")
+        if len(fields) == 4:
+            cluster = "" if fields[3] == b"-" else fields[3].decode("utf-8", "replace")
+            return cls(int(fields[0]), int(fields[1]), int(fields[2]), cluster)
+        return cls(int(fields[0]))
+
+
+def fingerprint(key: bytes | None, value: bytes | None) -> int:
+    """crc32 of a record's key and value."""
+    return zlib.crc32(value or b"", zlib.crc32(key or b"\x00"))
 
 
 @dataclass
@@ -111,23 +233,28 @@ class Batch:
     """What one batch decided: outputs to produce, then states to write."""
 
     outputs: list[Output] = field(default_factory=list)
-    #: job key → (partition, last inbox offset, state), the latest of the batch
-    states: dict[str, tuple[int, int, JobState]] = field(default_factory=dict)
+    #: job → (inbox records applied, state), the latest of the batch
+    states: dict[JobRef, tuple[Applied, JobState]] = field(default_factory=dict)
     #: jobs whose state changed (a refusal only records the offset it consumed)
-    changed: set[str] = field(default_factory=set)
+    changed: set[JobRef] = field(default_factory=set)
     decisions: int = 0
     deadletters: int = 0
     skipped: int = 0  # re-delivered inbox records recognised and skipped
     duplicates: int = 0  # events whose idempotency key was applied before
+    forwarded: int = 0  # inbox records sent on to their home partition
+    bounded: int = 0  # decisions whose now the clock bound moved
 
-    #: partition → the last inbox offset this batch handled there
-    watermarks: dict[int, int] = field(default_factory=dict)
+    #: partition → the last inbox record this batch handled there
+    watermarks: dict[int, Mark] = field(default_factory=dict)
 
     def writes(self) -> list[tuple[str, int, bytes]]:
         """(key, partition, bytes) for every changed job, then each partition's
         inbox watermark — last, so a crash part-way leaves it behind the jobs."""
-        out = [(k, p, encode_stored(p, o, s)) for k, (p, o, s) in self.states.items()]
-        out.extend((watermark_key(p), p, b"%d" % o) for p, o in sorted(self.watermarks.items()))
+        out = [
+            (key, partition, encode_stored(partition, applied, state))
+            for (partition, key), (applied, state) in self.states.items()
+        ]
+        out.extend((watermark_key(p), p, m.encode()) for p, m in sorted(self.watermarks.items()))
         return out
 
 
@@ -193,7 +320,10 @@ def snapshot_of(graph: JobGraph, state: JobState) -> dict[str, Any]:
 class Engine:
     """Decides batches of inbox and tick records for the partitions it owns.
 
-    ``load`` reads a stored job (bytes) by key and partition from the table.
+    ``load`` reads a stored job (bytes) by key and partition from the table;
+    ``partitions`` is the inbox's partition count (a job's home is
+    :func:`home_partition`); ``wall_ms`` is the worker's clock, which bounds a
+    record's timestamp (``max_skew_ms``) and dates dead letters.
     """
 
     def __init__(
@@ -201,20 +331,38 @@ class Engine:
         topics: Topics,
         registry: Registry,
         load: Callable[[str, int], bytes | None],
+        *,
+        partitions: int,
         cache_size: int = 10_000,
+        max_skew_ms: int = DEFAULT_MAX_SKEW_MS,
+        wall_ms: Callable[[], int] | None = None,
+        cluster: str = "",
     ) -> None:
+        if partitions < 1:
+            raise ValueError(f"partitions must be at least 1, not {partitions}")
         self.topics = topics
         self.registry = registry
         self.load = load
+        self.partitions = partitions
+        self.max_skew_ms = max_skew_ms
+        self.wall_ms: Callable[[], int] = wall_ms if wall_ms is not None else _wall_ms
+        #: The broker's cluster id, recorded in each partition's watermark.
+        self.cluster = cluster
         self.timers = TimerIndex()
         self._watermarks: dict[int, int] = {}
+        #: partition → the last inbox offset seen since partitions were assigned
+        self._seen: dict[int, int] = {}
         # Recently stored jobs, decoded: a job that just had an event is likely to
         # have another soon (a conversation), and decoding costs as much as
         # deciding. Holds committed states only, so a crash loses nothing.
-        self._cache: OrderedDict[str, tuple[int, JobState]] = OrderedDict()
+        self._cache: OrderedDict[JobRef, tuple[Applied, JobState]] = OrderedDict()
         self.cache_size = cache_size
         self.cache_hits = 0
         self.cache_misses = 0
+
+    def home(self, key: bytes) -> int:
+        """The partition job ``key`` lives on."""
+        return home_partition(key, self.partitions)
 
     # -- the timer index ------------------------------------------------------------
 
@@ -224,11 +372,12 @@ class Engine:
         self.timers.clear()
         self._watermarks.clear()
         self._cache.clear()
+        self._seen.clear()
         count = 0
         for key, raw in stored:
             if key.startswith(META_PREFIX):
                 continue
-            partition, _offset, due = peek_header(raw)
+            partition, due = peek_header(raw)
             if due is not None:
                 self.timers.set(partition, key, due)
                 count += 1
@@ -236,84 +385,134 @@ class Engine:
 
     # -- batches ----------------------------------------------------------------------
 
+    def rewound(self, records: Sequence[Record]) -> dict[int, tuple[int, int]]:
+        """Inbox partitions whose offsets go back in ``records`` (or against
+        what was seen since partitions were assigned): partition → (the last
+        offset seen, the lower one now). Within one assignment a partition's
+        offsets only grow, so this is a log that was reset under the worker,
+        unless the broker shows otherwise (``stream/resets.py``). Changes
+        nothing; call it before :meth:`process`."""
+        inbox = self.topics.inbox
+        last: dict[int, int] = {}
+        out: dict[int, tuple[int, int]] = {}
+        for record in records:
+            if record.topic != inbox:
+                continue
+            partition = record.partition
+            before = last.get(partition, self._seen.get(partition, -1))
+            if record.offset <= before and partition not in out:
+                out[partition] = (before, record.offset)
+            last[partition] = record.offset
+        return out
+
+    def forget_seen(self, partitions: Iterable[int]) -> None:
+        """The broker showed these partitions' logs are the ones applied: start
+        their offset order afresh."""
+        for partition in partitions:
+            self._seen.pop(partition, None)
+
     def process(self, records: Sequence[Record]) -> Batch:
         """Decide every record of the batch, in order."""
         batch = Batch()
+        inbox, ticks = self.topics.inbox, self.topics.ticks
+        seen = self._seen
         for record in records:
-            if record.topic == self.topics.inbox:
+            if record.topic == inbox:
+                seen[record.partition] = record.offset
                 if record.offset <= self._watermark(record.partition, batch):
                     batch.skipped += 1  # re-delivered: handled before the last commit
                     continue
-                self._inbox(record, batch)
-                batch.watermarks[record.partition] = record.offset
-            elif record.topic == self.topics.ticks:
+                batch.watermarks[record.partition] = Mark.of(record, self.cluster)
+                try:
+                    self._inbox(record, batch)
+                except Exception as exc:
+                    # Nothing of this record reached the batch (see _decided):
+                    # it is dead-lettered and the batch goes on.
+                    log.warning("inbox %d@%d: %s", record.partition, record.offset, _why(exc))
+                    self._dead(record, f"could not be decided: {_why(exc)}", batch)
+            elif record.topic == ticks:
                 self._tick(record, batch)
             else:
                 self._dead(record, f"unexpected topic {record.topic!r}", batch)
-        for key, (partition, _o, state) in batch.states.items():
-            if key not in batch.changed:
+        # In the order the jobs were decided (a set's order is not stable across
+        # processes, and a re-decided batch must come out byte for byte alike).
+        for ref, (_applied, state) in batch.states.items():
+            if ref not in batch.changed:
                 continue
             graph = self.registry.graph(state.playbook_key, state.playbook_version)
-            if graph is not None:
-                batch.outputs.append(
-                    Output(
-                        self.topics.jobs,
-                        key.encode(),
-                        _dumps(snapshot_of(graph, state)),
-                        partition,
-                    )
-                )
+            if graph is None:
+                continue
+            try:
+                snapshot = _dumps(snapshot_of(graph, state))
+            except Exception as exc:  # the decision is made; only its read-model view is lost
+                log.error("job %r: no snapshot: %s", ref[1], _why(exc))
+                continue
+            batch.outputs.append(Output(self.topics.jobs, ref[1].encode(), snapshot, ref[0]))
         return batch
 
     def committed(self, batch: Batch) -> None:
         """The batch's writes are stored: its watermarks are now the floor, and
         its states the cached ones."""
-        self._watermarks.update(batch.watermarks)
+        for partition, mark in batch.watermarks.items():
+            self._watermarks[partition] = mark.offset
         cache = self._cache
-        for key, (_partition, offset, state) in batch.states.items():
-            cache[key] = (offset, state)
-            cache.move_to_end(key)
+        for ref, applied_state in batch.states.items():
+            cache[ref] = applied_state
+            cache.move_to_end(ref)
         while len(cache) > self.cache_size:
             cache.popitem(last=False)
 
     def _watermark(self, partition: int, batch: Batch) -> int:
         """The last inbox offset handled in ``partition`` (-1: none)."""
-        if partition in batch.watermarks:
-            return batch.watermarks[partition]
+        mark = batch.watermarks.get(partition)
+        if mark is not None:
+            return mark.offset
         if partition not in self._watermarks:
             raw = self.load(watermark_key(partition), partition)
-            self._watermarks[partition] = int(raw) if raw is not None else -1
+            self._watermarks[partition] = Mark.decode(raw).offset if raw is not None else -1
         return self._watermarks[partition]
 
-    def _current(self, key: str, partition: int, batch: Batch) -> tuple[int, JobState | None]:
-        """(last applied inbox offset, state) — the batch's own writes first."""
-        pending = batch.states.get(key)
+    def _current(self, ref: JobRef, batch: Batch) -> tuple[Applied, JobState | None]:
+        """(inbox records applied, state) — the batch's own writes first."""
+        pending = batch.states.get(ref)
         if pending is not None:
-            return pending[1], pending[2]
-        cached = self._cache.get(key)
+            return pending
+        cached = self._cache.get(ref)
         if cached is not None:
             self.cache_hits += 1
-            self._cache.move_to_end(key)
+            self._cache.move_to_end(ref)
             return cached
         self.cache_misses += 1
-        raw = self.load(key, partition)
+        raw = self.load(ref[1], ref[0])
         if raw is None:
-            return -1, None
+            return NOTHING_APPLIED, None
         stored: Stored = decode_stored(raw)
-        return stored.offset, stored.state
+        return stored.applied, stored.state
+
+    # -- inbox ------------------------------------------------------------------------
 
     def _inbox(self, record: Record, batch: Batch) -> None:
+        if record.key is None:
+            reason = "no record key: an inbox record's key must be its job key"
+            self._dead(record, reason, batch)
+            return
+        home = self.home(record.key)
+        if home != record.partition:
+            self._forward(record, home, batch)
+            return
+        origin = self._origin(record)
         try:
             message = decode_inbox(record.value, record.key)
+            now_ms, bound = self._clock(record.timestamp_ms)
         except RecordError as exc:
             self._dead(record, exc.reason, batch)
             return
-        key: str = message.key
-        offset, state = self._current(key, record.partition, batch)
-        if record.offset <= offset:
-            batch.skipped += 1  # re-delivered: this job has applied it already
+        ref: JobRef = (home, message.key)
+        applied, state = self._current(ref, batch)
+        if applied.covers(origin[0], origin[1]):
+            batch.skipped += 1  # re-delivered (or forwarded twice): applied already
             return
-        now = _instant(record.timestamp_ms)
+        now = _instant(now_ms)
         if isinstance(message, InboxEvent):
             item: Event | Start = Event(
                 message.action,
@@ -321,10 +520,19 @@ class Engine:
                 message.properties or None,
                 message.source,
                 message.idempotency_key,
-                None if message.idempotency_key else f"p{record.partition}@{record.offset}",
+                None if message.idempotency_key else f"p{origin[0]}@{origin[1]}",
             )
             if state is None:
-                self._refuse(record, key, now, item, "unknown job: no job.start was applied", batch)
+                self._refuse(
+                    record,
+                    origin,
+                    ref,
+                    now,
+                    item,
+                    "unknown job: no job.start was applied",
+                    batch,
+                    applied,
+                )
                 return
             graph = self.registry.graph(state.playbook_key, state.playbook_version)
             if graph is None:
@@ -332,18 +540,77 @@ class Engine:
                     f"playbook {state.playbook_key} v{state.playbook_version} is not registered "
                     "on this worker"
                 )
-                self._refuse(record, key, now, item, reason, batch, state)
+                self._refuse(record, origin, ref, now, item, reason, batch, applied, state)
                 return
         else:
-            item = Start(key, message.playbook_key, message.subject, tuple(message.contacts))
+            item = Start(
+                message.key, message.playbook_key, message.subject, tuple(message.contacts)
+            )
             latest = self.registry.latest(message.playbook_key)
             if latest is None:
                 reason = f"unknown playbook {message.playbook_key!r}"
-                self._refuse(record, key, now, item, reason, batch, state)
+                self._refuse(record, origin, ref, now, item, reason, batch, applied, state)
                 return
             graph = latest
         step = graph.next(state, now, item)
-        self._decided(record, key, graph, state, offset, step, batch)
+        if bound is None and step.now != now:
+            bound = "job_clock"
+        clock = None if bound is None else {"record_timestamp": record.timestamp_ms, "bound": bound}
+        self._decided(record, origin, ref, graph, state, applied, step, batch, clock)
+
+    def _origin(self, record: Record) -> tuple[int, int]:
+        """(partition, offset) where the record was produced: its own position,
+        or the one its forwarded-from header names (honoured only on a record
+        at its home partition that names another partition of the inbox)."""
+        for name, value in record.headers:
+            if name != FORWARDED_FROM_HEADER:
+                continue
+            try:
+                where, offset = value.decode("ascii").removeprefix("p").split("@")
+                partition, at = int(where), int(offset)
+            except ValueError:
+                break
+            if 0 <= partition < self.partitions and partition != record.partition and at >= 0:
+                return partition, at
+            break
+        return record.partition, record.offset
+
+    def _forward(self, record: Record, home: int, batch: Batch) -> None:
+        """Produce ``record`` to its home partition, saying where it came from."""
+        if record.value is None:
+            self._dead(record, "empty record (no value)", batch)  # as at home
+            return
+        size = len(record.value) + len(record.key or b"")
+        size += sum(len(n) + len(v) for n, v in record.headers)
+        if size > MAX_RECORD_BYTES:
+            # Refused at home anyway; a copy could be larger than the broker takes.
+            reason = f"record of {size:,} bytes is larger than the limit of {MAX_RECORD_BYTES:,}"
+            self._dead(record, reason, batch)
+            return
+        headers = [(n, v) for n, v in record.headers if n != FORWARDED_FROM_HEADER]
+        headers.append((FORWARDED_FROM_HEADER, b"p%d@%d" % (record.partition, record.offset)))
+        timestamp = record.timestamp_ms if record.timestamp_ms >= 0 else None
+        batch.outputs.append(
+            Output(self.topics.inbox, record.key, record.value, home, timestamp, headers)
+        )
+        batch.forwarded += 1
+
+    def _clock(self, timestamp_ms: int) -> tuple[int, str | None]:
+        """The instant to decide a record at (epoch ms), and why it is not the
+        record's timestamp (None: it is)."""
+        if timestamp_ms < 0:
+            return self.wall_ms(), "no_timestamp"
+        if timestamp_ms > MAX_INSTANT_MS:
+            raise RecordError(
+                f"record timestamp {timestamp_ms} ms is not an instant a decision can be "
+                "made at (after 9999-12-31)"
+            )
+        limit = self.wall_ms() + self.max_skew_ms
+        if timestamp_ms > limit:
+            return limit, "worker_clock"
+        return timestamp_ms, None
+
+    # -- ticks ------------------------------------------------------------------------
 
     def _tick(self, record: Record, batch: Batch) -> None:
         try:
@@ -353,47 +620,64 @@ class Engine:
             self._dead(record, f"invalid tick: {exc}", batch)
             return
         now_ms = int(now.timestamp() * 1000)
+        limit = self.wall_ms() + self.max_skew_ms
+        if now_ms > limit:
+            reason = (
+                f"tick at {tick.at} is ahead of this worker's clock by more than the allowed "
+                f"skew ({self.max_skew_ms / 1000:g}s, LEMONGRAPH_MAX_CLOCK_SKEW)"
+            )
+            self._dead(record, reason, batch)
+            return
+        origin = (record.partition, record.offset)
         for key in self.timers.pop_due(record.partition, now_ms):
-            offset, state = self._current(key, record.partition, batch)
-            if state is None:
-                continue
-            graph = self.registry.graph(state.playbook_key, state.playbook_version)
-            if graph is None:
-                # Nothing can fire without the playbook (refused events say why);
-                # keep the timer, so it fires once the playbook is registered.
-                self.timers.set(record.partition, key, next_due_ms(state))
-                continue
-            step = graph.next(state, now, Tick())
-            self._decided(record, key, graph, state, offset, step, batch)
+            ref: JobRef = (record.partition, key)
+            try:
+                applied, state = self._current(ref, batch)
+                if state is None:
+                    continue
+                graph = self.registry.graph(state.playbook_key, state.playbook_version)
+                if graph is None:
+                    # Nothing can fire without the playbook (refused events say
+                    # why); keep the timer, so it fires once it is registered.
+                    self.timers.set(record.partition, key, next_due_ms(state))
+                    continue
+                step = graph.next(state, now, Tick())
+                self._decided(record, origin, ref, graph, state, applied, step, batch, None)
+            except Exception as exc:
+                # The job's timer stays off until its next event: firing it on
+                # every tick would fail the same way every second.
+                log.error("tick %d@%d, job %r: %s", record.partition, record.offset, key, _why(exc))
+                self._dead(record, f"deciding job {key!r} on this tick failed: {_why(exc)}", batch)
+
+    # -- outcomes ---------------------------------------------------------------------
 
     def _decided(
         self,
         record: Record,
-        key: str,
+        origin: tuple[int, int],
+        ref: JobRef,
         graph: JobGraph,
         before: JobState | None,
-        offset: int,
+        applied: Applied,
         step: Step,
         batch: Batch,
+        clock: dict[str, Any] | None,
     ) -> None:
+        """Encode the decision, then add it to the batch. Everything that can
+        fail happens before the batch is touched, so a failure leaves nothing of
+        this record behind."""
         state = step.state
         if step.noop:
             if state is not None:
-                self.timers.set(record.partition, key, next_due_ms(state))
+                self.timers.set(ref[0], ref[1], next_due_ms(state))
             return
         if step.duplicate:
             # A retried idempotency key: applied once already, so no decision and
             # no write (a re-delivery of this retry is a duplicate again).
             batch.duplicates += 1
             return
-        applied_offset = record.offset if record.topic == self.topics.inbox else offset
-        if state is not None:
-            # Remember the inbox offset even for a refusal, so a re-delivery of
-            # this record is recognised without a second decision.
-            batch.states[key] = (record.partition, applied_offset, state)
-            batch.changed.add(key)
-            self.timers.set(record.partition, key, next_due_ms(state))
-        body = self._decision_record(record, key, graph, before, step, batch)
+        body = self._decision_body(record, origin, ref[1], graph, before, step, clock)
+        encoded = [Output(self.topics.decisions, ref[1].encode(), _dumps(body), ref[0])]
         # The effects' JSON is in the decision record already: task records reuse it.
         for effect, data in zip(step.effects, body["effects"], strict=True):
             if isinstance(effect, TaskOpened) and state is not None:
@@ -409,21 +693,38 @@ class Engine:
                 task = {"schema": SCHEMA, **data}
             else:
                 continue
-            batch.outputs.append(
-                Output(self.topics.tasks, key.encode(), _dumps(task), record.partition)
-            )
+            encoded.append(Output(self.topics.tasks, ref[1].encode(), _dumps(task), ref[0]))
+        due = next_due_ms(state) if state is not None else None
+        # -- nothing below can fail --
+        if state is not None:
+            inbox = record.topic == self.topics.inbox
+            batch.states[ref] = (applied.after(origin[0], origin[1]) if inbox else applied, state)
+            batch.changed.add(ref)
+            self.timers.set(ref[0], ref[1], due)
+        if clock is not None:
+            batch.bounded += 1
+        batch.decisions += 1
+        batch.outputs.extend(encoded)
 
-    def _decision_record(
+    def _decision_body(
         self,
         record: Record,
+        origin: tuple[int, int],
         key: str,
         graph: JobGraph | None,
         before: JobState | None,
         step: Step,
-        batch: Batch,
+        clock: dict[str, Any] | None,
     ) -> dict[str, Any]:
-        """Append the decision record; returns its body."""
+        """A decision record, as data."""
         playbook = graph.playbook if graph is not None else None
+        where: dict[str, Any] = {
+            "topic": record.topic,
+            "partition": origin[0],
+            "offset": origin[1],
+        }
+        if origin[0] != record.partition:
+            where["forwarded"] = {"partition": record.partition, "offset": record.offset}
         # Shaped as topics.DecisionRecord (plain data, for the reason in snapshot_of).
         decision = {
             "type": "decision",
@@ -431,47 +732,62 @@ class Engine:
             "job_key": key,
             "playbook_key": playbook.key if playbook else None,
             "playbook_version": playbook.version if playbook else None,
-            "origin": {
-                "topic": record.topic,
-                "partition": record.partition,
-                "offset": record.offset,
-            },
+            "origin": where,
             "prev_state_hash": before.hash if before is not None else None,
             **step.to_json(),
         }
-        batch.decisions += 1
-        batch.outputs.append(
-            Output(self.topics.decisions, key.encode(), _dumps(decision), record.partition)
-        )
+        if clock is not None:
+            decision["clock"] = clock
         return decision
 
     def _refuse(
         self,
         record: Record,
-        key: str,
+        origin: tuple[int, int],
+        ref: JobRef,
         now: datetime,
         item: Event | Start,
         reason: str,
         batch: Batch,
+        applied: Applied,
         state: JobState | None = None,
     ) -> None:
         step = Step(state, now, item, refused=reason)
+        body = self._decision_body(record, origin, ref[1], None, state, step, None)
+        output = Output(self.topics.decisions, ref[1].encode(), _dumps(body), ref[0])
         if state is not None:
-            offset = record.offset
-            batch.states[key] = (record.partition, offset, state)
-        self._decision_record(record, key, None, state, step, batch)
+            # Remember the offset, so a re-delivery is recognised without a
+            # second decision.
+            batch.states[ref] = (applied.after(origin[0], origin[1]), state)
+        batch.decisions += 1
+        batch.outputs.append(output)
 
     def _dead(self, record: Record, reason: str, batch: Batch) -> None:
         letter = DeadLetter.of(
             record.topic,
             record.partition,
             record.offset,
-            record.key,
-            record.value,
             reason,
-            to_iso(_instant(record.timestamp_ms)),
+            to_iso(_instant(self.wall_ms())),
+            record.timestamp_ms,
         )
         batch.deadletters += 1
         batch.outputs.append(
-            Output(self.topics.deadletter, record.key, _dumps(letter.dump()), record.partition)
+            Output(
+                self.topics.deadletter,
+                record.key,
+                record.value,
+                record.partition,
+                None,
+                letter.headers(record.headers),
+            )
         )
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _why(exc: BaseException) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -26,6 +26,7 @@ them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 from collections.abc import Awaitable, Callable, Sequence
@@ -34,9 +35,47 @@ from typing import Any
 import faust
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
-__all__ = ["BatchApp", "BatchConsumer", "BatchHandler"]
+__all__ = [
+    "EXIT_BATCH_FAILED",
+    "LAST_WORDS",
+    "BatchApp",
+    "BatchConsumer",
+    "BatchHandler",
+    "StopWorker",
+    "exit_now",
+]
 
 log = logging.getLogger("lemongraph.worker")
+
+#: The exit code of a worker whose batch failed part-way (EX_SOFTWARE).
+EXIT_BATCH_FAILED = 70
+
+
+#: Called, in order, just before the process ends without Python's own
+#: shutdown (``exit_now``): for a runner that has something to say first (``lemongraph
+#: dev`` tells that its broker died, when that is why).
+LAST_WORDS: list[Callable[[], None]] = []
+
+
+def exit_now(code: int) -> None:
+    """End the process now (no cleanup that could wait for a broker), after
+    ``LAST_WORDS`` and with the logs flushed."""
+    for words in LAST_WORDS:
+        with contextlib.suppress(Exception):  # nothing may keep the process from ending
+            words()
+    logging.shutdown()
+    os._exit(code)
+
+
+class StopWorker(Exception):
+    """Raised by a batch handler for a failure that is not about one record (the
+    broker's, the disk's): the worker stops with ``code`` and this message, and
+    nothing of the batch is acknowledged."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
 
 #: Receives a batch of Faust messages (``.topic .partition .offset .key .value
 #: .timestamp``), in fetch order; returns once the batch is fully handled.
@@ -49,6 +88,13 @@ class BatchConsumer(faust_aiokafka.Consumer):
     batch_topics: frozenset[str] = frozenset()
     batch_handler: BatchHandler | None = None
     batch_max: int = 5000
+    #: (topic, partition) → (last offset read, the lower one that came next),
+    #: for the batch handler to look into; it removes what it has looked at.
+    rewound: dict[tuple[str, int], tuple[int, int]]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.rewound = {}
 
     async def _drain_messages(self, fetcher: Any) -> None:  # pragma: no cover - run by brokers
         # Faust's loop (faust/transport/consumer.py, Consumer._drain_messages),
@@ -69,7 +115,11 @@ class BatchConsumer(faust_aiokafka.Consumer):
                     offset = message.offset
                     last = read_offset[tp]
                     if last is not None and offset < last:
-                        continue  # seen before a seek; Faust drops these too
+                        # Seen before a seek (Faust drops these too), or the log
+                        # was reset under us: the handler asks the broker which.
+                        if message.topic in batch_topics:
+                            self.rewound.setdefault((message.topic, tp.partition), (last, offset))
+                        continue
                     if last and offset - last > 1 and acks_enabled_for(message.topic):
                         await self._add_gap(tp, last + 1, offset)
                     read_offset[tp] = offset
@@ -99,13 +149,15 @@ class BatchConsumer(faust_aiokafka.Consumer):
         assert handler is not None
         try:
             await handler(messages)
+        except StopWorker as exc:
+            log.critical("%s", exc)
+            exit_now(exc.code)
         except BaseException:
             # An acknowledged message gets committed: carrying on past a batch
             # that failed part-way would lose it. Stop the process instead; the
             # batch is re-delivered to whoever takes the partitions over.
             log.exception("batch failed; exiting so that it is re-delivered")
-            logging.shutdown()
-            os._exit(70)
+            exit_now(EXIT_BATCH_FAILED)
         ack = self.ack
         for message in messages:
             ack(message)

@@ -58,6 +58,7 @@ class ConsumedRecord:
     timestamp_ms: int
     key: bytes | None
     value: bytes | None
+    headers: tuple[tuple[str, bytes], ...] = ()
 
 
 async def _start(consumer: AIOKafkaConsumer) -> None:
@@ -128,7 +129,13 @@ async def read_topic(
             for tp, records in batches.items():
                 for r in records:
                     yield ConsumedRecord(
-                        tp.topic, tp.partition, r.offset, r.timestamp, r.key, r.value
+                        tp.topic,
+                        tp.partition,
+                        r.offset,
+                        r.timestamp,
+                        r.key,
+                        r.value,
+                        tuple(r.headers or ()),
                     )
                 if records:
                     last = time.monotonic()

@@ -16,35 +16,39 @@ from typing import Any
 
 from aiokafka.errors import KafkaError
 
-__all__ = ["ProduceError", "produce_batches"]
+__all__ = ["ProduceError", "Produced", "produce_batches"]
 
 
 class ProduceError(RuntimeError):
     """The broker refused (or never acknowledged) a record batch."""
 
 
-async def produce_batches(
-    producer: Any, records: Iterable[tuple[str, int, bytes | None, bytes]]
-) -> dict[tuple[str, int], int]:
-    """Produce ``(topic, partition, key, value)`` records and wait until the
-    broker has acknowledged every one. Returns the offset of the last record
-    produced to each ``(topic, partition)``.
+#: ``(topic, partition, key, value, timestamp ms or None, headers or None)``;
+#: a None timestamp is the producer's clock.
+Produced = tuple[str, int, bytes | None, bytes | None, int | None, list[tuple[str, bytes]] | None]
+
+
+async def produce_batches(producer: Any, records: Iterable[Produced]) -> dict[tuple[str, int], int]:
+    """Produce ``(topic, partition, key, value, timestamp, headers)`` records
+    and wait until the broker has acknowledged every one. Returns the offset of
+    the last record produced to each ``(topic, partition)``.
 
     ``producer`` is an ``aiokafka.AIOKafkaProducer`` (Faust's own, so that one
     client and one connection serve the worker)."""
     open_: dict[tuple[str, int], Any] = {}
     full: list[tuple[tuple[str, int], Any]] = []
-    for topic, partition, key, value in records:
+    for topic, partition, key, value, timestamp, headers in records:
         where = (topic, partition)
         builder = open_.get(where)
         if builder is None:
             builder = open_[where] = producer.create_batch()
-        if builder.append(key=key, value=value, timestamp=None) is None:
+        extra = headers or []
+        if builder.append(key=key, value=value, timestamp=timestamp, headers=extra) is None:
             # Full: a new batch. An empty batch takes any record (one larger
             # than the batch size travels alone, as with ``send``).
             full.append((where, builder))
             builder = open_[where] = producer.create_batch()
-            builder.append(key=key, value=value, timestamp=None)
+            builder.append(key=key, value=value, timestamp=timestamp, headers=extra)
     full.extend(open_.items())
     sent: list[tuple[tuple[str, int], int, asyncio.Future[Any]]] = []
     for where, builder in full:

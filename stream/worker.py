@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import gc
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import orjson
 from pydantic import ValidationError
@@ -19,13 +20,21 @@ from topics import TOPIC_NAMES, DeadLetter, PlaybookRecord, Topics, encode
 
 from .broker import cluster_id, ensure_topics, is_tansu
 from .config import Settings
+from .fetch import exit_now
 from .files import load_playbooks_dir
 from .kafka import bootstrap_of, producer, read_topic, run
 from .registry import Registry
 
+if TYPE_CHECKING:
+    import faust
+
 __all__ = ["ensure_all_topics", "prepare_registry", "run_worker"]
 
 log = logging.getLogger("lemongraph.worker")
+
+
+#: ``max.message.bytes`` of the deadletter topic, when lemongraph creates it.
+DEADLETTER_MAX_BYTES = 2 * 1024 * 1024
 
 
 async def ensure_all_topics(settings: Settings) -> list[str]:
@@ -38,6 +47,9 @@ async def ensure_all_topics(settings: Settings) -> list[str]:
         bootstrap_of(settings.kafka_url),
         {full: settings.partitions for full in names.values()},
         compacted,
+        # A dead letter is its original plus headers: room for a record at the
+        # broker's default limit (1,048,588 bytes) and its reason.
+        configs={topics.deadletter: {"max.message.bytes": str(DEADLETTER_MAX_BYTES)}},
     )
     return sorted(names.values())
 
@@ -57,7 +69,7 @@ async def prepare_registry(
     problems = [str(p).splitlines()[0] for p in found.problems]
     registry = Registry()
     known: dict[tuple[str, int], bytes] = {}
-    dead: list[DeadLetter] = []
+    dead: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]] = []
     async for record in read_topic(bootstrap, topics.playbooks, idle=0.5):
         try:
             message = PlaybookRecord.model_validate_json(record.value or b"")
@@ -66,17 +78,15 @@ async def prepare_registry(
         except (ValidationError, LemongraphError, ValueError) as exc:
             reason = f"invalid playbook record: {exc}".splitlines()[0]
             problems.append(f"{topics.playbooks} offset {record.offset}: {reason}")
-            dead.append(
-                DeadLetter.of(
-                    record.topic,
-                    record.partition,
-                    record.offset,
-                    record.key,
-                    record.value,
-                    reason,
-                    to_iso(datetime.now(UTC)),
-                )
+            letter = DeadLetter.of(
+                record.topic,
+                record.partition,
+                record.offset,
+                reason,
+                to_iso(datetime.now(UTC)),
+                record.timestamp_ms,
             )
+            dead.append((record.key, record.value, letter.headers(record.headers)))
     published = 0
     async with producer(bootstrap) as client:
         for playbook in found.by_key.values():
@@ -97,8 +107,8 @@ async def prepare_registry(
                     topics.playbooks, encode(registration), key=playbook.key.encode()
                 )
                 published += 1
-        for letter in dead:
-            await client.send_and_wait(topics.deadletter, encode(letter))
+        for key, value, headers in dead:
+            await client.send_and_wait(topics.deadletter, value, key=key, headers=headers)
     say(
         f"playbooks: {len(registry)} version(s) known ("
         + ", ".join(f"{p.key} v{p.version}" for p in registry.playbooks())
@@ -113,17 +123,20 @@ def run_worker(
     *,
     tansu: bool,
     ticker: bool = True,
+    cluster: str = "",
     app_id: str | None = None,
     loglevel: str = "warning",
     status_every: float = 0.0,
     say: Callable[[str], None] = print,
 ) -> int:
     """Run a Faust worker in this process until SIGINT/SIGTERM; returns its exit code."""
-    import faust
-
     from .app import build_app
 
-    running = build_app(settings, registry, app_id=app_id, tansu=tansu, ticker=ticker)
+    _Worker = _worker_class()
+
+    running = build_app(
+        settings, registry, app_id=app_id, tansu=tansu, ticker=ticker, cluster=cluster
+    )
     app, stats, engine = running.app, running.stats, running.engine
 
     @app.task  # type: ignore[untyped-decorator]
@@ -141,13 +154,16 @@ def run_worker(
         async def status() -> None:
             say(
                 f"worker: {stats.records} records, {stats.decisions} decisions, "
+                f"{stats.forwarded} forwarded to their home partition, "
+                f"{stats.bounded} at a bounded clock, "
                 f"{stats.deadletters} dead-lettered, {stats.skipped} re-deliveries and "
                 f"{stats.duplicates} retried keys ignored, "
                 f"{len(engine.timers)} jobs waiting on timers"
             )
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    worker = faust.Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
+    worker = _Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
+    worker.tell = say  # type: ignore[attr-defined]
     worker.spinner = None  # its terminal escapes would garble the status lines
     started = time.monotonic()
     try:
@@ -156,13 +172,58 @@ def run_worker(
         code = exc.code if isinstance(exc.code, int) else 0
         say(
             f"worker: stopped after {time.monotonic() - started:.1f}s; {stats.records} records, "
-            f"{stats.decisions} decisions, {stats.skipped} re-deliveries skipped, "
+            f"{stats.decisions} decisions, {stats.forwarded} forwarded, "
+            f"{stats.skipped} re-deliveries skipped, "
             f"{stats.duplicates} retried keys ignored, {stats.deadletters} dead-lettered; "
             f"{stats.batches} batches, {stats.rate()}; time: {stats.phases()}; "
             f"state cache {engine.cache_hits} hits, {engine.cache_misses} misses; "
             f"{stats.ticks_sent} ticks sent"
         )
         return code
+
+
+#: Seconds a worker has to stop cleanly after SIGTERM or SIGINT. Faust's own
+#: shutdown waits for the broker (a last commit, leaving the group), which is
+#: forever when the broker is gone; past this the process exits anyway. That
+#: loses nothing: what was not committed is re-delivered and recognised.
+STOP_GRACE_SECONDS = 6.0
+
+#: The exit code of a worker that did not stop cleanly within the grace time.
+EXIT_STOP_TIMEOUT = 75
+
+
+def _stop_anyway(say: Callable[[str], None]) -> None:
+    say(
+        f"worker: did not stop within {STOP_GRACE_SECONDS:g}s of the signal "
+        "(is the broker reachable?): exiting now; uncommitted records will be re-delivered"
+    )
+    exit_now(EXIT_STOP_TIMEOUT)
+
+
+def _worker_class() -> type[faust.Worker]:
+    import faust
+
+    class Worker(faust.Worker):
+        """Faust's worker, with a deadline on stopping (STOP_GRACE_SECONDS)."""
+
+        tell: Callable[[str], None] = print
+        _deadline: threading.Timer | None = None
+
+        def _arm(self) -> None:
+            if self._deadline is None:
+                self._deadline = threading.Timer(STOP_GRACE_SECONDS, _stop_anyway, (self.tell,))
+                self._deadline.daemon = True
+                self._deadline.start()
+
+        def _on_sigint(self) -> None:
+            self._arm()
+            super()._on_sigint()
+
+        def _on_sigterm(self) -> None:
+            self._arm()
+            super()._on_sigterm()
+
+    return Worker
 
 
 #: Allocations between two young-generation collections (Python's default: 700).
@@ -195,6 +256,8 @@ class Prepared:
     registry: Registry
     #: The broker is Tansu (the embedded one): work around its quirks.
     tansu: bool
+    #: The broker's cluster id: a worker stops when it changes under it.
+    cluster: str = ""
 
 
 def prepare(settings: Settings, say: Callable[[str], None] = print) -> Prepared:
@@ -211,4 +274,4 @@ def prepare(settings: Settings, say: Callable[[str], None] = print) -> Prepared:
     say(f"topics: {len(names)} ready under prefix {settings.topic_prefix!r}")
     for problem in problems:
         say(f"playbooks: problem: {problem}")
-    return Prepared(registry, is_tansu(cluster))
+    return Prepared(registry, is_tansu(cluster), cluster)

@@ -425,3 +425,29 @@ def test_simulate_the_golden_scenarios_through_the_cli() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     n = count_scenarios(golden)
     assert proc.stdout.splitlines()[-1] == f"{n} passed, 0 failed"
+
+
+@pytest.mark.parametrize(
+    ("args", "reason"),
+    [
+        (["--prop", "deep=" + '{"a":' * 40 + "1" + "}" * 40], "nested deeper than 32 levels"),
+        (["--value", str(2**70)], "value: integers must fit in 64 bits"),
+    ],
+    ids=["nested-prop", "2**70"],
+)
+def test_send_event_refuses_what_the_worker_would_dead_letter_before_sending(
+    args: list[str], reason: str
+) -> None:
+    # No broker is reachable at this address: the refusal comes first.
+    env = {**os.environ, "LEMONGRAPH_KAFKA_URL": "kafka://127.0.0.1:9"}
+    done = subprocess.run(
+        [str(LEMONGRAPH), "send-event", "job-1", "noted", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert "not sent: " in done.stderr
+    assert reason in done.stderr

@@ -38,7 +38,7 @@ if sys.argv[1] == "source":
 
 import orjson
 from stream.bench.workload import onboarding_mix
-from stream.engine import Engine, Record
+from stream.engine import Engine, Record, home_partition
 from stream.files import load_playbook_file, playbook_files
 from stream.registry import Registry
 from topics import Topics
@@ -49,11 +49,21 @@ for path in playbook_files(root / "playbooks"):
     registry.add(load_playbook_file(path))
 topics = Topics("digest.")
 records = [
-    Record(topics.inbox, i % 4, i, m["key"].encode(), orjson.dumps(m), 1_780_000_000_000 + 7 * i)
+    Record(
+        topics.inbox,
+        home_partition(m["key"].encode(), 4),
+        i,
+        m["key"].encode(),
+        orjson.dumps(m),
+        1_780_000_000_000 + 7 * i,
+    )
     for i, m in enumerate(onboarding_mix(300, seed=3, prefix="d"))
 ]
 store = {}
-engine = Engine(topics, registry, lambda key, partition: store.get(key))
+engine = Engine(
+    topics, registry, lambda key, partition: store.get(key), partitions=4,
+    wall_ms=lambda: 1_790_000_000_000,
+)
 digest = hashlib.sha256()
 for start in range(0, len(records), 250):
     batch = engine.process(records[start : start + 250])

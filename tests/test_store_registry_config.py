@@ -13,7 +13,7 @@ from compiler import Event, JobGraph, JobState, Start, load_playbook
 from stream.config import ConfigError, Settings, read_dotenv
 from stream.kafka import bootstrap_of
 from stream.registry import Registry
-from stream.store import decode_stored, encode_stored, next_due_ms, peek_header
+from stream.store import Applied, decode_stored, encode_stored, next_due_ms, peek_header
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 
@@ -53,12 +53,15 @@ def epoch_ms(instant: datetime) -> int:
 
 def test_a_stored_job_round_trips() -> None:
     _graph, state = started()
-    raw = encode_stored(3, 41, state)
+    # Applied on its home partition 3 up to offset 41, and a record forwarded
+    # from partition 0 (offset 7).
+    applied = Applied().after(3, 41).after(0, 7)
+    raw = encode_stored(3, applied, state)
     due = epoch_ms(T0 + timedelta(days=1))
-    assert raw.startswith(b"LG1 3 41 %d\n" % due)
-    assert peek_header(raw) == (3, 41, due)
+    assert raw.startswith(b"LG2 3 %d 0:7,3:41\n" % due)
+    assert peek_header(raw) == (3, due)
     stored = decode_stored(raw)
-    assert (stored.partition, stored.offset, stored.next_due_ms) == (3, 41, due)
+    assert (stored.partition, stored.applied, stored.next_due_ms) == (3, applied, due)
     assert stored.state == state
     body = raw[raw.index(b"\n") + 1 :]
     assert hashlib.sha256(body).hexdigest() == stored.state.hash
@@ -70,10 +73,34 @@ def test_a_job_with_no_timer_stores_a_dash() -> None:
     assert done is not None
     assert done.status == "done"
     assert next_due_ms(done) is None
-    raw = encode_stored(0, -1, done)
-    assert raw.startswith(b"LG1 0 -1 -\n")
-    assert peek_header(raw) == (0, -1, None)
+    raw = encode_stored(0, Applied(), done)
+    assert raw.startswith(b"LG2 0 - -\n")
+    assert peek_header(raw) == (0, None)
     assert decode_stored(raw).state == done
+    assert decode_stored(raw).applied == Applied()
+
+
+def test_a_job_stored_by_the_first_format_is_still_read() -> None:
+    _graph, state = started()
+    raw = b"LG1 2 41 -\n" + state.to_bytes()
+    stored = decode_stored(raw)
+    assert (stored.partition, stored.next_due_ms) == (2, None)
+    assert stored.applied.covers(2, 41)
+    assert not stored.applied.covers(2, 42)
+    assert not stored.applied.covers(1, 0)  # another partition's offsets are not its
+    assert decode_stored(b"LG1 2 -1 -\n" + state.to_bytes()).applied == Applied()
+
+
+def test_applied_compares_an_offset_only_with_its_own_partition() -> None:
+    applied = Applied().after(1, 100)
+    assert applied.covers(1, 100)
+    assert applied.covers(1, 3)
+    assert not applied.covers(1, 101)
+    assert not applied.covers(2, 3)  # offset 3 of partition 2 is not below 100 of partition 1
+    moved = applied.after(2, 3)
+    assert moved.covers(2, 3)
+    assert not applied.covers(2, 3)  # immutable: after() returned a new one
+    assert Applied.decode(moved.encode()) == moved
 
 
 def test_next_due_is_the_earliest_timer() -> None:
@@ -84,7 +111,9 @@ def test_next_due_is_the_earliest_timer() -> None:
 @pytest.mark.parametrize(
     "raw",
     [
-        b"LG2 0 0 -\n{}",
+        b"LG2 0 - 0\n{}",  # applied is not p:o
+        b"LG2 0 - 1:x\n{}",
+        b"LG2 0 -\n{}",  # a field short
         b"XX 0 0 -\n{}",
         b"LG1 0 0 -",  # no newline
         b"LG1 0 -\n{}",  # a field short

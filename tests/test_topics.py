@@ -13,6 +13,8 @@ from pydantic import TypeAdapter
 import compiler
 import topics
 from topics import (
+    MAX_DEPTH,
+    MAX_RECORD_BYTES,
     SCHEMA,
     TOPIC_NAMES,
     DeadLetter,
@@ -192,6 +194,100 @@ def test_the_record_key_must_be_the_job_key() -> None:
     assert "job-1" in reason_of(START_JSON, b"\xffjob-1")
 
 
+# -- decode_inbox: the limits (the gateway's, applied to any producer) -------------------
+
+
+def nested(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
+def test_nesting_up_to_the_limit_is_accepted_and_deeper_is_refused_naming_where() -> None:
+    assert decode_inbox(ev(properties=nested(MAX_DEPTH))).properties == nested(MAX_DEPTH)
+    reason = reason_of(ev(properties=nested(MAX_DEPTH + 1)))
+    assert reason.startswith("properties.a.a")
+    assert reason.endswith(f"nested deeper than {MAX_DEPTH} levels")
+    # ~252 levels: orjson reads it, but could never write it back
+    deep = b'{"type":"event","key":"k","action":"a","properties":' + b'{"a":' * 252
+    deep += b"1" + b"}" * 253
+    assert "nested deeper" in reason_of(deep)
+    subject = orjson.dumps(
+        {"type": "job.start", "key": "k", "playbook_key": "p", "subject": nested(40)}
+    )
+    assert reason_of(subject).startswith("subject.a")
+
+
+@pytest.mark.parametrize(
+    ("raw", "named"),
+    [
+        (b'{"type":"event","key":"k","action":"a","value":1180591620717411303424}', "value"),
+        (b'{"type":"event","key":"k","action":"a","value":-9223372036854775809}', "value"),
+        (
+            b'{"type":"event","key":"k","action":"a","properties":{"n":[1,2,99999999999999999999]}}',
+            "properties",
+        ),
+    ],
+    ids=["2**70", "below-int64", "in-a-list"],
+)
+def test_an_integer_beyond_64_bits_is_refused_not_turned_into_a_float(
+    raw: bytes, named: str
+) -> None:
+    assert "beyond 64 bits" in reason_of(raw)
+
+
+def test_integers_at_the_64_bit_edges_and_long_digit_strings_are_exact() -> None:
+    edge = b'{"type":"event","key":"k","action":"a","value":9223372036854775807}'
+    assert decode_inbox(edge).value == 2**63 - 1
+    low = b'{"type":"event","key":"k","action":"a","value":-9223372036854775808}'
+    assert decode_inbox(low).value == -(2**63)
+    text = b'{"type":"event","key":"k","action":"a","value":"12345678901234567890123"}'
+    assert decode_inbox(text).value == "12345678901234567890123"
+    fraction = b'{"type":"event","key":"k","action":"a","value":0.12345678901234567890123}'
+    assert decode_inbox(fraction).value == pytest.approx(0.123456789012345678)
+
+
+def test_a_record_larger_than_the_limit_is_refused_with_its_size() -> None:
+    big = ev(properties={"text": "x" * MAX_RECORD_BYTES})
+    assert reason_of(big) == (
+        f"record of {len(big):,} bytes is larger than the limit of {MAX_RECORD_BYTES:,}"
+    )
+    assert reason_of(b"\x01" * (1 << 20)).startswith("record of 1,048,576 bytes")
+
+
+# -- dead letters ------------------------------------------------------------------------
+
+
+def test_a_dead_letter_is_headers_around_the_original_bytes() -> None:
+    letter = DeadLetter.of("lemongraph.inbox", 1, 2, "not JSON: x", "2026-01-05T09:00:00Z", 17)
+    headers = letter.headers([("trace", b"\xff"), ("lemongraph.dlq.reason", b"forged")])
+    assert headers[0] == ("trace", b"\xff")  # the original's own headers are kept
+    assert [v for n, v in headers if n == "lemongraph.dlq.reason"] == [b"not JSON: x"]
+    assert DeadLetter.from_headers(headers) == letter
+    described = letter.describe(b"job-1", b"\xff\x00")
+    assert described["key"] == "job-1"
+    assert (described["value_text"], described["value_b64"]) == (None, "/wA=")
+    assert described["value_bytes"] == 2
+    assert (described["topic"], described["partition"], described["offset"]) == (
+        "lemongraph.inbox",
+        1,
+        2,
+    )
+    assert sum(len(n) + len(v) for n, v in letter.headers()) < 300
+
+
+def test_a_long_reason_is_cut_so_the_headers_stay_small() -> None:
+    letter = DeadLetter.of("t", 0, 0, "why " * 10_000, "2026-01-05T09:00:00Z")
+    assert len(letter.reason) == 1000
+    assert letter.reason.endswith("...")
+
+
+def test_headers_that_are_not_a_dead_letter_are_refused() -> None:
+    with pytest.raises(ValueError, match="reason"):
+        DeadLetter.from_headers([("lemongraph.dlq.topic", b"t")])
+
+
 def test_record_error_is_a_value_error() -> None:
     assert issubclass(RecordError, ValueError)
     assert RecordError("why").reason == "why"
@@ -336,15 +432,6 @@ def test_every_other_message_round_trips() -> None:
             state_hash="c" * 64,
         ),
         PlaybookRecord(key="onboarding", version=2, spec={"key": "onboarding"}),
-        DeadLetter(
-            topic="lemongraph.inbox",
-            partition=1,
-            offset=2,
-            key_b64=None,
-            value_b64="/w==",
-            reason="not JSON",
-            at="2026-01-05T09:00:00Z",
-        ),
     ]
     for message in messages:
         raw = encode(message)

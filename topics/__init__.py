@@ -10,8 +10,12 @@ This package imports nothing of ours.
 """
 
 from ._codec import RecordError, decode_inbox, encode
+from ._limits import MAX_DEPTH, MAX_RECORD_BYTES, LimitError, plain_json
 from ._messages import (
+    DEADLETTER_HEADERS,
+    FORWARDED_FROM_HEADER,
     SCHEMA,
+    ClockBound,
     DeadLetter,
     DecisionRecord,
     InboxEvent,
@@ -20,6 +24,7 @@ from ._messages import (
     JobStart,
     MilestoneSnapshot,
     PlaybookRecord,
+    RecordForward,
     RecordOrigin,
     TaskClosedRecord,
     TaskOpenedRecord,
@@ -29,17 +34,24 @@ from ._messages import (
 from ._names import TOPIC_NAMES, Topics
 
 __all__ = [
+    "DEADLETTER_HEADERS",
+    "FORWARDED_FROM_HEADER",
+    "MAX_DEPTH",
+    "MAX_RECORD_BYTES",
     "SCHEMA",
     "TOPIC_NAMES",
+    "ClockBound",
     "DeadLetter",
     "DecisionRecord",
     "InboxEvent",
     "InboxMessage",
     "JobSnapshot",
     "JobStart",
+    "LimitError",
     "MilestoneSnapshot",
     "PlaybookRecord",
     "RecordError",
+    "RecordForward",
     "RecordOrigin",
     "TaskClosedRecord",
     "TaskOpenedRecord",
@@ -48,4 +60,5 @@ __all__ = [
     "Topics",
     "decode_inbox",
     "encode",
+    "plain_json",
 ]

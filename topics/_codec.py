@@ -7,7 +7,8 @@ from typing import Any
 import orjson
 from pydantic import TypeAdapter, ValidationError
 
-from ._messages import InboxMessage
+from ._limits import MAX_RECORD_BYTES, LimitError, exact_numbers, plain_json
+from ._messages import InboxEvent, InboxMessage, JobStart
 
 __all__ = ["RecordError", "decode_inbox", "encode"]
 
@@ -40,21 +41,34 @@ def _describe(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def decode_inbox(raw: bytes | None, key: bytes | None = None) -> Any:
+def decode_inbox(raw: bytes | None, key: bytes | None = None) -> JobStart | InboxEvent:
     """An inbox record (``JobStart`` or ``InboxEvent``). The record key, when
-    given, must be the job key. Raises :class:`RecordError`."""
+    given, must be the job key. Records beyond the limits of
+    ``topics/_limits.py`` (size, nesting, 64-bit integers) are refused here, so
+    that nothing after the decoder fails on their shape. Raises
+    :class:`RecordError`."""
     if raw is None:
         raise RecordError("empty record (no value)")
+    if len(raw) > MAX_RECORD_BYTES:
+        raise RecordError(
+            f"record of {len(raw):,} bytes is larger than the limit of {MAX_RECORD_BYTES:,}"
+        )
     try:
-        data = orjson.loads(raw)
+        data = exact_numbers(raw, orjson.loads(raw))
+        if isinstance(data, dict):
+            # Each field is measured as the gateway measures a body's fields.
+            for name, item in data.items():
+                plain_json(item, str(name))
     except orjson.JSONDecodeError as exc:
         raise RecordError(f"not JSON: {exc}") from None
+    except LimitError as exc:
+        raise RecordError(str(exc)) from None
     if not isinstance(data, dict):
         raise RecordError(f"expected a JSON object, got {type(data).__name__}")
     if "type" not in data:
         raise RecordError("type: missing (expected 'job.start' or 'event')")
     try:
-        message = _INBOX.validate_python(data)
+        message: JobStart | InboxEvent = _INBOX.validate_python(data)
     except ValidationError as exc:
         raise RecordError(_describe(exc)) from None
     if key is not None and key.decode("utf-8", "replace") != message.key:

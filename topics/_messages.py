@@ -3,20 +3,26 @@
 from __future__ import annotations
 
 import base64
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 __all__ = [
+    "DEADLETTER_HEADERS",
+    "FORWARDED_FROM_HEADER",
     "SCHEMA",
+    "ClockBound",
     "DeadLetter",
     "DecisionRecord",
+    "Headers",
     "InboxEvent",
     "InboxMessage",
     "JobSnapshot",
     "JobStart",
     "MilestoneSnapshot",
     "PlaybookRecord",
+    "RecordForward",
     "RecordOrigin",
     "TaskClosedRecord",
     "TaskOpenedRecord",
@@ -118,14 +124,44 @@ TaskRecord = Annotated[TaskOpenedRecord | TaskClosedRecord, Field(discriminator=
 # -- decisions --------------------------------------------------------------------
 
 
+#: The header a worker puts on an inbox record it forwards to the record's home
+#: partition (its key's murmur2 partition): ``p<partition>@<offset>``, where
+#: the producer's client put it. See docs/kafka.md, "Partitioning".
+FORWARDED_FROM_HEADER = "lemongraph.forwarded-from"
+
+
+class RecordForward(BaseModel):
+    """Where the forwarded copy of an inbox record was read (its home partition)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    partition: int
+    offset: int
+
+
 class RecordOrigin(BaseModel):
-    """Where a decision's input was read from."""
+    """Where a decision's input was produced: the topic, partition and offset the
+    producer's client wrote it to. When that was not the record's home
+    partition, ``forwarded`` says where the worker's copy of it was read."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     topic: str
     partition: int
     offset: int
+    forwarded: RecordForward | None = None
+
+
+class ClockBound(BaseModel):
+    """A decision whose ``now`` is not its record's timestamp, and why: the
+    timestamp was ahead of the worker's clock by more than the allowed skew
+    (``worker_clock``), behind the job's own clock (``job_clock``), or missing
+    (``no_timestamp``: the worker's clock was used)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    record_timestamp: int  # epoch ms, as the record carried it
+    bound: Literal["worker_clock", "job_clock", "no_timestamp"]
 
 
 class DecisionRecord(_Message):
@@ -149,6 +185,7 @@ class DecisionRecord(_Message):
     status: str | None = None
     state_hash: str | None = None
     prev_state_hash: str | None = None
+    clock: ClockBound | None = None
 
 
 # -- jobs -------------------------------------------------------------------------
@@ -202,17 +239,42 @@ class PlaybookRecord(_Message):
 
 # -- deadletter ----------------------------------------------------------------------
 
+#: The header names of a dead letter (the usual dead-letter-queue shape, as
+#: Kafka Connect writes it): the record's value and key are the original's,
+#: byte for byte, and these headers say where it came from and why.
+DEADLETTER_HEADERS = {
+    "schema": "lemongraph.dlq.schema",
+    "topic": "lemongraph.dlq.topic",
+    "partition": "lemongraph.dlq.partition",
+    "offset": "lemongraph.dlq.offset",
+    "timestamp": "lemongraph.dlq.timestamp",
+    "reason": "lemongraph.dlq.reason",
+    "at": "lemongraph.dlq.at",
+}
 
-class DeadLetter(_Message):
-    """A record that could not be used, with everything needed to retry it."""
+#: A reason is cut to this many characters, so that the headers stay small.
+REASON_MAX = 1000
 
-    type: Literal["deadletter"] = "deadletter"
+Headers = list[tuple[str, bytes]]
+
+
+class DeadLetter(BaseModel):
+    """Why a record could not be used and where it was read: the headers of its
+    dead letter, whose key and value are the original record's bytes.
+
+    A dead letter is never larger than the record it carries plus these headers
+    (well under 1 KB): write it with :meth:`headers`, read it back with
+    :meth:`from_headers`, and :meth:`describe` it for people.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    schema_: int = Field(SCHEMA, alias="schema", ge=1, le=SCHEMA)
     topic: str
     partition: int
     offset: int
-    key_b64: str | None
-    value_b64: str | None
-    value_text: str | None = None  # the value as UTF-8 text, when it is text
+    #: The original record's timestamp (epoch ms; -1: it had none).
+    timestamp: int = -1
     reason: str
     at: str
 
@@ -222,26 +284,64 @@ class DeadLetter(_Message):
         topic: str,
         partition: int,
         offset: int,
-        key: bytes | None,
-        value: bytes | None,
         reason: str,
         at: str,
+        timestamp: int = -1,
     ) -> DeadLetter:
-        """The dead letter of a record, keeping its bytes exactly (base64), and its
-        value as text too when it is UTF-8."""
-        text = None
-        if value is not None:
-            try:
-                text = value.decode("utf-8")
-            except UnicodeDecodeError:
-                text = None
+        """The dead letter of the record at ``topic``/``partition``/``offset``."""
+        if len(reason) > REASON_MAX:
+            reason = reason[: REASON_MAX - 3] + "..."
         return cls(
             topic=topic,
             partition=partition,
             offset=offset,
-            key_b64=base64.b64encode(key).decode() if key is not None else None,
-            value_b64=base64.b64encode(value).decode() if value is not None else None,
-            value_text=text,
+            timestamp=timestamp,
             reason=reason,
             at=at,
         )
+
+    def headers(self, original: Sequence[tuple[str, bytes]] = ()) -> Headers:
+        """The record headers: the original record's own (a dead-letter header it
+        carried is replaced), then these."""
+        names = DEADLETTER_HEADERS
+        ours = [
+            (names["schema"], str(self.schema_).encode()),
+            (names["topic"], self.topic.encode()),
+            (names["partition"], str(self.partition).encode()),
+            (names["offset"], str(self.offset).encode()),
+            (names["timestamp"], str(self.timestamp).encode()),
+            (names["reason"], self.reason.encode()),
+            (names["at"], self.at.encode()),
+        ]
+        mine = {name for name, _ in ours}
+        return [(n, v) for n, v in original if n not in mine] + ours
+
+    @classmethod
+    def from_headers(cls, headers: Sequence[tuple[str, bytes]]) -> DeadLetter:
+        """Read the headers of a dead letter back. Raises ``ValueError`` when it
+        is not one."""
+        by_name = {name: value for name, value in headers}
+        data: dict[str, Any] = {}
+        for field_name, header in DEADLETTER_HEADERS.items():
+            if header in by_name:
+                data[field_name] = by_name[header].decode("utf-8", "replace")
+        return cls.model_validate(data)
+
+    def describe(self, key: bytes | None, value: bytes | None) -> dict[str, Any]:
+        """JSON-ready: these fields, then the key and the value, each as text
+        when it is UTF-8 (``key``, ``value_text``) and else as base64
+        (``key_b64``, ``value_b64``). ``lemongraph tail deadletter`` prints this."""
+        out: dict[str, Any] = {"type": "deadletter", **self.model_dump(mode="json", by_alias=True)}
+        out["key"], out["key_b64"] = _text_or_b64(key)
+        out["value_text"], out["value_b64"] = _text_or_b64(value)
+        out["value_bytes"] = None if value is None else len(value)
+        return out
+
+
+def _text_or_b64(raw: bytes | None) -> tuple[str | None, str | None]:
+    if raw is None:
+        return None, None
+    try:
+        return raw.decode("utf-8"), None
+    except UnicodeDecodeError:
+        return None, base64.b64encode(raw).decode()

@@ -13,7 +13,7 @@ from compiler._time import to_iso
 from stream.engine import Engine, Record
 from stream.files import load_playbook_file
 from stream.registry import Registry
-from stream.store import encode_stored
+from stream.store import NOTHING_APPLIED, encode_stored
 from topics import TickRecord, Topics, encode
 
 from .workload import onboarding_mix
@@ -74,12 +74,12 @@ def tick_cost_ms(playbooks: Path, pending: int, due: int, repeats: int = 3) -> f
     samples = []
     for _ in range(repeats):
         store: dict[str, bytes] = {}
-        engine = Engine(topics, registry, _loader(store))
+        engine = Engine(topics, registry, _loader(store), partitions=1)
         for i in range(due):
             key = f"due-{i}"
             state = graph.next(None, T0, Start(key, "onboarding")).state
             assert state is not None
-            store[key] = encode_stored(0, -1, state)
+            store[key] = encode_stored(0, NOTHING_APPLIED, state)
             engine.timers.set(0, key, int(state.timers[0].at.timestamp() * 1000))
         far = int((T0 + timedelta(days=365)).timestamp() * 1000)
         for i in range(pending - due):

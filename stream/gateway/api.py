@@ -151,16 +151,21 @@ def build_api(gateway: Gateway) -> FastAPI:
 
     @app.get("/healthz", response_model=Health, responses={503: {"model": Health}})
     async def healthz() -> Response:
-        """Is the broker reachable and the read model caught up? 200 when both, else 503."""
+        """Is the broker reachable and the read model caught up? 200 when both, else
+        503; also 503, with the ``problem`` named, once a log it follows went
+        backwards (the broker was reset under it)."""
         broker = await gateway.broker_reachable()
         caught_up = model.caught_up
         status = "ok" if broker and caught_up else ("starting" if broker else "degraded")
+        if model.reset is not None:
+            status = "degraded"
         body = Health(
             status=status,
             broker=broker,
             caught_up=caught_up,
             jobs=len(model.jobs),
             playbooks=len(model.playbooks),
+            problem=model.reset,
         )
         return Response(
             body.model_dump_json(),

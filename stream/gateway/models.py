@@ -6,10 +6,11 @@ Request bodies forbid unknown fields: in particular an event body cannot carry a
 
 from __future__ import annotations
 
-import math
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, field_validator
+
+from topics import LimitError, plain_json
 
 __all__ = [
     "Accepted",
@@ -34,36 +35,16 @@ _KEY = r"^[^\x00-\x1f]+$"
 Scalar = StrictStr | int | float | bool | None
 
 
-_INT64 = 2**63
-
-
-def _plain_json(value: Any, depth: int = 0) -> Any:
-    """Refuse what the inbox codec cannot carry faithfully: integers beyond 64
-    bits, infinite numbers, nesting deeper than 32."""
-    if depth > 32:
-        raise ValueError("nested deeper than 32 levels")
-    if isinstance(value, bool) or value is None or isinstance(value, str):
-        return value
-    if isinstance(value, int) and not -_INT64 <= value < _INT64:
-        raise ValueError("integers must fit in 64 bits")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError("numbers must be finite")
-    if isinstance(value, dict):
-        for item in value.values():
-            _plain_json(item, depth + 1)
-    elif isinstance(value, list):
-        for item in value:
-            _plain_json(item, depth + 1)
-    return value
-
-
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     @field_validator("*", mode="after")
     @classmethod
     def _encodable(cls, value: Any) -> Any:
-        return _plain_json(value)
+        try:
+            return plain_json(value)
+        except LimitError as exc:
+            raise ValueError(str(exc)) from None
 
 
 class StartJobBody(_Body):
@@ -227,3 +208,5 @@ class Health(BaseModel):
     caught_up: bool
     jobs: int
     playbooks: int
+    #: Why the gateway cannot be trusted even with the broker up (a reset log).
+    problem: str | None = None

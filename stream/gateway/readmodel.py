@@ -93,6 +93,10 @@ class ReadModel:
         self.caught_up = False
         self.following = False
         self.skipped = 0
+        #: Set when a followed log went backwards (the broker was reset, or a
+        #: topic recreated): what this model holds no longer matches the broker.
+        self.reset: str | None = None
+        self._next: dict[TopicPartition, int] = {}
         self._watchers: dict[str, set[asyncio.Event]] = {}
         self._any_watchers: set[asyncio.Event] = set()
 
@@ -240,6 +244,22 @@ class ReadModel:
 
     # -- following the topics ------------------------------------------------------------
 
+    def _check_order(self, tp: TopicPartition, offset: int, say: Callable[[str], None]) -> None:
+        expected = self._next.get(tp, 0)
+        if offset < expected:
+            self._went_back(tp, f"it delivered offset {offset} again", say)
+        self._next[tp] = max(expected, offset + 1)
+
+    def _went_back(self, tp: TopicPartition, what: str, say: Callable[[str], None]) -> None:
+        if self.reset is not None:
+            return
+        self.reset = (
+            f"{tp.topic} partition {tp.partition} was reset or recreated: this gateway had read "
+            f"it up to offset {self._next.get(tp, 0) - 1}, but {what}. Restart the gateway "
+            "(and see docs/operations.md, 'When the broker was reset')"
+        )
+        say(f"gateway: {self.reset}")
+
     async def follow(
         self, bootstrap: str, stopping: asyncio.Event, say: Callable[[str], None] = log.info
     ) -> None:
@@ -268,7 +288,12 @@ class ReadModel:
                 batches = await consumer.getmany(timeout_ms=200, max_records=2000)
                 for tp, records in batches.items():
                     for r in records:
+                        self._check_order(tp, r.offset, say)
                         self.apply(tp.topic, r.key, r.value)
+                for tp in tps:
+                    high = consumer.highwater(tp)
+                    if high is not None and high < self._next.get(tp, 0):
+                        self._went_back(tp, f"its log now ends at offset {high}", say)
                 now_caught_up = await caught_up(consumer, tps)
                 if now_caught_up and not self.caught_up:
                     say(

@@ -27,7 +27,7 @@ import orjson
 import pytest
 
 from stream.kafka import bootstrap_of, producer, read_topic
-from topics import Topics
+from topics import DeadLetter, Topics
 
 ROOT = Path(__file__).resolve().parents[2]
 LEMONGRAPH = Path(sys.executable).parent / "lemongraph"
@@ -120,7 +120,7 @@ class Lane:
         worker.reader = threading.Thread(target=pump, daemon=True)
         worker.reader.start()
         self.workers.append(worker)
-        worker.wait_for("ready", timeout=90)
+        worker.wait_for(": ready (group", timeout=90)  # not "topics: 7 ready"
         return worker
 
     def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -158,8 +158,14 @@ class Lane:
 
         async def go() -> list[dict[str, Any]]:
             out = []
-            async for r in read_topic(self.bootstrap, self.topics.name(topic), idle=idle):
-                value = orjson.loads(r.value) if r.value is not None else None
+            name = self.topics.name(topic)
+            async for r in read_topic(self.bootstrap, name, idle=idle):
+                value: Any
+                if name == self.topics.deadletter:
+                    # A dead letter's value is the original bytes; its headers say why.
+                    value = DeadLetter.from_headers(r.headers).describe(r.key, r.value)
+                else:
+                    value = orjson.loads(r.value) if r.value is not None else None
                 out.append(
                     {
                         "partition": r.partition,
