@@ -14,6 +14,31 @@ Every milestone transition rule lives in this file, in ``_Decision``:
 The job is ``done`` when its goals are met per ``complete_when``, ``failed``
 when that became impossible. Within one instant the rules run to a fixed point
 in rank order, so the result never depends on dict order or on timing.
+
+Order inside a step (docs/decisions.md, "One step"):
+
+1. timers due at or before ``now`` fire, one instant at a time, earliest
+   first; at each instant the rules run to a fixed point;
+2. the input is recorded, and the rules run to a fixed point at ``now``.
+
+In each pass of the rules, open milestones whose facts moved are judged and
+pending ones opened or made unreachable, in rank order; then the job's status
+is decided, then what can no longer matter is dropped. A milestone opened in a
+pass is first judged in the next pass, after that pruning: so the losing branch
+of an ``any`` merge is dropped even when its evidence is already in. The job's
+status is decided after every monitor has seen the input; when the job ends,
+every open or pending milestone is dropped.
+
+**Effects describe the work that remains.** They are not collected as the
+rules run but taken, when the step is over, as the difference between the
+state before and after it (``_Decision.difference``): a ``task.opened`` for
+each milestone open at the end whose task had not been emitted (or whose
+``due`` came), with the frontier as it is at the end; a ``task.closed`` for
+each emitted task whose milestone is no longer open; a timer set or cancelled
+only when it is in one state and not the other. So a milestone that opens and
+settles (or is dropped) within one step emits no task, a job that ends opens
+none, and a timer set and cancelled in one step appears in neither list. Its
+transitions are in the decision record all the same.
 """
 
 from __future__ import annotations
@@ -136,8 +161,11 @@ class _Decision:
         self.fired: list[Timer] = []
         self.verdicts: list[Verdicts] = []
         self.transitions: list[Transition] = []
-        self.effects: list[Effect] = []
-        self._opened_now: list[int] = []  # indexes of TaskOpened effects this instant
+        self.finished: JobFinished | None = None
+        # Milestones in the order their task came due, and the order they
+        # settled: the order of the step's task effects.
+        self._due_order: list[str] = []
+        self._settle_order: list[str] = []
         # Open milestones whose verdict may have changed: an open-world verdict is
         # a function of the tallies, so only a new occurrence of a fact a
         # condition reads, or opening, can change it. The rest are not re-run.
@@ -219,6 +247,7 @@ class _Decision:
             tuple(self.timers),
             self.recent_keys,
         ).derived_from(before)
+        frontier = self._frontier()
         return Step(
             state,
             now,
@@ -226,8 +255,8 @@ class _Decision:
             fired=tuple(self.fired),
             verdicts=tuple(self.verdicts),
             transitions=tuple(self.transitions),
-            effects=tuple(self.effects),
-            frontier=self._frontier(),
+            effects=self.difference(frontier),
+            frontier=frontier,
         )
 
     # -- the rules ----------------------------------------------------------------
@@ -255,21 +284,6 @@ class _Decision:
                     break
                 changed |= self._prune(at)
         self.verdicts.extend(evaluated[m.id] for m in self.playbook.milestones if m.id in evaluated)
-        frontier = self._frontier()
-        for i in self._opened_now:
-            opened = self.effects[i]
-            assert isinstance(opened, TaskOpened)
-            self.effects[i] = TaskOpened(
-                opened.job_key,
-                opened.milestone,
-                opened.at,
-                opened.instructions,
-                opened.playbook_instructions,
-                opened.integrations,
-                opened.deadline,
-                frontier,
-            )
-        self._opened_now = []
 
     def _evaluate(self, milestone: Milestone, at: datetime, seen: dict[str, Verdicts]) -> bool:
         verdict, data = milestone.condition.judge(self.tallies, closed=False)
@@ -331,22 +345,10 @@ class _Decision:
             self._emit_task(milestone, at)
 
     def _emit_task(self, milestone: Milestone, at: datetime) -> None:
-        state = self.milestones[milestone.id]
-        assert state.deadline is not None
-        self.milestones[milestone.id] = state.with_(task_open=True)
-        self._opened_now.append(len(self.effects))
-        self.effects.append(
-            TaskOpened(
-                job_key=self.state.key,
-                milestone=milestone.id,
-                at=at,
-                instructions=milestone.instructions,
-                playbook_instructions=self.playbook.spec.instructions,
-                integrations=milestone.integrations,
-                deadline=state.deadline,
-                frontier=(),  # filled in when the instant is over
-            )
-        )
+        """The milestone's task is due (``at`` is its ``task_at``); it goes out
+        as ``task.opened`` if the milestone is still open when the step ends."""
+        self.milestones[milestone.id] = self.milestones[milestone.id].with_(task_open=True)
+        self._due_order.append(milestone.id)
 
     def _settle(
         self,
@@ -357,14 +359,8 @@ class _Decision:
         reason: str,
         explanation: dict[str, object] | None = None,
     ) -> None:
-        state = self.milestones[milestone.id]
-        for timer in [t for t in self.timers if t.milestone == milestone.id]:
-            self.timers.remove(timer)
-            self.effects.append(TimerCancelled(timer))
-        if state.task_open:
-            self.effects.append(
-                TaskClosed(self.state.key, milestone.id, at, _task_outcome(outcome))
-            )
+        self.timers = [t for t in self.timers if t.milestone != milestone.id]
+        self._settle_order.append(milestone.id)
         fields: dict[str, Any] = {"task_open": False, "settled_at": at, "outcome": outcome}
         if explanation is not None:
             fields["explanation"] = explanation
@@ -388,7 +384,7 @@ class _Decision:
         for milestone in self.playbook.milestones:
             if self.milestones[milestone.id].status not in SETTLED:
                 self._settle(milestone, "dropped", "dropped", at, f"job {self.status}")
-        self.effects.append(JobFinished(self.state.key, self.status, at))
+        self.finished = JobFinished(self.state.key, self.status, at)
         return True
 
     def _prune(self, at: datetime) -> bool:
@@ -428,7 +424,48 @@ class _Decision:
     def _set_timer(self, timer: Timer) -> None:
         self.timers.append(timer)
         self.timers.sort(key=lambda t: t.order)
-        self.effects.append(TimerSet(timer))
+
+    def difference(self, frontier: tuple[str, ...]) -> tuple[Effect, ...]:
+        """The effects of the step: what it changed between the state it began
+        with and the one it ends with (see the module's docstring). Tasks closed
+        first, in the order their milestones settled; then timers cancelled and
+        set; tasks opened, in the order they came due; the job finished."""
+        before = self.state.milestones
+        key = self.state.key
+        effects: list[Effect] = []
+        for mid in self._settle_order:
+            now = self.milestones[mid]
+            if before[mid].task_open and not now.task_open:
+                assert now.settled_at is not None
+                outcome = _task_outcome(now.outcome or "dropped")
+                effects.append(TaskClosed(key, mid, now.settled_at, outcome))
+        previous = self.state.timers
+        if previous or self.timers:
+            effects.extend(
+                TimerCancelled(t) for t in previous if t not in self.timers and t not in self.fired
+            )
+            effects.extend(TimerSet(t) for t in self.timers if t not in previous)
+        for mid in self._due_order:
+            now = self.milestones[mid]
+            if now.task_open and not before[mid].task_open:
+                milestone = self.playbook.by_id[mid]
+                assert now.task_at is not None
+                assert now.deadline is not None
+                effects.append(
+                    TaskOpened(
+                        key,
+                        mid,
+                        now.task_at,
+                        milestone.instructions,
+                        self.playbook.spec.instructions,
+                        milestone.integrations,
+                        now.deadline,
+                        frontier,
+                    )
+                )
+        if self.finished is not None:
+            effects.append(self.finished)
+        return tuple(effects)
 
     def _frontier(self) -> tuple[str, ...]:
         if self._frontier_at[0] != self._moves:

@@ -206,6 +206,20 @@ class ScenarioResult:
         }
 
 
+def _tick_through(
+    graph: JobGraph, state: JobState, steps: list[Step], limit: datetime | None
+) -> JobState:
+    """Tick at each pending timer's instant up to ``limit`` (None: no limit)
+    while the job runs; returns the state reached."""
+    while state.status == "running" and state.timers:
+        at = state.timers[0].at
+        if limit is not None and at > limit:
+            break
+        steps.append(graph.next(state, at, Tick()))
+        state = steps[-1].state or state
+    return state
+
+
 def run_scenario(
     playbook: Playbook, scenario: Scenario, source: str, coverage: Coverage | None = None
 ) -> ScenarioResult:
@@ -232,15 +246,13 @@ def run_scenario(
             spec.idempotency_key,
             id=f"e{i + 1}",
         )
+        # A worker's ticks fire each timer at its instant, before a later event
+        # (and before one at the same instant: the tick came first).
+        state = _tick_through(graph, state, steps, at)
         steps.append(graph.next(state, at, event))
         state = steps[-1].state or state
     # Let the clock run on through pending timers until the job ends (or `until`).
-    while state.status == "running" and state.timers:
-        at = state.timers[0].at
-        if until is not None and at > until:
-            break
-        steps.append(graph.next(state, at, Tick()))
-        state = steps[-1].state or state
+    state = _tick_through(graph, state, steps, until)
     tasks = tuple(e.milestone for step in steps for e in step.effects if isinstance(e, TaskOpened))
     failures.extend(_compare(scenario.expect, state, tasks))
     if coverage is not None:

@@ -66,8 +66,26 @@ def _differences(recorded: dict[str, Any], step: Step) -> list[str]:
         if recorded.get(name) != again.get(name):
             out.append(
                 f"{name}: recorded {_short(recorded.get(name))}, replayed {_short(again.get(name))}"
+                + (_rule_changed(recorded.get(name)) if name == "effects" else "")
             )
     return out
+
+
+def _rule_changed(effects: Any) -> str:
+    """Name the rule when recorded effects are of a core from before effects
+    described only the remaining work (docs/decisions.md, "Replaying an older
+    log")."""
+    if not isinstance(effects, list):
+        return ""
+    kinds = [(e.get("type"), e.get("task_id")) for e in effects if isinstance(e, dict)]
+    opened = {task for kind, task in kinds if kind == "task.opened"}
+    closed = {task for kind, task in kinds if kind == "task.closed"}
+    if opened & closed or (opened and ("job.finished", None) in kinds):
+        return (
+            " (recorded by a core that emitted tasks opened and closed in one step; "
+            "effects now describe only the work that remains: docs/decisions.md)"
+        )
+    return ""
 
 
 def _short(value: Any) -> str:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from compiler import TaskClosed, TaskOpened
 from stream.files import scenario_files
 from stream.simulate import SimulationRun, simulate_files
 
@@ -26,6 +27,8 @@ EXPECTED: dict[str, int] = {
     "due-orders-tasks-by-time.scenario.yaml": 1,
     "duplicate-idempotency-key-applied-once.scenario.yaml": 4,
     "early-evidence-counts.scenario.yaml": 2,
+    "failing-job-opens-no-task.scenario.yaml": 2,
+    "any-merge-loser-opens-no-task.scenario.yaml": 2,
     "not-within-completes-at-window-close.scenario.yaml": 4,
     "unreachable-when-no-path-survives.scenario.yaml": 2,
     "until-stops-the-clock.scenario.yaml": 3,
@@ -52,7 +55,7 @@ def test_every_golden_file_is_listed() -> None:
 def test_all_golden_scenarios_are_found() -> None:
     run = simulate_files(scenario_files(GOLDEN))
     assert run.errors == [], _describe(run)
-    assert len(run.results) == sum(EXPECTED.values()) == 49
+    assert len(run.results) == sum(EXPECTED.values()) == 53
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
@@ -65,6 +68,16 @@ def test_golden_file(name: str) -> None:
     print(failures)
     assert run.passed, failures
     assert all(r.passed for r in run.results), failures
+    # A task is only for work that remains: never with an empty frontier, and
+    # never opened and closed in one step.
+    for result in run.results:
+        for step in result.steps:
+            opened = {e.task_id for e in step.effects if isinstance(e, TaskOpened)}
+            closed = {e.task_id for e in step.effects if isinstance(e, TaskClosed)}
+            assert not opened & closed, (result.scenario, opened & closed)
+            for effect in step.effects:
+                if isinstance(effect, TaskOpened):
+                    assert effect.milestone in effect.frontier, (result.scenario, effect)
 
 
 def test_a_wrong_expectation_is_reported(tmp_path: Path) -> None:

@@ -16,7 +16,11 @@ that never run backwards). Properties:
     restored previous state reproduces its record and state hash;
 (e) agent events never change a milestone or a tally;
 (f) tasks — a task id is opened at most once and closed at most once, after it was
-    opened; open tasks are exactly the milestones with ``task_open``.
+    opened; open tasks are exactly the milestones with ``task_open``;
+(g) effects are the work that remains — no task is opened and closed in one step,
+    a task opens only for a milestone open at the step's end with the frontier of
+    the end (never empty), nothing is emitted after the job finished, no timer is
+    both set and cancelled in one step.
 """
 
 from __future__ import annotations
@@ -43,6 +47,8 @@ from compiler import (
     TaskClosed,
     TaskOpened,
     Tick,
+    TimerCancelled,
+    TimerSet,
     canonical_json,
     compile_playbook,
     input_from_json,
@@ -533,3 +539,37 @@ def test_each_task_opens_once_and_closes_at_most_once_after(case: Case) -> None:
         assert open_now == flagged
         if state.status != "running":
             assert not open_now, "a task outlived its job"
+
+
+# -- (g) effects describe the work that remains -----------------------------------------
+
+
+@SETTINGS
+@given(cases())
+def test_effects_are_only_the_work_that_remains(case: Case) -> None:
+    graph = JobGraph(case.playbook)
+    steps = run(graph, case.inputs)
+    opened_in: dict[str, int] = {}
+    finished = False
+    for number, step in enumerate(steps):
+        state = step.state
+        assert state is not None
+        if finished:
+            assert step.effects == (), "an effect after the job finished"
+        opened = [e for e in step.effects if isinstance(e, TaskOpened)]
+        closed = [e for e in step.effects if isinstance(e, TaskClosed)]
+        both = {e.task_id for e in opened} & {e.task_id for e in closed}
+        assert not both, f"opened and closed in one step: {both}"
+        for e in opened:
+            assert state.milestones[e.milestone].status == "open"
+            assert e.frontier == graph.frontier(state)
+            assert e.milestone in e.frontier
+            opened_in[e.task_id] = number
+        for e in closed:
+            assert opened_in[e.task_id] < number
+        set_ = [e.timer for e in step.effects if isinstance(e, TimerSet)]
+        cancelled = [e.timer for e in step.effects if isinstance(e, TimerCancelled)]
+        assert not [t for t in set_ if t in cancelled], "a timer set and cancelled in one step"
+        assert all(t in state.timers for t in set_)
+        assert not [t for t in cancelled if t in state.timers]
+        finished = finished or any(isinstance(e, JobFinished) for e in step.effects)
