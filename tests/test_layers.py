@@ -1,0 +1,104 @@
+"""The layers hold by lint, not by docstring (README, "How it works"):
+
+    topics/    imports nothing of ours, and no framework
+    compiler/  imports topics/ at most (and nothing impure: tests/test_purity.py)
+    agents/    imports topics/ and compiler/, never the engine's shell
+    stream/    imports compiler/ and topics/
+
+Each rule lives in that package's ruff.toml. These tests copy the real files
+into a scratch project, put a module that breaks the rule under each, and
+require ruff to name every banned import; the allowed imports must pass.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+RUFF = Path(sys.executable).parent / "ruff"
+
+#: package → (a module that breaks its rule, the banned names ruff must report)
+BROKEN = {
+    "compiler": (
+        "import stream\nfrom stream.engine import Engine\nfrom agents import x\n"
+        "import topics\nprint(stream, Engine, x, topics)\n",
+        ["`stream`", "`agents`"],
+    ),
+    "topics": (
+        "from compiler import JobGraph\nimport stream.kafka\nfrom agents import x\n"
+        "import faust\nimport aiokafka\nprint(JobGraph, stream, x, faust, aiokafka)\n",
+        ["`compiler`", "`stream`", "`agents`", "`faust`", "`aiokafka`"],
+    ),
+    "agents": (
+        "from stream.engine import Engine\nfrom stream import app\nimport stream.store\n"
+        "print(Engine, app, stream)\n",
+        ["`stream.engine`", "`stream.app`", "`stream.store`"],
+    ),
+}
+
+#: package → a module of imports its layer allows
+ALLOWED = {
+    "compiler": "import topics\nfrom topics import Topics\nprint(topics, Topics)\n",
+    "topics": "import orjson\nfrom pydantic import BaseModel\nprint(orjson, BaseModel)\n",
+    "agents": (
+        "import topics\nfrom compiler import JobGraph\nfrom stream.kafka import producer\n"
+        "print(topics, JobGraph, producer)\n"
+    ),
+}
+
+
+def _project(tmp_path: Path) -> Path:
+    project = tmp_path / "project"
+    project.mkdir()
+    shutil.copy(ROOT / "pyproject.toml", project / "pyproject.toml")
+    for package in BROKEN:
+        (project / package).mkdir()
+        shutil.copy(ROOT / package / "ruff.toml", project / package / "ruff.toml")
+    return project
+
+
+#: ruff, on the layer rules only
+CHECK = [str(RUFF), "check", "--no-cache", "--select", "TID251", "--output-format", "concise"]
+
+
+def _ruff(project: Path, module: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*CHECK, str(module)],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("package", sorted(BROKEN))
+def test_each_layer_rule_names_every_banned_import(package: str, tmp_path: Path) -> None:
+    project = _project(tmp_path)
+    source, banned = BROKEN[package]
+    module = project / package / "broken.py"
+    module.write_text(source)
+    result = _ruff(project, module)
+    assert result.returncode == 1, result.stdout + result.stderr
+    for name in banned:
+        assert f"TID251 {name} is banned" in result.stdout, f"{name} not reported:\n{result.stdout}"
+
+
+@pytest.mark.parametrize("package", sorted(ALLOWED))
+def test_what_a_layer_may_import_passes(package: str, tmp_path: Path) -> None:
+    project = _project(tmp_path)
+    module = project / package / "fine.py"
+    module.write_text(ALLOWED[package])
+    result = _ruff(project, module)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_package_with_a_layer_rule_has_one() -> None:
+    for package in BROKEN:
+        text = (ROOT / package / "ruff.toml").read_text()
+        assert 'extend = "../pyproject.toml"' in text
+        assert "banned-api" in text
