@@ -52,8 +52,20 @@ from ._playbook import (
     compile_playbook,
     load_playbook,
 )
+from ._simulate import (
+    Coverage,
+    Expectation,
+    Scenario,
+    ScenarioError,
+    ScenarioEvent,
+    ScenarioFile,
+    ScenarioResult,
+    parse_scenarios,
+    run_scenario,
+)
 from ._source import SourceError
 from ._state import MAX_REMEMBERED_KEYS, JobState, MilestoneState, Timer, canonical_json
+from ._time import from_iso, to_iso
 from ._verdict import Verdict
 
 __all__ = [
@@ -67,10 +79,12 @@ __all__ = [
     "Condition",
     "ConditionError",
     "Count",
+    "Coverage",
     "Duration",
     "Effect",
     "Event",
     "Exists",
+    "Expectation",
     "Explanation",
     "Expr",
     "Fact",
@@ -91,6 +105,11 @@ __all__ = [
     "PlaybookError",
     "PlaybookProblem",
     "PlaybookSpec",
+    "Scenario",
+    "ScenarioError",
+    "ScenarioEvent",
+    "ScenarioFile",
+    "ScenarioResult",
     "Source",
     "SourceError",
     "Start",
@@ -108,8 +127,12 @@ __all__ = [
     "compile_condition",
     "compile_playbook",
     "format_offset",
+    "from_iso",
     "input_from_json",
     "load_playbook",
     "parse_duration",
+    "parse_scenarios",
+    "run_scenario",
     "task_id",
+    "to_iso",
 ]

@@ -14,7 +14,7 @@ from typing import Any
 
 import faust
 
-from compiler._time import to_iso
+from compiler import to_iso
 from topics import TickRecord, Topics, encode
 
 from .config import Settings

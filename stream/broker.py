@@ -37,6 +37,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Final, Self
 
+from .errors import BrokerStartError, TopicError
+
 __all__ = [
     "BrokerStartError",
     "EmbeddedBroker",
@@ -47,10 +49,6 @@ __all__ = [
 
 ENV_OVERRIDE: Final = "CALF_TANSU_BIN"
 _TOPIC_ALREADY_EXISTS: Final = 36
-
-
-class BrokerStartError(RuntimeError):
-    """The embedded broker could not be started (or did not become ready)."""
 
 
 def find_tansu_binary() -> str:
@@ -303,7 +301,7 @@ async def ensure_topics(
             for topic, code, *rest in response.topic_errors:
                 if code not in (0, _TOPIC_ALREADY_EXISTS):
                     message = rest[0] if rest else ""
-                    raise RuntimeError(f"create_topics({topic!r}) failed: error {code} {message}")
+                    raise TopicError(f"create_topics({topic!r}) failed: error {code} {message}")
         to_check = [n for n in names_with_partitions if n in existing]
         if to_check:
             for desc in await admin.describe_topics(to_check):
@@ -311,7 +309,7 @@ async def ensure_topics(
                 have = len(desc["partitions"])
                 if have != names_with_partitions[name]:
                     wanted_count = names_with_partitions[name]
-                    raise ValueError(
+                    raise TopicError(
                         f"topic {name!r} has {have} partitions, wanted {wanted_count}: "
                         "co-partitioning needs the same count on inbox and ticks"
                     )

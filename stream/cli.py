@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING
 
 import click
 
-from compiler import LemongraphError, PlaybookError
-from compiler._simulate import parse_scenarios
+from compiler import LemongraphError, PlaybookError, parse_scenarios
 
-from .config import ConfigError, Settings
+from .config import Settings
+from .errors import ConfigError, KafkaUnavailable, ShellError
 from .files import is_scenario, load_playbook_file, playbook_files, scenario_files
 from .kafka import ConsumedRecord
 
@@ -34,16 +34,23 @@ def _settings() -> Settings:
 
 
 class _Group(click.Group):
-    """Turns an unreachable broker into one clear line instead of a traceback."""
+    """Turns the shell's errors (``stream/errors.py``) into one clear line and
+    their exit code instead of a traceback."""
 
     def invoke(self, ctx: click.Context) -> object:
-        from .kafka import KafkaUnavailable
-
         try:
             return super().invoke(ctx)
         except KafkaUnavailable as exc:
             url = Settings.from_env().kafka_url if _env_ok() else None
-            raise click.ClickException(f"cannot use Kafka at {url}: {exc}") from None
+            raise _reported(f"cannot use Kafka at {url}: {exc}", exc.exit_code) from None
+        except ShellError as exc:
+            raise _reported(str(exc), exc.exit_code) from None
+
+
+def _reported(message: str, code: int) -> click.ClickException:
+    error = click.ClickException(message)
+    error.exit_code = code
+    return error
 
 
 def _env_ok() -> bool:
@@ -85,10 +92,10 @@ def check(paths: tuple[Path, ...]) -> None:
     for path in files:
         try:
             if is_scenario(path):
-                from .simulate import _playbook_for
+                from .simulate import playbook_for
 
                 parsed = parse_scenarios(path.read_text(encoding="utf-8"), str(path))
-                _playbook_for(path, parsed)
+                playbook_for(path, parsed)
             else:
                 load_playbook_file(path)
         except PlaybookError as exc:
@@ -180,12 +187,9 @@ def _say(line: str) -> None:
 def _native() -> str:
     """Refuse to run a stale compiled core (see stream/native.py); returns which
     runs, for the commands that say so."""
-    from .native import StaleBuild, check
+    from .native import check
 
-    try:
-        return check().describe()
-    except StaleBuild as exc:
-        raise click.ClickException(str(exc)) from None
+    return check().describe()  # StaleBuild is a ShellError: reported by _Group
 
 
 @main.command()
@@ -271,10 +275,7 @@ def dev(broker_port: int, loglevel: str) -> None:
         prepared = prepare(settings, _say)
         _say(f"state: RocksDB under {settings.data_dir / 'faust'}")
         gateway = GatewayThread(settings, _say)
-        try:
-            gateway.start()
-        except RuntimeError as exc:
-            raise click.ClickException(str(exc)) from None
+        gateway.start()
         _say(addresses(settings))
         dev_token = mint_token(
             settings.api_token_secret, now=time.time(), name="dev", ttl_seconds=7 * 86400
@@ -578,10 +579,7 @@ def ticker() -> None:
 
     settings = _settings()
     _require_kafka(settings)
-    try:
-        run(run_ticker(settings, _say))
-    except RuntimeError as exc:
-        raise click.ClickException(str(exc)) from None
+    run(run_ticker(settings, _say))
 
 
 @main.command()
@@ -600,10 +598,7 @@ def bench(quick: bool, json_path: Path | None) -> None:
 
     configured = _settings().playbooks_dir
     _say(_native())
-    try:
-        figures = run_bench(quick, _say, configured if configured.is_dir() else None)
-    except RuntimeError as exc:
-        raise click.ClickException(str(exc)) from None
+    figures = run_bench(quick, _say, configured if configured.is_dir() else None)
     click.echo()
     click.echo(render_table(figures))
     if json_path is not None:

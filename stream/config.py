@@ -8,11 +8,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from .errors import ConfigError
+
 __all__ = ["ConfigError", "Settings", "read_dotenv"]
-
-
-class ConfigError(ValueError):
-    """A setting with a value that cannot be used; names the variable."""
 
 
 def read_dotenv(path: Path) -> dict[str, str]:

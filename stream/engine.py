@@ -53,8 +53,9 @@ from compiler import (
     TaskClosed,
     TaskOpened,
     Tick,
+    from_iso,
+    to_iso,
 )
-from compiler._time import from_iso, to_iso
 from topics import (
     FORWARDED_FROM_HEADER,
     MAX_RECORD_BYTES,

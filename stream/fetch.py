@@ -35,6 +35,8 @@ from typing import Any
 import faust
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
+from .errors import StopWorker
+
 __all__ = [
     "EXIT_BATCH_FAILED",
     "LAST_WORDS",
@@ -65,16 +67,6 @@ def exit_now(code: int) -> None:
             words()
     logging.shutdown()
     os._exit(code)
-
-
-class StopWorker(Exception):
-    """Raised by a batch handler for a failure that is not about one record (the
-    broker's, the disk's): the worker stops with ``code`` and this message, and
-    nothing of the batch is acknowledged."""
-
-    def __init__(self, message: str, code: int) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 #: Receives a batch of Faust messages (``.topic .partition .offset .key .value

@@ -13,6 +13,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.errors import KafkaError
 from aiokafka.structs import TopicPartition
 
+from .errors import KafkaUnavailable
+
 __all__ = [
     "ConsumedRecord",
     "KafkaUnavailable",
@@ -152,10 +154,6 @@ async def read_topic(
                 return
     finally:
         await consumer.stop()
-
-
-class KafkaUnavailable(RuntimeError):
-    """The broker could not be reached or answered with an error."""
 
 
 def run(coro: Any) -> Any:

@@ -20,14 +20,12 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from .errors import StaleBuild
+
 __all__ = ["MANIFEST", "NativeStatus", "StaleBuild", "check", "status"]
 
 #: Written by setup.py at build time: {"modules": {dotted name: source sha256}}.
 MANIFEST = Path(__file__).with_name("native_build.json")
-
-
-class StaleBuild(RuntimeError):
-    """A compiled module no longer matches its source."""
 
 
 @dataclass(frozen=True)

@@ -16,11 +16,9 @@ from typing import Any
 
 from aiokafka.errors import KafkaError
 
+from .errors import ProduceError
+
 __all__ = ["ProduceError", "Produced", "produce_batches"]
-
-
-class ProduceError(RuntimeError):
-    """The broker refused (or never acknowledged) a record batch."""
 
 
 #: ``(topic, partition, key, value, timestamp ms or None, headers or None)``;

@@ -10,8 +10,7 @@ from typing import Any
 
 import orjson
 
-from compiler import JobGraph, JobState, Playbook, Step, input_from_json
-from compiler._time import from_iso
+from compiler import JobGraph, JobState, Playbook, Step, from_iso, input_from_json
 
 from .registry import Registry
 

@@ -8,9 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from compiler import (
+    Coverage,
     Event,
     LemongraphError,
     Playbook,
+    ScenarioFile,
+    ScenarioResult,
     Start,
     Step,
     TaskClosed,
@@ -18,18 +21,20 @@ from compiler import (
     TimerCancelled,
     TimerSet,
     format_offset,
-)
-from compiler._simulate import (
-    Coverage,
-    ScenarioFile,
-    ScenarioResult,
     parse_scenarios,
     run_scenario,
 )
 
 from .files import load_playbook_file
 
-__all__ = ["SimulationRun", "render_coverage", "render_summary", "render_trace", "simulate_files"]
+__all__ = [
+    "SimulationRun",
+    "playbook_for",
+    "render_coverage",
+    "render_summary",
+    "render_trace",
+    "simulate_files",
+]
 
 
 @dataclass
@@ -54,7 +59,9 @@ class SimulationRun:
         }
 
 
-def _playbook_for(path: Path, parsed: ScenarioFile) -> Playbook:
+def playbook_for(path: Path, parsed: ScenarioFile) -> Playbook:
+    """The playbook a scenario file runs on: inline, or the file it names
+    (relative to the scenario file)."""
     ref = parsed.playbook
     if isinstance(ref, dict):
         return parsed.inline_playbook(str(path))
@@ -70,7 +77,7 @@ def simulate_files(paths: list[Path]) -> SimulationRun:
     for path in paths:
         try:
             scenario_file = parse_scenarios(path.read_text(encoding="utf-8"), str(path))
-            playbook = _playbook_for(path, scenario_file)
+            playbook = playbook_for(path, scenario_file)
         except (OSError, UnicodeDecodeError) as exc:
             run.errors.append(f"{path}: cannot read: {exc}")
             continue

@@ -13,10 +13,11 @@ import signal
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from compiler._time import to_iso
+from compiler import to_iso
 from topics import TickRecord, Topics, encode
 
 from .config import Settings
+from .errors import TopicError
 from .kafka import bootstrap_of, producer, topic_partitions
 
 __all__ = ["run_ticker"]
@@ -31,7 +32,7 @@ async def run_ticker(
     topic = Topics(settings.topic_prefix).ticks
     partitions = await topic_partitions(bootstrap, topic)
     if not partitions:
-        raise RuntimeError(f"topic {topic} does not exist: start a worker first (it creates it)")
+        raise TopicError(f"topic {topic} does not exist: start a worker first (it creates it)")
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

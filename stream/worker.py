@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING, cast
 import orjson
 from pydantic import ValidationError
 
-from compiler import LemongraphError
-from compiler._time import to_iso
+from compiler import LemongraphError, to_iso
 from topics import TOPIC_NAMES, DeadLetter, PlaybookRecord, Topics, encode
 
 from .broker import cluster_id, ensure_topics, is_tansu

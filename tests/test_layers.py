@@ -12,6 +12,7 @@ require ruff to name every banned import; the allowed imports must pass.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -102,3 +103,33 @@ def test_every_package_with_a_layer_rule_has_one() -> None:
         text = (ROOT / package / "ruff.toml").read_text()
         assert 'extend = "../pyproject.toml"' in text
         assert "banned-api" in text
+
+
+#: ``from compiler._time import ...``, ``import topics._codec``, ``from stream.x import _y``
+_PRIVATE = re.compile(
+    r"^\s*(?:from|import)\s+(compiler|topics|stream|agents)((?:\.\w+)*)"
+    r"(?:\s+import\s+(.+))?$"
+)
+
+
+def _private_imports(path: Path, own: str) -> list[str]:
+    found = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        match = _PRIVATE.match(line)
+        if match is None or match.group(1) == own:
+            continue
+        modules = match.group(2).split(".")
+        names = [n.strip() for n in (match.group(3) or "").strip("()").split(",")]
+        if any(m.startswith("_") for m in modules) or any(n.startswith("_") for n in names):
+            found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    return found
+
+
+def test_no_package_imports_another_packages_private_modules() -> None:
+    # Each package's public names are its __all__ (tests/test_topics.py pins
+    # them); what another package needs is exported, not reached for.
+    offenders = []
+    for package in ("compiler", "topics", "stream", "agents", "benchmarks"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            offenders.extend(_private_imports(path, package))
+    assert offenders == []

@@ -8,8 +8,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from compiler import Event, JobGraph, Start, Tick
-from compiler._time import to_iso
+from compiler import Event, JobGraph, Start, Tick, to_iso
 from stream.engine import Engine, Record
 from stream.files import load_playbook_file
 from stream.registry import Registry

@@ -30,6 +30,7 @@ from aiokafka.structs import TopicPartition
 
 from stream import native
 from stream.broker import EmbeddedBroker, ensure_topics
+from stream.errors import BenchError
 from stream.kafka import bootstrap_of, producer, read_topic
 from topics import Topics
 
@@ -122,7 +123,7 @@ class _Process:
             if self.proc.poll() is not None:
                 break
             time.sleep(0.02)
-        raise RuntimeError(f"never saw {text!r}; output:\n" + "".join(self.lines[-30:]))
+        raise BenchError(f"never saw {text!r}; output:\n" + "".join(self.lines[-30:]))
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
         if self.proc.poll() is None:
@@ -372,7 +373,7 @@ class Bench:
             arrived = asyncio.run(_task_arrivals(self.bootstrap, topics.tasks, "lat-"))
         latencies = sorted((arrived[k] - sent[k]) * 1000 for k in sent if k in arrived)
         if len(latencies) < count:
-            raise RuntimeError(f"only {len(latencies)} of {count} tasks arrived")
+            raise BenchError(f"only {len(latencies)} of {count} tasks arrived")
         self.figures.p50_latency_ms = statistics.median(latencies)
         self.figures.p99_latency_ms = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
         self.say(
@@ -398,7 +399,7 @@ class Bench:
         stamps = self._wait_decisions(topics.decisions, expected + 1, 600)
         refused = asyncio.run(_refusals(self.bootstrap, topics.decisions))
         if refused:
-            raise RuntimeError(f"the engine refused {len(refused)} inputs, e.g. {refused[:3]}")
+            raise BenchError(f"the engine refused {len(refused)} inputs, e.g. {refused[:3]}")
         first = asyncio.run(_first_stamp(self.bootstrap, topics.inbox, b"tp-"))
         span = (max(stamps) - first) / 1000
         return (len(records) / span if span > 0 else 0.0), len(records), expected
@@ -413,7 +414,7 @@ class Bench:
             if count >= expected:
                 return [t for t, _ in stamps]
             time.sleep(0.5)
-        raise RuntimeError(f"{topic}: {count} of {expected} decisions after {timeout}s")
+        raise BenchError(f"{topic}: {count} of {expected} decisions after {timeout}s")
 
 
 async def _task_arrivals(bootstrap: str, topic: str, key_prefix: str) -> dict[str, float]:
@@ -466,7 +467,7 @@ def run_bench(
     params = Parameters.for_run(quick)
     playbooks = (playbooks or Path(__file__).resolve().parents[2] / "playbooks").resolve()
     if not (playbooks / "onboarding.yaml").is_file():
-        raise RuntimeError(
+        raise BenchError(
             f"the benchmark runs the onboarding playbook: {playbooks / 'onboarding.yaml'} is "
             "missing (set LEMONGRAPH_PLAYBOOKS_DIR to the project's playbooks folder)"
         )

@@ -26,6 +26,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from stream.config import Settings
+from stream.errors import GatewayStartError
 from stream.files import load_playbooks_dir
 from stream.kafka import bootstrap_of
 from topics import Topics
@@ -188,9 +189,9 @@ class GatewayThread:
         self._thread.start()
         self._ready.wait(timeout)
         if self._error is not None:
-            raise RuntimeError(f"gateway did not start: {self._error}") from self._error
+            raise GatewayStartError(f"gateway did not start: {self._error}") from self._error
         if not self._ready.is_set():
-            raise RuntimeError(f"gateway did not start within {timeout:g}s")
+            raise GatewayStartError(f"gateway did not start within {timeout:g}s")
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop it and wait for the thread."""

@@ -15,8 +15,16 @@ from typing import Any
 import orjson
 import pytest
 
-from compiler import Event, JobGraph, JobState, Start, TaskClosed, TaskOpened, input_from_json
-from compiler._time import to_iso
+from compiler import (
+    Event,
+    JobGraph,
+    JobState,
+    Start,
+    TaskClosed,
+    TaskOpened,
+    input_from_json,
+    to_iso,
+)
 from stream.files import load_playbook_file
 
 from .conftest import Lane

@@ -1,0 +1,92 @@
+"""The shell's errors: one root, each carrying what the CLI needs to report it.
+
+    ShellError                 every failure the shell raises on purpose
+    ├── ConfigError            a setting that cannot be used (also a ValueError)
+    ├── KafkaUnavailable       the broker cannot be reached, or answered with an error
+    ├── BrokerStartError       the embedded broker did not start
+    ├── TopicError             a topic is missing, or has the wrong partition count
+    ├── ProduceError           the broker refused (or never acknowledged) a record batch
+    ├── StaleBuild             a compiled module no longer matches its source
+    ├── GatewayStartError      the gateway's servers did not start
+    ├── BenchError             a benchmark run could not measure what it set out to
+    └── StopWorker             a worker must stop: not one record's fault (exit code)
+
+The CLI turns a ShellError into its message and its ``exit_code`` (1 unless the
+class says otherwise) and never catches broader errors than this root. The
+core's errors have their own root, ``compiler.LemongraphError``; the gateway's
+HTTP errors are ``stream.gateway.errors.ApiError``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BenchError",
+    "BrokerStartError",
+    "ConfigError",
+    "GatewayStartError",
+    "KafkaUnavailable",
+    "ProduceError",
+    "ShellError",
+    "StaleBuild",
+    "StopWorker",
+    "TopicError",
+]
+
+
+class ShellError(Exception):
+    """The root of the shell's errors. ``exit_code`` is what the process exits
+    with when the CLI reports it."""
+
+    exit_code: int = 1
+
+    def __init__(self, message: str, *, exit_code: int | None = None) -> None:
+        super().__init__(message)
+        if exit_code is not None:
+            self.exit_code = exit_code
+
+
+class ConfigError(ShellError, ValueError):
+    """A setting with a value that cannot be used; names the variable."""
+
+
+class KafkaUnavailable(ShellError, RuntimeError):
+    """The broker could not be reached or answered with an error."""
+
+
+class BrokerStartError(ShellError, RuntimeError):
+    """The embedded broker did not start."""
+
+
+class TopicError(ShellError, ValueError):
+    """A topic that is missing, could not be created, or has the wrong partition
+    count (co-partitioning needs the same count on inbox and ticks)."""
+
+
+class ProduceError(ShellError, RuntimeError):
+    """The broker refused (or never acknowledged) a record batch."""
+
+
+class StaleBuild(ShellError, RuntimeError):
+    """A compiled module no longer matches its source."""
+
+
+class GatewayStartError(ShellError, RuntimeError):
+    """The gateway's servers did not start (a port taken, a bad setting)."""
+
+
+class BenchError(ShellError, RuntimeError):
+    """A benchmark part could not measure what it set out to (say why)."""
+
+
+class StopWorker(ShellError):
+    """Raised by a batch handler for a failure that is not about one record (the
+    broker's, the disk's): the worker stops with ``exit_code`` and this message,
+    and nothing of the batch is acknowledged."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message, exit_code=code)
+
+    @property
+    def code(self) -> int:
+        """The exit code (``exit_code``)."""
+        return self.exit_code

@@ -1,0 +1,76 @@
+"""One error root in the shell (stream/errors.py): every error the shell raises
+on purpose is a ``ShellError`` carrying its exit code, the CLI reports each as
+one line with that code, and it catches nothing broader."""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from stream import errors
+from stream.cli import main
+from stream.errors import ShellError, StopWorker
+
+ROOT = Path(__file__).resolve().parent.parent
+LEMONGRAPH = Path(sys.executable).parent / "lemongraph"
+
+
+@pytest.mark.parametrize("name", errors.__all__)
+def test_every_shell_error_is_under_the_root_and_in_the_tree(name: str) -> None:
+    error = getattr(errors, name)
+    assert issubclass(error, ShellError)
+    assert errors.__doc__ is not None
+    assert f" {name} " in errors.__doc__ or name == "ShellError"
+
+
+def test_the_exit_code_travels_with_the_error() -> None:
+    assert ShellError("x").exit_code == 1
+    assert ShellError("x", exit_code=3).exit_code == 3
+    stop = StopWorker("the log was reset", 78)
+    assert (stop.exit_code, stop.code, str(stop)) == (78, 78, "the log was reset")
+
+
+def test_the_cli_reports_a_shell_error_as_one_line_with_its_exit_code() -> None:
+    @main.command("fail-for-test", hidden=True)
+    def fail() -> None:
+        raise StopWorker("worker: stopped: for the test", 78)
+
+    try:
+        runner = CliRunner()
+        result = runner.invoke(main, ["fail-for-test"])
+    finally:
+        main.commands.pop("fail-for-test")
+    assert result.exit_code == 78
+    assert result.output.strip() == "Error: worker: stopped: for the test"
+
+
+def test_a_bad_setting_is_one_line_naming_the_variable() -> None:
+    env = {**os.environ, "LEMONGRAPH_PARTITIONS": "0", "LEMONGRAPH_KAFKA_URL": "kafka://x:1"}
+    done = subprocess.run(
+        [str(LEMONGRAPH), "worker"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert done.stderr.strip() == "Error: LEMONGRAPH_PARTITIONS='0' must be at least 1"
+
+
+def test_the_cli_catches_nothing_broader_than_the_roots() -> None:
+    tree = ast.parse((ROOT / "stream" / "cli.py").read_text())
+    broad = [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ExceptHandler)
+        and isinstance(node.type, ast.Name)
+        and node.type.id in {"RuntimeError", "Exception", "BaseException"}
+    ]
+    assert broad == []
