@@ -27,6 +27,7 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
 from pydantic import ValidationError
 
+from compiler import LemongraphError, Playbook, compile_playbook
 from stream.kafka import caught_up
 from topics import JobSnapshot, PlaybookRecord, Topics
 
@@ -99,6 +100,7 @@ class ReadModel:
         self._next: dict[TopicPartition, int] = {}
         self._watchers: dict[str, set[asyncio.Event]] = {}
         self._any_watchers: set[asyncio.Event] = set()
+        self._compiled: dict[tuple[str, int], Playbook | None] = {}
 
     # -- what the API asks -------------------------------------------------------
 
@@ -108,6 +110,21 @@ class ReadModel:
         if not versions:
             return None
         return versions.get(version if version is not None else max(versions))
+
+    def compiled(self, key: str, version: int | None = None) -> Playbook | None:
+        """The playbook compiled by the core, for what only the core should say
+        (rank order, depth, goals); None when unknown or, for a record no
+        worker would have registered, invalid."""
+        spec = self.playbook(key, version)
+        if spec is None:
+            return None
+        pin = (key, int(spec.get("version", 0)))
+        if pin not in self._compiled:
+            try:
+                self._compiled[pin] = compile_playbook(spec)
+            except (LemongraphError, ValueError, TypeError):
+                self._compiled[pin] = None
+        return self._compiled[pin]
 
     def entry(self, key: str) -> JobEntry | None:
         """The job ``key`` if it exists (see :attr:`JobEntry.exists`)."""

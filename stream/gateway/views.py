@@ -1,6 +1,6 @@
 """Read-model entries as API responses: a job with its milestones in rank order
-(topological depth, then playbook order), each with its verdict explanation and
-the events that explanation cites."""
+(topological depth, then playbook order, as the compiled playbook has them), each
+with its verdict explanation and the events that explanation cites."""
 
 from __future__ import annotations
 
@@ -18,34 +18,6 @@ from .models import (
 from .readmodel import AcceptedWrite, JobEntry, ReadModel
 
 __all__ = ["job_summary", "job_view"]
-
-
-def _depths(milestones: list[dict[str, Any]]) -> dict[str, int]:
-    needs = {m["id"]: list(m.get("needs") or []) for m in milestones}
-    depth: dict[str, int] = {}
-
-    def of(mid: str, trail: frozenset[str]) -> int:
-        if mid in depth:
-            return depth[mid]
-        if mid in trail:  # a registered playbook has no cycles; be safe anyway
-            return 0
-        parents = [n for n in needs.get(mid, []) if n in needs]
-        value = 1 + max((of(n, trail | {mid}) for n in parents), default=-1)
-        depth[mid] = value
-        return value
-
-    for m in milestones:
-        of(m["id"], frozenset())
-    return depth
-
-
-def _goals(spec: dict[str, Any]) -> list[str]:
-    goals = spec.get("goals")
-    if goals:
-        return [str(g) for g in goals]
-    milestones = spec.get("milestones") or []
-    needed = {n for m in milestones for n in (m.get("needs") or [])}
-    return [m["id"] for m in milestones if m["id"] not in needed]
 
 
 def _status(entry: JobEntry) -> JobStatus:
@@ -110,24 +82,25 @@ def job_view(model: ReadModel, entry: JobEntry) -> JobView:
     spec = model.playbook(playbook_key, version) or {}
     if version is None and spec:
         version = int(spec.get("version", 0)) or None
-    specs = list(spec.get("milestones") or [])
-    depth = _depths(specs)
+    # Rank, depth and goals are the core's (compiler/_playbook.py), never worked
+    # out again here.
+    playbook = model.compiled(playbook_key, version)
     frontier = list(snapshot.frontier) if snapshot is not None else []
-    order = sorted(range(len(specs)), key=lambda i: (depth.get(specs[i]["id"], 0), i))
+    ranked = playbook.milestones if playbook is not None else ()
+    written = {w.id: w for w in playbook.spec.milestones} if playbook is not None else {}
     milestones = []
-    for i in order:
-        m = specs[i]
-        detail = snapshot.detail.get(m["id"]) if snapshot is not None else None
+    for m in ranked:
+        detail = snapshot.detail.get(m.id) if snapshot is not None else None
         milestones.append(
             MilestoneView(
-                id=m["id"],
+                id=m.id,
                 state=detail.state if detail is not None else "pending",
-                depth=depth.get(m["id"], 0),
-                needs=list(m.get("needs") or []),
-                merge=str(m.get("merge", "all")),
-                condition=m.get("condition"),
-                instructions=str(m.get("instructions", "")),
-                next_best=bool(frontier) and frontier[0] == m["id"],
+                depth=m.depth,
+                needs=list(m.needs),
+                merge=m.merge,
+                condition=written[m.id].condition,
+                instructions=m.instructions,
+                next_best=bool(frontier) and frontier[0] == m.id,
                 opened_at=detail.opened_at if detail else None,
                 deadline=detail.deadline if detail else None,
                 settled_at=detail.settled_at if detail else None,
@@ -148,7 +121,7 @@ def job_view(model: ReadModel, entry: JobEntry) -> JobView:
         updated_at=snapshot.updated_at if snapshot is not None else None,
         ended_at=snapshot.ended_at if snapshot is not None else None,
         events=snapshot.events if snapshot is not None else 0,
-        goals=_goals(spec),
+        goals=list(playbook.goals) if playbook is not None else [],
         milestones=milestones,
         frontier=frontier,
         next_step=frontier[0] if frontier else None,

@@ -1,0 +1,103 @@
+"""The gateway's read model and its views, without Kafka: the records a real
+engine wrote (``stream.engine.Engine`` over a dict table) applied to a
+``ReadModel`` as its consumer would, then read back as the API answers.
+
+Rank, depth and goals come from the compiled playbook (the core's rules), so a
+playbook listed out of rank order must still come back in rank order."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import orjson
+import yaml
+
+from compiler import compile_playbook
+from stream.engine import Engine, Record
+from stream.gateway.readmodel import ReadModel
+from stream.gateway.views import job_summary, job_view
+from stream.registry import Registry
+from topics import PlaybookRecord, Topics, encode
+
+TOPICS = Topics("rm.")
+T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
+
+#: Listed out of rank order: `late` first, though it needs `root`.
+SPEC = yaml.safe_load(
+    """\
+key: ranks
+version: 3
+milestones:
+  - id: late
+    needs: [root]
+    condition: l WITHIN 1d
+  - id: root
+    condition: r WITHIN 1d
+  - id: other
+    condition: o WITHIN 1d
+"""
+)
+
+
+def model_after(*messages: tuple[dict[str, object], datetime]) -> ReadModel:
+    """A read model fed what the engine wrote for ``messages``."""
+    playbook = compile_playbook(SPEC)
+    store: dict[str, bytes] = {}
+    engine = Engine(
+        TOPICS,
+        Registry([playbook]),
+        lambda k, p: store.get(k),
+        partitions=1,
+        wall_ms=lambda: int((T0 + timedelta(days=30)).timestamp() * 1000),
+    )
+    model = ReadModel(TOPICS, {})
+    record = PlaybookRecord(key="ranks", version=3, spec=playbook.to_json())
+    model.apply(TOPICS.playbooks, b"ranks", encode(record))
+    for offset, (message, at) in enumerate(messages):
+        key = str(message["key"]).encode()
+        stamp = int(at.timestamp() * 1000)
+        inbox = Record(TOPICS.inbox, 0, offset, key, orjson.dumps(message), stamp)
+        batch = engine.process([inbox])
+        for output in batch.outputs:
+            model.apply(output.topic, output.key, output.value)
+        for k, _p, raw in batch.writes():
+            store[k] = raw
+        engine.committed(batch)
+    return model
+
+
+def test_a_job_view_ranks_milestones_by_the_compiled_playbook() -> None:
+    model = model_after(
+        ({"type": "job.start", "key": "j", "playbook_key": "ranks"}, T0),
+        ({"type": "event", "key": "j", "action": "r"}, T0 + timedelta(hours=1)),
+    )
+    entry = model.entry("j")
+    assert entry is not None
+    view = job_view(model, entry)
+    assert [(m.id, m.depth) for m in view.milestones] == [("root", 0), ("other", 0), ("late", 1)]
+    assert view.goals == ["late", "other"]
+    assert [(m.id, m.state) for m in view.milestones] == [
+        ("root", "done"),
+        ("other", "open"),
+        ("late", "open"),
+    ]
+    assert view.frontier == ["other", "late"]
+    assert [m.id for m in view.milestones if m.next_best] == ["other"]
+    assert view.milestones[2].needs == ["root"]
+    assert view.milestones[2].condition == "l WITHIN 1d"
+    # The verdict that completed root cites the event, resolved from decisions.
+    [evidence] = view.milestones[0].evidence
+    assert (evidence.id, evidence.action) == ("p0@1", "r")
+    assert (view.status, view.seq, view.playbook_version) == ("running", 2, 3)
+    summary = job_summary(entry)
+    assert (summary.status, summary.next_step) == ("running", "other")
+
+
+def test_a_snapshot_of_an_unknown_playbook_shows_no_milestones_rather_than_guessing() -> None:
+    model = model_after(({"type": "job.start", "key": "j", "playbook_key": "ranks"}, T0))
+    model.playbooks.clear()
+    entry = model.entry("j")
+    assert entry is not None
+    view = job_view(model, entry)
+    assert (view.milestones, view.goals) == ([], [])
+    assert view.frontier == ["root", "other"]
