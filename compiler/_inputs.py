@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeAlias
+from typing import Any, TypeAlias
+
+from topics import SOURCES, Source
 
 from ._facts import Fact
 
 __all__ = ["Event", "Input", "Source", "Start", "Tick", "input_from_json"]
 
-#: Who vouches for an event (SPEC §4). ``agent`` events never count as evidence.
-Source: TypeAlias = Literal["world", "tool", "agent"]
-SOURCES: tuple[Source, ...] = ("world", "tool", "agent")
+#: ``Source`` and ``SOURCES`` (who vouches for an event; ``agent`` events never
+#: count as evidence) are declared once, in topics/.
 
 
 @dataclass(frozen=True, slots=True)

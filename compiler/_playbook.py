@@ -130,7 +130,6 @@ class Playbook:
     milestones: tuple[Milestone, ...]  # in rank order: depth, then playbook order
     goals: tuple[str, ...]
     by_id: Mapping[str, Milestone] = field(repr=False)
-    needed_by: Mapping[str, tuple[str, ...]] = field(repr=False)
     #: Every distinct atom of every condition, by the fact name it reads.
     atoms_by_fact: Mapping[str, tuple[tuple[str, Atom], ...]] = field(repr=False)
     #: The milestones whose condition reads a fact, by the fact's name.
@@ -394,10 +393,6 @@ class _Compiler:
             for i, m in enumerate(spec.milestones)
         ]
         ranked = tuple(sorted(compiled, key=lambda m: (m.depth, m.index)))
-        needed_by: dict[str, list[str]] = {m.id: [] for m in ranked}
-        for m in ranked:
-            for need in m.needs:
-                needed_by[need].append(m.id)
         atoms: dict[str, dict[str, Atom]] = {}
         readers: dict[str, set[str]] = {}
         for m in ranked:
@@ -409,7 +404,6 @@ class _Compiler:
             milestones=ranked,
             goals=goals,
             by_id={m.id: m for m in ranked},
-            needed_by={k: tuple(v) for k, v in needed_by.items()},
             atoms_by_fact={k: tuple(v.items()) for k, v in atoms.items()},
             milestones_by_fact={k: frozenset(v) for k, v in readers.items()},
         )

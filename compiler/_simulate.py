@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
+from topics import Source
 
 from ._ast import And, Expr, Not, Or
 from ._condition import evaluate_expr
@@ -61,7 +62,7 @@ class ScenarioEvent(BaseModel):
     action: str = Field(min_length=1)
     value: str | int | float | bool | None = None
     properties: dict[str, Any] = Field(default_factory=dict)
-    source: Literal["world", "tool", "agent"] = "world"
+    source: Source = "world"
     idempotency_key: str | None = None
 
     _check_at = field_validator("at")(_offset)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import click
 
 from compiler import LemongraphError, PlaybookError, parse_scenarios
+from topics import SOURCES
 
 from .config import Settings
 from .errors import ConfigError, KafkaUnavailable, ShellError
@@ -408,7 +409,7 @@ def start_job(key: str, playbook: str, subject: str, contacts: tuple[str, ...]) 
 @click.option("--idempotency-key", help="Retries with the same key apply once.")
 @click.option(
     "--source",
-    type=click.Choice(["world", "tool", "agent"]),
+    type=click.Choice(list(SOURCES)),
     default="world",
     show_default=True,
     help="Who vouches for it; agent events never count.",

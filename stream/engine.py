@@ -66,6 +66,7 @@ from topics import (
     TickRecord,
     Topics,
     decode_inbox,
+    event_id,
 )
 
 from .registry import Registry
@@ -521,7 +522,7 @@ class Engine:
                 message.properties or None,
                 message.source,
                 message.idempotency_key,
-                None if message.idempotency_key else f"p{origin[0]}@{origin[1]}",
+                None if message.idempotency_key else event_id(origin[0], origin[1]),
             )
             if state is None:
                 self._refuse(

@@ -32,6 +32,7 @@ from ._messages import (
     TickRecord,
 )
 from ._names import TOPIC_NAMES, Topics
+from ._vocab import SOURCES, Source, event_id
 
 __all__ = [
     "DEADLETTER_HEADERS",
@@ -39,6 +40,7 @@ __all__ = [
     "MAX_DEPTH",
     "MAX_RECORD_BYTES",
     "SCHEMA",
+    "SOURCES",
     "TOPIC_NAMES",
     "ClockBound",
     "DeadLetter",
@@ -53,6 +55,7 @@ __all__ = [
     "RecordError",
     "RecordForward",
     "RecordOrigin",
+    "Source",
     "TaskClosedRecord",
     "TaskOpenedRecord",
     "TaskRecord",
@@ -60,5 +63,6 @@ __all__ = [
     "Topics",
     "decode_inbox",
     "encode",
+    "event_id",
     "plain_json",
 ]

@@ -8,6 +8,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
+from ._vocab import Source
+
 __all__ = [
     "DEADLETTER_HEADERS",
     "FORWARDED_FROM_HEADER",
@@ -69,7 +71,7 @@ class InboxEvent(_Message):
     value: Scalar = None
     properties: dict[str, Any] = Field(default_factory=dict)
     idempotency_key: StrictStr | None = Field(None, min_length=1, max_length=200)
-    source: Literal["world", "tool", "agent"] = "world"
+    source: Source = "world"
 
 
 InboxMessage = Annotated[JobStart | InboxEvent, Field(discriminator="type")]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from topics import SOURCES
+
 __all__ = ["onboarding_mix"]
 
 
@@ -46,7 +48,7 @@ def onboarding_mix(jobs: int, seed: int = 1, prefix: str = "job") -> list[dict[s
                         "type": "event",
                         "key": key,
                         "action": "account_activated",
-                        "source": rng.choice(["world", "tool", "agent"]),
+                        "source": rng.choice(SOURCES),
                     }
                 )
         queues.append(job)

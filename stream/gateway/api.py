@@ -18,7 +18,7 @@ from fastapi import Depends, FastAPI, Query, Request, Security
 from fastapi.responses import HTMLResponse, Response, StreamingResponse
 from fastapi.security import HTTPBearer
 
-from topics import InboxEvent, JobStart, encode
+from topics import InboxEvent, JobStart, encode, event_id
 
 from .docs import install_docs
 from .errors import ApiError, ErrorBody, install_handlers
@@ -240,7 +240,7 @@ def build_api(gateway: Gateway) -> FastAPI:
             partition=write.partition,
             offset=write.offset,
             # What verdict explanations will cite (the engine's naming).
-            event_id=body.idempotency_key or f"p{write.partition}@{write.offset}",
+            event_id=body.idempotency_key or event_id(write.partition, write.offset),
             source=principal.source,
         )
 

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, field_validator
 
-from topics import LimitError, plain_json
+from topics import LimitError, Source, plain_json
 
 __all__ = [
     "Accepted",
@@ -77,7 +77,7 @@ class Accepted(BaseModel):
     partition: int
     offset: int
     event_id: str | None = None
-    source: Literal["world", "tool", "agent"] | None = None
+    source: Source | None = None
     #: True when this idempotency key was accepted before: it is applied once.
     duplicate: bool = False
 

@@ -99,7 +99,6 @@ class ReadModel:
         self.reset: str | None = None
         self._next: dict[TopicPartition, int] = {}
         self._watchers: dict[str, set[asyncio.Event]] = {}
-        self._any_watchers: set[asyncio.Event] = set()
         self._compiled: dict[tuple[str, int], Playbook | None] = {}
 
     # -- what the API asks -------------------------------------------------------
@@ -157,20 +156,14 @@ class ReadModel:
 
     # -- watching --------------------------------------------------------------------
 
-    def watch(self, key: str | None) -> asyncio.Event:
-        """An event set whenever job ``key`` (None: any job) changes."""
+    def watch(self, key: str) -> asyncio.Event:
+        """An event set whenever job ``key`` changes."""
         flag = asyncio.Event()
-        if key is None:
-            self._any_watchers.add(flag)
-        else:
-            self._watchers.setdefault(key, set()).add(flag)
+        self._watchers.setdefault(key, set()).add(flag)
         return flag
 
-    def unwatch(self, key: str | None, flag: asyncio.Event) -> None:
+    def unwatch(self, key: str, flag: asyncio.Event) -> None:
         """Stop watching."""
-        if key is None:
-            self._any_watchers.discard(flag)
-            return
         flags = self._watchers.get(key)
         if flags is not None:
             flags.discard(flag)
@@ -182,11 +175,9 @@ class ReadModel:
         for flags in self._watchers.values():
             for flag in flags:
                 flag.set()
-        for flag in self._any_watchers:
-            flag.set()
 
     def _changed(self, key: str) -> None:
-        for flag in (*self._watchers.get(key, ()), *self._any_watchers):
+        for flag in self._watchers.get(key, ()):
             flag.set()
 
     # -- applying records -------------------------------------------------------------

@@ -20,9 +20,11 @@ import hashlib
 import hmac
 import secrets
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 import orjson
+
+from topics import SOURCES, Source
 
 from .errors import ApiError
 
@@ -37,8 +39,6 @@ __all__ = [
 ]
 
 PREFIX = "lemongraph_sk_"
-Source = Literal["world", "tool", "agent"]
-SOURCES: tuple[Source, ...] = ("world", "tool", "agent")
 _VERSION = 1
 
 
