@@ -11,7 +11,8 @@ states (``Batch.writes``) and only then lets the consumer commit. So:
 * a crash after the acks and before the state write re-decides the same records
   from the same state at the same ``now`` (a record's timestamp, a tick's ``at``):
   the re-emitted outputs are byte-identical, with the same ``task_id`` and
-  decision ``seq``, so consumers can de-duplicate them.
+  decision ``seq``, so consumers can de-duplicate them (a dead letter's
+  ``lemongraph.dlq.at`` header, the worker's clock, is the one exception).
 
 Whatever client produced a record (docs/kafka.md, "Partitioning"):
 
@@ -69,6 +70,7 @@ from topics import (
     event_id,
 )
 
+from .errors import StorageError
 from .registry import Registry
 from .store import (
     NOTHING_APPLIED,
@@ -89,6 +91,7 @@ __all__ = [
     "Mark",
     "Output",
     "Record",
+    "StorageError",
     "home_partition",
     "snapshot_of",
     "watermark_key",
@@ -104,6 +107,10 @@ Headers = list[tuple[str, bytes]]
 
 #: How far a record's timestamp may run ahead of the worker's clock.
 DEFAULT_MAX_SKEW_MS = 300_000
+
+#: A dead letter of a forwarded copy keeps where the original was produced
+#: under this name (not as ``lemongraph.forwarded-from``: see ``_dead``).
+DEADLETTER_FORWARDED_FROM = "lemongraph.dlq.forwarded-from"
 
 #: 9999-12-31T23:59:59.999Z: the last instant a decision can be made at.
 MAX_INSTANT_MS = 253_402_300_799_999
@@ -427,6 +434,8 @@ class Engine:
                 batch.watermarks[record.partition] = Mark.of(record, self.cluster)
                 try:
                     self._inbox(record, batch)
+                except StorageError:
+                    raise  # not this record's fault: the worker stops, nothing is committed
                 except Exception as exc:
                     # Nothing of this record reached the batch (see _decided):
                     # it is dead-lettered and the batch goes on.
@@ -485,7 +494,11 @@ class Engine:
             self._cache.move_to_end(ref)
             return cached
         self.cache_misses += 1
-        raw = self.load(ref[1], ref[0])
+        try:
+            raw = self.load(ref[1], ref[0])
+        except Exception as exc:
+            # The table, not the record: stop the worker (see process).
+            raise StorageError(f"cannot read job {ref[1]!r} of partition {ref[0]}: {exc}") from exc
         if raw is None:
             return NOTHING_APPLIED, None
         stored: Stored = decode_stored(raw)
@@ -515,6 +528,9 @@ class Engine:
             batch.skipped += 1  # re-delivered (or forwarded twice): applied already
             return
         now = _instant(now_ms)
+        bounded = (
+            None if bound is None else {"record_timestamp": record.timestamp_ms, "bound": bound}
+        )
         if isinstance(message, InboxEvent):
             item: Event | Start = Event(
                 message.action,
@@ -525,16 +541,8 @@ class Engine:
                 None if message.idempotency_key else event_id(origin[0], origin[1]),
             )
             if state is None:
-                self._refuse(
-                    record,
-                    origin,
-                    ref,
-                    now,
-                    item,
-                    "unknown job: no job.start was applied",
-                    batch,
-                    applied,
-                )
+                reason = "unknown job: no job.start was applied"
+                self._refuse(record, origin, ref, now, item, reason, batch, applied, None, bounded)
                 return
             graph = self.registry.graph(state.playbook_key, state.playbook_version)
             if graph is None:
@@ -542,7 +550,7 @@ class Engine:
                     f"playbook {state.playbook_key} v{state.playbook_version} is not registered "
                     "on this worker"
                 )
-                self._refuse(record, origin, ref, now, item, reason, batch, applied, state)
+                self._refuse(record, origin, ref, now, item, reason, batch, applied, state, bounded)
                 return
         else:
             item = Start(
@@ -551,7 +559,7 @@ class Engine:
             latest = self.registry.latest(message.playbook_key)
             if latest is None:
                 reason = f"unknown playbook {message.playbook_key!r}"
-                self._refuse(record, origin, ref, now, item, reason, batch, applied, state)
+                self._refuse(record, origin, ref, now, item, reason, batch, applied, state, bounded)
                 return
             graph = latest
         step = graph.next(state, now, item)
@@ -645,6 +653,8 @@ class Engine:
                     continue
                 step = graph.next(state, now, Tick())
                 self._decided(record, origin, ref, graph, state, applied, step, batch, None)
+            except StorageError:
+                raise
             except Exception as exc:
                 # The job's timer stays off until its next event: firing it on
                 # every tick would fail the same way every second.
@@ -753,9 +763,10 @@ class Engine:
         batch: Batch,
         applied: Applied,
         state: JobState | None = None,
+        clock: dict[str, Any] | None = None,
     ) -> None:
         step = Step(state, now, item, refused=reason)
-        body = self._decision_body(record, origin, ref[1], None, state, step, None)
+        body = self._decision_body(record, origin, ref[1], None, state, step, clock)
         output = Output(self.topics.decisions, ref[1].encode(), _dumps(body), ref[0])
         if state is not None:
             # Remember the offset, so a re-delivery is recognised without a
@@ -773,6 +784,13 @@ class Engine:
             to_iso(_instant(self.wall_ms())),
             record.timestamp_ms,
         )
+        # A retry of the dead letter (its key and value, often with its headers)
+        # must be a new record: the forwarded-from header would make it look
+        # like a copy already applied. Where it came from is kept under its own name.
+        original = [(n, v) for n, v in record.headers if n != FORWARDED_FROM_HEADER]
+        original += [
+            (DEADLETTER_FORWARDED_FROM, v) for n, v in record.headers if n == FORWARDED_FROM_HEADER
+        ]
         batch.deadletters += 1
         batch.outputs.append(
             Output(
@@ -781,7 +799,7 @@ class Engine:
                 record.value,
                 record.partition,
                 None,
-                letter.headers(record.headers),
+                letter.headers(original),
             )
         )
 

@@ -6,6 +6,7 @@
     ├── BrokerStartError       the embedded broker did not start
     ├── TopicError             a topic is missing, or has the wrong partition count
     ├── ProduceError           the broker refused (or never acknowledged) a record batch
+    ├── StorageError           the job table could not be read (the disk, not a record)
     ├── StaleBuild             a compiled module no longer matches its source
     ├── GatewayStartError      the gateway's servers did not start
     ├── BenchError             a benchmark run could not measure what it set out to
@@ -29,6 +30,7 @@ __all__ = [
     "ShellError",
     "StaleBuild",
     "StopWorker",
+    "StorageError",
     "TopicError",
 ]
 
@@ -64,6 +66,12 @@ class TopicError(ShellError, ValueError):
 
 class ProduceError(ShellError, RuntimeError):
     """The broker refused (or never acknowledged) a record batch."""
+
+
+class StorageError(ShellError, RuntimeError):
+    """The job table could not be read: a failure of the disk, not of a record.
+    It stops the worker (nothing of the batch is committed) instead of
+    dead-lettering the record being decided."""
 
 
 class StaleBuild(ShellError, RuntimeError):

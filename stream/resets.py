@@ -23,6 +23,7 @@ the first batch read from it, before a record of it is skipped or decided.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import dataclass
 
@@ -98,9 +99,17 @@ async def find_resets(
                     *(tps[p] for p in pending), timeout_ms=200, max_records=1
                 )
             except OffsetOutOfRangeError as exc:
-                for tp in exc.args[0] if exc.args and isinstance(exc.args[0], dict) else {}:
-                    if tp.partition in pending:
-                        mark = pending.pop(tp.partition)
+                out = [
+                    tp
+                    for tp in (exc.args[0] if exc.args and isinstance(exc.args[0], dict) else {})
+                    if tp.partition in pending
+                ]
+                # Out of range below the log's start is retention that ran since
+                # the first look, not a reset: every record left is newer.
+                starts = await consumer.beginning_offsets(out) if out else {}
+                for tp in out:
+                    mark = pending.pop(tp.partition)
+                    if starts.get(tp, 0) <= mark.offset:
                         found.append(
                             LogReset(topic, tp.partition, mark.offset, "its log ends before that")
                         )
@@ -147,20 +156,36 @@ class ClusterWatch:
         self.expected = expected
         self._admin: AIOKafkaAdminClient | None = None
 
-    async def changed(self) -> str | None:
-        """None while the cluster id is the expected one; else what it is now."""
+    async def changed(self, patience: float = 60.0) -> str | None:
+        """None while the cluster id is the expected one; else what it is now.
+        A broker that does not answer is asked again (a broker restarting, a
+        slow answer) for up to ``patience`` seconds before the error is raised."""
         if not self.expected:
             return None
-        if self._admin is None:
-            admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=10_000)
-            await admin.start()
-            self._admin = admin
-        described = await self._admin.describe_cluster()
+        deadline = time.monotonic() + patience
+        pause = 0.2
+        while True:
+            try:
+                if self._admin is None:
+                    admin = AIOKafkaAdminClient(
+                        bootstrap_servers=self.bootstrap, request_timeout_ms=10_000
+                    )
+                    await admin.start()
+                    self._admin = admin
+                described = await self._admin.describe_cluster()
+                break
+            except Exception:
+                await self.close()
+                if time.monotonic() + pause > deadline:
+                    raise
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 5.0)
         now = str(described.get("cluster_id") or "")
         return None if now == self.expected else now
 
     async def close(self) -> None:
         """Close the connection, if one was opened."""
-        if self._admin is not None:
-            await self._admin.close()
-            self._admin = None
+        admin, self._admin = self._admin, None
+        if admin is not None:
+            with contextlib.suppress(Exception):
+                await admin.close()

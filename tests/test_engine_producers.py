@@ -10,8 +10,9 @@ from datetime import timedelta
 from typing import Any
 
 import orjson
+import pytest
 
-from stream.engine import MAX_INSTANT_MS, Record, home_partition
+from stream.engine import MAX_INSTANT_MS, Record, StorageError, home_partition
 from topics import FORWARDED_FROM_HEADER
 
 from .test_engine import (
@@ -294,3 +295,38 @@ def test_a_job_whose_tick_decision_fails_is_a_dead_letter_and_the_other_jobs_fir
     [dead] = letters(batch)
     assert dead.reason.startswith("deciding job 'job-a' on this tick failed: JSONDecodeError")
     assert [(d.job_key, d.status) for d in decisions(batch)] == [("job-b", "failed")]
+
+
+def test_a_table_that_cannot_be_read_stops_the_batch_instead_of_dead_lettering() -> None:
+    h = Harness(registry(ONBOARD))
+    h.run([h.inbox(start("job-1"), at=T0)])
+    h = h.restart()  # nothing cached: the next event must read the table
+
+    def broken(key: str, partition: int) -> bytes | None:
+        if key == "job-1":
+            raise OSError("IO error: the disk went away")
+        return h.store.get((key, partition))
+
+    h.engine.load = broken
+    with pytest.raises(StorageError, match="cannot read job 'job-1' of partition 0: IO error"):
+        h.run([h.inbox(event("job-1", "id_uploaded"), at=T0 + timedelta(minutes=1))])
+
+
+def test_a_dead_letter_of_a_forwarded_copy_can_be_retried_as_a_new_record() -> None:
+    h = Harness(registry(ONBOARD), partitions=4)
+    stray = h.inbox(b"not json", key=b"job-2", partition=0)
+    [forward] = on(h.run([stray]), "inbox")
+    [out] = on(h.run([forwarded_copy(h, forward)]), "deadletter")
+    names = dict(out.headers or [])
+    assert FORWARDED_FROM_HEADER not in names  # a retry with these headers is a new record
+    assert names["lemongraph.dlq.forwarded-from"] == b"p0@0"
+
+
+def test_a_refusal_decided_at_a_bounded_clock_says_so() -> None:
+    h = Harness(registry(ONBOARD))
+    h.wall = T0
+    [d] = decisions(h.run([h.inbox(event("job-9", "noted"), at=T0 + timedelta(days=1))]))
+    assert (d.outcome, d.refused) == ("refused", "unknown job: no job.start was applied")
+    assert d.clock is not None
+    assert d.clock.bound == "worker_clock"
+    assert parse_iso(d.now) == T0 + timedelta(minutes=5)
