@@ -253,8 +253,11 @@ class Batch:
     forwarded: int = 0  # inbox records sent on to their home partition
     bounded: int = 0  # decisions whose now the clock bound moved
 
-    #: partition → the last inbox record this batch handled there
-    watermarks: dict[int, Mark] = field(default_factory=dict)
+    #: partition → the last inbox record this batch handled there (its Mark,
+    #: with the record's checksum, is made once, in ``writes``)
+    watermarks: dict[int, Record] = field(default_factory=dict)
+    #: the broker's cluster id, recorded in each watermark
+    cluster: str = ""
 
     def writes(self) -> list[tuple[str, int, bytes]]:
         """(key, partition, bytes) for every changed job, then each partition's
@@ -263,7 +266,10 @@ class Batch:
             (key, partition, encode_stored(partition, applied, state))
             for (partition, key), (applied, state) in self.states.items()
         ]
-        out.extend((watermark_key(p), p, m.encode()) for p, m in sorted(self.watermarks.items()))
+        out.extend(
+            (watermark_key(p), p, Mark.of(record, self.cluster).encode())
+            for p, record in sorted(self.watermarks.items())
+        )
         return out
 
 
@@ -422,7 +428,7 @@ class Engine:
 
     def process(self, records: Sequence[Record]) -> Batch:
         """Decide every record of the batch, in order."""
-        batch = Batch()
+        batch = Batch(cluster=self.cluster)
         inbox, ticks = self.topics.inbox, self.topics.ticks
         seen = self._seen
         for record in records:
@@ -431,7 +437,7 @@ class Engine:
                 if record.offset <= self._watermark(record.partition, batch):
                     batch.skipped += 1  # re-delivered: handled before the last commit
                     continue
-                batch.watermarks[record.partition] = Mark.of(record, self.cluster)
+                batch.watermarks[record.partition] = record
                 try:
                     self._inbox(record, batch)
                 except StorageError:
@@ -464,8 +470,8 @@ class Engine:
     def committed(self, batch: Batch) -> None:
         """The batch's writes are stored: its watermarks are now the floor, and
         its states the cached ones."""
-        for partition, mark in batch.watermarks.items():
-            self._watermarks[partition] = mark.offset
+        for partition, record in batch.watermarks.items():
+            self._watermarks[partition] = record.offset
         cache = self._cache
         for ref, applied_state in batch.states.items():
             cache[ref] = applied_state
@@ -475,9 +481,9 @@ class Engine:
 
     def _watermark(self, partition: int, batch: Batch) -> int:
         """The last inbox offset handled in ``partition`` (-1: none)."""
-        mark = batch.watermarks.get(partition)
-        if mark is not None:
-            return mark.offset
+        last = batch.watermarks.get(partition)
+        if last is not None:
+            return last.offset
         if partition not in self._watermarks:
             raw = self.load(watermark_key(partition), partition)
             self._watermarks[partition] = Mark.decode(raw).offset if raw is not None else -1
@@ -528,9 +534,7 @@ class Engine:
             batch.skipped += 1  # re-delivered (or forwarded twice): applied already
             return
         now = _instant(now_ms)
-        bounded = (
-            None if bound is None else {"record_timestamp": record.timestamp_ms, "bound": bound}
-        )
+        bounded = _clock_field(record, bound)
         if isinstance(message, InboxEvent):
             item: Event | Start = Event(
                 message.action,
@@ -564,9 +568,8 @@ class Engine:
             graph = latest
         step = graph.next(state, now, item)
         if bound is None and step.now != now:
-            bound = "job_clock"
-        clock = None if bound is None else {"record_timestamp": record.timestamp_ms, "bound": bound}
-        self._decided(record, origin, ref, graph, state, applied, step, batch, clock)
+            bounded = _clock_field(record, "job_clock")
+        self._decided(record, origin, ref, graph, state, applied, step, batch, bounded)
 
     def _origin(self, record: Record) -> tuple[int, int]:
         """(partition, offset) where the record was produced: its own position,
@@ -802,6 +805,12 @@ class Engine:
                 letter.headers(original),
             )
         )
+
+
+def _clock_field(record: Record, bound: str | None) -> dict[str, Any] | None:
+    """A decision's ``clock`` (topics.ClockBound): why its now is not the
+    record's timestamp, or None when it is."""
+    return None if bound is None else {"record_timestamp": record.timestamp_ms, "bound": bound}
 
 
 def _wall_ms() -> int:
