@@ -7,7 +7,7 @@ the whole wait, which put ~0.4 s of latency on each batch (measured: a record's
 delivery took a median 363 ms with 1500 ms, 4 ms with 50 ms). This module lowers
 the wait for the consumers Faust creates in this process. With
 ``stream/table.py`` and ``stream/fetch.py`` it is one of the three places that
-reach into Faust's internals; tests/test_stream_faust.py pins them.
+reach into Faust's internals; tests/stream/test_stream_faust.py pins them.
 """
 
 from __future__ import annotations

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import os
+import shutil
+import signal
+import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from stream.broker import EmbeddedBroker
 from stream.native import StaleBuild, check
+
+from .lanes import ROOT, Lane
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -18,6 +24,15 @@ def pytest_configure(config: pytest.Config) -> None:
         check()
     except StaleBuild as exc:
         pytest.exit(str(exc), returncode=2)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # The broker is a marker, not a folder: a test that reaches a broker (through
+    # kafka_url, which every broker fixture uses) is marked, so that
+    # `pytest -m "not broker"` runs everything that needs none.
+    for item in items:
+        if "kafka_url" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.broker)
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -34,3 +49,17 @@ def kafka_url() -> Iterator[str]:
         return
     with EmbeddedBroker() as broker:
         yield broker.url
+
+
+@pytest.fixture
+def lane(kafka_url: str, tmp_path: Path) -> Iterator[Lane]:
+    """A topic prefix, a data folder and the bundled playbooks; workers it
+    started are killed at the end."""
+    prefix = f"t{uuid.uuid4().hex[:10]}."
+    lane = Lane(kafka_url, prefix, tmp_path)
+    lane.playbooks.mkdir()
+    for name in ("onboarding.yaml", "payment-reminders.yaml", "lead-qualification.yaml"):
+        shutil.copy(ROOT / "playbooks" / name, lane.playbooks / name)
+    yield lane
+    for worker in lane.workers:
+        worker.stop(signal.SIGKILL)

@@ -17,9 +17,9 @@ import pytest
 
 from stream.broker import free_port
 from stream.gateway import mint_token
-from tests.stream.conftest import LEMONGRAPH, Lane, lane
+from tests.lanes import LEMONGRAPH, Lane
 
-__all__ = ["SECRET", "GatewayProcess", "Lane", "lane"]
+__all__ = ["SECRET", "GatewayProcess", "Lane"]
 
 SECRET = "test-secret-0123456789"
 

@@ -26,8 +26,7 @@ from compiler import (
     to_iso,
 )
 from stream.files import load_playbook_file
-
-from .conftest import Lane
+from tests.lanes import Lane
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow, pytest.mark.timeout(420)]
 

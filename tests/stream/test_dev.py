@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from stream.broker import free_port
-
-from .conftest import LEMONGRAPH, ROOT, WorkerProcess
+from tests.lanes import LEMONGRAPH, ROOT, WorkerProcess
 
 pytestmark = [pytest.mark.broker, pytest.mark.timeout(240)]
 

@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 import pytest
 
-from .conftest import Lane
+from tests.lanes import Lane
 
 pytestmark = [pytest.mark.broker, pytest.mark.timeout(240)]
 

@@ -22,8 +22,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from stream.engine import home_partition
-
-from .conftest import Lane
+from tests.lanes import Lane
 
 pytestmark = [pytest.mark.broker, pytest.mark.timeout(300)]
 
@@ -297,8 +296,7 @@ def test_a_broker_that_comes_back_empty_stops_the_worker_and_fails_healthz(
     from stream.broker import EmbeddedBroker, free_port
     from stream.config import Settings
     from stream.worker import ensure_all_topics
-
-    from .conftest import LEMONGRAPH
+    from tests.lanes import LEMONGRAPH
 
     broker = EmbeddedBroker()
     broker.start()

@@ -13,8 +13,7 @@ import pytest
 
 from compiler import Event, JobGraph, JobState, Start, input_from_json
 from stream.files import load_playbook_file
-
-from .conftest import Lane
+from tests.lanes import Lane
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow, pytest.mark.timeout(300)]
 

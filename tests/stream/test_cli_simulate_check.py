@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PLAYBOOKS = ROOT / "playbooks"
 LEMONGRAPH = Path(sys.executable).parent / "lemongraph"
 

@@ -17,7 +17,7 @@ from stream import errors
 from stream.cli import main
 from stream.errors import ShellError, StopWorker
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LEMONGRAPH = Path(sys.executable).parent / "lemongraph"
 
 

@@ -817,10 +817,10 @@ def test_the_hash_is_stable_across_processes() -> None:
     """No per-process randomness (str hash seeds, set order) leaks into the hash."""
     _, state = run_script(JobGraph(DIAMOND_ANY))
     code = (
-        "from tests.test_jobgraph_rules import DIAMOND_ANY, JobGraph, run_script; "
+        "from tests.compiler.test_jobgraph_rules import DIAMOND_ANY, JobGraph, run_script; "
         "print(run_script(JobGraph(DIAMOND_ANY))[1].hash)"
     )
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     for seed in ("1", "2"):
         env = {**os.environ, "PYTHONHASHSEED": seed}
         out = subprocess.run(

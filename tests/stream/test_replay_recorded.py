@@ -15,7 +15,7 @@ from compiler import load_playbook
 from stream.registry import Registry
 from stream.replay import replay_decisions
 
-RECORDED = Path(__file__).resolve().parent / "recorded"
+RECORDED = Path(__file__).resolve().parents[1] / "recorded"
 
 
 def test_an_older_log_differs_only_in_the_effects_of_the_changed_rule() -> None:

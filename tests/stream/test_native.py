@@ -13,7 +13,7 @@ import pytest
 
 from stream import native
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 # Runs the engine over the onboarding mix and prints a digest of every output
 # record and every state write. With "source" it first makes Python load each

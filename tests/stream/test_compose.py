@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from stream.cli import main
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_compose_services_use_real_commands_and_known_settings() -> None:

@@ -1,4 +1,4 @@
-"""Fixtures for tests against a real Kafka broker.
+"""Lanes: what a test against a real Kafka broker works in.
 
 A session fixture (``kafka_url``, in tests/conftest.py, shared with the gateway
 tests) starts the embedded Tansu broker on a free port, unless
@@ -11,25 +11,22 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
-import pytest
 
 from stream.kafka import bootstrap_of, producer, read_topic
 from topics import DeadLetter, Topics
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 LEMONGRAPH = Path(sys.executable).parent / "lemongraph"
 
 
@@ -196,15 +193,3 @@ class Lane:
             f"timed out waiting on {topic}; last {len(records)} records: "
             f"{[r['value'] for r in records][-5:]}"
         )
-
-
-@pytest.fixture
-def lane(kafka_url: str, tmp_path: Path) -> Iterator[Lane]:
-    prefix = f"t{uuid.uuid4().hex[:10]}."
-    lane = Lane(kafka_url, prefix, tmp_path)
-    lane.playbooks.mkdir()
-    for name in ("onboarding.yaml", "payment-reminders.yaml", "lead-qualification.yaml"):
-        shutil.copy(ROOT / "playbooks" / name, lane.playbooks / name)
-    yield lane
-    for worker in lane.workers:
-        worker.stop(signal.SIGKILL)

@@ -12,7 +12,7 @@ from compiler import TaskClosed, TaskOpened
 from stream.files import scenario_files
 from stream.simulate import SimulationRun, simulate_files
 
-GOLDEN = Path(__file__).resolve().parent / "golden"
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 
 #: file name → how many scenarios it holds (keep in step with the files).
 EXPECTED: dict[str, int] = {

@@ -15,8 +15,7 @@ import orjson
 import pytest
 
 from stream.replay import replay_decisions
-
-from .golden.histories.record import HERE, HISTORIES, encode, registry
+from tests.golden.histories.record import HERE, HISTORIES, encode, registry
 
 #: history → (decisions replayed, byte-identical re-emissions skipped)
 EXPECTED = {

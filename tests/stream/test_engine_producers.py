@@ -1,7 +1,7 @@
 """The engine against producers it did not write (docs/kafka.md, "Partitioning"
 and "Dead letters"): records on the wrong partition, keyless records, records
 that make deciding fail, clocks that run ahead. Without a broker: the harness of
-tests/test_engine.py (a dict for the table, committed as the Faust layer commits).
+tests/stream/engine_harness.py (a dict for the table, committed as the Faust layer commits).
 The same cases against the real broker are in tests/stream/test_producers.py."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 from stream.engine import MAX_INSTANT_MS, Record, StorageError, home_partition
 from topics import FORWARDED_FROM_HEADER
 
-from .test_engine import (
+from .engine_harness import (
     ONBOARD,
     QUICK,
     T0,
