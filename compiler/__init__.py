@@ -40,7 +40,7 @@ from ._effects import (
 from ._errors import ConditionError, LemongraphError
 from ._facts import Fact
 from ._inputs import Event, Input, Source, Start, Tick, input_from_json
-from ._jobgraph import JobGraph
+from ._jobgraph import JobGraph, refusal
 from ._parser import DEFAULT_WINDOW, MAX_WINDOW, Duration
 from ._playbook import (
     Milestone,
@@ -132,6 +132,7 @@ __all__ = [
     "load_playbook",
     "parse_duration",
     "parse_scenarios",
+    "refusal",
     "run_scenario",
     "task_id",
     "to_iso",

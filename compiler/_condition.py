@@ -21,6 +21,7 @@ __all__ = [
     "Tally",
     "atoms_of",
     "compile_condition",
+    "count",
     "evaluate_expr",
 ]
 
@@ -170,7 +171,8 @@ class Condition:
     expr: Expr
     within: Duration | None = None
     atoms: tuple[Atom, ...] = field(init=False)
-    _by_name: Mapping[str, tuple[Atom, ...]] = field(init=False, repr=False)
+    #: Per fact name, the atoms it can affect with their tally keys (canonical text).
+    _by_name: Mapping[str, tuple[tuple[str, Atom], ...]] = field(init=False, repr=False)
     #: The canonical text, and each atom's (the key of its tally in job state).
     _text: str = field(init=False, repr=False)
     _atom_texts: tuple[str, ...] = field(init=False, repr=False)
@@ -180,9 +182,9 @@ class Condition:
 
     def __post_init__(self) -> None:
         atoms = atoms_of(self.expr)
-        by_name: dict[str, list[Atom]] = {}
+        by_name: dict[str, list[tuple[str, Atom]]] = {}
         for atom in atoms:
-            by_name.setdefault(atom.fact_name, []).append(atom)
+            by_name.setdefault(atom.fact_name, []).append((print_atom(atom), atom))
         text = print_expr(self.expr)
         object.__setattr__(self, "atoms", atoms)
         object.__setattr__(self, "_by_name", {k: tuple(v) for k, v in by_name.items()})
@@ -216,13 +218,14 @@ class Condition:
         """The canonical text (keywords upper-case, minimal parentheses)."""
         return str(self)
 
-    def atoms_for(self, name: str) -> tuple[Atom, ...]:
-        """The atoms an occurrence of fact ``name`` can affect."""
+    def atoms_for(self, name: str) -> tuple[tuple[str, Atom], ...]:
+        """The atoms an occurrence of fact ``name`` can affect, each with the
+        key of its tally (its canonical text)."""
         return self._by_name.get(name, ())
 
     # -- evaluation over a whole list of facts ---------------------------------
 
-    def tally(self, facts: Iterable[Fact]) -> dict[Atom, Tally]:
+    def tally(self, facts: Iterable[Fact]) -> dict[str, Tally]:
         """Count every fact into a fresh tally per atom. Occurrences that share
         an id are one occurrence (a duplicate delivery)."""
         monitor = self.monitor()
@@ -244,20 +247,23 @@ class Condition:
         return self.explain_of(self.tally(facts), closed)
 
     # -- evaluation over tallies (what monitors and the decision core keep) ------
+    #
+    # Tallies are keyed by each atom's canonical text, as job state keeps them:
+    # a monitor, an explanation and the decision core read the same tallies
+    # through the same two functions (:func:`count` and :meth:`judge`).
 
-    def verdict_of(self, tallies: Mapping[Atom, Tally], closed: bool) -> Verdict:
+    def verdict_of(self, tallies: Mapping[str, Tally], closed: bool) -> Verdict:
         """The verdict given each atom's tally (missing atoms have matched nothing)."""
         return self._combine_at(
-            [a.verdict(tallies.get(a, _EMPTY).count, closed) for a in self.atoms]
+            [
+                a.verdict(tallies.get(text, _EMPTY).count, closed)
+                for a, text in zip(self.atoms, self._atom_texts, strict=True)
+            ]
         )
 
-    def explain_of(self, tallies: Mapping[Atom, Tally], closed: bool) -> Explanation:
-        """:meth:`verdict_of`, with the reasons (:meth:`judge`, as objects)."""
-        by_text = {
-            text: tallies.get(atom, _EMPTY)
-            for atom, text in zip(self.atoms, self._atom_texts, strict=True)
-        }
-        verdict, data = self.judge(by_text, closed)
+    def explain_of(self, tallies: Mapping[str, Tally], closed: bool) -> Explanation:
+        """:meth:`judge`, as objects."""
+        verdict, data = self.judge(tallies, closed)
         reports = tuple(
             AtomReport(r["atom"], Verdict(r["verdict"]), r["count"], tuple(r["evidence"]))
             for r in data["atoms"]
@@ -298,13 +304,12 @@ class Monitor:
     grow with the history the job has already seen."""
 
     condition: Condition
-    tallies: dict[Atom, Tally] = field(default_factory=dict)
+    #: Keyed by each atom's canonical text, as job state keeps them.
+    tallies: dict[str, Tally] = field(default_factory=dict)
 
     def feed(self, fact: Fact) -> None:
         """Count one new occurrence."""
-        for atom in self.condition.atoms_for(fact.name):
-            if atom.matches(fact):
-                self.tallies[atom] = self.tallies.get(atom, _EMPTY).add(fact, atom.evidence_cap)
+        count(self.condition.atoms_for(fact.name), self.tallies, fact)
 
     def verdict(self, closed: bool = False) -> Verdict:
         """The verdict now; ``closed`` once the window is over."""
@@ -313,6 +318,15 @@ class Monitor:
     def explain(self, closed: bool = False) -> Explanation:
         """The verdict now, with reasons."""
         return self.condition.explain_of(self.tallies, closed)
+
+
+def count(atoms: Iterable[tuple[str, Atom]], tallies: dict[str, Tally], fact: Fact) -> None:
+    """Count one occurrence of a fact into ``tallies``, for each of ``atoms``
+    (tally key, atom) that it matches. The one counting rule: a monitor feeds
+    its condition's atoms through it, the decision core its playbook's."""
+    for key, atom in atoms:
+        if atom.matches(fact):
+            tallies[key] = tallies.get(key, _EMPTY).add(fact, atom.evidence_cap)
 
 
 def compile_condition(text: object) -> Condition:

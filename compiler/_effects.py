@@ -6,7 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal, TypeAlias
+from typing import Any, TypeAlias
+
+from topics import JobStatus, TaskOutcome
 
 from ._inputs import Input
 from ._state import JobState, Timer
@@ -23,8 +25,6 @@ __all__ = [
     "Transition",
     "task_id",
 ]
-
-TaskOutcome: TypeAlias = Literal["done", "knocked", "timed_out", "dropped"]
 
 
 def task_id(job_key: str, milestone: str) -> str:
@@ -153,10 +153,10 @@ class JobFinished:
     """The job is over."""
 
     job_key: str
-    status: Literal["done", "failed"]
+    status: JobStatus
     at: datetime
 
-    def __init__(self, job_key: str, status: Literal["done", "failed"], at: datetime) -> None:
+    def __init__(self, job_key: str, status: JobStatus, at: datetime) -> None:
         object.__setattr__(self, "job_key", job_key)
         object.__setattr__(self, "status", status)
         object.__setattr__(self, "at", at)

@@ -45,16 +45,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
-from ._condition import Tally
+from topics import JobStatus, MilestoneStatus, TaskOutcome
+
+from ._condition import Tally, count
 from ._effects import (
     Effect,
     JobFinished,
     Step,
     TaskClosed,
     TaskOpened,
-    TaskOutcome,
     TimerCancelled,
     TimerSet,
     Transition,
@@ -63,21 +64,33 @@ from ._effects import (
 from ._inputs import Event, Input, Start, Tick
 from ._playbook import Milestone, Playbook
 from ._state import (
+    DONE,
+    DROPPED,
+    KNOCKED,
     LOST,
     MAX_REMEMBERED_KEYS,
+    OPEN,
+    PENDING,
+    RUNNING,
     SETTLED,
+    UNREACHABLE,
     JobState,
-    JobStatus,
     MilestoneState,
-    MilestoneStatus,
     Timer,
 )
 from ._time import require_aware
 from ._verdict import Verdict
 
-__all__ = ["JobGraph"]
+__all__ = ["JobGraph", "refusal"]
 
-_EMPTY = Tally()
+#: The status a milestone settles in, by how it ended.
+_SETTLES_AS: Final[dict[TaskOutcome, MilestoneStatus]] = {
+    TaskOutcome.DONE: DONE,
+    TaskOutcome.KNOCKED: KNOCKED,
+    TaskOutcome.TIMED_OUT: KNOCKED,
+    TaskOutcome.DROPPED: DROPPED,
+}
+
 _PENDING = MilestoneState()  # a value: every new job's milestones share it
 
 
@@ -100,9 +113,10 @@ class JobGraph:
         nothing due returns a step without effects and the state unchanged.
         """
         now = require_aware(now)
+        refused = refusal(state, input)
+        if refused is not None:
+            return Step(state, now, input, refused=refused)
         if isinstance(input, Start):
-            if state is not None:
-                return Step(state, now, input, refused=f"job {state.key!r} already exists")
             if input.playbook_key != self.playbook.key:
                 return Step(
                     None,
@@ -112,8 +126,7 @@ class JobGraph:
                     f"not {input.playbook_key!r}",
                 )
             return _Decision.start(self.playbook, input, now)
-        if state is None:
-            return Step(None, now, input, refused="unknown job: no job.start was applied")
+        assert state is not None  # refusal() refuses any other input without a job
         if (state.playbook_key, state.playbook_version) != self._pinned:
             raise ValueError(
                 f"job {state.key!r} pinned playbook {state.playbook_key} "
@@ -136,6 +149,18 @@ class JobGraph:
         if isinstance(input, Event):
             decision.record(input, now)
         return decision.finish(now, input)
+
+
+def refusal(state: JobState | None, input: Input) -> str | None:
+    """Why ``input`` cannot apply to a job in ``state`` whatever its playbook
+    says (None: it may): a second start, or an event or tick for a job never
+    started. ``JobGraph.next`` refuses these; a caller that needs the job's
+    graph first (the stream engine) asks here before it looks one up."""
+    if isinstance(input, Start):
+        return f"job {state.key!r} already exists" if state is not None else None
+    if state is None:
+        return "unknown job: no job.start was applied"
+    return None
 
 
 def remembered_key(event: Event) -> str:
@@ -196,7 +221,7 @@ class _Decision:
 
     def fire_timers(self, now: datetime) -> None:
         """Fire every timer due at or before ``now``, one instant at a time."""
-        while self.timers and self.timers[0].at <= now and self.status == "running":
+        while self.timers and self.timers[0].at <= now and self.status == RUNNING:
             instant = self.timers[0].at
             group: list[Timer] = []
             while self.timers and self.timers[0].at == instant:
@@ -204,7 +229,7 @@ class _Decision:
             self.fired.extend(group)
             for timer in group:  # already in Timer.order: settlements first
                 milestone = self.playbook.by_id[timer.milestone]
-                if self.milestones[timer.milestone].status != "open":
+                if self.milestones[timer.milestone].status != OPEN:
                     continue
                 if timer.kind == "settle":
                     self._settle_at_close(milestone, instant)
@@ -218,12 +243,10 @@ class _Decision:
         if event.idempotency_key is not None:
             keys = (*self.recent_keys, remembered_key(event))
             self.recent_keys = keys[-MAX_REMEMBERED_KEYS:]
-        if event.source == "agent" or self.status != "running":
+        if event.source == "agent" or self.status != RUNNING:
             return
         fact = event.fact(fallback_id=f"{self.state.key}#{self.state.seq + 1}")
-        for key, atom in self.playbook.atoms_by_fact.get(fact.name, ()):
-            if atom.matches(fact):
-                self.tallies[key] = self.tallies.get(key, _EMPTY).add(fact, atom.evidence_cap)
+        count(self.playbook.atoms_by_fact.get(fact.name, ()), self.tallies, fact)
         self._stale |= self.playbook.milestones_by_fact.get(fact.name, frozenset())
 
     def finish(self, now: datetime, input: Input) -> Step:
@@ -231,21 +254,21 @@ class _Decision:
         self._run_rules(now)
         before = self.state
         state = JobState(
-            before.key,
-            before.playbook_key,
-            before.playbook_version,
-            before.started_at,
-            self.status,
-            before.seq + 1,
-            now,
-            self.ended_at,
-            self.events,
-            before.subject,
-            before.contacts,
-            self.milestones,
-            self.tallies,
-            tuple(self.timers),
-            self.recent_keys,
+            key=before.key,
+            playbook_key=before.playbook_key,
+            playbook_version=before.playbook_version,
+            started_at=before.started_at,
+            status=self.status,
+            seq=before.seq + 1,
+            updated_at=now,
+            ended_at=self.ended_at,
+            events=self.events,
+            subject=before.subject,
+            contacts=before.contacts,
+            milestones=self.milestones,
+            tallies=self.tallies,
+            timers=tuple(self.timers),
+            recent_keys=self.recent_keys,
         ).derived_from(before)
         frontier = self._frontier()
         return Step(
@@ -264,18 +287,18 @@ class _Decision:
     def _run_rules(self, at: datetime) -> None:
         """Apply every rule at instant ``at`` until nothing changes."""
         evaluated: dict[str, Verdicts] = {}
-        changed = self.status == "running"
+        changed = self.status == RUNNING
         job_checked = -1  # self._moves when the job's status and pruning last ran
         merge_checked = self._merge_checked
         while changed:
             changed = False
             for milestone in self.playbook.milestones:
                 status = self.milestones[milestone.id].status
-                if status == "open":
+                if status == OPEN:
                     if milestone.id in self._stale:
                         self._stale.discard(milestone.id)
                         changed |= self._evaluate(milestone, at, evaluated)
-                elif status == "pending" and merge_checked.get(milestone.id) != self._moves:
+                elif status == PENDING and merge_checked.get(milestone.id) != self._moves:
                     merge_checked[milestone.id] = self._moves
                     changed |= self._open_or_unreachable(milestone, at)
             if job_checked != self._moves:
@@ -289,10 +312,10 @@ class _Decision:
         verdict, data = milestone.condition.judge(self.tallies, closed=False)
         seen[milestone.id] = Verdicts(milestone.id, at, data)
         if verdict is Verdict.TRUE:
-            self._settle(milestone, "done", "done", at, "condition TRUE", data)
+            self._settle(milestone, TaskOutcome.DONE, at, "condition TRUE", data)
             return True
         if verdict is Verdict.FALSE:
-            self._settle(milestone, "knocked", "knocked", at, "condition FALSE", data)
+            self._settle(milestone, TaskOutcome.KNOCKED, at, "condition FALSE", data)
             return True
         self.milestones[milestone.id] = self.milestones[milestone.id].with_(explanation=data)
         return False
@@ -302,26 +325,30 @@ class _Decision:
         verdict, data = milestone.condition.judge(self.tallies, closed=True)
         self.verdicts.append(Verdicts(milestone.id, at, data))
         if verdict is Verdict.TRUE:
-            self._settle(milestone, "done", "done", at, "window closed: condition TRUE", data)
+            self._settle(milestone, TaskOutcome.DONE, at, "window closed: condition TRUE", data)
         else:
             self._settle(
-                milestone, "knocked", "timed_out", at, "window closed: condition FALSE", data
+                milestone,
+                TaskOutcome.TIMED_OUT,
+                at,
+                "window closed: condition FALSE",
+                data,
             )
 
     def _open_or_unreachable(self, milestone: Milestone, at: datetime) -> bool:
         needs = [self.milestones[n].status for n in milestone.needs]
         if milestone.merge == "all":
-            ready = all(s == "done" for s in needs)
+            ready = all(s == DONE for s in needs)
             lost = any(s in LOST for s in needs)
         else:
-            ready = any(s == "done" for s in needs)
+            ready = any(s == DONE for s in needs)
             lost = all(s in LOST for s in needs)
         if ready:
             self._open(milestone, at)
             return True
         if lost:
             which = ", ".join(n for n in milestone.needs if self.milestones[n].status in LOST)
-            self._move(milestone.id, "unreachable", at, f"merge {milestone.merge} lost: {which}")
+            self._move(milestone.id, UNREACHABLE, at, f"merge {milestone.merge} lost: {which}")
             return True
         return False
 
@@ -330,7 +357,7 @@ class _Decision:
         task_at = at + milestone.due if milestone.due is not None else at
         self._move(
             milestone.id,
-            "open",
+            OPEN,
             at,
             "job started" if not milestone.needs else f"merge {milestone.merge} satisfied",
             opened_at=at,
@@ -353,8 +380,7 @@ class _Decision:
     def _settle(
         self,
         milestone: Milestone,
-        status: MilestoneStatus,
-        outcome: str,
+        outcome: TaskOutcome,
         at: datetime,
         reason: str,
         explanation: dict[str, object] | None = None,
@@ -364,26 +390,26 @@ class _Decision:
         fields: dict[str, Any] = {"task_open": False, "settled_at": at, "outcome": outcome}
         if explanation is not None:
             fields["explanation"] = explanation
-        self._move(milestone.id, status, at, reason, **fields)
+        self._move(milestone.id, _SETTLES_AS[outcome], at, reason, **fields)
 
     def _decide_job(self, at: datetime) -> bool:
         """Decide the job's status; when it ends, drop everything still unsettled."""
-        if self.status != "running":
+        if self.status != RUNNING:
             return True
         goals = [self.milestones[g].status for g in self.playbook.goals]
         if self.playbook.complete_when == "all":
-            done = all(s == "done" for s in goals)
+            done = all(s == DONE for s in goals)
             failed = any(s in LOST for s in goals)
         else:
-            done = any(s == "done" for s in goals)
+            done = any(s == DONE for s in goals)
             failed = all(s in LOST for s in goals)
         if not (done or failed):
             return False
-        self.status = "done" if done else "failed"
+        self.status = JobStatus.DONE if done else JobStatus.FAILED
         self.ended_at = at
         for milestone in self.playbook.milestones:
             if self.milestones[milestone.id].status not in SETTLED:
-                self._settle(milestone, "dropped", "dropped", at, f"job {self.status}")
+                self._settle(milestone, TaskOutcome.DROPPED, at, f"job {self.status.value}")
         self.finished = JobFinished(self.state.key, self.status, at)
         return True
 
@@ -397,7 +423,7 @@ class _Decision:
                 continue
             matters.add(node)
             # Only a milestone still waiting to open depends on its needs.
-            if self.milestones[node].status == "pending":
+            if self.milestones[node].status == PENDING:
                 stack.extend(
                     n
                     for n in self.playbook.by_id[node].needs
@@ -407,7 +433,7 @@ class _Decision:
         for milestone in self.playbook.milestones:
             if self.milestones[milestone.id].status in SETTLED or milestone.id in matters:
                 continue
-            self._settle(milestone, "dropped", "dropped", at, "can no longer matter to a goal")
+            self._settle(milestone, TaskOutcome.DROPPED, at, "can no longer matter to a goal")
             dropped = True
         return dropped
 
@@ -437,7 +463,7 @@ class _Decision:
             now = self.milestones[mid]
             if before[mid].task_open and not now.task_open:
                 assert now.settled_at is not None
-                outcome = _task_outcome(now.outcome or "dropped")
+                outcome = now.outcome if now.outcome is not None else TaskOutcome.DROPPED
                 effects.append(TaskClosed(key, mid, now.settled_at, outcome))
         previous = self.state.timers
         if previous or self.timers:
@@ -475,10 +501,4 @@ class _Decision:
 
 def _frontier(playbook: Playbook, milestones: Mapping[str, MilestoneState]) -> tuple[str, ...]:
     """Open milestones in rank order (topological depth, then playbook order)."""
-    return tuple(m.id for m in playbook.milestones if milestones[m.id].status == "open")
-
-
-def _task_outcome(outcome: str) -> TaskOutcome:
-    if outcome in ("done", "knocked", "timed_out"):
-        return outcome  # type: ignore[return-value]
-    return "dropped"
+    return tuple(m.id for m in playbook.milestones if milestones[m.id].status == OPEN)

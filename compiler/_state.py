@@ -13,9 +13,10 @@ import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Final
 
 import orjson
+from topics import JobStatus, MilestoneStatus, TaskOutcome, TimerKind
 
 from ._condition import Tally
 from ._time import from_iso, to_iso
@@ -34,14 +35,25 @@ __all__ = [
 #: of an event older than the last this-many keyed events would apply again.
 MAX_REMEMBERED_KEYS = 1000
 
-MilestoneStatus = Literal["pending", "open", "done", "knocked", "dropped", "unreachable"]
-JobStatus = Literal["running", "done", "failed"]
-TimerKind = Literal["settle", "due"]
+#: The members the core compares with, as module constants: a compiled module
+#: reads a constant directly, where ``MilestoneStatus.OPEN`` is two lookups.
+PENDING: Final = MilestoneStatus.PENDING
+OPEN: Final = MilestoneStatus.OPEN
+DONE: Final = MilestoneStatus.DONE
+KNOCKED: Final = MilestoneStatus.KNOCKED
+DROPPED: Final = MilestoneStatus.DROPPED
+UNREACHABLE: Final = MilestoneStatus.UNREACHABLE
+RUNNING: Final = JobStatus.RUNNING
 
 #: Statuses a milestone never leaves.
-SETTLED: frozenset[str] = frozenset({"done", "knocked", "dropped", "unreachable"})
+SETTLED: Final[frozenset[MilestoneStatus]] = frozenset({DONE, KNOCKED, DROPPED, UNREACHABLE})
 #: Statuses that count as a lost need.
-LOST: frozenset[str] = frozenset({"knocked", "dropped", "unreachable"})
+LOST: Final[frozenset[MilestoneStatus]] = frozenset({KNOCKED, DROPPED, UNREACHABLE})
+
+#: Wire string → member, for reading state back (a dict lookup, not an enum call).
+_MILESTONE_STATUS: Final = {m.value: m for m in MilestoneStatus}
+_JOB_STATUS: Final = {m.value: m for m in JobStatus}
+_OUTCOME: Final = {m.value: m for m in TaskOutcome}
 
 
 def canonical_json(data: Any) -> bytes:
@@ -98,25 +110,25 @@ _KEEP = _Keep()
 class MilestoneState:
     """Where one milestone stands."""
 
-    status: MilestoneStatus = "pending"
+    status: MilestoneStatus = MilestoneStatus.PENDING
     opened_at: datetime | None = None
     deadline: datetime | None = None  # the window closes here
     task_at: datetime | None = None  # task.opened is (or was) emitted here
     task_open: bool = False
     settled_at: datetime | None = None
-    outcome: str | None = None  # done | knocked | timed_out | dropped | unreachable
+    outcome: TaskOutcome | None = None  # how it settled (none: unreachable)
     #: The verdict explanation when it settled (or last evaluated while open).
     explanation: Mapping[str, Any] | None = None
 
     def __init__(
         self,
-        status: MilestoneStatus = "pending",
+        status: MilestoneStatus = PENDING,
         opened_at: datetime | None = None,
         deadline: datetime | None = None,
         task_at: datetime | None = None,
         task_open: bool = False,
         settled_at: datetime | None = None,
-        outcome: str | None = None,
+        outcome: TaskOutcome | None = None,
         explanation: Mapping[str, Any] | None = None,
     ) -> None:
         object.__setattr__(self, "status", status)
@@ -137,7 +149,7 @@ class MilestoneState:
         task_at: datetime | _Keep | None = _KEEP,
         task_open: bool | None = None,
         settled_at: datetime | _Keep | None = _KEEP,
-        outcome: str | _Keep | None = _KEEP,
+        outcome: TaskOutcome | _Keep | None = _KEEP,
         explanation: Mapping[str, Any] | _Keep | None = _KEEP,
     ) -> MilestoneState:
         """A copy with the given fields changed (``dataclasses.replace`` without
@@ -192,13 +204,13 @@ class MilestoneState:
     def from_json(cls, data: Mapping[str, Any]) -> MilestoneState:
         """The inverse of :meth:`to_json`."""
         return cls(
-            status=data["status"],
+            status=_MILESTONE_STATUS[data["status"]],
             opened_at=_opt_dt(data.get("opened_at")),
             deadline=_opt_dt(data.get("deadline")),
             task_at=_opt_dt(data.get("task_at")),
             task_open=bool(data.get("task_open", False)),
             settled_at=_opt_dt(data.get("settled_at")),
-            outcome=data.get("outcome"),
+            outcome=_OUTCOME[data["outcome"]] if data.get("outcome") is not None else None,
             explanation=data.get("explanation"),
         )
 
@@ -215,7 +227,7 @@ class JobState:
     playbook_key: str
     playbook_version: int
     started_at: datetime
-    status: JobStatus = "running"
+    status: JobStatus = JobStatus.RUNNING
     seq: int = 0  # decisions applied so far
     updated_at: datetime | None = None
     ended_at: datetime | None = None
@@ -242,7 +254,7 @@ class JobState:
         playbook_key: str,
         playbook_version: int,
         started_at: datetime,
-        status: JobStatus = "running",
+        status: JobStatus = RUNNING,
         seq: int = 0,
         updated_at: datetime | None = None,
         ended_at: datetime | None = None,
@@ -287,7 +299,7 @@ class JobState:
             playbook_key=data["playbook_key"],
             playbook_version=int(data["playbook_version"]),
             started_at=from_iso(data["started_at"]),
-            status=data["status"],
+            status=_JOB_STATUS[data["status"]],
             seq=int(data["seq"]),
             updated_at=_opt_dt(data.get("updated_at")),
             ended_at=_opt_dt(data.get("ended_at")),

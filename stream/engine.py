@@ -55,6 +55,7 @@ from compiler import (
     TaskOpened,
     Tick,
     from_iso,
+    refusal,
     to_iso,
 )
 from topics import (
@@ -544,10 +545,13 @@ class Engine:
                 message.idempotency_key,
                 None if message.idempotency_key else event_id(origin[0], origin[1]),
             )
-            if state is None:
-                reason = "unknown job: no job.start was applied"
-                self._refuse(record, origin, ref, now, item, reason, batch, applied, None, bounded)
+            refused = refusal(state, item)  # the core's rule, before a graph is needed
+            if refused is not None:
+                self._refuse(
+                    record, origin, ref, now, item, refused, batch, applied, state, bounded
+                )
                 return
+            assert state is not None  # refusal() refuses an event for a job never started
             graph = self.registry.graph(state.playbook_key, state.playbook_version)
             if graph is None:
                 reason = (

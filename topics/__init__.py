@@ -32,7 +32,15 @@ from ._messages import (
     TickRecord,
 )
 from ._names import TOPIC_NAMES, Topics
-from ._vocab import SOURCES, Source, event_id
+from ._vocab import (
+    SOURCES,
+    JobStatus,
+    MilestoneStatus,
+    Source,
+    TaskOutcome,
+    TimerKind,
+    event_id,
+)
 
 __all__ = [
     "DEADLETTER_HEADERS",
@@ -49,8 +57,10 @@ __all__ = [
     "InboxMessage",
     "JobSnapshot",
     "JobStart",
+    "JobStatus",
     "LimitError",
     "MilestoneSnapshot",
+    "MilestoneStatus",
     "PlaybookRecord",
     "RecordError",
     "RecordForward",
@@ -58,8 +68,10 @@ __all__ = [
     "Source",
     "TaskClosedRecord",
     "TaskOpenedRecord",
+    "TaskOutcome",
     "TaskRecord",
     "TickRecord",
+    "TimerKind",
     "Topics",
     "decode_inbox",
     "encode",

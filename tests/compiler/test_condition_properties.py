@@ -216,9 +216,9 @@ def test_judging_tallies_by_text_agrees_with_the_explanation(
     # directly) must say exactly what the explanation objects say.
     cond = Condition(expr)
     tallies = cond.tally(facts)
+    assert set(tallies) <= {print_atom(atom) for atom in cond.atoms}  # keyed as job state is
     explanation = cond.explain_of(tallies, closed)
-    by_text = {print_atom(atom): tally for atom, tally in tallies.items()}
-    verdict, data = cond.judge(by_text, closed)
+    verdict, data = cond.judge(tallies, closed)
     assert verdict is explanation.verdict is reference(expr, facts, closed)
     assert data == explanation.to_json()
     assert cond.verdict_of(tallies, closed) is verdict
