@@ -32,6 +32,7 @@ from setuptools.command.build_ext import build_ext
 
 #: The modules compiled, in dependency order.
 NATIVE_MODULES = [
+    "topics/build.py",
     "compiler/_time.py",
     "compiler/_durations.py",
     "compiler/_verdict.py",

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeAlias
 
-from topics import JobStatus, TaskOutcome
+from topics import JobStatus, MilestoneStatus, TaskOutcome, build
 
 from ._inputs import Input
 from ._state import JobState, Timer
@@ -74,18 +74,17 @@ class TaskOpened:
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready, with ``type``."""
-        return {
-            "type": "task.opened",
-            "task_id": self.task_id,
-            "job_key": self.job_key,
-            "milestone": self.milestone,
-            "at": to_iso(self.at),
-            "instructions": self.instructions,
-            "playbook_instructions": self.playbook_instructions,
-            "integrations": list(self.integrations),
-            "deadline": to_iso(self.deadline),
-            "frontier": list(self.frontier),
-        }
+        return build.task_opened(
+            self.task_id,
+            self.job_key,
+            self.milestone,
+            to_iso(self.at),
+            self.instructions,
+            self.playbook_instructions,
+            self.integrations,
+            to_iso(self.deadline),
+            self.frontier,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,14 +109,9 @@ class TaskClosed:
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready, with ``type``."""
-        return {
-            "type": "task.closed",
-            "task_id": self.task_id,
-            "job_key": self.job_key,
-            "milestone": self.milestone,
-            "at": to_iso(self.at),
-            "outcome": self.outcome,
-        }
+        return build.task_closed(
+            self.task_id, self.job_key, self.milestone, to_iso(self.at), self.outcome
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +125,8 @@ class TimerSet:
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready, with ``type``."""
-        return {"type": "timer.set", **self.timer.to_json()}
+        t = self.timer
+        return build.timer_set(to_iso(t.at), t.kind, t.milestone)
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +140,8 @@ class TimerCancelled:
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready, with ``type``."""
-        return {"type": "timer.cancelled", **self.timer.to_json()}
+        t = self.timer
+        return build.timer_cancelled(to_iso(t.at), t.kind, t.milestone)
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,12 +159,7 @@ class JobFinished:
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready, with ``type``."""
-        return {
-            "type": "job.finished",
-            "job_key": self.job_key,
-            "status": self.status,
-            "at": to_iso(self.at),
-        }
+        return build.job_finished(self.job_key, self.status, to_iso(self.at))
 
 
 Effect: TypeAlias = TaskOpened | TaskClosed | TimerSet | TimerCancelled | JobFinished
@@ -179,12 +170,19 @@ class Transition:
     """A milestone moved from one status to another, and why."""
 
     milestone: str
-    before: str
-    after: str
+    before: MilestoneStatus
+    after: MilestoneStatus
     at: datetime
     reason: str
 
-    def __init__(self, milestone: str, before: str, after: str, at: datetime, reason: str) -> None:
+    def __init__(
+        self,
+        milestone: str,
+        before: MilestoneStatus,
+        after: MilestoneStatus,
+        at: datetime,
+        reason: str,
+    ) -> None:
         object.__setattr__(self, "milestone", milestone)
         object.__setattr__(self, "before", before)
         object.__setattr__(self, "after", after)
@@ -193,13 +191,9 @@ class Transition:
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready."""
-        return {
-            "milestone": self.milestone,
-            "from": self.before,
-            "to": self.after,
-            "at": to_iso(self.at),
-            "reason": self.reason,
-        }
+        return build.transition(
+            self.milestone, self.before, self.after, to_iso(self.at), self.reason
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,7 +211,7 @@ class Verdicts:
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready."""
-        return {"milestone": self.milestone, "at": to_iso(self.at), **self.explanation}
+        return build.verdict(self.milestone, to_iso(self.at), self.explanation)
 
 
 @dataclass(frozen=True)
@@ -284,17 +278,18 @@ class Step:
 
     def to_json(self) -> dict[str, Any]:
         """The decision record's body (the shell adds where the input came from)."""
-        return {
-            "now": to_iso(self.now),
-            "input": self.input.to_json(),
-            "outcome": self.outcome,
-            "refused": self.refused,
-            "seq": self.state.seq if self.state is not None else None,
-            "fired": [t.to_json() for t in self.fired],
-            "verdicts": [v.to_json() for v in self.verdicts],
-            "transitions": [t.to_json() for t in self.transitions],
-            "effects": [e.to_json() for e in self.effects],
-            "frontier": list(self.frontier),
-            "status": self.state.status if self.state is not None else None,
-            "state_hash": self.state.hash if self.state is not None else None,
-        }
+        state = self.state
+        return build.decision_body(
+            to_iso(self.now),
+            self.input.to_json(),
+            self.outcome,
+            self.refused,
+            state.seq if state is not None else None,
+            [t.to_json() for t in self.fired],
+            [v.to_json() for v in self.verdicts],
+            [t.to_json() for t in self.transitions],
+            [e.to_json() for e in self.effects],
+            self.frontier,
+            state.status if state is not None else None,
+            state.hash if state is not None else None,
+        )

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
-from topics import SOURCES, Source
+from topics import SOURCES, Source, build
 
 from ._facts import Fact
 
@@ -27,13 +27,7 @@ class Start:
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready, with ``type``."""
-        return {
-            "type": "job.start",
-            "key": self.key,
-            "playbook_key": self.playbook_key,
-            "subject": dict(self.subject),
-            "contacts": list(self.contacts),
-        }
+        return build.start_input(self.key, self.playbook_key, self.subject, self.contacts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,18 +70,9 @@ class Event:
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready, with ``type``."""
-        out: dict[str, Any] = {
-            "type": "event",
-            "action": self.action,
-            "value": self.value,
-            "properties": dict(self.properties) if self.properties is not None else {},
-            "source": self.source,
-        }
-        if self.idempotency_key is not None:
-            out["idempotency_key"] = self.idempotency_key
-        if self.id is not None:
-            out["id"] = self.id
-        return out
+        return build.event_input(
+            self.action, self.value, self.properties, self.source, self.idempotency_key, self.id
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +81,7 @@ class Tick:
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready, with ``type``."""
-        return {"type": "tick"}
+        return build.tick_input()
 
 
 Input: TypeAlias = Start | Event | Tick

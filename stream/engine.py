@@ -61,12 +61,12 @@ from compiler import (
 from topics import (
     FORWARDED_FROM_HEADER,
     MAX_RECORD_BYTES,
-    SCHEMA,
     DeadLetter,
     InboxEvent,
     RecordError,
     TickRecord,
     Topics,
+    build,
     decode_inbox,
     event_id,
 )
@@ -296,41 +296,11 @@ def _instant(ms: int) -> datetime:
 
 
 def snapshot_of(graph: JobGraph, state: JobState) -> dict[str, Any]:
-    """The read-model view of a job (what goes to the ``jobs`` topic), shaped as
-    :class:`topics.JobSnapshot`. Built as plain data: this runs once per changed
-    job per batch, and validating our own output there would cost more than the
-    decision (tests validate it against the model instead)."""
-    data = state.json()
-    detail = {
-        milestone_id: {
-            "state": m["status"],
-            "opened_at": m.get("opened_at"),
-            "deadline": m.get("deadline"),
-            "task_at": m.get("task_at"),
-            "settled_at": m.get("settled_at"),
-            "outcome": m.get("outcome"),
-            "explanation": m.get("explanation"),
-        }
-        for milestone_id, m in data["milestones"].items()
-    }
-    return {
-        "type": "job.snapshot",
-        "schema": SCHEMA,
-        "key": state.key,
-        "status": state.status,
-        "playbook_key": state.playbook_key,
-        "playbook_version": state.playbook_version,
-        "seq": state.seq,
-        "started_at": data["started_at"],
-        "updated_at": data["updated_at"],
-        "ended_at": data["ended_at"],
-        "events": state.events,
-        "milestones": {k: m.status for k, m in state.milestones.items()},
-        "detail": detail,
-        "frontier": list(graph.frontier(state)),
-        "timers": data["timers"],
-        "state_hash": state.hash,
-    }
+    """The read-model view of a job (what goes to the ``jobs`` topic): a
+    :class:`topics.JobSnapshot`, built by ``topics.build`` (this runs once per
+    changed job per batch: validating our own output there would cost more
+    than the decision)."""
+    return build.job_snapshot(state.json(), graph.frontier(state), state.hash)
 
 
 class Engine:
@@ -535,7 +505,7 @@ class Engine:
             batch.skipped += 1  # re-delivered (or forwarded twice): applied already
             return
         now = _instant(now_ms)
-        bounded = _clock_field(record, bound)
+        bounded = bound  # why now is not the record's timestamp (None: it is)
         if isinstance(message, InboxEvent):
             item: Event | Start = Event(
                 message.action,
@@ -572,7 +542,7 @@ class Engine:
             graph = latest
         step = graph.next(state, now, item)
         if bound is None and step.now != now:
-            bounded = _clock_field(record, "job_clock")
+            bounded = "job_clock"
         self._decided(record, origin, ref, graph, state, applied, step, batch, bounded)
 
     def _origin(self, record: Record) -> tuple[int, int]:
@@ -680,7 +650,7 @@ class Engine:
         applied: Applied,
         step: Step,
         batch: Batch,
-        clock: dict[str, Any] | None,
+        clock: str | None,
     ) -> None:
         """Encode the decision, then add it to the batch. Everything that can
         fail happens before the batch is touched, so a failure leaves nothing of
@@ -700,16 +670,11 @@ class Engine:
         # The effects' JSON is in the decision record already: task records reuse it.
         for effect, data in zip(step.effects, body["effects"], strict=True):
             if isinstance(effect, TaskOpened) and state is not None:
-                # Shaped as topics.TaskOpenedRecord / TaskClosedRecord.
-                task = {
-                    "schema": SCHEMA,
-                    **data,
-                    "playbook_key": state.playbook_key,
-                    "subject": dict(state.subject),
-                    "contacts": list(state.contacts),
-                }
+                task = build.task_opened_record(
+                    data, state.playbook_key, state.subject, state.contacts
+                )
             elif isinstance(effect, TaskClosed):
-                task = {"schema": SCHEMA, **data}
+                task = build.task_closed_record(data)
             else:
                 continue
             encoded.append(Output(self.topics.tasks, ref[1].encode(), _dumps(task), ref[0]))
@@ -733,31 +698,22 @@ class Engine:
         graph: JobGraph | None,
         before: JobState | None,
         step: Step,
-        clock: dict[str, Any] | None,
+        clock: str | None,
     ) -> dict[str, Any]:
-        """A decision record, as data."""
+        """A decision record (topics.DecisionRecord), as data."""
         playbook = graph.playbook if graph is not None else None
-        where: dict[str, Any] = {
-            "topic": record.topic,
-            "partition": origin[0],
-            "offset": origin[1],
-        }
-        if origin[0] != record.partition:
-            where["forwarded"] = {"partition": record.partition, "offset": record.offset}
-        # Shaped as topics.DecisionRecord (plain data, for the reason in snapshot_of).
-        decision = {
-            "type": "decision",
-            "schema": SCHEMA,
-            "job_key": key,
-            "playbook_key": playbook.key if playbook else None,
-            "playbook_version": playbook.version if playbook else None,
-            "origin": where,
-            "prev_state_hash": before.hash if before is not None else None,
-            **step.to_json(),
-        }
-        if clock is not None:
-            decision["clock"] = clock
-        return decision
+        return build.decision_record(
+            key,
+            playbook.key if playbook else None,
+            playbook.version if playbook else None,
+            build.record_origin(
+                record.topic, origin[0], origin[1], record.partition, record.offset
+            ),
+            before.hash if before is not None else None,
+            step.to_json(),
+            record.timestamp_ms,
+            clock,
+        )
 
     def _refuse(
         self,
@@ -770,7 +726,7 @@ class Engine:
         batch: Batch,
         applied: Applied,
         state: JobState | None = None,
-        clock: dict[str, Any] | None = None,
+        clock: str | None = None,
     ) -> None:
         step = Step(state, now, item, refused=reason)
         body = self._decision_body(record, origin, ref[1], None, state, step, clock)
@@ -809,12 +765,6 @@ class Engine:
                 letter.headers(original),
             )
         )
-
-
-def _clock_field(record: Record, bound: str | None) -> dict[str, Any] | None:
-    """A decision's ``clock`` (topics.ClockBound): why its now is not the
-    record's timestamp, or None when it is."""
-    return None if bound is None else {"record_timestamp": record.timestamp_ms, "bound": bound}
 
 
 def _wall_ms() -> int:

@@ -9,8 +9,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+from pydantic import ValidationError
 
 from compiler import JobGraph, JobState, Playbook, Step, from_iso, input_from_json
+from topics import DecisionRecord
 
 from .registry import Registry
 
@@ -110,24 +112,33 @@ def replay_decisions(
         seen[key].add(fingerprint)
         replay.decisions += 1
         where = f"decision seq {record.get('seq')} ({record.get('origin')})"
-        if record.get("prev_state_hash") != (replay.state.hash if replay.state else None):
+        try:
+            decision = DecisionRecord.model_validate(record)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            path = ".".join(str(p) for p in first["loc"]) or "record"
+            replay.mismatches.append(f"{where}: not a decision record: {path}: {first['msg']}")
+            continue
+        if decision.prev_state_hash != (replay.state.hash if replay.state else None):
             replay.mismatches.append(
                 f"{where}: prev_state_hash does not follow the previous decision"
             )
-        if record.get("playbook_key") is None:
+        if decision.playbook_key is None or decision.playbook_version is None:
             # Refused before the core ran (unknown job or playbook): nothing to re-run.
-            if record.get("outcome") != "refused":
+            if decision.outcome != "refused":
                 replay.mismatches.append(f"{where}: no playbook, yet not refused")
             continue
-        graph = registry.graph(record["playbook_key"], int(record["playbook_version"]))
+        graph = registry.graph(decision.playbook_key, decision.playbook_version)
         if graph is None:
             replay.mismatches.append(
-                f"{where}: playbook {record['playbook_key']} v{record['playbook_version']} unknown"
+                f"{where}: playbook {decision.playbook_key} v{decision.playbook_version} unknown"
             )
             continue
         try:
             step = graph.next(
-                replay.state, from_iso(record["now"]), input_from_json(record["input"])
+                replay.state,
+                from_iso(decision.now),
+                input_from_json(decision.input.model_dump(mode="json", exclude_unset=True)),
             )
         except (KeyError, ValueError, TypeError) as exc:
             replay.mismatches.append(f"{where}: cannot re-run: {exc}")

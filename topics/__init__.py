@@ -6,33 +6,53 @@ consumer decodes with :func:`decode_inbox` (inbox) or the model's
 ``model_validate_json``; a producer encodes with :func:`encode`. Adding an
 optional field keeps the schema version; anything else bumps it.
 
+Hot paths that build records by the thousand use :mod:`topics.build`: plain
+data with exactly each model's fields, proven to agree with the models by
+``tests/topics/test_builders.py``.
+
 This package imports nothing of ours (``topics/ruff.toml`` makes that a lint rule).
 """
 
+from . import build
 from ._codec import RecordError, decode_inbox, encode
 from ._limits import MAX_DEPTH, MAX_RECORD_BYTES, LimitError, plain_json
 from ._messages import (
     DEADLETTER_HEADERS,
     FORWARDED_FROM_HEADER,
-    SCHEMA,
+    AtomVerdict,
     ClockBound,
     DeadLetter,
+    DecisionInput,
     DecisionRecord,
+    Effect,
+    EventInput,
+    ExplanationRecord,
     InboxEvent,
     InboxMessage,
+    JobFinishedEffect,
     JobSnapshot,
     JobStart,
     MilestoneSnapshot,
     PlaybookRecord,
     RecordForward,
     RecordOrigin,
+    StartInput,
+    TaskClosedEffect,
     TaskClosedRecord,
+    TaskOpenedEffect,
     TaskOpenedRecord,
     TaskRecord,
+    TickInput,
     TickRecord,
+    TimerCancelledEffect,
+    TimerRecord,
+    TimerSetEffect,
+    TransitionRecord,
+    VerdictRecord,
 )
 from ._names import TOPIC_NAMES, Topics
 from ._vocab import (
+    SCHEMA,
     SOURCES,
     JobStatus,
     MilestoneStatus,
@@ -50,11 +70,17 @@ __all__ = [
     "SCHEMA",
     "SOURCES",
     "TOPIC_NAMES",
+    "AtomVerdict",
     "ClockBound",
     "DeadLetter",
+    "DecisionInput",
     "DecisionRecord",
+    "Effect",
+    "EventInput",
+    "ExplanationRecord",
     "InboxEvent",
     "InboxMessage",
+    "JobFinishedEffect",
     "JobSnapshot",
     "JobStart",
     "JobStatus",
@@ -66,13 +92,23 @@ __all__ = [
     "RecordForward",
     "RecordOrigin",
     "Source",
+    "StartInput",
+    "TaskClosedEffect",
     "TaskClosedRecord",
+    "TaskOpenedEffect",
     "TaskOpenedRecord",
     "TaskOutcome",
     "TaskRecord",
+    "TickInput",
     "TickRecord",
+    "TimerCancelledEffect",
     "TimerKind",
+    "TimerRecord",
+    "TimerSetEffect",
     "Topics",
+    "TransitionRecord",
+    "VerdictRecord",
+    "build",
     "decode_inbox",
     "encode",
     "event_id",

@@ -8,32 +8,44 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
-from ._vocab import Source
+from ._vocab import SCHEMA, JobStatus, MilestoneStatus, Source, TaskOutcome, TimerKind
 
 __all__ = [
     "DEADLETTER_HEADERS",
     "FORWARDED_FROM_HEADER",
-    "SCHEMA",
+    "AtomVerdict",
     "ClockBound",
     "DeadLetter",
+    "DecisionInput",
     "DecisionRecord",
+    "Effect",
+    "EventInput",
+    "ExplanationRecord",
     "Headers",
     "InboxEvent",
     "InboxMessage",
+    "JobFinishedEffect",
     "JobSnapshot",
     "JobStart",
     "MilestoneSnapshot",
     "PlaybookRecord",
     "RecordForward",
     "RecordOrigin",
+    "StartInput",
+    "TaskClosedEffect",
     "TaskClosedRecord",
+    "TaskOpenedEffect",
     "TaskOpenedRecord",
     "TaskRecord",
+    "TickInput",
     "TickRecord",
+    "TimerCancelledEffect",
+    "TimerRecord",
+    "TimerSetEffect",
+    "TransitionRecord",
+    "VerdictRecord",
 ]
 
-#: The schema version this code writes and reads.
-SCHEMA = 1
 
 JobKey = Annotated[StrictStr, Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f]+$")]
 Scalar = str | int | float | bool | None
@@ -47,6 +59,12 @@ class _Message(BaseModel):
     def dump(self) -> dict[str, Any]:
         """JSON-ready, with ``schema`` under its wire name."""
         return self.model_dump(mode="json", by_alias=True)
+
+    def compact(self) -> dict[str, Any]:
+        """JSON-ready without the fields left at their defaults, except ``type``
+        (what a producer needs to send: a reader fills the defaults back in)."""
+        data = self.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+        return {"type": getattr(self, "type"), **data}  # noqa: B009 (every message has one)
 
 
 # -- inbox ----------------------------------------------------------------------
@@ -88,10 +106,91 @@ class TickRecord(_Message):
     at: str  # ISO-8601 UTC instant
 
 
-# -- tasks ----------------------------------------------------------------------
+# -- a decision's parts ------------------------------------------------------------
 
 
-class TaskOpenedRecord(_Message):
+class _Part(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class StartInput(_Part):
+    """A decision's input: the job.start it applied (the record key is the job key)."""
+
+    type: Literal["job.start"] = "job.start"
+    key: str
+    playbook_key: str
+    subject: dict[str, Any]
+    contacts: list[Any]
+
+
+class EventInput(_Part):
+    """A decision's input: an event. ``id`` names the occurrence in verdicts
+    (its inbox position, ``p<partition>@<offset>``, when it has no idempotency key)."""
+
+    type: Literal["event"] = "event"
+    action: str
+    value: Scalar = None
+    properties: dict[str, Any]
+    source: Source
+    idempotency_key: str | None = None
+    id: str | None = None
+
+
+class TickInput(_Part):
+    """A decision's input: the clock moved."""
+
+    type: Literal["tick"] = "tick"
+
+
+DecisionInput = Annotated[StartInput | EventInput | TickInput, Field(discriminator="type")]
+
+
+class TimerRecord(_Part):
+    """A job timer: ``settle`` closes a milestone's window, ``due`` emits its task."""
+
+    at: str
+    kind: TimerKind
+    milestone: str
+
+
+class AtomVerdict(_Part):
+    """One atom's part in a verdict: its verdict, its match count, the evidence ids."""
+
+    atom: str
+    verdict: Literal["TRUE", "FALSE", "UNKNOWN"]
+    count: int
+    evidence: list[str]
+
+
+class ExplanationRecord(_Part):
+    """Why a condition said what it said (``closed``: at its window's close)."""
+
+    condition: str
+    verdict: Literal["TRUE", "FALSE", "UNKNOWN"]
+    closed: bool
+    atoms: list[AtomVerdict]
+
+
+class VerdictRecord(ExplanationRecord):
+    """What one open milestone's condition said at one instant."""
+
+    milestone: str
+    at: str
+
+
+class TransitionRecord(_Part):
+    """A milestone moved from one status to another, and why."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    milestone: str
+    from_: MilestoneStatus = Field(alias="from")
+    to: MilestoneStatus
+    at: str
+    reason: str
+
+
+class TaskOpenedEffect(_Part):
     """A milestone's task is open; ``frontier`` is every open milestone in rank order."""
 
     type: Literal["task.opened"] = "task.opened"
@@ -100,16 +199,13 @@ class TaskOpenedRecord(_Message):
     milestone: str
     at: str
     instructions: str
-    playbook_key: str
     playbook_instructions: str
     integrations: list[str]
     deadline: str
     frontier: list[str]
-    subject: dict[str, Any] = Field(default_factory=dict)
-    contacts: list[Any] = Field(default_factory=list)
 
 
-class TaskClosedRecord(_Message):
+class TaskClosedEffect(_Part):
     """A task is over."""
 
     type: Literal["task.closed"] = "task.closed"
@@ -117,7 +213,50 @@ class TaskClosedRecord(_Message):
     job_key: str
     milestone: str
     at: str
-    outcome: Literal["done", "knocked", "timed_out", "dropped"]
+    outcome: TaskOutcome
+
+
+class TimerSetEffect(TimerRecord):
+    """Remember to wake the job at ``at``."""
+
+    type: Literal["timer.set"] = "timer.set"
+
+
+class TimerCancelledEffect(TimerRecord):
+    """Forget a timer that was set."""
+
+    type: Literal["timer.cancelled"] = "timer.cancelled"
+
+
+class JobFinishedEffect(_Part):
+    """The job is over."""
+
+    type: Literal["job.finished"] = "job.finished"
+    job_key: str
+    status: Literal[JobStatus.DONE, JobStatus.FAILED]
+    at: str
+
+
+Effect = Annotated[
+    TaskOpenedEffect | TaskClosedEffect | TimerSetEffect | TimerCancelledEffect | JobFinishedEffect,
+    Field(discriminator="type"),
+]
+
+
+# -- tasks ----------------------------------------------------------------------
+
+
+class TaskOpenedRecord(TaskOpenedEffect, _Message):
+    """The task.opened effect on the tasks topic, with what a channel service
+    needs to talk to the job's contacts."""
+
+    playbook_key: str
+    subject: dict[str, Any] = Field(default_factory=dict)
+    contacts: list[Any] = Field(default_factory=list)
+
+
+class TaskClosedRecord(TaskClosedEffect, _Message):
+    """The task.closed effect on the tasks topic."""
 
 
 TaskRecord = Annotated[TaskOpenedRecord | TaskClosedRecord, Field(discriminator="type")]
@@ -175,16 +314,16 @@ class DecisionRecord(_Message):
     playbook_version: int | None
     origin: RecordOrigin | None
     now: str
-    input: dict[str, Any]
+    input: DecisionInput
     outcome: Literal["applied", "duplicate", "refused", "noop"]
     refused: str | None = None
     seq: int | None = None
-    fired: list[dict[str, Any]] = Field(default_factory=list)
-    verdicts: list[dict[str, Any]] = Field(default_factory=list)
-    transitions: list[dict[str, Any]] = Field(default_factory=list)
-    effects: list[dict[str, Any]] = Field(default_factory=list)
+    fired: list[TimerRecord] = Field(default_factory=list)
+    verdicts: list[VerdictRecord] = Field(default_factory=list)
+    transitions: list[TransitionRecord] = Field(default_factory=list)
+    effects: list[Effect] = Field(default_factory=list)
     frontier: list[str] = Field(default_factory=list)
-    status: str | None = None
+    status: JobStatus | None = None
     state_hash: str | None = None
     prev_state_hash: str | None = None
     clock: ClockBound | None = None
@@ -198,13 +337,13 @@ class MilestoneSnapshot(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    state: str
+    state: MilestoneStatus
     opened_at: str | None = None
     deadline: str | None = None
     task_at: str | None = None
     settled_at: str | None = None
-    outcome: str | None = None
-    explanation: dict[str, Any] | None = None
+    outcome: TaskOutcome | None = None
+    explanation: ExplanationRecord | None = None
 
 
 class JobSnapshot(_Message):
@@ -212,7 +351,7 @@ class JobSnapshot(_Message):
 
     type: Literal["job.snapshot"] = "job.snapshot"
     key: str
-    status: Literal["running", "done", "failed"]
+    status: JobStatus
     playbook_key: str
     playbook_version: int
     seq: int
@@ -220,10 +359,10 @@ class JobSnapshot(_Message):
     updated_at: str | None
     ended_at: str | None = None
     events: int = 0
-    milestones: dict[str, str]
+    milestones: dict[str, MilestoneStatus]
     detail: dict[str, MilestoneSnapshot]
     frontier: list[str]
-    timers: list[dict[str, Any]]
+    timers: list[TimerRecord]
     state_hash: str
 
 

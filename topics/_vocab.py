@@ -11,9 +11,10 @@ member instead of spelling a string.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Literal, TypeAlias
+from typing import Final, Literal, TypeAlias
 
 __all__ = [
+    "SCHEMA",
     "SOURCES",
     "JobStatus",
     "MilestoneStatus",
@@ -22,6 +23,10 @@ __all__ = [
     "TimerKind",
     "event_id",
 ]
+
+#: The schema version of every record this code writes and reads (a record
+#: says it in its ``schema`` field; docs/kafka.md, "Records the worker writes").
+SCHEMA: Final = 1
 
 #: Who vouches for an event: ``world`` (an inbound event), ``tool`` (a result
 #: recorded by trusted code) or ``agent`` (what a model said: never evidence).

@@ -13,7 +13,7 @@ from stream.engine import Engine, Record
 from stream.files import load_playbook_file
 from stream.registry import Registry
 from stream.store import NOTHING_APPLIED, encode_stored
-from topics import TickRecord, Topics, encode
+from topics import JobStart, TickRecord, Topics, encode
 
 from .workload import onboarding_mix
 
@@ -30,16 +30,16 @@ def core_decisions_per_s(playbooks: Path, jobs: int) -> float:
     started = time.perf_counter()
     for i, message in enumerate(mix):
         now = T0 + timedelta(seconds=i)
-        key = message["key"]
-        if message["type"] == "job.start":
+        key = message.key
+        if isinstance(message, JobStart):
             step = graph.next(None, now, Start(key, "onboarding"))
         else:
             event = Event(
-                message["action"],
+                message.action,
                 None,
-                message.get("properties"),
-                message.get("source", "world"),
-                message.get("idempotency_key"),
+                message.properties or None,
+                message.source,
+                message.idempotency_key,
             )
             step = graph.next(states[key], now, event)  # type: ignore[arg-type]
         states[key] = step.state

@@ -32,7 +32,7 @@ from stream import native
 from stream.broker import EmbeddedBroker, ensure_topics
 from stream.errors import BenchError
 from stream.kafka import bootstrap_of, producer, read_topic
-from topics import Topics
+from topics import InboxEvent, JobStart, Topics, encode
 
 from .micro import core_decisions_per_s, tick_cost_ms
 from .workload import onboarding_mix
@@ -209,7 +209,7 @@ class Bench:
     def raw(self) -> list[tuple[bytes, bytes]]:
         topic = f"bench-{self.run_id}-raw"
         mix = onboarding_mix(self.params.raw_records // 3 + 1, seed=5)[: self.params.raw_records]
-        records = [(m["key"].encode(), orjson.dumps(m)) for m in mix]
+        records = [(m.key.encode(), encode(m.compact())) for m in mix]
         asyncio.run(ensure_topics(self.bootstrap, {topic: PARTITIONS}))
         produce_s = asyncio.run(_produce(self.bootstrap, topic, records))
         consume_s = asyncio.run(_consume_all(self.bootstrap, topic, len(records)))
@@ -276,9 +276,7 @@ class Bench:
             starts = [
                 (
                     f"idle-{i:07d}".encode(),
-                    orjson.dumps(
-                        {"type": "job.start", "key": f"idle-{i:07d}", "playbook_key": "onboarding"}
-                    ),
+                    encode(JobStart(key=f"idle-{i:07d}", playbook_key="onboarding").compact()),
                 )
                 for i in range(more)
             ]
@@ -298,10 +296,8 @@ class Bench:
             decided = self._decisions_so_far(topics.decisions)
             restarted = time.time()
             worker = _Process([sys.executable, "-m", "stream", "worker"], env, self.workdir)
-            probe = {"type": "event", "key": "tp-000001", "action": "meeting_cancelled"}
-            asyncio.run(
-                _produce(self.bootstrap, topics.inbox, [(b"tp-000001", orjson.dumps(probe))])
-            )
+            probe = InboxEvent(key="tp-000001", action="meeting_cancelled").compact()
+            asyncio.run(_produce(self.bootstrap, topics.inbox, [(b"tp-000001", encode(probe))]))
             stamps = self._wait_decisions(topics.decisions, decided + 1, 300)
             first_new = max(stamps) / 1000
             self.figures.recovery_s = first_new - restarted
@@ -357,9 +353,7 @@ class Bench:
                     delay = target - time.monotonic()
                     if delay > 0:
                         await asyncio.sleep(delay)
-                    value = orjson.dumps(
-                        {"type": "job.start", "key": key, "playbook_key": "onboarding"}
-                    )
+                    value = encode(JobStart(key=key, playbook_key="onboarding").compact())
                     pending.append((key, await client.send(topics.inbox, value, key=key.encode())))
                 for key, delivery in pending:
                     sent[key] = (await delivery).timestamp / 1000  # set when sent
@@ -389,11 +383,11 @@ class Bench:
         running workers: (events/s, records, decisions). Timed from the burst's
         first inbox record to its last decision (broker timestamps), after a
         warm-up job has been decided (the group is joined, partitions assigned)."""
-        warm_up = {"type": "job.start", "key": "warm-up", "playbook_key": "onboarding"}
-        asyncio.run(_produce(self.bootstrap, topics.inbox, [(b"warm-up", orjson.dumps(warm_up))]))
+        warm_up = encode(JobStart(key="warm-up", playbook_key="onboarding").compact())
+        asyncio.run(_produce(self.bootstrap, topics.inbox, [(b"warm-up", warm_up)]))
         self._wait_decisions(topics.decisions, 1, 120)
         mix = onboarding_mix(self.params.engine_jobs, seed=11, prefix="tp")
-        records = [(m["key"].encode(), orjson.dumps(m)) for m in mix]
+        records = [(m.key.encode(), encode(m.compact())) for m in mix]
         asyncio.run(_produce(self.bootstrap, topics.inbox, records))
         expected = _expected_decisions(mix)
         stamps = self._wait_decisions(topics.decisions, expected + 1, 600)
@@ -446,16 +440,16 @@ async def _refusals(bootstrap: str, topic: str) -> list[str]:
     return out
 
 
-def _expected_decisions(mix: list[dict[str, Any]]) -> int:
+def _expected_decisions(mix: list[JobStart | InboxEvent]) -> int:
     """Every record is a decision except a retried idempotency key."""
     seen: set[tuple[str, str]] = set()
     count = 0
     for m in mix:
-        key = m.get("idempotency_key")
+        key = m.idempotency_key if isinstance(m, InboxEvent) else None
         if key is not None:
-            if (m["key"], key) in seen:
+            if (m.key, key) in seen:
                 continue
-            seen.add((m["key"], key))
+            seen.add((m.key, key))
         count += 1
     return count
 

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import random
-from typing import Any
 
-from topics import SOURCES
+from topics import SOURCES, InboxEvent, JobStart
 
 __all__ = ["onboarding_mix"]
 
 
-def onboarding_mix(jobs: int, seed: int = 1, prefix: str = "job") -> list[dict[str, Any]]:
+def onboarding_mix(jobs: int, seed: int = 1, prefix: str = "job") -> list[JobStart | InboxEvent]:
     """Inbox messages for ``jobs`` onboarding jobs, interleaved as live traffic
     would be, each job's own records in order.
 
@@ -21,38 +20,32 @@ def onboarding_mix(jobs: int, seed: int = 1, prefix: str = "job") -> list[dict[s
     """
     # A reproducible workload, not a secret.
     rng = random.Random(seed)  # noqa: S311
-    queues: list[list[dict[str, Any]]] = []
+    queues: list[list[JobStart | InboxEvent]] = []
     for i in range(jobs):
         key = f"{prefix}-{i:06d}"
-        job: list[dict[str, Any]] = [
-            {"type": "job.start", "key": key, "playbook_key": "onboarding", "subject": {"n": i}}
+        job: list[JobStart | InboxEvent] = [
+            JobStart(key=key, playbook_key="onboarding", subject={"n": i})
         ]
         if rng.random() < 0.9:
-            upload = {
-                "type": "event",
-                "key": key,
-                "action": "id_uploaded",
-                "idempotency_key": f"{key}-id",
-                "properties": {"kind": "passport"},
-            }
+            upload = InboxEvent(
+                key=key,
+                action="id_uploaded",
+                idempotency_key=f"{key}-id",
+                properties={"kind": "passport"},
+            )
             job.append(upload)
             if rng.random() < 0.1:
                 job.append(upload)
             action = rng.choice(
                 ["self_service_completed", "meeting_scheduled", "meeting_cancelled"]
             )
-            job.append({"type": "event", "key": key, "action": action})
+            job.append(InboxEvent(key=key, action=action))
             if rng.random() < 0.7:
                 job.append(
-                    {
-                        "type": "event",
-                        "key": key,
-                        "action": "account_activated",
-                        "source": rng.choice(SOURCES),
-                    }
+                    InboxEvent(key=key, action="account_activated", source=rng.choice(SOURCES))
                 )
         queues.append(job)
-    out: list[dict[str, Any]] = []
+    out: list[JobStart | InboxEvent] = []
     # Round-robin in random order: many jobs in flight at once, each in order.
     while queues:
         rng.shuffle(queues)

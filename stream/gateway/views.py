@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import topics
+from topics import ExplanationRecord
+
 from .models import (
     EvidenceEvent,
     JobStatus,
@@ -20,9 +23,17 @@ from .readmodel import AcceptedWrite, JobEntry, ReadModel
 __all__ = ["job_summary", "job_view"]
 
 
+#: A snapshot's job status as the API says it (the API adds starting and refused).
+_VIEW_STATUS: dict[topics.JobStatus, JobStatus] = {
+    topics.JobStatus.RUNNING: "running",
+    topics.JobStatus.DONE: "done",
+    topics.JobStatus.FAILED: "failed",
+}
+
+
 def _status(entry: JobEntry) -> JobStatus:
     if entry.snapshot is not None:
-        return entry.snapshot.status
+        return _VIEW_STATUS[entry.snapshot.status]
     return "refused" if entry.refused is not None else "starting"
 
 
@@ -40,22 +51,21 @@ def _pending(writes: list[AcceptedWrite]) -> list[PendingWrite]:
 
 
 def _evidence(
-    model: ReadModel, key: str, explanation: dict[str, Any] | None
+    model: ReadModel, key: str, explanation: ExplanationRecord | None
 ) -> list[EvidenceEvent]:
-    if not explanation:
+    if explanation is None:
         return []
     known: dict[str, dict[str, Any]] = dict(model.events.get(key) or {})
     out: list[EvidenceEvent] = []
     seen: set[str] = set()
-    for atom in explanation.get("atoms") or []:
-        for ident in atom.get("evidence") or []:
-            ident = str(ident)
+    for atom in explanation.atoms:
+        for ident in atom.evidence:
             if ident in seen:
                 continue
             seen.add(ident)
             event = known.get(ident)
             if event is None:
-                out.append(EvidenceEvent(id=ident, action=str(atom.get("atom", "?"))))
+                out.append(EvidenceEvent(id=ident, action=atom.atom))
                 continue
             out.append(
                 EvidenceEvent(
@@ -105,7 +115,9 @@ def job_view(model: ReadModel, entry: JobEntry) -> JobView:
                 deadline=detail.deadline if detail else None,
                 settled_at=detail.settled_at if detail else None,
                 outcome=detail.outcome if detail else None,
-                explanation=detail.explanation if detail else None,
+                explanation=detail.explanation.model_dump()
+                if detail is not None and detail.explanation is not None
+                else None,
                 evidence=_evidence(model, entry.key, detail.explanation if detail else None),
             )
         )
@@ -125,7 +137,9 @@ def job_view(model: ReadModel, entry: JobEntry) -> JobView:
         milestones=milestones,
         frontier=frontier,
         next_step=frontier[0] if frontier else None,
-        timers=[TimerView.model_validate(t) for t in snapshot.timers] if snapshot else [],
+        timers=[TimerView.model_validate(t.model_dump()) for t in snapshot.timers]
+        if snapshot
+        else [],
         pending_writes=_pending(pending),
         refused=entry.refused,
     )

@@ -78,8 +78,8 @@ def test_a_record_on_the_wrong_partition_is_forwarded_home_and_decided_there_onc
     assert d.origin.forwarded is not None
     assert (d.origin.forwarded.partition, d.origin.forwarded.offset) == (2, copy.offset)
     # the occurrence is named by where the producer put it
-    [verdict] = [v for v in d.verdicts if v["milestone"] == "collect"]
-    assert verdict["atoms"][0]["evidence"] == ["p0@0"]
+    [verdict] = [v for v in d.verdicts if v.milestone == "collect"]
+    assert verdict.atoms[0].evidence == ["p0@0"]
     assert [t.milestone for t in tasks(decided)] == ["collect", "activate"]
 
     # Forwarded twice (a crash between the forward and the origin's commit):
@@ -181,7 +181,7 @@ def test_a_record_that_makes_deciding_fail_is_a_dead_letter_and_the_batch_goes_o
     assert dead.reason.startswith("could not be decided: JSONDecodeError: ")
     assert dead.value == records[0].value
     [d] = decisions(batch)
-    assert (d.job_key, d.input["action"], d.seq) == ("job-3", "id_uploaded", 2)
+    assert (d.job_key, d.input.action, d.seq) == ("job-3", "id_uploaded", 2)
     # nothing of the failed record reached the batch: one decision, one snapshot
     assert len(on(batch, "jobs")) == 1
     assert [key for key, _p, _raw in batch.writes() if not key.startswith("\x00")] == ["job-3"]
@@ -284,7 +284,7 @@ def test_a_tick_from_the_future_is_a_dead_letter_and_fails_no_job() -> None:
     h.wall = T0 + timedelta(hours=3)
     [d] = decisions(h.run([h.tick(T0 + timedelta(hours=3), offset=1)]))
     assert d.status == "failed"
-    assert [f["kind"] for f in d.fired] == ["settle"]
+    assert [f.kind for f in d.fired] == ["settle"]
 
 
 def test_a_job_whose_tick_decision_fails_is_a_dead_letter_and_the_other_jobs_fire() -> None:

@@ -41,7 +41,7 @@ from stream.bench.workload import onboarding_mix
 from stream.engine import Engine, Record, home_partition
 from stream.files import load_playbook_file, playbook_files
 from stream.registry import Registry
-from topics import Topics
+from topics import Topics, encode
 import compiler._jobgraph, stream.engine
 
 registry = Registry()
@@ -51,10 +51,10 @@ topics = Topics("digest.")
 records = [
     Record(
         topics.inbox,
-        home_partition(m["key"].encode(), 4),
+        home_partition(m.key.encode(), 4),
         i,
-        m["key"].encode(),
-        orjson.dumps(m),
+        m.key.encode(),
+        encode(m.compact()),
         1_780_000_000_000 + 7 * i,
     )
     for i, m in enumerate(onboarding_mix(300, seed=3, prefix="d"))

@@ -27,7 +27,7 @@ from stream.bench.workload import onboarding_mix
 from stream.engine import Engine, Record, home_partition
 from stream.files import load_playbook_file, playbook_files
 from stream.registry import Registry
-from topics import Topics
+from topics import InboxEvent, JobStart, Topics
 
 HERE = Path(__file__).resolve().parent
 PLAYBOOKS = HERE.parents[2] / "playbooks"
@@ -64,7 +64,9 @@ class Run:
         self.offsets[where] = offset + 1
         return Record(topic, partition, offset, key, value, int(at.timestamp() * 1000))
 
-    def inbox(self, message: dict[str, Any], at: datetime) -> Record:
+    def inbox(self, message: dict[str, Any] | JobStart | InboxEvent, at: datetime) -> Record:
+        if not isinstance(message, dict):
+            message = message.compact()
         key = message["key"].encode()
         return self.record(
             TOPICS.inbox, home_partition(key, PARTITIONS), key, orjson.dumps(message), at
@@ -103,8 +105,8 @@ class Run:
 
 
 def _timed(
-    messages: Iterable[dict[str, Any]], step: timedelta
-) -> list[tuple[dict[str, Any], datetime]]:
+    messages: Iterable[JobStart | InboxEvent], step: timedelta
+) -> list[tuple[JobStart | InboxEvent, datetime]]:
     return [(m, T0 + i * step) for i, m in enumerate(messages)]
 
 

@@ -1,0 +1,293 @@
+"""Fast builders: the records the decision core and the engine write, as plain
+JSON-ready data, without validating our own output on the hot path.
+
+Each builder makes exactly the fields of one model in ``_messages.py`` (the
+model named in its docstring), in the order they go on the wire, so a
+re-decided record is byte-identical. ``tests/topics/test_builders.py`` proves
+that every builder and its model agree on every field: the model accepts what
+the builder makes and dumps it back unchanged. Instants arrive as ISO-8601
+text (the core's instant codec, ``compiler.to_iso``, formats them).
+
+This module is compiled with the decision core (setup.py), so the core's calls
+into it cost what a call inside the core costs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ._vocab import SCHEMA
+
+__all__ = [
+    "decision_body",
+    "decision_record",
+    "event_input",
+    "job_finished",
+    "job_snapshot",
+    "milestone_snapshot",
+    "record_origin",
+    "start_input",
+    "task_closed",
+    "task_closed_record",
+    "task_opened",
+    "task_opened_record",
+    "tick_input",
+    "timer",
+    "timer_cancelled",
+    "timer_set",
+    "transition",
+    "verdict",
+]
+
+
+# -- a decision's input (StartInput, EventInput, TickInput) ----------------------------
+
+
+def start_input(
+    key: str, playbook_key: str, subject: Mapping[str, Any], contacts: Sequence[Any]
+) -> dict[str, Any]:
+    """``StartInput``."""
+    return {
+        "type": "job.start",
+        "key": key,
+        "playbook_key": playbook_key,
+        "subject": dict(subject),
+        "contacts": list(contacts),
+    }
+
+
+def event_input(
+    action: str,
+    value: Any,
+    properties: Mapping[str, Any] | None,
+    source: str,
+    idempotency_key: str | None,
+    id: str | None,
+) -> dict[str, Any]:
+    """``EventInput`` (``idempotency_key`` and ``id`` only when set)."""
+    out: dict[str, Any] = {
+        "type": "event",
+        "action": action,
+        "value": value,
+        "properties": dict(properties) if properties is not None else {},
+        "source": source,
+    }
+    if idempotency_key is not None:
+        out["idempotency_key"] = idempotency_key
+    if id is not None:
+        out["id"] = id
+    return out
+
+
+def tick_input() -> dict[str, Any]:
+    """``TickInput``."""
+    return {"type": "tick"}
+
+
+# -- a decision's parts ------------------------------------------------------------------
+
+
+def timer(at: str, kind: str, milestone: str) -> dict[str, Any]:
+    """``TimerRecord``."""
+    return {"at": at, "kind": kind, "milestone": milestone}
+
+
+def verdict(milestone: str, at: str, explanation: Mapping[str, Any]) -> dict[str, Any]:
+    """``VerdictRecord``: the milestone, the instant, then its ``ExplanationRecord``."""
+    return {"milestone": milestone, "at": at, **explanation}
+
+
+def transition(milestone: str, before: str, after: str, at: str, reason: str) -> dict[str, Any]:
+    """``TransitionRecord``."""
+    return {"milestone": milestone, "from": before, "to": after, "at": at, "reason": reason}
+
+
+def task_opened(
+    task_id: str,
+    job_key: str,
+    milestone: str,
+    at: str,
+    instructions: str,
+    playbook_instructions: str,
+    integrations: Sequence[str],
+    deadline: str,
+    frontier: Sequence[str],
+) -> dict[str, Any]:
+    """``TaskOpenedEffect``: a task.opened in a decision's effects."""
+    return {
+        "type": "task.opened",
+        "task_id": task_id,
+        "job_key": job_key,
+        "milestone": milestone,
+        "at": at,
+        "instructions": instructions,
+        "playbook_instructions": playbook_instructions,
+        "integrations": list(integrations),
+        "deadline": deadline,
+        "frontier": list(frontier),
+    }
+
+
+def task_closed(
+    task_id: str, job_key: str, milestone: str, at: str, outcome: str
+) -> dict[str, Any]:
+    """``TaskClosedEffect``: a task.closed in a decision's effects."""
+    return {
+        "type": "task.closed",
+        "task_id": task_id,
+        "job_key": job_key,
+        "milestone": milestone,
+        "at": at,
+        "outcome": outcome,
+    }
+
+
+def timer_set(at: str, kind: str, milestone: str) -> dict[str, Any]:
+    """``TimerSetEffect``."""
+    return {"type": "timer.set", "at": at, "kind": kind, "milestone": milestone}
+
+
+def timer_cancelled(at: str, kind: str, milestone: str) -> dict[str, Any]:
+    """``TimerCancelledEffect``."""
+    return {"type": "timer.cancelled", "at": at, "kind": kind, "milestone": milestone}
+
+
+def job_finished(job_key: str, status: str, at: str) -> dict[str, Any]:
+    """``JobFinishedEffect``."""
+    return {"type": "job.finished", "job_key": job_key, "status": status, "at": at}
+
+
+# -- records on the topics ---------------------------------------------------------------
+
+
+def task_opened_record(
+    effect: Mapping[str, Any],
+    playbook_key: str,
+    subject: Mapping[str, Any],
+    contacts: Sequence[Any],
+) -> dict[str, Any]:
+    """``TaskOpenedRecord`` (tasks topic): the effect, with what a channel
+    service needs to talk to the job's contacts."""
+    return {
+        "schema": SCHEMA,
+        **effect,
+        "playbook_key": playbook_key,
+        "subject": dict(subject),
+        "contacts": list(contacts),
+    }
+
+
+def task_closed_record(effect: Mapping[str, Any]) -> dict[str, Any]:
+    """``TaskClosedRecord`` (tasks topic)."""
+    return {"schema": SCHEMA, **effect}
+
+
+def decision_body(
+    now: str,
+    input: Mapping[str, Any],
+    outcome: str,
+    refused: str | None,
+    seq: int | None,
+    fired: list[dict[str, Any]],
+    verdicts: list[dict[str, Any]],
+    transitions: list[dict[str, Any]],
+    effects: list[dict[str, Any]],
+    frontier: Sequence[str],
+    status: str | None,
+    state_hash: str | None,
+) -> dict[str, Any]:
+    """What the core decided: the part of a ``DecisionRecord`` the core fills
+    (``decision_record`` adds where the input came from)."""
+    return {
+        "now": now,
+        "input": input,
+        "outcome": outcome,
+        "refused": refused,
+        "seq": seq,
+        "fired": fired,
+        "verdicts": verdicts,
+        "transitions": transitions,
+        "effects": effects,
+        "frontier": list(frontier),
+        "status": status,
+        "state_hash": state_hash,
+    }
+
+
+def record_origin(
+    topic: str, partition: int, offset: int, read_partition: int, read_offset: int
+) -> dict[str, Any]:
+    """``RecordOrigin``: where the producer put the record; ``forwarded``
+    (``RecordForward``) only when the copy decided was read elsewhere."""
+    out: dict[str, Any] = {"topic": topic, "partition": partition, "offset": offset}
+    if read_partition != partition:
+        out["forwarded"] = {"partition": read_partition, "offset": read_offset}
+    return out
+
+
+def decision_record(
+    job_key: str,
+    playbook_key: str | None,
+    playbook_version: int | None,
+    origin: Mapping[str, Any] | None,
+    prev_state_hash: str | None,
+    body: Mapping[str, Any],
+    record_timestamp: int,
+    bound: str | None,
+) -> dict[str, Any]:
+    """``DecisionRecord`` (decisions topic). ``bound`` (with the record's
+    timestamp) is the ``ClockBound``: why ``now`` is not the record's
+    timestamp; None when it is."""
+    out: dict[str, Any] = {
+        "type": "decision",
+        "schema": SCHEMA,
+        "job_key": job_key,
+        "playbook_key": playbook_key,
+        "playbook_version": playbook_version,
+        "origin": origin,
+        "prev_state_hash": prev_state_hash,
+        **body,
+    }
+    if bound is not None:
+        out["clock"] = {"record_timestamp": record_timestamp, "bound": bound}
+    return out
+
+
+def milestone_snapshot(state: Mapping[str, Any]) -> dict[str, Any]:
+    """``MilestoneSnapshot``, from a milestone's part of job state."""
+    return {
+        "state": state["status"],
+        "opened_at": state.get("opened_at"),
+        "deadline": state.get("deadline"),
+        "task_at": state.get("task_at"),
+        "settled_at": state.get("settled_at"),
+        "outcome": state.get("outcome"),
+        "explanation": state.get("explanation"),
+    }
+
+
+def job_snapshot(
+    state: Mapping[str, Any], frontier: Sequence[str], state_hash: str
+) -> dict[str, Any]:
+    """``JobSnapshot`` (jobs topic), from job state as JSON, the frontier and
+    the state's hash."""
+    parts: Mapping[str, Any] = state["milestones"]
+    return {
+        "type": "job.snapshot",
+        "schema": SCHEMA,
+        "key": state["key"],
+        "status": state["status"],
+        "playbook_key": state["playbook_key"],
+        "playbook_version": state["playbook_version"],
+        "seq": state["seq"],
+        "started_at": state["started_at"],
+        "updated_at": state["updated_at"],
+        "ended_at": state["ended_at"],
+        "events": state["events"],
+        "milestones": {mid: m["status"] for mid, m in parts.items()},
+        "detail": {mid: milestone_snapshot(m) for mid, m in parts.items()},
+        "frontier": list(frontier),
+        "timers": state["timers"],
+        "state_hash": state_hash,
+    }
