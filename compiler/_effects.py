@@ -8,7 +8,17 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeAlias
 
-from topics import JobStatus, MilestoneStatus, TaskOutcome, build
+from topics import JobStatus, MilestoneStatus, TaskOutcome
+from topics.build import (
+    decision_body,
+    job_finished,
+    task_closed,
+    task_opened,
+    timer_cancelled,
+    timer_set,
+    transition,
+    verdict,
+)
 
 from ._inputs import Input
 from ._state import JobState, Timer
@@ -74,7 +84,7 @@ class TaskOpened:
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready, with ``type``."""
-        return build.task_opened(
+        return task_opened(
             self.task_id,
             self.job_key,
             self.milestone,
@@ -109,7 +119,7 @@ class TaskClosed:
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready, with ``type``."""
-        return build.task_closed(
+        return task_closed(
             self.task_id, self.job_key, self.milestone, to_iso(self.at), self.outcome
         )
 
@@ -126,7 +136,7 @@ class TimerSet:
     def to_json(self) -> dict[str, Any]:
         """JSON-ready, with ``type``."""
         t = self.timer
-        return build.timer_set(to_iso(t.at), t.kind, t.milestone)
+        return timer_set(to_iso(t.at), t.kind, t.milestone)
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +151,7 @@ class TimerCancelled:
     def to_json(self) -> dict[str, Any]:
         """JSON-ready, with ``type``."""
         t = self.timer
-        return build.timer_cancelled(to_iso(t.at), t.kind, t.milestone)
+        return timer_cancelled(to_iso(t.at), t.kind, t.milestone)
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +169,7 @@ class JobFinished:
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready, with ``type``."""
-        return build.job_finished(self.job_key, self.status, to_iso(self.at))
+        return job_finished(self.job_key, self.status, to_iso(self.at))
 
 
 Effect: TypeAlias = TaskOpened | TaskClosed | TimerSet | TimerCancelled | JobFinished
@@ -191,9 +201,7 @@ class Transition:
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready."""
-        return build.transition(
-            self.milestone, self.before, self.after, to_iso(self.at), self.reason
-        )
+        return transition(self.milestone, self.before, self.after, to_iso(self.at), self.reason)
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,7 +219,7 @@ class Verdicts:
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready."""
-        return build.verdict(self.milestone, to_iso(self.at), self.explanation)
+        return verdict(self.milestone, to_iso(self.at), self.explanation)
 
 
 @dataclass(frozen=True)
@@ -279,7 +287,7 @@ class Step:
     def to_json(self) -> dict[str, Any]:
         """The decision record's body (the shell adds where the input came from)."""
         state = self.state
-        return build.decision_body(
+        return decision_body(
             to_iso(self.now),
             self.input.to_json(),
             self.outcome,

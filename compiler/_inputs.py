@@ -6,7 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
-from topics import SOURCES, Source, build
+from topics import SOURCES, Source
+from topics.build import event_input, start_input, tick_input
 
 from ._facts import Fact
 
@@ -27,7 +28,7 @@ class Start:
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready, with ``type``."""
-        return build.start_input(self.key, self.playbook_key, self.subject, self.contacts)
+        return start_input(self.key, self.playbook_key, self.subject, self.contacts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +71,7 @@ class Event:
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready, with ``type``."""
-        return build.event_input(
+        return event_input(
             self.action, self.value, self.properties, self.source, self.idempotency_key, self.id
         )
 
@@ -81,7 +82,7 @@ class Tick:
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready, with ``type``."""
-        return build.tick_input()
+        return tick_input()
 
 
 Input: TypeAlias = Start | Event | Tick

@@ -16,7 +16,8 @@ from datetime import datetime
 from typing import Any, Final
 
 import orjson
-from topics import JobStatus, MilestoneStatus, TaskOutcome, TimerKind, build
+from topics import JobStatus, MilestoneStatus, TaskOutcome, TimerKind
+from topics.build import timer
 
 from ._condition import Tally
 from ._time import from_iso, to_iso
@@ -91,7 +92,7 @@ class Timer:
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready."""
-        return build.timer(to_iso(self.at), self.kind, self.milestone)
+        return timer(to_iso(self.at), self.kind, self.milestone)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Timer:

@@ -66,9 +66,15 @@ from topics import (
     RecordError,
     TickRecord,
     Topics,
-    build,
     decode_inbox,
     event_id,
+)
+from topics.build import (
+    decision_record,
+    job_snapshot,
+    record_origin,
+    task_closed_record,
+    task_opened_record,
 )
 
 from .errors import StorageError
@@ -300,7 +306,7 @@ def snapshot_of(graph: JobGraph, state: JobState) -> dict[str, Any]:
     :class:`topics.JobSnapshot`, built by ``topics.build`` (this runs once per
     changed job per batch: validating our own output there would cost more
     than the decision)."""
-    return build.job_snapshot(state.json(), graph.frontier(state), state.hash)
+    return job_snapshot(state.json(), graph.frontier(state), state.hash)
 
 
 class Engine:
@@ -670,11 +676,9 @@ class Engine:
         # The effects' JSON is in the decision record already: task records reuse it.
         for effect, data in zip(step.effects, body["effects"], strict=True):
             if isinstance(effect, TaskOpened) and state is not None:
-                task = build.task_opened_record(
-                    data, state.playbook_key, state.subject, state.contacts
-                )
+                task = task_opened_record(data, state.playbook_key, state.subject, state.contacts)
             elif isinstance(effect, TaskClosed):
-                task = build.task_closed_record(data)
+                task = task_closed_record(data)
             else:
                 continue
             encoded.append(Output(self.topics.tasks, ref[1].encode(), _dumps(task), ref[0]))
@@ -702,13 +706,11 @@ class Engine:
     ) -> dict[str, Any]:
         """A decision record (topics.DecisionRecord), as data."""
         playbook = graph.playbook if graph is not None else None
-        return build.decision_record(
+        return decision_record(
             key,
             playbook.key if playbook else None,
             playbook.version if playbook else None,
-            build.record_origin(
-                record.topic, origin[0], origin[1], record.partition, record.offset
-            ),
+            record_origin(record.topic, origin[0], origin[1], record.partition, record.offset),
             before.hash if before is not None else None,
             step.to_json(),
             record.timestamp_ms,

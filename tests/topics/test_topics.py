@@ -537,3 +537,22 @@ def test_compiler_exports_the_documented_names() -> None:
         "PlaybookError",
     }
     assert documented <= set(compiler.__all__)
+
+
+def test_a_compact_message_leaves_out_defaults_and_reads_back_the_same() -> None:
+    event = InboxEvent(key="job-1", action="id_uploaded", idempotency_key="evt-1")
+    assert event.compact() == {
+        "type": "event",
+        "key": "job-1",
+        "action": "id_uploaded",
+        "idempotency_key": "evt-1",
+    }
+    assert InboxEvent.model_validate(event.compact()) == event
+    start = JobStart(key="job-1", playbook_key="onboarding", subject={"n": 1})
+    assert start.compact() == {
+        "type": "job.start",
+        "key": "job-1",
+        "playbook_key": "onboarding",
+        "subject": {"n": 1},
+    }
+    assert decode_inbox(encode(start.compact()), b"job-1") == start
