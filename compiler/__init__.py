@@ -37,7 +37,7 @@ from ._effects import (
     Transition,
     task_id,
 )
-from ._errors import ConditionError, LemongraphError
+from ._errors import ConditionError, GraphMismatch, LemongraphError
 from ._facts import Fact
 from ._inputs import Event, Input, Source, Start, Tick, input_from_json
 from ._jobgraph import JobGraph, refusal
@@ -89,6 +89,7 @@ __all__ = [
     "Expr",
     "Fact",
     "FactRef",
+    "GraphMismatch",
     "Input",
     "JobFinished",
     "JobGraph",

@@ -1,9 +1,11 @@
 """The error tree of the pure core.
 
     LemongraphError                 root of everything this package raises on bad input
+    ├── SourceError                 a YAML/JSON document that cannot be read (with position)
     ├── ConditionError              a condition that does not parse or fails a static check
     ├── PlaybookError               a playbook that fails validation (one or more problems)
-    └── ScenarioError               a scenario file that cannot be used
+    ├── ScenarioError               a scenario file that cannot be used
+    └── GraphMismatch               a job handed to the graph of another playbook version
 
 Every error carries data (``code``, and where it applies ``line``/``column``) so
 that callers never parse a message to decide what to do (STYLE §6).
@@ -11,7 +13,7 @@ that callers never parse a message to decide what to do (STYLE §6).
 
 from __future__ import annotations
 
-__all__ = ["ConditionError", "LemongraphError", "caret_excerpt"]
+__all__ = ["ConditionError", "GraphMismatch", "LemongraphError", "caret_excerpt"]
 
 
 class LemongraphError(Exception):
@@ -41,6 +43,25 @@ class ConditionError(LemongraphError):
         self.column = column
         super().__init__(
             f"line {line}, column {column}: {reason}\n{caret_excerpt(text, line, column)}"
+        )
+
+
+class GraphMismatch(LemongraphError, ValueError):
+    """``JobGraph.next`` was given a job pinned to another playbook version than
+    the graph runs: the caller chose the wrong graph (``job_playbook`` and
+    ``graph_playbook`` say which, as ``(key, version)``)."""
+
+    code = "playbook_mismatch"
+
+    def __init__(
+        self, job: str, job_playbook: tuple[str, int], graph_playbook: tuple[str, int]
+    ) -> None:
+        self.job = job
+        self.job_playbook = job_playbook
+        self.graph_playbook = graph_playbook
+        super().__init__(
+            f"job {job!r} pinned playbook {job_playbook[0]} v{job_playbook[1]}; "
+            f"this graph runs {graph_playbook[0]} v{graph_playbook[1]}"
         )
 
 

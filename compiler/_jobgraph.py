@@ -61,6 +61,7 @@ from ._effects import (
     Transition,
     Verdicts,
 )
+from ._errors import GraphMismatch
 from ._inputs import Event, Input, Start, Tick
 from ._playbook import Milestone, Playbook
 from ._state import (
@@ -128,9 +129,8 @@ class JobGraph:
             return _Decision.start(self.playbook, input, now)
         assert state is not None  # refusal() refuses any other input without a job
         if (state.playbook_key, state.playbook_version) != self._pinned:
-            raise ValueError(
-                f"job {state.key!r} pinned playbook {state.playbook_key} "
-                f"v{state.playbook_version}; this graph runs v{self.playbook.version}"
+            raise GraphMismatch(
+                state.key, (state.playbook_key, state.playbook_version), self._pinned
             )
         if (
             isinstance(input, Event)

@@ -20,6 +20,7 @@ import pytest
 from compiler import (
     MAX_REMEMBERED_KEYS,
     Event,
+    GraphMismatch,
     JobFinished,
     JobGraph,
     JobState,
@@ -855,3 +856,15 @@ def test_seq_counts_applied_decisions_only() -> None:
     state = apply(graph, state, at(hours=2), Event("noise", idempotency_key="k"))  # duplicate
     state = apply(graph, state, at(hours=3), Tick())  # noop
     assert state.seq == 2
+
+
+def test_a_job_given_to_another_versions_graph_is_an_error_naming_both() -> None:
+    v1 = JobGraph(playbook({"id": "a", "condition": "x"}))
+    v2 = JobGraph(playbook({"id": "a", "condition": "x"}, version=2))
+    state, _ = started(v1)
+    with pytest.raises(GraphMismatch) as caught:
+        v2.next(state, at(hours=1), Event("x"))
+    error = caught.value
+    assert (error.job, error.job_playbook, error.graph_playbook) == (JOB, ("pb", 1), ("pb", 2))
+    assert error.code == "playbook_mismatch"
+    assert "pb v1" in str(error) and "pb v2" in str(error)
