@@ -867,4 +867,5 @@ def test_a_job_given_to_another_versions_graph_is_an_error_naming_both() -> None
     error = caught.value
     assert (error.job, error.job_playbook, error.graph_playbook) == (JOB, ("pb", 1), ("pb", 2))
     assert error.code == "playbook_mismatch"
-    assert "pb v1" in str(error) and "pb v2" in str(error)
+    assert "pb v1" in str(error)
+    assert "pb v2" in str(error)
