@@ -63,7 +63,7 @@ from ._simulate import (
     parse_scenarios,
     run_scenario,
 )
-from ._source import SourceError
+from ._source import Located, SourceError, field_problem, load_located
 from ._state import MAX_REMEMBERED_KEYS, JobState, MilestoneState, Timer, canonical_json
 from ._time import from_iso, to_iso
 from ._verdict import Verdict
@@ -95,6 +95,7 @@ __all__ = [
     "JobGraph",
     "JobState",
     "LemongraphError",
+    "Located",
     "Member",
     "Milestone",
     "MilestoneSpec",
@@ -127,9 +128,11 @@ __all__ = [
     "canonical_json",
     "compile_condition",
     "compile_playbook",
+    "field_problem",
     "format_offset",
     "from_iso",
     "input_from_json",
+    "load_located",
     "load_playbook",
     "parse_duration",
     "parse_scenarios",

@@ -23,7 +23,7 @@ from ._condition import Condition, compile_condition
 from ._durations import parse_duration
 from ._errors import ConditionError, LemongraphError, caret_excerpt
 from ._printer import print_atom
-from ._source import Located, Position, load_located
+from ._source import Located, Position, field_problem, load_located
 
 __all__ = [
     "Milestone",
@@ -239,13 +239,7 @@ class _Compiler:
             for err in errors:
                 loc = tuple(err["loc"])
                 milestone = _milestone_at(data, loc)
-                dotted = ".".join(str(p) for p in loc) or "playbook"
-                message = err["msg"].removeprefix("Value error, ")
-                if err["type"] == "extra_forbidden":
-                    message = f"unknown field {loc[-1]!r}"
-                elif err["type"] == "missing":
-                    message = "this field is required"
-                self.problem(f"{dotted}: {message}", _path(loc), milestone)
+                self.problem(field_problem(err, "playbook"), _path(loc), milestone)
             raise self.fail() from None
 
     def _conditions(self, spec: PlaybookSpec) -> dict[str, Condition]:

@@ -7,10 +7,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import yaml
+from pydantic_core import ErrorDetails
 
 from ._errors import LemongraphError
 
-__all__ = ["Located", "Position", "SourceError", "load_located"]
+__all__ = ["Located", "Position", "SourceError", "field_problem", "load_located"]
 
 Path = tuple[str | int, ...]
 
@@ -112,3 +113,16 @@ class _Builder:
         if isinstance(node, yaml.SequenceNode):
             return [self.build(item, (*path, i)) for i, item in enumerate(node.value)]
         return self.constructor.construct_object(node, deep=True)
+
+
+def field_problem(err: ErrorDetails, document: str) -> str:
+    """One pydantic error as ``dotted.path: what``, in the words a file's author
+    reads (``document`` names the whole when the path is empty)."""
+    loc = tuple(err["loc"])
+    dotted = ".".join(str(p) for p in loc) or document
+    message = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        message = f"unknown field {loc[-1]!r}"
+    elif err["type"] == "missing":
+        message = "this field is required"
+    return f"{dotted}: {message}"

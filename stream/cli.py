@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING
 
 import click
 
-from compiler import LemongraphError, PlaybookError, parse_scenarios
+from compiler import LemongraphError, Playbook, PlaybookError, parse_scenarios
 from topics import SOURCES
 
 from .config import Settings
 from .errors import ConfigError, KafkaUnavailable, ShellError
-from .files import is_scenario, load_playbook_file, playbook_files, scenario_files
+from .files import is_catalog, is_scenario, load_playbook_file, playbook_files, scenario_files
 from .kafka import ConsumedRecord
 
 if TYPE_CHECKING:
@@ -83,13 +83,22 @@ def check(paths: tuple[Path, ...]) -> None:
     _native()
     files: list[Path] = []
     problems: list[str] = []
+    catalogs: list[Path] = []
+    configured = Settings.from_env().catalog
     for path in paths:
         if path.is_dir():
             files.extend(sorted(playbook_files(path) + scenario_files(path)))
+            catalog = configured if configured is not None else path / "catalog.yaml"
+            if catalog.is_file() and catalog not in catalogs:
+                catalogs.append(catalog)
         elif path.is_file():
-            files.append(path)
+            if is_catalog(path):
+                catalogs.append(path)
+            else:
+                files.append(path)
         else:
             problems.append(f"{path}: no such file or folder")
+    playbooks: list[Playbook] = []
     for path in files:
         try:
             if is_scenario(path):
@@ -98,18 +107,26 @@ def check(paths: tuple[Path, ...]) -> None:
                 parsed = parse_scenarios(path.read_text(encoding="utf-8"), str(path))
                 playbook_for(path, parsed)
             else:
-                load_playbook_file(path)
+                playbooks.append(load_playbook_file(path))
         except PlaybookError as exc:
             problems.extend(_one_line(str(p)) for p in exc.problems)
         except LemongraphError as exc:
             problems.extend(_one_line(line) for line in str(exc).splitlines() if line.strip())
         except (OSError, UnicodeDecodeError) as exc:
             problems.append(f"{path}: cannot read: {exc}")
+    from agents.catalog import check_playbooks, load_catalog_file
+
+    for path in catalogs:
+        # Every integration a playbook names must be in the catalog (docs/agents.md).
+        try:
+            problems.extend(check_playbooks(load_catalog_file(path), playbooks))
+        except LemongraphError as exc:
+            problems.extend(_one_line(line) for line in str(exc).splitlines() if line.strip())
     for problem in problems:
         click.echo(problem)
     if problems:
         sys.exit(1)
-    click.echo(f"ok: {len(files)} file(s) valid")
+    click.echo(f"ok: {len(files) + len(catalogs)} file(s) valid")
 
 
 def _one_line(problem: str) -> str:
@@ -605,6 +622,35 @@ def bench(quick: bool, json_path: Path | None) -> None:
     if json_path is not None:
         json_path.write_bytes(figures_json(figures))
         click.echo(f"figures written to {json_path}")
+
+
+# -- the stand-in model -----------------------------------------------------------------
+
+
+@main.command()
+@click.option("--port", default=8765, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option(
+    "--script",
+    type=click.Path(path_type=Path, dir_okay=False),
+    envvar="LEMONGRAPH_STANDIN_SCRIPT",
+    help="Rules to answer with (docs/agents.md); default: the built-in policy.",
+)
+def standin(port: int, host: str, script: Path | None) -> None:
+    """Run the stand-in model: an OpenAI-compatible server (/v1/responses and
+    /v1/chat/completions) that answers deterministically, for offline runs and
+    tests. Point OPENAI_BASE_URL at http://HOST:PORT/v1."""
+    import uvicorn
+
+    from agents.standin import build_standin, load_script
+
+    try:
+        rules = load_script(script) if script is not None else None
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    answers = f"script {script}" if script is not None else "built-in policy"
+    _say(f"standin: http://{host}:{port}/v1 ({answers})")
+    uvicorn.run(build_standin(rules), host=host, port=port, log_level="warning")
 
 
 # -- the gateway ------------------------------------------------------------------------

@@ -108,6 +108,13 @@ class Settings:
     max_clock_skew: float = 300.0
     #: Decoded job states a worker keeps in memory (most recently used).
     state_cache: int = 10_000
+    #: The agent catalog (None: catalog.yaml in the playbooks folder).
+    catalog: Path | None = None
+
+    @property
+    def catalog_file(self) -> Path:
+        """Where the agent catalog is read from (docs/agents.md)."""
+        return self.catalog if self.catalog is not None else self.playbooks_dir / "catalog.yaml"
 
     @classmethod
     def from_env(
@@ -140,4 +147,7 @@ class Settings:
             max_body=_int(env, "LEMONGRAPH_API_MAX_BODY", 65536),
             max_clock_skew=_seconds(env, "LEMONGRAPH_MAX_CLOCK_SKEW", 300.0),
             state_cache=_int(env, "LEMONGRAPH_STATE_CACHE", 10_000, low=0),
+            catalog=Path(env["LEMONGRAPH_CATALOG"].strip())
+            if env.get("LEMONGRAPH_CATALOG", "").strip()
+            else None,
         )

@@ -9,6 +9,7 @@ from compiler import Playbook, PlaybookError, PlaybookProblem, load_playbook
 
 __all__ = [
     "PlaybookSet",
+    "is_catalog",
     "is_scenario",
     "load_playbook_file",
     "load_playbooks_dir",
@@ -24,10 +25,18 @@ def is_scenario(path: Path) -> bool:
     return path.suffix in _SUFFIXES and path.stem.endswith(".scenario")
 
 
+def is_catalog(path: Path) -> bool:
+    """``catalog.yaml|yml|json``: the agent catalog (docs/agents.md), not a playbook."""
+    return path.suffix in _SUFFIXES and path.stem == "catalog"
+
+
 def playbook_files(folder: Path) -> list[Path]:
-    """Every playbook file under ``folder`` (recursively), sorted."""
+    """Every playbook file under ``folder`` (recursively), sorted: every YAML or
+    JSON file but scenarios and the agent catalog."""
     return sorted(
-        p for p in folder.rglob("*") if p.is_file() and p.suffix in _SUFFIXES and not is_scenario(p)
+        p
+        for p in folder.rglob("*")
+        if p.is_file() and p.suffix in _SUFFIXES and not is_scenario(p) and not is_catalog(p)
     )
 
 

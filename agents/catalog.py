@@ -1,0 +1,285 @@
+"""The agent catalog: what the integrations a playbook names grant, which agents
+exist, which tools trusted code runs and what fact each records (docs/agents.md).
+
+``catalog.yaml`` sits in the playbooks folder (``LEMONGRAPH_CATALOG`` points
+elsewhere). It is validated like a playbook: every problem, with file, line and
+column. :func:`check_playbooks` adds the one rule that spans both: every
+integration a playbook names must be in the catalog.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from compiler import LemongraphError, Playbook, field_problem, load_located
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+__all__ = [
+    "CONVERSATION",
+    "AgentSpec",
+    "Bounds",
+    "Catalog",
+    "CatalogError",
+    "HttpAction",
+    "IntegrationSpec",
+    "Records",
+    "ToolSpec",
+    "catalog_path",
+    "check_playbooks",
+    "load_catalog",
+    "load_catalog_file",
+]
+
+#: The agent composed over a job's frontier (every catalog has one).
+CONVERSATION = "conversation"
+
+_NAME = r"^[A-Za-z_][A-Za-z0-9_\-]{0,63}$"
+_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class HttpAction(_Spec):
+    """Call an HTTP endpoint with the arguments as the JSON body. ``${VAR}`` in
+    the URL and header values is read from the environment when the call is made."""
+
+    url: str = Field(min_length=1)
+    method: Literal["GET", "POST", "PUT", "PATCH", "DELETE"] = "POST"
+    headers: dict[str, str] = Field(default_factory=dict)
+    timeout: float = Field(10.0, gt=0, le=300)
+
+
+class Records(_Spec):
+    """The fact a successful call records, with properties read from the JSON
+    response by path (``$.when``, ``$.booking.id``)."""
+
+    fact: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
+    properties: dict[str, str] = Field(default_factory=dict)
+    value: str | None = None
+
+
+class ToolSpec(_Spec):
+    """A tool: what the model is told, the schema of its arguments, what
+    trusted code does, and what it records on success."""
+
+    description: str = Field(min_length=1)
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    http: HttpAction | None = None
+    idempotent: bool = False
+    records: Records | None = None
+
+
+class IntegrationSpec(_Spec):
+    """What an integration a playbook names grants: tools, a delegate agent, or both."""
+
+    tools: tuple[str, ...] = ()
+    delegate: str | None = None
+
+
+class Bounds(_Spec):
+    """Per run: model turns, tool calls, tokens (None: no bound) and wall time."""
+
+    max_turns: int = Field(10, ge=1, le=1000)
+    max_tool_calls: int = Field(20, ge=0, le=10_000)
+    max_tokens: int | None = Field(None, ge=1)
+    max_seconds: float = Field(120.0, gt=0, le=86_400)
+
+
+class AgentSpec(_Spec):
+    """An agent: its instructions, its own tools and delegates, skills, bounds."""
+
+    instructions: str = Field(min_length=1)
+    description: str | None = None
+    tools: tuple[str, ...] = ()
+    delegates: tuple[str, ...] = ()
+    skills: tuple[str, ...] = ()
+    bounds: Bounds = Field(default_factory=Bounds)
+
+
+class _CatalogSpec(_Spec):
+    integrations: dict[str, IntegrationSpec] = Field(default_factory=dict)
+    agents: dict[str, AgentSpec] = Field(default_factory=dict)
+    tools: dict[str, ToolSpec] = Field(default_factory=dict)
+    skills: dict[str, str] = Field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """A validated catalog. ``skills`` maps a skill's name to its text."""
+
+    source: str
+    integrations: Mapping[str, IntegrationSpec]
+    agents: Mapping[str, AgentSpec]
+    tools: Mapping[str, ToolSpec]
+    skills: Mapping[str, str]
+
+    def grants(self, integrations: Iterable[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """(tools, delegate agents) that ``integrations`` grant, each once, in
+        the order first granted."""
+        tools: dict[str, None] = {}
+        delegates: dict[str, None] = {}
+        for name in integrations:
+            spec = self.integrations.get(name)
+            if spec is None:
+                continue
+            tools.update(dict.fromkeys(spec.tools))
+            if spec.delegate is not None:
+                delegates[spec.delegate] = None
+        return tuple(tools), tuple(delegates)
+
+
+class CatalogError(LemongraphError):
+    """A catalog that is refused. ``problems`` has one line per problem,
+    ``file:line:column: what``."""
+
+    code = "invalid_catalog"
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = tuple(problems)
+        super().__init__("\n".join(problems))
+
+
+def catalog_path(playbooks: Path, configured: str | None = None) -> Path:
+    """Where the catalog is: ``LEMONGRAPH_CATALOG`` when set, else
+    ``catalog.yaml`` in the playbooks folder."""
+    if configured:
+        return Path(configured)
+    return playbooks / "catalog.yaml"
+
+
+def load_catalog_file(path: Path) -> Catalog:
+    """Read and validate a catalog file; skill files are read relative to it."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CatalogError([f"{path}: cannot read: {exc}"]) from None
+    return load_catalog(text, str(path), base=path.parent)
+
+
+def load_catalog(text: str, source: str = "<catalog>", base: Path | None = None) -> Catalog:
+    """Validate catalog text. Raises :class:`CatalogError` listing every problem."""
+    located = load_located(text, source)
+    problems: list[str] = []
+
+    def where(path: tuple[str | int, ...]) -> str:
+        pos = located.position(path)
+        return f"{source}:{pos.line}:{pos.column}" if pos else source
+
+    def problem(path: tuple[str | int, ...], message: str) -> None:
+        problems.append(f"{where(path)}: {message}")
+
+    data = located.data
+    if not isinstance(data, dict):
+        raise CatalogError(
+            [f"{where(())}: a catalog must be a mapping (integrations, agents, ...)"]
+        )
+    try:
+        spec = _CatalogSpec.model_validate(data)
+    except ValidationError as exc:
+        for err in exc.errors():
+            problem(tuple(err["loc"]), field_problem(err, "catalog"))
+        raise CatalogError(problems) from None
+
+    for section in ("integrations", "agents", "tools", "skills"):
+        for name in getattr(spec, section):
+            if not re.match(_NAME, name):
+                problem((section, name), f"{section}: {name!r} is not a valid name")
+    if CONVERSATION not in spec.agents:
+        problem(("agents",), f"agents: the {CONVERSATION!r} agent is required")
+    for name in spec.tools:
+        if name in spec.agents:
+            problem(
+                ("tools", name),
+                f"tools.{name}: an agent has the same name (a delegate is called by its name)",
+            )
+    for name, integration in spec.integrations.items():
+        for i, tool_name in enumerate(integration.tools):
+            if tool_name not in spec.tools:
+                problem(
+                    ("integrations", name, "tools", i),
+                    f"integrations.{name}: unknown tool {tool_name!r}",
+                )
+        if integration.delegate is not None:
+            if integration.delegate not in spec.agents:
+                problem(
+                    ("integrations", name, "delegate"),
+                    f"integrations.{name}: unknown agent {integration.delegate!r}",
+                )
+            elif integration.delegate == CONVERSATION:
+                problem(
+                    ("integrations", name, "delegate"),
+                    f"integrations.{name}: the conversation agent cannot be a delegate",
+                )
+    for name, agent in spec.agents.items():
+        for i, tool_name in enumerate(agent.tools):
+            if tool_name not in spec.tools:
+                problem(("agents", name, "tools", i), f"agents.{name}: unknown tool {tool_name!r}")
+        for i, delegate in enumerate(agent.delegates):
+            if delegate not in spec.agents or delegate in (name, CONVERSATION):
+                problem(
+                    ("agents", name, "delegates", i),
+                    f"agents.{name}: {delegate!r} cannot be a delegate here",
+                )
+        for i, skill in enumerate(agent.skills):
+            if skill not in spec.skills:
+                problem(("agents", name, "skills", i), f"agents.{name}: unknown skill {skill!r}")
+    for name, tool in spec.tools.items():
+        try:
+            Draft202012Validator.check_schema(tool.parameters)
+        except SchemaError as exc:
+            problem(("tools", name, "parameters"), f"tools.{name}.parameters: {exc.message}")
+        if tool.parameters.get("type") != "object":
+            problem(
+                ("tools", name, "parameters"),
+                f"tools.{name}.parameters: the arguments must be an object (type: object)",
+            )
+        if tool.http is None:
+            problem(("tools", name), f"tools.{name}: says nothing for trusted code to do (http)")
+        if tool.records is not None:
+            for prop, ref in tool.records.properties.items():
+                if not ref.startswith("$"):
+                    problem(
+                        ("tools", name, "records", "properties", prop),
+                        f"tools.{name}.records.properties.{prop}: {ref!r} is not a "
+                        "response path ($ or $.field)",
+                    )
+    skills: dict[str, str] = {}
+    for name, file in spec.skills.items():
+        path = (base or Path(".")) / file
+        try:
+            skills[name] = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            problem(("skills", name), f"skills.{name}: cannot read {file}: {why}")
+    if problems:
+        raise CatalogError(problems)
+    return Catalog(source, spec.integrations, spec.agents, spec.tools, skills)
+
+
+def check_playbooks(catalog: Catalog, playbooks: Iterable[Playbook]) -> list[str]:
+    """One line per integration a playbook names that the catalog lacks."""
+    out: list[str] = []
+    for playbook in playbooks:
+        for milestone in playbook.milestones:
+            for name in milestone.integrations:
+                if name not in catalog.integrations:
+                    out.append(
+                        f"{catalog.source}: playbook {playbook.key} milestone {milestone.id}: "
+                        f"integration {name!r} is not in the catalog"
+                    )
+    return out
+
+
+def expand_env(text: str, env: Mapping[str, str] | None = None) -> str:
+    """``${VAR}`` replaced from the environment (an unset variable is empty)."""
+    values = os.environ if env is None else env
+    return _ENV.sub(lambda m: values.get(m.group(1), ""), text)

@@ -1,0 +1,171 @@
+"""Composition: a job's conversation agent, re-composed over its frontier
+(docs/agents.md, "What the model is given").
+
+:func:`compose` is pure: the job's open tasks, its subject and contacts, the
+conversation so far and the catalog in; the model request out. It is the only
+place that decides what a model sees, so a test can read exactly that.
+
+The request names the agent and the next best step on lines of their own
+(``Agent: <name>``, ``Next best step: <milestone>``); the stand-in model's
+script rules match on them (docs/agents.md, "The stand-in model").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import orjson
+
+from .catalog import CONVERSATION, Catalog
+
+__all__ = [
+    "DELEGATE_PARAMETERS",
+    "ModelRequest",
+    "OpenTask",
+    "ToolOffer",
+    "Turn",
+    "compose",
+]
+
+#: A delegate is offered as a tool that takes one plain-language request.
+DELEGATE_PARAMETERS: Mapping[str, Any] = {
+    "type": "object",
+    "properties": {"request": {"type": "string", "description": "What to do, in plain words."}},
+    "required": ["request"],
+    "additionalProperties": False,
+}
+
+
+@dataclass(frozen=True)
+class OpenTask:
+    """An open task of the job, as its ``task.opened`` record said."""
+
+    task_id: str
+    milestone: str
+    instructions: str
+    deadline: str
+    integrations: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One turn of the conversation so far: what the person said, what an
+    agent said, or a tool result (``name`` is the tool)."""
+
+    role: Literal["person", "agent", "tool"]
+    text: str
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class ToolOffer:
+    """A function the model may call: a tool, or a delegate agent by its name."""
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+    kind: Literal["tool", "delegate"] = "tool"
+
+
+@dataclass(frozen=True)
+class ModelRequest:
+    """What one model call is given: instructions, the conversation as
+    messages (``role`` is ``user`` or ``assistant``), and the tools offered."""
+
+    agent: str
+    instructions: str
+    messages: tuple[tuple[Literal["user", "assistant"], str], ...]
+    tools: tuple[ToolOffer, ...] = field(default=())
+
+    def offers(self, name: str) -> ToolOffer | None:
+        """The offer named ``name``, if the request makes it."""
+        return next((t for t in self.tools if t.name == name), None)
+
+
+def compose(
+    catalog: Catalog,
+    *,
+    playbook_instructions: str,
+    tasks: Sequence[OpenTask],
+    subject: Mapping[str, Any],
+    contacts: Sequence[Any],
+    turns: Sequence[Turn],
+    history: int = 20,
+    agent: str = CONVERSATION,
+    request: str | None = None,
+) -> ModelRequest:
+    """The model request for ``agent`` on a job.
+
+    ``tasks`` are the open tasks in frontier order: the first is the next best
+    step. The conversation agent is offered exactly the tools and delegates the
+    tasks' integrations grant; a delegate (``agent`` another catalog agent,
+    ``request`` what it was asked) only its own. The last ``history`` turns are
+    sent; the earlier ones are summarised as a count.
+    """
+    spec = catalog.agents[agent]
+    lines = [f"Agent: {agent}", spec.instructions.strip()]
+    lines.extend(catalog.skills[s].strip() for s in spec.skills if s in catalog.skills)
+    if agent == CONVERSATION:
+        lines.append(f"Playbook: {playbook_instructions.strip()}" if playbook_instructions else "")
+        if tasks:
+            first, *rest = tasks
+            lines.append(f"Next best step: {first.milestone}")
+            lines.append(f"  {first.instructions.strip()} (deadline {first.deadline})")
+            if rest:
+                lines.append("Also open (the person may prefer one of these):")
+                lines.extend(
+                    f"- {t.milestone}: {t.instructions.strip()} (deadline {t.deadline})"
+                    for t in rest
+                )
+        else:
+            lines.append("No task is open: answer, and promise nothing.")
+        lines.append(f"Subject: {_json(subject)}")
+        lines.append(f"Contacts: {_json(list(contacts))}")
+        tool_names, delegates = catalog.grants(i for t in tasks for i in t.integrations)
+    else:
+        tool_names, delegates = spec.tools, spec.delegates
+        if request is not None:
+            lines.append(f"You were asked: {request.strip()}")
+    lines.append(
+        "Only a tool result confirms that something happened; say nothing happened "
+        "that no tool result in this conversation confirms."
+    )
+    earlier = len(turns) - history if history >= 0 else 0
+    kept = list(turns[earlier:]) if earlier > 0 else list(turns)
+    if earlier > 0:
+        lines.append(f"({earlier} earlier turns of this conversation are not shown.)")
+    offers = [
+        ToolOffer(name, catalog.tools[name].description, catalog.tools[name].parameters)
+        for name in tool_names
+        if name in catalog.tools
+    ]
+    offers.extend(
+        ToolOffer(
+            name,
+            catalog.agents[name].description or f"Ask the {name} agent, in plain words.",
+            DELEGATE_PARAMETERS,
+            "delegate",
+        )
+        for name in delegates
+        if name in catalog.agents
+    )
+    return ModelRequest(
+        agent,
+        "\n".join(line for line in lines if line),
+        tuple(_message(t) for t in kept),
+        tuple(offers),
+    )
+
+
+def _message(turn: Turn) -> tuple[Literal["user", "assistant"], str]:
+    if turn.role == "agent":
+        return ("assistant", turn.text)
+    if turn.role == "tool":
+        return ("user", f"(tool result from {turn.name}) {turn.text}")
+    return ("user", turn.text)
+
+
+def _json(value: Any) -> str:
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()

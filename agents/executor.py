@@ -1,0 +1,229 @@
+"""The trusted executor: runs the tools a model asks for, never the model
+(docs/agents.md, "Tools as evidence").
+
+It refuses a tool the open tasks do not grant and arguments that fail the
+tool's schema; runs the tool's ``http`` call (an idempotent tool gets our
+derived key as ``Idempotency-Key``); and on a confirmed success returns the fact
+the tool records, as an inbox event with ``source: tool`` and that same key as
+its idempotency key. The key is derived from our own data — task id, tool,
+canonical arguments and occurrence — never from the model's call id, so a
+re-delivered task or a retried model turn records the fact once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+import orjson
+from jsonschema import Draft202012Validator
+from topics import InboxEvent
+
+from .catalog import Catalog, ToolSpec, expand_env
+
+__all__ = ["Executor", "Outcome", "derived_key", "redact_url", "response_path"]
+
+#: How much of a tool's response the model is shown.
+RESULT_EXCERPT = 2000
+
+
+def derived_key(task_id: str, tool: str, arguments: Any, occurrence: int) -> str:
+    """The idempotency key of one tool call: the same for the same task, tool,
+    arguments (canonical JSON) and occurrence, whatever the model called it."""
+    canonical = orjson.dumps([task_id, tool, arguments, occurrence], option=orjson.OPT_SORT_KEYS)
+    return "lg-" + hashlib.sha256(canonical).hexdigest()[:40]
+
+
+def redact_url(url: str) -> str:
+    """``url`` without credentials and with every query value hidden, for the
+    journal and logs (a secret in a URL never leaves the process)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    query = "&".join(
+        f"{pair.split('=', 1)[0]}=***" if "=" in pair else pair
+        for pair in parts.query.split("&")
+        if pair
+    )
+    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+
+
+def response_path(data: Any, path: str) -> tuple[bool, Any]:
+    """(found, value) at ``$`` or ``$.a.b`` in JSON data."""
+    if path == "$":
+        return True, data
+    value = data
+    for part in path.removeprefix("$.").split("."):
+        if isinstance(value, dict) and part in value:
+            value = value[part]
+        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]
+        else:
+            return False, None
+    return True, value
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What happened to one tool call.
+
+    ``status``: ``done`` (confirmed; ``fact`` is what it records, if anything),
+    ``failed`` (nothing happened, or an idempotent tool may be retried with the
+    same key), ``refused`` (not run), ``outcome_unknown`` (a non-idempotent call
+    that may have taken effect: never repeated blindly). ``output`` is what the
+    model is told; ``url`` the endpoint, redacted.
+    """
+
+    status: Literal["done", "failed", "refused", "outcome_unknown"]
+    output: str
+    key: str
+    fact: InboxEvent | None = None
+    http_status: int | None = None
+    url: str | None = None
+    seconds: float = 0.0
+
+
+class Executor:
+    """Runs catalog tools over HTTP. ``env`` supplies ``${VAR}`` values."""
+
+    def __init__(
+        self, catalog: Catalog, client: httpx.AsyncClient, env: Mapping[str, str] | None = None
+    ) -> None:
+        self.catalog = catalog
+        self.client = client
+        self.env = env
+        self._validators = {
+            name: Draft202012Validator(tool.parameters) for name, tool in catalog.tools.items()
+        }
+
+    def check(self, name: str, arguments: str, granted: Collection[str]) -> tuple[Any, str | None]:
+        """(parsed arguments, why the call is refused or None)."""
+        if name not in granted or name not in self.catalog.tools:
+            return None, f"the tool {name!r} is not granted to this agent by its open tasks"
+        try:
+            args = orjson.loads(arguments or "{}")
+        except orjson.JSONDecodeError as exc:
+            return None, f"the arguments are not JSON: {exc}"
+        errors = sorted(self._validators[name].iter_errors(args), key=lambda e: list(e.path))
+        if errors:
+            first = errors[0]
+            where = "/".join(str(p) for p in first.absolute_path) or "arguments"
+            return args, f"the arguments do not fit the tool's schema: {where}: {first.message}"
+        return args, None
+
+    async def run(
+        self,
+        *,
+        job_key: str,
+        task_id: str,
+        name: str,
+        arguments: str,
+        granted: Collection[str],
+        occurrence: int,
+    ) -> Outcome:
+        """Check, run and interpret one call."""
+        args, refused = self.check(name, arguments, granted)
+        key = derived_key(task_id, name, args, occurrence)
+        if refused is not None:
+            return Outcome("refused", _tell(False, refused), key)
+        tool = self.catalog.tools[name]
+        assert tool.http is not None  # the catalog requires it
+        url = expand_env(tool.http.url, self.env)
+        shown = redact_url(url)
+        headers = {k: expand_env(v, self.env) for k, v in tool.http.headers.items()}
+        if tool.idempotent:
+            headers["Idempotency-Key"] = key
+        started = time.monotonic()
+        try:
+            if tool.http.method == "GET":
+                response = await self.client.request(
+                    "GET", url, params=_params(args), headers=headers, timeout=tool.http.timeout
+                )
+            else:
+                response = await self.client.request(
+                    tool.http.method, url, json=args, headers=headers, timeout=tool.http.timeout
+                )
+        except httpx.TimeoutException:
+            seconds = time.monotonic() - started
+            return self._unanswered(tool, key, shown, seconds, f"timed out after {seconds:.1f}s")
+        except httpx.HTTPError as exc:
+            seconds = time.monotonic() - started
+            return self._unanswered(tool, key, shown, seconds, f"{type(exc).__name__}")
+        seconds = time.monotonic() - started
+        if not 200 <= response.status_code < 300:
+            excerpt = response.text[:200]
+            return Outcome(
+                "failed",
+                _tell(False, f"HTTP {response.status_code}: {excerpt}"),
+                key,
+                http_status=response.status_code,
+                url=shown,
+                seconds=seconds,
+            )
+        try:
+            data: Any = response.json() if response.content else None
+        except ValueError:
+            data = response.text
+        fact = self._fact(tool, job_key, key, data)
+        return Outcome(
+            "done",
+            _tell(True, data),
+            key,
+            fact=fact,
+            http_status=response.status_code,
+            url=shown,
+            seconds=seconds,
+        )
+
+    def _unanswered(
+        self, tool: ToolSpec, key: str, url: str, seconds: float, reason: str
+    ) -> Outcome:
+        # The request may have reached the endpoint. An idempotent tool is safe
+        # to call again with the same key; any other is not.
+        if tool.idempotent:
+            return Outcome("failed", _tell(False, reason), key, url=url, seconds=seconds)
+        return Outcome(
+            "outcome_unknown",
+            _tell(False, f"{reason}; it may or may not have taken effect: do not repeat it"),
+            key,
+            url=url,
+            seconds=seconds,
+        )
+
+    def _fact(self, tool: ToolSpec, job_key: str, key: str, data: Any) -> InboxEvent | None:
+        if tool.records is None:
+            return None
+        properties = {}
+        for name, path in tool.records.properties.items():
+            found, value = response_path(data, path)
+            if found:
+                properties[name] = value
+        value = None
+        if tool.records.value is not None:
+            found, value = response_path(data, tool.records.value)
+        return InboxEvent(
+            key=job_key,
+            action=tool.records.fact,
+            value=value if isinstance(value, str | int | float | bool) else None,
+            properties=properties,
+            idempotency_key=key,
+            source="tool",
+        )
+
+
+def _params(args: Any) -> dict[str, str]:
+    if not isinstance(args, dict):
+        return {}
+    return {k: v if isinstance(v, str) else orjson.dumps(v).decode() for k, v in args.items()}
+
+
+def _tell(ok: bool, detail: Any) -> str:
+    """What the model is told about a call, as JSON."""
+    body = {"ok": ok, "result" if ok else "error": detail}
+    text = orjson.dumps(body, default=str).decode()
+    return text if len(text) <= RESULT_EXCERPT else text[: RESULT_EXCERPT - 3] + "..."

@@ -1,0 +1,242 @@
+"""The model: one call of the official ``openai`` client, over the Responses
+API (default, ``store=False``, the full input each call) or Chat Completions
+(``LEMONGRAPH_OPENAI_API=chat``). docs/agents.md, "The model".
+
+The client retries 429 and 5xx answers itself, with backoff
+(``LEMONGRAPH_MODEL_RETRIES``). Whatever still fails, and an answer that is
+not a usable reply, is a :class:`ModelError` with a ``kind``: the run records it
+and goes on; it never crashes the service.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import openai
+
+from .compose import ModelRequest
+
+__all__ = ["Exchange", "Model", "ModelError", "ModelReply", "ModelSettings", "ToolCall", "Usage"]
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """How to reach the model. ``api_key`` is never logged or journaled."""
+
+    api_key: str
+    base_url: str | None = None
+    model: str = "gpt-4o"
+    api: Literal["responses", "chat"] = "responses"
+    retries: int = 3
+    timeout: float = 60.0
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> ModelSettings:
+        """``OPENAI_API_KEY``, ``OPENAI_BASE_URL``, ``OPENAI_MODEL``,
+        ``LEMONGRAPH_OPENAI_API`` (responses | chat), ``LEMONGRAPH_MODEL_RETRIES``."""
+        api = env.get("LEMONGRAPH_OPENAI_API", "responses").strip() or "responses"
+        if api not in ("responses", "chat"):
+            raise ValueError(f"LEMONGRAPH_OPENAI_API: {api!r} is not responses or chat")
+        retries = env.get("LEMONGRAPH_MODEL_RETRIES", "3").strip() or "3"
+        if not retries.isdigit():
+            raise ValueError(f"LEMONGRAPH_MODEL_RETRIES: {retries!r} is not a whole number")
+        return cls(
+            api_key=env.get("OPENAI_API_KEY", ""),
+            base_url=env.get("OPENAI_BASE_URL") or None,
+            model=env.get("OPENAI_MODEL", "gpt-4o").strip() or "gpt-4o",
+            api="chat" if api == "chat" else "responses",
+            retries=int(retries),
+        )
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A function call the model asked for. ``call_id`` is the model's: it is
+    sent back with the result and never used to name a side effect."""
+
+    call_id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """A tool call of this run and what the executor answered."""
+
+    call: ToolCall
+    output: str
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Tokens, as the server reported them."""
+
+    input: int
+    output: int
+    cached: int
+    total: int
+
+
+@dataclass(frozen=True)
+class ModelReply:
+    """Text for the person, or tool calls (or both), with usage and latency."""
+
+    text: str | None
+    calls: tuple[ToolCall, ...]
+    usage: Usage | None
+    seconds: float
+
+
+class ModelError(Exception):
+    """A model call that gave no usable reply. ``kind``: ``status`` (an HTTP
+    error after the retries), ``transport`` (no answer), ``garbage`` (an answer
+    that is no reply)."""
+
+    def __init__(self, kind: Literal["status", "transport", "garbage"], message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+
+class Model:
+    """Calls the model for one request and the run's exchanges so far."""
+
+    def __init__(self, settings: ModelSettings) -> None:
+        self.settings = settings
+        self.client = openai.AsyncOpenAI(
+            api_key=settings.api_key or "unset",
+            base_url=settings.base_url,
+            max_retries=settings.retries,
+            timeout=settings.timeout,
+        )
+
+    async def close(self) -> None:
+        """Release the HTTP connections."""
+        await self.client.close()
+
+    async def call(self, request: ModelRequest, exchanges: Sequence[Exchange] = ()) -> ModelReply:
+        """One model call. Raises :class:`ModelError`."""
+        started = time.monotonic()
+        try:
+            if self.settings.api == "chat":
+                reply = await self._chat(request, exchanges)
+            else:
+                reply = await self._responses(request, exchanges)
+        except openai.APIStatusError as exc:
+            raise ModelError("status", f"HTTP {exc.status_code}: {_short(exc.message)}") from None
+        except openai.APIConnectionError as exc:
+            raise ModelError("transport", _short(str(exc)) or type(exc).__name__) from None
+        except (openai.OpenAIError, ValueError, TypeError, AttributeError) as exc:
+            raise ModelError("garbage", f"{type(exc).__name__}: {_short(str(exc))}") from None
+        text, calls, usage = reply
+        if not text and not calls:
+            raise ModelError("garbage", "the reply has neither text nor a tool call")
+        return ModelReply(text or None, calls, usage, time.monotonic() - started)
+
+    async def _responses(
+        self, request: ModelRequest, exchanges: Sequence[Exchange]
+    ) -> tuple[str, tuple[ToolCall, ...], Usage | None]:
+        items: list[Any] = [{"role": role, "content": text} for role, text in request.messages]
+        for exchange in exchanges:
+            call = exchange.call
+            items.append(
+                {
+                    "type": "function_call",
+                    "call_id": call.call_id,
+                    "name": call.name,
+                    "arguments": call.arguments,
+                }
+            )
+            items.append(
+                {"type": "function_call_output", "call_id": call.call_id, "output": exchange.output}
+            )
+        tools: list[Any] = [
+            {
+                "type": "function",
+                "name": t.name,
+                "description": t.description,
+                "parameters": dict(t.parameters),
+                "strict": False,
+            }
+            for t in request.tools
+        ]
+        response = await self.client.responses.create(
+            model=self.settings.model,
+            instructions=request.instructions,
+            input=items,
+            tools=tools,
+            store=False,
+        )
+        calls = tuple(
+            ToolCall(str(item.call_id), str(item.name), str(item.arguments))
+            for item in response.output
+            if item.type == "function_call"
+        )
+        usage = None
+        if response.usage is not None:
+            u = response.usage
+            cached = u.input_tokens_details.cached_tokens if u.input_tokens_details else 0
+            usage = Usage(u.input_tokens, u.output_tokens, cached or 0, u.total_tokens)
+        return response.output_text, calls, usage
+
+    async def _chat(
+        self, request: ModelRequest, exchanges: Sequence[Exchange]
+    ) -> tuple[str, tuple[ToolCall, ...], Usage | None]:
+        messages: list[Any] = [{"role": "system", "content": request.instructions}]
+        messages.extend({"role": role, "content": text} for role, text in request.messages)
+        for exchange in exchanges:
+            call = exchange.call
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": call.call_id,
+                            "type": "function",
+                            "function": {"name": call.name, "arguments": call.arguments},
+                        }
+                    ],
+                }
+            )
+            messages.append(
+                {"role": "tool", "tool_call_id": call.call_id, "content": exchange.output}
+            )
+        tools: list[Any] = [
+            {
+                "type": "function",
+                "function": {
+                    "name": t.name,
+                    "description": t.description,
+                    "parameters": dict(t.parameters),
+                },
+            }
+            for t in request.tools
+        ]
+        options: dict[str, Any] = {"tools": tools} if tools else {}
+        completion = await self.client.chat.completions.create(
+            model=self.settings.model, messages=messages, **options
+        )
+        if not completion.choices:
+            raise ValueError("the completion has no choices")
+        message = completion.choices[0].message
+        calls = tuple(
+            ToolCall(str(c.id), str(c.function.name), str(c.function.arguments))
+            for c in message.tool_calls or []
+            if c.type == "function"
+        )
+        usage = None
+        if completion.usage is not None:
+            u = completion.usage
+            details = u.prompt_tokens_details
+            cached = details.cached_tokens if details and details.cached_tokens else 0
+            usage = Usage(u.prompt_tokens, u.completion_tokens, cached, u.total_tokens)
+        return message.content or "", calls, usage
+
+
+def _short(text: str, limit: int = 300) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."

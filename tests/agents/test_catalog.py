@@ -1,0 +1,110 @@
+"""The agent catalog: the bundled one is valid and covers the bundled
+playbooks; every problem is named with file, line and column."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agents.catalog import CatalogError, check_playbooks, load_catalog, load_catalog_file
+from stream.files import load_playbooks_dir, playbook_files
+
+ROOT = Path(__file__).resolve().parents[2]
+LEMONGRAPH = Path(sys.executable).parent / "lemongraph"
+
+GOOD = """\
+integrations:
+  calendar: {tools: [schedule_meeting]}
+  crm: {delegate: crm_agent}
+agents:
+  conversation: {instructions: "You help the customer through onboarding."}
+  crm_agent: {instructions: "You keep the CRM up to date.", tools: [update_crm]}
+tools:
+  schedule_meeting:
+    description: Book a meeting at a given time.
+    parameters: {type: object, properties: {when: {type: string}}, required: [when]}
+    http: {url: "${CALENDAR_URL}/book", method: POST}
+    idempotent: true
+    records: {fact: meeting_scheduled, properties: {when: "$.when"}}
+  update_crm:
+    description: Update the CRM.
+    http: {url: "http://crm/update"}
+"""
+
+
+def test_the_bundled_catalog_is_valid_and_covers_the_bundled_playbooks() -> None:
+    catalog = load_catalog_file(ROOT / "playbooks" / "catalog.yaml")
+    assert "conversation" in catalog.agents
+    assert catalog.skills["tone"].startswith("Write as a helpful colleague")
+    found = load_playbooks_dir(ROOT / "playbooks")
+    assert not found.problems
+    assert check_playbooks(catalog, found.by_key.values()) == []
+
+
+def test_the_catalog_is_not_read_as_a_playbook() -> None:
+    assert ROOT / "playbooks" / "catalog.yaml" not in playbook_files(ROOT / "playbooks")
+
+
+def test_the_pinned_shape_loads_and_grants_what_it_says() -> None:
+    catalog = load_catalog(GOOD, "c.yaml")
+    assert catalog.grants(["calendar", "crm", "calendar", "unknown"]) == (
+        ("schedule_meeting",),
+        ("crm_agent",),
+    )
+    tool = catalog.tools["schedule_meeting"]
+    assert tool.idempotent
+    assert tool.records is not None
+    assert tool.records.properties == {"when": "$.when"}
+
+
+@pytest.mark.parametrize(
+    ("change", "line", "column", "words"),
+    [
+        (("calendar: {tools: [schedule_meeting]}", "calendar: {tools: [book]}"), 2, 22,
+         "integrations.calendar: unknown tool 'book'"),
+        (("crm: {delegate: crm_agent}", "crm: {delegate: crm_bot}"), 3, 19,
+         "integrations.crm: unknown agent 'crm_bot'"),
+        (("  conversation:", "  talker:"), 5, 3, "the 'conversation' agent is required"),
+        (("idempotent: true", "idempotent: true\n    colour: red"), 13, 13,
+         "tools.schedule_meeting.colour: unknown field 'colour'"),
+        (("{type: object, properties: {when: {type: string}}, required: [when]}",
+          "{type: object, required: when}"), 10, 17, "tools.schedule_meeting.parameters:"),
+        (("$.when", "when"), 13, 59, "'when' is not a response path"),
+        (('    http: {url: "http://crm/update"}\n', ""), 15, 5,
+         "tools.update_crm: says nothing for trusted code to do"),
+    ],
+)  # fmt: skip
+def test_a_problem_is_named_with_file_line_and_column(
+    change: tuple[str, str], line: int, column: int, words: str
+) -> None:
+    text = GOOD.replace(*change)
+    assert text != GOOD
+    with pytest.raises(CatalogError) as caught:
+        load_catalog(text, "c.yaml")
+    problems = caught.value.problems
+    assert any(p.startswith(f"c.yaml:{line}:{column}: ") and words in p for p in problems), problems
+
+
+def test_check_names_an_integration_the_catalog_lacks(tmp_path: Path) -> None:
+    (tmp_path / "catalog.yaml").write_text(GOOD)
+    playbook = (ROOT / "playbooks" / "onboarding.yaml").read_text()
+    (tmp_path / "onboarding.yaml").write_text(playbook)
+    done = subprocess.run(
+        [str(LEMONGRAPH), "check", str(tmp_path)], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 1
+    assert (
+        f"{tmp_path / 'catalog.yaml'}: playbook onboarding milestone collectIdentity: "
+        "integration 'email' is not in the catalog"
+    ) in done.stdout
+    (tmp_path / "catalog.yaml").write_text(
+        GOOD.replace("integrations:\n", "integrations:\n  email: {}\n")
+    )
+    done = subprocess.run(
+        [str(LEMONGRAPH), "check", str(tmp_path)], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stdout
+    assert "ok: 2 file(s) valid" in done.stdout

@@ -1,0 +1,234 @@
+"""The stand-in model through the real ``openai`` client, over HTTP: both
+APIs, streaming and not, tool calls, usage, script rules; and the model
+wrapper's errors. Nothing is mocked in-process."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse, PlainTextResponse
+
+from agents.compose import ModelRequest, ToolOffer
+from agents.model import Exchange, Model, ModelError, ModelSettings, ToolCall
+from agents.standin import StandinScript, build_standin, load_script
+from stream.broker import free_port
+
+LEMONGRAPH = Path(sys.executable).parent / "lemongraph"
+BOOK = ToolOffer(
+    "schedule_meeting",
+    "Book a meeting.",
+    {"type": "object", "properties": {"when": {"type": "string"}}, "required": ["when"]},
+)
+SCRIPT = StandinScript.model_validate(
+    {
+        "rules": [
+            {"when": {"agent": "crm_agent", "tool_result": "update_crm"}, "say": "CRM updated."},
+            {"when": {"agent": "crm_agent"}, "call": {"tool": "update_crm", "args": {"d": 1}}},
+            {"when": {"last_message_contains": "BOOK"},
+             "call": {"tool": "schedule_meeting", "args": {"when": "tomorrow 10:00"}}},
+            {"when": {"tool_result": "schedule_meeting"}, "say": "Your meeting is booked."},
+            {"when": {"next_step": "record"}, "say": "Let us record the deal."},
+            {"say": "I have booked the meeting."},
+        ]
+    }
+)  # fmt: skip
+
+
+def request(agent: str = "conversation", step: str = "bookCall", said: str = "hi") -> ModelRequest:
+    return ModelRequest(
+        agent,
+        f"Agent: {agent}\nDo the work.\nNext best step: {step}\n  Book it.",
+        (("user", said),),
+        (BOOK,),
+    )
+
+
+def ask(settings: ModelSettings, req: ModelRequest) -> Any:
+    """One call on a fresh client, closed after it."""
+
+    async def go() -> Any:
+        model = Model(settings)
+        try:
+            return await model.call(req)
+        finally:
+            await model.close()
+
+    return asyncio.run(go())
+
+
+@pytest.fixture(params=["responses", "chat"])
+def settings(request: pytest.FixtureRequest, serve: Callable[[Any], str]) -> ModelSettings:
+    base = serve(build_standin(SCRIPT))
+    return ModelSettings(api_key="sk-test", base_url=f"{base}/v1", api=request.param)
+
+
+def test_text_tool_calls_usage_and_tool_results(settings: ModelSettings) -> None:
+    async def go() -> None:
+        model = Model(settings)
+        try:
+            await conversation(model)
+        finally:
+            await model.close()
+
+    async def conversation(model: Model) -> None:
+        reply = await model.call(request(said="hello"))
+        assert reply.text == "I have booked the meeting."
+        assert reply.calls == ()
+        assert reply.usage is not None
+        assert reply.usage.input > 0
+        assert reply.usage.output > 0
+        assert reply.usage.total == reply.usage.input + reply.usage.output
+        booked = await model.call(request(said="please book a call"))
+        assert booked.text is None
+        [call] = booked.calls
+        assert (call.name, json.loads(call.arguments)) == (
+            "schedule_meeting",
+            {"when": "tomorrow 10:00"},
+        )
+        after = await model.call(
+            request(said="please book a call"), [Exchange(call, '{"ok": true}')]
+        )
+        assert after.text == "Your meeting is booked."
+        assert (await model.call(request(step="record"))).text == "Let us record the deal."
+        # a delegate, by the agent line; it calls a tool the request did not offer
+        [crm] = (await model.call(request(agent="crm_agent"))).calls
+        assert crm.name == "update_crm"
+        done = await model.call(request(agent="crm_agent"), [Exchange(crm, "{}")])
+        assert done.text == "CRM updated."
+
+    asyncio.run(go())
+
+
+def test_both_apis_stream(serve: Callable[[Any], str]) -> None:
+    base = serve(build_standin(SCRIPT))
+    with openai.OpenAI(api_key="sk-test", base_url=f"{base}/v1", max_retries=0) as client:
+        streamed(client)
+
+
+def streamed(client: openai.OpenAI) -> None:
+    events = list(
+        client.responses.create(
+            model="m", instructions="Agent: x", input="hello", stream=True, store=False
+        )
+    )
+    assert events[0].type == "response.created"
+    assert events[-1].type == "response.completed"
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert text == "I have booked the meeting."
+    assert events[-1].response.usage is not None
+    chunks = list(
+        client.chat.completions.create(
+            model="m",
+            messages=[{"role": "user", "content": "book it"}],
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    said = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert said == ""  # it called the tool instead
+    calls = [
+        c.choices[0].delta.tool_calls for c in chunks if c.choices and c.choices[0].delta.tool_calls
+    ]
+    assert calls[0][0].function.name == "schedule_meeting"
+    assert chunks[-1].usage is not None
+    assert chunks[-1].usage.total_tokens > 0
+
+
+def failing(status: int | None) -> FastAPI:
+    app = FastAPI()
+    app.state.hits = 0
+
+    @app.post("/v1/responses", response_model=None)
+    async def answer() -> Any:
+        app.state.hits += 1
+        if status is None:
+            return PlainTextResponse("<html>not json</html>")
+        return JSONResponse({"error": {"message": "overloaded"}}, status_code=status)
+
+    return app
+
+
+def test_a_server_error_is_retried_then_a_model_error(serve: Callable[[Any], str]) -> None:
+    app = failing(503)
+    base = serve(app)
+    with pytest.raises(ModelError) as caught:
+        ask(ModelSettings(api_key="sk-test", base_url=f"{base}/v1", retries=1), request())
+    assert caught.value.kind == "status"
+    assert "HTTP 503" in caught.value.message
+    assert app.state.hits == 2  # one retry
+
+
+def test_an_answer_that_is_no_reply_is_garbage_not_a_crash(serve: Callable[[Any], str]) -> None:
+    base = serve(failing(None))
+    with pytest.raises(ModelError) as caught:
+        ask(ModelSettings(api_key="sk-test", base_url=f"{base}/v1", retries=0), request())
+    assert caught.value.kind == "garbage"
+
+
+def test_no_server_is_a_transport_error() -> None:
+    port = free_port()
+    model = Model(
+        ModelSettings(api_key="sk-test", base_url=f"http://127.0.0.1:{port}/v1", retries=0)
+    )
+    with pytest.raises(ModelError) as caught:
+        asyncio.run(model.call(request()))
+    assert caught.value.kind == "transport"
+
+
+def test_the_standin_command_serves_a_script(tmp_path: Path) -> None:
+    script = tmp_path / "script.yaml"
+    script.write_text('rules:\n  - when: {next_step: bookCall}\n    say: "Shall we book?"\n')
+    assert load_script(script).rules[0].say == "Shall we book?"
+    port = free_port()
+    proc = subprocess.Popen(
+        [str(LEMONGRAPH), "standin", "--port", str(port), "--script", str(script)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                httpx.post(f"http://127.0.0.1:{port}/v1/responses", json={}, timeout=1)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "the stand-in did not start"
+                time.sleep(0.1)
+        local = ModelSettings(api_key="sk-x", base_url=f"http://127.0.0.1:{port}/v1")
+        assert ask(local, request()).text == "Shall we book?"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_a_bad_script_is_refused_naming_the_file(tmp_path: Path) -> None:
+    script = tmp_path / "bad.yaml"
+    script.write_text("rules:\n  - when: {agent: x}\n    say: a\n    call: {tool: t}\n")
+    done = subprocess.run(
+        [str(LEMONGRAPH), "standin", "--script", str(script)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=30,
+    )
+    assert done.returncode != 0
+    assert str(script) in done.stdout + done.stderr
+    assert "exactly one of say or call" in done.stdout + done.stderr
+
+
+def test_the_model_call_id_is_kept_verbatim() -> None:
+    # The executor never names a side effect by it (agents/executor.py); it is
+    # only echoed back to the model.
+    call = ToolCall("call_xyz", "schedule_meeting", "{}")
+    assert Exchange(call, "{}").call.call_id == "call_xyz"
