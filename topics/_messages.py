@@ -27,6 +27,11 @@ __all__ = [
     "JobFinishedEffect",
     "JobSnapshot",
     "JobStart",
+    "JournalModelCall",
+    "JournalRecord",
+    "JournalRun",
+    "JournalToolCall",
+    "MessageRecord",
     "MilestoneSnapshot",
     "PlaybookRecord",
     "RecordForward",
@@ -42,6 +47,7 @@ __all__ = [
     "TimerCancelledEffect",
     "TimerRecord",
     "TimerSetEffect",
+    "Tokens",
     "TransitionRecord",
     "VerdictRecord",
 ]
@@ -327,6 +333,93 @@ class DecisionRecord(_Message):
     state_hash: str | None = None
     prev_state_hash: str | None = None
     clock: ClockBound | None = None
+
+
+# -- the conversation and the journal (docs/agents.md) -----------------------------------
+
+
+class MessageRecord(_Message):
+    """One message of a job's conversation (messages topic). ``message_id`` is
+    derived from our own data, so a re-run writes the same id again."""
+
+    type: Literal["message"] = "message"
+    job_key: str
+    message_id: str
+    direction: Literal["in", "out"]
+    channel: str
+    agent: str | None = None
+    contact: str | None = None
+    task_id: str | None = None
+    text: str
+    at: str
+
+
+class Tokens(BaseModel):
+    """Tokens of one model call, as the server reported them."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    input: int
+    output: int
+    cached: int = 0
+    total: int
+
+
+class JournalModelCall(_Message):
+    """One model call: what was sent and came back (openings only), how long,
+    the tokens, and the outcome (``ok``, or the error's kind)."""
+
+    type: Literal["journal.model_call"] = "journal.model_call"
+    job_key: str
+    run_id: str
+    agent: str
+    at: str
+    request: str
+    response: str
+    latency_ms: int
+    tokens: Tokens | None = None
+    outcome: Literal["ok", "status", "transport", "garbage"]
+
+
+class JournalToolCall(_Message):
+    """One tool call (or delegation): the tool, its arguments (opening), the
+    outcome, our idempotency key, the endpoint (redacted) and how long."""
+
+    type: Literal["journal.tool_call"] = "journal.tool_call"
+    job_key: str
+    run_id: str
+    agent: str
+    at: str
+    tool: str
+    task_id: str | None = None
+    arguments: str
+    outcome: Literal["done", "failed", "refused", "outcome_unknown", "delegated"]
+    key: str | None = None
+    http_status: int | None = None
+    url: str | None = None
+    result: str
+    latency_ms: int
+    fact: str | None = None
+
+
+class JournalRun(_Message):
+    """A run ended: why (``done``, a bound, ``task_closed``, ``model_error``),
+    and what it used."""
+
+    type: Literal["journal.run"] = "journal.run"
+    job_key: str
+    run_id: str
+    agent: str
+    at: str
+    ended: str
+    turns: int
+    tool_calls: int
+    tokens: int
+
+
+JournalRecord = Annotated[
+    JournalModelCall | JournalToolCall | JournalRun, Field(discriminator="type")
+]
 
 
 # -- jobs -------------------------------------------------------------------------

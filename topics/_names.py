@@ -15,6 +15,8 @@ TOPIC_NAMES: dict[str, tuple[str, bool]] = {
     "jobs": ("job snapshots for read models, keyed by job key", True),
     "playbooks": ("the playbook registry, keyed by playbook key", True),
     "deadletter": ("records that could not be decoded or were invalid, with the reason", False),
+    "messages": ("the conversation: every message in and out, keyed by job key", False),
+    "journal": ("every model call and tool call, with tokens and outcome, by job key", False),
 }
 
 
@@ -58,6 +60,16 @@ class Topics:
     def deadletter(self) -> str:
         """Undecodable or invalid records."""
         return f"{self.prefix}deadletter"
+
+    @property
+    def messages(self) -> str:
+        """The conversation, message by message."""
+        return f"{self.prefix}messages"
+
+    @property
+    def journal(self) -> str:
+        """Every model call and tool call."""
+        return f"{self.prefix}journal"
 
     def all(self) -> dict[str, str]:
         """short name → full name, for every topic."""

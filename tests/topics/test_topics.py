@@ -295,7 +295,17 @@ def test_record_error_is_a_value_error() -> None:
 
 # -- topic names ------------------------------------------------------------------------
 
-SHORT = ["inbox", "ticks", "tasks", "decisions", "jobs", "playbooks", "deadletter"]
+SHORT = [
+    "inbox",
+    "ticks",
+    "tasks",
+    "decisions",
+    "jobs",
+    "playbooks",
+    "deadletter",
+    "messages",
+    "journal",
+]
 
 
 def test_the_default_prefix_names_every_topic_of_the_spec() -> None:
@@ -308,6 +318,8 @@ def test_the_default_prefix_names_every_topic_of_the_spec() -> None:
     assert names.jobs == "lemongraph.jobs"
     assert names.playbooks == "lemongraph.playbooks"
     assert names.deadletter == "lemongraph.deadletter"
+    assert names.messages == "lemongraph.messages"
+    assert names.journal == "lemongraph.journal"
     assert names.all() == {s: f"lemongraph.{s}" for s in SHORT}
     assert sorted(TOPIC_NAMES) == sorted(SHORT)
 

@@ -1,0 +1,537 @@
+"""A job's conversation and one run of its agent (docs/agents.md, "Runs").
+
+:class:`Conversation` is what the agents service keeps per job: the open
+tasks in frontier order, the subject and contacts, the turns so far, and the
+bookkeeping that makes tool calls take effect once (completed calls per
+identity, calls requested but not finished). :class:`Runner` runs the
+conversation agent on it: compose, call the model, run the tools it asks for
+through the trusted executor, publish facts, messages and journal records,
+until the model stops talking or a bound is hit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import orjson
+from compiler import to_iso
+from pydantic import BaseModel
+from topics import (
+    InboxEvent,
+    JournalModelCall,
+    JournalRun,
+    JournalToolCall,
+    MessageRecord,
+    TaskClosedRecord,
+    TaskOpenedRecord,
+    Tokens,
+)
+
+from .catalog import CONVERSATION, Catalog
+from .compose import ModelRequest, OpenTask, Turn, compose
+from .executor import Executor, derived_key
+from .model import Exchange, Model, ModelError, ModelReply, ToolCall
+
+__all__ = ["Conversation", "Outbox", "RunEnd", "Runner", "excerpt"]
+
+#: Turns a conversation keeps (the model is sent the last ``history`` of them).
+KEPT_TURNS = 200
+#: How much of a long text the journal and the agent events keep.
+EXCERPT = 500
+
+Publish = Callable[[Literal["inbox", "messages", "journal"], str, BaseModel], Awaitable[None]]
+
+
+def excerpt(text: str, limit: int = EXCERPT) -> str:
+    """The opening of ``text``, marked when cut."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+@dataclass
+class Conversation:
+    """One job's conversation state (kept in the agents' table, as JSON)."""
+
+    job_key: str
+    playbook_key: str = ""
+    playbook_instructions: str = ""
+    subject: dict[str, Any] = field(default_factory=dict)
+    contacts: list[Any] = field(default_factory=list)
+    #: Open tasks by milestone; ``frontier`` orders them (next best first).
+    tasks: dict[str, OpenTask] = field(default_factory=dict)
+    frontier: list[str] = field(default_factory=list)
+    turns: list[Turn] = field(default_factory=list)
+    #: Completed tool calls per identity (task, tool, canonical arguments): the
+    #: next such call is occurrence count + 1.
+    done_calls: dict[str, int] = field(default_factory=dict)
+    #: Derived keys of non-idempotent calls requested and not finished.
+    pending: dict[str, str] = field(default_factory=dict)
+    runs: int = 0
+    #: A run is owed: a task opened since the last run ended.
+    due: bool = False
+
+    def apply(self, record: TaskOpenedRecord | TaskClosedRecord) -> bool:
+        """Take a task record; True when it owes a run (a task newly opened)."""
+        if isinstance(record, TaskOpenedRecord):
+            self.playbook_key = record.playbook_key
+            self.playbook_instructions = record.playbook_instructions
+            self.subject = dict(record.subject)
+            self.contacts = list(record.contacts)
+            self.frontier = list(record.frontier)
+            if record.milestone in self.tasks:
+                return False  # re-delivered: the run it owed is owed already, or done
+            self.tasks[record.milestone] = OpenTask(
+                record.task_id,
+                record.milestone,
+                record.instructions,
+                record.deadline,
+                tuple(record.integrations),
+            )
+            self.due = True
+            return True
+        self.tasks.pop(record.milestone, None)
+        self.frontier = [m for m in self.frontier if m != record.milestone]
+        return False
+
+    def open_tasks(self) -> list[OpenTask]:
+        """Open tasks, next best step first."""
+        ranked = [self.tasks[m] for m in self.frontier if m in self.tasks]
+        return ranked + [t for m, t in self.tasks.items() if m not in self.frontier]
+
+    def add_turn(self, turn: Turn) -> None:
+        """Remember a turn (the oldest beyond ``KEPT_TURNS`` are forgotten)."""
+        self.turns.append(turn)
+        del self.turns[:-KEPT_TURNS]
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready."""
+        return {
+            "job_key": self.job_key,
+            "playbook_key": self.playbook_key,
+            "playbook_instructions": self.playbook_instructions,
+            "subject": self.subject,
+            "contacts": self.contacts,
+            "tasks": [
+                [t.task_id, t.milestone, t.instructions, t.deadline, list(t.integrations)]
+                for t in self.tasks.values()
+            ],
+            "frontier": self.frontier,
+            "turns": [[t.role, t.text, t.name] for t in self.turns],
+            "done_calls": self.done_calls,
+            "pending": self.pending,
+            "runs": self.runs,
+            "due": self.due,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Conversation:
+        """The inverse of :meth:`to_json`."""
+        tasks = [OpenTask(a, b, c, d, tuple(e)) for a, b, c, d, e in data.get("tasks", [])]
+        return cls(
+            job_key=data["job_key"],
+            playbook_key=data.get("playbook_key", ""),
+            playbook_instructions=data.get("playbook_instructions", ""),
+            subject=dict(data.get("subject") or {}),
+            contacts=list(data.get("contacts") or []),
+            tasks={t.milestone: t for t in tasks},
+            frontier=list(data.get("frontier") or []),
+            turns=[Turn(r, t, n) for r, t, n in data.get("turns", [])],
+            done_calls=dict(data.get("done_calls") or {}),
+            pending=dict(data.get("pending") or {}),
+            runs=int(data.get("runs", 0)),
+            due=bool(data.get("due", False)),
+        )
+
+
+@dataclass(frozen=True)
+class RunEnd:
+    """How a run ended and what it used."""
+
+    reason: str
+    turns: int
+    tool_calls: int
+    tokens: int
+
+
+@dataclass
+class _Budget:
+    turns: int = 0
+    tool_calls: int = 0
+    tokens: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+
+class Outbox:
+    """Where a run's records go: ``publish(topic, key, record)`` and
+    ``save(conversation)``, a durable checkpoint taken before a call that must
+    not run twice."""
+
+    def __init__(self, publish: Publish, save: Callable[[Conversation], Awaitable[None]]) -> None:
+        self.publish = publish
+        self.save = save
+
+
+class Runner:
+    """Runs a job's conversation agent (and the delegates it calls)."""
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        model: Model,
+        executor: Executor,
+        *,
+        history: int = 20,
+        channel: str = "web",
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
+        self.catalog = catalog
+        self.model = model
+        self.executor = executor
+        self.history = history
+        self.channel = channel
+        self.clock = clock or (lambda: datetime.now(UTC))
+
+    async def run(self, conv: Conversation, outbox: Outbox) -> RunEnd:
+        """One run of the conversation agent on ``conv`` (mutated), then journaled."""
+        conv.runs += 1
+        run_id = f"{conv.job_key}#{conv.runs}"
+        budget = _Budget()
+        reason = await self._loop(conv, outbox, run_id, CONVERSATION, None, budget, [])
+        conv.due = False
+        end = RunEnd(reason, budget.turns, budget.tool_calls, budget.tokens)
+        await outbox.publish(
+            "journal",
+            conv.job_key,
+            JournalRun(
+                job_key=conv.job_key,
+                run_id=run_id,
+                agent=CONVERSATION,
+                at=self._now(),
+                ended=reason,
+                turns=end.turns,
+                tool_calls=end.tool_calls,
+                tokens=end.tokens,
+            ),
+        )
+        return end
+
+    # -- the loop ---------------------------------------------------------------------
+
+    async def _loop(
+        self,
+        conv: Conversation,
+        outbox: Outbox,
+        run_id: str,
+        agent: str,
+        request_text: str | None,
+        budget: _Budget,
+        said: list[str],
+    ) -> str:
+        """Turns of ``agent`` until it stops or a bound ends it; the reason."""
+        bounds = self.catalog.agents[agent].bounds
+        exchanges: list[Exchange] = []
+        task = conv.open_tasks()[0] if conv.open_tasks() else None
+        own = _Budget()
+        while True:
+            tasks = conv.open_tasks()
+            if not tasks:
+                return "task_closed"
+            if own.turns >= bounds.max_turns:
+                return "max_turns"
+            if bounds.max_tokens is not None and own.tokens >= bounds.max_tokens:
+                return "max_tokens"
+            if time.monotonic() - own.started >= bounds.max_seconds:
+                return "max_seconds"
+            request = compose(
+                self.catalog,
+                playbook_instructions=conv.playbook_instructions,
+                tasks=tasks,
+                subject=conv.subject,
+                contacts=conv.contacts,
+                turns=conv.turns,
+                history=self.history,
+                agent=agent,
+                request=request_text,
+            )
+            reply = await self._model_call(conv, outbox, run_id, request, exchanges)
+            own.turns += 1
+            budget.turns += 1
+            if reply is None:
+                return "model_error"
+            tokens = reply.usage.total if reply.usage is not None else 0
+            own.tokens += tokens
+            budget.tokens += tokens
+            if reply.text:
+                said.append(reply.text)
+                if agent == CONVERSATION:
+                    await self._said(conv, outbox, run_id, budget.turns, reply.text, task)
+            if not reply.calls:
+                return "done"
+            for call in reply.calls:
+                if own.tool_calls >= bounds.max_tool_calls:
+                    return "max_tool_calls"
+                own.tool_calls += 1
+                budget.tool_calls += 1
+                output = await self._tool(conv, outbox, run_id, agent, request, call, budget)
+                exchanges.append(Exchange(call, output))
+
+    async def _model_call(
+        self,
+        conv: Conversation,
+        outbox: Outbox,
+        run_id: str,
+        request: ModelRequest,
+        exchanges: Sequence[Exchange],
+    ) -> ModelReply | None:
+        started = time.monotonic()
+        sent = request.messages[-1][1] if request.messages else ""
+        shown = excerpt(f"{request.instructions}\n---\n{sent}")
+        try:
+            reply = await self.model.call(request, exchanges)
+        except ModelError as exc:
+            await outbox.publish(
+                "journal",
+                conv.job_key,
+                JournalModelCall(
+                    job_key=conv.job_key,
+                    run_id=run_id,
+                    agent=request.agent,
+                    at=self._now(),
+                    request=shown,
+                    response=excerpt(exc.message),
+                    latency_ms=_ms(time.monotonic() - started),
+                    outcome=exc.kind,
+                ),
+            )
+            return None
+        answer = reply.text or ""
+        if reply.calls:
+            answer += " ".join(f"[call {c.name} {c.arguments}]" for c in reply.calls)
+        usage = reply.usage
+        await outbox.publish(
+            "journal",
+            conv.job_key,
+            JournalModelCall(
+                job_key=conv.job_key,
+                run_id=run_id,
+                agent=request.agent,
+                at=self._now(),
+                request=shown,
+                response=excerpt(answer.strip()),
+                latency_ms=_ms(reply.seconds),
+                tokens=Tokens(
+                    input=usage.input, output=usage.output, cached=usage.cached, total=usage.total
+                )
+                if usage is not None
+                else None,
+                outcome="ok",
+            ),
+        )
+        return reply
+
+    async def _said(
+        self,
+        conv: Conversation,
+        outbox: Outbox,
+        run_id: str,
+        turn: int,
+        text: str,
+        task: OpenTask | None,
+    ) -> None:
+        """What the agent told the person: a message, and an ``agent`` event
+        (``agent_said``), which never counts toward a condition."""
+        message_id = f"{run_id}.{turn}"
+        conv.add_turn(Turn("agent", text))
+        contact = _contact(conv.contacts)
+        await outbox.publish(
+            "messages",
+            conv.job_key,
+            MessageRecord(
+                job_key=conv.job_key,
+                message_id=message_id,
+                direction="out",
+                channel=self.channel,
+                agent=CONVERSATION,
+                contact=contact,
+                task_id=task.task_id if task is not None else None,
+                text=text,
+                at=self._now(),
+            ),
+        )
+        await outbox.publish(
+            "inbox",
+            conv.job_key,
+            InboxEvent(
+                key=conv.job_key,
+                action="agent_said",
+                properties={"text": excerpt(text, 200), "channel": self.channel},
+                idempotency_key=message_id,
+                source="agent",
+            ),
+        )
+
+    async def _tool(
+        self,
+        conv: Conversation,
+        outbox: Outbox,
+        run_id: str,
+        agent: str,
+        request: ModelRequest,
+        call: ToolCall,
+        budget: _Budget,
+    ) -> str:
+        """Run one call the model asked for; what the model is told."""
+        offer = request.offers(call.name)
+        task = self._task_for(conv, agent, call.name)
+        task_id = task.task_id if task is not None else f"{conv.job_key}/-"
+        if offer is not None and offer.kind == "delegate":
+            return await self._delegate(conv, outbox, run_id, call, task_id, budget)
+        granted = [t.name for t in request.tools if t.kind == "tool"]
+        started = time.monotonic()
+        parsed, refused = self.executor.check(call.name, call.arguments, granted)
+        args: Any = parsed if parsed is not None else call.arguments
+        identity = _identity(task_id, call.name, args)
+        occurrence = conv.done_calls.get(identity, 0) + 1
+        key = derived_key(task_id, call.name, args, occurrence)
+        spec = self.catalog.tools.get(call.name)
+        if refused is None and spec is not None and not spec.idempotent:
+            if key in conv.pending:
+                # Requested by a run that did not finish: it may have taken effect.
+                output = (
+                    '{"ok":false,"error":"this call was requested before and its outcome is '
+                    'unknown: it may or may not have taken effect; do not repeat it"}'
+                )
+                await self._journal_tool(
+                    conv, outbox, run_id, agent, call, task_id, "outcome_unknown", key,
+                    None, None, output, started, None,
+                )  # fmt: skip
+                return output
+            conv.pending[key] = call.name
+            await outbox.save(conv)  # durable before the side effect
+        outcome = await self.executor.run(
+            job_key=conv.job_key,
+            task_id=task_id,
+            name=call.name,
+            arguments=call.arguments,
+            granted=granted,
+            occurrence=occurrence,
+        )
+        fact = outcome.fact
+        if fact is not None:
+            await outbox.publish("inbox", conv.job_key, fact)
+        if outcome.status == "done":
+            conv.done_calls[identity] = occurrence
+            conv.add_turn(Turn("tool", excerpt(outcome.output), call.name))
+        if outcome.status != "outcome_unknown":
+            conv.pending.pop(key, None)
+        await self._journal_tool(
+            conv, outbox, run_id, agent, call, task_id, outcome.status, outcome.key,
+            outcome.http_status, outcome.url, outcome.output, started,
+            fact.action if fact is not None else None,
+        )  # fmt: skip
+        return outcome.output
+
+    async def _delegate(
+        self,
+        conv: Conversation,
+        outbox: Outbox,
+        run_id: str,
+        call: ToolCall,
+        task_id: str,
+        budget: _Budget,
+    ) -> str:
+        """Run a delegate agent on the plain-language request; the conversation
+        agent is told what it said (its tool results are the evidence)."""
+        started = time.monotonic()
+        try:
+            args = orjson.loads(call.arguments or "{}")
+            text = str(args.get("request") or "") if isinstance(args, dict) else ""
+        except orjson.JSONDecodeError:
+            text = ""
+        said: list[str] = []
+        reason = await self._loop(conv, outbox, run_id, call.name, text, budget, said)
+        output = orjson.dumps(
+            {"ok": reason == "done", "agent": call.name, "ended": reason, "said": said[-1:]}
+        ).decode()
+        await self._journal_tool(
+            conv, outbox, run_id, CONVERSATION, call, task_id, "delegated", None, None, None,
+            output, started, None,
+        )  # fmt: skip
+        return output
+
+    async def _journal_tool(
+        self,
+        conv: Conversation,
+        outbox: Outbox,
+        run_id: str,
+        agent: str,
+        call: ToolCall,
+        task_id: str,
+        outcome: Any,
+        key: str | None,
+        http_status: int | None,
+        url: str | None,
+        result: str,
+        started: float,
+        fact: str | None,
+    ) -> None:
+        await outbox.publish(
+            "journal",
+            conv.job_key,
+            JournalToolCall(
+                job_key=conv.job_key,
+                run_id=run_id,
+                agent=agent,
+                at=self._now(),
+                tool=call.name,
+                task_id=task_id,
+                arguments=excerpt(call.arguments),
+                outcome=outcome,
+                key=key,
+                http_status=http_status,
+                url=url,
+                result=excerpt(result),
+                latency_ms=_ms(time.monotonic() - started),
+                fact=fact,
+            ),
+        )
+
+    def _task_for(self, conv: Conversation, agent: str, name: str) -> OpenTask | None:
+        """The open task a call belongs to: the first (in frontier order) whose
+        integrations grant the tool, or the delegate that runs it."""
+        tasks = conv.open_tasks()
+        for task in tasks:
+            tools, delegates = self.catalog.grants(task.integrations)
+            if name in tools or name in delegates:
+                return task
+            if agent != CONVERSATION and agent in delegates:
+                return task
+        return tasks[0] if tasks else None
+
+    def _now(self) -> str:
+        return to_iso(self.clock())
+
+
+def _identity(task_id: str, tool: str, args: Any) -> str:
+    canonical = orjson.dumps([task_id, tool, args], option=orjson.OPT_SORT_KEYS)
+    return hashlib.sha256(canonical).hexdigest()[:32]
+
+
+def _contact(contacts: Sequence[Any]) -> str | None:
+    if not contacts:
+        return None
+    first = contacts[0]
+    if isinstance(first, dict):
+        for name in ("email", "name", "id"):
+            if isinstance(first.get(name), str):
+                return str(first[name])
+        return None
+    return str(first)
+
+
+def _ms(seconds: float) -> int:
+    return round(seconds * 1000)

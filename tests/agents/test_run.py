@@ -1,0 +1,313 @@
+"""Runs of the conversation agent: the real openai client against the
+stand-in model over HTTP, the trusted executor against a real local tool
+endpoint. Each test reads what a run published (facts, messages, journal)."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+
+from agents.catalog import load_catalog
+from agents.compose import Turn
+from agents.executor import Executor, derived_key
+from agents.model import Model, ModelSettings
+from agents.run import Conversation, Outbox, RunEnd, Runner
+from agents.standin import StandinScript, build_standin
+from topics import (
+    InboxEvent,
+    JournalModelCall,
+    JournalRun,
+    JournalToolCall,
+    MessageRecord,
+    TaskClosedRecord,
+    TaskOpenedRecord,
+)
+
+CATALOG_TEXT = """\
+integrations:
+  email: {}
+  calendar: {tools: [schedule_meeting]}
+  crm: {delegate: crm_agent}
+  billing: {tools: [charge]}
+agents:
+  conversation:
+    instructions: You help the customer.
+    bounds: {max_turns: 4, max_tool_calls: 3}
+  crm_agent:
+    instructions: You keep the CRM up to date.
+    tools: [update_crm]
+    bounds: {max_turns: 3, max_tool_calls: 2}
+tools:
+  schedule_meeting:
+    description: Book a meeting.
+    parameters: {type: object, properties: {when: {type: string}}, required: [when]}
+    http: {url: "${TOOLS}/book"}
+    idempotent: true
+    records: {fact: meeting_scheduled, properties: {when: "$.when"}}
+  update_crm:
+    description: Update the CRM.
+    parameters: {type: object, properties: {deal: {type: string}}}
+    http: {url: "${TOOLS}/crm"}
+    idempotent: true
+    records: {fact: deal, properties: {stage: "$.stage"}}
+  charge:
+    description: Charge the card.
+    http: {url: "${TOOLS}/charge"}
+    idempotent: false
+    records: {fact: charged}
+"""
+CATALOG = load_catalog(CATALOG_TEXT, "c.yaml")
+
+
+def opened(milestone: str, integrations: list[str], frontier: list[str]) -> TaskOpenedRecord:
+    return TaskOpenedRecord(
+        task_id=f"job-1/{milestone}",
+        job_key="job-1",
+        milestone=milestone,
+        at="2026-01-05T09:00:00Z",
+        instructions=f"Do {milestone}.",
+        playbook_instructions="Be brief.",
+        integrations=integrations,
+        deadline="2026-01-08T09:00:00Z",
+        frontier=frontier,
+        playbook_key="onboarding",
+        contacts=[{"name": "Ada", "email": "ada@example.com"}],
+    )
+
+
+def tools_endpoint(fail: bool = False) -> FastAPI:
+    app = FastAPI()
+    app.state.calls = []
+
+    @app.post("/{name}", response_model=None)
+    async def tool(name: str, request: Request) -> Any:
+        body = await request.json()
+        app.state.calls.append((name, request.headers.get("idempotency-key"), body))
+        if fail:
+            return JSONResponse({"error": "down"}, status_code=500)
+        return {"when": body.get("when"), "stage": "qualified"}
+
+    return app
+
+
+class Lane:
+    """A stand-in with a script, a tool endpoint, and what runs published."""
+
+    def __init__(self, serve: Callable[[Any], str], rules: list[dict[str, Any]], fail: bool):
+        self.model_url = serve(build_standin(StandinScript.model_validate({"rules": rules})))
+        self.tools = tools_endpoint(fail)
+        self.tools_url = serve(self.tools)
+        self.published: list[tuple[str, str, BaseModel]] = []
+        self.saves: list[dict[str, Any]] = []
+
+    def run(self, conv: Conversation) -> RunEnd:
+        async def go() -> RunEnd:
+            async def publish(topic: str, key: str, record: BaseModel) -> None:
+                self.published.append((topic, key, record))
+
+            async def save(c: Conversation) -> None:
+                self.saves.append(copy.deepcopy(c.to_json()))
+
+            model = Model(ModelSettings(api_key="sk-test", base_url=f"{self.model_url}/v1"))
+            async with httpx.AsyncClient() as client:
+                executor = Executor(CATALOG, client, {"TOOLS": self.tools_url})
+                try:
+                    return await Runner(CATALOG, model, executor).run(conv, Outbox(publish, save))
+                finally:
+                    await model.close()
+
+        return asyncio.run(go())
+
+    def of(self, kind: type[BaseModel]) -> list[Any]:
+        return [r for _, _, r in self.published if isinstance(r, kind)]
+
+    def facts(self) -> list[InboxEvent]:
+        return [r for r in self.of(InboxEvent) if r.source == "tool"]
+
+
+@pytest.fixture
+def lane(serve: Callable[[Any], str]) -> Callable[..., Lane]:
+    return lambda rules, fail=False: Lane(serve, rules, fail)
+
+
+def booking_job() -> Conversation:
+    conv = Conversation("job-1")
+    assert conv.apply(opened("bookCall", ["email", "calendar"], ["bookCall"]))
+    conv.add_turn(Turn("person", "Please book tomorrow 10:00"))
+    return conv
+
+
+BOOK = [
+    {"when": {"last_message_contains": "book"},
+     "call": {"tool": "schedule_meeting", "args": {"when": "tomorrow 10:00"}}},
+    {"when": {"tool_result": "schedule_meeting"}, "say": "Your meeting is booked."},
+    {"say": "I have booked the meeting."},
+]  # fmt: skip
+
+
+def test_a_claim_without_a_tool_call_is_an_agent_event_and_moves_nothing(lane: Any) -> None:
+    run = lane([{"say": "I have booked the meeting."}])
+    end = run.run(booking_job())
+    assert (end.reason, end.turns, end.tool_calls) == ("done", 1, 0)
+    assert run.facts() == []
+    [said] = [e for e in run.of(InboxEvent) if e.source == "agent"]
+    assert (said.action, said.properties["text"]) == ("agent_said", "I have booked the meeting.")
+    [message] = run.of(MessageRecord)
+    assert (message.direction, message.text, message.task_id, message.contact) == (
+        "out",
+        "I have booked the meeting.",
+        "job-1/bookCall",
+        "ada@example.com",
+    )
+    [call] = run.of(JournalModelCall)
+    assert call.outcome == "ok"
+    assert call.tokens is not None
+    assert call.tokens.total > 0
+    assert [r.ended for r in run.of(JournalRun)] == ["done"]
+    assert run.tools.state.calls == []
+
+
+def test_a_confirmed_tool_call_publishes_its_fact_under_our_key(lane: Any) -> None:
+    run = lane(BOOK)
+    end = run.run(booking_job())
+    assert (end.reason, end.tool_calls) == ("done", 1)
+    key = derived_key("job-1/bookCall", "schedule_meeting", {"when": "tomorrow 10:00"}, 1)
+    [fact] = run.facts()
+    assert (fact.action, fact.properties, fact.idempotency_key) == (
+        "meeting_scheduled",
+        {"when": "tomorrow 10:00"},
+        key,
+    )
+    assert run.tools.state.calls == [("book", key, {"when": "tomorrow 10:00"})]
+    [tool] = run.of(JournalToolCall)
+    assert (tool.outcome, tool.key, tool.fact, tool.http_status) == (
+        "done",
+        key,
+        "meeting_scheduled",
+        200,
+    )
+    assert [m.text for m in run.of(MessageRecord)] == ["Your meeting is booked."]
+
+
+def test_a_failed_endpoint_records_nothing_and_the_model_is_told(lane: Any) -> None:
+    run = lane(BOOK, fail=True)
+    end = run.run(booking_job())
+    assert end.reason == "done"
+    assert run.facts() == []
+    [tool] = run.of(JournalToolCall)
+    assert (tool.outcome, tool.http_status) == ("failed", 500)
+    assert "HTTP 500" in tool.result
+    # the model's next call answered the tool result (the failure it was told)
+    assert [m.text for m in run.of(MessageRecord)] == ["Your meeting is booked."]
+
+
+def test_a_tool_outside_the_frontier_is_refused_and_never_offered(lane: Any) -> None:
+    run = lane(
+        [
+            {"when": {"tool_result": "charge"}, "say": "I could not charge."},
+            {"call": {"tool": "charge", "args": {}}},
+        ]
+    )
+    run.run(booking_job())
+    [tool] = run.of(JournalToolCall)
+    assert (tool.tool, tool.outcome) == ("charge", "refused")
+    assert "not granted" in tool.result
+    assert run.tools.state.calls == []
+    [first, *_] = run.of(JournalModelCall)
+    assert "charge" not in first.request
+
+
+def test_delegation_the_delegates_tool_result_is_the_evidence(lane: Any) -> None:
+    run = lane(
+        [
+            {"when": {"agent": "crm_agent", "tool_result": "update_crm"}, "say": "CRM updated."},
+            {"when": {"agent": "crm_agent"},
+             "call": {"tool": "update_crm", "args": {"deal": "D-1"}}},
+            {"when": {"tool_result": "crm_agent"}, "say": "The deal is recorded."},
+            {"when": {"next_step": "record"},
+             "call": {"tool": "crm_agent", "args": {"request": "Record deal D-1."}}},
+        ]
+    )  # fmt: skip
+    conv = Conversation("job-1")
+    conv.apply(opened("record", ["crm"], ["record"]))
+    end = run.run(conv)
+    assert end.reason == "done"
+    [fact] = run.facts()
+    assert (fact.action, fact.properties) == ("deal", {"stage": "qualified"})
+    tools = run.of(JournalToolCall)
+    assert [(t.agent, t.tool, t.outcome) for t in tools] == [
+        ("crm_agent", "update_crm", "done"),
+        ("conversation", "crm_agent", "delegated"),
+    ]
+    # only the conversation agent talks to the person
+    assert [m.text for m in run.of(MessageRecord)] == ["The deal is recorded."]
+
+
+def test_a_model_that_loops_on_tool_calls_ends_at_the_bound(lane: Any) -> None:
+    run = lane([{"call": {"tool": "schedule_meeting", "args": {"when": "again"}}}])
+    end = run.run(booking_job())
+    assert end.reason == "max_tool_calls"
+    assert end.tool_calls == 3
+    assert [r.ended for r in run.of(JournalRun)] == ["max_tool_calls"]
+    # the same call again is the next occurrence: a new key each time
+    keys = [key for _, key, _ in run.tools.state.calls]
+    assert len(set(keys)) == 3
+
+
+def test_a_rerun_after_a_crash_repeats_an_idempotent_call_with_the_same_key(lane: Any) -> None:
+    run = lane(BOOK)
+    before = booking_job()
+    crashed = Conversation.from_json(copy.deepcopy(before.to_json()))
+    run.run(before)
+    run.run(crashed)  # the state saved before the first run, as after a crash
+    [(_, first, _), (_, second, _)] = run.tools.state.calls
+    assert first == second
+    [one, two] = run.facts()
+    assert one.idempotency_key == two.idempotency_key  # the engine applies it once
+
+
+def test_a_non_idempotent_call_left_unfinished_is_never_repeated(lane: Any) -> None:
+    run = lane(
+        [
+            {"when": {"tool_result": "charge"}, "say": "I am not sure it went through."},
+            {"call": {"tool": "charge", "args": {}}},
+        ]
+    )
+    conv = Conversation("job-1")
+    conv.apply(opened("pay", ["billing"], ["pay"]))
+    run.run(conv)
+    assert len(run.tools.state.calls) == 1
+    saved = run.saves[0]  # checkpointed before the call
+    assert list(saved["pending"].values()) == ["charge"]
+    # a crash after that checkpoint: the next run finds the call pending
+    again = Conversation.from_json(saved)
+    again.due = True
+    run.run(again)
+    assert len(run.tools.state.calls) == 1  # not called again
+    outcomes = [t.outcome for t in run.of(JournalToolCall)]
+    assert outcomes == ["done", "outcome_unknown"]
+
+
+def test_a_closed_task_ends_the_run_and_a_redelivered_open_owes_no_new_run() -> None:
+    conv = Conversation("job-1")
+    assert conv.apply(opened("bookCall", ["calendar"], ["bookCall"]))
+    assert not conv.apply(opened("bookCall", ["calendar"], ["bookCall"]))
+    conv.apply(
+        TaskClosedRecord(
+            task_id="job-1/bookCall",
+            job_key="job-1",
+            milestone="bookCall",
+            at="2026-01-05T10:00:00Z",
+            outcome="done",
+        )
+    )
+    assert conv.open_tasks() == []
+    assert Conversation.from_json(conv.to_json()) == conv
