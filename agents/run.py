@@ -64,6 +64,8 @@ class Conversation:
     #: Open tasks by milestone; ``frontier`` orders them (next best first).
     tasks: dict[str, OpenTask] = field(default_factory=dict)
     frontier: list[str] = field(default_factory=list)
+    #: Tasks closed (at most one per milestone of the playbook).
+    closed: list[str] = field(default_factory=list)
     turns: list[Turn] = field(default_factory=list)
     #: Completed tool calls per identity (task, tool, canonical arguments): the
     #: next such call is occurrence count + 1.
@@ -71,19 +73,29 @@ class Conversation:
     #: Derived keys of non-idempotent calls requested and not finished.
     pending: dict[str, str] = field(default_factory=dict)
     runs: int = 0
-    #: A run is owed: a task opened since the last run ended.
-    due: bool = False
+    #: Tasks opened so far, and how many of them the last finished run had seen:
+    #: a run is owed while ``opened > ran`` (a task opened during a run owes another).
+    opened: int = 0
+    ran: int = 0
+
+    @property
+    def due(self) -> bool:
+        """A run is owed: a task opened that no finished run had seen, and a
+        task is still open."""
+        return self.opened > self.ran and bool(self.tasks)
 
     def apply(self, record: TaskOpenedRecord | TaskClosedRecord) -> bool:
         """Take a task record; True when it owes a run (a task newly opened)."""
         if isinstance(record, TaskOpenedRecord):
+            if record.milestone in self.tasks or record.task_id in self.closed:
+                # Re-delivered (a milestone opens once per job): the run it owed
+                # is owed already or done, and its frontier is an old one.
+                return False
             self.playbook_key = record.playbook_key
             self.playbook_instructions = record.playbook_instructions
             self.subject = dict(record.subject)
             self.contacts = list(record.contacts)
             self.frontier = list(record.frontier)
-            if record.milestone in self.tasks:
-                return False  # re-delivered: the run it owed is owed already, or done
             self.tasks[record.milestone] = OpenTask(
                 record.task_id,
                 record.milestone,
@@ -91,8 +103,10 @@ class Conversation:
                 record.deadline,
                 tuple(record.integrations),
             )
-            self.due = True
+            self.opened += 1
             return True
+        if record.task_id not in self.closed:
+            self.closed.append(record.task_id)
         self.tasks.pop(record.milestone, None)
         self.frontier = [m for m in self.frontier if m != record.milestone]
         return False
@@ -120,10 +134,13 @@ class Conversation:
                 for t in self.tasks.values()
             ],
             "frontier": self.frontier,
+            "closed": self.closed,
             "turns": [[t.role, t.text, t.name] for t in self.turns],
             "done_calls": self.done_calls,
             "pending": self.pending,
             "runs": self.runs,
+            "opened": self.opened,
+            "ran": self.ran,
             "due": self.due,
         }
 
@@ -139,11 +156,13 @@ class Conversation:
             contacts=list(data.get("contacts") or []),
             tasks={t.milestone: t for t in tasks},
             frontier=list(data.get("frontier") or []),
+            closed=list(data.get("closed") or []),
             turns=[Turn(r, t, n) for r, t, n in data.get("turns", [])],
             done_calls=dict(data.get("done_calls") or {}),
             pending=dict(data.get("pending") or {}),
             runs=int(data.get("runs", 0)),
-            due=bool(data.get("due", False)),
+            opened=int(data.get("opened", 0)),
+            ran=int(data.get("ran", 0)),
         )
 
 
@@ -198,10 +217,11 @@ class Runner:
     async def run(self, conv: Conversation, outbox: Outbox) -> RunEnd:
         """One run of the conversation agent on ``conv`` (mutated), then journaled."""
         conv.runs += 1
+        seen = conv.opened  # tasks opened from here on owe another run
         run_id = f"{conv.job_key}#{conv.runs}"
         budget = _Budget()
         reason = await self._loop(conv, outbox, run_id, CONVERSATION, None, budget, [])
-        conv.due = False
+        conv.ran = max(conv.ran, seen)
         end = RunEnd(reason, budget.turns, budget.tool_calls, budget.tokens)
         await outbox.publish(
             "journal",

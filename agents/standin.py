@@ -39,7 +39,15 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-__all__ = ["Answer", "Seen", "StandinScript", "build_standin", "load_script", "policy"]
+__all__ = [
+    "Answer",
+    "Seen",
+    "StandinScript",
+    "StandinThread",
+    "build_standin",
+    "load_script",
+    "policy",
+]
 
 _AGENT = re.compile(r"^Agent: (\S+)\s*$", re.MULTILINE)
 _NEXT = re.compile(r"^Next best step: (\S+)\s*$", re.MULTILINE)
@@ -502,3 +510,35 @@ async def _chat_chunks(
             },
         )
     yield _sse(None, "[DONE]")
+
+
+class StandinThread:
+    """The stand-in served from a thread of this process (``lemongraph dev``)."""
+
+    def __init__(self, host: str, port: int, script: StandinScript | None = None) -> None:
+        import threading
+
+        import uvicorn
+
+        class _Server(uvicorn.Server):
+            def install_signal_handlers(self) -> None:  # the process owns signals
+                pass
+
+        config = uvicorn.Config(build_standin(script), host=host, port=port, log_level="warning")
+        self.server = _Server(config)
+        self.url = f"http://{host}:{port}/v1"
+        self._thread = threading.Thread(target=self.server.run, name="standin", daemon=True)
+
+    def start(self, timeout: float = 15.0) -> None:
+        """Start serving; raises ``RuntimeError`` when it does not come up."""
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self.server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError(f"the stand-in model did not start on {self.url}")
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        """Stop serving."""
+        self.server.should_exit = True
+        self._thread.join(5)

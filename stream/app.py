@@ -19,7 +19,12 @@ from topics import TickRecord, Topics, encode
 
 from .config import Settings
 from .engine import Engine, Mark, Record, watermark_key
-from .faust_tuning import set_fetch_max_wait
+from .faust_tuning import (
+    FETCH_MAX_WAIT_MS,
+    FETCH_MAX_WAIT_MS_TANSU,
+    common_settings,
+    set_fetch_max_wait,
+)
 from .fetch import BatchApp, BatchConsumer, StopWorker
 from .kafka import bootstrap_of
 from .produce import Produced, produce_batches
@@ -30,10 +35,6 @@ from .table import JobTable
 __all__ = ["EXIT_LOG_RESET", "EngineApp", "EngineStats", "build_app"]
 
 log = logging.getLogger("lemongraph.worker")
-
-#: How long a fetch may wait for records (Faust's own value is 1500 ms).
-FETCH_MAX_WAIT_MS = 500
-FETCH_MAX_WAIT_MS_TANSU = 20
 
 #: How many records one batch (and one fetch) may hold. Measured on the
 #: onboarding burst: 5,000 decided ~15% more events/s than 2,000, and its peak
@@ -92,37 +93,24 @@ class EngineApp:
 
 def faust_settings(settings: Settings, tansu: bool) -> dict[str, Any]:
     """Faust settings that work against both Apache Kafka and the embedded broker."""
-    options: dict[str, Any] = {
-        "broker": settings.kafka_url,
-        "datadir": str(settings.data_dir / "faust"),
-        "store": "rocksdb://",
-        "web_enabled": False,
-        "topic_partitions": settings.partitions,
-        "topic_replication_factor": 1,
-        "consumer_auto_offset_reset": "earliest",
-        "table_standby_replicas": 0,
-        "broker_commit_interval": 1.0,
-        "producer_linger_ms": 5,
-        # A fetch hands the engine at most one batch: holding a whole prefetch
-        # (megabytes per partition) as messages cost ~80 MB of peak memory.
-        "broker_max_poll_records": BATCH_MAX,
-        # A batch of decisions produces thousands of records at once; with the
-        # default 16 KB batches every send waited for the broker (measured: a
-        # third of a worker's time).
-        "producer_max_batch_size": 1 << 20,
-        "producer_max_request_size": 4 << 20,
-        "key_serializer": "raw",
-        "value_serializer": "raw",
-        # Rejoining a group waits about the rebalance timeout; Faust's defaults
-        # (tens of seconds) make every start slow.
-        "broker_rebalance_timeout": 3.0,
-        "broker_session_timeout": 6.0,
-        "broker_heartbeat_interval": 1.0,
-    }
-    if tansu:
-        # Tansu reports the end offset of a partition as the base offset of its
-        # last batch + 1, which trips Faust's recovery consistency check.
-        options["recovery_consistency_check"] = False
+    options = common_settings(
+        settings.kafka_url, settings.data_dir / "faust", settings.partitions, tansu
+    )
+    options.update(
+        {
+            "store": "rocksdb://",
+            "table_standby_replicas": 0,
+            "producer_linger_ms": 5,
+            # A fetch hands the engine at most one batch: holding a whole prefetch
+            # (megabytes per partition) as messages cost ~80 MB of peak memory.
+            "broker_max_poll_records": BATCH_MAX,
+            # A batch of decisions produces thousands of records at once; with the
+            # default 16 KB batches every send waited for the broker (measured: a
+            # third of a worker's time).
+            "producer_max_batch_size": 1 << 20,
+            "producer_max_request_size": 4 << 20,
+        }
+    )
     return options
 
 

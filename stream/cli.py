@@ -6,6 +6,7 @@ import contextlib
 import json
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -288,6 +289,7 @@ def dev(broker_port: int, loglevel: str) -> None:
         _say(f"broker: {settings.kafka_url}")
     code = 1
     gateway: GatewayThread | None = None
+    helpers: list[Callable[[], None]] = []
     died = _watch_broker(broker) if broker is not None else None
     try:
         prepared = prepare(settings, _say)
@@ -299,6 +301,7 @@ def dev(broker_port: int, loglevel: str) -> None:
             settings.api_token_secret, now=time.time(), name="dev", ttl_seconds=7 * 86400
         )
         _say(f"gateway: dev token (source world, 7 days): {dev_token}")
+        helpers = _start_agents(settings)
         code = run_worker(
             settings,
             prepared.registry,
@@ -309,6 +312,8 @@ def dev(broker_port: int, loglevel: str) -> None:
             say=_say,
         )
     finally:
+        for stop in reversed(helpers):
+            stop()
         if gateway is not None:
             gateway.stop()
         if broker is not None:
@@ -317,6 +322,64 @@ def dev(broker_port: int, loglevel: str) -> None:
     if died is not None and died.is_set():
         code = code or 1
     sys.exit(code)
+
+
+def _start_agents(settings: Settings) -> list[Callable[[], None]]:
+    """For ``lemongraph dev``: the stand-in model (unless OPENAI_API_KEY or
+    OPENAI_BASE_URL says which model to use) and ``lemongraph agents`` as a
+    child process. Returns how to stop them. Without a catalog there are no
+    agents, and it says so."""
+    import os
+    import subprocess
+
+    from agents.standin import StandinThread
+
+    from .broker import free_port
+
+    if not settings.catalog_file.is_file():
+        _say(f"agents: not started: no catalog at {settings.catalog_file} (docs/agents.md)")
+        return []
+    stops: list[Callable[[], None]] = []
+    env = dict(os.environ)
+    env.update(
+        LEMONGRAPH_KAFKA_URL=settings.kafka_url or "",
+        LEMONGRAPH_DATA_DIR=str(settings.data_dir),
+        LEMONGRAPH_TOPIC_PREFIX=settings.topic_prefix,
+        LEMONGRAPH_PARTITIONS=str(settings.partitions),
+        LEMONGRAPH_PLAYBOOKS_DIR=str(settings.playbooks_dir),
+    )
+    if not env.get("OPENAI_API_KEY") and not env.get("OPENAI_BASE_URL"):
+        standin = StandinThread("127.0.0.1", free_port())
+        standin.start()
+        stops.append(standin.stop)
+        env.update(OPENAI_BASE_URL=standin.url, OPENAI_API_KEY="standin")
+        _say(f"agents: model: the stand-in at {standin.url} (OPENAI_API_KEY is unset)")
+    child = subprocess.Popen(
+        [sys.executable, "-m", "stream", "agents"], env=env, preexec_fn=_die_with_parent
+    )
+
+    def stop_child() -> None:
+        if child.poll() is None:
+            child.terminate()
+            try:
+                child.wait(5)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait(5)
+
+    stops.append(stop_child)
+    return stops
+
+
+def _die_with_parent() -> None:
+    """In a child: be sent SIGTERM when the parent dies, however it dies (Linux
+    prctl PR_SET_PDEATHSIG; elsewhere nothing), so that a killed ``lemongraph
+    dev`` leaves no agents process behind."""
+    import ctypes
+    import signal
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
 
 
 def _watch_broker(broker: EmbeddedBroker) -> threading.Event:
@@ -622,6 +685,66 @@ def bench(quick: bool, json_path: Path | None) -> None:
     if json_path is not None:
         json_path.write_bytes(figures_json(figures))
         click.echo(f"figures written to {json_path}")
+
+
+# -- the agents ----------------------------------------------------------------------------
+
+
+@main.command()
+@click.option("--loglevel", default="warning", show_default=True)
+def agents(loglevel: str) -> None:
+    """Run the agents service against LEMONGRAPH_KAFKA_URL: it reads tasks and
+    holds each job's conversation (docs/agents.md). The model is OPENAI_BASE_URL
+    (the stand-in, `lemongraph standin`, or any compatible server) with
+    OPENAI_API_KEY."""
+    import os
+
+    import faust
+
+    from agents.catalog import load_catalog_file
+    from agents.model import ModelSettings
+    from agents.service import build_service
+
+    from .broker import cluster_id, is_tansu
+    from .kafka import bootstrap_of, run
+    from .worker import ensure_all_topics
+
+    settings = _settings()
+    _require_kafka(settings)
+    env = dict(os.environ)
+    try:
+        model = ModelSettings.from_env(env)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if not model.api_key and not model.base_url:
+        raise ConfigError(
+            "agents: no model: set OPENAI_API_KEY (OpenAI) or OPENAI_BASE_URL (any "
+            "compatible server, such as `lemongraph standin`)"
+        )
+    concurrency = env.get("LEMONGRAPH_AGENT_CONCURRENCY", "8").strip() or "8"
+    if not concurrency.isdigit() or int(concurrency) < 1:
+        raise ConfigError(f"LEMONGRAPH_AGENT_CONCURRENCY={concurrency!r} must be 1 or more")
+    catalog = load_catalog_file(settings.catalog_file)
+    names = run(ensure_all_topics(settings))
+    cluster = run(cluster_id(bootstrap_of(settings.kafka_url or "")))
+    _say(f"topics: {len(names)} ready under prefix {settings.topic_prefix!r}")
+    _say(f"agents: model {model.model} at {model.base_url or 'OpenAI'} ({model.api} API)")
+    app, service = build_service(
+        settings,
+        catalog,
+        model,
+        concurrency=int(concurrency),
+        tool_env=env,
+        tansu=is_tansu(cluster),
+        say=_say,
+    )
+    worker = faust.Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
+    worker.spinner = None
+    try:
+        worker.execute_from_commandline()
+    except SystemExit as exc:
+        _say(f"agents: stopped; {service.stats.records} task records, {service.stats.runs} runs")
+        sys.exit(exc.code if isinstance(exc.code, int) else 0)
 
 
 # -- the stand-in model -----------------------------------------------------------------

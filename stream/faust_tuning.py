@@ -12,11 +12,46 @@ reach into Faust's internals; tests/stream/test_stream_faust.py pins them.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
-__all__ = ["set_fetch_max_wait"]
+__all__ = ["FETCH_MAX_WAIT_MS", "FETCH_MAX_WAIT_MS_TANSU", "common_settings", "set_fetch_max_wait"]
+
+#: How long a fetch may wait for data (see the module docstring): Apache Kafka
+#: answers as soon as data is there; Tansu waits out the whole wait.
+FETCH_MAX_WAIT_MS = 500
+FETCH_MAX_WAIT_MS_TANSU = 20
+
+
+def common_settings(
+    kafka_url: str | None, datadir: Path, partitions: int, tansu: bool
+) -> dict[str, Any]:
+    """Faust settings every lemongraph app uses, on Apache Kafka and on the
+    embedded broker alike (the engine adds its batch settings to these)."""
+    options: dict[str, Any] = {
+        "broker": kafka_url,
+        "datadir": str(datadir),
+        "web_enabled": False,
+        "topic_partitions": partitions,
+        "topic_replication_factor": 1,
+        "consumer_auto_offset_reset": "earliest",
+        "broker_commit_interval": 1.0,
+        "key_serializer": "raw",
+        "value_serializer": "raw",
+        # Rejoining a group waits about the rebalance timeout; Faust's defaults
+        # (tens of seconds) make every start slow.
+        "broker_rebalance_timeout": 3.0,
+        "broker_session_timeout": 6.0,
+        "broker_heartbeat_interval": 1.0,
+    }
+    if tansu:
+        # Tansu reports the end offset of a partition as the base offset of its
+        # last batch + 1, which trips Faust's recovery consistency check.
+        options["recovery_consistency_check"] = False
+    return options
+
 
 _ORIGINAL = faust_aiokafka.AIOKafkaConsumerThread._create_worker_consumer
 

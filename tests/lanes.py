@@ -98,8 +98,14 @@ class Lane:
         return env
 
     def start_worker(self, **extra: str) -> WorkerProcess:
+        # "ready (group", not "topics: N ready"
+        return self.start(["worker", "--loglevel", "warning"], ": ready (group", **extra)
+
+    def start(self, command: list[str], ready: str, **extra: str) -> WorkerProcess:
+        """``lemongraph COMMAND`` in this lane, once it printed ``ready``; it is
+        killed at the end of the test."""
         proc = subprocess.Popen(
-            [str(LEMONGRAPH), "worker", "--loglevel", "warning"],
+            [str(LEMONGRAPH), *command],
             cwd=self.root,
             env=self.env(**extra),
             stdout=subprocess.PIPE,
@@ -117,7 +123,7 @@ class Lane:
         worker.reader = threading.Thread(target=pump, daemon=True)
         worker.reader.start()
         self.workers.append(worker)
-        worker.wait_for(": ready (group", timeout=90)  # not "topics: 7 ready"
+        worker.wait_for(ready, timeout=90)
         return worker
 
     def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:

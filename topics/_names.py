@@ -17,6 +17,7 @@ TOPIC_NAMES: dict[str, tuple[str, bool]] = {
     "deadletter": ("records that could not be decoded or were invalid, with the reason", False),
     "messages": ("the conversation: every message in and out, keyed by job key", False),
     "journal": ("every model call and tool call, with tokens and outcome, by job key", False),
+    "conversations": ("the agents' conversation state (their changelog), by job key", True),
 }
 
 
@@ -70,6 +71,11 @@ class Topics:
     def journal(self) -> str:
         """Every model call and tool call."""
         return f"{self.prefix}journal"
+
+    @property
+    def conversations(self) -> str:
+        """The agents' conversation state (compacted: their changelog)."""
+        return f"{self.prefix}conversations"
 
     def all(self) -> dict[str, str]:
         """short name → full name, for every topic."""

@@ -289,14 +289,14 @@ def test_a_non_idempotent_call_left_unfinished_is_never_repeated(lane: Any) -> N
     assert list(saved["pending"].values()) == ["charge"]
     # a crash after that checkpoint: the next run finds the call pending
     again = Conversation.from_json(saved)
-    again.due = True
+    assert again.due  # the run that crashed had not finished
     run.run(again)
     assert len(run.tools.state.calls) == 1  # not called again
     outcomes = [t.outcome for t in run.of(JournalToolCall)]
     assert outcomes == ["done", "outcome_unknown"]
 
 
-def test_a_closed_task_ends_the_run_and_a_redelivered_open_owes_no_new_run() -> None:
+def test_a_redelivered_task_record_owes_no_run_and_reopens_nothing() -> None:
     conv = Conversation("job-1")
     assert conv.apply(opened("bookCall", ["calendar"], ["bookCall"]))
     assert not conv.apply(opened("bookCall", ["calendar"], ["bookCall"]))
@@ -310,4 +310,8 @@ def test_a_closed_task_ends_the_run_and_a_redelivered_open_owes_no_new_run() -> 
         )
     )
     assert conv.open_tasks() == []
+    # re-delivered after its close (a worker restarted): not opened again
+    assert not conv.apply(opened("bookCall", ["calendar"], ["bookCall"]))
+    assert conv.open_tasks() == []
+    assert not conv.due
     assert Conversation.from_json(conv.to_json()) == conv

@@ -305,6 +305,7 @@ SHORT = [
     "deadletter",
     "messages",
     "journal",
+    "conversations",
 ]
 
 
@@ -324,10 +325,11 @@ def test_the_default_prefix_names_every_topic_of_the_spec() -> None:
     assert sorted(TOPIC_NAMES) == sorted(SHORT)
 
 
-def test_only_jobs_and_playbooks_are_compacted() -> None:
+def test_only_the_latest_state_topics_are_compacted() -> None:
     assert {s for s, (_what, compacted) in TOPIC_NAMES.items() if compacted} == {
         "jobs",
         "playbooks",
+        "conversations",
     }
     assert all(what for what, _compacted in TOPIC_NAMES.values())
 
