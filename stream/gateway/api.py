@@ -31,6 +31,7 @@ from .models import (
     JobList,
     JobStatus,
     JobView,
+    JournalList,
     PlaybookList,
     PlaybookView,
     StartJobBody,
@@ -289,6 +290,22 @@ def build_api(gateway: Gateway) -> FastAPI:
         visible(key)
         kept = list(model.decisions.get(key, ()))
         return DecisionList(key=key, decisions=kept[-limit:], kept=len(kept))
+
+    @app.get(
+        "/v1/jobs/{key}/journal",
+        response_model=JournalList,
+        dependencies=secured,
+        responses=_errors(404, 422),
+    )
+    async def get_journal(
+        key: str, limit: Annotated[int, Query(ge=1, le=1000)] = 200
+    ) -> JournalList:
+        """The agents' journal for the job: every model call (tokens, latency,
+        outcome), tool call (outcome, our idempotency key, the fact recorded)
+        and run end, newest last."""
+        visible(key)
+        kept = list(model.journal.get(key, ()))
+        return JournalList(key=key, records=kept[-limit:], kept=len(kept))
 
     @app.get(
         "/v1/jobs/{key}/events",

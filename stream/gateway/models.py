@@ -22,6 +22,7 @@ __all__ = [
     "JobStatus",
     "JobSummary",
     "JobView",
+    "JournalList",
     "MilestoneView",
     "PendingWrite",
     "PlaybookList",
@@ -182,6 +183,16 @@ class DecisionList(BaseModel):
 
     key: str
     decisions: list[dict[str, Any]]
+    kept: int
+
+
+class JournalList(BaseModel):
+    """A job's journal (the newest records the gateway keeps), oldest first:
+    model calls with their tokens, tool calls with their outcomes, run ends
+    (docs/agents.md)."""
+
+    key: str
+    records: list[dict[str, Any]]
     kept: int
 
 

@@ -25,11 +25,11 @@ from typing import Any
 import orjson
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from compiler import LemongraphError, Playbook, compile_playbook
 from stream.kafka import caught_up
-from topics import JobSnapshot, PlaybookRecord, Topics
+from topics import JobSnapshot, JournalRecord, PlaybookRecord, Topics
 
 __all__ = ["AcceptedWrite", "JobEntry", "ReadModel"]
 
@@ -37,6 +37,9 @@ log = logging.getLogger("lemongraph.gateway")
 
 #: Decisions kept per job (the audit trail's newest part; the topic has it all).
 DECISIONS_KEPT = 200
+#: Journal records (model calls, tool calls, run ends) kept per job.
+JOURNAL_KEPT = 200
+_JOURNAL: TypeAdapter[Any] = TypeAdapter(JournalRecord)
 #: Events remembered per job, to show the evidence verdicts cite.
 EVENTS_KEPT = 1000
 #: Idempotency keys this gateway remembers per job.
@@ -85,6 +88,7 @@ class ReadModel:
         self.playbooks = playbooks
         self.jobs: dict[str, JobEntry] = {}
         self.decisions: dict[str, deque[dict[str, Any]]] = {}
+        self.journal: dict[str, deque[dict[str, Any]]] = {}
         self.decision_totals: dict[str, int] = {}  # decisions ever read, per job
         self.events: dict[str, OrderedDict[str, dict[str, Any]]] = {}
         self.decided: dict[int, int] = {}  # inbox partition → highest offset decided
@@ -196,6 +200,12 @@ class ReadModel:
             elif topic == self.topics.playbooks:
                 record = PlaybookRecord.model_validate_json(value)
                 self.playbooks.setdefault(record.key, {})[record.version] = record.spec
+            elif topic == self.topics.journal:
+                entry = _JOURNAL.validate_json(value)
+                kept = self.journal.get(entry.job_key)
+                if kept is None:
+                    kept = self.journal[entry.job_key] = deque(maxlen=JOURNAL_KEPT)
+                kept.append(entry.dump())
         except (ValidationError, ValueError, KeyError, TypeError) as exc:
             self.skipped += 1
             log.debug("read model: skipped a record of %s: %s", topic, exc)
@@ -278,7 +288,12 @@ class ReadModel:
         )
         await consumer.start()
         try:
-            names = [self.topics.jobs, self.topics.decisions, self.topics.playbooks]
+            names = [
+                self.topics.jobs,
+                self.topics.decisions,
+                self.topics.playbooks,
+                self.topics.journal,
+            ]
             tps: list[TopicPartition] = []
             while not stopping.is_set():
                 await consumer.topics()  # fresh metadata

@@ -14,6 +14,7 @@ import orjson
 import pytest
 
 from stream.gateway import mint_token
+from topics import JournalRun, JournalToolCall, encode
 
 from .conftest import GatewayProcess, Lane, wait_for
 
@@ -335,3 +336,41 @@ def test_healthz_and_the_docs_need_no_token(gateway: GatewayProcess) -> None:
     # The UI port serves the page and the same API, on one origin.
     assert "lemongraph" in httpx.get(gateway.ui + "/").text
     assert httpx.get(f"{gateway.ui}/healthz").status_code == 200
+
+
+def test_a_jobs_journal_is_served_newest_last(lane: Lane, gateway: GatewayProcess) -> None:
+    with gateway.client(gateway.token()) as client:
+        assert (
+            client.post("/v1/jobs", json={"key": "job-j", "playbook_key": "onboarding"}).status_code
+            == 202
+        )
+        call = JournalToolCall(
+            job_key="job-j",
+            run_id="job-j#1",
+            agent="conversation",
+            at="2026-01-05T09:00:00Z",
+            tool="schedule_meeting",
+            task_id="job-j/bookCall",
+            arguments='{"when": "10:00"}',
+            outcome="done",
+            key="lg-1",
+            result='{"ok":true}',
+            latency_ms=12,
+            fact="meeting_scheduled",
+        )
+        ended = JournalRun(
+            job_key="job-j", run_id="job-j#1", agent="conversation", at="2026-01-05T09:00:01Z",
+            ended="done", turns=2, tool_calls=1, tokens=300,
+        )  # fmt: skip
+        lane.produce([(b"job-j", encode(call)), (b"job-j", encode(ended))], topic="journal")
+        journal = wait_for(
+            lambda: (j := client.get("/v1/jobs/job-j/journal").json())["kept"] >= 2 and j,
+            what="two journal records",
+        )
+        assert [r["type"] for r in journal["records"]] == ["journal.tool_call", "journal.run"]
+        assert journal["records"][0]["fact"] == "meeting_scheduled"
+        assert (
+            client.get("/v1/jobs/job-j/journal", params={"limit": 1}).json()["records"][0]["type"]
+            == "journal.run"
+        )
+        assert error_of(client.get("/v1/jobs/ghost/journal"))["code"] == "job_not_found"

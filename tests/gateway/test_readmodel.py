@@ -17,7 +17,7 @@ from stream.engine import Engine, Record
 from stream.gateway.readmodel import ReadModel
 from stream.gateway.views import job_summary, job_view
 from stream.registry import Registry
-from topics import PlaybookRecord, Topics, encode
+from topics import JournalRun, PlaybookRecord, Topics, encode
 
 TOPICS = Topics("rm.")
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
@@ -101,3 +101,15 @@ def test_a_snapshot_of_an_unknown_playbook_shows_no_milestones_rather_than_guess
     view = job_view(model, entry)
     assert (view.milestones, view.goals) == ([], [])
     assert view.frontier == ["root", "other"]
+
+
+def test_the_journal_is_kept_per_job_and_a_bad_record_is_skipped() -> None:
+    model = ReadModel(TOPICS, {})
+    run = JournalRun(
+        job_key="j-1", run_id="j-1#1", agent="conversation", at="2026-01-05T09:00:00Z",
+        ended="max_turns", turns=10, tool_calls=0, tokens=900,
+    )  # fmt: skip
+    model.apply(TOPICS.journal, b"j-1", encode(run))
+    model.apply(TOPICS.journal, b"j-1", b'{"type": "journal.run", "job_key": "j-1"}')
+    assert [r["ended"] for r in model.journal["j-1"]] == ["max_turns"]
+    assert model.skipped == 1
