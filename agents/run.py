@@ -307,31 +307,26 @@ class Runner:
         request: ModelRequest,
         exchanges: Sequence[Exchange],
     ) -> ModelReply | None:
+        """One model call, journaled whatever its outcome; None when it failed."""
         started = time.monotonic()
         sent = request.messages[-1][1] if request.messages else ""
-        shown = excerpt(f"{request.instructions}\n---\n{sent}")
+        reply: ModelReply | None = None
+        tokens: Tokens | None = None
         try:
             reply = await self.model.call(request, exchanges)
         except ModelError as exc:
-            await outbox.publish(
-                "journal",
-                conv.job_key,
-                JournalModelCall(
-                    job_key=conv.job_key,
-                    run_id=run_id,
-                    agent=request.agent,
-                    at=self._now(),
-                    request=shown,
-                    response=excerpt(exc.message),
-                    latency_ms=_ms(time.monotonic() - started),
-                    outcome=exc.kind,
-                ),
-            )
-            return None
-        answer = reply.text or ""
-        if reply.calls:
-            answer += " ".join(f"[call {c.name} {c.arguments}]" for c in reply.calls)
-        usage = reply.usage
+            outcome: Any = exc.kind
+            answer = exc.message
+            seconds = time.monotonic() - started
+        else:
+            outcome = "ok"
+            answer = reply.text or ""
+            if reply.calls:
+                answer += " ".join(f"[call {c.name} {c.arguments}]" for c in reply.calls)
+            seconds = reply.seconds
+            u = reply.usage
+            if u is not None:
+                tokens = Tokens(input=u.input, output=u.output, cached=u.cached, total=u.total)
         await outbox.publish(
             "journal",
             conv.job_key,
@@ -340,15 +335,11 @@ class Runner:
                 run_id=run_id,
                 agent=request.agent,
                 at=self._now(),
-                request=shown,
+                request=excerpt(f"{request.instructions}\n---\n{sent}"),
                 response=excerpt(answer.strip()),
-                latency_ms=_ms(reply.seconds),
-                tokens=Tokens(
-                    input=usage.input, output=usage.output, cached=usage.cached, total=usage.total
-                )
-                if usage is not None
-                else None,
-                outcome="ok",
+                latency_ms=_ms(seconds),
+                tokens=tokens,
+                outcome=outcome,
             ),
         )
         return reply

@@ -87,7 +87,7 @@ class AgentService:
         self.running: dict[str, asyncio.Task[None]] = {}
         self.stats = AgentStats()
         self.send = send
-        folder = settings.data_dir / "agents"
+        folder = data_path(settings)
         folder.mkdir(parents=True, exist_ok=True)
         self.db = Rdict(str(folder / "conversations"))
         self._model: Model | None = None

@@ -34,6 +34,12 @@ SCRIPT = StandinScript.model_validate(
 )  # fmt: skip
 
 
+def with_catalog(lane: Lane) -> None:
+    """The bundled catalog (and its skills) in the lane's playbooks folder."""
+    shutil.copy(ROOT / "playbooks" / "catalog.yaml", lane.playbooks / "catalog.yaml")
+    shutil.copytree(ROOT / "playbooks" / "skills", lane.playbooks / "skills")
+
+
 def calendar() -> FastAPI:
     app = FastAPI()
     app.state.calls = []
@@ -50,8 +56,7 @@ def calendar() -> FastAPI:
 def test_a_task_becomes_a_conversation_and_only_the_tool_result_counts(
     lane: Lane, serve: Callable[[Any], str]
 ) -> None:
-    shutil.copy(ROOT / "playbooks" / "catalog.yaml", lane.playbooks / "catalog.yaml")
-    shutil.copytree(ROOT / "playbooks" / "skills", lane.playbooks / "skills")
+    with_catalog(lane)
     model = serve(build_standin(SCRIPT))
     tools = calendar()
     tools_url = serve(tools)
@@ -131,8 +136,7 @@ def slow_calendar() -> FastAPI:
 def test_a_service_killed_mid_call_resumes_and_records_the_fact_once(
     lane: Lane, serve: Callable[[Any], str]
 ) -> None:
-    shutil.copy(ROOT / "playbooks" / "catalog.yaml", lane.playbooks / "catalog.yaml")
-    shutil.copytree(ROOT / "playbooks" / "skills", lane.playbooks / "skills")
+    with_catalog(lane)
     model = serve(build_standin(SCRIPT))
     tools = slow_calendar()
     env = {
