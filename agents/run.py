@@ -35,7 +35,7 @@ from topics import (
 from .catalog import CONVERSATION, Catalog
 from .compose import ModelRequest, OpenTask, Turn, compose
 from .executor import Executor, derived_key
-from .model import Exchange, Model, ModelError, ModelReply, ToolCall
+from .model import Exchange, Model, ModelError, ModelReply, ToolCall, Usage
 
 __all__ = ["Conversation", "Outbox", "RunEnd", "Runner", "excerpt"]
 
@@ -73,6 +73,11 @@ class Conversation:
     #: Derived keys of non-idempotent calls requested and not finished.
     pending: dict[str, str] = field(default_factory=dict)
     runs: int = 0
+    #: The run in progress (its id) and its steps so far, in order: each model
+    #: reply and each tool result, checkpointed as it completes. A run cut short
+    #: resumes under the same id and replays these instead of paying again.
+    active: str | None = None
+    tape: list[dict[str, Any]] = field(default_factory=list)
     #: Tasks opened so far, and how many of them the last finished run had seen:
     #: a run is owed while ``opened > ran`` (a task opened during a run owes another).
     opened: int = 0
@@ -141,6 +146,8 @@ class Conversation:
             "runs": self.runs,
             "opened": self.opened,
             "ran": self.ran,
+            "active": self.active,
+            "tape": self.tape,
             "due": self.due,
         }
 
@@ -163,6 +170,8 @@ class Conversation:
             runs=int(data.get("runs", 0)),
             opened=int(data.get("opened", 0)),
             ran=int(data.get("ran", 0)),
+            active=data.get("active"),
+            tape=list(data.get("tape") or []),
         )
 
 
@@ -182,6 +191,56 @@ class _Budget:
     tool_calls: int = 0
     tokens: int = 0
     started: float = field(default_factory=time.monotonic)
+
+
+class _Tape:
+    """The steps of the run in progress (``Conversation.tape``): the recorded
+    ones are replayed in order, then new ones are appended."""
+
+    def __init__(self, steps: list[dict[str, Any]]) -> None:
+        self.steps = steps
+        self.recorded = len(steps)
+        self.pos = 0
+
+    def replay(self, kind: str, name: str) -> tuple[dict[str, Any], bool] | None:
+        """The next recorded step, if it is a ``kind`` step of ``name``, and
+        whether it is the last one recorded (the crash may have come before its
+        effects were published). None once the run is live again."""
+        if self.pos >= self.recorded:
+            return None
+        step = self.steps[self.pos]
+        if step.get("kind") != kind or step.get("name") != name:
+            del self.steps[self.pos :]  # the run went another way: live from here
+            self.recorded = self.pos
+            return None
+        self.pos += 1
+        return step, self.pos == self.recorded
+
+    def record(self, step: dict[str, Any]) -> None:
+        """Append a completed step (checkpointed by the caller)."""
+        self.steps.append(step)
+
+
+def _model_step(agent: str, reply: ModelReply) -> dict[str, Any]:
+    u = reply.usage
+    return {
+        "kind": "model",
+        "name": agent,
+        "text": reply.text,
+        "calls": [[c.call_id, c.name, c.arguments] for c in reply.calls],
+        "usage": [u.input, u.output, u.cached, u.total] if u is not None else None,
+        "seconds": reply.seconds,
+    }
+
+
+def _reply_of(step: dict[str, Any]) -> ModelReply:
+    usage = step.get("usage")
+    return ModelReply(
+        text=step.get("text"),
+        calls=tuple(ToolCall(i, n, a) for i, n, a in step.get("calls", [])),
+        usage=Usage(*usage) if usage else None,
+        seconds=float(step.get("seconds", 0.0)),
+    )
 
 
 class Outbox:
@@ -215,13 +274,21 @@ class Runner:
         self.clock = clock or (lambda: datetime.now(UTC))
 
     async def run(self, conv: Conversation, outbox: Outbox) -> RunEnd:
-        """One run of the conversation agent on ``conv`` (mutated), then journaled."""
-        conv.runs += 1
+        """One run of the conversation agent on ``conv`` (mutated), then journaled.
+        A run cut short (``conv.active``) resumes: its recorded steps are replayed,
+        not repeated."""
+        if conv.active is None:
+            conv.runs += 1
+            conv.active = f"{conv.job_key}#{conv.runs}"
+            conv.tape = []
+        run_id = conv.active
         seen = conv.opened  # tasks opened from here on owe another run
-        run_id = f"{conv.job_key}#{conv.runs}"
         budget = _Budget()
-        reason = await self._loop(conv, outbox, run_id, CONVERSATION, None, budget, [])
+        tape = _Tape(conv.tape)
+        reason = await self._loop(conv, outbox, run_id, CONVERSATION, None, budget, [], tape)
         conv.ran = max(conv.ran, seen)
+        conv.active = None
+        conv.tape = []
         end = RunEnd(reason, budget.turns, budget.tool_calls, budget.tokens)
         await outbox.publish(
             "journal",
@@ -235,6 +302,7 @@ class Runner:
                 turns=end.turns,
                 tool_calls=end.tool_calls,
                 tokens=end.tokens,
+                replayed=tape.pos,
             ),
         )
         return end
@@ -250,6 +318,7 @@ class Runner:
         request_text: str | None,
         budget: _Budget,
         said: list[str],
+        tape: _Tape,
     ) -> str:
         """Turns of ``agent`` until it stops or a bound ends it; the reason."""
         bounds = self.catalog.agents[agent].bounds
@@ -277,7 +346,18 @@ class Runner:
                 agent=agent,
                 request=request_text,
             )
-            reply = await self._model_call(conv, outbox, run_id, request, exchanges)
+            replayed = tape.replay("model", agent)
+            if replayed is not None:
+                step, unpublished = replayed
+                reply: ModelReply | None = _reply_of(step)
+            else:
+                unpublished = True
+                reply = await self._model_call(conv, outbox, run_id, request, exchanges)
+                if reply is not None:
+                    if reply.text and agent == CONVERSATION:
+                        conv.add_turn(Turn("agent", reply.text))
+                    tape.record(_model_step(agent, reply))
+                    await outbox.save(conv)  # a paid reply is never asked for twice
             own.turns += 1
             budget.turns += 1
             if reply is None:
@@ -287,7 +367,7 @@ class Runner:
             budget.tokens += tokens
             if reply.text:
                 said.append(reply.text)
-                if agent == CONVERSATION:
+                if agent == CONVERSATION and unpublished:
                     await self._said(conv, outbox, run_id, budget.turns, reply.text, task)
             if not reply.calls:
                 return "done"
@@ -296,7 +376,7 @@ class Runner:
                     return "max_tool_calls"
                 own.tool_calls += 1
                 budget.tool_calls += 1
-                output = await self._tool(conv, outbox, run_id, agent, request, call, budget)
+                output = await self._tool(conv, outbox, run_id, agent, request, call, budget, tape)
                 exchanges.append(Exchange(call, output))
 
     async def _model_call(
@@ -354,9 +434,9 @@ class Runner:
         task: OpenTask | None,
     ) -> None:
         """What the agent told the person: a message, and an ``agent`` event
-        (``agent_said``), which never counts toward a condition."""
+        (``agent_said``), which never counts toward a condition. The ids follow
+        from the run and the turn, so a replay re-publishes under the same ids."""
         message_id = f"{run_id}.{turn}"
-        conv.add_turn(Turn("agent", text))
         contact = _contact(conv.contacts)
         await outbox.publish(
             "messages",
@@ -394,13 +474,20 @@ class Runner:
         request: ModelRequest,
         call: ToolCall,
         budget: _Budget,
+        tape: _Tape,
     ) -> str:
         """Run one call the model asked for; what the model is told."""
         offer = request.offers(call.name)
         task = self._task_for(conv, agent, call.name)
         task_id = task.task_id if task is not None else f"{conv.job_key}/-"
         if offer is not None and offer.kind == "delegate":
-            return await self._delegate(conv, outbox, run_id, call, task_id, budget)
+            return await self._delegate(conv, outbox, run_id, call, task_id, budget, tape)
+        replayed = tape.replay("tool", call.name)
+        if replayed is not None:
+            step, unpublished = replayed
+            if unpublished and step.get("fact") is not None:
+                await outbox.publish("inbox", conv.job_key, InboxEvent.model_validate(step["fact"]))
+            return str(step["output"])
         granted = [t.name for t in request.tools if t.kind == "tool"]
         started = time.monotonic()
         parsed, refused = self.executor.check(call.name, call.arguments, granted)
@@ -420,6 +507,8 @@ class Runner:
                     conv, outbox, run_id, agent, call, task_id, "outcome_unknown", key,
                     None, None, output, started, None,
                 )  # fmt: skip
+                tape.record({"kind": "tool", "name": call.name, "output": output, "fact": None})
+                await outbox.save(conv)
                 return output
             conv.pending[key] = call.name
             await outbox.save(conv)  # durable before the side effect
@@ -432,8 +521,6 @@ class Runner:
             occurrence=occurrence,
         )
         fact = outcome.fact
-        if fact is not None:
-            await outbox.publish("inbox", conv.job_key, fact)
         if outcome.status == "done":
             conv.done_calls[identity] = occurrence
             conv.add_turn(Turn("tool", excerpt(outcome.output), call.name))
@@ -444,6 +531,17 @@ class Runner:
             outcome.http_status, outcome.url, outcome.output, started,
             fact.action if fact is not None else None,
         )  # fmt: skip
+        tape.record(
+            {
+                "kind": "tool",
+                "name": call.name,
+                "output": outcome.output,
+                "fact": fact.compact() if fact is not None else None,
+            }
+        )
+        await outbox.save(conv)  # then the fact: a replay re-publishes it under its key
+        if fact is not None:
+            await outbox.publish("inbox", conv.job_key, fact)
         return outcome.output
 
     async def _delegate(
@@ -454,6 +552,7 @@ class Runner:
         call: ToolCall,
         task_id: str,
         budget: _Budget,
+        tape: _Tape,
     ) -> str:
         """Run a delegate agent on the plain-language request; the conversation
         agent is told what it said (its tool results are the evidence)."""
@@ -464,7 +563,10 @@ class Runner:
         except orjson.JSONDecodeError:
             text = ""
         said: list[str] = []
-        reason = await self._loop(conv, outbox, run_id, call.name, text, budget, said)
+        reason = await self._loop(conv, outbox, run_id, call.name, text, budget, said, tape)
+        replayed = tape.replay("tool", call.name)
+        if replayed is not None:
+            return str(replayed[0]["output"])
         output = orjson.dumps(
             {"ok": reason == "done", "agent": call.name, "ended": reason, "said": said[-1:]}
         ).decode()
@@ -472,6 +574,8 @@ class Runner:
             conv, outbox, run_id, CONVERSATION, call, task_id, "delegated", None, None, None,
             output, started, None,
         )  # fmt: skip
+        tape.record({"kind": "tool", "name": call.name, "output": output, "fact": None})
+        await outbox.save(conv)
         return output
 
     async def _journal_tool(

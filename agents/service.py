@@ -22,12 +22,14 @@ import asyncio
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
 import faust
 import httpx
 import orjson
+from compiler import to_iso
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from rocksdict import Rdict
 from stream.config import Settings
@@ -38,7 +40,7 @@ from stream.faust_tuning import (
     set_fetch_max_wait,
 )
 from stream.kafka import bootstrap_of, read_topic
-from topics import InboxEvent, TaskRecord, Topics, encode
+from topics import DeadLetter, Headers, InboxEvent, TaskRecord, Topics, encode
 
 from .catalog import Catalog
 from .executor import Executor
@@ -50,6 +52,18 @@ __all__ = ["AgentService", "AgentStats", "build_service"]
 log = logging.getLogger(__name__)
 
 _TASKS: TypeAdapter[Any] = TypeAdapter(TaskRecord)
+
+
+@dataclass(frozen=True)
+class Where:
+    """Where a record was read, for its dead letter."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int
+    key: bytes | None
+    headers: Headers
 
 
 @dataclass
@@ -74,7 +88,7 @@ class AgentService:
         concurrency: int = 8,
         history: int = 20,
         tool_env: Mapping[str, str] | None = None,
-        send: Callable[[str, bytes, bytes], Any] | None = None,
+        send: Callable[[str, bytes | None, bytes | None, Headers | None], Any] | None = None,
     ) -> None:
         self.settings = settings
         self.topics = Topics(settings.topic_prefix)
@@ -134,9 +148,19 @@ class AgentService:
         await self._send(self.topics.conversations, key, raw)
         self.db[key] = raw
 
-    async def _send(self, topic: str, key: bytes, value: bytes) -> None:
+    async def _send(
+        self, topic: str, key: bytes | None, value: bytes | None, headers: Headers | None = None
+    ) -> None:
         assert self.send is not None
-        await self.send(topic, key, value)
+        await self.send(topic, key, value, headers)
+
+    async def dead_letter(self, where: Where, value: bytes | None, reason: str) -> None:
+        """The record as it was read, to ``deadletter`` (docs/kafka.md, "Dead letters")."""
+        letter = DeadLetter.of(
+            where.topic, where.partition, where.offset, reason, to_iso(datetime.now(UTC)),
+            where.timestamp_ms,
+        )  # fmt: skip
+        await self._send(self.topics.deadletter, where.key, value, letter.headers(where.headers))
 
     async def publish(
         self, topic: Literal["inbox", "messages", "journal"], key: str, record: BaseModel
@@ -147,16 +171,21 @@ class AgentService:
 
     # -- records and runs -------------------------------------------------------------
 
-    async def on_record(self, value: bytes | None) -> None:
-        """Take one ``tasks`` record; start the run it owes."""
+    async def on_record(self, value: bytes | None, where: Where | None = None) -> None:
+        """Take one ``tasks`` record; start the run it owes. A record that is not
+        a task record is dead-lettered, byte for byte, with the reason."""
         await self.ready().wait()
         self.stats.records += 1
         try:
             record = _TASKS.validate_json(value or b"")
         except ValidationError as exc:
-            # Not ours to refuse loudly: the engine writes tasks; say it once.
             self.stats.refused += 1
-            log.warning("tasks: a record that is not a task record: %s", exc.errors()[0]["msg"])
+            first = exc.errors()[0]
+            reason = f"not a task record: {'.'.join(map(str, first['loc'])) or 'value'}: "
+            reason += first["msg"]
+            log.warning("tasks: %s", reason)
+            if where is not None:
+                await self.dead_letter(where, value, reason)
             return
         conv = self.load(record.job_key)
         owes = conv.apply(record)
@@ -237,9 +266,13 @@ def build_service(
         tool_env=tool_env,
     )  # fmt: skip
 
-    async def send(topic: str, key: bytes, value: bytes) -> None:
+    async def send(
+        topic: str, key: bytes | None, value: bytes | None, headers: Headers | None
+    ) -> None:
         producer = app.producer
-        sent = await producer.send(topic, key, value, partition=None, timestamp=None, headers=None)
+        sent = await producer.send(
+            topic, key, value, partition=None, timestamp=None, headers=headers
+        )
         await sent
 
     service.send = send
@@ -257,8 +290,15 @@ def build_service(
 
     @app.agent(source)
     async def tasks(stream: Any) -> None:
-        async for value in stream:
-            await service.on_record(value)
+        async for event in stream.events():
+            m = event.message
+            stamp = m.timestamp
+            where = Where(
+                m.topic, m.partition, m.offset,
+                round(stamp * 1000) if stamp is not None else -1,
+                m.key, _header_list(m.headers),
+            )  # fmt: skip
+            await service.on_record(event.value, where)
 
     @app.timer(10.0)  # type: ignore[untyped-decorator]
     async def status() -> None:
@@ -267,6 +307,14 @@ def build_service(
         say(f"agents: {s.records} task records, {s.runs} runs (ended: {ended})")
 
     return app, service
+
+
+def _header_list(headers: Any) -> Headers:
+    """Faust gives headers as a list of pairs or a mapping."""
+    if not headers:
+        return []
+    pairs = headers.items() if isinstance(headers, Mapping) else headers
+    return [(str(n), bytes(v or b"")) for n, v in pairs]
 
 
 def data_path(settings: Settings) -> Path:

@@ -15,7 +15,8 @@ answered by the first matching rule of a script, or by the built-in policy:
 
 ``when`` keys: ``agent`` (the agent being run), ``next_step`` (the frontier's
 next best step), ``tool_result`` (the call answers a tool result: the tool it
-came from), ``last_message_contains`` (the call answers the person: their
+came from), ``tool_failed`` (the same, and that result said ``"ok": false``),
+``last_message_contains`` (the call answers the person: their
 latest message contains this, in any case). A call answers either the person or
 a tool result, so a rule that books on "book" does not book again once the
 booking's result is in. A call to a tool the request did not offer is still
@@ -59,6 +60,7 @@ class _When(BaseModel):
     agent: str | None = None
     next_step: str | None = None
     tool_result: str | None = None
+    tool_failed: str | None = None
     last_message_contains: str | None = None
 
 
@@ -111,6 +113,8 @@ class Seen:
     tool_result: str | None
     last_message: str | None
     text: str = ""  # everything sent, for the usage figures
+    #: The last tool result said it failed (its output has ``"ok": false``).
+    tool_failed: bool = False
 
 
 @dataclass(frozen=True)
@@ -128,6 +132,10 @@ def _matches(when: _When, seen: Seen) -> bool:
     if when.next_step is not None and when.next_step != seen.next_step:
         return False
     if when.tool_result is not None and when.tool_result != seen.tool_result:
+        return False
+    if when.tool_failed is not None and (
+        when.tool_failed != seen.tool_result or not seen.tool_failed
+    ):
         return False
     if when.last_message_contains is not None:
         if seen.tool_result is not None:
@@ -191,6 +199,7 @@ def seen_in_responses(body: Mapping[str, Any]) -> Seen:
     items = items if isinstance(items, list) else []
     names: dict[str, str] = {}
     tool_result = last_message = None
+    output = ""
     texts = [instructions]
     for item in items:
         if not isinstance(item, dict):
@@ -202,7 +211,8 @@ def seen_in_responses(body: Mapping[str, Any]) -> Seen:
             tool_result = None
         elif kind == "function_call_output":
             tool_result = names.get(str(item.get("call_id")), "?")
-            texts.append(str(item.get("output") or ""))
+            output = str(item.get("output") or "")
+            texts.append(output)
         else:
             text = _text_of(item.get("content"))
             texts.append(text)
@@ -214,7 +224,7 @@ def seen_in_responses(body: Mapping[str, Any]) -> Seen:
             else:
                 tool_result = None
     tools = tuple(str(t.get("name")) for t in body.get("tools") or [] if isinstance(t, dict))
-    return _seen(instructions, tools, tool_result, last_message, texts)
+    return _seen(instructions, tools, tool_result, last_message, texts, output)
 
 
 def seen_in_chat(body: Mapping[str, Any]) -> Seen:
@@ -222,6 +232,7 @@ def seen_in_chat(body: Mapping[str, Any]) -> Seen:
     instructions = ""
     names: dict[str, str] = {}
     tool_result = last_message = None
+    output = ""
     texts: list[str] = []
     for message in body.get("messages") or []:
         if not isinstance(message, dict):
@@ -241,12 +252,13 @@ def seen_in_chat(body: Mapping[str, Any]) -> Seen:
             tool_result = None
         elif role == "tool":
             tool_result = names.get(str(message.get("tool_call_id")), "?")
+            output = text
     tools = tuple(
         str((t.get("function") or {}).get("name"))
         for t in body.get("tools") or []
         if isinstance(t, dict)
     )
-    return _seen(instructions, tools, tool_result, last_message, texts)
+    return _seen(instructions, tools, tool_result, last_message, texts, output)
 
 
 def _seen(
@@ -255,6 +267,7 @@ def _seen(
     tool_result: str | None,
     last_message: str | None,
     texts: Iterable[str],
+    output: str,
 ) -> Seen:
     agent = _AGENT.search(instructions)
     step = _NEXT.search(instructions)
@@ -265,7 +278,17 @@ def _seen(
         tool_result,
         last_message,
         "\n".join(texts),
+        tool_result is not None and _failed(output),
     )
+
+
+def _failed(output: str) -> bool:
+    """A tool result that says ``"ok": false`` (as the trusted executor tells it)."""
+    try:
+        data = json.loads(output)
+    except ValueError:
+        return False
+    return isinstance(data, dict) and data.get("ok") is False
 
 
 def _tokens(text: str) -> int:

@@ -415,6 +415,9 @@ class JournalRun(_Message):
     turns: int
     tool_calls: int
     tokens: int
+    #: Steps (model replies, tool results) of a run cut short that this run
+    #: replayed from its checkpoint instead of asking or calling again.
+    replayed: int = 0
 
 
 JournalRecord = Annotated[

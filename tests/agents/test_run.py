@@ -102,7 +102,8 @@ class Lane:
     """A stand-in with a script, a tool endpoint, and what runs published."""
 
     def __init__(self, serve: Callable[[Any], str], rules: list[dict[str, Any]], fail: bool):
-        self.model_url = serve(build_standin(StandinScript.model_validate({"rules": rules})))
+        self.model = build_standin(StandinScript.model_validate({"rules": rules}))
+        self.model_url = serve(self.model)
         self.tools = tools_endpoint(fail)
         self.tools_url = serve(self.tools)
         self.published: list[tuple[str, str, BaseModel]] = []
@@ -285,7 +286,9 @@ def test_a_non_idempotent_call_left_unfinished_is_never_repeated(lane: Any) -> N
     conv.apply(opened("pay", ["billing"], ["pay"]))
     run.run(conv)
     assert len(run.tools.state.calls) == 1
-    saved = run.saves[0]  # checkpointed before the call
+    # checkpoints: the model's reply, then the call pending before it is made
+    replied, saved = run.saves[:2]
+    assert replied["pending"] == {}
     assert list(saved["pending"].values()) == ["charge"]
     # a crash after that checkpoint: the next run finds the call pending
     again = Conversation.from_json(saved)
@@ -294,6 +297,48 @@ def test_a_non_idempotent_call_left_unfinished_is_never_repeated(lane: Any) -> N
     assert len(run.tools.state.calls) == 1  # not called again
     outcomes = [t.outcome for t in run.of(JournalToolCall)]
     assert outcomes == ["done", "outcome_unknown"]
+
+
+def test_a_run_cut_short_replays_the_model_replies_it_paid_for(lane: Any) -> None:
+    run = lane(BOOK)
+    run.run(booking_job())
+    assert run.model.state.calls == 2  # asked to book, then told the result
+    [first_said] = run.of(MessageRecord)
+    # The crash came right after the first reply was checkpointed (the booking
+    # not yet made): the resumed run replays that reply instead of paying again.
+    cut = Conversation.from_json(copy.deepcopy(run.saves[0]))
+    assert cut.active == "job-1#1"
+    assert [step["kind"] for step in cut.tape] == ["model"]
+    run.published.clear()
+    end = run.run(cut)
+    assert run.model.state.calls == 3  # one more: the reply to the tool result
+    [(_, first, _), (_, again, _)] = run.tools.state.calls
+    assert again == first  # the booking retried under the same key
+    [said] = run.of(MessageRecord)
+    assert (said.message_id, said.text) == (first_said.message_id, first_said.text)
+    [journaled] = run.of(JournalRun)
+    assert (journaled.run_id, journaled.replayed, end.turns) == ("job-1#1", 1, 2)
+    assert len(run.of(JournalModelCall)) == 1  # the replayed reply is journaled once only
+    assert cut.active is None
+    assert cut.tape == []
+
+
+def test_a_run_cut_short_after_a_tool_result_republishes_its_fact_under_its_key(
+    lane: Any,
+) -> None:
+    run = lane(BOOK)
+    run.run(booking_job())
+    [fact] = run.facts()
+    # Cut after the tool's result was checkpointed, perhaps before its fact was sent.
+    cut = Conversation.from_json(copy.deepcopy(run.saves[1]))
+    assert [step["kind"] for step in cut.tape] == ["model", "tool"]
+    run.published.clear()
+    run.run(cut)
+    assert len(run.tools.state.calls) == 1  # not called again
+    assert run.model.state.calls == 3  # only the reply it had not had
+    [again] = run.facts()
+    assert again == fact  # the same event: the engine applies it once
+    assert run.of(JournalToolCall) == []
 
 
 def test_a_redelivered_task_record_owes_no_run_and_reopens_nothing() -> None:

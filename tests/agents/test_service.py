@@ -6,6 +6,7 @@ result becomes evidence."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import shutil
 import signal
 import time
@@ -14,10 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
 
 from agents.standin import StandinScript, build_standin
-from tests.lanes import Lane
+from tests.lanes import Lane, WorkerProcess
 
 pytestmark = [pytest.mark.broker, pytest.mark.timeout(240)]
 
@@ -40,6 +43,16 @@ def with_catalog(lane: Lane) -> None:
     shutil.copytree(ROOT / "playbooks" / "skills", lane.playbooks / "skills")
 
 
+def start_loop(
+    lane: Lane, serve: Callable[[Any], str], script: StandinScript, **env: str
+) -> WorkerProcess:
+    """The engine worker, and ``lemongraph agents`` on a stand-in with ``script``."""
+    lane.start_worker()
+    env.setdefault("OPENAI_API_KEY", "sk-test")
+    model = serve(build_standin(script))
+    return lane.start(["agents"], "agents: ready", OPENAI_BASE_URL=f"{model}/v1", **env)
+
+
 def calendar() -> FastAPI:
     app = FastAPI()
     app.state.calls = []
@@ -57,17 +70,8 @@ def test_a_task_becomes_a_conversation_and_only_the_tool_result_counts(
     lane: Lane, serve: Callable[[Any], str]
 ) -> None:
     with_catalog(lane)
-    model = serve(build_standin(SCRIPT))
     tools = calendar()
-    tools_url = serve(tools)
-    lane.start_worker()
-    lane.start(
-        ["agents"],
-        "agents: ready",
-        OPENAI_BASE_URL=f"{model}/v1",
-        OPENAI_API_KEY="sk-test-secret-key",
-        CALENDAR_URL=tools_url,
-    )
+    start_loop(lane, serve, SCRIPT, OPENAI_API_KEY="sk-test-secret-key", CALENDAR_URL=serve(tools))
     lane.send(
         {"type": "job.start", "key": "c-1", "playbook_key": "onboarding"},
         {"type": "event", "key": "c-1", "action": "id_uploaded", "idempotency_key": "id-1"},
@@ -171,3 +175,135 @@ def test_a_service_killed_mid_call_resumes_and_records_the_fact_once(
     calls = tools.state.calls
     assert len(calls) >= 2, calls  # the resumed run called again...
     assert set(calls) == {facts[0]["input"]["idempotency_key"]}  # ...with the same key
+    # The resumed run replayed the model's reply it had paid for (the call to
+    # book) instead of asking again: the run holds two model calls, not three.
+    journal = lane.wait_until(
+        "journal",
+        lambda rs: any(r["value"]["type"] == "journal.run" and r["value"]["replayed"] for r in rs),
+    )
+    [resumed] = [r["value"] for r in journal if r["value"]["type"] == "journal.run"
+                 and r["value"]["replayed"]]  # fmt: skip
+    assert resumed["replayed"] == 1
+    model_calls = [
+        r for r in journal
+        if r["value"]["type"] == "journal.model_call" and r["value"]["run_id"] == resumed["run_id"]
+    ]  # fmt: skip
+    assert len(model_calls) == 2
+
+
+DESK = """\
+key: desk
+version: 1
+instructions: Book the customer, then activate the account.
+milestones:
+  - id: book
+    instructions: Book a call with the customer.
+    condition: meeting_scheduled
+    integrations: [calendar]
+  - id: activate
+    needs: [book]
+    instructions: Activate the account.
+    condition: account_activated
+    integrations: [crm]
+"""
+DESK_SCRIPT = StandinScript.model_validate(
+    {
+        "rules": [
+            {"when": {"agent": "crm_agent", "tool_result": "activate_account"},
+             "say": "The account is active."},
+            {"when": {"agent": "crm_agent"}, "call": {"tool": "activate_account", "args": {}}},
+            {"when": {"tool_failed": "schedule_meeting"},
+             "call": {"tool": "schedule_meeting", "args": {"when": "tomorrow 10:00"}}},
+            {"when": {"tool_result": "schedule_meeting"}, "say": "Your meeting is booked."},
+            {"when": {"tool_result": "crm_agent"}, "say": "Your account is active."},
+            {"when": {"next_step": "book"},
+             "call": {"tool": "schedule_meeting", "args": {"when": "tomorrow 10:00"}}},
+            {"when": {"next_step": "activate"},
+             "call": {"tool": "crm_agent", "args": {"request": "Activate the account."}}},
+            {"say": "Hello."},
+        ]
+    }
+)  # fmt: skip
+
+
+def flaky_tools() -> FastAPI:
+    """The calendar fails (500), then hangs past the tool's timeout, then books;
+    the CRM activates."""
+    app = FastAPI()
+    app.state.calls = []
+
+    @app.post("/{name}", response_model=None)
+    async def tool(name: str, request: Request) -> Any:
+        body = await request.json()
+        app.state.calls.append((name, request.headers.get("idempotency-key")))
+        tries = sum(1 for n, _ in app.state.calls if n == name)
+        if name == "book" and tries == 1:
+            return JSONResponse({"error": "calendar down"}, status_code=500)
+        if name == "book" and tries == 2:
+            await asyncio.sleep(3)  # the tool's timeout is 1 s
+        return {"when": body.get("when"), "active": True}
+
+    return app
+
+
+def test_failures_are_told_and_retried_a_delegate_activates_and_a_bad_task_is_dead_lettered(
+    lane: Lane, serve: Callable[[Any], str]
+) -> None:
+    catalog = yaml.safe_load((ROOT / "playbooks" / "catalog.yaml").read_text())
+    catalog["tools"]["schedule_meeting"]["http"]["timeout"] = 1
+    (lane.playbooks / "catalog.yaml").write_text(yaml.safe_dump(catalog))
+    shutil.copytree(ROOT / "playbooks" / "skills", lane.playbooks / "skills")
+    (lane.playbooks / "desk.yaml").write_text(DESK)
+    tools = flaky_tools()
+    url = serve(tools)
+    start_loop(lane, serve, DESK_SCRIPT, CALENDAR_URL=url, CRM_URL=url)
+    hostile = b"\xff\xfe{not a task"
+    lane.produce([(b"d-1", hostile)], topic="tasks")
+    lane.send({"type": "job.start", "key": "d-1", "playbook_key": "desk"})
+
+    def done(records: list[dict[str, Any]]) -> bool:
+        return any(r["value"]["status"] == "done" for r in records)
+
+    decisions = lane.wait_until("decisions", done, timeout=150)
+    facts = [
+        r["value"] for r in decisions
+        if r["value"]["input"].get("source") == "tool" and r["value"]["outcome"] == "applied"
+    ]  # fmt: skip
+    assert [f["input"]["action"] for f in facts] == ["meeting_scheduled", "account_activated"]
+    # each milestone's verdict names the tool event that completed it as its evidence
+    for fact, milestone in zip(facts, ["book", "activate"], strict=True):
+        [verdict] = [v for v in fact["verdicts"] if v["milestone"] == milestone]
+        assert verdict["verdict"] == "TRUE"
+        assert fact["input"]["idempotency_key"] in verdict["atoms"][0]["evidence"]
+    # The booking failed twice, the model was told and tried again: the same key
+    # each time (nothing was done), and one fact.
+    books = [key for name, key in tools.state.calls if name == "book"]
+    assert len(books) == 3
+    assert set(books) == {facts[0]["input"]["idempotency_key"]}
+    delegated = lane.wait_until(
+        "journal", lambda rs: any(r["value"].get("outcome") == "delegated" for r in rs)
+    )
+    journal = [r["value"] for r in delegated]
+    calls = [
+        (j["agent"], j["tool"], j["outcome"]) for j in journal if j["type"] == "journal.tool_call"
+    ]
+    assert calls == [
+        ("conversation", "schedule_meeting", "failed"),
+        ("conversation", "schedule_meeting", "failed"),
+        ("conversation", "schedule_meeting", "done"),
+        ("crm_agent", "activate_account", "done"),
+        ("conversation", "crm_agent", "delegated"),
+    ]
+    failures = [j for j in journal if j["type"] == "journal.tool_call" and j["outcome"] == "failed"]
+    assert failures[0]["http_status"] == 500
+    assert "timed out" in failures[1]["result"]
+    said = [m["value"]["text"] for m in lane.read("messages")]
+    # The job may be done (and the task closed) before the agent says more.
+    assert said[0] == "Your meeting is booked."
+    assert said[1:] in ([], ["Your account is active."])
+    # the hostile tasks record: dead-lettered byte for byte, and the service went on
+    [letter] = lane.read("deadletter")
+    assert letter["key"] == "d-1"
+    assert letter["value"]["topic"] == lane.topics.tasks
+    assert base64.b64decode(letter["value"]["value_b64"]) == hostile
+    assert "not a task record" in letter["value"]["reason"]

@@ -232,3 +232,32 @@ def test_the_model_call_id_is_kept_verbatim() -> None:
     # only echoed back to the model.
     call = ToolCall("call_xyz", "schedule_meeting", "{}")
     assert Exchange(call, "{}").call.call_id == "call_xyz"
+
+
+@pytest.mark.parametrize("api", ["responses", "chat"])
+def test_tool_failed_holds_only_for_a_result_that_says_it_failed(
+    api: str, serve: Callable[[Any], str]
+) -> None:
+    script = StandinScript.model_validate(
+        {
+            "rules": [
+                {"when": {"tool_failed": "schedule_meeting"}, "say": "It failed; again."},
+                {"when": {"tool_result": "schedule_meeting"}, "say": "Booked."},
+            ]
+        }
+    )
+    base = serve(build_standin(script))
+    settings = ModelSettings(api_key="sk-test", base_url=f"{base}/v1", api=api)  # type: ignore[arg-type]
+    call = ToolCall("call_1", "schedule_meeting", '{"when": "10:00"}')
+    failed = Exchange(call, '{"ok": false, "error": "HTTP 500: down"}')
+    done = Exchange(call, '{"ok": true, "result": {"when": "10:00"}}')
+
+    async def go(exchange: Exchange) -> str | None:
+        model = Model(settings)
+        try:
+            return (await model.call(request(), [exchange])).text
+        finally:
+            await model.close()
+
+    assert asyncio.run(go(failed)) == "It failed; again."
+    assert asyncio.run(go(done)) == "Booked."
