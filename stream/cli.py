@@ -687,6 +687,36 @@ def bench(quick: bool, json_path: Path | None) -> None:
         click.echo(f"figures written to {json_path}")
 
 
+@main.command("bench-agents")
+@click.option("--jobs", default=1000, show_default=True, type=click.IntRange(1, 100_000))
+@click.option(
+    "--concurrency",
+    default=8,
+    show_default=True,
+    type=click.IntRange(1, 1000),
+    help="LEMONGRAPH_AGENT_CONCURRENCY of the service, and of the direct baseline.",
+)
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(path_type=Path),
+    help="Also write the figures to this file as one JSON object.",
+)
+def bench_agents(jobs: int, concurrency: int, json_path: Path | None) -> None:
+    """Measure one `lemongraph agents` process against the stand-in model: model
+    and tool calls per second with JOBS tasks opened at once, beside the same
+    calls made directly, and the time from task.opened to the first model request."""
+    from agents.bench import figures_json, render, run_agents_bench
+
+    settings = _settings()
+    figures = run_agents_bench(jobs, concurrency, _say, settings.catalog_file)
+    click.echo()
+    click.echo(render(figures))
+    if json_path is not None:
+        json_path.write_bytes(figures_json(figures))
+        click.echo(f"figures written to {json_path}")
+
+
 # -- the agents ----------------------------------------------------------------------------
 
 

@@ -101,7 +101,7 @@ def _rss_mb(pid: int) -> float:
     return 0.0
 
 
-class _Process:
+class ChildProcess:
     """A child process whose output lines are collected."""
 
     def __init__(self, args: list[str], env: dict[str, str], cwd: Path) -> None:
@@ -226,7 +226,7 @@ class Bench:
         asyncio.run(ensure_topics(self.bootstrap, {topic: PARTITIONS}))
         asyncio.run(_produce(self.bootstrap, topic, records))
         data = self.workdir / f"faust-{mode}"
-        child = _Process(
+        child = ChildProcess(
             [
                 sys.executable,
                 "-m",
@@ -257,7 +257,7 @@ class Bench:
         topics = Topics(prefix)
         data = self.workdir / "engine"
         env = self._env(prefix, data)
-        worker = _Process([sys.executable, "-m", "stream", "worker"], env, self.workdir)
+        worker = ChildProcess([sys.executable, "-m", "stream", "worker"], env, self.workdir)
         try:
             worker.wait_for("ready", 120)
             base_rss = _rss_mb(worker.proc.pid)
@@ -295,7 +295,7 @@ class Bench:
             worker.kill()
             decided = self._decisions_so_far(topics.decisions)
             restarted = time.time()
-            worker = _Process([sys.executable, "-m", "stream", "worker"], env, self.workdir)
+            worker = ChildProcess([sys.executable, "-m", "stream", "worker"], env, self.workdir)
             probe = InboxEvent(key="tp-000001", action="meeting_cancelled").compact()
             asyncio.run(_produce(self.bootstrap, topics.inbox, [(b"tp-000001", encode(probe))]))
             stamps = self._wait_decisions(topics.decisions, decided + 1, 300)
@@ -314,7 +314,7 @@ class Bench:
         prefix = f"bench-{self.run_id}-engine2."
         topics = Topics(prefix)
         workers = [
-            _Process(
+            ChildProcess(
                 [sys.executable, "-m", "stream", "worker"],
                 self._env(prefix, self.workdir / f"engine2-{i}"),
                 self.workdir,

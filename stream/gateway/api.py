@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Annotated, Any
@@ -324,7 +324,9 @@ def build_api(gateway: Gateway) -> FastAPI:
         ] = None,
     ) -> StreamingResponse:
         """Server-sent events as the job changes: `job` (the full view, first at
-        once and then on every change) and `decision` (each new decision)."""
+        once and then on every change), `decision` (each new decision) and
+        `journal` (each new record of the agents' journal: model calls, tool
+        calls, run ends)."""
         del access_token  # the guard read it
         visible(key)
         return StreamingResponse(
@@ -366,6 +368,12 @@ def _playbook(model: ReadModel, key: str, version: int | None) -> PlaybookView:
     )
 
 
+def _newest(kept: Iterable[dict[str, Any]], count: int) -> list[dict[str, Any]]:
+    """The last ``count`` records kept (all kept, when more came than are kept)."""
+    records = list(kept)
+    return records[max(0, len(records) - count) :] if count > 0 else []
+
+
 def _sse(event: str, data: Any) -> bytes:
     return b"event: " + event.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
 
@@ -375,6 +383,7 @@ async def _follow(gateway: Gateway, key: str) -> AsyncIterator[bytes]:
     flag = model.watch(key)
     try:
         sent = model.decision_totals.get(key, 0)
+        noted = model.journal_totals.get(key, 0)
         yield b"retry: 2000\n\n"
         entry = model.jobs.get(key)
         if entry is not None:
@@ -389,10 +398,13 @@ async def _follow(gateway: Gateway, key: str) -> AsyncIterator[bytes]:
             if gateway.stopping.is_set():
                 break
             total = model.decision_totals.get(key, 0)
-            kept = list(model.decisions.get(key, ()))
-            for record in kept[max(0, len(kept) - (total - sent)) :]:
+            for record in _newest(model.decisions.get(key, ()), total - sent):
                 yield _sse("decision", record)
             sent = total
+            total = model.journal_totals.get(key, 0)
+            for record in _newest(model.journal.get(key, ()), total - noted):
+                yield _sse("journal", record)
+            noted = total
             entry = model.jobs.get(key)
             if entry is not None:
                 yield _sse("job", job_view(model, entry).model_dump(mode="json"))

@@ -89,6 +89,7 @@ class ReadModel:
         self.jobs: dict[str, JobEntry] = {}
         self.decisions: dict[str, deque[dict[str, Any]]] = {}
         self.journal: dict[str, deque[dict[str, Any]]] = {}
+        self.journal_totals: dict[str, int] = {}  # journal records ever read, per job
         self.decision_totals: dict[str, int] = {}  # decisions ever read, per job
         self.events: dict[str, OrderedDict[str, dict[str, Any]]] = {}
         self.decided: dict[int, int] = {}  # inbox partition → highest offset decided
@@ -206,6 +207,9 @@ class ReadModel:
                 if kept is None:
                     kept = self.journal[entry.job_key] = deque(maxlen=JOURNAL_KEPT)
                 kept.append(entry.dump())
+                totals = self.journal_totals
+                totals[entry.job_key] = totals.get(entry.job_key, 0) + 1
+                self._changed(entry.job_key)
         except (ValidationError, ValueError, KeyError, TypeError) as exc:
             self.skipped += 1
             log.debug("read model: skipped a record of %s: %s", topic, exc)

@@ -6,10 +6,13 @@ arrives, and the page shows it done without a reload."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
+
+from topics import JournalModelCall, JournalRun, JournalToolCall, Tokens, encode
 
 from .conftest import GatewayProcess, Lane
 
@@ -101,6 +104,38 @@ def test_a_milestone_turns_done_on_the_page_without_a_reload(
         arg=[countdown, before],
         timeout=5_000,
     )
+
+    # The agents' journal for the job, live: records of the agents service's
+    # shapes, on the real journal topic; their text is shown as text.
+    hostile = '<img src=x onerror="window.__owned=1">'
+    run = "ui-job#1"
+    at = "2026-12-01T10:00:00Z"
+    records = [
+            (b"ui-job", encode(JournalModelCall(
+                job_key="ui-job", run_id=run, agent="conversation", at=at, request="Agent: ...",
+                response=hostile, latency_ms=12, outcome="ok",
+                tokens=Tokens(input=120, output=8, cached=0, total=128)))),
+            (b"ui-job", encode(JournalToolCall(
+                job_key="ui-job", run_id=run, agent="conversation", at=at,
+                tool="schedule_meeting", arguments='{"when": "10:00"}', outcome="done",
+                http_status=200, result='{"ok": true}', latency_ms=5,
+                fact="meeting_scheduled"))),
+            (b"ui-job", encode(JournalRun(
+                job_key="ui-job", run_id=run, agent="conversation", at=at, ended="done",
+                turns=2, tool_calls=1, tokens=250))),
+    ]  # fmt: skip
+    # (in a thread of its own: Playwright's sync API holds this thread's event loop)
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(lane.produce, records, "journal").result()
+    page.wait_for_selector('#journal tr[data-kind="journal.run"]', timeout=30_000)
+    journal = page.locator("#journal").inner_text()
+    assert "tokens 120 in / 8 out = 128" in journal
+    assert "tool schedule_meeting" in journal
+    assert "recorded meeting_scheduled" in journal
+    assert "2 turn(s), 1 tool call(s), 250 tokens" in journal
+    assert hostile in journal  # as text...
+    assert page.locator("#journal img").count() == 0  # ...never as HTML
+    assert page.evaluate("() => window.__owned") is None
 
     ARTIFACTS.mkdir(exist_ok=True)
     shot = ARTIFACTS / "ui-job-view.png"

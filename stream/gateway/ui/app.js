@@ -5,7 +5,7 @@
 
 const TOKEN_KEY = "lemongraph.token";
 const state = { token: "", filter: "", cursor: null, source: null, job: null,
-  decisions: [], listTimer: null };
+  decisions: [], journal: [], listTimer: null };
 
 // -- small helpers ---------------------------------------------------------------------
 
@@ -200,6 +200,37 @@ function renderDecisions() {
   document.querySelector("#decisions tbody").replaceChildren(...state.decisions.map(decisionRow).reverse());
 }
 
+function tokens(t) {
+  if (!t) return "tokens not reported";
+  return `tokens ${t.input} in / ${t.output} out` + (t.cached ? ` (${t.cached} cached)` : "") + ` = ${t.total}`;
+}
+
+function journalRow(r) {
+  let what, outcome, detail;
+  if (r.type === "journal.model_call") {
+    what = "model call";
+    outcome = r.outcome;
+    detail = `${tokens(r.tokens)} · ${r.latency_ms} ms · ${r.response}`;
+  } else if (r.type === "journal.tool_call") {
+    what = "tool " + r.tool;
+    outcome = r.outcome;
+    detail = [r.http_status ? "HTTP " + r.http_status : null, r.fact ? "recorded " + r.fact : null,
+      `${r.latency_ms} ms`, r.result].filter(Boolean).join(" · ");
+  } else {
+    what = "run ended";
+    outcome = r.ended;
+    detail = `${r.turns} turn(s), ${r.tool_calls} tool call(s), ${r.tokens} tokens` +
+      (r.replayed ? `, ${r.replayed} step(s) replayed` : "");
+  }
+  return h("tr", { class: "journal-row", "data-kind": r.type, "data-outcome": outcome },
+    h("td", { class: "muted" }, r.at), h("td", {}, r.agent), h("td", {}, what),
+    h("td", {}, h("span", { class: "outcome-" + outcome }, outcome)), h("td", { class: "detail" }, detail));
+}
+
+function renderJournal() {
+  document.querySelector("#journal tbody").replaceChildren(...state.journal.map(journalRow).reverse());
+}
+
 function renderJob(job) {
   state.job = job;
   document.getElementById("job-title").textContent = job.key;
@@ -220,16 +251,21 @@ function renderJob(job) {
 async function showJob(key) {
   closeStream();
   state.decisions = [];
+  state.journal = [];
   renderDecisions();
-  let job, trail;
+  renderJournal();
+  let job, trail, journal;
   try {
     job = await api("/v1/jobs/" + encodeURIComponent(key));
     trail = await api("/v1/jobs/" + encodeURIComponent(key) + "/decisions");
+    journal = await api("/v1/jobs/" + encodeURIComponent(key) + "/journal");
   } catch (e) { notice(e.message); return; }
   notice("");
   renderJob(job);
   state.decisions = trail.decisions;
   renderDecisions();
+  state.journal = journal.records;
+  renderJournal();
   const live = document.getElementById("job-live");
   const source = new EventSource("/v1/jobs/" + encodeURIComponent(key) + "/events?access_token=" + encodeURIComponent(state.token));
   state.source = source;
@@ -240,6 +276,11 @@ async function showJob(key) {
     state.decisions.push(JSON.parse(ev.data));
     if (state.decisions.length > 500) state.decisions.shift();
     renderDecisions();
+  });
+  source.addEventListener("journal", (ev) => {
+    state.journal.push(JSON.parse(ev.data));
+    if (state.journal.length > 200) state.journal.shift();
+    renderJournal();
   });
 }
 
