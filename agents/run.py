@@ -78,6 +78,8 @@ class Conversation:
     #: resumes under the same id and replays these instead of paying again.
     active: str | None = None
     tape: list[dict[str, Any]] = field(default_factory=list)
+    #: The partition of ``tasks`` (and of the changelog) the job's records are on.
+    partition: int | None = None
     #: Tasks opened so far, and how many of them the last finished run had seen:
     #: a run is owed while ``opened > ran`` (a task opened during a run owes another).
     opened: int = 0
@@ -148,6 +150,7 @@ class Conversation:
             "ran": self.ran,
             "active": self.active,
             "tape": self.tape,
+            "partition": self.partition,
             "due": self.due,
         }
 
@@ -172,6 +175,7 @@ class Conversation:
             ran=int(data.get("ran", 0)),
             active=data.get("active"),
             tape=list(data.get("tape") or []),
+            partition=data.get("partition"),
         )
 
 

@@ -3,24 +3,27 @@
 
 A Faust app with its own consumer group reads ``tasks``. Each job's
 conversation lives in the service's RocksDB store, and every write to it is
-first produced to the compacted ``conversations`` topic (its changelog) and
-acknowledged, so a restarted service, here or on another machine, reads it back.
-(A Faust table cannot hold it: Faust writes a table only from inside the handler
-of an event, and a run must write its checkpoints while it runs, beside other
-jobs' runs.)
+first produced to the compacted ``conversations`` topic (its changelog), on the
+partition of the job's tasks, and acknowledged. When a partition of ``tasks`` is
+assigned, its changelog partition is read from where this store last read it
+(another process may have owned it meanwhile) before any of its records is
+taken; when one is revoked, its runs are stopped and resumed by the new owner.
+(A Faust table cannot hold it: Faust writes a table only from inside the
+handler of an event, and a run must write its checkpoints while it runs, beside
+other jobs' runs.)
 
 A ``task.opened`` owes the job a run; runs of different jobs go concurrently,
 up to ``LEMONGRAPH_AGENT_CONCURRENCY``, one at a time per job. A conversation
-whose run was owed when the service stopped (``due``) is run again when the
-service starts: its tool calls take effect once (docs/agents.md, "Tools as
-evidence").
+whose run was owed (``due``) when its partition came to this process is run
+again: its recorded steps are replayed, its tool calls take effect once
+(docs/agents.md, "Crash safety").
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,6 +36,7 @@ from compiler import to_iso
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from rocksdict import Rdict
 from stream.config import Settings
+from stream.errors import StorageError
 from stream.faust_tuning import (
     FETCH_MAX_WAIT_MS,
     FETCH_MAX_WAIT_MS_TANSU,
@@ -52,6 +56,9 @@ __all__ = ["AgentService", "AgentStats", "build_service"]
 log = logging.getLogger(__name__)
 
 _TASKS: TypeAdapter[Any] = TypeAdapter(TaskRecord)
+
+#: ``send(topic, key, value, headers, partition)``, acknowledged when awaited.
+Send = Callable[[str, bytes | None, bytes | None, Headers | None, int | None], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -88,7 +95,7 @@ class AgentService:
         concurrency: int = 8,
         history: int = 20,
         tool_env: Mapping[str, str] | None = None,
-        send: Callable[[str, bytes | None, bytes | None, Headers | None], Any] | None = None,
+        send: Send | None = None,
     ) -> None:
         self.settings = settings
         self.topics = Topics(settings.topic_prefix)
@@ -101,26 +108,39 @@ class AgentService:
         self.running: dict[str, asyncio.Task[None]] = {}
         self.stats = AgentStats()
         self.send = send
+        #: Awaited after a run is cancelled (a partition revoked): the producer's
+        #: records in flight are acknowledged before another process reads them.
+        self.flush: Callable[[], Any] | None = None
         folder = data_path(settings)
         folder.mkdir(parents=True, exist_ok=True)
-        self.db = Rdict(str(folder / "conversations"))
+        self.db = _open(folder / "conversations")
+        #: Per changelog partition, the next offset to read back (everything before
+        #: it is in ``db``), kept beside the store so a restart reads only the tail.
+        self.offsets = _open(folder / "offsets")
+        #: The assigned partitions of ``tasks``; set once its changelog is read back.
+        self.partitions: dict[int, asyncio.Event] = {}
         self._model: Model | None = None
         self._client: httpx.AsyncClient | None = None
-        self._ready: asyncio.Event | None = None
-
-    def ready(self) -> asyncio.Event:
-        """Set once the changelog has been read back (records wait for it)."""
-        if self._ready is None:
-            self._ready = asyncio.Event()
-        return self._ready
 
     # -- state ----------------------------------------------------------------------
 
-    async def recover(self) -> int:
-        """Read the changelog into the store (the latest state of each job)."""
-        count = 0
+    async def assign(self, partitions: Iterable[int]) -> tuple[int, int]:
+        """Partitions of ``tasks`` now ours: read each one's changelog partition
+        from where this store last read it to its end (another process may have
+        written it meanwhile), then resume the runs owed on it. Records of a
+        partition wait until then. (records read, runs resumed)"""
+        new = sorted(p for p in set(partitions) if p not in self.partitions)
+        if not new:
+            return 0, 0
+        for partition in new:
+            self.partitions[partition] = asyncio.Event()
+        start = {p: int(self.offsets.get(p) or 0) for p in new}
+        read: dict[bytes, bytes | None] = {}
         async for record in read_topic(
-            bootstrap_of(self.settings.kafka_url or ""), self.topics.conversations
+            bootstrap_of(self.settings.kafka_url or ""),
+            self.topics.conversations,
+            start=start,
+            idle=0.3,
         ):
             if record.key is None:
                 continue
@@ -128,8 +148,39 @@ class AgentService:
                 self.db.delete(record.key)
             else:
                 self.db[record.key] = record.value
-            count += 1
-        return count
+            read[record.key] = record.value
+            self.offsets[record.partition] = record.offset + 1
+        for key in read:
+            self.live.pop(key.decode(), None)  # what this process held may be older
+        for partition in new:
+            self.partitions[partition].set()
+        resumed = 0
+        for key, value in read.items():
+            if value is not None and orjson.loads(value).get("due"):
+                self.start(key.decode())
+                resumed += 1
+        return len(read), resumed
+
+    async def revoke(self, partitions: Iterable[int]) -> int:
+        """Partitions of ``tasks`` no longer ours: stop the runs on them (another
+        process resumes them from the changelog) and forget what is held in
+        memory. The number of runs stopped."""
+        gone = set(partitions) & set(self.partitions)
+        for partition in gone:
+            del self.partitions[partition]
+        if not gone:
+            return 0
+        keys = [k for k, c in self.live.items() if c.partition in gone or c.partition is None]
+        stopping = [self.running.pop(k) for k in keys if k in self.running]
+        for task in stopping:
+            task.cancel()
+        if stopping:
+            await asyncio.gather(*stopping, return_exceptions=True)
+        if self.flush is not None:
+            await self.flush()
+        for key in keys:
+            self.live.pop(key, None)
+        return sum(1 for t in stopping if t.cancelled())
 
     def load(self, key: str) -> Conversation:
         """The job's conversation: the live one, else the stored one, else new."""
@@ -142,17 +193,23 @@ class AgentService:
         return conv
 
     async def save(self, conv: Conversation) -> None:
-        """Changelog first, acknowledged; then the local store."""
+        """Changelog first (to the partition of the job's tasks), acknowledged;
+        then the local store."""
         raw = orjson.dumps(conv.to_json())
         key = conv.job_key.encode()
-        await self._send(self.topics.conversations, key, raw)
+        await self._send(self.topics.conversations, key, raw, partition=conv.partition)
         self.db[key] = raw
 
     async def _send(
-        self, topic: str, key: bytes | None, value: bytes | None, headers: Headers | None = None
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers | None = None,
+        partition: int | None = None,
     ) -> None:
         assert self.send is not None
-        await self.send(topic, key, value, headers)
+        await self.send(topic, key, value, headers, partition)
 
     async def dead_letter(self, where: Where, value: bytes | None, reason: str) -> None:
         """The record as it was read, to ``deadletter`` (docs/kafka.md, "Dead letters")."""
@@ -174,7 +231,11 @@ class AgentService:
     async def on_record(self, value: bytes | None, where: Where | None = None) -> None:
         """Take one ``tasks`` record; start the run it owes. A record that is not
         a task record is dead-lettered, byte for byte, with the reason."""
-        await self.ready().wait()
+        if where is not None:
+            caught_up = self.partitions.get(where.partition)
+            if caught_up is None:
+                return  # revoked meanwhile: its new owner reads it
+            await caught_up.wait()
         self.stats.records += 1
         try:
             record = _TASKS.validate_json(value or b"")
@@ -188,20 +249,12 @@ class AgentService:
                 await self.dead_letter(where, value, reason)
             return
         conv = self.load(record.job_key)
+        if where is not None:
+            conv.partition = where.partition
         owes = conv.apply(record)
         await self.save(conv)
         if owes:
             self.start(conv.job_key)
-
-    def resume_due(self) -> int:
-        """Start every stored conversation whose run was owed (cut short by a stop)."""
-        started = 0
-        for key, raw in self.db.items():
-            data = orjson.loads(raw)
-            if data.get("due"):
-                self.start(key.decode() if isinstance(key, bytes) else str(key))
-                started += 1
-        return started
 
     def start(self, key: str) -> None:
         """Run the job's agent now, or right after its run in flight."""
@@ -240,6 +293,7 @@ class AgentService:
         if self._client is not None:
             await self._client.aclose()
         self.db.close()
+        self.offsets.close()
 
 
 def build_service(
@@ -267,26 +321,48 @@ def build_service(
     )  # fmt: skip
 
     async def send(
-        topic: str, key: bytes | None, value: bytes | None, headers: Headers | None
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers | None,
+        partition: int | None,
     ) -> None:
-        producer = app.producer
-        sent = await producer.send(
-            topic, key, value, partition=None, timestamp=None, headers=headers
+        sent = await app.producer.send(
+            topic, key, value, partition=partition, timestamp=None, headers=headers
         )
         await sent
 
+    async def flush() -> None:
+        await app.producer.flush()
+
     service.send = send
+    service.flush = flush
     source = app.topic(topics.tasks, key_type=bytes, value_type=bytes)
 
     @app.task  # type: ignore[untyped-decorator]
     async def start() -> None:
-        recovered = await service.recover()
-        service.ready().set()
-        resumed = service.resume_due()
+        say(f"agents: ready (group {app.conf.id})")
+
+    async def on_revoked(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
+        [revoked] = args
+        stopped = await service.revoke(tp.partition for tp in revoked if tp.topic == topics.tasks)
+        if stopped:
+            say(
+                f"agents: partitions revoked: {stopped} runs stopped (their new owner resumes them)"
+            )
+
+    async def on_assigned(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
+        [assigned] = args
+        mine = {tp.partition for tp in assigned if tp.topic == topics.tasks}
+        await service.revoke(p for p in list(service.partitions) if p not in mine)
+        read, resumed = await service.assign(mine)
         say(
-            f"agents: ready (group {app.conf.id}, {recovered} conversation records read back, "
-            f"{resumed} runs resumed)"
+            f"agents: partitions {sorted(mine)} assigned: {read} conversation records read "
+            f"back, {resumed} runs resumed"
         )
+
+    app.on_partitions_revoked.connect(on_revoked)
+    app.on_partitions_assigned.connect(on_assigned)
 
     @app.agent(source)
     async def tasks(stream: Any) -> None:
@@ -307,6 +383,19 @@ def build_service(
         say(f"agents: {s.records} task records, {s.runs} runs (ended: {ended})")
 
     return app, service
+
+
+def _open(path: Path) -> Rdict:
+    """A RocksDB store of the service; a clear error when another process has it."""
+    try:
+        return Rdict(str(path))
+    except Exception as exc:  # rocksdict raises a bare Exception
+        if "lock" in str(exc).lower():
+            raise StorageError(
+                f"{path}: another lemongraph agents process uses this data folder; give each "
+                "process its own LEMONGRAPH_DATA_DIR"
+            ) from None
+        raise StorageError(f"{path}: the agents' store cannot be opened: {exc}") from None
 
 
 def _header_list(headers: Any) -> Headers:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -107,8 +107,11 @@ async def read_topic(
     follow: bool = False,
     idle: float = 1.5,
     timeout: float | None = None,
+    start: Mapping[int, int] | None = None,
 ) -> AsyncIterator[ConsumedRecord]:
-    """Every record of ``topic`` from the beginning, in order per partition.
+    """Every record of ``topic`` from the beginning, in order per partition
+    (with ``start``: only those partitions, each from the offset given; an
+    offset the log no longer holds reads from its beginning).
 
     Without ``follow`` it stops once every partition has been read up to its
     high watermark (as the fetch reports it: the embedded broker's ListOffsets
@@ -120,11 +123,16 @@ async def read_topic(
     await _start(consumer)
     try:
         partitions = await _partitions(consumer, topic)
+        if start is not None:
+            partitions = [p for p in partitions if p in start]
         if not partitions:
             return
         tps = [TopicPartition(topic, p) for p in partitions]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
+        for tp in tps:
+            if start is not None and start[tp.partition] > 0:
+                consumer.seek(tp, start[tp.partition])
         started = last = time.monotonic()
         while True:
             batches = await consumer.getmany(timeout_ms=200, max_records=5000)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import re
 import shutil
 import signal
 import time
@@ -307,3 +308,67 @@ def test_failures_are_told_and_retried_a_delegate_activates_and_a_bad_task_is_de
     assert letter["value"]["topic"] == lane.topics.tasks
     assert base64.b64decode(letter["value"]["value_b64"]) == hostile
     assert "not a task record" in letter["value"]["reason"]
+
+
+def test_a_second_process_takes_over_a_run_from_the_changelog(
+    lane: Lane, serve: Callable[[Any], str]
+) -> None:
+    """Two agents processes in one group. The first holds every partition and is
+    mid-call when the second joins (the partitions are shared out: the run is
+    stopped where it was and resumed by whichever now owns its partition), and
+    is then killed (the second owns everything, and reads back what the first
+    wrote). One fact, one key, and the run's paid model reply replayed."""
+    with_catalog(lane)
+    app = FastAPI()
+    app.state.calls = []
+
+    @app.post("/book")
+    async def book(request: Request) -> dict[str, Any]:
+        body = await request.json()
+        app.state.calls.append(request.headers.get("idempotency-key"))
+        if len(app.state.calls) <= 2:
+            await asyncio.sleep(4)
+        return {"when": body["when"], "id": "B-1"}
+
+    env = {
+        "OPENAI_BASE_URL": f"{serve(build_standin(SCRIPT))}/v1",
+        "OPENAI_API_KEY": "sk-test",
+        "CALENDAR_URL": serve(app),
+    }
+    lane.start_worker()
+    first = lane.start(["agents"], "agents: ready", **env)
+    lane.send(
+        {"type": "job.start", "key": "c-3", "playbook_key": "onboarding"},
+        {"type": "event", "key": "c-3", "action": "id_uploaded", "idempotency_key": "id-3"},
+    )
+
+    def calls(n: int) -> None:
+        deadline = time.monotonic() + 90
+        while len(app.state.calls) < n:
+            assert time.monotonic() < deadline, f"the tool was called {app.state.calls}"
+            time.sleep(0.1)
+
+    calls(1)  # the first process is mid-call
+    # (another machine: a data folder of its own)
+    second = lane.start(
+        ["agents"], "agents: ready", LEMONGRAPH_DATA_DIR=str(lane.root / "data-2"), **env
+    )
+    calls(2)  # the run was stopped and resumed by the partition's owner
+    first.stop(signal.SIGKILL)
+
+    def applied(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [
+            r["value"] for r in records
+            if r["value"]["input"].get("source") == "tool" and r["value"]["outcome"] == "applied"
+        ]  # fmt: skip
+
+    lane.wait_until("decisions", lambda rs: bool(applied(rs)), timeout=120)
+    time.sleep(2)
+    [fact] = applied(lane.read("decisions"))
+    assert set(app.state.calls) == {fact["input"]["idempotency_key"]}
+    journal = lane.wait_until(
+        "journal",
+        lambda rs: any(r["value"]["type"] == "journal.run" and r["value"]["replayed"] for r in rs),
+    )
+    assert any(r["value"].get("replayed") == 1 for r in journal)
+    assert any(re.search(r", [1-9]\d* runs resumed", line) for line in second.lines), second.lines
