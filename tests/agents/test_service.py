@@ -78,13 +78,7 @@ def test_a_task_becomes_a_conversation_and_only_the_tool_result_counts(
         {"type": "event", "key": "c-1", "action": "id_uploaded", "idempotency_key": "id-1"},
     )
 
-    def by_tool(records: list[dict[str, Any]]) -> bool:
-        return any(
-            r["value"]["input"].get("source") == "tool" and r["value"]["outcome"] == "applied"
-            for r in records
-        )
-
-    decisions = lane.wait_until("decisions", by_tool, timeout=120)
+    decisions = lane.wait_until("decisions", lambda rs: bool(applied(rs)), timeout=120)
     inputs = [r["value"]["input"] for r in decisions]
     [fact] = [i for i in inputs if i.get("source") == "tool"]
     assert fact["action"] == "meeting_scheduled"
@@ -121,9 +115,9 @@ def test_a_task_becomes_a_conversation_and_only_the_tool_result_counts(
         assert all("sk-test-secret-key" not in str(r["value"]) for r in lane.read(topic))
 
 
-def slow_calendar() -> FastAPI:
-    """Answers the first booking only after a while (long enough to kill the
-    service mid-call), later ones at once."""
+def slow_calendar(slow: int = 1) -> FastAPI:
+    """Answers the first ``slow`` bookings only after a while (long enough to
+    kill the service mid-call), later ones at once."""
     app = FastAPI()
     app.state.calls = []
 
@@ -131,11 +125,34 @@ def slow_calendar() -> FastAPI:
     async def book(request: Request) -> dict[str, Any]:
         body = await request.json()
         app.state.calls.append(request.headers.get("idempotency-key"))
-        if len(app.state.calls) == 1:
+        if len(app.state.calls) <= slow:
             await asyncio.sleep(4)
         return {"when": body["when"], "id": "B-1"}
 
     return app
+
+
+def onboard(lane: Lane, key: str) -> None:
+    """Start an onboarding job and upload its ID: bookCall opens."""
+    lane.send(
+        {"type": "job.start", "key": key, "playbook_key": "onboarding"},
+        {"type": "event", "key": key, "action": "id_uploaded", "idempotency_key": f"id-{key}"},
+    )
+
+
+def wait_calls(app: FastAPI, n: int) -> None:
+    deadline = time.monotonic() + 90
+    while len(app.state.calls) < n:
+        assert time.monotonic() < deadline, f"the tool was called {app.state.calls}"
+        time.sleep(0.1)
+
+
+def applied(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The decisions that applied a tool's fact."""
+    return [
+        r["value"] for r in records
+        if r["value"]["input"].get("source") == "tool" and r["value"]["outcome"] == "applied"
+    ]  # fmt: skip
 
 
 def test_a_service_killed_mid_call_resumes_and_records_the_fact_once(
@@ -151,23 +168,10 @@ def test_a_service_killed_mid_call_resumes_and_records_the_fact_once(
     }
     lane.start_worker()
     agents = lane.start(["agents"], "agents: ready", **env)
-    lane.send(
-        {"type": "job.start", "key": "c-2", "playbook_key": "onboarding"},
-        {"type": "event", "key": "c-2", "action": "id_uploaded", "idempotency_key": "id-2"},
-    )
-    deadline = time.monotonic() + 60
-    while not tools.state.calls:
-        assert time.monotonic() < deadline, "the tool was never called"
-        time.sleep(0.1)
+    onboard(lane, "c-2")
+    wait_calls(tools, 1)
     agents.stop(signal.SIGKILL)  # mid-call: the booking has no answer yet
     lane.start(["agents"], "agents: ready", **env)
-
-    def applied(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return [
-            r["value"]
-            for r in records
-            if r["value"]["input"].get("source") == "tool" and r["value"]["outcome"] == "applied"
-        ]
 
     lane.wait_until("decisions", lambda rs: bool(applied(rs)), timeout=120)
     time.sleep(2)  # give a second fact, if there were one, time to arrive
@@ -266,10 +270,7 @@ def test_failures_are_told_and_retried_a_delegate_activates_and_a_bad_task_is_de
         return any(r["value"]["status"] == "done" for r in records)
 
     decisions = lane.wait_until("decisions", done, timeout=150)
-    facts = [
-        r["value"] for r in decisions
-        if r["value"]["input"].get("source") == "tool" and r["value"]["outcome"] == "applied"
-    ]  # fmt: skip
+    facts = applied(decisions)
     assert [f["input"]["action"] for f in facts] == ["meeting_scheduled", "account_activated"]
     # each milestone's verdict names the tool event that completed it as its evidence
     for fact, milestone in zip(facts, ["book", "activate"], strict=True):
@@ -319,17 +320,7 @@ def test_a_second_process_takes_over_a_run_from_the_changelog(
     is then killed (the second owns everything, and reads back what the first
     wrote). One fact, one key, and the run's paid model reply replayed."""
     with_catalog(lane)
-    app = FastAPI()
-    app.state.calls = []
-
-    @app.post("/book")
-    async def book(request: Request) -> dict[str, Any]:
-        body = await request.json()
-        app.state.calls.append(request.headers.get("idempotency-key"))
-        if len(app.state.calls) <= 2:
-            await asyncio.sleep(4)
-        return {"when": body["when"], "id": "B-1"}
-
+    app = slow_calendar(slow=2)
     env = {
         "OPENAI_BASE_URL": f"{serve(build_standin(SCRIPT))}/v1",
         "OPENAI_API_KEY": "sk-test",
@@ -337,30 +328,14 @@ def test_a_second_process_takes_over_a_run_from_the_changelog(
     }
     lane.start_worker()
     first = lane.start(["agents"], "agents: ready", **env)
-    lane.send(
-        {"type": "job.start", "key": "c-3", "playbook_key": "onboarding"},
-        {"type": "event", "key": "c-3", "action": "id_uploaded", "idempotency_key": "id-3"},
-    )
-
-    def calls(n: int) -> None:
-        deadline = time.monotonic() + 90
-        while len(app.state.calls) < n:
-            assert time.monotonic() < deadline, f"the tool was called {app.state.calls}"
-            time.sleep(0.1)
-
-    calls(1)  # the first process is mid-call
+    onboard(lane, "c-3")
+    wait_calls(app, 1)  # the first process is mid-call
     # (another machine: a data folder of its own)
     second = lane.start(
         ["agents"], "agents: ready", LEMONGRAPH_DATA_DIR=str(lane.root / "data-2"), **env
     )
-    calls(2)  # the run was stopped and resumed by the partition's owner
+    wait_calls(app, 2)  # the run was stopped and resumed by the partition's owner
     first.stop(signal.SIGKILL)
-
-    def applied(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return [
-            r["value"] for r in records
-            if r["value"]["input"].get("source") == "tool" and r["value"]["outcome"] == "applied"
-        ]  # fmt: skip
 
     lane.wait_until("decisions", lambda rs: bool(applied(rs)), timeout=120)
     time.sleep(2)
