@@ -29,7 +29,6 @@ import signal
 import statistics
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -40,7 +39,6 @@ from typing import Any
 
 import httpx
 import orjson
-import uvicorn
 from fastapi import FastAPI, Request
 from stream.bench.run import ChildProcess
 from stream.broker import EmbeddedBroker, free_port
@@ -50,6 +48,7 @@ from topics import TaskOpenedRecord, Topics, encode
 from .catalog import Catalog, load_catalog, load_catalog_file
 from .compose import OpenTask, Turn, compose
 from .model import Exchange, Model, ModelSettings
+from .serving import AppThread
 
 __all__ = ["AgentFigures", "onboarding_tokens", "run_agents_bench"]
 
@@ -101,34 +100,6 @@ class AgentFigures:
     tokens_onboarding_first: int = 0
     tokens_onboarding_bounded: int = 0
     tokens_onboarding_unbounded: int = 0
-
-
-class _Server:
-    """An ASGI app on a free port, in a thread of this process."""
-
-    def __init__(self, app: Any) -> None:
-        class Quiet(uvicorn.Server):
-            def install_signal_handlers(self) -> None:
-                pass
-
-        self.port = free_port()
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
-        self.server = Quiet(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.url = f"http://127.0.0.1:{self.port}"
-
-    def __enter__(self) -> _Server:
-        self.thread.start()
-        deadline = time.monotonic() + 15
-        while not self.server.started:
-            if time.monotonic() > deadline:
-                raise RuntimeError("a bench server did not start")
-            time.sleep(0.02)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(10)
 
 
 def tools_app() -> FastAPI:
@@ -363,7 +334,8 @@ def run_agents_bench(
         )
         _until_serving(f"http://127.0.0.1:{port}/")
         model_url = env["OPENAI_BASE_URL"]
-        with _Server(tools_app()) as tools:
+        tools = AppThread(tools_app(), "127.0.0.1", free_port(), "bench tool endpoint").start()
+        try:
             env["BENCH_TOOLS_URL"] = tools.url
             seconds, model_calls, tool_calls = asyncio.run(
                 _direct(catalog, model_url, tools.url, jobs, concurrency)
@@ -383,6 +355,8 @@ def run_agents_bench(
             _, quiet_latencies, _, _ = asyncio.run(
                 _service(url, prefix, quiet, spacing=QUIET_SPACING, wait=120)
             )
+        finally:
+            tools.stop()
         figures.service_model_calls_per_s = model_calls / seconds
         figures.service_tool_calls_per_s = tool_calls / seconds
         figures.service_vs_direct = figures.service_model_calls_per_s / max(

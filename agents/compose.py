@@ -22,12 +22,16 @@ from .catalog import CONVERSATION, Catalog
 
 __all__ = [
     "DELEGATE_PARAMETERS",
+    "TOOL_TURN",
     "ModelRequest",
     "OpenTask",
     "ToolOffer",
     "Turn",
     "compose",
 ]
+
+#: How an earlier tool result opens when the history shows it.
+TOOL_TURN = "(tool result from "
 
 #: A delegate is offered as a tool that takes one plain-language request.
 DELEGATE_PARAMETERS: Mapping[str, Any] = {
@@ -52,7 +56,7 @@ class OpenTask:
 @dataclass(frozen=True)
 class Turn:
     """One turn of the conversation so far: what the person said, what an
-    agent said, or a tool result (``name`` is the tool)."""
+    agent said, or a tool result (``name``: the tool, or the person who wrote)."""
 
     role: Literal["person", "agent", "tool"]
     text: str
@@ -163,7 +167,7 @@ def _message(turn: Turn) -> tuple[Literal["user", "assistant"], str]:
     if turn.role == "agent":
         return ("assistant", turn.text)
     if turn.role == "tool":
-        return ("user", f"(tool result from {turn.name}) {turn.text}")
+        return ("user", f"{TOOL_TURN}{turn.name}) {turn.text}")
     return ("user", turn.text)
 
 

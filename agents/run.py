@@ -80,16 +80,20 @@ class Conversation:
     tape: list[dict[str, Any]] = field(default_factory=list)
     #: The partition of ``tasks`` (and of the changelog) the job's records are on.
     partition: int | None = None
-    #: Tasks opened so far, and how many of them the last finished run had seen:
-    #: a run is owed while ``opened > ran`` (a task opened during a run owes another).
-    opened: int = 0
+    #: Inputs that owe a run (tasks opened, messages from people) so far, and how
+    #: many of them the last finished run had seen: a run is owed while
+    #: ``inputs > ran`` (an input that arrives during a run owes another).
+    inputs: int = 0
     ran: int = 0
+    #: Ids of the people's messages taken (the newest), so a re-delivery is not a
+    #: second message.
+    received: list[str] = field(default_factory=list)
 
     @property
     def due(self) -> bool:
         """A run is owed: a task opened that no finished run had seen, and a
         task is still open."""
-        return self.opened > self.ran and bool(self.tasks)
+        return self.inputs > self.ran and bool(self.tasks)
 
     def apply(self, record: TaskOpenedRecord | TaskClosedRecord) -> bool:
         """Take a task record; True when it owes a run (a task newly opened)."""
@@ -110,13 +114,24 @@ class Conversation:
                 record.deadline,
                 tuple(record.integrations),
             )
-            self.opened += 1
+            self.inputs += 1
             return True
         if record.task_id not in self.closed:
             self.closed.append(record.task_id)
         self.tasks.pop(record.milestone, None)
         self.frontier = [m for m in self.frontier if m != record.milestone]
         return False
+
+    def receive(self, record: MessageRecord) -> bool:
+        """Take a person's message (``direction: in``); True when it owes a run
+        (a task is open to work on). A re-delivered message is not taken again."""
+        if record.direction != "in" or record.message_id in self.received:
+            return False
+        self.received.append(record.message_id)
+        del self.received[:-KEPT_TURNS]
+        self.add_turn(Turn("person", record.text, record.contact))
+        self.inputs += 1
+        return bool(self.tasks)
 
     def open_tasks(self) -> list[OpenTask]:
         """Open tasks, next best step first."""
@@ -146,7 +161,8 @@ class Conversation:
             "done_calls": self.done_calls,
             "pending": self.pending,
             "runs": self.runs,
-            "opened": self.opened,
+            "inputs": self.inputs,
+            "received": self.received,
             "ran": self.ran,
             "active": self.active,
             "tape": self.tape,
@@ -171,7 +187,8 @@ class Conversation:
             done_calls=dict(data.get("done_calls") or {}),
             pending=dict(data.get("pending") or {}),
             runs=int(data.get("runs", 0)),
-            opened=int(data.get("opened", 0)),
+            inputs=int(data.get("inputs", 0)),
+            received=list(data.get("received") or []),
             ran=int(data.get("ran", 0)),
             active=data.get("active"),
             tape=list(data.get("tape") or []),
@@ -286,7 +303,7 @@ class Runner:
             conv.active = f"{conv.job_key}#{conv.runs}"
             conv.tape = []
         run_id = conv.active
-        seen = conv.opened  # tasks opened from here on owe another run
+        seen = conv.inputs  # inputs from here on owe another run
         budget = _Budget()
         tape = _Tape(conv.tape)
         reason = await self._loop(conv, outbox, run_id, CONVERSATION, None, budget, [], tape)
@@ -441,7 +458,7 @@ class Runner:
         (``agent_said``), which never counts toward a condition. The ids follow
         from the run and the turn, so a replay re-publishes under the same ids."""
         message_id = f"{run_id}.{turn}"
-        contact = _contact(conv.contacts)
+        contact = _replying_to(conv)
         await outbox.publish(
             "messages",
             conv.job_key,
@@ -638,6 +655,14 @@ class Runner:
 def _identity(task_id: str, tool: str, args: Any) -> str:
     canonical = orjson.dumps([task_id, tool, args], option=orjson.OPT_SORT_KEYS)
     return hashlib.sha256(canonical).hexdigest()[:32]
+
+
+def _replying_to(conv: Conversation) -> str | None:
+    """Who the agent answers: the person who wrote last, else the first contact."""
+    for turn in reversed(conv.turns):
+        if turn.role == "person" and turn.name:
+            return turn.name
+    return _contact(conv.contacts)
 
 
 def _contact(contacts: Sequence[Any]) -> str | None:

@@ -44,7 +44,7 @@ from stream.faust_tuning import (
     set_fetch_max_wait,
 )
 from stream.kafka import bootstrap_of, read_topic
-from topics import DeadLetter, Headers, InboxEvent, TaskRecord, Topics, encode
+from topics import DeadLetter, Headers, InboxEvent, MessageRecord, TaskRecord, Topics, encode
 
 from .catalog import Catalog
 from .executor import Executor
@@ -229,29 +229,42 @@ class AgentService:
     # -- records and runs -------------------------------------------------------------
 
     async def on_record(self, value: bytes | None, where: Where | None = None) -> None:
-        """Take one ``tasks`` record; start the run it owes. A record that is not
-        a task record is dead-lettered, byte for byte, with the reason."""
+        """Take one record of ``tasks`` or ``messages`` (``where`` says which; a
+        task record without it); start the run it owes. A record that is not of
+        its topic's shape is dead-lettered, byte for byte, with the reason."""
         if where is not None:
             caught_up = self.partitions.get(where.partition)
             if caught_up is None:
                 return  # revoked meanwhile: its new owner reads it
             await caught_up.wait()
         self.stats.records += 1
+        message = where is not None and where.topic == self.topics.messages
         try:
-            record = _TASKS.validate_json(value or b"")
+            record: Any = (
+                MessageRecord.model_validate_json(value or b"")
+                if message
+                else _TASKS.validate_json(value or b"")
+            )
         except ValidationError as exc:
             self.stats.refused += 1
             first = exc.errors()[0]
-            reason = f"not a task record: {'.'.join(map(str, first['loc'])) or 'value'}: "
-            reason += first["msg"]
-            log.warning("tasks: %s", reason)
+            reason = f"not a {'message' if message else 'task'} record: "
+            reason += f"{'.'.join(map(str, first['loc'])) or 'value'}: {first['msg']}"
+            log.warning("%s: %s", "messages" if message else "tasks", reason)
             if where is not None:
                 await self.dead_letter(where, value, reason)
             return
+        if message and record.direction != "in":
+            return  # what an agent said: written by us, delivered by its channel
         conv = self.load(record.job_key)
         if where is not None:
             conv.partition = where.partition
-        owes = conv.apply(record)
+        if message:
+            if record.message_id in conv.received:
+                return  # re-delivered
+            owes = conv.receive(record)
+        else:
+            owes = conv.apply(record)
         await self.save(conv)
         if owes:
             self.start(conv.job_key)
@@ -272,7 +285,7 @@ class AgentService:
                 self.stats.runs += 1
                 self.stats.ended[end.reason] = self.stats.ended.get(end.reason, 0) + 1
             if conv.due:  # owed, but nothing is open any more
-                conv.ran = conv.opened
+                conv.ran = conv.inputs
                 await self.save(conv)
 
     def runner(self) -> Runner:
@@ -337,15 +350,19 @@ def build_service(
 
     service.send = send
     service.flush = flush
-    source = app.topic(topics.tasks, key_type=bytes, value_type=bytes)
+    # One stream of both topics (co-partitioned: a job's tasks and messages share
+    # a partition number), so a job's records are taken in one order.
+    source = app.topic(topics.tasks, topics.messages, key_type=bytes, value_type=bytes)
 
     @app.task  # type: ignore[untyped-decorator]
     async def start() -> None:
         say(f"agents: ready (group {app.conf.id})")
 
+    ours = (topics.tasks, topics.messages)
+
     async def on_revoked(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
         [revoked] = args
-        stopped = await service.revoke(tp.partition for tp in revoked if tp.topic == topics.tasks)
+        stopped = await service.revoke(tp.partition for tp in revoked if tp.topic in ours)
         if stopped:
             say(
                 f"agents: partitions revoked: {stopped} runs stopped (their new owner resumes them)"
@@ -353,7 +370,7 @@ def build_service(
 
     async def on_assigned(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
         [assigned] = args
-        mine = {tp.partition for tp in assigned if tp.topic == topics.tasks}
+        mine = {tp.partition for tp in assigned if tp.topic in ours}
         await service.revoke(p for p in list(service.partitions) if p not in mine)
         read, resumed = await service.assign(mine)
         say(

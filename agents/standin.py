@@ -40,6 +40,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from .compose import TOOL_TURN
+from .serving import AppThread
+
 __all__ = [
     "Answer",
     "Seen",
@@ -115,6 +118,10 @@ class Seen:
     text: str = ""  # everything sent, for the usage figures
     #: The last tool result said it failed (its output has ``"ok": false``).
     tool_failed: bool = False
+    #: The call answers the person: their message is the last thing in it.
+    answering: bool = False
+    #: The offered functions that are delegate agents.
+    delegates: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -138,8 +145,8 @@ def _matches(when: _When, seen: Seen) -> bool:
     ):
         return False
     if when.last_message_contains is not None:
-        if seen.tool_result is not None:
-            return False  # this call answers a tool result, not the person
+        if not seen.answering:
+            return False  # this call answers a tool result or follows the agent, not the person
         said = (seen.last_message or "").lower()
         if when.last_message_contains.lower() not in said:
             return False
@@ -158,16 +165,20 @@ def policy(seen: Seen, script: StandinScript | None = None) -> Answer:
 
 
 def _builtin(seen: Seen) -> Answer:
-    """Good enough for the bundled playbooks: after a tool result, say it is
-    done; when the person asks to book and a booking tool is offered, book what
-    they said; a delegate asked something calls its first tool; else greet the
-    person with the next best step."""
+    """Good enough for the bundled playbooks (docs/agents.md, "The stand-in
+    model"): after a tool result, say it is done; when the person asks to book
+    and a booking tool is offered, book what they said; when the person answers
+    and a delegate is offered, hand their words to it; a delegate calls its first
+    tool; else greet the person with the next best step."""
     if seen.tool_result is not None:
         return Answer(say=f"Done: {seen.tool_result} confirmed it.")
     said = (seen.last_message or "").strip()
-    for tool in seen.tools:
-        if tool.startswith("schedule_") and re.search(r"\b(book|schedule|meet)", said, re.I):
-            return Answer(tool=tool, args={"when": said})
+    if seen.answering:
+        for tool in seen.tools:
+            if tool.startswith("schedule_") and re.search(r"\b(book|schedule|meet)", said, re.I):
+                return Answer(tool=tool, args={"when": said})
+        if seen.agent in (None, "conversation") and seen.delegates:
+            return Answer(tool=seen.delegates[0], args={"request": said})
     if seen.agent not in (None, "conversation") and seen.tools:
         return Answer(tool=seen.tools[0], args={})
     if seen.next_step:
@@ -192,94 +203,98 @@ def _text_of(content: Any) -> str:
 
 def seen_in_responses(body: Mapping[str, Any]) -> Seen:
     """What a ``/v1/responses`` request shows."""
-    instructions = str(body.get("instructions") or "")
     items = body.get("input")
     if isinstance(items, str):
         items = [{"role": "user", "content": items}]
-    items = items if isinstance(items, list) else []
-    names: dict[str, str] = {}
-    tool_result = last_message = None
-    output = ""
-    texts = [instructions]
-    for item in items:
+    steps: list[_Step] = []
+    for item in items if isinstance(items, list) else []:
         if not isinstance(item, dict):
             continue
         kind = item.get("type", "message")
         if kind == "function_call":
-            names[str(item.get("call_id"))] = str(item.get("name"))
-            texts.append(str(item.get("arguments") or ""))
-            tool_result = None
+            steps.append(("call", str(item.get("call_id")), str(item.get("name")),
+                          str(item.get("arguments") or "")))  # fmt: skip
         elif kind == "function_call_output":
-            tool_result = names.get(str(item.get("call_id")), "?")
-            output = str(item.get("output") or "")
-            texts.append(output)
+            steps.append(("output", str(item.get("call_id")), "", str(item.get("output") or "")))
         else:
-            text = _text_of(item.get("content"))
-            texts.append(text)
-            role = item.get("role")
-            if role in ("system", "developer"):
-                instructions += "\n" + text
-            elif role == "user":
-                last_message, tool_result = text, None
-            else:
-                tool_result = None
-    tools = tuple(str(t.get("name")) for t in body.get("tools") or [] if isinstance(t, dict))
-    return _seen(instructions, tools, tool_result, last_message, texts, output)
+            steps.append((str(item.get("role")), "", "", _text_of(item.get("content"))))
+    tools = [
+        (str(t.get("name")), t.get("parameters"))
+        for t in body.get("tools") or []
+        if isinstance(t, dict)
+    ]
+    return _seen(str(body.get("instructions") or ""), steps, tools)
 
 
 def seen_in_chat(body: Mapping[str, Any]) -> Seen:
     """What a ``/v1/chat/completions`` request shows."""
-    instructions = ""
-    names: dict[str, str] = {}
-    tool_result = last_message = None
-    output = ""
-    texts: list[str] = []
+    steps: list[_Step] = []
     for message in body.get("messages") or []:
         if not isinstance(message, dict):
             continue
-        role = message.get("role")
+        role = str(message.get("role"))
         text = _text_of(message.get("content"))
-        texts.append(text)
-        if role in ("system", "developer"):
-            instructions += "\n" + text
-        elif role == "user":
-            last_message, tool_result = text, None
-        elif role == "assistant":
-            for call in message.get("tool_calls") or []:
-                function = call.get("function") or {}
-                names[str(call.get("id"))] = str(function.get("name"))
-                texts.append(str(function.get("arguments") or ""))
-            tool_result = None
-        elif role == "tool":
-            tool_result = names.get(str(message.get("tool_call_id")), "?")
-            output = text
-    tools = tuple(
-        str((t.get("function") or {}).get("name"))
+        if role == "tool":
+            steps.append(("output", str(message.get("tool_call_id")), "", text))
+            continue
+        steps.append((role, "", "", text))
+        for call in message.get("tool_calls") or [] if role == "assistant" else []:
+            function = call.get("function") or {}
+            steps.append(("call", str(call.get("id")), str(function.get("name")),
+                          str(function.get("arguments") or "")))  # fmt: skip
+    tools = [
+        (str((t.get("function") or {}).get("name")), (t.get("function") or {}).get("parameters"))
         for t in body.get("tools") or []
         if isinstance(t, dict)
-    )
-    return _seen(instructions, tools, tool_result, last_message, texts, output)
+    ]
+    return _seen("", steps, tools)
 
 
-def _seen(
-    instructions: str,
-    tools: tuple[str, ...],
-    tool_result: str | None,
-    last_message: str | None,
-    texts: Iterable[str],
-    output: str,
-) -> Seen:
+#: One input item: (kind, call id, tool name, text); ``kind`` is a role
+#: (``system``, ``developer``, ``user``, ``assistant``), ``call`` or ``output``.
+_Step = tuple[str, str, str, str]
+
+
+def _seen(instructions: str, steps: Iterable[_Step], tools: list[tuple[str, Any]]) -> Seen:
+    names: dict[str, str] = {}
+    tool_result = last_message = None
+    answering = False
+    output = ""
+    texts = [instructions]
+    for kind, call_id, name, text in steps:
+        texts.append(text)
+        if kind == "call":
+            names[call_id] = name
+            tool_result, answering = None, False
+        elif kind == "output":
+            tool_result, output, answering = names.get(call_id, "?"), text, False
+        elif kind in ("system", "developer"):
+            instructions += "\n" + text
+        elif kind == "user" and not text.startswith(TOOL_TURN):
+            last_message, tool_result, answering = text, None, True
+        else:  # what an agent said, or an earlier tool result in the history
+            tool_result, answering = None, False
     agent = _AGENT.search(instructions)
     step = _NEXT.search(instructions)
     return Seen(
         agent.group(1) if agent else None,
         step.group(1) if step else None,
-        tools,
+        tuple(n for n, _ in tools),
         tool_result,
         last_message,
         "\n".join(texts),
         tool_result is not None and _failed(output),
+        answering,
+        tuple(n for n, parameters in tools if _is_delegate(parameters)),
     )
+
+
+def _is_delegate(parameters: Any) -> bool:
+    """A delegate is offered as a function of one plain-language ``request``."""
+    if not isinstance(parameters, dict):
+        return False
+    properties = parameters.get("properties")
+    return isinstance(properties, dict) and set(properties) == {"request"}
 
 
 def _failed(output: str) -> bool:
@@ -535,33 +550,10 @@ async def _chat_chunks(
     yield _sse(None, "[DONE]")
 
 
-class StandinThread:
-    """The stand-in served from a thread of this process (``lemongraph dev``)."""
+class StandinThread(AppThread):
+    """The stand-in served from a thread of this process (``lemongraph dev``);
+    ``url`` is its ``/v1`` base."""
 
     def __init__(self, host: str, port: int, script: StandinScript | None = None) -> None:
-        import threading
-
-        import uvicorn
-
-        class _Server(uvicorn.Server):
-            def install_signal_handlers(self) -> None:  # the process owns signals
-                pass
-
-        config = uvicorn.Config(build_standin(script), host=host, port=port, log_level="warning")
-        self.server = _Server(config)
-        self.url = f"http://{host}:{port}/v1"
-        self._thread = threading.Thread(target=self.server.run, name="standin", daemon=True)
-
-    def start(self, timeout: float = 15.0) -> None:
-        """Start serving; raises ``RuntimeError`` when it does not come up."""
-        self._thread.start()
-        deadline = time.monotonic() + timeout
-        while not self.server.started:
-            if time.monotonic() > deadline or not self._thread.is_alive():
-                raise RuntimeError(f"the stand-in model did not start on {self.url}")
-            time.sleep(0.02)
-
-    def stop(self) -> None:
-        """Stop serving."""
-        self.server.should_exit = True
-        self._thread.join(5)
+        super().__init__(build_standin(script), host, port, "stand-in model")
+        self.url = f"{self.url}/v1"

@@ -332,6 +332,8 @@ def _start_agents(settings: Settings) -> list[Callable[[], None]]:
     import os
     import subprocess
 
+    from agents.demo_tools import TOOL_URLS, build_demo_tools
+    from agents.serving import AppThread
     from agents.standin import StandinThread
 
     from .broker import free_port
@@ -354,6 +356,12 @@ def _start_agents(settings: Settings) -> list[Callable[[], None]]:
         stops.append(standin.stop)
         env.update(OPENAI_BASE_URL=standin.url, OPENAI_API_KEY="standin")
         _say(f"agents: model: the stand-in at {standin.url} (OPENAI_API_KEY is unset)")
+    unset = [name for name in TOOL_URLS if not env.get(name)]
+    if unset:
+        demo = AppThread(build_demo_tools(), "127.0.0.1", free_port(), "demo tools").start()
+        stops.append(demo.stop)
+        env.update({name: demo.url + TOOL_URLS[name] for name in unset})
+        _say(f"agents: demo tools at {demo.url} for {', '.join(unset)} (docs/agents.md)")
     child = subprocess.Popen(
         [sys.executable, "-m", "stream", "agents"], env=env, preexec_fn=_die_with_parent
     )
@@ -804,6 +812,22 @@ def standin(port: int, host: str, script: Path | None) -> None:
     answers = f"script {script}" if script is not None else "built-in policy"
     _say(f"standin: http://{host}:{port}/v1 ({answers})")
     uvicorn.run(build_standin(rules), host=host, port=port, log_level="warning")
+
+
+@main.command("demo-tools")
+@click.option("--port", default=8766, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--host", default="127.0.0.1", show_default=True)
+def demo_tools(port: int, host: str) -> None:
+    """Serve demo endpoints for the bundled catalog's tools (calendar, CRM,
+    billing): set CALENDAR_URL=http://HOST:PORT/calendar, CRM_URL=.../crm and
+    BILLING_URL=.../billing. `lemongraph dev` serves them itself."""
+    import uvicorn
+
+    from agents.demo_tools import TOOL_URLS, build_demo_tools
+
+    for name, path in TOOL_URLS.items():
+        _say(f"demo-tools: {name}=http://{host}:{port}{path}")
+    uvicorn.run(build_demo_tools(), host=host, port=port, log_level="warning")
 
 
 # -- the gateway ------------------------------------------------------------------------

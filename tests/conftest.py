@@ -6,12 +6,14 @@ import os
 import shutil
 import signal
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from stream.broker import EmbeddedBroker
+from agents.serving import AppThread
+from stream.broker import EmbeddedBroker, free_port
 from stream.native import StaleBuild, check
 
 from .lanes import ROOT, Lane
@@ -63,3 +65,20 @@ def lane(kafka_url: str, tmp_path: Path) -> Iterator[Lane]:
     yield lane
     for worker in lane.workers:
         worker.stop(signal.SIGKILL)
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[[Any], str]]:
+    """A factory: ``serve(app)`` runs the ASGI app (the stand-in model, a tool
+    endpoint) on a free port in a thread of the test process and returns its base
+    URL (``http://127.0.0.1:PORT``); every server stops at teardown."""
+    servers: list[AppThread] = []
+
+    def start(app: Any) -> str:
+        server = AppThread(app, "127.0.0.1", free_port(), "test server").start()
+        servers.append(server)
+        return server.url
+
+    yield start
+    for server in servers:
+        server.stop()

@@ -56,6 +56,7 @@ from ._messages import (
     Tokens,
     TransitionRecord,
     VerdictRecord,
+    inbound_message,
 )
 from ._names import TOPIC_NAMES, Topics
 from ._vocab import (
@@ -126,5 +127,6 @@ __all__ = [
     "decode_inbox",
     "encode",
     "event_id",
+    "inbound_message",
     "plain_json",
 ]

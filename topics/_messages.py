@@ -354,6 +354,40 @@ class MessageRecord(_Message):
     at: str
 
 
+#: The opening of an inbound message that its ``message_received`` event keeps.
+RECEIVED_EXCERPT = 200
+
+
+def inbound_message(
+    job_key: str, message_id: str, channel: str, contact: str | None, text: str, at: str
+) -> tuple[MessageRecord, InboxEvent]:
+    """A person's message on a channel: the ``messages`` record (``direction:
+    in``) and its ``message_received`` event for the inbox (``source: world``,
+    idempotency key ``msg:<message_id>``), which proves that someone wrote and
+    never what the text claims (docs/kafka.md, "Records of the conversation")."""
+    record = MessageRecord(
+        job_key=job_key,
+        message_id=message_id,
+        direction="in",
+        channel=channel,
+        contact=contact,
+        text=text,
+        at=at,
+    )
+    cut = text if len(text) <= RECEIVED_EXCERPT else text[: RECEIVED_EXCERPT - 1] + "…"
+    properties: dict[str, Any] = {"channel": channel, "text": cut}
+    if contact is not None:
+        properties["contact"] = contact
+    event = InboxEvent(
+        key=job_key,
+        action="message_received",
+        properties=properties,
+        idempotency_key=f"msg:{message_id}",
+        source="world",
+    )
+    return record, event
+
+
 class Tokens(BaseModel):
     """Tokens of one model call, as the server reported them."""
 

@@ -5,8 +5,9 @@ its routes share."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 import weakref
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Annotated, Any
@@ -18,7 +19,7 @@ from fastapi import Depends, FastAPI, Query, Request, Security
 from fastapi.responses import HTMLResponse, Response, StreamingResponse
 from fastapi.security import HTTPBearer
 
-from topics import InboxEvent, JobStart, encode, event_id
+from topics import InboxEvent, JobStart, encode, event_id, inbound_message
 
 from .docs import install_docs
 from .errors import ApiError, ErrorBody, install_handlers
@@ -32,6 +33,9 @@ from .models import (
     JobStatus,
     JobView,
     JournalList,
+    MessageAccepted,
+    MessageBody,
+    MessageList,
     PlaybookList,
     PlaybookView,
     StartJobBody,
@@ -76,19 +80,21 @@ class Gateway:
             self._locks[key] = lock
         return lock
 
-    async def produce(self, key: str, message: JobStart | InboxEvent) -> AcceptedWrite:
-        """Put ``message`` on the inbox and wait for the broker's acknowledgement."""
+    async def send(self, topic: str, key: str, value: bytes) -> Any:
+        """Produce one record and wait for the broker's acknowledgement (its
+        metadata); 503 when the broker does not take it."""
         try:
-            meta = await asyncio.wait_for(
-                self.producer.send_and_wait(
-                    self.model.topics.inbox, encode(message), key=key.encode()
-                ),
-                timeout=20,
+            return await asyncio.wait_for(
+                self.producer.send_and_wait(topic, value, key=key.encode()), timeout=20
             )
         except (KafkaError, TimeoutError) as exc:
             raise ApiError(
                 503, "broker_unavailable", f"the broker did not take the write: {exc!r}"
             ) from None
+
+    async def produce(self, key: str, message: JobStart | InboxEvent) -> AcceptedWrite:
+        """Put ``message`` on the inbox and wait for the broker's acknowledgement."""
+        meta = await self.send(self.model.topics.inbox, key, encode(message))
         write = AcceptedWrite(
             type=message.type,
             partition=meta.partition,
@@ -245,6 +251,58 @@ def build_api(gateway: Gateway) -> FastAPI:
             source=principal.source,
         )
 
+    @app.post(
+        "/v1/jobs/{key}/messages",
+        status_code=202,
+        response_model=MessageAccepted,
+        dependencies=secured,
+        responses=_errors(400, 404, 413, 422, 503),
+    )
+    async def post_message(key: str, body: MessageBody) -> MessageAccepted:
+        """A person's message in the job's conversation (the web channel): it goes
+        on `messages`, where the agents read it, and as a `message_received` event
+        (`source: world`) on the inbox. The event proves that someone wrote, never
+        what the text claims. A retried `message_id` answers 202 again, once."""
+        async with gateway.lock(key):
+            entry = model.entry(key)
+            if entry is None or not entry.visible:
+                raise ApiError(404, "job_not_found", f"no job {key!r}")
+            message_id = body.message_id or f"web-{uuid.uuid4().hex}"
+            event_key = f"msg:{message_id}"
+            earlier = entry.idempotency.get(event_key)
+            if earlier is not None or message_id in model.message_ids.get(key, ()):
+                return MessageAccepted(
+                    key=key, message_id=message_id, event_id=event_key,
+                    partition=earlier.partition if earlier else -1,
+                    offset=earlier.offset if earlier else -1, duplicate=True,
+                )  # fmt: skip
+            record, event = inbound_message(
+                key, message_id, "web", body.contact, body.text, _now_iso()
+            )
+            meta = await gateway.send(model.topics.messages, key, encode(record))
+            await gateway.produce(key, event)
+        return MessageAccepted(
+            key=key,
+            message_id=message_id,
+            event_id=event_key,
+            partition=meta.partition,
+            offset=meta.offset,
+        )
+
+    @app.get(
+        "/v1/jobs/{key}/messages",
+        response_model=MessageList,
+        dependencies=secured,
+        responses=_errors(404, 422),
+    )
+    async def get_messages(
+        key: str, limit: Annotated[int, Query(ge=1, le=1000)] = 200
+    ) -> MessageList:
+        """The job's conversation, oldest first: every message in and out (channel,
+        direction, contact, text, message id, task, when)."""
+        newest, kept = newest_of(model.messages, key, limit)
+        return MessageList(key=key, messages=newest, kept=kept)
+
     @app.get("/v1/jobs", response_model=JobList, dependencies=secured, responses=_errors(422))
     async def list_jobs(
         status: Annotated[JobStatus | None, Query(description="Only jobs in this status.")] = None,
@@ -262,6 +320,14 @@ def build_api(gateway: Gateway) -> FastAPI:
         page = rows[:limit]
         more = len(rows) > limit
         return JobList(jobs=page, total=total, next=page[-1].key if more and page else None)
+
+    def newest_of(
+        kept_by_job: Mapping[str, Iterable[dict[str, Any]]], key: str, limit: int
+    ) -> tuple[list[dict[str, Any]], int]:
+        """The newest ``limit`` records kept for a visible job, and how many are kept."""
+        visible(key)
+        kept = list(kept_by_job.get(key, ()))
+        return kept[-limit:], len(kept)
 
     def visible(key: str) -> Any:
         entry = model.jobs.get(key)
@@ -287,9 +353,8 @@ def build_api(gateway: Gateway) -> FastAPI:
     ) -> DecisionList:
         """The audit trail: the job's newest decisions (input, `now`, verdicts with
         explanations, transitions, effects, state hash), oldest first."""
-        visible(key)
-        kept = list(model.decisions.get(key, ()))
-        return DecisionList(key=key, decisions=kept[-limit:], kept=len(kept))
+        newest, kept = newest_of(model.decisions, key, limit)
+        return DecisionList(key=key, decisions=newest, kept=kept)
 
     @app.get(
         "/v1/jobs/{key}/journal",
@@ -303,9 +368,8 @@ def build_api(gateway: Gateway) -> FastAPI:
         """The agents' journal for the job: every model call (tokens, latency,
         outcome), tool call (outcome, our idempotency key, the fact recorded)
         and run end, newest last."""
-        visible(key)
-        kept = list(model.journal.get(key, ()))
-        return JournalList(key=key, records=kept[-limit:], kept=len(kept))
+        newest, kept = newest_of(model.journal, key, limit)
+        return JournalList(key=key, records=newest, kept=kept)
 
     @app.get(
         "/v1/jobs/{key}/events",
@@ -326,7 +390,7 @@ def build_api(gateway: Gateway) -> FastAPI:
         """Server-sent events as the job changes: `job` (the full view, first at
         once and then on every change), `decision` (each new decision) and
         `journal` (each new record of the agents' journal: model calls, tool
-        calls, run ends)."""
+        calls, run ends) and `message` (each new message of the conversation)."""
         del access_token  # the guard read it
         visible(key)
         return StreamingResponse(
@@ -368,6 +432,10 @@ def _playbook(model: ReadModel, key: str, version: int | None) -> PlaybookView:
     )
 
 
+def _now_iso() -> str:
+    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
+
+
 def _newest(kept: Iterable[dict[str, Any]], count: int) -> list[dict[str, Any]]:
     """The last ``count`` records kept (all kept, when more came than are kept)."""
     records = list(kept)
@@ -384,6 +452,7 @@ async def _follow(gateway: Gateway, key: str) -> AsyncIterator[bytes]:
     try:
         sent = model.decision_totals.get(key, 0)
         noted = model.journal_totals.get(key, 0)
+        said = model.message_totals.get(key, 0)
         yield b"retry: 2000\n\n"
         entry = model.jobs.get(key)
         if entry is not None:
@@ -405,6 +474,10 @@ async def _follow(gateway: Gateway, key: str) -> AsyncIterator[bytes]:
             for record in _newest(model.journal.get(key, ()), total - noted):
                 yield _sse("journal", record)
             noted = total
+            total = model.message_totals.get(key, 0)
+            for record in _newest(model.messages.get(key, ()), total - said):
+                yield _sse("message", record)
+            said = total
             entry = model.jobs.get(key)
             if entry is not None:
                 yield _sse("job", job_view(model, entry).model_dump(mode="json"))

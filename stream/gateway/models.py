@@ -23,6 +23,9 @@ __all__ = [
     "JobSummary",
     "JobView",
     "JournalList",
+    "MessageAccepted",
+    "MessageBody",
+    "MessageList",
     "MilestoneView",
     "PendingWrite",
     "PlaybookList",
@@ -66,6 +69,53 @@ class EventBody(_Body):
     value: Scalar = None
     properties: dict[str, Any] = Field(default_factory=dict)
     idempotency_key: StrictStr | None = Field(None, min_length=1, max_length=200)
+
+
+#: The longest message text the web channel takes, in characters.
+MESSAGE_MAX = 4000
+
+
+class MessageBody(_Body):
+    """What a person (``contact``) says in the job's conversation, on the web
+    channel. ``message_id`` names the message: send the same one again to retry
+    safely (it is accepted once); without one the gateway names it."""
+
+    text: StrictStr = Field(min_length=1, max_length=MESSAGE_MAX)
+    contact: StrictStr | None = Field(None, min_length=1, max_length=200, pattern=_KEY)
+    message_id: StrictStr | None = Field(
+        None, min_length=1, max_length=190, pattern=r"^[A-Za-z0-9._:@-]+$"
+    )
+
+    @field_validator("text", mode="after")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("the text is empty (only white space)")
+        return value
+
+
+class MessageAccepted(BaseModel):
+    """A message on the ``messages`` topic, and its ``message_received`` event on
+    the inbox (both acknowledged by the broker)."""
+
+    accepted: bool = True
+    key: str
+    message_id: str
+    #: What verdict explanations cite for the ``message_received`` event.
+    event_id: str
+    partition: int
+    offset: int
+    #: True when this message id was accepted before: it counts once.
+    duplicate: bool = False
+
+
+class MessageList(BaseModel):
+    """A job's conversation (the newest messages the gateway keeps), oldest first:
+    what the agents said (``direction: out``) and what people answered (``in``)."""
+
+    key: str
+    messages: list[dict[str, Any]]
+    kept: int
 
 
 class Accepted(BaseModel):
@@ -115,6 +165,8 @@ class MilestoneView(BaseModel):
     next_best: bool
     opened_at: str | None = None
     deadline: str | None = None
+    #: When its task is handed to the agents (a milestone's ``due`` holds it back).
+    task_at: str | None = None
     settled_at: str | None = None
     outcome: str | None = None
     explanation: dict[str, Any] | None = None
@@ -155,6 +207,9 @@ class JobView(BaseModel):
     timers: list[TimerView]
     pending_writes: list[PendingWrite]
     refused: str | None = None
+    #: What the job is about and who the agents talk to (from its start).
+    subject: dict[str, Any] = Field(default_factory=dict)
+    contacts: list[Any] = Field(default_factory=list)
 
 
 class JobSummary(BaseModel):

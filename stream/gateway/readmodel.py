@@ -29,7 +29,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from compiler import LemongraphError, Playbook, compile_playbook
 from stream.kafka import caught_up
-from topics import JobSnapshot, JournalRecord, PlaybookRecord, Topics
+from topics import JobSnapshot, JournalRecord, MessageRecord, PlaybookRecord, Topics
 
 __all__ = ["AcceptedWrite", "JobEntry", "ReadModel"]
 
@@ -39,6 +39,8 @@ log = logging.getLogger("lemongraph.gateway")
 DECISIONS_KEPT = 200
 #: Journal records (model calls, tool calls, run ends) kept per job.
 JOURNAL_KEPT = 200
+#: Messages of a job's conversation the gateway keeps (the newest).
+MESSAGES_KEPT = 200
 _JOURNAL: TypeAdapter[Any] = TypeAdapter(JournalRecord)
 #: Events remembered per job, to show the evidence verdicts cite.
 EVENTS_KEPT = 1000
@@ -67,6 +69,9 @@ class JobEntry:
     pending: list[AcceptedWrite] = field(default_factory=list)
     refused: str | None = None
     idempotency: OrderedDict[str, AcceptedWrite] = field(default_factory=OrderedDict)
+    #: The job's subject and contacts, from its applied start.
+    subject: dict[str, Any] = field(default_factory=dict)
+    contacts: list[Any] = field(default_factory=list)
 
     @property
     def exists(self) -> bool:
@@ -90,6 +95,9 @@ class ReadModel:
         self.decisions: dict[str, deque[dict[str, Any]]] = {}
         self.journal: dict[str, deque[dict[str, Any]]] = {}
         self.journal_totals: dict[str, int] = {}  # journal records ever read, per job
+        self.messages: dict[str, deque[dict[str, Any]]] = {}  # the conversation, per job
+        self.message_totals: dict[str, int] = {}
+        self.message_ids: dict[str, set[str]] = {}  # of the messages kept, per job
         self.decision_totals: dict[str, int] = {}  # decisions ever read, per job
         self.events: dict[str, OrderedDict[str, dict[str, Any]]] = {}
         self.decided: dict[int, int] = {}  # inbox partition → highest offset decided
@@ -201,6 +209,8 @@ class ReadModel:
             elif topic == self.topics.playbooks:
                 record = PlaybookRecord.model_validate_json(value)
                 self.playbooks.setdefault(record.key, {})[record.version] = record.spec
+            elif topic == self.topics.messages:
+                self._message(MessageRecord.model_validate_json(value))
             elif topic == self.topics.journal:
                 entry = _JOURNAL.validate_json(value)
                 kept = self.journal.get(entry.job_key)
@@ -213,6 +223,21 @@ class ReadModel:
         except (ValidationError, ValueError, KeyError, TypeError) as exc:
             self.skipped += 1
             log.debug("read model: skipped a record of %s: %s", topic, exc)
+
+    def _message(self, record: MessageRecord) -> None:
+        key = record.job_key
+        ids = self.message_ids.setdefault(key, set())
+        if record.message_id in ids:
+            return  # a re-delivery (the same id is the same message)
+        kept = self.messages.get(key)
+        if kept is None:
+            kept = self.messages[key] = deque(maxlen=MESSAGES_KEPT)
+        if len(kept) == kept.maxlen:
+            ids.discard(kept[0]["message_id"])
+        kept.append(record.dump())
+        ids.add(record.message_id)
+        self.message_totals[key] = self.message_totals.get(key, 0) + 1
+        self._changed(key)
 
     def _snapshot(self, snapshot: JobSnapshot) -> None:
         entry = self.jobs.get(snapshot.key)
@@ -233,6 +258,10 @@ class ReadModel:
         kept.append(record)
         self.decision_totals[key] = self.decision_totals.get(key, 0) + 1
         given = record.get("input") or {}
+        if given.get("type") == "job.start" and record.get("outcome") == "applied":
+            entry = self.jobs.setdefault(key, JobEntry(key))
+            entry.subject = dict(given.get("subject") or {})
+            entry.contacts = list(given.get("contacts") or [])
         if given.get("type") == "event":
             ident = given.get("id") or given.get("idempotency_key") or f"{key}#{record.get('seq')}"
             events = self.events.setdefault(key, OrderedDict())
@@ -297,6 +326,7 @@ class ReadModel:
                 self.topics.decisions,
                 self.topics.playbooks,
                 self.topics.journal,
+                self.topics.messages,
             ]
             tps: list[TopicPartition] = []
             while not stopping.is_set():

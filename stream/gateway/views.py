@@ -113,6 +113,7 @@ def job_view(model: ReadModel, entry: JobEntry) -> JobView:
                 next_best=bool(frontier) and frontier[0] == m.id,
                 opened_at=detail.opened_at if detail else None,
                 deadline=detail.deadline if detail else None,
+                task_at=detail.task_at if detail else None,
                 settled_at=detail.settled_at if detail else None,
                 outcome=detail.outcome if detail else None,
                 explanation=detail.explanation.model_dump()
@@ -142,6 +143,8 @@ def job_view(model: ReadModel, entry: JobEntry) -> JobView:
         else [],
         pending_writes=_pending(pending),
         refused=entry.refused,
+        subject=entry.subject or (dict(start.message.get("subject") or {}) if start else {}),
+        contacts=entry.contacts or (list(start.message.get("contacts") or []) if start else []),
     )
 
 

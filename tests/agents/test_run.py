@@ -360,3 +360,34 @@ def test_a_redelivered_task_record_owes_no_run_and_reopens_nothing() -> None:
     assert conv.open_tasks() == []
     assert not conv.due
     assert Conversation.from_json(conv.to_json()) == conv
+
+
+def inbound(message_id: str, text: str, contact: str | None = "ada@example.com") -> MessageRecord:
+    return MessageRecord(
+        job_key="job-1", message_id=message_id, direction="in", channel="web",
+        contact=contact, text=text, at="2026-01-05T09:05:00Z",
+    )  # fmt: skip
+
+
+def test_a_persons_message_is_a_turn_once_and_owes_a_run_while_a_task_is_open() -> None:
+    conv = Conversation("job-1")
+    assert not conv.receive(inbound("m-1", "Hello?"))  # nothing open: remembered, no run
+    assert conv.turns == [Turn("person", "Hello?", "ada@example.com")]
+    assert conv.apply(opened("bookCall", ["calendar"], ["bookCall"]))
+    assert conv.receive(inbound("m-2", "Book me tomorrow."))
+    assert not conv.receive(inbound("m-2", "Book me tomorrow."))  # re-delivered
+    assert [t.text for t in conv.turns] == ["Hello?", "Book me tomorrow."]
+    assert conv.due
+    out = inbound("m-3", "I said it.")
+    assert not conv.receive(out.model_copy(update={"direction": "out"}))  # an agent's own
+    assert Conversation.from_json(conv.to_json()) == conv
+
+
+def test_the_agent_answers_the_person_who_wrote_last(lane: Any) -> None:
+    run = lane(BOOK)
+    conv = Conversation("job-1")
+    conv.apply(opened("bookCall", ["email", "calendar"], ["bookCall"]))
+    conv.receive(inbound("m-1", "Please book tomorrow 10:00", contact="bob@example.com"))
+    run.run(conv)
+    [message] = run.of(MessageRecord)
+    assert (message.contact, message.text) == ("bob@example.com", "Your meeting is booked.")

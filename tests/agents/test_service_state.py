@@ -63,7 +63,7 @@ def test_an_assigned_partition_reads_back_what_another_process_wrote(
             conv = one.load("k")
             conv.partition = 2
             conv.apply(opened("k", "first"))
-            conv.ran = conv.opened  # its run is done: nothing owed
+            conv.ran = conv.inputs  # its run is done: nothing owed
             await one.save(conv)
             # The partition moves to the second process: it reads the job back.
             await one.revoke([2])

@@ -19,7 +19,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, PlainTextResponse
 
-from agents.compose import ModelRequest, ToolOffer
+from agents.compose import DELEGATE_PARAMETERS, TOOL_TURN, ModelRequest, ToolOffer
 from agents.model import Exchange, Model, ModelError, ModelSettings, ToolCall
 from agents.standin import StandinScript, build_standin, load_script
 from stream.broker import free_port
@@ -261,3 +261,31 @@ def test_tool_failed_holds_only_for_a_result_that_says_it_failed(
 
     assert asyncio.run(go(failed)) == "It failed; again."
     assert asyncio.run(go(done)) == "Booked."
+
+
+CRM = ToolOffer("crm_agent", "Keeps the CRM.", DELEGATE_PARAMETERS, "delegate")
+
+
+@pytest.mark.parametrize("api", ["responses", "chat"])
+def test_the_builtin_policy_hands_a_persons_answer_to_the_delegate(
+    api: str, serve: Callable[[Any], str]
+) -> None:
+    base = serve(build_standin())
+    settings = ModelSettings(api_key="sk-test", base_url=f"{base}/v1", api=api)  # type: ignore[arg-type]
+    instructions = "Agent: conversation\nNext best step: activateAccount\n  Activate it."
+
+    def ask_with(messages: tuple[tuple[str, str], ...]) -> Any:
+        return ask(settings, ModelRequest("conversation", instructions, messages, (CRM,)))  # type: ignore[arg-type]
+
+    # the person answered: their words go to the delegate
+    reply = ask_with((("user", "Yes, activate my account please."),))
+    [call] = reply.calls
+    assert (call.name, json.loads(call.arguments)) == (
+        "crm_agent",
+        {"request": "Yes, activate my account please."},
+    )
+    # the last thing is the agent's, or an earlier tool result: nobody asked, so it greets
+    for last in (("assistant", "Done: it is booked."), ("user", f"{TOOL_TURN}x) ok")):
+        quiet = ask_with((("user", "Please book tomorrow."), last))
+        assert quiet.calls == ()
+        assert quiet.text == "Hello! Let us work on activateAccount together."

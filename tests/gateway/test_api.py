@@ -374,3 +374,78 @@ def test_a_jobs_journal_is_served_newest_last(lane: Lane, gateway: GatewayProces
             == "journal.run"
         )
         assert error_of(client.get("/v1/jobs/ghost/journal"))["code"] == "job_not_found"
+
+
+def test_a_persons_message_goes_on_messages_and_the_inbox_once(
+    lane: Lane, gateway: GatewayProcess
+) -> None:
+    lane.start_worker()
+    with gateway.client(gateway.token(source="tool")) as client:
+        started = client.post(
+            "/v1/jobs",
+            json={"key": "job-m", "playbook_key": "onboarding",
+                  "contacts": [{"name": "Ada", "email": "ada@example.com"}]},
+        )  # fmt: skip
+        assert started.status_code == 202
+        wait_for(lambda: client.get("/v1/jobs/job-m").json()["seq"] >= 1, what="the start")
+        text = "<script>window.__owned = 1</script> Tomorrow at ten works."
+        sent = client.post(
+            "/v1/jobs/job-m/messages",
+            json={"text": text, "contact": "ada@example.com", "message_id": "m-1"},
+        )
+        assert sent.status_code == 202, sent.text
+        body = sent.json()
+        assert (body["message_id"], body["event_id"], body["duplicate"]) == (
+            "m-1",
+            "msg:m-1",
+            False,
+        )
+        again = client.post("/v1/jobs/job-m/messages", json={"text": text, "message_id": "m-1"})
+        assert (again.status_code, again.json()["duplicate"]) == (202, True)
+        # the transcript: once, as sent
+        talk = wait_for(
+            lambda: (m := client.get("/v1/jobs/job-m/messages").json())["kept"] and m,
+            what="the message",
+        )
+        [message] = talk["messages"]
+        assert (message["direction"], message["channel"], message["contact"], message["text"]) == (
+            "in", "web", "ada@example.com", text,
+        )  # fmt: skip
+        # the event: a world event (whatever the token's source), applied once
+        view = wait_for(
+            lambda: (v := client.get("/v1/jobs/job-m").json())["events"] >= 1 and v,
+            what="the event decided",
+        )
+        assert view["contacts"] == [{"name": "Ada", "email": "ada@example.com"}]
+        trail = client.get("/v1/jobs/job-m/decisions").json()["decisions"]
+        [event] = [d["input"] for d in trail if d["input"]["type"] == "event"]
+        assert (event["action"], event["source"], event["idempotency_key"]) == (
+            "message_received", "world", "msg:m-1",
+        )  # fmt: skip
+        assert event["properties"] == {
+            "channel": "web", "contact": "ada@example.com", "text": text,
+        }  # fmt: skip
+        # without an id the gateway names one
+        named = client.post("/v1/jobs/job-m/messages", json={"text": "Hello?"})
+        assert named.status_code == 202
+        assert named.json()["message_id"].startswith("web-")
+        # what it refuses, and where
+        assert (
+            error_of(client.post("/v1/jobs/ghost/messages", json={"text": "hi"}))["code"]
+            == "job_not_found"
+        )
+        for bad in (
+            {"text": ""},
+            {"text": "   "},
+            {"text": "x" * 4001},
+            {},
+            {"text": 5},
+            {"text": "hi", "source": "tool"},
+            {"text": "hi", "message_id": "a b"},
+        ):
+            refused = client.post("/v1/jobs/job-m/messages", json=bad)
+            assert refused.status_code == 422, (bad, refused.text)
+        assert error_of(client.get("/v1/jobs/ghost/messages"))["code"] == "job_not_found"
+    records = [r["value"] for r in lane.read("messages")]
+    assert [r["message_id"] for r in records][:1] == ["m-1"]
+    assert sum(1 for r in records if r["message_id"] == "m-1") == 1

@@ -5,13 +5,17 @@ arrives, and the page shows it done without a reload."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import shutil
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
+from agents.demo_tools import build_demo_tools
+from agents.standin import build_standin
 from topics import JournalModelCall, JournalRun, JournalToolCall, Tokens, encode
 
 from .conftest import GatewayProcess, Lane
@@ -28,7 +32,8 @@ ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "artifacts"
 
 
 @pytest.fixture
@@ -143,3 +148,84 @@ def test_a_milestone_turns_done_on_the_page_without_a_reload(
     print(f"screenshot: {shot}")
     assert not problems, problems
     assert not outside, f"the page reached outside its origin: {outside}"
+
+
+CHAT = """\
+key: chat
+version: 1
+instructions: Book a call with the customer, then activate the account.
+milestones:
+  - id: bookCall
+    instructions: Offer a call and book it.
+    condition: meeting_scheduled
+    integrations: [email, calendar]
+  - id: activateAccount
+    needs: [bookCall]
+    instructions: Activate the account.
+    condition: account_activated
+    integrations: [crm]
+"""
+
+
+def test_a_person_answers_in_the_browser_and_the_tools_move_the_job(
+    lane: Lane, gateway: GatewayProcess, browser: Browser, serve: Callable[[Any], str]
+) -> None:
+    shutil.copy(ROOT / "playbooks" / "catalog.yaml", lane.playbooks / "catalog.yaml")
+    shutil.copytree(ROOT / "playbooks" / "skills", lane.playbooks / "skills")
+    (lane.playbooks / "chat.yaml").write_text(CHAT)
+    tools = serve(build_demo_tools())
+    lane.start_worker()
+    lane.start(
+        ["agents"], "agents: ready",
+        OPENAI_BASE_URL=f"{serve(build_standin())}/v1", OPENAI_API_KEY="sk-test",
+        CALENDAR_URL=f"{tools}/calendar", CRM_URL=f"{tools}/crm",
+    )  # fmt: skip
+    token = gateway.token(name="browser")
+    page: Page = browser.new_page(viewport={"width": 1280, "height": 1000})
+    problems: list[str] = []
+    page.on("pageerror", lambda exc: problems.append(str(exc)))
+    with gateway.client(token) as client:
+        started = client.post(
+            "/v1/jobs",
+            json={"key": "chat-1", "playbook_key": "chat", "subject": {"company": "Acme"},
+                  "contacts": [{"name": "Ada", "email": "ada@example.com"}]},
+        )  # fmt: skip
+        assert started.status_code == 202
+    page.goto(f"{gateway.ui}/jobs/chat-1#token={token}")
+    page.wait_for_selector("#job-live:has-text('live')", timeout=30_000)
+    assert "ada@example.com" in page.locator("#job-subject").inner_text()
+    # The agent writes first (its run owed by the task that opened).
+    page.wait_for_selector(
+        "#conversation .msg.out:has-text('Let us work on bookCall')", timeout=60_000
+    )
+    assert page.locator("#reply-contact").input_value() == "ada@example.com"
+    page.fill("#reply-text", "Please book <script>window.__owned=1</script> tomorrow at 10:00")
+    page.click("#reply-form button[type=submit]")
+    page.wait_for_selector("#conversation .msg.in:has-text('<script>')", timeout=30_000)
+    page.wait_for_selector(
+        "#conversation .msg.out:has-text('schedule_meeting confirmed it')", timeout=60_000
+    )
+    page.wait_for_selector('#graph [data-milestone="bookCall"][data-state="done"]', timeout=60_000)
+    # The next step's agent takes over; the person says yes; the CRM agent activates.
+    page.wait_for_selector(
+        "#conversation .msg.out:has-text('Let us work on activateAccount')", timeout=60_000
+    )
+    page.fill("#reply-text", "Yes, please activate my account.")
+    page.click("#reply-form button[type=submit]")
+    page.wait_for_selector(
+        '#graph [data-milestone="activateAccount"][data-state="done"]', timeout=60_000
+    )
+    page.wait_for_selector("#job-status:has-text('done')", timeout=30_000)
+    assert page.locator("#conversation script").count() == 0
+    assert page.evaluate("() => window.__owned") is None
+    # the journal on the same page: the delegation and the tool calls with outcomes
+    page.wait_for_selector('#journal tr[data-outcome="delegated"]', timeout=30_000)
+    journal = page.locator("#journal").inner_text()
+    assert "tool schedule_meeting" in journal
+    assert "tool activate_account" in journal
+    # every milestone settled by a tool's event, none by the agent's words
+    decisions = page.locator("#decisions").inner_text()
+    assert "claim, not evidence" in decisions  # the agent's messages are shown as claims
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "ui-conversation.png"), full_page=True)
+    assert not problems, problems

@@ -18,7 +18,9 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_compose_services_use_real_commands_and_known_settings() -> None:
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     services = compose["services"]
-    assert {"kafka", "worker", "ticker", "gateway", "agents", "standin"} <= set(services)
+    assert {"kafka", "worker", "ticker", "gateway", "agents", "standin", "demo-tools"} <= set(
+        services
+    )
     sources = [
         ROOT / "stream" / "config.py",
         ROOT / "stream" / "cli.py",
@@ -26,8 +28,10 @@ def test_compose_services_use_real_commands_and_known_settings() -> None:
     ]
     text = "".join(path.read_text() for path in sources)
     known = set(re.findall(r'"((?:LEMONGRAPH|API|OPENAI)_[A-Z_]+)"', text))
+    # and the ${VAR}s the bundled catalog's tools read
+    known |= set(re.findall(r"\$\{([A-Z_]+)\}", (ROOT / "playbooks" / "catalog.yaml").read_text()))
     runner = CliRunner()
-    for name in ("worker", "ticker", "gateway", "agents", "standin"):
+    for name in ("worker", "ticker", "gateway", "agents", "standin", "demo-tools"):
         service = services[name]
         command = service["command"]
         result = runner.invoke(main, [command[0], "--help"])
@@ -36,7 +40,7 @@ def test_compose_services_use_real_commands_and_known_settings() -> None:
             assert option in result.output, f"{name}: {option} is not an option of {command[0]}"
         environment = service.get("environment", {})
         assert set(environment) <= known, set(environment) - known
-        if name != "standin":  # the stand-in needs no broker
+        if name not in ("standin", "demo-tools"):  # these need no broker
             assert environment["LEMONGRAPH_KAFKA_URL"] == "kafka://kafka:9092"
     kafka_env = services["kafka"]["environment"]
     assert kafka_env["KAFKA_PROCESS_ROLES"] == "broker,controller"  # KRaft, no ZooKeeper

@@ -5,12 +5,16 @@ Ctrl-C stops it within seconds (docs/operations.md, "When the broker was reset")
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
 from stream.broker import free_port
@@ -19,15 +23,18 @@ from tests.lanes import LEMONGRAPH, ROOT, WorkerProcess
 pytestmark = [pytest.mark.broker, pytest.mark.timeout(240)]
 
 
-def start_dev(cwd: Path, broker_port: int) -> WorkerProcess:
+def start_dev(cwd: Path, broker_port: int, **extra: str) -> WorkerProcess:
     """`lemongraph dev` on free ports, its output collected as a worker's is."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("LEMONGRAPH_")}
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "CALENDAR_URL", "CRM_URL", "BILLING_URL"):
+        env.pop(name, None)  # the stand-in model and the demo tools, as on a fresh machine
     env.update(
         LEMONGRAPH_PLAYBOOKS_DIR=str(ROOT / "playbooks"),
         LEMONGRAPH_API_PORT=str(free_port()),
         LEMONGRAPH_UI_PORT=str(free_port()),
         LEMONGRAPH_TICK_INTERVAL="0.5",
     )
+    env.update(extra)
     proc = subprocess.Popen(
         [str(LEMONGRAPH), "dev", "--broker-port", str(broker_port)],
         cwd=cwd,
@@ -96,3 +103,77 @@ def test_dev_reports_a_dead_broker_exits_non_zero_and_starts_fresh_next_time(
         second.stop(signal.SIGKILL)
     assert took < 12, f"took {took:.1f}s to stop after Ctrl-C"
     assert "broker: stopped" in "".join(second.lines)
+
+
+def test_the_dev_loop_of_the_readme_closes_offline(tmp_path: Path) -> None:
+    """README, "Try it": the one run command, an onboarding job, the person's answers
+    through the API (as the UI's box sends them), the stand-in model and the demo
+    tools; the job ends done with every milestone settled by a world or tool event."""
+    api_port = free_port()
+    env_port = {"LEMONGRAPH_API_PORT": str(api_port)}
+    dev = start_dev(tmp_path, free_port(), **env_port)
+    try:
+        dev.wait_for(": ready (group", timeout=90)
+        dev.wait_for("agents: ready", timeout=90)
+        said = "".join(dev.lines)
+        assert "agents: demo tools at" in said
+        [token] = re.findall(r"dev token \([^)]*\): (lemongraph_sk_\S+)", said)
+        api = f"http://127.0.0.1:{api_port}"
+        with httpx.Client(base_url=api, headers={"Authorization": f"Bearer {token}"}) as client:
+
+            def until(check: Callable[[], Any], what: str, timeout: float = 60) -> Any:
+                deadline = time.monotonic() + timeout
+                while time.monotonic() < deadline:
+                    found = check()
+                    if found:
+                        return found
+                    time.sleep(0.3)
+                raise AssertionError(f"timed out waiting for {what}:\n{''.join(dev.lines[-30:])}")
+
+            def agent_said(words: str) -> Any:
+                messages = client.get("/v1/jobs/job-1/messages").json().get("messages", [])
+                return any(m["direction"] == "out" and words in m["text"] for m in messages)
+
+            def answer(text: str) -> None:
+                sent = client.post("/v1/jobs/job-1/messages", json={"text": text})
+                assert sent.status_code == 202, sent.text
+
+            contact = {"name": "Ada", "email": "ada@example.com"}
+            started = client.post(
+                "/v1/jobs",
+                json={"key": "job-1", "playbook_key": "onboarding", "contacts": [contact]},
+            )
+            assert started.status_code == 202, started.text
+            event = {"key": "job-1", "action": "id_uploaded", "idempotency_key": "evt-1"}
+            assert client.post("/v1/events", json=event).status_code == 202
+            until(lambda: agent_said("bookCall"), "the agent to write about bookCall")
+            answer("Please book a call tomorrow at 10:00")
+            until(lambda: agent_said("schedule_meeting confirmed it"), "the booking")
+            event = {"key": "job-1", "action": "self_service_completed"}
+            assert client.post("/v1/events", json=event).status_code == 202
+            until(lambda: agent_said("activateAccount"), "the agent to write about activation")
+            answer("Yes, please activate my account")
+            done = until(
+                lambda: (j := client.get("/v1/jobs/job-1").json())["status"] == "done" and j,
+                "the job to be done",
+            )
+            trail = client.get("/v1/jobs/job-1/decisions").json()["decisions"]
+    finally:
+        dev.stop(signal.SIGKILL)
+    settled = {m["id"]: m for m in done["milestones"]}
+    assert {k: m["state"] for k, m in settled.items()} == {
+        "collectIdentity": "done",
+        "bookCall": "dropped",
+        "selfServe": "done",
+        "activateAccount": "done",
+    }
+    # every milestone that completed, completed on a world or tool event, never an agent's
+    for decision in trail:
+        moved = [t for t in decision["transitions"] if t["to"] == "done"]
+        if moved:
+            assert decision["input"].get("source") in ("world", "tool"), decision["input"]
+    by_tool = [d for d in trail if d["input"].get("source") == "tool" and d["transitions"]]
+    assert [d["input"]["action"] for d in by_tool] == ["account_activated"]
+    claims = [d for d in trail if d["input"].get("source") == "agent"]
+    assert claims, "the agent's words were recorded as agent events"
+    assert all(not d["transitions"] for d in claims)

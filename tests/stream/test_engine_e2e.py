@@ -45,7 +45,7 @@ def test_a_job_runs_end_to_end_and_tasks_arrive_in_order(lane: Lane) -> None:
         event("job-1", "self_service_completed"),
         event("job-1", "account_activated", source="tool"),
     )
-    tasks = lane.wait_until("tasks", lambda rs: len(values(rs, "job-1")) >= 6)
+    tasks = lane.wait_until("tasks", lambda rs: len(values(rs, "job-1")) >= 8)
     seen = [(t["type"], t["milestone"], t.get("outcome")) for t in values(tasks, "job-1")]
     assert seen == [
         ("task.opened", "collectIdentity", None),
@@ -54,6 +54,8 @@ def test_a_job_runs_end_to_end_and_tasks_arrive_in_order(lane: Lane) -> None:
         ("task.opened", "selfServe", None),
         ("task.closed", "selfServe", "done"),
         ("task.closed", "bookCall", "dropped"),  # the losing branch of the any merge
+        ("task.opened", "activateAccount", None),
+        ("task.closed", "activateAccount", "done"),
     ]
     opened = values(tasks, "job-1")[2]
     assert opened["task_id"] == "job-1/bookCall"
@@ -105,7 +107,12 @@ def test_a_retried_idempotency_key_gives_one_decision_and_one_task(lane: Lane) -
     ]
     tasks = values(lane.read("tasks"), "job-2")
     opened = [t["task_id"] for t in tasks if t["type"] == "task.opened"]
-    assert opened == ["job-2/collectIdentity", "job-2/bookCall", "job-2/selfServe"]
+    assert opened == [
+        "job-2/collectIdentity",
+        "job-2/bookCall",
+        "job-2/selfServe",
+        "job-2/activateAccount",
+    ]
 
 
 def test_bad_records_go_to_the_deadletter_topic_and_the_stream_goes_on(lane: Lane) -> None:

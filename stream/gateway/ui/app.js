@@ -5,7 +5,7 @@
 
 const TOKEN_KEY = "lemongraph.token";
 const state = { token: "", filter: "", cursor: null, source: null, job: null,
-  decisions: [], journal: [], listTimer: null };
+  decisions: [], journal: [], messages: [], listTimer: null };
 
 // -- small helpers ---------------------------------------------------------------------
 
@@ -36,9 +36,15 @@ function s(tag, attrs, ...children) {
 
 function notice(text) { document.getElementById("notice").textContent = text || ""; }
 
-async function api(path) {
+async function api(path, payload) {
   if (!state.token) throw new Error("paste an API token first (lemongraph token, or the dev token)");
-  const response = await fetch(path, { headers: { Authorization: "Bearer " + state.token } });
+  const options = { headers: { Authorization: "Bearer " + state.token } };
+  if (payload !== undefined) {
+    options.method = "POST";
+    options.headers["Content-Type"] = "application/json";
+    options.body = JSON.stringify(payload);
+  }
+  const response = await fetch(path, options);
   const body = await response.json().catch(() => ({}));
   if (!response.ok) {
     const err = body.error || {};
@@ -166,6 +172,9 @@ function renderMilestones(job) {
         m.state === "open" && m.deadline
           ? h("span", {}, "deadline ", h("span", { class: "countdown", "data-deadline": m.deadline }, countdown(m.deadline)))
           : null,
+        m.state === "open" && m.task_at && Date.parse(m.task_at) > Date.now()
+          ? h("span", { class: "chip held", "data-held": "due" }, "task held back (due) until " + m.task_at)
+          : null,
         m.outcome ? h("span", { class: "muted" }, "outcome: " + m.outcome) : null),
       m.instructions ? h("div", { class: "muted" }, m.instructions) : null,
       exp ? h("div", {}, "verdict ", h("strong", { class: "v-" + exp.verdict }, exp.verdict),
@@ -182,7 +191,8 @@ function renderMilestones(job) {
 function describeInput(input) {
   if (!input) return "";
   if (input.type === "event") {
-    return `event ${input.action}${input.value !== null && input.value !== undefined ? "=" + JSON.stringify(input.value) : ""} [${input.source || "world"}]`;
+    const claim = input.source === "agent" ? " — claim, not evidence" : "";
+    return `event ${input.action}${input.value !== null && input.value !== undefined ? "=" + JSON.stringify(input.value) : ""} [${input.source || "world"}]${claim}`;
   }
   return input.type === "job.start" ? "job.start " + (input.playbook_key || "") : input.type;
 }
@@ -227,6 +237,45 @@ function journalRow(r) {
     h("td", {}, h("span", { class: "outcome-" + outcome }, outcome)), h("td", { class: "detail" }, detail));
 }
 
+function messageItem(m) {
+  const who = m.direction === "out" ? (m.agent || "agent") : (m.contact || "person");
+  return h("li", { class: "msg " + m.direction, "data-direction": m.direction, "data-message-id": m.message_id },
+    h("div", { class: "who" }, who, h("span", { class: "muted" }, ` · ${m.channel} · ${m.at}`)),
+    h("div", { class: "text" }, m.text));
+}
+
+function renderConversation() {
+  const list = document.getElementById("conversation");
+  list.replaceChildren(...state.messages.map(messageItem));
+  if (!state.messages.length) list.append(h("li", { class: "muted" }, "No messages yet."));
+}
+
+function contactName(c) {
+  if (c && typeof c === "object") return c.email || c.name || c.id || "";
+  return c === null || c === undefined ? "" : String(c);
+}
+
+function newMessageId() {
+  const random = (window.crypto && crypto.randomUUID) ? crypto.randomUUID()
+    : Date.now().toString(36) + Math.random().toString(36).slice(2);
+  return "web-" + random.replace(/[^A-Za-z0-9-]/g, "");
+}
+
+async function sendReply(ev) {
+  ev.preventDefault();
+  const box = document.getElementById("reply-text");
+  const text = box.value;
+  if (!text.trim() || !state.job) return;
+  const contact = document.getElementById("reply-contact").value.trim() || null;
+  const body = { text, message_id: newMessageId() };
+  if (contact) body.contact = contact;
+  try {
+    await api("/v1/jobs/" + encodeURIComponent(state.job.key) + "/messages", body);
+    box.value = "";
+    notice("");
+  } catch (e) { notice(e.message); }
+}
+
 function renderJournal() {
   document.querySelector("#journal tbody").replaceChildren(...state.journal.map(journalRow).reverse());
 }
@@ -242,6 +291,11 @@ function renderJob(job) {
     `${job.events} event(s) · next step: ${job.next_step || "—"} · frontier: ${job.frontier.join(", ") || "—"}` +
     (job.timers.length ? " · timers: " + job.timers.map((t) => `${t.kind} ${t.milestone} ${t.at}`).join("; ") : "") +
     (job.refused ? " · refused: " + job.refused : "");
+  const contacts = (job.contacts || []).map(contactName).filter(Boolean);
+  document.getElementById("job-subject").textContent =
+    `subject: ${JSON.stringify(job.subject || {})} · contacts: ${contacts.join(", ") || "—"}`;
+  const who = document.getElementById("reply-contact");
+  if (!who.value && contacts.length) who.value = contacts[0];
   drawGraph(job);
   renderMilestones(job);
   document.getElementById("pending").replaceChildren(...job.pending_writes.map((w) =>
@@ -252,13 +306,17 @@ async function showJob(key) {
   closeStream();
   state.decisions = [];
   state.journal = [];
+  state.messages = [];
   renderDecisions();
   renderJournal();
-  let job, trail, journal;
+  renderConversation();
+  document.getElementById("reply-contact").value = "";
+  let job, trail, journal, talk;
   try {
     job = await api("/v1/jobs/" + encodeURIComponent(key));
     trail = await api("/v1/jobs/" + encodeURIComponent(key) + "/decisions");
     journal = await api("/v1/jobs/" + encodeURIComponent(key) + "/journal");
+    talk = await api("/v1/jobs/" + encodeURIComponent(key) + "/messages");
   } catch (e) { notice(e.message); return; }
   notice("");
   renderJob(job);
@@ -266,6 +324,8 @@ async function showJob(key) {
   renderDecisions();
   state.journal = journal.records;
   renderJournal();
+  state.messages = talk.messages;
+  renderConversation();
   const live = document.getElementById("job-live");
   const source = new EventSource("/v1/jobs/" + encodeURIComponent(key) + "/events?access_token=" + encodeURIComponent(state.token));
   state.source = source;
@@ -276,6 +336,13 @@ async function showJob(key) {
     state.decisions.push(JSON.parse(ev.data));
     if (state.decisions.length > 500) state.decisions.shift();
     renderDecisions();
+  });
+  source.addEventListener("message", (ev) => {
+    const m = JSON.parse(ev.data);
+    if (state.messages.some((x) => x.message_id === m.message_id)) return;
+    state.messages.push(m);
+    if (state.messages.length > 200) state.messages.shift();
+    renderConversation();
   });
   source.addEventListener("journal", (ev) => {
     state.journal.push(JSON.parse(ev.data));
@@ -321,6 +388,7 @@ document.getElementById("status-filter").addEventListener("change", (ev) => {
   renderList(false);
 });
 document.getElementById("more").addEventListener("click", () => renderList(true));
+document.getElementById("reply-form").addEventListener("submit", sendReply);
 document.getElementById("token-form").addEventListener("submit", (ev) => {
   ev.preventDefault();
   const input = document.getElementById("token-input");

@@ -1,0 +1,56 @@
+"""Demo endpoints for the bundled catalog's tools (calendar, CRM, billing), so
+that ``lemongraph dev`` closes the loop offline: a booking the agent makes is
+confirmed, and the milestone moves on that confirmation (docs/agents.md,
+"Demo tools").
+
+They behave as a careful real endpoint would: an ``Idempotency-Key`` seen before
+gets the first answer again, and nothing happens twice. They keep what they did
+in memory (``app.state.done``) and forget it when the process stops.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from fastapi import FastAPI, Request
+
+__all__ = ["TOOL_URLS", "build_demo_tools"]
+
+#: The catalog's ``${VAR}`` and the path under the demo server it points at.
+TOOL_URLS = {"CALENDAR_URL": "/calendar", "CRM_URL": "/crm", "BILLING_URL": "/billing"}
+
+
+def build_demo_tools() -> FastAPI:
+    """The demo endpoints as an ASGI app."""
+    app = FastAPI(title="lemongraph demo tools")
+    app.state.done = {}
+    numbers = itertools.count(1)
+
+    async def once(request: Request, answer: dict[str, Any]) -> dict[str, Any]:
+        key = request.headers.get("idempotency-key")
+        if key is None:
+            return answer
+        earlier: dict[str, Any] = app.state.done.setdefault(key, answer)
+        return earlier
+
+    @app.post("/calendar/book")
+    async def book(request: Request) -> dict[str, Any]:
+        body = await request.json()
+        return await once(request, {"when": str(body.get("when", "")), "id": f"M-{next(numbers)}"})
+
+    @app.post("/crm/activate")
+    async def activate(request: Request) -> dict[str, Any]:
+        return await once(request, {"active": True, "id": f"A-{next(numbers)}"})
+
+    @app.post("/crm/deal")
+    async def deal(request: Request) -> dict[str, Any]:
+        body = await request.json()
+        return await once(request, {"stage": body.get("stage"), "id": f"D-{next(numbers)}"})
+
+    @app.post("/billing/trials")
+    async def trial(request: Request) -> dict[str, Any]:
+        body = await request.json()
+        return await once(request, {"plan": body.get("plan"), "id": f"T-{next(numbers)}"})
+
+    return app
