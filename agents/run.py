@@ -88,6 +88,8 @@ class Conversation:
     #: Ids of the people's messages taken (the newest), so a re-delivery is not a
     #: second message.
     received: list[str] = field(default_factory=list)
+    #: The channel the person last wrote on (the agent answers there).
+    last_channel: str | None = None
 
     @property
     def due(self) -> bool:
@@ -129,6 +131,7 @@ class Conversation:
             return False
         self.received.append(record.message_id)
         del self.received[:-KEPT_TURNS]
+        self.last_channel = record.channel
         self.add_turn(Turn("person", record.text, record.contact))
         self.inputs += 1
         return bool(self.tasks)
@@ -163,6 +166,7 @@ class Conversation:
             "runs": self.runs,
             "inputs": self.inputs,
             "received": self.received,
+            "last_channel": self.last_channel,
             "ran": self.ran,
             "active": self.active,
             "tape": self.tape,
@@ -189,6 +193,7 @@ class Conversation:
             runs=int(data.get("runs", 0)),
             inputs=int(data.get("inputs", 0)),
             received=list(data.get("received") or []),
+            last_channel=data.get("last_channel"),
             ran=int(data.get("ran", 0)),
             active=data.get("active"),
             tape=list(data.get("tape") or []),
@@ -459,6 +464,7 @@ class Runner:
         from the run and the turn, so a replay re-publishes under the same ids."""
         message_id = f"{run_id}.{turn}"
         contact = _replying_to(conv)
+        channel = conv.last_channel or ("email" if contact and "@" in contact else self.channel)
         await outbox.publish(
             "messages",
             conv.job_key,
@@ -466,7 +472,7 @@ class Runner:
                 job_key=conv.job_key,
                 message_id=message_id,
                 direction="out",
-                channel=self.channel,
+                channel=channel,
                 agent=CONVERSATION,
                 contact=contact,
                 task_id=task.task_id if task is not None else None,
@@ -480,7 +486,7 @@ class Runner:
             InboxEvent(
                 key=conv.job_key,
                 action="agent_said",
-                properties={"text": excerpt(text, 200), "channel": self.channel},
+                properties={"text": excerpt(text, 200), "channel": channel},
                 idempotency_key=message_id,
                 source="agent",
             ),

@@ -113,10 +113,10 @@ class AgentService:
         self.flush: Callable[[], Any] | None = None
         folder = data_path(settings)
         folder.mkdir(parents=True, exist_ok=True)
-        self.db = _open(folder / "conversations")
+        self.db = open_store(folder / "conversations", "agents")
         #: Per changelog partition, the next offset to read back (everything before
         #: it is in ``db``), kept beside the store so a restart reads only the tail.
-        self.offsets = _open(folder / "offsets")
+        self.offsets = open_store(folder / "offsets", "agents")
         #: The assigned partitions of ``tasks``; set once its changelog is read back.
         self.partitions: dict[int, asyncio.Event] = {}
         self._model: Model | None = None
@@ -402,17 +402,18 @@ def build_service(
     return app, service
 
 
-def _open(path: Path) -> Rdict:
-    """A RocksDB store of the service; a clear error when another process has it."""
+def open_store(path: Path, process: str) -> Rdict:
+    """A RocksDB store of ``lemongraph <process>``; a clear error when another
+    process has it open."""
     try:
         return Rdict(str(path))
     except Exception as exc:  # rocksdict raises a bare Exception
         if "lock" in str(exc).lower():
             raise StorageError(
-                f"{path}: another lemongraph agents process uses this data folder; give each "
-                "process its own LEMONGRAPH_DATA_DIR"
+                f"{path}: another lemongraph {process} process uses this data folder; give "
+                "each process its own LEMONGRAPH_DATA_DIR"
             ) from None
-        raise StorageError(f"{path}: the agents' store cannot be opened: {exc}") from None
+        raise StorageError(f"{path}: the store of {process} cannot be opened: {exc}") from None
 
 
 def _header_list(headers: Any) -> Headers:

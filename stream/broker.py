@@ -27,6 +27,7 @@ import importlib.resources
 import importlib.util
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -94,6 +95,16 @@ def _tail(f: IO[bytes] | None, limit: int = 4000) -> str:
     size = f.tell()
     f.seek(max(0, size - limit))
     return f.read().decode("utf-8", "replace")
+
+
+def die_with_parent(sig: int = signal.SIGTERM) -> None:
+    """In a child, before it runs: be sent ``sig`` when the parent dies, however
+    it dies (Linux prctl ``PR_SET_PDEATHSIG``; elsewhere nothing), so that a
+    killed ``lemongraph dev`` or test run leaves no broker or helper behind."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).prctl(1, sig)  # 1: PR_SET_PDEATHSIG
 
 
 class EmbeddedBroker:
@@ -182,6 +193,7 @@ class EmbeddedBroker:
                 stderr=self._err,
                 env=env,
                 start_new_session=True,  # a Ctrl-C in the terminal doesn't hit it first
+                preexec_fn=die_with_parent,  # and a SIGKILLed parent leaves no broker behind
             )
         except OSError as exc:
             raise BrokerStartError(f"cannot exec {self.binary}: {exc}") from exc

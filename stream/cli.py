@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -253,10 +255,13 @@ def dev(broker_port: int, loglevel: str) -> None:
     LEMONGRAPH_KAFKA_URL is set), the topics, the playbooks, a worker, the
     ticker and the gateway (API and UI). Ctrl-C stops it all."""
     import dataclasses
+    import os
     import shutil
     import time
 
-    from .broker import BrokerStartError, EmbeddedBroker
+    from agents.mail_service import MailCatcher
+
+    from .broker import BrokerStartError, EmbeddedBroker, free_port
     from .gateway import GatewayThread, addresses, mint_token, new_secret
     from .worker import prepare, run_worker
 
@@ -289,19 +294,29 @@ def dev(broker_port: int, loglevel: str) -> None:
         _say(f"broker: {settings.kafka_url}")
     code = 1
     gateway: GatewayThread | None = None
+    catcher: MailCatcher | None = None
     helpers: list[Callable[[], None]] = []
     died = _watch_broker(broker) if broker is not None else None
     try:
         prepared = prepare(settings, _say)
         _say(f"state: RocksDB under {settings.data_dir / 'faust'}")
-        gateway = GatewayThread(settings, _say)
+        if not os.environ.get("LEMONGRAPH_SMTP_URL"):
+            catcher = MailCatcher("127.0.0.1", free_port()).start()
+            helpers.append(catcher.stop)
+            _say(
+                f"mail: outbound mail is caught at {catcher.url} (LEMONGRAPH_SMTP_URL is "
+                "unset): see it at GET /v1/dev/mail and on the job page"
+            )
+        gateway = GatewayThread(
+            settings, _say, dev_mail=catcher.mails if catcher is not None else None
+        )
         gateway.start()
         _say(addresses(settings))
         dev_token = mint_token(
             settings.api_token_secret, now=time.time(), name="dev", ttl_seconds=7 * 86400
         )
         _say(f"gateway: dev token (source world, 7 days): {dev_token}")
-        helpers = _start_agents(settings)
+        helpers += _start_agents(settings, catcher.url if catcher is not None else None)
         code = run_worker(
             settings,
             prepared.registry,
@@ -324,19 +339,20 @@ def dev(broker_port: int, loglevel: str) -> None:
     sys.exit(code)
 
 
-def _start_agents(settings: Settings) -> list[Callable[[], None]]:
+def _start_agents(settings: Settings, smtp_url: str | None = None) -> list[Callable[[], None]]:
     """For ``lemongraph dev``: the stand-in model (unless OPENAI_API_KEY or
-    OPENAI_BASE_URL says which model to use) and ``lemongraph agents`` as a
-    child process. Returns how to stop them. Without a catalog there are no
-    agents, and it says so."""
+    OPENAI_BASE_URL says which model to use), the demo tools (for the tool URLs
+    not set), and ``lemongraph agents`` and ``lemongraph mail-ingress`` (sending
+    to ``smtp_url``, the mail catcher, when given) as child processes. Returns
+    how to stop them. Without a catalog there are no agents, and it says so."""
     import os
-    import subprocess
 
     from agents.demo_tools import TOOL_URLS, build_demo_tools
     from agents.serving import AppThread
     from agents.standin import StandinThread
 
     from .broker import free_port
+    from .gateway import new_secret
 
     if not settings.catalog_file.is_file():
         _say(f"agents: not started: no catalog at {settings.catalog_file} (docs/agents.md)")
@@ -362,32 +378,47 @@ def _start_agents(settings: Settings) -> list[Callable[[], None]]:
         stops.append(demo.stop)
         env.update({name: demo.url + TOOL_URLS[name] for name in unset})
         _say(f"agents: demo tools at {demo.url} for {', '.join(unset)} (docs/agents.md)")
-    child = subprocess.Popen(
-        [sys.executable, "-m", "stream", "agents"], env=env, preexec_fn=_die_with_parent
-    )
+    children = [_child(["agents"], env)]
+    if smtp_url is not None:
+        env["LEMONGRAPH_SMTP_URL"] = smtp_url
+    if not env.get("REPLY_TOKEN_SECRET"):
+        env["REPLY_TOKEN_SECRET"] = new_secret()
+        _say("mail: REPLY_TOKEN_SECRET is empty: using a random secret for this session")
+    children.append(_child(["mail-ingress"], env))
 
-    def stop_child() -> None:
-        if child.poll() is None:
-            child.terminate()
+    def stop_children() -> None:
+        # All asked at once, then each waited for: stopping takes the slowest's
+        # time, not the sum.
+        for child in children:
+            if child.poll() is None:
+                child.terminate()
+        deadline = time.monotonic() + 5
+        for child in children:
             try:
-                child.wait(5)
+                child.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 child.kill()
                 child.wait(5)
 
-    stops.append(stop_child)
+    stops.append(stop_children)
     return stops
 
 
-def _die_with_parent() -> None:
-    """In a child: be sent SIGTERM when the parent dies, however it dies (Linux
-    prctl PR_SET_PDEATHSIG; elsewhere nothing), so that a killed ``lemongraph
-    dev`` leaves no agents process behind."""
-    import ctypes
+def _child(command: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """``lemongraph COMMAND`` as a child of ``dev`` that dies with it. ``dev``
+    stops its children with SIGTERM; if ``dev`` itself is gone first (killed, or
+    out after a dead broker), they get SIGKILL: what they did is on the broker,
+    acknowledged, and they take over from there next time."""
+    import functools
     import signal
 
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
+    from .broker import die_with_parent
+
+    return subprocess.Popen(  # noqa: S603 - our own interpreter and entry point
+        [sys.executable, "-m", "stream", *command],
+        env=env,
+        preexec_fn=functools.partial(die_with_parent, signal.SIGKILL),
+    )
 
 
 def _watch_broker(broker: EmbeddedBroker) -> threading.Event:
@@ -812,6 +843,67 @@ def standin(port: int, host: str, script: Path | None) -> None:
     answers = f"script {script}" if script is not None else "built-in policy"
     _say(f"standin: http://{host}:{port}/v1 ({answers})")
     uvicorn.run(build_standin(rules), host=host, port=port, log_level="warning")
+
+
+@main.command("mail-ingress")
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="The SMTP port replies come in on (default LEMONGRAPH_MAIL_INGRESS_PORT, else 2525).",
+)
+@click.option("--host", default="127.0.0.1", show_default=True)
+def mail_ingress(port: int | None, host: str) -> None:
+    """Run the email channel against LEMONGRAPH_KAFKA_URL: an SMTP server that takes
+    replies to reply+<token>@REPLY_DOMAIN (and bounces to bounce+<token>@...), and,
+    with LEMONGRAPH_SMTP_URL, the sender of the agents' emails (docs/agents.md,
+    "Email")."""
+    import asyncio
+    import os
+    import signal
+    from dataclasses import replace
+
+    from agents.mail import MailSettings
+    from agents.mail_service import MailChannel
+
+    from .kafka import run
+
+    settings = _settings()
+    _require_kafka(settings)
+    try:
+        mail = MailSettings.from_env(dict(os.environ))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if port is not None:
+        mail = replace(mail, ingress_port=port)
+    if not mail.reply_secret:
+        raise ConfigError(
+            "mail-ingress: REPLY_TOKEN_SECRET is empty: reply addresses cannot be signed or "
+            "checked (set it to a long random string, the same for the agents' mail)"
+        )
+
+    async def go() -> None:
+        stopping = asyncio.Event()
+        loop = asyncio.get_running_loop()
+
+        def stop() -> None:
+            stopping.set()
+            # Whatever a dead broker or SMTP server holds up, be gone within 15 s.
+            loop.call_later(15, os._exit, 1)
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop)
+        channel = MailChannel(settings, mail, _say)
+        try:
+            await channel.run(stopping, host)
+        except OSError as exc:
+            raise ConfigError(
+                f"mail-ingress: cannot listen on {host}:{mail.ingress_port} ({exc.strerror}); "
+                "set --port or LEMONGRAPH_MAIL_INGRESS_PORT"
+            ) from None
+        _say(f"mail: stopped ({', '.join(f'{k} {v}' for k, v in channel.counts.items())})")
+
+    run(go())
 
 
 @main.command("demo-tools")

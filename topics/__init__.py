@@ -13,7 +13,7 @@ data with exactly each model's fields, proven to agree with the models by
 This package imports nothing of ours (``topics/ruff.toml`` makes that a lint rule).
 """
 
-from . import build
+from . import build, replies
 from ._codec import RecordError, decode_inbox, encode
 from ._limits import MAX_DEPTH, MAX_RECORD_BYTES, LimitError, plain_json
 from ._messages import (
@@ -33,6 +33,7 @@ from ._messages import (
     JobFinishedEffect,
     JobSnapshot,
     JobStart,
+    JournalMail,
     JournalModelCall,
     JournalRecord,
     JournalRun,
@@ -93,6 +94,7 @@ __all__ = [
     "JobSnapshot",
     "JobStart",
     "JobStatus",
+    "JournalMail",
     "JournalModelCall",
     "JournalRecord",
     "JournalRun",
@@ -129,4 +131,5 @@ __all__ = [
     "event_id",
     "inbound_message",
     "plain_json",
+    "replies",
 ]

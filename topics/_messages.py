@@ -454,8 +454,26 @@ class JournalRun(_Message):
     replayed: int = 0
 
 
+class JournalMail(_Message):
+    """One email of the email channel: sent (``out``), received or refused
+    (``in``). ``outcome``: ``sent``, ``failed`` (the server refused it for good),
+    ``received`` (a reply, written as a message), ``bounced`` (an
+    ``email_bounced`` event), ``refused`` (an unsigned, tampered or expired
+    reply address: SMTP 550, nothing written)."""
+
+    type: Literal["journal.mail"] = "journal.mail"
+    job_key: str
+    at: str
+    direction: Literal["in", "out"]
+    outcome: Literal["sent", "failed", "received", "bounced", "refused"]
+    message_id: str | None = None
+    #: The address the mail went to (out) or came from (in).
+    address: str | None = None
+    detail: str = ""
+
+
 JournalRecord = Annotated[
-    JournalModelCall | JournalToolCall | JournalRun, Field(discriminator="type")
+    JournalModelCall | JournalToolCall | JournalRun | JournalMail, Field(discriminator="type")
 ]
 
 

@@ -5,9 +5,11 @@ its routes share."""
 from __future__ import annotations
 
 import asyncio
+import hmac
+import time
 import uuid
 import weakref
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Annotated, Any
@@ -18,8 +20,11 @@ from aiokafka.errors import KafkaError
 from fastapi import Depends, FastAPI, Query, Request, Security
 from fastapi.responses import HTMLResponse, Response, StreamingResponse
 from fastapi.security import HTTPBearer
+from pydantic import ValidationError
 
-from topics import InboxEvent, JobStart, encode, event_id, inbound_message
+from agents.mail import MailSettings, inbound_message_id, received, sender_of
+from topics import InboxEvent, JobStart, JournalMail, encode, event_id, inbound_message
+from topics.replies import ReplyTokenError, read_reply_address
 
 from .docs import install_docs
 from .errors import ApiError, ErrorBody, install_handlers
@@ -29,6 +34,8 @@ from .models import (
     DecisionList,
     EventBody,
     Health,
+    InboundAccepted,
+    InboundEmail,
     JobList,
     JobStatus,
     JobView,
@@ -68,6 +75,10 @@ class Gateway:
     broker_ok: bool = False
     broker_checked: float = 0.0
     accepted_writes: int = 0
+    #: Under ``lemongraph dev``: what its local mail catcher caught.
+    dev_mail: Callable[[], list[dict[str, Any]]] | None = None
+    #: The email channel's settings (the inbound webhook checks with them).
+    mail: MailSettings | None = None
     _locks: weakref.WeakValueDictionary[str, asyncio.Lock] = field(
         default_factory=weakref.WeakValueDictionary
     )
@@ -288,6 +299,87 @@ def build_api(gateway: Gateway) -> FastAPI:
             partition=meta.partition,
             offset=meta.offset,
         )
+
+    @app.post(
+        "/v1/inbound/email",
+        status_code=202,
+        response_model=InboundAccepted,
+        responses=_errors(400, 401, 403, 404, 413, 422, 503),
+    )
+    async def inbound_email(request: Request) -> InboundAccepted:
+        """For mail providers that deliver by webhook: an email received for a
+        `reply+<token>@REPLY_DOMAIN` (or `bounce+...`) address. No bearer token:
+        `X-Lemongraph-Signature: sha256=<hex HMAC-SHA256 of the body under
+        LEMONGRAPH_INBOUND_SECRET>`. The reply token is checked as the mail ingress
+        checks it (403 `reply_refused`, journaled, nothing written); a reply becomes
+        a message and its `message_received` event, a bounce `email_bounced`."""
+        mail = gateway.mail
+        if mail is None or not mail.inbound_secret:
+            raise ApiError(
+                503, "inbound_not_configured",
+                "LEMONGRAPH_INBOUND_SECRET is empty: the inbound webhook takes nothing",
+            )  # fmt: skip
+        raw = await request.body()
+        expected = "sha256=" + hmac.new(mail.inbound_secret.encode(), raw, "sha256").hexdigest()
+        given = request.headers.get("x-lemongraph-signature", "")
+        if not hmac.compare_digest(given.encode(), expected.encode()):
+            raise ApiError(
+                401, "signature_invalid",
+                "X-Lemongraph-Signature is missing or does not match the body "
+                "(sha256=<hex HMAC-SHA256 of the exact body under LEMONGRAPH_INBOUND_SECRET>)",
+            )  # fmt: skip
+        try:
+            body = InboundEmail.model_validate_json(raw)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "body"
+            raise ApiError(422, "invalid_body", f"{where}: {first['msg']}") from None
+        try:
+            route = read_reply_address(
+                mail.reply_secret, body.to, mail.reply_domain, int(time.time())
+            )
+        except ReplyTokenError as exc:
+            refusal = JournalMail(
+                job_key="", at=_now_iso(), direction="in", outcome="refused",
+                address=body.from_, detail=f"webhook: {exc.reason}: to {body.to}: {exc}"[:500],
+            )  # fmt: skip
+            await gateway.send(model.topics.journal, "", encode(refusal))
+            raise ApiError(403, "reply_refused", f"{exc.reason} reply address: {exc}") from None
+        key = route.job_key
+        message_id = inbound_message_id(body.message_id, raw)
+        async with gateway.lock(key):
+            entry = model.entry(key)
+            if entry is None or not entry.visible:
+                raise ApiError(404, "job_not_found", f"no job {key!r}")
+            record, event = received(
+                route, message_id, sender_of(body.from_), body.text, _now_iso(), body.reason
+            )
+            event_key = str(event.idempotency_key)
+            answer = InboundAccepted(
+                key=key, kind="bounce" if record is None else "reply",
+                message_id=message_id, event_id=event_key,
+            )  # fmt: skip
+            if event_key in entry.idempotency or message_id in model.message_ids.get(key, ()):
+                return answer.model_copy(update={"duplicate": True})
+            if record is not None:
+                await gateway.send(model.topics.messages, key, encode(record))
+            await gateway.produce(key, event)
+            journaled = JournalMail(
+                job_key=key, at=_now_iso(), direction="in",
+                outcome="received" if record is not None else "bounced",
+                message_id=message_id, address=sender_of(body.from_), detail="webhook",
+            )  # fmt: skip
+            await gateway.send(model.topics.journal, key, encode(journaled))
+        return answer
+
+    @app.get("/v1/dev/mail", dependencies=secured, responses=_errors(404))
+    async def dev_mail() -> dict[str, Any]:
+        """Under `lemongraph dev` with no LEMONGRAPH_SMTP_URL: the emails the agents
+        sent, as its local mail catcher received them (newest 200, oldest first).
+        404 `not_dev` anywhere else."""
+        if gateway.dev_mail is None:
+            raise ApiError(404, "not_dev", "no mail catcher here: only `lemongraph dev` has one")
+        return {"mails": gateway.dev_mail()}
 
     @app.get(
         "/v1/jobs/{key}/messages",

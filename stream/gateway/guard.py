@@ -26,6 +26,9 @@ __all__ = ["Guard", "GuardMiddleware", "principal_of"]
 #: Routes that accept the token as ``?access_token=`` too (EventSource cannot
 #: set headers).
 _SSE_SUFFIX = "/events"
+#: Routes a mail provider calls: no token, a signature over the body instead
+#: (the route checks it), and a rate limit of their own.
+SIGNED_PATHS = frozenset({"/v1/inbound/email"})
 
 
 @dataclass
@@ -39,8 +42,17 @@ class Guard:
     monotonic: Callable[[], float] = time.monotonic
     refused: dict[int, int] = field(default_factory=dict)  # status → count, for status lines
 
-    def admit(self, scope: Scope) -> Principal:
-        """The principal of the request, or :class:`ApiError`."""
+    def admit(self, scope: Scope) -> Principal | None:
+        """The principal of the request (None for a signed route, whose handler
+        checks the signature), or :class:`ApiError`."""
+        if scope["path"] in SIGNED_PATHS:
+            wait = self.limiter.take("signed:" + scope["path"], self.monotonic())
+            if wait is not None:
+                raise ApiError(
+                    429, "rate_limited", f"too many requests: retry in {wait}s",
+                    headers={"Retry-After": str(wait)},
+                )  # fmt: skip
+            return None
         token = _bearer(scope)
         if token is None and scope["path"].endswith(_SSE_SUFFIX):
             query = parse_qs(scope.get("query_string", b"").decode("latin-1"))

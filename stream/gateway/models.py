@@ -18,6 +18,8 @@ __all__ = [
     "EventBody",
     "EvidenceEvent",
     "Health",
+    "InboundAccepted",
+    "InboundEmail",
     "JobList",
     "JobStatus",
     "JobSummary",
@@ -92,6 +94,31 @@ class MessageBody(_Body):
         if not value.strip():
             raise ValueError("the text is empty (only white space)")
         return value
+
+
+class InboundEmail(_Body):
+    """An email a provider received for a reply (or bounce) address, as its
+    webhook delivers it (docs/agents.md, "Email"): sign the exact body bytes."""
+
+    to: StrictStr = Field(min_length=3, max_length=1000)
+    from_: StrictStr | None = Field(None, alias="from", max_length=1000)
+    text: StrictStr = Field("", max_length=200_000)
+    message_id: StrictStr | None = Field(None, max_length=1000)
+    #: For a bounce: the delivery status, in words.
+    reason: StrictStr = Field("", max_length=2000)
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class InboundAccepted(BaseModel):
+    """A verified reply written (a message and its event), or a bounce (an event)."""
+
+    accepted: bool = True
+    key: str
+    kind: Literal["reply", "bounce"]
+    message_id: str
+    event_id: str
+    duplicate: bool = False
 
 
 class MessageAccepted(BaseModel):

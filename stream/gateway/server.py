@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import threading
 from collections.abc import Callable, Iterator
@@ -25,6 +26,7 @@ from starlette.responses import FileResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from agents.mail import MailSettings
 from stream.config import Settings
 from stream.errors import GatewayStartError
 from stream.files import load_playbooks_dir
@@ -92,8 +94,10 @@ async def serve(
     *,
     say: Callable[[str], None] = log.info,
     ready: Callable[[], None] | None = None,
+    dev_mail: Callable[[], list[dict[str, Any]]] | None = None,
 ) -> None:
-    """Run the gateway until ``stopping`` is set."""
+    """Run the gateway until ``stopping`` is set (``dev_mail``: what ``lemongraph
+    dev``'s mail catcher holds, served at ``GET /v1/dev/mail``)."""
     assert settings.kafka_url is not None
     bootstrap = bootstrap_of(settings.kafka_url)
     model = ReadModel(Topics(settings.topic_prefix), _playbooks(settings, say))
@@ -104,7 +108,12 @@ async def serve(
         RateLimiter(settings.rate_limit, settings.rate_burst),
         settings.max_body,
     )
-    gateway = Gateway(model, producer, guard)
+    try:
+        mail: MailSettings | None = MailSettings.from_env(dict(os.environ))
+    except ValueError as exc:
+        say(f"gateway: the inbound email webhook is off: {exc}")
+        mail = None
+    gateway = Gateway(model, producer, guard, dev_mail=dev_mail, mail=mail)
     api = build_api(gateway)
     servers = [
         _Server(_config(api, settings.gateway_host, settings.api_port)),
@@ -162,9 +171,15 @@ class GatewayThread:
     """The gateway in a thread of its own (beside a Faust worker that owns the
     main thread and its loop)."""
 
-    def __init__(self, settings: Settings, say: Callable[[str], None] = print) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        say: Callable[[str], None] = print,
+        dev_mail: Callable[[], list[dict[str, Any]]] | None = None,
+    ) -> None:
         self.settings = settings
         self.say = say
+        self.dev_mail = dev_mail
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
         self._ready = threading.Event()
@@ -175,7 +190,10 @@ class GatewayThread:
         async def main() -> None:
             self._loop = asyncio.get_running_loop()
             self._stopping = asyncio.Event()
-            await serve(self.settings, self._stopping, say=self.say, ready=self._ready.set)
+            await serve(
+                self.settings, self._stopping, say=self.say, ready=self._ready.set,
+                dev_mail=self.dev_mail,
+            )  # fmt: skip
 
         try:
             asyncio.run(main())

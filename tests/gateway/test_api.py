@@ -5,6 +5,7 @@ read-your-writes, source stamping and the live event stream."""
 from __future__ import annotations
 
 import base64
+import hmac
 import time
 from collections.abc import Callable
 from typing import Any
@@ -15,6 +16,7 @@ import pytest
 
 from stream.gateway import mint_token
 from topics import JournalRun, JournalToolCall, encode
+from topics.replies import reply_address, reply_token
 
 from .conftest import GatewayProcess, Lane, wait_for
 
@@ -449,3 +451,84 @@ def test_a_persons_message_goes_on_messages_and_the_inbox_once(
     records = [r["value"] for r in lane.read("messages")]
     assert [r["message_id"] for r in records][:1] == ["m-1"]
     assert sum(1 for r in records if r["message_id"] == "m-1") == 1
+
+
+def test_the_inbound_email_webhook_takes_signed_verified_replies_only(
+    lane: Lane, start_gateway: Callable[..., GatewayProcess], gateway: GatewayProcess
+) -> None:
+    secrets = {"LEMONGRAPH_INBOUND_SECRET": "hook-secret", "REPLY_TOKEN_SECRET": "reply-secret",
+               "REPLY_DOMAIN": "reply.test"}  # fmt: skip
+    hooked = start_gateway(**secrets)
+    lane.start_worker()
+    now = int(time.time())
+
+    def signed(payload: dict[str, Any], secret: str = "hook-secret") -> tuple[bytes, str]:
+        raw = orjson.dumps(payload)
+        return raw, "sha256=" + hmac.new(secret.encode(), raw, "sha256").hexdigest()
+
+    def post(client: httpx.Client, payload: dict[str, Any], **kw: str) -> httpx.Response:
+        raw, signature = signed(payload, **kw)
+        return client.post(
+            "/v1/inbound/email", content=raw,
+            headers={"X-Lemongraph-Signature": signature, "Content-Type": "application/json"},
+        )  # fmt: skip
+
+    address = reply_address(reply_token("reply-secret", "job-w", "ada@example.com", now + 600),
+                            "reply.test")  # fmt: skip
+    reply = {"to": address, "from": "Ada <ada@example.com>", "message_id": "<w1@mail.example>",
+             "text": "Tomorrow at ten, please.\n\nOn Tue, Agent wrote:\n> When?"}  # fmt: skip
+    with hooked.client(hooked.token()) as client:
+        assert (
+            client.post("/v1/jobs", json={"key": "job-w", "playbook_key": "onboarding"}).status_code
+            == 202
+        )
+        anonymous = httpx.Client(base_url=hooked.api)
+        # no bearer token needed, but the signature is
+        assert (
+            error_of(anonymous.post("/v1/inbound/email", json=reply))["code"] == "signature_invalid"
+        )
+        assert error_of(post(anonymous, reply, secret="wrong"))["code"] == "signature_invalid"
+        taken = post(anonymous, reply)
+        assert taken.status_code == 202, taken.text
+        answer = taken.json()
+        assert (answer["kind"], answer["duplicate"]) == ("reply", False)
+        assert post(anonymous, reply).json()["duplicate"] is True  # a provider's retry
+        expired = dict(
+            reply,
+            to=reply_address(
+                reply_token("reply-secret", "job-w", "ada@example.com", now - 1), "reply.test"
+            ),
+        )
+        tampered = dict(reply, to=address.replace("reply+v1.", "reply+v1.a"))
+        for bad, why in ((expired, "expired"), (tampered, "tampered")):
+            refused = post(anonymous, bad)
+            assert refused.status_code == 403
+            assert error_of(refused)["code"] == "reply_refused"
+            assert why in error_of(refused)["message"]
+        assert error_of(post(anonymous, {"to": address, "text": 5}))["code"] == "invalid_body"
+        bounce = {"to": address.replace("reply+", "bounce+"), "message_id": "<b1@mx>",
+                  "reason": "5.1.1 user unknown"}  # fmt: skip
+        assert post(anonymous, bounce).json()["kind"] == "bounce"
+        anonymous.close()
+        talk = wait_for(
+            lambda: (m := client.get("/v1/jobs/job-w/messages").json())["kept"] and m,
+            what="the reply",
+        )
+        [message] = talk["messages"]
+        assert (message["channel"], message["contact"], message["text"]) == (
+            "email", "ada@example.com", "Tomorrow at ten, please.",
+        )  # fmt: skip
+        trail = wait_for(
+            lambda: len(d := client.get("/v1/jobs/job-w/decisions").json()["decisions"]) >= 3 and d,
+            what="the events decided",
+        )
+        actions = [d["input"].get("action") for d in trail if d["input"]["type"] == "event"]
+        assert actions == ["message_received", "email_bounced"]
+    # the default gateway has no inbound secret: the webhook takes nothing
+    with httpx.Client(base_url=gateway.api) as plain:
+        assert (
+            error_of(plain.post("/v1/inbound/email", json=reply))["code"]
+            == "inbound_not_configured"
+        )
+    refusals = [r["value"] for r in lane.read("journal") if r["value"].get("outcome") == "refused"]
+    assert len(refusals) == 2

@@ -26,13 +26,15 @@ pytestmark = [pytest.mark.broker, pytest.mark.timeout(240)]
 def start_dev(cwd: Path, broker_port: int, **extra: str) -> WorkerProcess:
     """`lemongraph dev` on free ports, its output collected as a worker's is."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("LEMONGRAPH_")}
-    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "CALENDAR_URL", "CRM_URL", "BILLING_URL"):
-        env.pop(name, None)  # the stand-in model and the demo tools, as on a fresh machine
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "CALENDAR_URL", "CRM_URL", "BILLING_URL",
+                 "REPLY_TOKEN_SECRET", "API_TOKEN_SECRET"):  # fmt: skip
+        env.pop(name, None)  # the stand-in, demo tools and mail catcher, as on a fresh machine
     env.update(
         LEMONGRAPH_PLAYBOOKS_DIR=str(ROOT / "playbooks"),
         LEMONGRAPH_API_PORT=str(free_port()),
         LEMONGRAPH_UI_PORT=str(free_port()),
         LEMONGRAPH_TICK_INTERVAL="0.5",
+        LEMONGRAPH_MAIL_INGRESS_PORT=str(free_port()),
     )
     env.update(extra)
     proc = subprocess.Popen(
@@ -83,6 +85,8 @@ def test_dev_reports_a_dead_broker_exits_non_zero_and_starts_fresh_next_time(
     first = start_dev(tmp_path, port)
     try:
         first.wait_for(": ready (group", timeout=90)
+        first.wait_for("agents: partitions", timeout=90)  # every part up
+        first.wait_for("mail: ready", timeout=90)
         os.kill(broker_pid(port), signal.SIGKILL)
         code, took = exit_within(first, 30)
     finally:
@@ -115,8 +119,10 @@ def test_the_dev_loop_of_the_readme_closes_offline(tmp_path: Path) -> None:
     try:
         dev.wait_for(": ready (group", timeout=90)
         dev.wait_for("agents: ready", timeout=90)
+        dev.wait_for("mail: ready", timeout=90)
         said = "".join(dev.lines)
         assert "agents: demo tools at" in said
+        assert "mail: outbound mail is caught at smtp://" in said
         [token] = re.findall(r"dev token \([^)]*\): (lemongraph_sk_\S+)", said)
         api = f"http://127.0.0.1:{api_port}"
         with httpx.Client(base_url=api, headers={"Authorization": f"Bearer {token}"}) as client:
@@ -147,6 +153,14 @@ def test_the_dev_loop_of_the_readme_closes_offline(tmp_path: Path) -> None:
             event = {"key": "job-1", "action": "id_uploaded", "idempotency_key": "evt-1"}
             assert client.post("/v1/events", json=event).status_code == 202
             until(lambda: agent_said("bookCall"), "the agent to write about bookCall")
+            # Ada has an email address: the agent's first words went to her by email,
+            # caught by dev's mail catcher, with a signed reply address.
+            caught = until(
+                lambda: client.get("/v1/dev/mail").json()["mails"], "the agent's email caught"
+            )
+            assert caught[0]["to"] == ["ada@example.com"]
+            assert caught[0]["reply_to"].startswith("reply+v1.")
+            assert caught[0]["job_key"] == "job-1"
             answer("Please book a call tomorrow at 10:00")
             until(lambda: agent_said("schedule_meeting confirmed it"), "the booking")
             event = {"key": "job-1", "action": "self_service_completed"}

@@ -226,6 +226,10 @@ function journalRow(r) {
     outcome = r.outcome;
     detail = [r.http_status ? "HTTP " + r.http_status : null, r.fact ? "recorded " + r.fact : null,
       `${r.latency_ms} ms`, r.result].filter(Boolean).join(" · ");
+  } else if (r.type === "journal.mail") {
+    what = "email " + r.direction;
+    outcome = r.outcome;
+    detail = [r.address, r.detail].filter(Boolean).join(" · ");
   } else {
     what = "run ended";
     outcome = r.ended;
@@ -274,6 +278,19 @@ async function sendReply(ev) {
     box.value = "";
     notice("");
   } catch (e) { notice(e.message); }
+}
+
+async function renderDevMail(key) {
+  const section = document.getElementById("dev-mail");
+  let caught;
+  try { caught = await api("/v1/dev/mail"); } catch (e) { section.hidden = true; return; }
+  const mine = caught.mails.filter((m) => m.job_key === key);
+  section.hidden = false;
+  document.getElementById("dev-mail-list").replaceChildren(...(mine.length ? mine.map((m) =>
+    h("li", { class: "mail", "data-message-id": m.message_id },
+      h("div", { class: "who" }, `to ${m.to.join(", ")} · ${m.at}`),
+      h("div", { class: "muted" }, `Subject: ${m.subject} · Reply-To: ${m.reply_to}`),
+      h("div", { class: "text" }, m.text))) : [h("li", { class: "muted" }, "No mail for this job yet.")]));
 }
 
 function renderJournal() {
@@ -326,6 +343,7 @@ async function showJob(key) {
   renderJournal();
   state.messages = talk.messages;
   renderConversation();
+  renderDevMail(key);
   const live = document.getElementById("job-live");
   const source = new EventSource("/v1/jobs/" + encodeURIComponent(key) + "/events?access_token=" + encodeURIComponent(state.token));
   state.source = source;
@@ -343,6 +361,7 @@ async function showJob(key) {
     state.messages.push(m);
     if (state.messages.length > 200) state.messages.shift();
     renderConversation();
+    if (m.channel === "email") setTimeout(() => renderDevMail(key), 1500);
   });
   source.addEventListener("journal", (ev) => {
     state.journal.push(JSON.parse(ev.data));

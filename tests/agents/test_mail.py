@@ -1,0 +1,232 @@
+"""The email channel end to end on a real broker: the agent's email reaches a real
+local SMTP server (aiosmtpd) with a signed Reply-To; a reply sent by SMTP to
+`lemongraph mail-ingress` becomes the person's message and moves the job; a
+tampered or expired reply address is refused with 550 and changes nothing; a
+bounce becomes `email_bounced`; a redelivered message sends nothing."""
+
+from __future__ import annotations
+
+import email
+import shutil
+import smtplib
+import time
+from collections.abc import Callable
+from email import policy
+from email.message import EmailMessage
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from aiosmtpd.controller import Controller
+
+from agents.demo_tools import build_demo_tools
+from agents.standin import StandinScript, build_standin
+from stream.broker import free_port
+from tests.lanes import Lane
+from topics.replies import read_reply_address, reply_address, reply_token
+
+pytestmark = [pytest.mark.broker, pytest.mark.timeout(240)]
+
+ROOT = Path(__file__).resolve().parents[2]
+SECRET = "a-long-random-reply-secret"
+DOMAIN = "reply.test"
+CHAT = """\
+key: chat
+version: 1
+instructions: Book a call with the customer.
+milestones:
+  - id: bookCall
+    instructions: Offer a call and book it.
+    condition: meeting_scheduled
+    integrations: [email, calendar]
+  - id: followUp
+    needs: [bookCall]
+    instructions: Thank the customer.
+    condition: thanked
+    integrations: [email]
+"""
+SCRIPT = StandinScript.model_validate(
+    {
+        "rules": [
+            {"when": {"last_message_contains": "book"},
+             "call": {"tool": "schedule_meeting", "args": {"when": "tomorrow 10:00"}}},
+            {"when": {"tool_result": "schedule_meeting"}, "say": "Booked for tomorrow 10:00."},
+            {"say": "When would suit you for a call?"},
+        ]
+    }
+)  # fmt: skip
+
+
+class Sink:
+    """A real SMTP server that keeps what it is sent."""
+
+    def __init__(self) -> None:
+        self.mails: list[tuple[str, list[str], EmailMessage]] = []
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        parsed = email.message_from_bytes(envelope.content, policy=policy.default)
+        self.mails.append((envelope.mail_from, list(envelope.rcpt_tos), parsed))  # type: ignore[arg-type]
+        return "250 OK"
+
+
+def wait(check: Callable[[], Any], what: str, timeout: float = 60) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def send(port: int, to: str, body: str, *, sender: str = "ada@example.com",
+         message_id: str = "<r1@example.com>") -> None:  # fmt: skip
+    mail = EmailMessage()
+    mail["From"] = sender
+    mail["To"] = to
+    mail["Subject"] = "Re: About chat-1"
+    mail["Message-ID"] = message_id
+    mail.set_content(body)
+    with smtplib.SMTP("127.0.0.1", port, timeout=10) as client:
+        client.send_message(mail)
+
+
+def send_bounce(port: int, to: str) -> None:
+    """A delivery status notification (RFC 3464), from the null sender."""
+    raw = (
+        "From: MAILER-DAEMON@mx.example.com\r\n"
+        f"To: {to}\r\n"
+        "Subject: Undelivered Mail Returned to Sender\r\n"
+        "Message-ID: <dsn1@mx.example.com>\r\n"
+        "MIME-Version: 1.0\r\n"
+        'Content-Type: multipart/report; report-type=delivery-status; boundary="B"\r\n'
+        "\r\n--B\r\nContent-Type: text/plain\r\n\r\nDelivery failed.\r\n"
+        "--B\r\nContent-Type: message/delivery-status\r\n\r\n"
+        "Reporting-MTA: dns; mx.example.com\r\n\r\n"
+        "Final-Recipient: rfc822; ada@example.com\r\nAction: failed\r\nStatus: 5.1.1\r\n"
+        "\r\n--B--\r\n"
+    )
+    with smtplib.SMTP("127.0.0.1", port, timeout=10) as client:
+        client.sendmail("", [to], raw)
+
+
+def test_email_goes_out_signed_comes_back_verified_and_moves_the_job(
+    lane: Lane, serve: Callable[[Any], str]
+) -> None:
+    shutil.copy(ROOT / "playbooks" / "catalog.yaml", lane.playbooks / "catalog.yaml")
+    shutil.copytree(ROOT / "playbooks" / "skills", lane.playbooks / "skills")
+    (lane.playbooks / "chat.yaml").write_text(CHAT)
+    sink = Sink()
+    controller = Controller(sink, hostname="127.0.0.1", port=free_port())
+    controller.start()
+    try:
+        ingress_port = free_port()
+        tools = serve(build_demo_tools())
+        lane.start_worker()
+        common = {"REPLY_TOKEN_SECRET": SECRET, "REPLY_DOMAIN": DOMAIN}
+        lane.start(
+            ["agents"], "agents: ready",
+            OPENAI_BASE_URL=f"{serve(build_standin(SCRIPT))}/v1", OPENAI_API_KEY="sk-test",
+            CALENDAR_URL=f"{tools}/calendar", **common,
+        )  # fmt: skip
+        lane.start(
+            ["mail-ingress", "--port", str(ingress_port)], "mail: ready",
+            LEMONGRAPH_SMTP_URL=f"smtp://127.0.0.1:{controller.port}",
+            MAIL_FROM="agent@lemongraph.test", **common,
+        )  # fmt: skip
+        lane.send(
+            {"type": "job.start", "key": "chat-1", "playbook_key": "chat",
+             "contacts": [{"name": "Ada", "email": "ada@example.com"}]},
+        )  # fmt: skip
+        # 1. The agent's first message goes out by email, signed.
+        wait(lambda: sink.mails, "the agent's email")
+        envelope_from, rcpts, first = sink.mails[0]
+        assert rcpts == ["ada@example.com"]
+        assert first["From"] == "agent@lemongraph.test"
+        assert first.get_content().strip() == "When would suit you for a call?"
+        reply_to = str(first["Reply-To"])
+        route = read_reply_address(SECRET, reply_to, DOMAIN, int(time.time()))
+        assert (route.job_key, route.contact, route.kind) == ("chat-1", "ada@example.com", "reply")
+        assert read_reply_address(SECRET, envelope_from, DOMAIN, int(time.time())).kind == "bounce"
+        [out] = [m["value"] for m in lane.read("messages") if m["value"]["direction"] == "out"]
+        assert out["channel"] == "email"
+        assert str(first["Message-ID"]).startswith("<lg.")
+        # 2. A tampered and an expired reply address: 550, nothing written.
+        token = reply_to.split("+", 1)[1].split("@", 1)[0]
+        tampered = reply_address(token[:-1] + ("a" if token[-1] != "a" else "b"), DOMAIN)
+        expired = reply_address(
+            reply_token(SECRET, "chat-1", "ada@example.com", int(time.time()) - 60), DOMAIN
+        )
+        for bad in (tampered, expired, f"ada@{DOMAIN}", "reply+v1.x.y.z.w@elsewhere.test"):
+            with pytest.raises(smtplib.SMTPRecipientsRefused) as refused:
+                send(ingress_port, bad, "Please book me", message_id="<bad@example.com>")
+            [(code, _)] = refused.value.recipients.values()
+            assert code == 550
+        # 3. The person replies by email, above the quoted original.
+        send(
+            ingress_port, reply_to,
+            "Please book tomorrow at 10.\n\nOn Tue, Agent wrote:\n> When would suit you?\n",
+        )  # fmt: skip
+
+        def booked(records: list[dict[str, Any]]) -> bool:
+            return any(r["value"]["input"].get("action") == "meeting_scheduled" for r in records)
+
+        decisions = lane.wait_until("decisions", booked, timeout=90)
+        # the same reply delivered again (a mail server's retry): one event applied
+        send(
+            ingress_port, reply_to,
+            "Please book tomorrow at 10.\n\nOn Tue, Agent wrote:\n> When would suit you?\n",
+        )  # fmt: skip
+        lane.wait_until(
+            "inbox",
+            lambda rs: sum(r["value"].get("action") == "message_received" for r in rs) >= 2,
+        )  # both deliveries reached the inbox, under one idempotency key...
+        keys = {r["value"]["idempotency_key"] for r in lane.read("inbox")
+                if r["value"].get("action") == "message_received"}  # fmt: skip
+        assert len(keys) == 1
+        time.sleep(2)
+        decisions = lane.read("decisions")  # ...and the engine applied it once
+        inputs = [d["value"]["input"] for d in decisions if d["value"]["outcome"] == "applied"]
+        received = [i for i in inputs if i.get("action") == "message_received"]
+        assert len(received) == 1  # the refused mails wrote nothing
+        assert received[0]["source"] == "world"
+        assert received[0]["properties"]["channel"] == "email"
+        assert received[0]["properties"]["text"] == "Please book tomorrow at 10."
+        inbound = [m["value"] for m in lane.read("messages") if m["value"]["direction"] == "in"]
+        # delivered twice, written twice under one message id: one message
+        assert len({m["message_id"] for m in inbound}) == 1
+        assert {(m["contact"], m["text"]) for m in inbound} == {
+            ("ada@example.com", "Please book tomorrow at 10.")
+        }
+        # the agent answers on the channel the person used
+        wait(lambda: len(sink.mails) >= 2, "the agent's second email")
+        assert sink.mails[1][2].get_content().strip() == "Booked for tomorrow 10:00."
+        # 4. A bounce becomes email_bounced.
+        send_bounce(ingress_port, envelope_from)
+        bounced = lane.wait_until(
+            "decisions",
+            lambda rs: any(r["value"]["input"].get("action") == "email_bounced" for r in rs),
+        )
+        [bounce] = [r["value"]["input"] for r in bounced
+                    if r["value"]["input"].get("action") == "email_bounced"]  # fmt: skip
+        assert bounce["properties"]["contact"] == "ada@example.com"
+        assert "5.1.1" in bounce["properties"]["reason"]
+        # 5. The first message re-delivered: no second email.
+        sent_before = len(sink.mails)
+        [raw] = [r for r in lane.read("messages") if r["value"]["message_id"] == out["message_id"]]
+        lane.produce([(b"chat-1", orjson.dumps(raw["value"]))], topic="messages")
+        time.sleep(3)
+        assert len(sink.mails) == sent_before
+        journal = [r["value"] for r in lane.read("journal") if r["value"]["type"] == "journal.mail"]
+        outcomes = [(j["direction"], j["outcome"]) for j in journal]
+        sent_first = [j for j in journal if j["message_id"] == out["message_id"]]
+        assert [j["outcome"] for j in sent_first] == ["sent"]  # once, though delivered twice
+        assert outcomes.count(("out", "sent")) == len(sink.mails)
+        assert outcomes.count(("in", "refused")) == 4
+        assert ("in", "received") in outcomes
+        # the secret never travels
+        for topic in ("journal", "messages", "inbox", "decisions"):
+            assert all(SECRET not in str(r["value"]) for r in lane.read(topic))
+    finally:
+        controller.stop()
