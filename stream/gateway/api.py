@@ -316,8 +316,8 @@ def build_api(gateway: Gateway) -> FastAPI:
         mail = gateway.mail
         if mail is None or not mail.inbound_secret:
             raise ApiError(
-                503, "inbound_not_configured",
-                "LEMONGRAPH_INBOUND_SECRET is empty: the inbound webhook takes nothing",
+                404, "inbound_not_configured",
+                "LEMONGRAPH_INBOUND_SECRET is empty: this gateway has no inbound webhook",
             )  # fmt: skip
         raw = await request.body()
         expected = "sha256=" + hmac.new(mail.inbound_secret.encode(), raw, "sha256").hexdigest()
