@@ -154,10 +154,15 @@ class AgentService:
             self.live.pop(key.decode(), None)  # what this process held may be older
         for partition in new:
             self.partitions[partition].set()
+        # Every conversation of these partitions whose run is owed, whether just
+        # read back or already in the store (a run resumed once and cut short again
+        # before it wrote anything is owed still).
         resumed = 0
-        for key, value in read.items():
-            if value is not None and orjson.loads(value).get("due"):
-                self.start(key.decode())
+        mine = set(new)
+        for stored in self.db.values():
+            data = orjson.loads(stored)
+            if data.get("due") and data.get("partition") in mine:
+                self.start(str(data["job_key"]))
                 resumed += 1
         return len(read), resumed
 

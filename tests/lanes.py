@@ -199,3 +199,16 @@ class Lane:
             f"timed out waiting on {topic}; last {len(records)} records: "
             f"{[r['value'] for r in records][-5:]}"
         )
+
+
+def wait_for(
+    check: Callable[[], Any], timeout: float = 60, interval: float = 0.2, what: str = "condition"
+) -> Any:
+    """Poll ``check`` until it returns something truthy."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out waiting for {what}")

@@ -23,7 +23,7 @@ from aiosmtpd.controller import Controller
 from agents.demo_tools import build_demo_tools
 from agents.standin import StandinScript, build_standin
 from stream.broker import free_port
-from tests.lanes import Lane
+from tests.lanes import Lane, wait_for
 from topics.replies import read_reply_address, reply_address, reply_token
 
 pytestmark = [pytest.mark.broker, pytest.mark.timeout(240)]
@@ -68,16 +68,6 @@ class Sink:
         parsed = email.message_from_bytes(envelope.content, policy=policy.default)
         self.mails.append((envelope.mail_from, list(envelope.rcpt_tos), parsed))  # type: ignore[arg-type]
         return "250 OK"
-
-
-def wait(check: Callable[[], Any], what: str, timeout: float = 60) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def send(port: int, to: str, body: str, *, sender: str = "ada@example.com",
@@ -140,7 +130,7 @@ def test_email_goes_out_signed_comes_back_verified_and_moves_the_job(
              "contacts": [{"name": "Ada", "email": "ada@example.com"}]},
         )  # fmt: skip
         # 1. The agent's first message goes out by email, signed.
-        wait(lambda: sink.mails, "the agent's email")
+        wait_for(lambda: sink.mails, what="the agent's email")
         envelope_from, rcpts, first = sink.mails[0]
         assert rcpts == ["ada@example.com"]
         assert first["From"] == "agent@lemongraph.test"
@@ -200,7 +190,7 @@ def test_email_goes_out_signed_comes_back_verified_and_moves_the_job(
             ("ada@example.com", "Please book tomorrow at 10.")
         }
         # the agent answers on the channel the person used
-        wait(lambda: len(sink.mails) >= 2, "the agent's second email")
+        wait_for(lambda: len(sink.mails) >= 2, what="the agent's second email")
         assert sink.mails[1][2].get_content().strip() == "Booked for tomorrow 10:00."
         # 4. A bounce becomes email_bounced.
         send_bounce(ingress_port, envelope_from)

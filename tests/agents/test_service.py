@@ -132,6 +132,15 @@ def slow_calendar(slow: int = 1) -> FastAPI:
     return app
 
 
+def agents_env(serve: Callable[[Any], str], calendar: FastAPI) -> dict[str, str]:
+    """What `lemongraph agents` needs here: the stand-in with SCRIPT, and ``calendar``."""
+    return {
+        "OPENAI_BASE_URL": f"{serve(build_standin(SCRIPT))}/v1",
+        "OPENAI_API_KEY": "sk-test",
+        "CALENDAR_URL": serve(calendar),
+    }
+
+
 def onboard(lane: Lane, key: str) -> None:
     """Start an onboarding job and upload its ID: bookCall opens."""
     lane.send(
@@ -159,13 +168,8 @@ def test_a_service_killed_mid_call_resumes_and_records_the_fact_once(
     lane: Lane, serve: Callable[[Any], str]
 ) -> None:
     with_catalog(lane)
-    model = serve(build_standin(SCRIPT))
     tools = slow_calendar()
-    env = {
-        "OPENAI_BASE_URL": f"{model}/v1",
-        "OPENAI_API_KEY": "sk-test",
-        "CALENDAR_URL": serve(tools),
-    }
+    env = agents_env(serve, tools)
     lane.start_worker()
     agents = lane.start(["agents"], "agents: ready", **env)
     onboard(lane, "c-2")
@@ -321,11 +325,7 @@ def test_a_second_process_takes_over_a_run_from_the_changelog(
     wrote). One fact, one key, and the run's paid model reply replayed."""
     with_catalog(lane)
     app = slow_calendar(slow=2)
-    env = {
-        "OPENAI_BASE_URL": f"{serve(build_standin(SCRIPT))}/v1",
-        "OPENAI_API_KEY": "sk-test",
-        "CALENDAR_URL": serve(app),
-    }
+    env = agents_env(serve, app)
     lane.start_worker()
     first = lane.start(["agents"], "agents: ready", **env)
     onboard(lane, "c-3")

@@ -17,9 +17,9 @@ import pytest
 
 from stream.broker import free_port
 from stream.gateway import mint_token
-from tests.lanes import LEMONGRAPH, Lane
+from tests.lanes import LEMONGRAPH, Lane, wait_for
 
-__all__ = ["SECRET", "GatewayProcess", "Lane"]
+__all__ = ["SECRET", "GatewayProcess", "Lane", "wait_for"]
 
 SECRET = "test-secret-0123456789"
 
@@ -122,16 +122,3 @@ def start_gateway(lane: Lane) -> Iterator[Callable[..., GatewayProcess]]:
 def gateway(start_gateway: Callable[..., GatewayProcess]) -> GatewayProcess:
     """A gateway with the test secret and a generous rate limit."""
     return start_gateway()
-
-
-def wait_for(
-    check: Callable[[], Any], timeout: float = 60, interval: float = 0.2, what: str = "condition"
-) -> Any:
-    """Poll ``check`` until it returns something truthy."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out waiting for {what}")
