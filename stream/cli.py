@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -23,7 +23,7 @@ from .files import is_catalog, is_scenario, load_playbook_file, playbook_files, 
 from .kafka import ConsumedRecord
 
 if TYPE_CHECKING:
-    from topics import InboxEvent, JobStart
+    from topics import InboxEvent, JobStart, Topics
 
     from .broker import EmbeddedBroker
 
@@ -466,10 +466,16 @@ def _parse_value(raw: str) -> object:
         return raw
 
 
-def _send_inbox(settings: Settings, key: str, message: JobStart | InboxEvent) -> None:
+def _send_inbox(
+    settings: Settings, key: str, message: JobStart | InboxEvent, wait: bool, timeout: float
+) -> None:
+    """Send ``message`` to the inbox; unless ``wait`` is off, wait for its decision
+    and say what it was (stream/outcome.py). Exit 0 applied or duplicate, 1
+    refused, 3 when no decision came within ``timeout`` seconds."""
     from topics import LimitError, RecordError, Topics, decode_inbox, encode, plain_json
 
-    from .kafka import producer, run
+    from .kafka import run
+    from .outcome import describe, send_and_wait, unread_action
 
     try:
         # Refused here for what the worker would refuse (size, nesting, 64-bit
@@ -482,16 +488,68 @@ def _send_inbox(settings: Settings, key: str, message: JobStart | InboxEvent) ->
     except RecordError as exc:
         raise click.ClickException(f"not sent: {exc.reason}") from None
     bootstrap = _require_kafka(settings)
+    topics = Topics(settings.topic_prefix)
+    sent = run(
+        send_and_wait(
+            bootstrap,
+            topics,
+            f"{settings.topic_prefix}engine",  # the workers' group (stream/app.py)
+            key,
+            encode(message),
+            timeout if wait else None,
+            idempotent=bool(getattr(message, "idempotency_key", None)),
+        )
+    )
+    dumped = message.dump()
+    for line in describe(sent, dumped, timeout):
+        _say(line)
+    action = dumped.get("action")
+    if isinstance(action, str) and sent.kind in ("sent", "applied"):
+        decision = sent.decision or {}
+        warning = unread_action(
+            action,
+            decision.get("playbook_key"),
+            decision.get("playbook_version"),
+            settings.playbooks_dir,
+            lambda pkey, version: run(_registered_spec(bootstrap, topics, pkey, version)),
+        )
+        if warning is not None:
+            click.echo(warning, err=True)
+    if sent.exit_code:
+        sys.exit(sent.exit_code)
 
-    async def go() -> tuple[int, int]:
-        async with producer(bootstrap) as client:
-            meta = await client.send_and_wait(
-                Topics(settings.topic_prefix).inbox, encode(message), key=key.encode()
-            )
-            return meta.partition, meta.offset
 
-    partition, offset = run(go())
-    _say(f"sent to {Topics(settings.topic_prefix).inbox} partition {partition} offset {offset}")
+async def _registered_spec(
+    bootstrap: str, topics: Topics, key: str, version: int
+) -> dict[str, Any] | None:
+    """Playbook ``key`` version ``version`` as a worker registered it (playbooks topic)."""
+    from topics import PlaybookRecord
+
+    from .kafka import read_topic
+
+    found: dict[str, Any] | None = None
+    async for r in read_topic(bootstrap, topics.playbooks, idle=0.3):
+        if r.value is None:
+            continue
+        record = PlaybookRecord.model_validate_json(r.value)
+        if record.key == key and record.version == version:
+            found = dict(record.spec)
+    return found
+
+
+def _wait_options(command: Callable[..., None]) -> Callable[..., None]:
+    command = click.option(
+        "--no-wait",
+        is_flag=True,
+        help="Only send: print where the record went, not what the worker decided.",
+    )(command)
+    return click.option(
+        "--timeout",
+        default=10.0,
+        show_default=True,
+        type=click.FloatRange(min=0, min_open=True),
+        help="Seconds to wait for the decision (exit 3 when none came).",
+    )(command)
 
 
 @main.command("start-job")
@@ -499,8 +557,13 @@ def _send_inbox(settings: Settings, key: str, message: JobStart | InboxEvent) ->
 @click.argument("playbook")
 @click.option("--subject", default="{}", help="The job's subject, as a JSON object.")
 @click.option("--contact", "contacts", multiple=True, help="A contact (JSON or text); repeatable.")
-def start_job(key: str, playbook: str, subject: str, contacts: tuple[str, ...]) -> None:
-    """Start job KEY on PLAYBOOK (a job.start record on the inbox)."""
+@_wait_options
+def start_job(
+    key: str, playbook: str, subject: str, contacts: tuple[str, ...], timeout: float, no_wait: bool
+) -> None:
+    """Start job KEY on PLAYBOOK (a job.start record on the inbox), wait for its
+    decision and say what it was: exit 0 applied, 1 refused, 3 no decision in
+    time (--no-wait: only send)."""
     from pydantic import ValidationError
 
     from topics import JobStart
@@ -517,7 +580,7 @@ def start_job(key: str, playbook: str, subject: str, contacts: tuple[str, ...]) 
         )
     except ValidationError as exc:
         raise click.ClickException(str(exc)) from None
-    _send_inbox(_settings(), key, message)
+    _send_inbox(_settings(), key, message, not no_wait, timeout)
 
 
 @main.command("send-event")
@@ -533,6 +596,7 @@ def start_job(key: str, playbook: str, subject: str, contacts: tuple[str, ...]) 
     show_default=True,
     help="Who vouches for it; agent events never count.",
 )
+@_wait_options
 def send_event(
     key: str,
     action: str,
@@ -540,8 +604,13 @@ def send_event(
     props: tuple[str, ...],
     idempotency_key: str | None,
     source: str,
+    timeout: float,
+    no_wait: bool,
 ) -> None:
-    """Send event ACTION to job KEY (an event record on the inbox)."""
+    """Send event ACTION to job KEY (an event record on the inbox), wait for its
+    decision and say what it was: exit 0 applied or duplicate, 1 refused, 3 no
+    decision in time (--no-wait: only send). Warns when no condition of the
+    job's playbook reads ACTION."""
     from pydantic import ValidationError
 
     from topics import InboxEvent
@@ -563,7 +632,7 @@ def send_event(
         )
     except ValidationError as exc:
         raise click.ClickException(str(exc)) from None
-    _send_inbox(_settings(), key, message)
+    _send_inbox(_settings(), key, message, not no_wait, timeout)
 
 
 @main.command()
