@@ -84,6 +84,22 @@ def _seconds(env: dict[str, str], name: str, default: float) -> float:
     return value
 
 
+#: The shortest API_TOKEN_SECRET accepted, in bytes (an HMAC-SHA256 key
+#: shorter than 256 bits can be guessed offline from one token).
+MIN_SECRET_BYTES = 32
+
+
+def _secret(env: dict[str, str], name: str) -> str:
+    """``name``: empty (unset), or at least :data:`MIN_SECRET_BYTES` bytes."""
+    value = env.get(name, "")
+    if value and len(value.encode()) < MIN_SECRET_BYTES:
+        raise ConfigError(
+            f"{name} is {len(value.encode())} bytes long: use at least {MIN_SECRET_BYTES} "
+            "random bytes, e.g. python3 -c 'import secrets; print(secrets.token_urlsafe(32))'"
+        )
+    return value
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything lemongraph reads from its environment."""
@@ -140,7 +156,7 @@ class Settings:
             tick_interval=_float(env, "LEMONGRAPH_TICK_INTERVAL", 1.0),
             api_port=_int(env, "LEMONGRAPH_API_PORT", 3002, high=65535),
             ui_port=_int(env, "LEMONGRAPH_UI_PORT", 3000, high=65535),
-            api_token_secret=env.get("API_TOKEN_SECRET", ""),
+            api_token_secret=_secret(env, "API_TOKEN_SECRET"),
             gateway_host=env.get("LEMONGRAPH_GATEWAY_HOST", "").strip() or "127.0.0.1",
             rate_limit=_float(env, "LEMONGRAPH_RATE_LIMIT", 20.0),
             rate_burst=_int(env, "LEMONGRAPH_RATE_BURST", 40),

@@ -140,7 +140,10 @@ def verify_token(secret: str, token: str | None, *, now: float) -> Principal:
         raise _unauthorized("token_malformed", "unknown token version")
     source = claims.get("src")
     expires = claims.get("exp")
-    if source not in SOURCES or (expires is not None and not isinstance(expires, int)):
+    issued = claims.get("iat", 0)
+    if source not in SOURCES or not all(
+        isinstance(t, int) and not isinstance(t, bool) for t in (issued, expires or 0)
+    ):
         raise _unauthorized("token_malformed", "the token's claims are invalid")
     if expires is not None and now >= expires:
         raise _unauthorized("token_expired", "the token has expired: mint a new one")
@@ -148,6 +151,6 @@ def verify_token(secret: str, token: str | None, *, now: float) -> Principal:
         source=cast(Source, source),
         name=str(claims.get("name", "")),
         nonce=str(claims.get("nonce", "")),
-        issued_at=int(claims.get("iat", 0)),
+        issued_at=issued,
         expires_at=expires,
     )

@@ -21,7 +21,7 @@ from tests.lanes import LEMONGRAPH, Lane, wait_for
 
 __all__ = ["SECRET", "GatewayProcess", "Lane", "wait_for"]
 
-SECRET = "test-secret-0123456789"
+SECRET = "test-secret-0123456789-0123456789-0123"
 
 
 @dataclass

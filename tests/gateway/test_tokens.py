@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
 import subprocess
 import sys
 import time
@@ -12,11 +14,13 @@ import orjson
 import pytest
 
 import stream.gateway
+from stream.config import ConfigError, Settings
 from stream.gateway import ApiError, mint_token, verify_token
 from stream.gateway.ratelimit import RateLimiter
 
 LEMONGRAPH = Path(sys.executable).parent / "lemongraph"
 NOW = 1_800_000_000.0
+CLI_SECRET = "cli-secret-0123456789-0123456789-01"
 
 
 def code_of(secret: str, token: str | None, now: float = NOW) -> str:
@@ -102,22 +106,51 @@ def run_token(*args: str, secret: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_token_command_prints_the_token_alone_on_its_last_line() -> None:
-    result = run_token("--source", "tool", "--ttl", "2h", "--name", "ops", secret="cli-secret")
+    result = run_token("--source", "tool", "--ttl", "2h", "--name", "ops", secret=CLI_SECRET)
     assert result.returncode == 0, result.stderr
     last = result.stdout.strip().splitlines()[-1]
     assert last.startswith("lemongraph_sk_")
     assert " " not in last
-    principal = verify_token("cli-secret", last, now=time.time())
+    principal = verify_token(CLI_SECRET, last, now=time.time())
     assert (principal.source, principal.name) == ("tool", "ops")
     assert principal.expires_at is not None
-    never = run_token("--ttl", "never", secret="cli-secret")
-    assert verify_token("cli-secret", never.stdout.strip(), now=NOW).expires_at is None
+    never = run_token("--ttl", "never", secret=CLI_SECRET)
+    assert verify_token(CLI_SECRET, never.stdout.strip(), now=NOW).expires_at is None
 
 
 def test_the_token_command_refuses_without_a_secret_or_with_a_bad_ttl() -> None:
     empty = run_token(secret="")
     assert empty.returncode != 0
     assert "API_TOKEN_SECRET" in empty.stderr
-    bad = run_token("--ttl", "soon", secret="x")
+    bad = run_token("--ttl", "soon", secret=CLI_SECRET)
     assert bad.returncode != 0
     assert "--ttl" in bad.stderr
+    short = run_token(secret="x")
+    assert short.returncode != 0
+    assert "API_TOKEN_SECRET is 1 bytes long: use at least 32" in short.stderr
+
+
+def test_a_secret_under_32_bytes_is_refused_at_start_up(tmp_path: Path) -> None:
+    absent = tmp_path / "absent.env"
+    with pytest.raises(ConfigError, match="API_TOKEN_SECRET is 31 bytes long"):
+        Settings.from_env({"API_TOKEN_SECRET": "s" * 31}, absent)
+    assert Settings.from_env({"API_TOKEN_SECRET": "s" * 32}, absent).api_token_secret == "s" * 32
+    assert Settings.from_env({}, absent).api_token_secret == ""  # empty: every call is 401
+    assert len(stream.gateway.new_secret().encode()) >= 32  # what `lemongraph dev` makes up
+
+
+def forged(secret: str, **claims: object) -> str:
+    """A token signed with ``secret`` whose claims are exactly ``claims``."""
+    payload = base64.urlsafe_b64encode(orjson.dumps(claims)).rstrip(b"=").decode()
+    signature = hmac.new(secret.encode(), payload.encode(), hashlib.sha256).digest()
+    return f"lemongraph_sk_{payload}.{base64.urlsafe_b64encode(signature).rstrip(b'=').decode()}"
+
+
+@pytest.mark.parametrize("iat", ["soon", 1.5, None, [1], True])
+def test_a_signed_token_whose_iat_is_not_an_integer_is_malformed(iat: object) -> None:
+    token = forged("s3cret", v=1, src="world", name="x", iat=iat, nonce="n")
+    assert code_of("s3cret", token) == "token_malformed"
+    late = forged("s3cret", v=1, src="world", name="x", iat=1, exp="never", nonce="n")
+    assert code_of("s3cret", late) == "token_malformed"
+    fine = forged("s3cret", v=1, src="world", name="x", iat=7, nonce="n")
+    assert verify_token("s3cret", fine, now=NOW).issued_at == 7

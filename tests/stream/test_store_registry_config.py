@@ -241,7 +241,7 @@ def test_every_variable_is_read(tmp_path: Path) -> None:
         "LEMONGRAPH_TICK_INTERVAL": "0.25",
         "LEMONGRAPH_API_PORT": "8080",
         "LEMONGRAPH_UI_PORT": "8081",
-        "API_TOKEN_SECRET": "s3cret",
+        "API_TOKEN_SECRET": "s3cret-0123456789-0123456789-0123",
         "LEMONGRAPH_GATEWAY_HOST": "0.0.0.0",
         "LEMONGRAPH_RATE_LIMIT": "2.5",
         "LEMONGRAPH_RATE_BURST": "5",
@@ -257,7 +257,7 @@ def test_every_variable_is_read(tmp_path: Path) -> None:
         tick_interval=0.25,
         api_port=8080,
         ui_port=8081,
-        api_token_secret="s3cret",
+        api_token_secret="s3cret-0123456789-0123456789-0123",
         gateway_host="0.0.0.0",
         rate_limit=2.5,
         rate_burst=5,
@@ -288,14 +288,14 @@ def test_a_dotenv_file_fills_in_but_never_overrides_the_environment(tmp_path: Pa
         "export LEMONGRAPH_PARTITIONS=8\n"
         'LEMONGRAPH_API_PORT="9000"\n'
         "LEMONGRAPH_UI_PORT='9001'\n"
-        "API_TOKEN_SECRET = from-file\n",
+        "API_TOKEN_SECRET = from-file-0123456789-0123456789-01\n",
         encoding="utf-8",
     )
     settings = Settings.from_env({"LEMONGRAPH_PARTITIONS": "2"}, dotenv)
     assert settings.partitions == 2  # the real environment wins
     assert settings.api_port == 9000
     assert settings.ui_port == 9001
-    assert settings.api_token_secret == "from-file"
+    assert settings.api_token_secret == "from-file-0123456789-0123456789-01"
 
 
 def test_the_process_environment_and_dot_env_in_the_working_directory(
