@@ -15,6 +15,7 @@ This package imports nothing of ours (``topics/ruff.toml`` makes that a lint rul
 
 from . import build, replies
 from ._codec import RecordError, decode_inbox, encode
+from ._keys import MAX_KEY_LENGTH, JobKey, JobKeyError, check_key
 from ._limits import MAX_DEPTH, MAX_RECORD_BYTES, LimitError, plain_json
 from ._messages import (
     DEADLETTER_HEADERS,
@@ -75,6 +76,7 @@ __all__ = [
     "DEADLETTER_HEADERS",
     "FORWARDED_FROM_HEADER",
     "MAX_DEPTH",
+    "MAX_KEY_LENGTH",
     "MAX_RECORD_BYTES",
     "SCHEMA",
     "SOURCES",
@@ -91,6 +93,8 @@ __all__ = [
     "InboxEvent",
     "InboxMessage",
     "JobFinishedEffect",
+    "JobKey",
+    "JobKeyError",
     "JobSnapshot",
     "JobStart",
     "JobStatus",
@@ -126,6 +130,7 @@ __all__ = [
     "TransitionRecord",
     "VerdictRecord",
     "build",
+    "check_key",
     "decode_inbox",
     "encode",
     "event_id",

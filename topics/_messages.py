@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
+from ._keys import JobKey
 from ._vocab import SCHEMA, JobStatus, MilestoneStatus, Source, TaskOutcome, TimerKind
 
 __all__ = [
@@ -53,7 +54,6 @@ __all__ = [
 ]
 
 
-JobKey = Annotated[StrictStr, Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f]+$")]
 Scalar = str | int | float | bool | None
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import logging
 import time
 import uuid
 import weakref
@@ -58,6 +59,11 @@ _BEARER = HTTPBearer(
     description="`lemongraph_sk_...` from `lemongraph token` (or the one `lemongraph dev` prints).",
 )
 _KEEPALIVE_SECONDS = 15.0
+#: Seconds a write waits for the broker before it is answered 503 (the producer
+#: itself would wait its request_timeout_ms, 15 s).
+SEND_TIMEOUT = 1.5
+
+log = logging.getLogger("lemongraph.gateway")
 
 
 def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
@@ -75,6 +81,8 @@ class Gateway:
     broker_ok: bool = False
     broker_checked: float = 0.0
     accepted_writes: int = 0
+    #: How long a write waits for the broker's acknowledgement before its 503.
+    send_timeout: float = SEND_TIMEOUT
     #: Under ``lemongraph dev``: what its local mail catcher caught.
     dev_mail: Callable[[], list[dict[str, Any]]] | None = None
     #: The email channel's settings (the inbound webhook checks with them).
@@ -93,14 +101,25 @@ class Gateway:
 
     async def send(self, topic: str, key: str, value: bytes) -> Any:
         """Produce one record and wait for the broker's acknowledgement (its
-        metadata); 503 when the broker does not take it."""
+        metadata), at most :attr:`send_timeout` seconds; 503 when it did not
+        come. A send given up on may still land (the producer keeps it), so
+        the 503 says so; the detail goes to the log, not to the client."""
         try:
             return await asyncio.wait_for(
-                self.producer.send_and_wait(topic, value, key=key.encode()), timeout=20
+                self.producer.send_and_wait(topic, value, key=key.encode()),
+                timeout=self.send_timeout,
             )
         except (KafkaError, TimeoutError) as exc:
+            detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            log.warning("gateway: a write to %s was not acknowledged: %s", topic, detail)
             raise ApiError(
-                503, "broker_unavailable", f"the broker did not take the write: {exc!r}"
+                503,
+                "broker_unavailable",
+                f"the broker did not acknowledge the write within {self.send_timeout:g}s: "
+                "it may or may not have been accepted. Retrying is safe: an event with the "
+                "same idempotency_key, or a message with the same message_id, is applied "
+                "once, and a job is never started twice",
+                headers={"Retry-After": "1"},
             ) from None
 
     async def produce(self, key: str, message: JobStart | InboxEvent) -> AcceptedWrite:

@@ -6,11 +6,13 @@ Nothing chooses a status by reading a message, and no response carries a stack
 trace: an unexpected exception is logged and answered 500 ``internal``.
 
 Codes: ``auth_not_configured``, ``token_missing``, ``token_malformed``,
-``token_invalid``, ``token_expired`` (401); ``malformed_json`` (400);
-``body_too_large`` (413); ``invalid_body``, ``invalid_query`` (422);
-``rate_limited`` (429); ``job_exists`` (409); ``job_not_found``,
+``token_invalid``, ``token_expired`` (401); ``malformed_json`` (400: not JSON,
+not UTF-8, or nested past the parser), ``malformed_request`` (400: e.g. a bad
+Content-Length); ``body_too_large`` (413); ``invalid_body``, ``invalid_query``
+(422); ``rate_limited`` (429); ``job_exists`` (409); ``job_not_found``,
 ``playbook_not_found``, ``not_found`` (404); ``method_not_allowed`` (405);
-``broker_unavailable`` (503); ``internal`` (500).
+``broker_unavailable`` (503: the write may or may not have landed; retry with
+the same idempotency key); ``internal`` (500).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from topics import MAX_DEPTH
 
 __all__ = ["ApiError", "ErrorBody", "ErrorDetail", "error_response", "install_handlers"]
 
@@ -83,6 +87,14 @@ def _from_validation(exc: RequestValidationError) -> ApiError:
     return ApiError(422, "invalid_query", _describe(errors))
 
 
+#: What FastAPI says when it cannot parse a JSON body (not a JSONDecodeError).
+_UNPARSED = "There was an error parsing the body"
+_UNREADABLE = (
+    "the body is not JSON this gateway can read (not UTF-8, or nested too deeply: "
+    f"at most {MAX_DEPTH} levels are accepted)"
+)
+
+
 def install_handlers(app: FastAPI) -> None:
     """Route every error through :func:`error_response`."""
 
@@ -96,7 +108,13 @@ def install_handlers(app: FastAPI) -> None:
 
     async def http(_request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
-        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        if exc.status_code == 400 and exc.detail == _UNPARSED:
+            # The framework could not read the body as JSON at all: bytes that
+            # are not UTF-8, or arrays/objects nested past the parser's stack.
+            return error_response(ApiError(400, "malformed_json", _UNREADABLE))
+        code = {400: "malformed_request", 404: "not_found", 405: "method_not_allowed"}.get(
+            exc.status_code, "http_error"
+        )
         message = exc.detail if isinstance(exc.detail, str) else "request refused"
         return error_response(ApiError(exc.status_code, code, message, exc.headers))
 

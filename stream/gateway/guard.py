@@ -9,6 +9,7 @@ and an unauthenticated caller must learn nothing but 401.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,9 +24,10 @@ from .tokens import Principal, verify_token
 
 __all__ = ["Guard", "GuardMiddleware", "principal_of"]
 
-#: Routes that accept the token as ``?access_token=`` too (EventSource cannot
-#: set headers).
-_SSE_SUFFIX = "/events"
+#: The routes that accept the token as ``?access_token=`` too (EventSource cannot
+#: set headers): the server-sent-events GETs only, matched exactly, so that no
+#: write takes a token from a URL (where logs and Referer headers keep it).
+_SSE_ROUTE = re.compile(r"/v1/jobs/[^/]+/events")
 #: Routes a mail provider calls: no token, a signature over the body instead
 #: (the route checks it), and a rate limit of their own.
 SIGNED_PATHS = frozenset({"/v1/inbound/email"})
@@ -54,7 +56,7 @@ class Guard:
                 )  # fmt: skip
             return None
         token = _bearer(scope)
-        if token is None and scope["path"].endswith(_SSE_SUFFIX):
+        if token is None and _sse_get(scope):
             query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
             given = query.get("access_token")
             token = given[0] if given else None
@@ -68,6 +70,11 @@ class Guard:
                 headers={"Retry-After": str(wait)},
             )
         return principal
+
+
+def _sse_get(scope: Scope) -> bool:
+    """A GET of a server-sent-events route (the only place a query token counts)."""
+    return scope["method"] == "GET" and _SSE_ROUTE.fullmatch(scope["path"]) is not None
 
 
 def _bearer(scope: Scope) -> str | None:

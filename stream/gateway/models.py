@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, field_validator
 
-from topics import LimitError, Source, plain_json
+from topics import JobKey, LimitError, Source, plain_json
 
 __all__ = [
     "Accepted",
@@ -56,7 +56,7 @@ class _Body(BaseModel):
 class StartJobBody(_Body):
     """Start job ``key`` on the latest version of playbook ``playbook_key``."""
 
-    key: StrictStr = Field(min_length=1, max_length=200, pattern=_KEY)
+    key: JobKey  # topics/_keys.py: the rule the inbox applies too
     playbook_key: StrictStr = Field(min_length=1, max_length=200)
     subject: dict[str, Any] = Field(default_factory=dict)
     contacts: list[Any] = Field(default_factory=list)
@@ -66,7 +66,7 @@ class EventBody(_Body):
     """Something that happened to job ``key``: one occurrence of fact ``action``.
     The source is the token's, never the body's."""
 
-    key: StrictStr = Field(min_length=1, max_length=200, pattern=_KEY)
+    key: JobKey  # topics/_keys.py: the rule the inbox applies too
     action: StrictStr = Field(min_length=1, max_length=200)
     value: Scalar = None
     properties: dict[str, Any] = Field(default_factory=dict)
@@ -250,6 +250,8 @@ class JobSummary(BaseModel):
     updated_at: str | None
     milestones: dict[str, str]
     next_step: str | None
+    #: What the job is about (from its start), for the list to show.
+    subject: dict[str, Any] = Field(default_factory=dict)
 
 
 class JobList(BaseModel):

@@ -194,6 +194,55 @@ def test_the_record_key_must_be_the_job_key() -> None:
     assert "job-1" in reason_of(START_JSON, b"\xffjob-1")
 
 
+# -- the job key rule (topics/_keys.py) ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("key", "reason"),
+    [
+        ("a/b", "key has '/' at position 1: a key is one URL path segment"),
+        ("job\x00", "key has U+0000 at position 3: a control character is not allowed"),
+        ("job\n1", "key has U+000A at position 3: a control character is not allowed"),
+        ("x\x7f", "key has U+007F at position 1: a control character is not allowed"),
+        ("x\x85", "key has U+0085 at position 1: a control character is not allowed"),
+        (
+            "pay\u202egpj",
+            "key has U+202E (RIGHT-TO-LEFT OVERRIDE) at position 3: a format character "
+            "(bidi control, zero-width or similar) is not allowed",
+        ),
+        ("job\u200b1", "key has U+200B (ZERO WIDTH SPACE) at position 3: a format character"),
+        ("\ufeffjob", "key has U+FEFF (ZERO WIDTH NO-BREAK SPACE) at position 0: a format"),
+        ("job\u00a01", "key has U+00A0 (NO-BREAK SPACE) at position 3: a space other than"),
+        ("a\u2028", "key has U+2028 (LINE SEPARATOR) at position 1: a line separator"),
+        ("a\ue000", "key has U+E000 at position 1: a private-use character is not allowed"),
+        ("a\udc00", "key has U+DC00 at position 1: a surrogate is not allowed"),
+        (" job", "key starts or ends with a space"),
+        ("job ", "key starts or ends with a space"),
+        (".", "key '.' is not allowed (clients rewrite it in a URL path)"),
+        ("..", "key '..' is not allowed (clients rewrite it in a URL path)"),
+        ("", "key is empty"),
+        ("k" * 201, "key is 201 characters long: at most 200"),
+    ],
+)
+def test_a_key_that_breaks_the_rule_is_refused_naming_the_character(key: str, reason: str) -> None:
+    with pytest.raises(topics.JobKeyError) as caught:
+        topics.check_key(key)
+    assert str(caught.value).startswith(reason)
+    for fields in ({"playbook_key": "p"}, {"action": "a"}):
+        message = {"type": "job.start" if "playbook_key" in fields else "event", "key": key}
+        with pytest.raises(ValueError, match="key"):
+            TypeAdapter(topics.InboxMessage).validate_python({**message, **fields})
+    if "\udc00" not in key:  # orjson cannot write a lone surrogate
+        raw = orjson.dumps({"type": "event", "key": key, "action": "a"})
+        assert reason.split(": at most")[0] in reason_of(raw)
+
+
+@pytest.mark.parametrize("key", ["job-1", "a.b", "...", "Rechnung 2026", "日本語", "ü", "k" * 200])
+def test_printable_keys_are_accepted(key: str) -> None:
+    assert topics.check_key(key) == key
+    assert decode_inbox(orjson.dumps({"type": "event", "key": key, "action": "a"})).key == key
+
+
 # -- decode_inbox: the limits (the gateway's, applied to any producer) -------------------
 
 

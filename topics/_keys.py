@@ -1,0 +1,98 @@
+"""The rule every job key obeys, on the inbox and at the gateway alike.
+
+A job key names a job in URLs (``/v1/jobs/<key>``), in the UI, in logs and in
+the store, so it must be readable back and must not pass for another key:
+
+* 1 to :data:`MAX_KEY_LENGTH` characters;
+* every character printable (``str.isprintable``: letters, marks, numbers,
+  punctuation, symbols and the ASCII space), so no control character (Unicode
+  category Cc, e.g. NUL, tab, newline, DEL), no format character (Cf: the bidi
+  overrides and isolates, zero-width spaces and joiners, the byte-order mark,
+  the soft hyphen), no surrogate (Cs), private-use (Co) or unassigned (Cn)
+  code point, and no space other than the ASCII one (no line or paragraph
+  separator, no no-break space);
+* no ``/`` (a key is one path segment of the API), and not ``.`` or ``..``
+  (clients rewrite those segments);
+* no leading or trailing space.
+
+:func:`check_key` is the rule; :data:`JobKey` applies it to a pydantic field.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from typing import Annotated
+
+from pydantic import AfterValidator, Field, StrictStr
+from pydantic_core import PydanticCustomError
+
+__all__ = ["MAX_KEY_LENGTH", "JobKey", "JobKeyError", "check_key"]
+
+MAX_KEY_LENGTH = 200
+
+_KINDS = {
+    "Cc": "a control character",
+    "Cf": "a format character (bidi control, zero-width or similar)",
+    "Cs": "a surrogate",
+    "Co": "a private-use character",
+    "Cn": "an unassigned code point",
+    "Zl": "a line separator",
+    "Zp": "a paragraph separator",
+    "Zs": "a space other than the ASCII space",
+}
+
+
+class JobKeyError(ValueError):
+    """A key that breaks the rule; the message names the character and position."""
+
+
+def _character(char: str) -> str:
+    name = unicodedata.name(char, "")
+    return f"U+{ord(char):04X}" + (f" ({name})" if name else "")
+
+
+def check_key(value: str, what: str = "key") -> str:
+    """``value`` unchanged when it is a valid key, else :class:`JobKeyError`."""
+    if not value:
+        raise JobKeyError(f"{what} is empty")
+    if len(value) > MAX_KEY_LENGTH:
+        raise JobKeyError(f"{what} is {len(value)} characters long: at most {MAX_KEY_LENGTH}")
+    if value in (".", ".."):
+        raise JobKeyError(f"{what} {value!r} is not allowed (clients rewrite it in a URL path)")
+    for position, char in enumerate(value):
+        if char == "/":
+            raise JobKeyError(
+                f"{what} has '/' at position {position}: a key is one URL path segment"
+            )
+        if not char.isprintable():
+            kind = _KINDS.get(unicodedata.category(char), "not printable")
+            raise JobKeyError(
+                f"{what} has {_character(char)} at position {position}: {kind} is not allowed"
+            )
+    if value[0] == " " or value[-1] == " ":
+        raise JobKeyError(f"{what} starts or ends with a space")
+    return value
+
+
+def _validate(value: str) -> str:
+    try:
+        return check_key(value)
+    except JobKeyError as exc:
+        raise PydanticCustomError("job_key", "{reason}", {"reason": str(exc)}) from None
+
+
+#: A job key as a pydantic field: :func:`check_key`'s rule (its message names
+#: the character and its position). The JSON schema's pattern is the part of
+#: the rule a schema can say (no ASCII control character, no ``/``); the
+#: validator, not the pattern, enforces it.
+JobKey = Annotated[
+    StrictStr,
+    Field(
+        json_schema_extra={
+            "pattern": r"^[^\x00-\x1f\x7f/]+$",
+            "minLength": 1,
+            "maxLength": MAX_KEY_LENGTH,
+        }
+    ),
+    AfterValidator(_validate),
+]
