@@ -1,0 +1,205 @@
+"""Every fenced YAML example in README.md and docs/*.md runs, so the documentation
+cannot rot: a playbook through `lemongraph check`, a scenario through
+`lemongraph simulate` (the real console script, as a user runs it; no broker).
+
+How a page marks its examples (the fence's info string, after `yaml`):
+
+- `file=NAME`: the block is written to NAME in a folder of its own per page, so a
+  scenario names its playbook by that name (`playbook: NAME`). Files ending in
+  `.scenario.yaml` are scenarios; the others are playbooks.
+- `invalid`: the block shows a mistake. The fenced `text` block right after it holds
+  exactly what `lemongraph check NAME` prints (and it must exit 1).
+- `fails` (a scenario): it misses its expectation on purpose. The `text` block right
+  after it holds exactly what `lemongraph simulate` prints for it (exit 1).
+- `norun`: not a playbook or a scenario (an agent catalog, a script for the stand-in
+  model); nothing runs it. A YAML block with none of these marks fails the test.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.stream.test_cli_simulate_check import run
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
+
+_FENCE = re.compile(r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
+
+
+@dataclass
+class Block:
+    """One fenced block of a page."""
+
+    page: Path
+    line: int  # 1-based line of the opening fence
+    lang: str
+    marks: set[str] = field(default_factory=set)
+    name: str | None = None
+    text: str = ""
+    expected: str | None = None  # the `text` block after an `invalid`/`fails` one
+
+    @property
+    def where(self) -> str:
+        page = self.page.relative_to(ROOT) if self.page.is_relative_to(ROOT) else self.page
+        return f"{page}:{self.line}"
+
+    @property
+    def is_scenario(self) -> bool:
+        return self.name is not None and ".scenario." in self.name
+
+
+def fenced_blocks(page: Path) -> list[Block]:
+    """The fenced blocks of a Markdown page, in order."""
+    blocks: list[Block] = []
+    lines = page.read_text(encoding="utf-8").splitlines()
+    i = 0
+    while i < len(lines):
+        match = _FENCE.match(lines[i])
+        if match is None:
+            i += 1
+            continue
+        fence, info = match.group("fence"), match.group("info").strip()
+        words = info.split()
+        block = Block(page, i + 1, words[0].lower() if words else "")
+        for word in words[1:]:
+            if word.startswith("file="):
+                block.name = word.removeprefix("file=")
+            else:
+                block.marks.add(word)
+        body: list[str] = []
+        i += 1
+        while i < len(lines) and not lines[i].strip().startswith(fence[0] * len(fence)):
+            body.append(lines[i])
+            i += 1
+        block.text = "\n".join(body) + "\n"
+        blocks.append(block)
+        i += 1
+    for before, after in itertools.pairwise(blocks):
+        if {"invalid", "fails"} & before.marks and after.lang == "text":
+            before.expected = after.text
+    return blocks
+
+
+def yaml_blocks(page: Path) -> list[Block]:
+    return [b for b in fenced_blocks(page) if b.lang in ("yaml", "yml")]
+
+
+def write_page(page: Path, folder: Path) -> list[Block]:
+    """Write every named block of ``page`` into ``folder``; the named blocks."""
+    named = [b for b in yaml_blocks(page) if b.name is not None]
+    names = [b.name for b in named]
+    duplicates = sorted({n for n in names if names.count(n) > 1 and n is not None})
+    assert not duplicates, f"{page.name}: two examples are named {duplicates}"
+    for block in named:
+        assert block.name is not None
+        assert "/" not in block.name, f"{block.where}: file= takes a plain file name"
+        (folder / block.name).write_text(block.text, encoding="utf-8")
+    return named
+
+
+def _id(page: Path) -> str:
+    return str(page.relative_to(ROOT))
+
+
+def test_the_pages_have_examples() -> None:
+    """The parser sees the examples the pages hold (or this test proves nothing)."""
+    counted = {p.name: len([b for b in yaml_blocks(p) if b.name]) for p in PAGES}
+    for page in ("playbooks.md", "conditions.md", "scenarios.md"):
+        assert counted.get(page, 0) >= 2, counted
+    assert sum(counted.values()) >= 14, counted
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_id)
+def test_every_yaml_block_is_marked(page: Path) -> None:
+    for block in yaml_blocks(page):
+        assert block.name is not None or "norun" in block.marks, (
+            f"{block.where}: a YAML example needs file=NAME (it is run) or norun"
+        )
+        if {"invalid", "fails"} & block.marks:
+            assert block.expected is not None, (
+                f"{block.where}: an example marked {sorted(block.marks)} must be followed "
+                "by a ```text block with what the command prints"
+            )
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_id)
+def test_valid_examples_pass_check(page: Path, tmp_path: Path) -> None:
+    named = write_page(page, tmp_path)
+    valid = [b for b in named if not {"invalid", "norun"} & b.marks]
+    if not valid:
+        pytest.skip("no runnable example on this page")
+    result = run("check", *(str(b.name) for b in valid), cwd=tmp_path)
+    assert result.returncode == 0, f"{page.name}:\n{result.stdout}{result.stderr}"
+    assert result.stdout.strip() == f"ok: {len(valid)} file(s) valid"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_id)
+def test_scenario_examples_pass_simulate(page: Path, tmp_path: Path) -> None:
+    named = write_page(page, tmp_path)
+    scenarios = [b for b in named if b.is_scenario and not {"invalid", "fails", "norun"} & b.marks]
+    if not scenarios:
+        pytest.skip("no scenario on this page")
+    for block in scenarios:
+        assert block.name is not None
+        result = run("simulate", "--dir", ".", "--json", block.name, cwd=tmp_path)
+        assert result.returncode == 0, f"{block.where}:\n{result.stdout}{result.stderr}"
+        report = json.loads(result.stdout)
+        # Counted with PyYAML, not with the code under test.
+        wanted = [s["name"] for s in yaml.safe_load(block.text)["scenarios"]]
+        ran = [r["scenario"] for r in report["results"] if r["file"] == block.name]
+        assert ran == wanted, f"{block.where}: ran {ran}, the block has {wanted}"
+        assert all(r["passed"] for r in report["results"]), report
+
+
+def _marked() -> list[Any]:
+    return [
+        pytest.param(b, id=f"{_id(b.page)}:{b.name}")
+        for page in PAGES
+        for b in yaml_blocks(page)
+        if {"invalid", "fails"} & b.marks
+    ]
+
+
+@pytest.mark.parametrize("block", _marked())
+def test_marked_examples_print_what_the_page_shows(block: Block, tmp_path: Path) -> None:
+    """An `invalid` playbook through check, a `fails` scenario through simulate:
+    exit 1, and exactly the text the page shows after it."""
+    write_page(block.page, tmp_path)
+    assert block.name is not None
+    assert block.expected is not None
+    if "invalid" in block.marks:
+        command = ["check", block.name]
+    else:
+        command = ["simulate", "--dir", ".", block.name]
+    result = run(*command, cwd=tmp_path)
+    assert result.returncode == 1, f"{block.where}: {command[0]} exited {result.returncode}"
+    assert result.stdout == block.expected, (
+        f"{block.where}: the page shows\n{block.expected}\nbut {command[0]} prints\n{result.stdout}"
+    )
+
+
+def test_a_rotten_example_fails(tmp_path: Path) -> None:
+    """The machinery above catches an example that no longer holds."""
+    page = tmp_path / "page.md"
+    page.write_text(
+        "```yaml file=p.yaml invalid\nkey: p\nversion: 1\nmilestones:\n"
+        "  - {id: a, condition: x WITHIN 200d}\n```\n\n```text\np.yaml:1:1: wrong\n```\n",
+        encoding="utf-8",
+    )
+    (block,) = yaml_blocks(page)
+    assert block.name == "p.yaml"
+    assert block.marks == {"invalid"}
+    assert block.expected == "p.yaml:1:1: wrong\n"
+    folder = tmp_path / "out"
+    folder.mkdir()
+    with pytest.raises(AssertionError, match="longer than the maximum of 180d"):
+        test_marked_examples_print_what_the_page_shows(block, folder)
