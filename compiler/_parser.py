@@ -106,6 +106,7 @@ def parse(text: object) -> tuple[Expr, Duration | None]:
     if not body.strip():
         where = len(body) if within is not None else len(text)
         raise _error_at(text, where, "expected a condition, found nothing")
+    _check_operands(text, body)
     try:
         tree = _LARK.parse(body)
         _check_nesting(text, tree)
@@ -138,13 +139,23 @@ def _split_within(text: str) -> tuple[str, Duration | None]:
     # number this long is over the maximum in any unit, so cap it before converting.
     amount = int(digits) if len(digits) <= 12 else 10**12
     unit_at = match.start("unit")
-    if match.group("rest").strip():
+    rest = match.group("rest")
+    if not unit and re.match(r"\s+[A-Za-z]+\s*$", rest):
+        # `WITHIN 1 day`: a unit, spelt out and apart from its number.
+        word = rest.strip()
+        raise _error_at(
+            text,
+            _skip_space(text, match.start("rest")),
+            f"{word!r} is not a unit of WITHIN: write the number and its unit together, "
+            f"as {_written(int(match.group('amount')[:12]), word)}; {_UNIT_NAMES}",
+        )
+    if rest.strip():
         rest_at = _skip_space(text, match.start("rest"))
         raise _error_at(text, rest_at, "WITHIN must come at the end of the condition")
     if not unit:
-        raise _error_at(text, unit_at, "expected a unit after the number: s, m, h or d")
+        raise _error_at(text, unit_at, f"expected a unit after the number: {_UNIT_NAMES}")
     if unit not in _UNITS:
-        raise _error_at(text, unit_at, f"unknown unit {unit!r}: use s, m, h or d")
+        raise _error_at(text, unit_at, f"unknown unit {unit!r}: {_UNIT_NAMES}")
     duration = Duration(amount, unit)
     if amount == 0:
         raise _error_at(text, match.start("amount"), "a WITHIN window must be longer than zero")
@@ -153,6 +164,55 @@ def _split_within(text: str) -> tuple[str, Duration | None]:
             text, match.start("amount"), f"WITHIN {digits}{unit} is longer than the maximum of 180d"
         )
     return text[: keyword.start("kw")], duration
+
+
+_UNIT_NAMES = "the units are s (seconds), m (minutes), h (hours) and d (days), as in 7d"
+
+
+def _written(amount: int, word: str) -> str:
+    """``amount word`` as WITHIN writes it: ``1 day`` → ``1d``, ``2 weeks`` → ``14d``."""
+    lower = word.lower()
+    if lower.startswith("w"):
+        return f"{amount * 7}d"
+    if lower.startswith("mo"):
+        return f"{amount * 30}d"
+    if lower.startswith("y"):
+        return f"{amount * 365}d"
+    return f"{amount}{lower[0]}" if lower[0] in _UNITS else f"{amount}d"
+
+
+# The words of a condition, for finding an operator without an operand: strings
+# (skipped), names and keywords, parentheses.
+_WORDS = re.compile(r'"(?:[^"\\\n]|\\.)*"|[A-Za-z_][A-Za-z0-9_.\-]*|[()]|[^\s]')
+_BINARY = ("and", "or")
+
+
+def _check_operands(text: str, body: str) -> None:
+    """Refuse AND, OR or NOT without its operand (``a AND AND NOT b``, ``a OR``,
+    ``AND b``), naming the operator; lark would report the token after it, or
+    read the second AND as a fact name."""
+    words = [(m.group(), m.start()) for m in _WORDS.finditer(body)]
+    for i, (word, at) in enumerate(words):
+        kind = word.lower()
+        if kind not in (*_BINARY, "not"):
+            continue
+        before = words[i - 1][0].lower() if i > 0 else None
+        after = words[i + 1] if i + 1 < len(words) else None
+        if before == ":" or (before == "(" and i > 1 and words[i - 2][0].lower() == "count"):
+            continue  # where only a name fits: the keyword-as-name message says it
+        if kind in _BINARY and (before is None or before in (*_BINARY, "not", "(")):
+            raise _error_at(text, at, f"an operand is missing before {word.upper()}")
+        if after is None:
+            raise _error_at(
+                text,
+                len(body.rstrip()),
+                f"an operand is missing after {word.upper()}, at the end of the condition",
+            )
+        if after[0].lower() in _BINARY or after[0] == ")":
+            found = f"the keyword {after[0].upper()}" if after[0] != ")" else '")"'
+            raise _error_at(
+                text, after[1], f"an operand is missing after {word.upper()}: found {found}"
+            )
 
 
 def _check_nesting(text: str, tree: Tree[Token]) -> None:
