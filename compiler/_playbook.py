@@ -239,7 +239,9 @@ class _Compiler:
             for err in errors:
                 loc = tuple(err["loc"])
                 milestone = _milestone_at(data, loc)
-                self.problem(field_problem(err, "playbook"), _path(loc), milestone)
+                known = MilestoneSpec.model_fields if loc[:1] == ("milestones",) else None
+                fields = known if known is not None and len(loc) > 2 else PlaybookSpec.model_fields
+                self.problem(field_problem(err, "playbook", fields), _path(loc), milestone)
             raise self.fail() from None
 
     def _conditions(self, spec: PlaybookSpec) -> dict[str, Condition]:

@@ -3,6 +3,7 @@ was written so that validation can point at a line and a column."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -115,14 +116,56 @@ class _Builder:
         return self.constructor.construct_object(node, deep=True)
 
 
-def field_problem(err: ErrorDetails, document: str) -> str:
+#: Fields people write for one we have (other tools' words, and guesses): the
+#: unknown field on the left gets "did you mean" the known one on the right,
+#: when the known one is a field there.
+SYNONYMS: dict[str, tuple[str, ...]] = {
+    "after": ("needs",),
+    "depends_on": ("needs",),
+    "dependencies": ("needs",),
+    "requires": ("needs",),
+    "prerequisites": ("needs",),
+    "when": ("condition",),
+    "done_when": ("condition",),
+    "until": ("condition",),
+    "name": ("id", "instructions"),
+    "title": ("name",),
+    "description": ("instructions", "name"),
+    "prompt": ("instructions",),
+    "steps": ("milestones",),
+    "tasks": ("milestones",),
+    "goal": ("goals",),
+    "deadline": ("due",),
+    "tools": ("integrations",),
+    "channels": ("integrations",),
+    "complete": ("complete_when",),
+}
+
+
+def did_you_mean(word: str, known: Collection[str]) -> str | None:
+    """The known field ``word`` most likely meant: a synonym's (``after`` →
+    ``needs``), else the closest spelling (difflib), else None."""
+    import difflib
+
+    for candidate in SYNONYMS.get(word.lower(), ()):
+        if candidate in known:
+            return candidate
+    close = difflib.get_close_matches(word, sorted(known), n=1, cutoff=0.7)
+    return close[0] if close else None
+
+
+def field_problem(err: ErrorDetails, document: str, known: Collection[str] = ()) -> str:
     """One pydantic error as ``dotted.path: what``, in the words a file's author
-    reads (``document`` names the whole when the path is empty)."""
+    reads (``document`` names the whole when the path is empty). ``known``: the
+    fields allowed where the error is, for "did you mean" on an unknown one."""
     loc = tuple(err["loc"])
     dotted = ".".join(str(p) for p in loc) or document
     message = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
         message = f"unknown field {loc[-1]!r}"
+        near = did_you_mean(str(loc[-1]), known)
+        if near is not None:
+            message += f" (did you mean {near!r}?)"
     elif err["type"] == "missing":
         message = "this field is required"
     return f"{dotted}: {message}"

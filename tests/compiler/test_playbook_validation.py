@@ -336,6 +336,26 @@ def test_unknown_field() -> None:
     assert "unknown field 'colour'" in p.message
 
 
+@pytest.mark.parametrize(
+    ("field", "meant"),
+    [("after", "needs"), ("nedds", "needs"), ("conditon", "condition"), ("name", "id")],
+)
+def test_an_unknown_milestone_field_says_which_was_meant(field: str, meant: str) -> None:
+    text = HEAD + f"milestones:\n  - id: a\n    condition: x\n    {field}: [a]\n"
+    message = refused(text)[-1].message
+    assert message.endswith(f"unknown field {field!r} (did you mean {meant!r}?)"), message
+
+
+def test_an_unknown_field_far_from_any_gets_no_guess() -> None:
+    text = HEAD + "milestones:\n  - id: a\n    condition: x\n    colour: red\n"
+    assert refused(text)[0].message.endswith("unknown field 'colour'")
+
+
+def test_an_unknown_top_level_field_says_which_was_meant() -> None:
+    text = HEAD + "title: Onboarding\nmilestones:\n  - id: a\n    condition: x\n"
+    assert only(text).message.endswith("unknown field 'title' (did you mean 'name'?)")
+
+
 def test_unknown_top_level_field() -> None:
     text = HEAD + "owner: me\nmilestones:\n  - id: a\n    condition: x\n"
     p = only(text)
