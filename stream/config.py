@@ -65,8 +65,9 @@ def _float(env: dict[str, str], name: str, default: float) -> float:
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
-def _seconds(env: dict[str, str], name: str, default: float) -> float:
-    """A duration: ``300``, ``300s``, ``5m``, ``1h``, ``500ms``; zero is allowed."""
+def _seconds(env: dict[str, str], name: str, default: float, positive: bool = False) -> float:
+    """A duration: ``300``, ``300s``, ``5m``, ``1h``, ``500ms``; zero is allowed
+    unless ``positive``."""
     raw = env.get(name, "").strip()
     if not raw:
         return default
@@ -81,6 +82,8 @@ def _seconds(env: dict[str, str], name: str, default: float) -> float:
         raise ConfigError(f"{name}={raw!r} is not a duration (like 300s, 5m or 1h)") from None
     if not (value >= 0 and math.isfinite(value)):
         raise ConfigError(f"{name}={raw!r} must be a finite duration, zero or more")
+    if positive and value == 0:
+        raise ConfigError(f"{name}={raw!r} must be more than zero")
     return value
 
 
@@ -120,6 +123,10 @@ class Settings:
     rate_burst: int = 40
     #: The largest request body the gateway reads, in bytes.
     max_body: int = 65536
+    #: Seconds a client has to send a request's headers and body; then it is cut off.
+    request_timeout: float = 10.0
+    #: Connections each gateway port holds open at once; more are refused.
+    max_connections: int = 1000
     #: How far (seconds) a record's timestamp may run ahead of the worker's clock.
     max_clock_skew: float = 300.0
     #: Decoded job states a worker keeps in memory (most recently used).
@@ -161,6 +168,10 @@ class Settings:
             rate_limit=_float(env, "LEMONGRAPH_RATE_LIMIT", 20.0),
             rate_burst=_int(env, "LEMONGRAPH_RATE_BURST", 40),
             max_body=_int(env, "LEMONGRAPH_API_MAX_BODY", 65536),
+            request_timeout=_seconds(
+                env, "LEMONGRAPH_GATEWAY_REQUEST_TIMEOUT", 10.0, positive=True
+            ),
+            max_connections=_int(env, "LEMONGRAPH_GATEWAY_MAX_CONNECTIONS", 1000),
             max_clock_skew=_seconds(env, "LEMONGRAPH_MAX_CLOCK_SKEW", 300.0),
             state_cache=_int(env, "LEMONGRAPH_STATE_CACHE", 10_000, low=0),
             catalog=Path(env["LEMONGRAPH_CATALOG"].strip())

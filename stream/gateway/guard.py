@@ -125,7 +125,11 @@ class GuardMiddleware:
         if scope["method"] not in ("POST", "PUT", "PATCH"):
             return None
         limit = self.guard.max_body
-        too_large = ApiError(413, "body_too_large", f"the body is larger than {limit} bytes")
+        # Connection: close: the server does not read the rest of the body.
+        too_large = ApiError(
+            413, "body_too_large", f"the body is larger than {limit} bytes",
+            headers={"Connection": "close"},
+        )  # fmt: skip
         for name, value in scope.get("headers", ()):
             if name == b"content-length":
                 try:

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import resource
 import signal
 import threading
 from collections.abc import Callable, Iterator
@@ -22,9 +23,11 @@ from typing import Any
 import uvicorn
 from aiokafka import AIOKafkaProducer
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.responses import FileResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agents.mail import MailSettings
 from stream.config import Settings
@@ -35,6 +38,7 @@ from topics import Topics
 
 from .api import Gateway, build_api
 from .guard import Guard
+from .protocol import GatewayConfig, quiet_accept_errors, quiet_uvicorn
 from .ratelimit import RateLimiter
 from .readmodel import ReadModel
 
@@ -52,6 +56,43 @@ class _Server(uvicorn.Server):
         yield
 
 
+#: What the page may load: its own scripts, styles and API (the live streams are
+#: EventSource requests to the same origin), nothing inline, never in a frame.
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
+    "frame-ancestors 'none'"
+)
+UI_HEADERS = [
+    (b"content-security-policy", CONTENT_SECURITY_POLICY.encode()),
+    (b"x-frame-options", b"DENY"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+]
+
+
+class SecurityHeaders:
+    """Adds :data:`UI_HEADERS` to every answer of the page and its assets (the
+    API mounted beside them answers as on its own port: its /docs page loads
+    scripts a strict policy would refuse)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        if scope["type"] != "http" or not (path == "/" or path.startswith(("/jobs/", "/ui/"))):
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", ()), *UI_HEADERS]}
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
 def build_ui(api: Any) -> Starlette:
     """The UI app: the page and its assets, with the API mounted beside them."""
 
@@ -64,7 +105,8 @@ def build_ui(api: Any) -> Starlette:
             Route("/jobs/{key}", index),  # deep links: the page reads the path
             Mount("/ui", StaticFiles(directory=UI_DIR), name="ui"),
             Mount("", api),
-        ]
+        ],
+        middleware=[Middleware(SecurityHeaders)],
     )
 
 
@@ -75,9 +117,11 @@ def _playbooks(settings: Settings, say: Callable[[str], None]) -> dict[str, dict
     return {key: {p.version: p.to_json()} for key, p in found.by_key.items()}
 
 
-def _config(app: Any, host: str, port: int) -> uvicorn.Config:
-    return uvicorn.Config(
+def _config(app: Any, host: str, port: int, settings: Settings) -> uvicorn.Config:
+    return GatewayConfig(
         app,
+        request_timeout=settings.request_timeout,
+        max_connections=settings.max_connections,
         host=host,
         port=port,
         log_config=None,
@@ -115,9 +159,12 @@ async def serve(
         mail = None
     gateway = Gateway(model, producer, guard, dev_mail=dev_mail, mail=mail)
     api = build_api(gateway)
+    quiet_accept_errors(asyncio.get_running_loop(), say)
+    quiet_uvicorn()
+    _raise_file_limit(settings, say)
     servers = [
-        _Server(_config(api, settings.gateway_host, settings.api_port)),
-        _Server(_config(build_ui(api), settings.gateway_host, settings.ui_port)),
+        _Server(_config(api, settings.gateway_host, settings.api_port, settings)),
+        _Server(_config(build_ui(api), settings.gateway_host, settings.ui_port, settings)),
     ]
     follower = asyncio.create_task(model.follow(bootstrap, gateway.stopping, say))
     running = [asyncio.create_task(s.serve()) for s in servers]
@@ -141,6 +188,29 @@ async def serve(
         await producer.stop()
         refused = ", ".join(f"{n}×{s}" for s, n in sorted(guard.refused.items())) or "none"
         say(f"gateway: stopped; {gateway.accepted_writes} writes accepted; refused: {refused}")
+
+
+#: File descriptors kept for everything but the two ports' connections (the
+#: broker connections, the page's files, the log).
+FILE_RESERVE = 256
+
+
+def _raise_file_limit(settings: Settings, say: Callable[[str], None]) -> None:
+    """Raise the soft file limit to what both ports' connection bounds need (up
+    to the hard limit), and say so when it is still too low for them."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = 2 * settings.max_connections + FILE_RESERVE
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        say(
+            f"gateway: the file limit ({soft}) is below what "
+            f"LEMONGRAPH_GATEWAY_MAX_CONNECTIONS={settings.max_connections} needs on two "
+            f"ports ({wanted}): raise it (ulimit -n) or lower the bound"
+        )
 
 
 def run_gateway(settings: Settings, say: Callable[[str], None] = print) -> int:

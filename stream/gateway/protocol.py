@@ -1,0 +1,255 @@
+"""uvicorn's h11 protocol, with what the gateway needs to hold against clients
+that misbehave (uvicorn has none of these; its ``timeout_keep_alive`` only runs
+between requests, and is reset by every byte received):
+
+- a **request deadline**: a connection whose request headers and body have not
+  all arrived ``request_timeout`` seconds after its first byte (or after it
+  opened) is answered 408 and closed. Once a request is complete the deadline
+  is off, so a long answer (a live event stream) is never cut;
+- a **connection bound**: past ``max_connections`` open connections on a port,
+  a new one is answered 503 and closed at once;
+- a **lingering close**: when the server closes a connection whose client is
+  still sending a body (a 413 answered before the body was read), it half-closes,
+  reads and discards what comes (bounded in bytes and time), then closes. Closing
+  with unread bytes in the receive buffer makes the kernel send a reset, which
+  the client sees before the answer it has not read yet.
+
+:func:`quiet_accept_errors` keeps the event loop from logging every failed
+``accept()`` when the process runs out of file descriptors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, cast
+
+import h11
+import orjson
+import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+__all__ = ["GatewayConfig", "GatewayProtocol", "OncePer", "quiet_accept_errors", "quiet_uvicorn"]
+
+log = logging.getLogger("lemongraph.gateway")
+
+#: What a lingering close reads and discards at most, and for how long.
+LINGER_BYTES = 16 << 20
+LINGER_SECONDS = 5.0
+
+
+class GatewayConfig(uvicorn.Config):
+    """A uvicorn config that carries the request deadline and connection bound."""
+
+    def __init__(
+        self, app: Any, *, request_timeout: float, max_connections: int, **options: Any
+    ) -> None:
+        super().__init__(app, http=GatewayProtocol, limit_concurrency=max_connections, **options)
+        self.request_timeout = request_timeout
+        self.max_connections = max_connections
+
+
+def _raw_error(status: int, reason: str, code: str, message: str) -> bytes:
+    body = orjson.dumps({"error": {"code": code, "message": message}})
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+    )
+    return head.encode("ascii") + body
+
+
+TIMED_OUT = _raw_error(
+    408, "Request Timeout", "request_timeout", "the request did not arrive in time"
+)
+TOO_MANY = _raw_error(
+    503, "Service Unavailable", "too_many_connections", "too many open connections"
+)
+
+
+class _Lingering:
+    """The transport, whose ``close()`` lingers while the client still sends."""
+
+    def __init__(self, transport: asyncio.Transport, protocol: GatewayProtocol) -> None:
+        self._transport = transport
+        self._protocol = protocol
+        self.lingering = False
+        self.discarded = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+    def is_closing(self) -> bool:
+        return self.lingering or self._transport.is_closing()
+
+    def close(self) -> None:
+        transport = self._transport
+        if self.lingering or transport.is_closing():
+            return
+        if self._protocol.conn.their_state is not h11.SEND_BODY or not transport.can_write_eof():
+            transport.close()
+            return
+        # The client is still sending its body: let the answer reach it first.
+        self.lingering = True
+        transport.resume_reading()
+        transport.write_eof()
+        self._protocol.loop.call_later(LINGER_SECONDS, transport.close)
+
+    def discard(self, data: bytes) -> None:
+        self.discarded += len(data)
+        if self.discarded > LINGER_BYTES:
+            self._transport.close()
+
+
+class GatewayProtocol(H11Protocol):
+    """h11 with a request deadline, a connection bound and a lingering close."""
+
+    def __init__(self, config: uvicorn.Config, *args: Any, **kwargs: Any) -> None:
+        super().__init__(config, *args, **kwargs)
+        gateway = cast(GatewayConfig, config)
+        self.request_timeout: float = gateway.request_timeout
+        self.max_connections: int = gateway.max_connections
+        self._deadline: asyncio.TimerHandle | None = None
+        self._lingering: _Lingering | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        lingering = _Lingering(transport, self)
+        super().connection_made(cast(asyncio.Transport, lingering))
+        self._lingering = lingering
+        if len(self.connections) > self.max_connections:
+            transport.write(TOO_MANY)
+            transport.close()
+            return
+        self._arm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._lingering is not None and self._lingering.lingering:
+            self._lingering.discard(data)
+            return
+        if self._deadline is None and self.conn.their_state is h11.IDLE:
+            self._arm()  # a new request on a kept-alive connection
+        super().data_received(data)
+        self._check()
+
+    def on_response_complete(self) -> None:
+        if self.conn.their_state is h11.SEND_BODY and not self.transport.is_closing():
+            # Answered before the body was read (a refusal): uvicorn would read
+            # and drop the rest for as long as it comes; close (lingering) instead.
+            self.transport.close()
+        super().on_response_complete()
+        self._check()
+
+    def _check(self) -> None:
+        """The deadline runs while a request is coming in, and only then."""
+        if self.transport.is_closing():
+            self._disarm()
+            return
+        state = self.conn.their_state
+        if state is h11.SEND_BODY or (state is h11.IDLE and self.conn.trailing_data[0]):
+            if self._deadline is None:
+                self._arm()
+        elif state is not h11.IDLE:
+            self._disarm()
+
+    def _arm(self) -> None:
+        self._disarm()
+        self._deadline = self.loop.call_later(self.request_timeout, self._timed_out)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _timed_out(self) -> None:
+        self._deadline = None
+        if self.transport.is_closing():
+            return
+        cycle = self.cycle
+        answering = cycle is not None and cycle.response_started and not cycle.response_complete
+        if not answering and self.conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
+            self.transport.write(TIMED_OUT)
+        if cycle is not None and not cycle.response_complete:
+            cycle.keep_alive = False
+        raw = self._lingering._transport if self._lingering is not None else self.transport
+        raw.close()
+
+
+class _Quiet:
+    """An event-loop exception handler that logs a failed ``accept()`` (out of
+    file descriptors) once per ``every`` seconds, with a count, and hands every
+    other report to the handler it replaced."""
+
+    MESSAGE = "socket.accept() out of system resource"
+
+    def __init__(
+        self,
+        previous: Callable[[asyncio.AbstractEventLoop, dict[str, Any]], object] | None,
+        every: float,
+        say: Callable[[str], None],
+    ) -> None:
+        self.previous = previous
+        self.every = every
+        self.say = say
+        self.suppressed = 0
+        self.last = -float("inf")
+
+    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        if context.get("message") != self.MESSAGE:
+            if self.previous is not None:
+                self.previous(loop, context)
+            else:
+                loop.default_exception_handler(context)
+            return
+        now = time.monotonic()
+        if now - self.last < self.every:
+            self.suppressed += 1
+            return
+        more = f" ({self.suppressed} more since the last report)" if self.suppressed else ""
+        self.say(
+            f"gateway: cannot accept connections: {context.get('exception')}{more}; "
+            "raise the file limit (ulimit -n) or lower LEMONGRAPH_GATEWAY_MAX_CONNECTIONS"
+        )
+        self.last = now
+        self.suppressed = 0
+
+
+def quiet_accept_errors(
+    loop: asyncio.AbstractEventLoop, say: Callable[[str], None], every: float = 10.0
+) -> None:
+    """Make ``loop`` report running out of file descriptors at ``accept()`` once
+    per ``every`` seconds instead of once per attempt (the loop retries every
+    second, and up to a backlog's worth of attempts per retry)."""
+    loop.set_exception_handler(_Quiet(loop.get_exception_handler(), every, say))
+
+
+class OncePer(logging.Filter):
+    """Lets each distinct message through once per ``every`` seconds (uvicorn
+    logs a warning for every request refused past its concurrency limit and
+    every malformed request: a client could fill the log with them)."""
+
+    def __init__(self, every: float = 10.0) -> None:
+        super().__init__()
+        self.every = every
+        self.last: dict[str, float] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        now = time.monotonic()
+        key = str(record.msg)
+        if now - self.last.get(key, -float("inf")) < self.every:
+            return False
+        if len(self.last) > 1000:
+            self.last.clear()
+        self.last[key] = now
+        return True
+
+
+def quiet_uvicorn(every: float = 10.0) -> None:
+    """Install :class:`OncePer` on uvicorn's logger (once per process)."""
+    logger = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, OncePer) for f in logger.filters):
+        logger.addFilter(OncePer(every))
