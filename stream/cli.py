@@ -166,6 +166,9 @@ def simulate(
             + (f" matching {name_filter!r}" if name_filter else ""),
             err=True,
         )
+        if name_filter:
+            for line in _scenario_names(root, name_filter):
+                click.echo(line, err=True)
         sys.exit(2)
     run = simulate_files(files)
     if as_json:
@@ -185,6 +188,28 @@ def simulate(
         sys.exit(2)
     if not run.passed:
         sys.exit(1)
+
+
+def _scenario_names(root: Path, name_filter: str) -> list[str]:
+    """For a FILTER that matched no file: it matches file paths, and these are
+    the files and the scenarios in them."""
+    every = scenario_files(root)
+    if not every:
+        return []
+    lines = ["FILTER matches scenario file paths, not scenario names; the files are:"]
+    for path in every:
+        try:
+            names = [
+                s.name
+                for s in parse_scenarios(path.read_text(encoding="utf-8"), str(path)).scenarios
+            ]
+        except (LemongraphError, OSError, UnicodeDecodeError):
+            names = ["(unreadable: `lemongraph check` says why)"]
+        hit = [n for n in names if name_filter in n]
+        lines.append(f"  {path}: {', '.join(names)}")
+        if hit:
+            lines.append(f"    ({', '.join(hit)} matches {name_filter!r}: give part of this path)")
+    return lines
 
 
 # -- the stream engine --------------------------------------------------------------

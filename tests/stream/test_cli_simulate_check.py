@@ -231,6 +231,15 @@ def test_simulate_filter_matching_nothing_exits_2(folder: Path) -> None:
     proc = run("simulate", "zeta", "--dir", str(folder))
     assert proc.returncode == 2
     assert "zeta" in proc.stderr
+    # It says what FILTER matches, and lists the files and their scenario names.
+    assert "FILTER matches scenario file paths, not scenario names" in proc.stderr
+    assert f"{folder / 'alpha.scenario.yaml'}: alpha-passes" in proc.stderr
+
+
+def test_simulate_filter_naming_a_scenario_points_at_its_file(folder: Path) -> None:
+    proc = run("simulate", "passes", "--dir", str(folder))
+    assert proc.returncode == 2
+    assert "(alpha-passes matches 'passes': give part of this path)" in proc.stderr
 
 
 def test_simulate_filter_on_the_shipped_playbooks() -> None:
