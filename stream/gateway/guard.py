@@ -142,7 +142,9 @@ class GuardMiddleware:
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
-                break
+                # Gone (or cut off by the request deadline) before the whole body
+                # came: what did come is not the request, so no route sees it.
+                raise ApiError(400, "malformed_request", "the body ended early")
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > limit:
