@@ -736,7 +736,8 @@ def _dead_letter_line(r: ConsumedRecord) -> dict[str, object]:
     help="Show what this playbook file would have decided on the same history.",
 )
 def replay(job: str | None, verify: bool, other: Path | None) -> None:
-    """Re-run the decision log through the pure core and compare."""
+    """Re-run the decision log through the pure core and compare. With
+    --with-playbook, exit 1 when no job of the log runs that playbook's key."""
     import orjson
 
     from topics import Topics
@@ -761,7 +762,11 @@ def replay(job: str | None, verify: bool, other: Path | None) -> None:
     records, registry = run(load())
     if other is not None:
         playbook = load_playbook_file(other)
-        for key, (recorded, state) in sorted(what_if(records, playbook, job).items()):
+        compared = what_if(records, playbook, job)
+        if not any(state is not None for _recorded, state in compared.values()):
+            click.echo(_nobody_runs(records, playbook.key, job), err=True)
+            sys.exit(1)
+        for key, (recorded, state) in sorted(compared.items()):
             if state is None:
                 continue
             states = ", ".join(f"{k}={v.status}" for k, v in state.milestones.items())
@@ -782,6 +787,33 @@ def replay(job: str | None, verify: bool, other: Path | None) -> None:
     )
     if verify and not report.ok:
         sys.exit(1)
+
+
+def _nobody_runs(records: list[dict[str, object]], key: str, job: str | None) -> str:
+    """What ``replay --with-playbook`` says when no job of the log runs ``key``."""
+    runs: dict[str, set[str]] = {}
+    for record in records:
+        if record.get("outcome") == "applied" and isinstance(record.get("playbook_key"), str):
+            runs.setdefault(str(record["playbook_key"]), set()).add(str(record.get("job_key")))
+    if job is not None:
+        theirs = sorted(k for k, jobs in runs.items() if job in jobs)
+        if not theirs:
+            return f"replay: no applied decision of job {job!r} in the log: nothing to compare"
+        return (
+            f"replay: job {job!r} runs {', '.join(theirs)}, not {key!r}: nothing to compare "
+            f"(--with-playbook replays the jobs of the playbook key in the file)"
+        )
+    used = (
+        ", ".join(
+            f"{k} ({len(j)} job{'' if len(j) == 1 else 's'})" for k, j in sorted(runs.items())
+        )
+        or "none"
+    )
+    return (
+        f"replay: no job in the decision log runs playbook {key!r}: nothing to compare "
+        f"(--with-playbook replays the jobs of the playbook key in the file; the log's "
+        f"playbooks: {used})"
+    )
 
 
 @main.command()

@@ -59,6 +59,19 @@ def test_the_cli_says_what_the_worker_decided(lane: Lane) -> None:
     assert unread.returncode == 0
     assert "warning: no condition of any playbook under" in unread.stderr, unread.stderr
 
+    # replay --with-playbook with a playbook no job runs says so (it printed nothing).
+    other = lane.root / "other.yaml"
+    other.write_text(
+        "key: unused\nversion: 1\nmilestones:\n  - id: a\n    condition: x\n", encoding="utf-8"
+    )
+    replayed = lane.cli("replay", "--with-playbook", str(other), check=False)
+    assert replayed.returncode == 1, replayed.stdout + replayed.stderr
+    assert "no job in the decision log runs playbook 'unused'" in replayed.stderr
+    assert "onboarding (1 job)" in replayed.stderr
+    one = lane.cli("replay", "--with-playbook", str(other), "--job", "job-1", check=False)
+    assert one.returncode == 1
+    assert "job 'job-1' runs onboarding, not 'unused'" in one.stderr, one.stderr
+
 
 def test_no_worker_means_no_decision_in_time_exit_3(lane: Lane) -> None:
     # The topics exist (a worker made them) but no worker runs now.
