@@ -80,6 +80,11 @@ def _evidence(
     return out
 
 
+def _subject(entry: JobEntry) -> dict[str, Any]:
+    start = entry.start
+    return entry.subject or (dict(start.message.get("subject") or {}) if start else {})
+
+
 def job_view(model: ReadModel, entry: JobEntry) -> JobView:
     """The full view of one job."""
     snapshot = entry.snapshot
@@ -143,7 +148,7 @@ def job_view(model: ReadModel, entry: JobEntry) -> JobView:
         else [],
         pending_writes=_pending(pending),
         refused=entry.refused,
-        subject=entry.subject or (dict(start.message.get("subject") or {}) if start else {}),
+        subject=_subject(entry),
         contacts=entry.contacts or (list(start.message.get("contacts") or []) if start else []),
     )
 
@@ -161,6 +166,7 @@ def job_summary(entry: JobEntry) -> JobSummary:
             updated_at=snapshot.updated_at or snapshot.started_at,
             milestones=dict(snapshot.milestones),
             next_step=snapshot.frontier[0] if snapshot.frontier else None,
+            subject=_subject(entry),
         )
     assert entry.start is not None
     return JobSummary(
@@ -172,4 +178,5 @@ def job_summary(entry: JobEntry) -> JobSummary:
         updated_at=entry.start.accepted_at,
         milestones={},
         next_step=None,
+        subject=_subject(entry),
     )

@@ -1,18 +1,24 @@
 """The UI in headless Chromium (Debian's /usr/bin/chromium, driven by Playwright
 through its executable path; the project's set-up installs it, never Playwright's
 own browser download): a job starts, the event that clears its first milestone
-arrives, and the page shows it done without a reload."""
+arrives, and the page shows it done without a reload; the job page opens one live
+stream per visit however it is reached, says what is settled, held back or only
+claimed, shows the subject and contacts and local times, and says when a job is
+unknown."""
 
 from __future__ import annotations
 
+import re
 import shutil
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Page, Request, sync_playwright
 
 from agents.demo_tools import build_demo_tools
 from agents.standin import build_standin
@@ -228,4 +234,231 @@ def test_a_person_answers_in_the_browser_and_the_tools_move_the_job(
     assert "claim, not evidence" in decisions  # the agent's messages are shown as claims
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "ui-conversation.png"), full_page=True)
+    assert not problems, problems
+
+
+# Counts the page's EventSources and how many are still open (readyState 2 is CLOSED).
+TRACK_STREAMS = """
+(() => {
+  const Native = window.EventSource;
+  window.__streams = [];
+  window.EventSource = class extends Native {
+    constructor(...args) { super(...args); window.__streams.push(this); }
+  };
+})();
+"""
+OPEN_STREAMS = "() => window.__streams.filter((s) => s.readyState !== 2).length"
+
+HELD = """\
+key: held
+version: 1
+milestones:
+  - id: first
+    instructions: Get it started.
+    condition: started_up
+  - id: later
+    needs: [first]
+    due: 2h
+    instructions: Review it, but not before two hours.
+    condition: reviewed
+"""
+
+HOSTILE = '<img src=x onerror="window.__owned=1">'
+UTC_INSTANT = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
+
+
+def _page(browser: Browser, problems: list[str]) -> Page:
+    # A zone and locale other than the test machine's, so "local time" is checked.
+    page = browser.new_page(
+        viewport={"width": 1280, "height": 900}, timezone_id="Asia/Tokyo", locale="en-GB"
+    )
+    page.on("pageerror", lambda exc: problems.append(str(exc)))
+    page.add_init_script(TRACK_STREAMS)
+    return page
+
+
+def _seqs(page: Page) -> list[str]:
+    return [
+        s
+        for s in page.eval_on_selector_all("#decisions tr", "rs => rs.map(r => r.dataset.seq)")
+        if s
+    ]
+
+
+def test_each_visit_opens_one_stream_and_no_decision_is_doubled(
+    lane: Lane, gateway: GatewayProcess, browser: Browser
+) -> None:
+    lane.start_worker()
+    token = gateway.token(name="browser")
+    problems: list[str] = []
+    page = _page(browser, problems)
+    streams: list[str] = []
+
+    def seen(request: Request) -> None:
+        if "/events?access_token=" in request.url:
+            streams.append(request.url)
+
+    page.on("request", seen)
+    with gateway.client(token) as client:
+        assert (
+            client.post("/v1/jobs", json={"key": "nav-1", "playbook_key": "onboarding"}).status_code
+            == 202
+        )
+        sent = client.post(
+            "/v1/events",
+            json={"key": "nav-1", "action": "id_uploaded", "idempotency_key": "nav-up"},
+        )
+        assert sent.status_code == 202
+        for _ in range(100):
+            decided = client.get("/v1/jobs/nav-1/decisions")
+            if decided.status_code == 200 and len(decided.json()["decisions"]) >= 2:
+                break
+            page.wait_for_timeout(200)
+    page.goto(f"{gateway.ui}/#token={token}")
+    visits = 0
+    # the key's link, the row around it, the row again after going back
+    for target in (
+        'tr[data-job="nav-1"] a',
+        'tr[data-job="nav-1"] td:nth-child(3)',
+        'tr[data-job="nav-1"] a',
+    ):
+        page.locator(target).wait_for(timeout=30_000)
+        page.click(target)
+        visits += 1
+        page.wait_for_selector("#job-live:has-text('live')", timeout=30_000)
+        page.wait_for_selector(f'#decisions tr[data-seq="{visits + 1}"]', timeout=30_000)
+        page.wait_for_timeout(500)  # a second navigation, if any, would have opened by now
+        assert len(streams) == visits, f"{len(streams)} event streams for {visits} visit(s)"
+        assert page.evaluate(OPEN_STREAMS) == 1
+        # a decision arriving live is shown once
+        with gateway.client(token) as client:
+            sent = client.post(
+                "/v1/events",
+                json={"key": "nav-1", "action": f"noted_{visits}", "idempotency_key": f"n{visits}"},
+            )
+            assert sent.status_code == 202
+        page.wait_for_selector(f'#decisions tr[data-seq="{visits + 2}"]', timeout=30_000)
+        page.wait_for_timeout(500)
+        seqs = _seqs(page)
+        assert len(seqs) == len(set(seqs)), f"a decision row is doubled: {seqs}"
+        assert len(seqs) == visits + 2
+        page.go_back()
+        page.wait_for_selector("#list-view:not([hidden])", timeout=10_000)
+        assert page.evaluate(OPEN_STREAMS) == 0  # leaving the job closes its stream
+    # forward into the job again, and back: one more stream, closed again
+    page.go_forward()
+    page.wait_for_selector("#job-live:has-text('live')", timeout=30_000)
+    assert len(streams) == visits + 1
+    assert page.evaluate(OPEN_STREAMS) == 1
+    seqs = _seqs(page)
+    assert len(seqs) == len(set(seqs)), seqs
+    page.click("#job-view a[data-nav]")  # "← all jobs"
+    page.wait_for_selector("#list-view:not([hidden])", timeout=10_000)
+    assert page.evaluate(OPEN_STREAMS) == 0
+    assert not problems, problems
+
+
+def test_the_job_page_says_what_is_settled_held_claimed_and_when(
+    lane: Lane, gateway: GatewayProcess, browser: Browser
+) -> None:
+    (lane.playbooks / "held.yaml").write_text(HELD)
+    lane.start_worker()
+    token = gateway.token(name="browser")
+    agent = gateway.token(name="an-agent", source="agent")
+    problems: list[str] = []
+    page = _page(browser, problems)
+    with gateway.client(token) as client:
+        started = client.post(
+            "/v1/jobs",
+            json={"key": "held-1", "playbook_key": "held",
+                  "subject": {"company": "Acme", "note": HOSTILE},
+                  "contacts": [{"name": "Ada", "email": "ada@example.com"}]},
+        )  # fmt: skip
+        assert started.status_code == 202
+        sent = client.post(
+            "/v1/events", json={"key": "held-1", "action": "started_up", "idempotency_key": "h-up"}
+        )
+        assert sent.status_code == 202
+    page.goto(f"{gateway.ui}/#token={token}")
+    row = page.locator('tr[data-job="held-1"]')
+    row.wait_for(timeout=30_000)
+    assert "Acme" in row.inner_text()  # the subject in the list
+    page.click('tr[data-job="held-1"] a')
+    page.wait_for_selector("#job-live:has-text('live')", timeout=30_000)
+    page.wait_for_selector('#graph [data-milestone="later"][data-state="open"]', timeout=30_000)
+
+    # an agent says it was reviewed: applied, but a claim, not evidence
+    with gateway.client(agent) as client:
+        said = client.post(
+            "/v1/events", json={"key": "held-1", "action": "reviewed", "idempotency_key": "h-rev"}
+        )
+        assert said.status_code == 202
+    page.wait_for_selector('#decisions tr[data-seq="3"]', timeout=30_000)
+    claimed = page.locator('#decisions tr[data-seq="3"]').inner_text()
+    assert "applied (claim, not evidence)" in claimed
+    world = page.locator('#decisions tr[data-seq="2"]').inner_text()
+    assert "applied" in world
+    assert "claim" not in world
+
+    # a settled milestone says it is settled, not that its window is open
+    first = page.locator('#milestones [data-milestone="first"]').inner_text()
+    assert "window open" not in first
+    assert "settled done" in first
+    # a task held back by `due`: said so on the card and on the graph, not an open task
+    later = page.locator('#milestones [data-milestone="later"]')
+    assert later.locator('[data-held="due"]').count() == 1
+    assert "task held back (due) until" in later.inner_text()
+    node = page.locator('#graph [data-milestone="later"]')
+    assert "held" in (node.get_attribute("class") or "")
+    assert "task held" in (node.text_content() or "")
+
+    meta = page.locator("#job-meta").inner_text()
+    assert "timers: due later " in meta
+    assert "[object" not in page.locator("#job-view").inner_text()
+    # subject and contacts on the job page, as text
+    subject = page.locator("#job-subject").inner_text()
+    assert "company: Acme" in subject
+    assert "Ada <ada@example.com>" in subject
+    assert HOSTILE in subject
+    assert page.locator("#job-subject img").count() == 0
+    assert page.evaluate("() => window.__owned") is None
+
+    # times: local (Asia/Tokyo, en-GB), to the second, the UTC instant on hover
+    stamp = page.locator('#decisions tr[data-seq="3"] time')
+    assert stamp.count() == 1
+    instant = stamp.get_attribute("datetime") or ""
+    assert UTC_INSTANT.match(instant), instant
+    assert stamp.get_attribute("title") == instant
+    local = datetime.fromisoformat(instant.replace("Z", "+00:00")).astimezone(
+        ZoneInfo("Asia/Tokyo")
+    )
+    assert stamp.inner_text() == local.strftime("%d/%m/%Y, %H:%M:%S")
+    for when in page.eval_on_selector_all("time", "ts => ts.map(t => [t.dateTime, t.textContent])"):
+        assert UTC_INSTANT.match(when[0]), when
+        assert "T" not in when[1], when  # no raw ISO...
+        assert "." not in when[1], when  # ...and no microseconds
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "ui-job-held.png"), full_page=True)
+    assert not problems, problems
+
+
+def test_an_unknown_job_is_said_to_be_unknown(gateway: GatewayProcess, browser: Browser) -> None:
+    token = gateway.token(name="browser")
+    problems: list[str] = []
+    page = _page(browser, problems)
+    streams: list[str] = []
+    page.on("request", lambda r: streams.append(r.url) if "/events?" in r.url else None)
+    page.goto(f"{gateway.ui}/jobs/no-such-job#token={token}")
+    missing = page.locator("#job-missing")
+    missing.wait_for(state="visible", timeout=30_000)
+    text = missing.inner_text()
+    assert "no job with key no-such-job" in text
+    assert "job_not_found" in text
+    assert page.locator("#job-body").is_hidden()  # no skeleton
+    assert page.locator("#job-status").is_hidden()  # no empty badge where a status would be
+    assert page.locator("#job-title").inner_text() in ("", "no-such-job")
+    assert "—" not in page.locator("#job-view").inner_text()
+    assert not streams
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "ui-job-unknown.png"))
     assert not problems, problems

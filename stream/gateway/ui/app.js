@@ -4,8 +4,10 @@
 "use strict";
 
 const TOKEN_KEY = "lemongraph.token";
+// `view` counts page changes: work begun for an earlier page (a fetch still on its
+// way when the user moved on) sees that it is stale and stops.
 const state = { token: "", filter: "", cursor: null, source: null, job: null,
-  decisions: [], journal: [], messages: [], listTimer: null };
+  decisions: [], journal: [], messages: [], listTimer: null, view: 0 };
 
 // -- small helpers ---------------------------------------------------------------------
 
@@ -15,7 +17,7 @@ function h(tag, attrs, ...children) {
     if (v === null || v === undefined || v === false) continue;
     if (k === "class") el.className = v; else el.setAttribute(k, v === true ? "" : String(v));
   }
-  for (const c of children.flat()) {
+  for (const c of children.flat(Infinity)) {
     if (c === null || c === undefined || c === false) continue;
     el.append(c instanceof Node ? c : document.createTextNode(String(c)));
   }
@@ -28,10 +30,29 @@ function s(tag, attrs, ...children) {
   for (const [k, v] of Object.entries(attrs || {})) {
     if (v !== null && v !== undefined) el.setAttribute(k, String(v));
   }
-  for (const c of children.flat()) {
+  for (const c of children.flat(Infinity)) {
     if (c !== null && c !== undefined) el.append(c instanceof Node ? c : document.createTextNode(String(c)));
   }
   return el;
+}
+
+// An instant (the API's ISO-8601, maybe with microseconds) as a <time>: local time to
+// the second, the UTC instant (ISO, no fraction, Z) as its datetime and on hover.
+function utcInstant(iso) {
+  const ms = Date.parse(String(iso).replace(/(\.\d{3})\d+/, "$1"));
+  return Number.isNaN(ms) ? null : new Date(ms).toISOString().replace(/\.\d{3}Z$/, "Z");
+}
+
+function when(iso) {
+  if (!iso) return "";
+  const utc = utcInstant(iso);
+  if (!utc) return String(iso);
+  return h("time", { datetime: utc, title: utc }, new Date(utc).toLocaleString());
+}
+
+// Replace an element's children (nested lists flattened, nulls skipped), as text.
+function fill(el, ...children) {
+  el.replaceChildren(...h("span", {}, ...children).childNodes);
 }
 
 function notice(text) { document.getElementById("notice").textContent = text || ""; }
@@ -48,7 +69,10 @@ async function api(path, payload) {
   const body = await response.json().catch(() => ({}));
   if (!response.ok) {
     const err = body.error || {};
-    throw new Error(`${response.status} ${err.code || ""}: ${err.message || response.statusText}`);
+    const error = new Error(`${response.status} ${err.code || ""}: ${err.message || response.statusText}`);
+    error.status = response.status;
+    error.code = err.code || "";
+    throw error;
   }
   return body;
 }
@@ -85,28 +109,47 @@ function loadToken() {
     ? "token saved (paste another to replace it)" : "paste an API token (lemongraph_sk_…)";
 }
 
+// -- subject and contacts --------------------------------------------------------------
+
+function subjectText(subject) {
+  return Object.entries(subject || {}).map(([k, v]) =>
+    `${k}: ${typeof v === "string" ? v : JSON.stringify(v)}`).join(" · ");
+}
+
+function contactLabel(c) {
+  if (c && typeof c === "object") {
+    const name = c.name || c.id || "", email = c.email || "";
+    return name && email ? `${name} <${email}>` : name || email || JSON.stringify(c);
+  }
+  return c === null || c === undefined ? "" : String(c);
+}
+
 // -- job list --------------------------------------------------------------------------
 
 async function renderList(append) {
+  const view = state.view;
   const params = new URLSearchParams({ limit: "100" });
   if (state.filter) params.set("status", state.filter);
   if (append && state.cursor) params.set("cursor", state.cursor);
   let page;
-  try { page = await api("/v1/jobs?" + params); } catch (e) { notice(e.message); return; }
+  try { page = await api("/v1/jobs?" + params); } catch (e) { if (view === state.view) notice(e.message); return; }
+  if (view !== state.view) return;
   notice("");
   const body = document.querySelector("#jobs tbody");
   if (!append) body.replaceChildren();
   for (const job of page.jobs) {
     const states = Object.values(job.milestones);
     const done = states.filter((x) => x === "done").length;
-    const row = h("tr", { class: "job-row", "data-job": job.key, "data-status": job.status },
-      h("td", {}, h("a", { href: "/jobs/" + encodeURIComponent(job.key), "data-nav": "job" }, job.key)),
+    const href = "/jobs/" + encodeURIComponent(job.key);
+    // The row navigates through the page's one click handler (data-href), as its link does.
+    const row = h("tr", { class: "job-row", "data-job": job.key, "data-status": job.status, "data-href": href },
+      h("td", {}, h("a", { href, "data-nav": "job" }, job.key)),
+      h("td", { class: "subject" }, subjectText(job.subject)),
       h("td", {}, h("span", { class: "badge status-" + job.status }, job.status)),
       h("td", {}, job.playbook_key + (job.playbook_version ? " v" + job.playbook_version : "")),
       h("td", {}, job.next_step || ""),
       h("td", {}, states.length ? `${done}/${states.length} done` : ""),
-      h("td", { class: "muted" }, job.updated_at || ""));
-    row.addEventListener("click", (ev) => { ev.preventDefault(); go("/jobs/" + encodeURIComponent(job.key)); });
+      h("td", { class: "muted" }, when(job.updated_at)));
     body.append(row);
   }
   state.cursor = page.next;
@@ -116,9 +159,17 @@ async function renderList(append) {
 
 // -- job view --------------------------------------------------------------------------
 
+// An open milestone whose task `due` still holds back: its window is open, but no
+// task went to the agents yet (its `due` timer is pending).
+function heldBack(job, m) {
+  if (m.state !== "open") return false;
+  if ((job.timers || []).some((t) => t.kind === "due" && t.milestone === m.id)) return true;
+  return Boolean(m.task_at) && Date.parse(utcInstant(m.task_at) || "") > Date.now();
+}
+
 function drawGraph(job) {
   const svg = document.getElementById("graph");
-  const W = 190, H = 54, GX = 70, GY = 22, PAD = 16;
+  const W = 190, H = 60, GX = 70, GY = 22, PAD = 16;
   const columns = new Map();
   for (const m of job.milestones) {
     if (!columns.has(m.depth)) columns.set(m.depth, []);
@@ -145,24 +196,41 @@ function drawGraph(job) {
         "marker-end": "url(#arrow)" }));
     }
     const deadline = m.state === "open" && m.deadline;
-    nodes.push(s("g", { class: `node state-${m.state}${m.next_best ? " next" : ""}`,
+    const held = heldBack(job, m);
+    nodes.push(s("g", { class: `node state-${m.state}${m.next_best ? " next" : ""}${held ? " held" : ""}`,
       "data-milestone": m.id, "data-state": m.state, transform: `translate(${to.x},${to.y})` },
-      s("title", {}, `${m.id}: ${m.state}${m.condition ? " — " + m.condition : ""}`),
+      s("title", {}, `${m.id}: ${m.state}${held ? " (task held back by due)" : ""}${m.condition ? " — " + m.condition : ""}`),
       s("rect", { width: W, height: H, rx: 8 }),
       s("text", { x: 10, y: 20 }, (m.next_best ? "" : "") + m.id),
       m.next_best ? s("text", { class: "star", x: W - 22, y: 20 }, "★") : null,
       s("text", { class: "sub", x: 10, y: 40 }, m.state + (m.merge === "any" && m.needs.length > 1 ? " · any" : "")),
-      deadline ? s("text", { class: "sub countdown", x: 80, y: 40, "data-deadline": m.deadline }, countdown(m.deadline)) : null));
+      held ? s("text", { class: "sub held", x: 10, y: 55 }, "task held (due)") : null,
+      deadline ? s("text", { class: "sub countdown", x: 72, y: 40, "data-deadline": m.deadline }, countdown(m.deadline)) : null));
   }
   const defs = s("defs", {}, s("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 9, refY: 5,
     markerWidth: 7, markerHeight: 7, orient: "auto-start-reverse" }, s("path", { d: "M0,0 L10,5 L0,10 z", fill: "#b4b4ad" })));
   svg.replaceChildren(defs, ...edges, ...nodes);
 }
 
+// Where a verdict stands: an open milestone's window is open or closed; a settled
+// one's verdict is the one that settled it, whatever its window was then.
+function verdictWhen(m, exp) {
+  if (m.state !== "open") return [" (settled ", m.state, m.settled_at ? [" at ", when(m.settled_at)] : null, ")"];
+  return exp.closed ? " (window closed)" : " (window open)";
+}
+
+function evidenceItem(e, i) {
+  return h("span", { class: "src-" + e.source }, i ? ", " : "",
+    `${e.action}${e.value !== null && e.value !== undefined ? "=" + JSON.stringify(e.value) : ""}`,
+    ` [${e.source}, ${e.id}`, e.at ? [", ", when(e.at)] : null, "]",
+    e.source === "agent" ? " — claim, not evidence" : null);
+}
+
 function renderMilestones(job) {
   const box = document.getElementById("milestones");
   box.replaceChildren(...job.milestones.map((m) => {
     const exp = m.explanation;
+    const held = heldBack(job, m);
     return h("div", { class: "milestone state-" + m.state, "data-milestone": m.id, "data-state": m.state },
       h("div", { class: "head" },
         h("strong", {}, m.id),
@@ -172,19 +240,17 @@ function renderMilestones(job) {
         m.state === "open" && m.deadline
           ? h("span", {}, "deadline ", h("span", { class: "countdown", "data-deadline": m.deadline }, countdown(m.deadline)))
           : null,
-        m.state === "open" && m.task_at && Date.parse(m.task_at) > Date.now()
-          ? h("span", { class: "chip held", "data-held": "due" }, "task held back (due) until " + m.task_at)
+        held
+          ? h("span", { class: "chip held", "data-held": "due" }, "task held back (due) until ", when(m.task_at))
           : null,
         m.outcome ? h("span", { class: "muted" }, "outcome: " + m.outcome) : null),
       m.instructions ? h("div", { class: "muted" }, m.instructions) : null,
-      exp ? h("div", {}, "verdict ", h("strong", { class: "v-" + exp.verdict }, exp.verdict),
-        exp.closed ? " (window closed)" : " (window open)",
+      exp ? h("div", { class: "verdict" }, "verdict ", h("strong", { class: "v-" + exp.verdict }, exp.verdict),
+        verdictWhen(m, exp),
         h("ul", { class: "atoms" }, (exp.atoms || []).map((a) =>
           h("li", {}, h("code", {}, a.atom), " → ", h("span", { class: "v-" + a.verdict }, a.verdict),
             ` (${a.count} match${a.count === 1 ? "" : "es"})`)))) : null,
-      m.evidence.length ? h("div", {}, "evidence: ", m.evidence.map((e, i) => h("span", { class: "src-" + e.source },
-        i ? ", " : "", `${e.action}${e.value !== null && e.value !== undefined ? "=" + JSON.stringify(e.value) : ""}`,
-        ` [${e.source}, ${e.id}${e.at ? ", " + e.at : ""}]`))) : null);
+      m.evidence.length ? h("div", {}, "evidence: ", m.evidence.map(evidenceItem)) : null);
   }));
 }
 
@@ -197,12 +263,18 @@ function describeInput(input) {
   return input.type === "job.start" ? "job.start " + (input.playbook_key || "") : input.type;
 }
 
+// An agent's event is applied (recorded) but moves nothing: it is a claim, not evidence.
+function decisionOutcome(d) {
+  const claim = d.input && d.input.type === "event" && d.input.source === "agent" && d.outcome === "applied";
+  return d.outcome + (d.refused ? ": " + d.refused : "") + (claim ? " (claim, not evidence)" : "");
+}
+
 function decisionRow(d) {
   const moves = (d.transitions || []).map((t) => `${t.milestone}: ${t.from || t.before || "?"}→${t.to || t.after || "?"}`);
   return h("tr", { "data-seq": d.seq },
-    h("td", {}, d.seq ?? ""), h("td", { class: "muted" }, d.now),
+    h("td", {}, d.seq ?? ""), h("td", { class: "muted" }, when(d.now)),
     h("td", {}, describeInput(d.input)),
-    h("td", {}, d.outcome + (d.refused ? ": " + d.refused : "")),
+    h("td", { class: "outcome-" + d.outcome }, decisionOutcome(d)),
     h("td", {}, moves.join(", ")), h("td", {}, d.status || ""));
 }
 
@@ -237,14 +309,14 @@ function journalRow(r) {
       (r.replayed ? `, ${r.replayed} step(s) replayed` : "");
   }
   return h("tr", { class: "journal-row", "data-kind": r.type, "data-outcome": outcome },
-    h("td", { class: "muted" }, r.at), h("td", {}, r.agent), h("td", {}, what),
+    h("td", { class: "muted" }, when(r.at)), h("td", {}, r.agent), h("td", {}, what),
     h("td", {}, h("span", { class: "outcome-" + outcome }, outcome)), h("td", { class: "detail" }, detail));
 }
 
 function messageItem(m) {
   const who = m.direction === "out" ? (m.agent || "agent") : (m.contact || "person");
   return h("li", { class: "msg " + m.direction, "data-direction": m.direction, "data-message-id": m.message_id },
-    h("div", { class: "who" }, who, h("span", { class: "muted" }, ` · ${m.channel} · ${m.at}`)),
+    h("div", { class: "who" }, who, h("span", { class: "muted" }, ` · ${m.channel} · `, when(m.at))),
     h("div", { class: "text" }, m.text));
 }
 
@@ -280,15 +352,16 @@ async function sendReply(ev) {
   } catch (e) { notice(e.message); }
 }
 
-async function renderDevMail(key) {
+async function renderDevMail(key, view) {
   const section = document.getElementById("dev-mail");
   let caught;
-  try { caught = await api("/v1/dev/mail"); } catch (e) { section.hidden = true; return; }
+  try { caught = await api("/v1/dev/mail"); } catch (e) { if (view === state.view) section.hidden = true; return; }
+  if (view !== state.view) return;
   const mine = caught.mails.filter((m) => m.job_key === key);
   section.hidden = false;
   document.getElementById("dev-mail-list").replaceChildren(...(mine.length ? mine.map((m) =>
     h("li", { class: "mail", "data-message-id": m.message_id },
-      h("div", { class: "who" }, `to ${m.to.join(", ")} · ${m.at}`),
+      h("div", { class: "who" }, `to ${m.to.join(", ")} · `, when(m.at)),
       h("div", { class: "muted" }, `Subject: ${m.subject} · Reply-To: ${m.reply_to}`),
       h("div", { class: "text" }, m.text))) : [h("li", { class: "muted" }, "No mail for this job yet.")]));
 }
@@ -303,30 +376,53 @@ function renderJob(job) {
   const badge = document.getElementById("job-status");
   badge.textContent = job.status;
   badge.className = "badge status-" + job.status;
-  document.getElementById("job-meta").textContent =
-    `playbook ${job.playbook_key}${job.playbook_version ? " v" + job.playbook_version : ""} · ` +
-    `${job.events} event(s) · next step: ${job.next_step || "—"} · frontier: ${job.frontier.join(", ") || "—"}` +
-    (job.timers.length ? " · timers: " + job.timers.map((t) => `${t.kind} ${t.milestone} ${t.at}`).join("; ") : "") +
-    (job.refused ? " · refused: " + job.refused : "");
+  fill(document.getElementById("job-meta"),
+    `playbook ${job.playbook_key}${job.playbook_version ? " v" + job.playbook_version : ""} · `,
+    `${job.events} event(s) · next step: ${job.next_step || "none"} · frontier: ${job.frontier.join(", ") || "none"}`,
+    job.started_at ? [" · started ", when(job.started_at)] : null,
+    job.ended_at ? [" · ended ", when(job.ended_at)] : null,
+    job.timers.length ? [" · timers: ", job.timers.map((t, i) => [i ? "; " : "", `${t.kind} ${t.milestone} `, when(t.at)])] : null,
+    job.refused ? " · refused: " + job.refused : null);
   const contacts = (job.contacts || []).map(contactName).filter(Boolean);
-  document.getElementById("job-subject").textContent =
-    `subject: ${JSON.stringify(job.subject || {})} · contacts: ${contacts.join(", ") || "—"}`;
+  const labels = (job.contacts || []).map(contactLabel).filter(Boolean);
+  fill(document.getElementById("job-subject"),
+    h("span", { class: "subject" }, "subject: ", subjectText(job.subject) || "none"), " · ",
+    h("span", { class: "contacts" }, "contacts: ", labels.join(", ") || "none"));
   const who = document.getElementById("reply-contact");
   if (!who.value && contacts.length) who.value = contacts[0];
   drawGraph(job);
   renderMilestones(job);
   document.getElementById("pending").replaceChildren(...job.pending_writes.map((w) =>
-    h("li", {}, `${w.type}${w.action ? " " + w.action : ""} accepted ${w.accepted_at} (partition ${w.partition}, offset ${w.offset}), not decided yet`)));
+    h("li", {}, `${w.type}${w.action ? " " + w.action : ""} accepted `, when(w.accepted_at),
+      ` (partition ${w.partition}, offset ${w.offset}), not decided yet`)));
+  document.getElementById("job-body").hidden = false;
 }
 
-async function showJob(key) {
-  closeStream();
+function showMissing(key, error) {
+  const box = document.getElementById("job-missing");
+  box.replaceChildren(h("strong", {}, "no job with key ", h("code", {}, key)),
+    ` (the gateway answered ${error.status} ${error.code}). `,
+    h("a", { href: "/", "data-nav": "/" }, "All jobs"));
+  box.hidden = false;
+}
+
+async function showJob(key, view) {
+  state.job = null;
   state.decisions = [];
   state.journal = [];
   state.messages = [];
   renderDecisions();
   renderJournal();
   renderConversation();
+  // Nothing of the job is shown until it is read: no skeleton of an unknown one.
+  document.getElementById("job-body").hidden = true;
+  document.getElementById("job-missing").hidden = true;
+  document.getElementById("job-title").textContent = key;
+  const badge = document.getElementById("job-status");
+  badge.textContent = "";
+  badge.className = "badge";
+  const live = document.getElementById("job-live");
+  live.textContent = "";
   document.getElementById("reply-contact").value = "";
   let job, trail, journal, talk;
   try {
@@ -334,7 +430,12 @@ async function showJob(key) {
     trail = await api("/v1/jobs/" + encodeURIComponent(key) + "/decisions");
     journal = await api("/v1/jobs/" + encodeURIComponent(key) + "/journal");
     talk = await api("/v1/jobs/" + encodeURIComponent(key) + "/messages");
-  } catch (e) { notice(e.message); return; }
+  } catch (e) {
+    if (view !== state.view) return;
+    if (e.status === 404 && e.code === "job_not_found") { notice(""); showMissing(key, e); } else notice(e.message);
+    return;
+  }
+  if (view !== state.view) return;  // the page moved on while these were read
   notice("");
   renderJob(job);
   state.decisions = trail.decisions;
@@ -343,8 +444,8 @@ async function showJob(key) {
   renderJournal();
   state.messages = talk.messages;
   renderConversation();
-  renderDevMail(key);
-  const live = document.getElementById("job-live");
+  renderDevMail(key, view);
+  closeStream();
   const source = new EventSource("/v1/jobs/" + encodeURIComponent(key) + "/events?access_token=" + encodeURIComponent(state.token));
   state.source = source;
   source.addEventListener("open", () => { live.textContent = "● live"; });
@@ -361,7 +462,7 @@ async function showJob(key) {
     state.messages.push(m);
     if (state.messages.length > 200) state.messages.shift();
     renderConversation();
-    if (m.channel === "email") setTimeout(() => renderDevMail(key), 1500);
+    if (m.channel === "email") setTimeout(() => renderDevMail(key, view), 1500);
   });
   source.addEventListener("journal", (ev) => {
     state.journal.push(JSON.parse(ev.data));
@@ -376,30 +477,36 @@ function closeStream() {
 
 // -- navigation ------------------------------------------------------------------------
 
+// Every page change comes here (a click, back/forward, a new token): the previous
+// page's stream is closed and its work still on the way is made stale.
 function route() {
+  const view = ++state.view;
+  closeStream();
+  clearInterval(state.listTimer);
   const match = location.pathname.match(/^\/jobs\/(.+)$/);
   document.getElementById("list-view").hidden = Boolean(match);
   document.getElementById("job-view").hidden = !match;
-  clearInterval(state.listTimer);
   if (match) {
-    showJob(decodeURIComponent(match[1]));
+    showJob(decodeURIComponent(match[1]), view);
   } else {
-    closeStream();
     renderList(false);
     state.listTimer = setInterval(() => renderList(false), 2000);
   }
 }
 
 function go(path) {
-  history.pushState(null, "", path);
+  if (path !== location.pathname) history.pushState(null, "", path);
   route();
 }
 
+// The one navigation path: a link of the page (a[data-nav]) or a job row (tr[data-href]);
+// a click on a row's link is the link's, once. A modified click is the browser's.
 document.addEventListener("click", (ev) => {
-  const link = ev.target.closest("a[data-nav]");
-  if (!link) return;
+  const target = ev.target.closest("a[data-nav], tr[data-href]");
+  if (!target) return;
+  if (ev.button !== 0 || ev.metaKey || ev.ctrlKey || ev.shiftKey || ev.altKey) return;
   ev.preventDefault();
-  go(link.getAttribute("href"));
+  go(target.getAttribute("href") || target.dataset.href);
 });
 window.addEventListener("popstate", route);
 document.getElementById("status-filter").addEventListener("change", (ev) => {
