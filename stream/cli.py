@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from topics import InboxEvent, JobStart, Topics
 
     from .broker import EmbeddedBroker
+    from .ports import Listener
 
 __all__ = ["main"]
 
@@ -292,6 +293,7 @@ def dev(broker_port: int, loglevel: str) -> None:
 
     settings = _settings()
     _say(_native())
+    _check_dev_ports(settings, broker_port)
     if not settings.api_token_secret:
         # A secret for this session only, so the dev token printed below works.
         settings = dataclasses.replace(settings, api_token_secret=new_secret())
@@ -362,6 +364,50 @@ def dev(broker_port: int, loglevel: str) -> None:
     if died is not None and died.is_set():
         code = code or 1
     sys.exit(code)
+
+
+def _gateway_listeners(settings: Settings) -> list[Listener]:
+    from .ports import Listener
+
+    host = settings.gateway_host
+    return [
+        Listener(host, settings.api_port, "the gateway's API", "set LEMONGRAPH_API_PORT"),
+        Listener(host, settings.ui_port, "the gateway's UI", "set LEMONGRAPH_UI_PORT"),
+    ]
+
+
+def _check_dev_ports(settings: Settings, broker_port: int) -> None:
+    """Fail fast, naming the port and its setting, when a fixed port of ``dev``
+    is taken: the embedded broker's, the gateway's API and UI, and (when the
+    agents start) the mail ingress. The stand-in model, the demo tools and the
+    mail catcher take ports picked free."""
+    import os
+
+    from .ports import Listener, check_ports
+
+    listeners = []
+    if settings.kafka_url is None:
+        listeners.append(
+            Listener(
+                "127.0.0.1",
+                broker_port,
+                "the embedded broker",
+                "pass --broker-port (or set LEMONGRAPH_KAFKA_URL to use a running broker)",
+            )
+        )
+    listeners += _gateway_listeners(settings)
+    if settings.catalog_file.is_file():
+        raw = os.environ.get("LEMONGRAPH_MAIL_INGRESS_PORT", "").strip() or "2525"
+        if raw.isdigit():  # else mail-ingress itself says what is wrong with it
+            listeners.append(
+                Listener(
+                    "127.0.0.1",
+                    int(raw),
+                    "the mail ingress, where replies come in",
+                    "set LEMONGRAPH_MAIL_INGRESS_PORT",
+                )
+            )
+    check_ports(listeners)
 
 
 def _start_agents(settings: Settings, smtp_url: str | None = None) -> list[Callable[[], None]]:
@@ -966,6 +1012,9 @@ def standin(port: int, host: str, script: Path | None) -> None:
         rules = load_script(script) if script is not None else None
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+    from .ports import Listener, check_ports
+
+    check_ports([Listener(host, port, "the stand-in model", "pass --port")])
     answers = f"script {script}" if script is not None else "built-in policy"
     _say(f"standin: http://{host}:{port}/v1 ({answers})")
     uvicorn.run(build_standin(rules), host=host, port=port, log_level="warning")
@@ -1043,6 +1092,9 @@ def demo_tools(port: int, host: str) -> None:
 
     from agents.demo_tools import TOOL_URLS, build_demo_tools
 
+    from .ports import Listener, check_ports
+
+    check_ports([Listener(host, port, "the demo tools", "pass --port")])
     for name, path in TOOL_URLS.items():
         _say(f"demo-tools: {name}=http://{host}:{port}{path}")
     uvicorn.run(build_demo_tools(), host=host, port=port, log_level="warning")
@@ -1058,10 +1110,12 @@ def gateway() -> None:
     checked with API_TOKEN_SECRET; while it is empty every /v1 call is 401."""
     from .gateway import run_gateway
     from .kafka import run
+    from .ports import check_ports
     from .worker import ensure_all_topics
 
     settings = _settings()
     _require_kafka(settings)
+    check_ports(_gateway_listeners(settings))
     names = run(ensure_all_topics(settings))
     _say(f"topics: {len(names)} ready under prefix {settings.topic_prefix!r}")
     if not settings.api_token_secret:
