@@ -1,4 +1,4 @@
-"""Benchmark of the condition language (SPEC §3). Not a test: it prints figures.
+"""Benchmark of the condition language (docs/conditions.md). Not a test: it prints figures.
 
     python benchmarks/bench_condition.py            # full run
     python benchmarks/bench_condition.py --quick    # a few seconds (also LEMONGRAPH_BENCH_QUICK=1)

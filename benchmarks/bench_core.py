@@ -1,4 +1,4 @@
-"""Benchmark the pure decision core, ``JobGraph.next`` (SPEC §4).
+"""Benchmark the pure decision core, ``JobGraph.next`` (docs/decisions.md).
 
 Two measurements, both in-process and without I/O (no Kafka, no RocksDB):
 

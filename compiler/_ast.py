@@ -1,4 +1,5 @@
-"""The condition AST: frozen nodes, and the meaning of every atom (SPEC §3).
+"""The condition AST: frozen nodes, and the meaning of every atom (docs/conditions.md,
+'Three values').
 
 Each atom answers two questions, and nothing else in the package decides them:
 ``matches(fact)`` — does this occurrence count for the atom — and

@@ -1,4 +1,4 @@
-"""Compiled conditions: evaluation, explanation and incremental monitors (SPEC §3)."""
+"""Compiled conditions: evaluation, explanation and incremental monitors (docs/conditions.md)."""
 
 from __future__ import annotations
 

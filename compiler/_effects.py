@@ -1,5 +1,5 @@
 """What a decision returns: effects (as values, for the shell to carry out),
-transitions, and the step that holds them (SPEC §4)."""
+transitions, and the step that holds them (docs/decisions.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The decision core: ``JobGraph.next(state, now, input) -> Step`` (SPEC §2, §4).
+"""The decision core: ``JobGraph.next(state, now, input) -> Step``
+(docs/playbooks.md, 'How a job moves'; docs/decisions.md).
 
 Every milestone transition rule lives in this file, in ``_Decision``:
 

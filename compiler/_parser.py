@@ -31,7 +31,7 @@ from ._errors import ConditionError
 
 __all__ = ["DEFAULT_WINDOW", "MAX_WINDOW", "Duration", "parse"]
 
-#: The window of a condition without WITHIN (SPEC §3).
+#: The window of a condition without WITHIN (docs/conditions.md, 'Windows').
 DEFAULT_WINDOW = timedelta(days=30)
 #: The longest window a condition may ask for.
 MAX_WINDOW = timedelta(days=180)

@@ -1,5 +1,5 @@
 """Playbooks: the spec as authors write it (YAML or JSON), its validation with
-positions, and the compiled graph the decision core runs (SPEC §2)."""
+positions, and the compiled graph the decision core runs (docs/playbooks.md)."""
 
 from __future__ import annotations
 

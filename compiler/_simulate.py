@@ -1,5 +1,5 @@
 """Scenarios: scripted events on a virtual clock, run through the pure core,
-with expectations about where the job lands (SPEC §8).
+with expectations about where the job lands (docs/scenarios.md).
 
 This module parses scenario text and runs scenarios; finding files and printing
 reports is the shell's work (``stream/simulate.py``).

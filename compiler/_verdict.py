@@ -1,4 +1,5 @@
-"""Three-valued truth (SPEC §3): an enum, never ``None`` or a bool pretending."""
+"""Three-valued truth (docs/conditions.md, 'Three values'): an enum, never
+``None`` or a bool pretending."""
 
 from __future__ import annotations
 

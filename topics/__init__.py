@@ -1,5 +1,5 @@
 """The contract between lemongraph's producers and consumers: topic names and
-the pydantic model of every message on every topic (SPEC §5).
+the pydantic model of every message on every topic (docs/kafka.md).
 
 Every message is a JSON object with a ``type`` and a ``schema`` version. A
 consumer decodes with :func:`decode_inbox` (inbox) or the model's

@@ -1,4 +1,4 @@
-"""The HTTP gateway (SPEC §6): the API, the token scheme, the read model fed by
+"""The HTTP gateway (docs/api.md): the API, the token scheme, the read model fed by
 the ``jobs``, ``decisions`` and ``playbooks`` topics, and the UI page.
 
 Modules: ``tokens`` (minting and checking ``lemongraph_sk_`` tokens), ``errors``

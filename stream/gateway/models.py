@@ -1,7 +1,7 @@
 """The gateway's request and response bodies (what its OpenAPI document shows).
 
 Request bodies forbid unknown fields: in particular an event body cannot carry a
-``source`` — the token decides it (SPEC §4), so a body that tries is refused 422.
+``source`` — the token decides it (docs/api.md, 'Tokens'), so a body that tries is refused 422.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ without padding. The payload is compact JSON::
     {"v": 1, "src": "world", "name": "ops", "iat": 1767600000, "exp": 1767686400,
      "nonce": "9f2c..."}
 
-``src`` is the source stamped on every event the token sends (SPEC §4: the
+``src`` is the source stamped on every event the token sends (docs/api.md, 'Tokens': the
 ingress decides it, never the body). ``exp`` is absent for a token that does not
 expire. The signature covers the payload's base64 text exactly as sent, and is
 compared in constant time. Time is an argument (``now``, seconds since the epoch).

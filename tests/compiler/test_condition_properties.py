@@ -1,8 +1,8 @@
-"""Property tests for the condition language (SPEC §3), with hypothesis:
+"""Property tests for the condition language (docs/conditions.md), with hypothesis:
 
 1. soundness — a settled open-world verdict is the verdict of every extension
    of the facts, open or closed (monotone), and agrees with a reference
-   evaluator written here from the SPEC;
+   evaluator written here from docs/conditions.md;
 2. round trip — compile(print(ast)) gives the same AST, and printing is idempotent;
 3. robustness — arbitrary text raises nothing but ConditionError, at a real position.
 """
@@ -100,7 +100,7 @@ def fact_lists(prefix: str, max_size: int = 8) -> st.SearchStrategy[list[Fact]]:
     )
 
 
-# -- a reference evaluator, written from SPEC §3 alone ------------------------------
+# -- a reference evaluator, written from docs/conditions.md alone ------------------------------
 
 
 def _number(value: object) -> bool:

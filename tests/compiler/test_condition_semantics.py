@@ -1,8 +1,8 @@
-"""The condition language's meaning (SPEC §3): every atom kind in an open and a
-closed world, over present, absent and wrong-typed facts; Kleene logic; the
-explanation of a verdict; duplicate deliveries; and incremental monitors.
+"""The condition language's meaning (docs/conditions.md, 'Three values'): every atom
+kind in an open and a closed world, over present, absent and wrong-typed facts; Kleene
+logic; the explanation of a verdict; duplicate deliveries; and incremental monitors.
 
-Every expected verdict below is written out by hand from SPEC §3."""
+Every expected verdict below is written out by hand from docs/conditions.md."""
 
 from __future__ import annotations
 
@@ -394,7 +394,7 @@ def test_verdict_helpers() -> None:
     assert [v.value for v in (T, F, U)] == ["TRUE", "FALSE", "UNKNOWN"]
 
 
-# -- the SPEC's own examples ------------------------------------------------------------
+# -- the documented examples ------------------------------------------------------------
 
 
 def test_quiet_hours_complete_when_the_window_closes() -> None:

@@ -1,4 +1,4 @@
-"""The condition language's syntax (SPEC §3): what parses to which AST, how it
+"""The condition language's syntax (docs/conditions.md, 'Grammar'): what parses to which AST, how it
 prints back, and what is refused — with the exact line, column and caret."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Property tests for the decision core ``JobGraph.next`` (SPEC §2, §4), with hypothesis.
+"""Property tests for the decision core ``JobGraph.next`` (docs/playbooks.md,
+'How a job moves'; docs/decisions.md), with hypothesis.
 
 Random playbooks (small DAGs: 1–7 milestones, needs pointing to earlier milestones,
 merge all/any, conditions over a small vocabulary, optional due and goals,
@@ -250,7 +251,7 @@ def statuses(state: JobState | None, playbook: Playbook) -> dict[str, str]:
 
 
 def goals_decided(playbook: Playbook, status: dict[str, str]) -> bool:
-    """The job's goals are met or can no longer be met (SPEC §2), from statuses."""
+    """The job's goals are met or can no longer be met (docs/playbooks.md), from statuses."""
     goals = [status[g] for g in playbook.goals]
     if playbook.complete_when == "all":
         return all(s == "done" for s in goals) or any(s in LOST for s in goals)
@@ -262,7 +263,8 @@ def can_matter(playbook: Playbook, status: dict[str, str], target: str) -> bool:
 
     A path goal = x0 → x1 → … → xk = target along ``needs`` edges in which every
     x0 … x(k-1) is pending (only a milestone that is still waiting to open depends
-    on its needs); the goal itself must be unsettled. Written from SPEC §2 alone.
+    on its needs); the goal itself must be unsettled. Written from docs/playbooks.md
+    ('How a job moves', pruning) alone.
     """
     needs = {m.id: m.needs for m in playbook.milestones}
     frontier = [g for g in playbook.goals if status[g] not in SETTLED]

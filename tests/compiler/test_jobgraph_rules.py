@@ -1,7 +1,8 @@
-"""``JobGraph.next`` rule by rule (SPEC §2, §4): exact effect lists, transitions,
-idempotency, refusals, the clock, and the state's JSON and hash.
+"""``JobGraph.next`` rule by rule (docs/playbooks.md, 'How a job moves';
+docs/decisions.md): exact effect lists, transitions, idempotency, refusals, the clock,
+and the state's JSON and hash.
 
-Every expected effect is written out by hand from the SPEC and the playbooks here."""
+Every expected effect is written out by hand from those pages and the playbooks here."""
 
 from __future__ import annotations
 
@@ -670,8 +671,9 @@ def test_a_retried_agent_event_is_a_duplicate() -> None:
 
 
 def test_an_agent_key_never_blocks_the_worlds_evidence() -> None:
-    """SPEC §4: an agent event never counts toward a condition, so an agent that
-    (re)uses a key must not be able to swallow the world's event with that key."""
+    """docs/conditions.md, 'Evidence': an agent event never counts toward a condition,
+    so an agent that (re)uses a key must not be able to swallow the world's event with
+    that key."""
     graph = JobGraph(CHAIN)
     state, _ = started(graph)
     state = apply(graph, state, at(hours=1), Event("a", source="agent", idempotency_key="k"))

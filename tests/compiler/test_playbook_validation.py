@@ -1,5 +1,6 @@
-"""Playbook validation (SPEC §2): every refusal names the playbook (the source),
-the milestone and the position (line, column), and bad conditions carry a caret.
+"""Playbook validation (docs/playbooks.md, 'Checking a playbook'): every refusal names
+the playbook (the source), the milestone and the position (line, column), and bad
+conditions carry a caret.
 
 Every expected line and column below was counted by hand from the text."""
 

@@ -1,4 +1,4 @@
-"""compiler/ is the pure core: no I/O, no clock, no randomness (SPEC §4).
+"""compiler/ is the pure core: no I/O, no clock, no randomness (docs/decisions.md).
 
 The rule itself lives in compiler/ruff.toml and runs with `ruff check`. These
 tests make sure the rule is in force and catches what it should, by running ruff

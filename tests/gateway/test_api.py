@@ -1,5 +1,5 @@
 """The gateway's HTTP API through the real server and the real embedded broker:
-every status code of SPEC §6, tokens, the empty secret, the rate limit,
+every status code of docs/api.md, tokens, the empty secret, the rate limit,
 read-your-writes, source stamping and the live event stream."""
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""The real ``lemongraph`` console script: ``simulate`` and ``check`` (SPEC §8),
-run as a subprocess the way a user runs them."""
+"""The real ``lemongraph`` console script: ``simulate`` and ``check``
+(docs/scenarios.md; docs/playbooks.md, 'Checking a playbook'), run as a
+subprocess the way a user runs them."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ A dict stands in for the RocksDB table. After each ``process`` the test does wha
 the Faust layer does (stream/app.py): it "produces" the outputs (keeps them),
 writes ``Batch.writes()`` into the dict, then calls ``engine.committed(batch)``.
 
-Every expected value is written out by hand from SPEC §4-§5 and the playbooks
+Every expected value is written out by hand from docs/decisions.md, docs/kafka.md and the playbooks
 below; none is computed by the code under test.
 """
 

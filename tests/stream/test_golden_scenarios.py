@@ -1,5 +1,5 @@
-"""Golden scenarios: one file per rule of SPEC §2/§4 under tests/golden, each
-scenario's expectation written out by hand from the SPEC. Every scenario must
+"""Golden scenarios: one file per rule of docs/playbooks.md and docs/decisions.md under
+tests/golden, each scenario's expectation written out by hand from those pages. Every scenario must
 pass, and every file must be found and run (a silently skipped file fails)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The ``topics`` package: the inbox shapes producers may send, topic names,
-the codec, and the public names of ``topics`` and ``compiler`` (SPEC §5)."""
+the codec, and the public names of ``topics`` and ``compiler`` (docs/kafka.md)."""
 
 from __future__ import annotations
 
