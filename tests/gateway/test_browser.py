@@ -273,6 +273,11 @@ def _page(browser: Browser, problems: list[str]) -> Page:
         viewport={"width": 1280, "height": 900}, timezone_id="Asia/Tokyo", locale="en-GB"
     )
     page.on("pageerror", lambda exc: problems.append(str(exc)))
+    # the UI runs under the gateway's Content-Security-Policy: nothing it does is refused
+    page.on(
+        "console",
+        lambda m: problems.append(m.text) if "Content Security Policy" in m.text else None,
+    )
     page.add_init_script(TRACK_STREAMS)
     return page
 
