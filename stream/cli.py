@@ -294,10 +294,13 @@ def dev(broker_port: int, loglevel: str) -> None:
     settings = _settings()
     _say(_native())
     _check_dev_ports(settings, broker_port)
-    if not settings.api_token_secret:
-        # A secret for this session only, so the dev token printed below works.
+    made_up = not settings.api_token_secret
+    secret_dir = settings.data_dir  # before the embedded broker's own state folder
+    secret_file: Path | None = None
+    if made_up:
+        # A secret for this session only, so the dev token printed below works;
+        # written (never printed) where `lemongraph token` finds it.
         settings = dataclasses.replace(settings, api_token_secret=new_secret())
-        _say("gateway: API_TOKEN_SECRET is empty: using a random secret for this session")
     broker: EmbeddedBroker | None = None
     if settings.kafka_url is None:
         try:
@@ -334,6 +337,13 @@ def dev(broker_port: int, loglevel: str) -> None:
                 f"mail: outbound mail is caught at {catcher.url} (LEMONGRAPH_SMTP_URL is "
                 "unset): see it at GET /v1/dev/mail and on the job page"
             )
+        if made_up:
+            secret_file = _write_dev_secret(secret_dir, settings.api_token_secret)
+            _say(
+                "gateway: API_TOKEN_SECRET is empty: using a random secret for this session, "
+                f"written to {secret_file} (mode 0600): `lemongraph token` signs with it "
+                "while API_TOKEN_SECRET is unset"
+            )
         gateway = GatewayThread(
             settings, _say, dev_mail=catcher.mails if catcher is not None else None
         )
@@ -354,6 +364,8 @@ def dev(broker_port: int, loglevel: str) -> None:
             say=_say,
         )
     finally:
+        if secret_file is not None:  # first: a hard exit may cut the stopping short
+            _remove_dev_secret(secret_file, settings.api_token_secret)
         for stop in reversed(helpers):
             stop()
         if gateway is not None:
@@ -364,6 +376,32 @@ def dev(broker_port: int, loglevel: str) -> None:
     if died is not None and died.is_set():
         code = code or 1
     sys.exit(code)
+
+
+#: Where ``lemongraph dev`` keeps the API_TOKEN_SECRET it made up, under
+#: LEMONGRAPH_DATA_DIR, while it runs; ``lemongraph token`` reads it when
+#: API_TOKEN_SECRET is unset (docs/operations.md, "Tokens").
+DEV_SECRET_FILE = "dev-api-token-secret"  # noqa: S105 - a file name
+
+
+def _write_dev_secret(data_dir: Path, secret: str) -> Path:
+    import os
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    path = data_dir / DEV_SECRET_FILE
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()  # a stale one of a run that was killed: never reuse its mode
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(secret + "\n")
+    return path
+
+
+def _remove_dev_secret(path: Path, secret: str) -> None:
+    # Only ours: another `dev` on the same folder may have written its own since.
+    with contextlib.suppress(OSError):
+        if path.read_text(encoding="utf-8").strip() == secret:
+            path.unlink()
 
 
 def _gateway_listeners(settings: Settings) -> list[Listener]:
@@ -1141,8 +1179,9 @@ def gateway() -> None:
     "--name", default="cli", show_default=True, help="Who it is for (shown in status lines)."
 )
 def token(source: str, ttl: str, name: str) -> None:
-    """Mint an API token signed with API_TOKEN_SECRET; it is printed alone on the
-    last line."""
+    """Mint an API token signed with API_TOKEN_SECRET (when it is unset: with the
+    secret a running `lemongraph dev` made up, from LEMONGRAPH_DATA_DIR); it is
+    printed alone on the last line."""
     import time
 
     from compiler import parse_duration
@@ -1150,10 +1189,21 @@ def token(source: str, ttl: str, name: str) -> None:
     from .gateway import mint_token
 
     settings = _settings()
-    if not settings.api_token_secret:
-        raise click.ClickException(
-            "API_TOKEN_SECRET is empty: set it (the gateway checks tokens with the same secret)"
-        )
+    secret = settings.api_token_secret
+    if not secret:
+        # The secret a running `lemongraph dev` made up (see DEV_SECRET_FILE).
+        dev_file = settings.data_dir / DEV_SECRET_FILE
+        try:
+            secret = dev_file.read_text(encoding="utf-8").strip()
+        except OSError:
+            secret = ""
+        if not secret:
+            raise click.ClickException(
+                "API_TOKEN_SECRET is empty: set it (the gateway checks tokens with the same "
+                f"secret); a running `lemongraph dev` writes its own to {dev_file}, which is "
+                "not there"
+            )
+        click.echo(f"signed with the secret of `lemongraph dev` in {dev_file}", err=True)
     seconds: float | None = None
     if ttl.strip().lower() != "never":
         try:
@@ -1163,7 +1213,7 @@ def token(source: str, ttl: str, name: str) -> None:
         if seconds <= 0:
             raise click.BadParameter("must be more than zero", param_hint="--ttl")
     minted = mint_token(
-        settings.api_token_secret,
+        secret,
         now=time.time(),
         source=source,  # type: ignore[arg-type]  # click.Choice checked it
         name=name,
