@@ -37,7 +37,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiosmtpd.smtp import SMTP, Envelope, Session
 from compiler import to_iso
 from stream.config import Settings
-from stream.kafka import bootstrap_of
+from stream.kafka import bootstrap_of, client_kwargs
 from topics import JournalMail, MessageRecord, Topics, encode
 from topics.replies import ReplyRoute, ReplyTokenError, read_reply_address
 
@@ -184,7 +184,9 @@ class MailChannel:
         """Send what ``messages`` holds for email, committing as it goes."""
         consumer = AIOKafkaConsumer(
             self.topics.messages,
-            bootstrap_servers=bootstrap_of(self.settings.kafka_url or ""),
+            **client_kwargs(
+                bootstrap_of(self.settings.kafka_url or ""), self.settings.kafka_security
+            ),
             group_id=f"{self.settings.topic_prefix}mail",
             enable_auto_commit=False,
             auto_offset_reset="earliest",
@@ -257,7 +259,10 @@ class MailChannel:
         """Both directions until ``stopping`` is set."""
         self.stopping = stopping
         self.producer = AIOKafkaProducer(
-            bootstrap_servers=bootstrap_of(self.settings.kafka_url or ""), linger_ms=5
+            **client_kwargs(
+                bootstrap_of(self.settings.kafka_url or ""), self.settings.kafka_security
+            ),
+            linger_ms=5,
         )
         await self.producer.start()
         server = await self.serve(host, self.mail.ingress_port)

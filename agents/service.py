@@ -329,7 +329,11 @@ def build_service(
     # Tansu holds a fetch for its whole wait: keep it short there (stream/faust_tuning.py).
     set_fetch_max_wait(FETCH_MAX_WAIT_MS_TANSU if tansu else FETCH_MAX_WAIT_MS)
     options = common_settings(
-        settings.kafka_url, data_path(settings) / "faust", settings.partitions, tansu
+        settings.kafka_url,
+        data_path(settings) / "faust",
+        settings.partitions,
+        tansu,
+        settings.kafka_security,
     )
     topics = Topics(settings.topic_prefix)
     app = faust.App(f"{settings.topic_prefix}agents", **options)

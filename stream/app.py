@@ -94,7 +94,11 @@ class EngineApp:
 def faust_settings(settings: Settings, tansu: bool) -> dict[str, Any]:
     """Faust settings that work against both Apache Kafka and the embedded broker."""
     options = common_settings(
-        settings.kafka_url, settings.data_dir / "faust", settings.partitions, tansu
+        settings.kafka_url,
+        settings.data_dir / "faust",
+        settings.partitions,
+        tansu,
+        settings.kafka_security,
     )
     options.update(
         {

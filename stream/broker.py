@@ -291,7 +291,9 @@ async def ensure_topics(
     """
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=timeout_ms)
+    from .kafka import client_kwargs
+
+    admin = AIOKafkaAdminClient(**client_kwargs(bootstrap), request_timeout_ms=timeout_ms)
     await admin.start()
     try:
         existing = set(await admin.list_topics())
@@ -333,7 +335,9 @@ async def cluster_id(bootstrap: str, timeout_ms: int = 10_000) -> str:
     """The cluster id the broker reports (Tansu says ``tansu_cluster`` by default)."""
     from aiokafka.admin import AIOKafkaAdminClient
 
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=timeout_ms)
+    from .kafka import client_kwargs
+
+    admin = AIOKafkaAdminClient(**client_kwargs(bootstrap), request_timeout_ms=timeout_ms)
     await admin.start()
     try:
         described = await admin.describe_cluster()

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .errors import ConfigError
+
+if TYPE_CHECKING:
+    from .kafka import KafkaSecurity
 
 __all__ = ["ConfigError", "Settings", "read_dotenv"]
 
@@ -103,11 +107,31 @@ def _secret(env: dict[str, str], name: str) -> str:
     return value
 
 
+def _plaintext() -> KafkaSecurity:
+    from .kafka import KafkaSecurity  # here: stream.kafka loads aiokafka
+
+    return KafkaSecurity()
+
+
+def _kafka_security(env: dict[str, str], url: str | None) -> KafkaSecurity:
+    from .kafka import KafkaSecurity  # here: stream.kafka loads aiokafka
+
+    security = KafkaSecurity.from_env(env)
+    if url is None and security.protocol != "PLAINTEXT":
+        raise ConfigError(
+            f"LEMONGRAPH_KAFKA_SECURITY_PROTOCOL={security.protocol} needs LEMONGRAPH_KAFKA_URL: "
+            "the embedded broker listens on loopback, in plain text"
+        )
+    return security
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything lemongraph reads from its environment."""
 
     kafka_url: str | None = None  # None: start the embedded broker
+    #: How the Kafka clients authenticate and encrypt (LEMONGRAPH_KAFKA_SECURITY_PROTOCOL...).
+    kafka_security: KafkaSecurity = field(default_factory=_plaintext)
     playbooks_dir: Path = Path("playbooks")
     data_dir: Path = Path("data")
     topic_prefix: str = "lemongraph."
@@ -156,6 +180,7 @@ class Settings:
         prefix = env.get("LEMONGRAPH_TOPIC_PREFIX", "").strip() or "lemongraph."
         return cls(
             kafka_url=url,
+            kafka_security=_kafka_security(env, url),
             playbooks_dir=Path(env.get("LEMONGRAPH_PLAYBOOKS_DIR", "").strip() or "playbooks"),
             data_dir=Path(env.get("LEMONGRAPH_DATA_DIR", "").strip() or "data"),
             topic_prefix=prefix,

@@ -17,6 +17,8 @@ from typing import Any
 
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
+from .kafka import KafkaSecurity, configured_security
+
 __all__ = ["FETCH_MAX_WAIT_MS", "FETCH_MAX_WAIT_MS_TANSU", "common_settings", "set_fetch_max_wait"]
 
 #: How long a fetch may wait for data (see the module docstring): Apache Kafka
@@ -26,12 +28,19 @@ FETCH_MAX_WAIT_MS_TANSU = 20
 
 
 def common_settings(
-    kafka_url: str | None, datadir: Path, partitions: int, tansu: bool
+    kafka_url: str | None,
+    datadir: Path,
+    partitions: int,
+    tansu: bool,
+    security: KafkaSecurity | None = None,
 ) -> dict[str, Any]:
     """Faust settings every lemongraph app uses, on Apache Kafka and on the
-    embedded broker alike (the engine adds its batch settings to these)."""
+    embedded broker alike (the engine adds its batch settings to these);
+    ``security``: the environment's when None."""
+    chosen = security if security is not None else configured_security()
     options: dict[str, Any] = {
         "broker": kafka_url,
+        "broker_credentials": chosen.faust_credentials(),
         "datadir": str(datadir),
         "web_enabled": False,
         "topic_partitions": partitions,

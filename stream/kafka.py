@@ -1,25 +1,34 @@
-"""Small aiokafka helpers for the operator commands (no Faust here)."""
+"""Small aiokafka helpers for the operator commands, and how every Kafka client
+lemongraph makes connects: :func:`client_kwargs` for aiokafka clients and
+:meth:`KafkaSecurity.faust_credentials` for the Faust apps, from the
+``LEMONGRAPH_KAFKA_SECURITY_PROTOCOL`` / ``_SASL_*`` / ``_SSL_*`` settings
+(docs/operations.md, "Kafka security")."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import ssl
 import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.errors import KafkaError
 from aiokafka.structs import TopicPartition
 
-from .errors import KafkaUnavailable
+from .errors import ConfigError, KafkaUnavailable
 
 __all__ = [
     "ConsumedRecord",
+    "KafkaSecurity",
     "KafkaUnavailable",
     "bootstrap_of",
     "caught_up",
+    "client_kwargs",
     "producer",
     "read_topic",
     "run",
@@ -33,11 +42,151 @@ def bootstrap_of(url: str) -> str:
     return ",".join(part.strip() for part in rest.replace(";", ",").split(",") if part.strip())
 
 
+PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+@dataclass(frozen=True)
+class KafkaSecurity:
+    """How lemongraph's Kafka clients authenticate and encrypt."""
+
+    protocol: str = "PLAINTEXT"
+    sasl_mechanism: str = "PLAIN"
+    sasl_username: str = ""
+    sasl_password: str = ""
+    ssl_cafile: str = ""  # empty: the system's certificate authorities
+    ssl_certfile: str = ""  # a client certificate (mutual TLS), with its key
+    ssl_keyfile: str = ""
+
+    @property
+    def sasl(self) -> bool:
+        return self.protocol.startswith("SASL_")
+
+    @property
+    def tls(self) -> bool:
+        return self.protocol in ("SSL", "SASL_SSL")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> KafkaSecurity:
+        """Read ``LEMONGRAPH_KAFKA_SECURITY_PROTOCOL`` and the settings it needs;
+        raises :class:`ConfigError` for a combination that cannot connect."""
+
+        def get(name: str) -> str:
+            return env.get(f"LEMONGRAPH_KAFKA_{name}", "").strip()
+
+        protocol = get("SECURITY_PROTOCOL").upper() or "PLAINTEXT"
+        if protocol not in PROTOCOLS:
+            raise ConfigError(
+                f"LEMONGRAPH_KAFKA_SECURITY_PROTOCOL={protocol!r} must be one of "
+                + ", ".join(PROTOCOLS)
+            )
+        mechanism = get("SASL_MECHANISM").upper()
+        found = cls(
+            protocol=protocol,
+            sasl_mechanism=mechanism or "PLAIN",
+            sasl_username=get("SASL_USERNAME"),
+            sasl_password=env.get("LEMONGRAPH_KAFKA_SASL_PASSWORD", ""),
+            ssl_cafile=get("SSL_CAFILE"),
+            ssl_certfile=get("SSL_CERTFILE"),
+            ssl_keyfile=get("SSL_KEYFILE"),
+        )
+        sasl_given = [n for n in ("SASL_MECHANISM", "SASL_USERNAME", "SASL_PASSWORD") if get(n)]
+        ssl_given = [n for n in ("SSL_CAFILE", "SSL_CERTFILE", "SSL_KEYFILE") if get(n)]
+        if sasl_given and not found.sasl:
+            raise ConfigError(
+                f"LEMONGRAPH_KAFKA_{sasl_given[0]} is set but "
+                f"LEMONGRAPH_KAFKA_SECURITY_PROTOCOL is {protocol}: use SASL_SSL "
+                "(or SASL_PLAINTEXT on a network you trust)"
+            )
+        if ssl_given and not found.tls:
+            raise ConfigError(
+                f"LEMONGRAPH_KAFKA_{ssl_given[0]} is set but "
+                f"LEMONGRAPH_KAFKA_SECURITY_PROTOCOL is {protocol}: use SSL or SASL_SSL"
+            )
+        if found.sasl:
+            if found.sasl_mechanism not in MECHANISMS:
+                raise ConfigError(
+                    f"LEMONGRAPH_KAFKA_SASL_MECHANISM={mechanism!r} must be one of "
+                    + ", ".join(MECHANISMS)
+                )
+            if not found.sasl_username or not found.sasl_password:
+                raise ConfigError(
+                    f"LEMONGRAPH_KAFKA_SECURITY_PROTOCOL={protocol} needs "
+                    "LEMONGRAPH_KAFKA_SASL_USERNAME and LEMONGRAPH_KAFKA_SASL_PASSWORD"
+                )
+        if bool(found.ssl_certfile) != bool(found.ssl_keyfile):
+            raise ConfigError(
+                "LEMONGRAPH_KAFKA_SSL_CERTFILE and LEMONGRAPH_KAFKA_SSL_KEYFILE go together "
+                "(a client certificate and its key)"
+            )
+        for name in ssl_given:
+            if not Path(get(name)).is_file():
+                raise ConfigError(f"LEMONGRAPH_KAFKA_{name}={get(name)!r}: no such file")
+        if found.tls:
+            try:
+                found.ssl_context()
+            except (ssl.SSLError, OSError) as exc:
+                raise ConfigError(f"LEMONGRAPH_KAFKA_SSL_*: cannot use them: {exc}") from None
+        return found
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The TLS context (verifying the broker's certificate and host name)."""
+        if not self.tls:
+            return None
+        context = ssl.create_default_context(cafile=self.ssl_cafile or None)
+        if self.ssl_certfile:
+            context.load_cert_chain(self.ssl_certfile, self.ssl_keyfile)
+        return context
+
+    def aiokafka_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments every aiokafka client takes for this."""
+        options: dict[str, Any] = {"security_protocol": self.protocol}
+        if self.tls:
+            options["ssl_context"] = self.ssl_context()
+        if self.sasl:
+            options["sasl_mechanism"] = self.sasl_mechanism
+            options["sasl_plain_username"] = self.sasl_username
+            options["sasl_plain_password"] = self.sasl_password
+        return options
+
+    def faust_credentials(self) -> Any:
+        """Faust's ``broker_credentials`` for this (None for PLAINTEXT)."""
+        import faust  # here: the operator commands never load Faust
+
+        if self.sasl:
+            return faust.SASLCredentials(
+                username=self.sasl_username,
+                password=self.sasl_password,
+                mechanism=self.sasl_mechanism,
+                ssl_context=self.ssl_context(),
+            )
+        if self.tls:
+            return faust.SSLCredentials(self.ssl_context())
+        return None
+
+
+def configured_security() -> KafkaSecurity:
+    """What the environment (and ``.env``) configures."""
+    from .config import read_dotenv  # here: config imports this module
+
+    env = read_dotenv(Path(".env"))
+    env.update(os.environ)
+    return KafkaSecurity.from_env(env)
+
+
+def client_kwargs(bootstrap: str, security: KafkaSecurity | None = None) -> dict[str, Any]:
+    """``bootstrap_servers`` and the security settings, for any aiokafka client:
+    every one lemongraph makes is given these (``security``: the environment's
+    when None)."""
+    chosen = security if security is not None else configured_security()
+    return {"bootstrap_servers": bootstrap, **chosen.aiokafka_kwargs()}
+
+
 @asynccontextmanager
 async def producer(bootstrap: str, **options: Any) -> AsyncIterator[AIOKafkaProducer]:
     """A started producer that is flushed and stopped on exit."""
     options.setdefault("linger_ms", 5)
-    client = AIOKafkaProducer(bootstrap_servers=bootstrap, **options)
+    client = AIOKafkaProducer(**client_kwargs(bootstrap), **options)
     try:
         await client.start()
     except BaseException:
@@ -81,7 +230,7 @@ async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> list[int]:
 
 async def topic_partitions(bootstrap: str, topic: str) -> list[int]:
     """The partitions of ``topic`` (empty when it does not exist)."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(**client_kwargs(bootstrap), enable_auto_commit=False)
     await _start(consumer)
     try:
         return await _partitions(consumer, topic)
@@ -118,7 +267,7 @@ async def read_topic(
     answer is off by up to a batch) and nothing new arrived for ``idle`` seconds.
     """
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest"
+        **client_kwargs(bootstrap), enable_auto_commit=False, auto_offset_reset="earliest"
     )
     await _start(consumer)
     try:

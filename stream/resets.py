@@ -33,6 +33,7 @@ from aiokafka.errors import OffsetOutOfRangeError
 from aiokafka.structs import TopicPartition
 
 from .engine import Mark, fingerprint
+from .kafka import client_kwargs
 
 __all__ = ["ClusterWatch", "LogReset", "find_resets"]
 
@@ -72,7 +73,7 @@ async def find_resets(
     if not pending:
         return found
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
+        **client_kwargs(bootstrap),
         enable_auto_commit=False,
         auto_offset_reset="none",
         fetch_max_wait_ms=100,
@@ -168,7 +169,7 @@ class ClusterWatch:
             try:
                 if self._admin is None:
                     admin = AIOKafkaAdminClient(
-                        bootstrap_servers=self.bootstrap, request_timeout_ms=10_000
+                        **client_kwargs(self.bootstrap), request_timeout_ms=10_000
                     )
                     await admin.start()
                     self._admin = admin

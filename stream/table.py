@@ -79,13 +79,13 @@ class JobTable:
         from aiokafka import AIOKafkaConsumer
         from aiokafka.structs import TopicPartition
 
-        from .kafka import caught_up
+        from .kafka import caught_up, client_kwargs
 
         tps = [TopicPartition(self.changelog_topic, p) for p in sorted(partitions)]
         if not tps:
             return 0
         consumer = AIOKafkaConsumer(
-            bootstrap_servers=bootstrap, enable_auto_commit=False, fetch_max_wait_ms=50
+            **client_kwargs(bootstrap), enable_auto_commit=False, fetch_max_wait_ms=50
         )
         await consumer.start()
         applied = 0

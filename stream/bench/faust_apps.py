@@ -17,11 +17,14 @@ from typing import Any
 
 import faust
 
+from stream.kafka import configured_security
+
 
 def build(mode: str, broker: str, topic: str, datadir: str, expect: int, partitions: int) -> Any:
     app = faust.App(
         f"{topic}-{mode}",
         broker=broker,
+        broker_credentials=configured_security().faust_credentials(),
         datadir=datadir,
         store="rocksdb://",
         web_enabled=False,

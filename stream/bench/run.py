@@ -31,7 +31,7 @@ from aiokafka.structs import TopicPartition
 from stream import native
 from stream.broker import EmbeddedBroker, ensure_topics
 from stream.errors import BenchError
-from stream.kafka import bootstrap_of, producer, read_topic
+from stream.kafka import bootstrap_of, client_kwargs, producer, read_topic
 from topics import InboxEvent, JobStart, Topics, encode
 
 from .micro import core_decisions_per_s, tick_cost_ms
@@ -145,7 +145,7 @@ async def _produce(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]
 
 async def _consume_all(bootstrap: str, topic: str, count: int) -> float:
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
+        **client_kwargs(bootstrap),
         enable_auto_commit=False,
         auto_offset_reset="earliest",
         max_poll_records=10_000,

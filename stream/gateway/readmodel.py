@@ -28,7 +28,7 @@ from aiokafka.structs import TopicPartition
 from pydantic import TypeAdapter, ValidationError
 
 from compiler import LemongraphError, Playbook, compile_playbook
-from stream.kafka import caught_up
+from stream.kafka import caught_up, client_kwargs
 from topics import JobSnapshot, JournalRecord, MessageRecord, PlaybookRecord, Topics
 
 __all__ = ["AcceptedWrite", "JobEntry", "ReadModel"]
@@ -317,7 +317,7 @@ class ReadModel:
         """Read the three topics from the beginning and keep following until
         ``stopping`` is set."""
         consumer = AIOKafkaConsumer(
-            bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest"
+            **client_kwargs(bootstrap), enable_auto_commit=False, auto_offset_reset="earliest"
         )
         await consumer.start()
         try:

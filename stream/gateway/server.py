@@ -33,7 +33,7 @@ from agents.mail import MailSettings
 from stream.config import Settings
 from stream.errors import GatewayStartError
 from stream.files import load_playbooks_dir
-from stream.kafka import bootstrap_of
+from stream.kafka import bootstrap_of, client_kwargs
 from topics import Topics
 
 from .api import Gateway, build_api
@@ -145,7 +145,9 @@ async def serve(
     assert settings.kafka_url is not None
     bootstrap = bootstrap_of(settings.kafka_url)
     model = ReadModel(Topics(settings.topic_prefix), _playbooks(settings, say))
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", request_timeout_ms=15000)
+    producer = AIOKafkaProducer(
+        **client_kwargs(bootstrap, settings.kafka_security), acks="all", request_timeout_ms=15000
+    )
     await producer.start()
     guard = Guard(
         settings.api_token_secret,
