@@ -419,6 +419,7 @@ def test_the_job_page_says_what_is_settled_held_claimed_and_when(
 
     meta = page.locator("#job-meta").inner_text()
     assert "timers: due later " in meta
+    assert "next step: later (its task held back by due)" in meta
     assert "[object" not in page.locator("#job-view").inner_text()
     # subject and contacts on the job page, as text
     subject = page.locator("#job-subject").inner_text()

@@ -376,9 +376,13 @@ function renderJob(job) {
   const badge = document.getElementById("job-status");
   badge.textContent = job.status;
   badge.className = "badge status-" + job.status;
+  const next = job.milestones.find((m) => m.id === job.next_step);
+  const nextHeld = Boolean(next) && heldBack(job, next);
   fill(document.getElementById("job-meta"),
     `playbook ${job.playbook_key}${job.playbook_version ? " v" + job.playbook_version : ""} · `,
-    `${job.events} event(s) · next step: ${job.next_step || "none"} · frontier: ${job.frontier.join(", ") || "none"}`,
+    `${job.events} event(s) · next step: ${job.next_step || "none"}`,
+    nextHeld ? " (its task held back by due)" : null,
+    ` · frontier: ${job.frontier.join(", ") || "none"}`,
     job.started_at ? [" · started ", when(job.started_at)] : null,
     job.ended_at ? [" · ended ", when(job.ended_at)] : null,
     job.timers.length ? [" · timers: ", job.timers.map((t, i) => [i ? "; " : "", `${t.kind} ${t.milestone} `, when(t.at)])] : null,
