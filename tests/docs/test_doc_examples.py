@@ -203,3 +203,54 @@ def test_a_rotten_example_fails(tmp_path: Path) -> None:
     folder.mkdir()
     with pytest.raises(AssertionError, match="longer than the maximum of 180d"):
         test_marked_examples_print_what_the_page_shows(block, folder)
+
+
+# -- links ---------------------------------------------------------------------------
+
+_LINK = re.compile(r"\]\((?P<target>[^)\s]+)\)")
+
+
+def _slugs(page: Path) -> set[str]:
+    """The anchors GitHub gives a page's headings (outside fenced blocks)."""
+    slugs: set[str] = set()
+    seen: dict[str, int] = {}
+    fenced = False
+    for line in page.read_text(encoding="utf-8").splitlines():
+        if _FENCE.match(line):
+            fenced = not fenced
+            continue
+        if fenced or not line.startswith("#"):
+            continue
+        text = line.lstrip("#").strip().lower()
+        slug = re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+        count = seen.get(slug, 0)
+        seen[slug] = count + 1
+        slugs.add(slug if count == 0 else f"{slug}-{count}")
+    return slugs
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_id)
+def test_every_relative_link_resolves(page: Path) -> None:
+    """A link to a file of the repository, and to a heading in it, still lands."""
+    text = page.read_text(encoding="utf-8")
+    broken = []
+    for match in _LINK.finditer(text):
+        target = match.group("target")
+        if target.startswith(("http://", "https://", "mailto:")):
+            continue
+        path, _, anchor = target.partition("#")
+        file = (page.parent / path).resolve() if path else page
+        if not file.exists():
+            broken.append(f"{target}: no such file")
+        elif anchor and file.suffix == ".md" and anchor not in _slugs(file):
+            broken.append(f"{target}: no heading #{anchor} in {file.name}")
+    assert not broken, f"{page.name}: " + "; ".join(broken)
+
+
+def test_the_link_check_sees_a_broken_anchor(tmp_path: Path) -> None:
+    page = tmp_path / "a.md"
+    page.write_text("# Title\n\n## Two `words`: here\n", encoding="utf-8")
+    assert _slugs(page) == {"title", "two-words-here"}
+    page.write_text(page.read_text(encoding="utf-8") + "[ok](#two-words-here) [gone](a.md#three)\n")
+    with pytest.raises(AssertionError, match=r"no heading #three in a\.md"):
+        test_every_relative_link_resolves(page)
