@@ -4,9 +4,11 @@ decision in time (3), --no-wait, and a warning for an action no condition reads.
 
 from __future__ import annotations
 
+import subprocess
 import time
+import uuid
 
-from tests.lanes import Lane
+from tests.lanes import LEMONGRAPH, Lane
 
 
 def test_the_cli_says_what_the_worker_decided(lane: Lane) -> None:
@@ -86,3 +88,19 @@ def test_no_worker_means_no_decision_in_time_exit_3(lane: Lane) -> None:
     quick = lane.cli("start-job", "job-2", "onboarding", "--no-wait", check=False)
     assert quick.returncode == 0
     assert quick.stdout.startswith("sent to "), quick.stdout
+
+
+def test_no_topics_yet_means_no_decision_in_time_exit_3(lane: Lane) -> None:
+    # No worker ever ran under this prefix: there is no decisions topic to read.
+    env = lane.env(LEMONGRAPH_TOPIC_PREFIX=f"fresh{uuid.uuid4().hex[:8]}.")
+    done = subprocess.run(
+        [str(LEMONGRAPH), "start-job", "job-1", "onboarding", "--timeout", "1"],
+        cwd=lane.root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert done.stdout.startswith("no decision within 1 s: sent to "), done.stdout
