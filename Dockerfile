@@ -13,7 +13,14 @@ RUN apt-get update \
  && apt-get purge -y gcc libc6-dev && apt-get autoremove -y \
  && rm -rf /var/lib/apt/lists/* build
 COPY playbooks ./playbooks
+# An unprivileged user owns /data (a volume mounted there starts with this
+# ownership) and runs every command; nothing under /app is writable by it.
+RUN groupadd --system --gid 10001 lemongraph \
+ && useradd --system --uid 10001 --gid lemongraph --home-dir /data --no-create-home \
+      --shell /usr/sbin/nologin lemongraph \
+ && mkdir -p /data && chown lemongraph:lemongraph /data
 ENV LEMONGRAPH_PLAYBOOKS_DIR=/app/playbooks \
     LEMONGRAPH_DATA_DIR=/data
 VOLUME ["/data"]
+USER 10001:10001
 ENTRYPOINT ["lemongraph"]

@@ -42,6 +42,16 @@ def bootstrap_of(url: str) -> str:
     return ",".join(part.strip() for part in rest.replace(";", ",").split(",") if part.strip())
 
 
+#: The variables :meth:`KafkaSecurity.from_env` reads.
+SECURITY_VARIABLES = (
+    "LEMONGRAPH_KAFKA_SECURITY_PROTOCOL",
+    "LEMONGRAPH_KAFKA_SASL_MECHANISM",
+    "LEMONGRAPH_KAFKA_SASL_USERNAME",
+    "LEMONGRAPH_KAFKA_SASL_PASSWORD",
+    "LEMONGRAPH_KAFKA_SSL_CAFILE",
+    "LEMONGRAPH_KAFKA_SSL_CERTFILE",
+    "LEMONGRAPH_KAFKA_SSL_KEYFILE",
+)
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 

@@ -11,6 +11,7 @@ import yaml
 from click.testing import CliRunner
 
 from stream.cli import main
+from stream.kafka import SECURITY_VARIABLES
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,6 +24,7 @@ def test_compose_services_use_real_commands_and_known_settings() -> None:
     )
     sources = [
         ROOT / "stream" / "config.py",
+        ROOT / "stream" / "kafka.py",
         ROOT / "stream" / "cli.py",
         ROOT / "agents" / "model.py",
         ROOT / "agents" / "mail.py",
@@ -51,4 +53,27 @@ def test_compose_services_use_real_commands_and_known_settings() -> None:
         gateway["environment"]["LEMONGRAPH_GATEWAY_HOST"] == "0.0.0.0"
     )  # reachable in a container
     assert "API_TOKEN_SECRET" in gateway["environment"]
-    assert {"3000:3000", "3002:3002"} <= set(gateway["ports"])
+    assert {f"{LOOPBACK}:3000:3000", f"{LOOPBACK}:3002:3002"} <= set(gateway["ports"])
+
+
+LOOPBACK = "${LEMONGRAPH_PUBLISH_ADDRESS:-127.0.0.1}"
+
+
+def test_compose_publishes_on_loopback_and_runs_no_container_as_root() -> None:
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    for name, service in compose["services"].items():
+        for port in service.get("ports", ()):
+            assert str(port).startswith(LOOPBACK + ":"), (
+                f"{name} publishes {port} on every interface"
+            )
+        if name != "kafka":  # the apache/kafka image runs as its own appuser
+            assert service["user"] == "10001:10001", name
+            assert service["cap_drop"] == ["ALL"], name
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert "useradd --system --uid 10001" in dockerfile
+    user_lines = [line for line in dockerfile.splitlines() if line.startswith("USER ")]
+    assert user_lines == ["USER 10001:10001"]
+    assert dockerfile.rstrip().splitlines()[-1].startswith("ENTRYPOINT")
+    # every Kafka security setting reaches the services that talk to the broker
+    for name in ("worker", "ticker", "gateway", "agents"):
+        assert set(SECURITY_VARIABLES) <= set(compose["services"][name]["environment"]), name
