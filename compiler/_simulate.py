@@ -7,7 +7,7 @@ reports is the shell's work (``stream/simulate.py``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -24,7 +24,7 @@ from ._inputs import Event, Start, Tick
 from ._jobgraph import JobGraph
 from ._playbook import Playbook, compile_playbook
 from ._printer import print_expr
-from ._source import Located, load_located
+from ._source import Located, did_you_mean, load_located
 from ._state import JobState
 from ._time import require_aware
 from ._verdict import Verdict
@@ -146,8 +146,25 @@ def parse_scenarios(text: str, source: str) -> ScenarioFile:
             message = err["msg"].removeprefix("Value error, ")
             if err["type"] == "extra_forbidden":
                 message = f"unknown field {loc[-1]!r}"
+                near = did_you_mean(str(loc[-1]), _fields_at(loc))
+                if near is not None:
+                    message += f" (did you mean {near!r}?)"
             lines.append(f"{where}: {dotted}: {message}")
         raise ScenarioError("\n".join(lines)) from None
+
+
+def _fields_at(loc: tuple[str | int, ...]) -> Collection[str]:
+    """The fields allowed where an unknown field ``loc`` was written."""
+    inner: type[BaseModel] = ScenarioFile
+    if len(loc) == 3:
+        inner = Scenario
+    elif len(loc) == 5 and loc[2] == "events":
+        inner = ScenarioEvent
+    elif len(loc) == 4 and loc[2] == "expect":
+        inner = Expectation
+    elif len(loc) != 1:
+        return ()
+    return inner.model_fields
 
 
 @dataclass

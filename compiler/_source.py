@@ -12,7 +12,7 @@ from pydantic_core import ErrorDetails
 
 from ._errors import LemongraphError
 
-__all__ = ["Located", "Position", "SourceError", "field_problem", "load_located"]
+__all__ = ["Located", "Position", "SourceError", "did_you_mean", "field_problem", "load_located"]
 
 Path = tuple[str | int, ...]
 
@@ -125,7 +125,11 @@ SYNONYMS: dict[str, tuple[str, ...]] = {
     "dependencies": ("needs",),
     "requires": ("needs",),
     "prerequisites": ("needs",),
-    "when": ("condition",),
+    "when": ("condition", "at"),
+    "time": ("at",),
+    "expected": ("expect",),
+    "expectation": ("expect",),
+    "props": ("properties",),
     "done_when": ("condition",),
     "until": ("condition",),
     "name": ("id", "instructions"),

@@ -532,3 +532,22 @@ def test_a_playbook_file_that_cannot_be_read_names_the_file(tmp_path: Path) -> N
     (p,) = info.value.problems
     assert p.source == str(path)
     assert "cannot read" in p.message
+
+
+# -- scenario files get the same guesses -------------------------------------------------
+
+
+def test_an_unknown_scenario_field_says_which_was_meant() -> None:
+    from compiler import ScenarioError, parse_scenarios
+
+    text = (
+        "playbook: x.yaml\nscenarios:\n  - name: a\n    base: 2026-01-05T09:00:00Z\n"
+        "    events:\n      - {at: 1h, action: x, props: {}}\n    expected: {status: done}\n"
+        "  - name: b\n    base: 2026-01-05T09:00:00Z\n    expect: {stauts: done}\n"
+    )
+    with pytest.raises(ScenarioError) as info:
+        parse_scenarios(text, "s.yaml")
+    message = str(info.value)
+    assert "unknown field 'props' (did you mean 'properties'?)" in message
+    assert "unknown field 'expected' (did you mean 'expect'?)" in message
+    assert "unknown field 'stauts' (did you mean 'status'?)" in message
