@@ -204,6 +204,14 @@ class EmbeddedBroker:
                 msg = self._diagnostics()
                 self._cleanup_files()
                 self._proc = None
+                if "AddrInUse" in msg:
+                    # Taken between `lemongraph dev`'s port check and now: say so,
+                    # not the broker's panic.
+                    raise BrokerStartError(
+                        f"port {self.port} is in use (the embedded broker; pass "
+                        "--broker-port to change it, or set LEMONGRAPH_KAFKA_URL to use a "
+                        "running broker)"
+                    )
                 raise BrokerStartError(f"tansu exited with code {code} during startup\n{msg}")
             if self._reported_ready() and self._accepts_connections():
                 # tansu prints "listening on" *before* binding; "ready in" only

@@ -102,3 +102,14 @@ def test_a_server_command_names_a_taken_port(taken: int, tmp_path: Path, command
     assert f"port {taken} is in use" in done.stderr
     assert "pass --port" in done.stderr
     assert took < 20
+
+
+def test_the_embedded_broker_names_a_taken_port_without_its_panic(taken: int) -> None:
+    # What `lemongraph dev` says when the port is taken after its check.
+    from stream.broker import EmbeddedBroker
+    from stream.errors import BrokerStartError
+
+    with pytest.raises(BrokerStartError) as info:
+        EmbeddedBroker(taken).start()
+    assert str(info.value).startswith(f"port {taken} is in use (the embedded broker; pass ")
+    assert "panic" not in str(info.value)
