@@ -147,6 +147,13 @@ class Settings:
     rate_burst: int = 40
     #: The largest request body the gateway reads, in bytes.
     max_body: int = 65536
+    #: The gateway's read model (docs/operations.md, "The gateway's memory"):
+    #: jobs it holds in memory, the bytes (as JSON) it holds per job and in all,
+    #: and how long an accepted write is listed in ``pending_writes`` at most.
+    gateway_jobs: int = 10_000
+    gateway_job_bytes: int = 1 << 20
+    gateway_memory: int = 128 << 20
+    gateway_pending_ttl: float = 300.0
     #: Seconds a client has to send a request's headers and body; then it is cut off.
     request_timeout: float = 10.0
     #: Connections each gateway port holds open at once; more are refused.
@@ -193,6 +200,10 @@ class Settings:
             rate_limit=_float(env, "LEMONGRAPH_RATE_LIMIT", 20.0),
             rate_burst=_int(env, "LEMONGRAPH_RATE_BURST", 40),
             max_body=_int(env, "LEMONGRAPH_API_MAX_BODY", 65536),
+            gateway_jobs=_int(env, "LEMONGRAPH_GATEWAY_JOBS", 10_000),
+            gateway_job_bytes=_int(env, "LEMONGRAPH_GATEWAY_JOB_BYTES", 1 << 20, low=1024),
+            gateway_memory=_int(env, "LEMONGRAPH_GATEWAY_MEMORY", 128 << 20, low=1 << 20),
+            gateway_pending_ttl=_seconds(env, "LEMONGRAPH_GATEWAY_PENDING_TTL", 300.0),
             request_timeout=_seconds(
                 env, "LEMONGRAPH_GATEWAY_REQUEST_TIMEOUT", 10.0, positive=True
             ),

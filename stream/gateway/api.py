@@ -1,4 +1,4 @@
-"""The HTTP API of SPEC §6 (FastAPI): writes go to the inbox, reads come from
+"""The HTTP API of docs/api.md (FastAPI): writes go to the inbox, reads come from
 the read model. ``build_api`` returns the ASGI app; :class:`Gateway` holds what
 its routes share."""
 
@@ -48,7 +48,7 @@ from .models import (
     PlaybookView,
     StartJobBody,
 )
-from .readmodel import AcceptedWrite, ReadModel
+from .readmodel import AcceptedWrite, JobEntry, ReadModel, idem
 from .tokens import Principal
 from .views import job_summary, job_view
 
@@ -251,7 +251,8 @@ def build_api(gateway: Gateway) -> FastAPI:
             entry = model.entry(body.key)
             if entry is None:
                 raise ApiError(404, "job_not_found", f"no job {body.key!r}")
-            earlier = entry.idempotency.get(body.idempotency_key or "")
+            given = body.idempotency_key
+            earlier = entry.idempotency.get(idem(principal.source, given)) if given else None
             if earlier is not None:
                 return Accepted(
                     type="event",
@@ -299,7 +300,7 @@ def build_api(gateway: Gateway) -> FastAPI:
                 raise ApiError(404, "job_not_found", f"no job {key!r}")
             message_id = body.message_id or f"web-{uuid.uuid4().hex}"
             event_key = f"msg:{message_id}"
-            earlier = entry.idempotency.get(event_key)
+            earlier = entry.idempotency.get(idem("world", event_key))
             if earlier is not None or message_id in model.message_ids.get(key, ()):
                 return MessageAccepted(
                     key=key, message_id=message_id, event_id=event_key,
@@ -378,7 +379,8 @@ def build_api(gateway: Gateway) -> FastAPI:
                 key=key, kind="bounce" if record is None else "reply",
                 message_id=message_id, event_id=event_key,
             )  # fmt: skip
-            if event_key in entry.idempotency or message_id in model.message_ids.get(key, ()):
+            remembered = idem(event.source, event_key) in entry.idempotency
+            if remembered or message_id in model.message_ids.get(key, ()):
                 return answer.model_copy(update={"duplicate": True})
             if record is not None:
                 await gateway.send(model.topics.messages, key, encode(record))
@@ -421,7 +423,17 @@ def build_api(gateway: Gateway) -> FastAPI:
         cursor: Annotated[str | None, Query(max_length=200, description="A page's `next`.")] = None,
     ) -> JobList:
         """Jobs by key, a page at a time."""
-        rows = [job_summary(e) for e in model.jobs.values() if e.visible]
+        rows = [
+            job_summary(e).model_copy(update={"in_memory": e.in_memory})
+            for e in model.jobs.values()
+            if e.visible
+        ]
+        rows += [  # jobs evicted from memory, as their summary says
+            job_summary(JobEntry(k, snapshot=s, in_memory=False)).model_copy(
+                update={"in_memory": False}
+            )
+            for k, s in model.gone.items()
+        ]
         if status is not None:
             rows = [r for r in rows if r.status == status]
         rows.sort(key=lambda r: r.key)
@@ -441,7 +453,7 @@ def build_api(gateway: Gateway) -> FastAPI:
         return kept[-limit:], len(kept)
 
     def visible(key: str) -> Any:
-        entry = model.jobs.get(key)
+        entry = model.lookup(key)
         if entry is None or not entry.visible:
             raise ApiError(404, "job_not_found", f"no job {key!r}")
         return entry
@@ -451,7 +463,7 @@ def build_api(gateway: Gateway) -> FastAPI:
         """A job: status, milestones with state, deadline and verdict explanation,
         the frontier (the first is the next best step), pending timers, and this
         gateway's accepted writes that no decision reflects yet."""
-        return job_view(model, visible(key))
+        return _view(model, visible(key))
 
     @app.get(
         "/v1/jobs/{key}/decisions",
@@ -543,6 +555,18 @@ def _playbook(model: ReadModel, key: str, version: int | None) -> PlaybookView:
     )
 
 
+def _view(model: ReadModel, entry: JobEntry) -> JobView:
+    """The job's view; for a job evicted from memory, what its summary says."""
+    view = job_view(model, entry)
+    if entry.in_memory or entry.snapshot is None:
+        return view
+    states = entry.snapshot.milestones
+    milestones = [
+        m.model_copy(update={"state": states.get(m.id, m.state)}) for m in view.milestones
+    ]
+    return view.model_copy(update={"in_memory": False, "milestones": milestones})
+
+
 def _now_iso() -> str:
     return datetime.now(UTC).isoformat().replace("+00:00", "Z")
 
@@ -567,7 +591,7 @@ async def _follow(gateway: Gateway, key: str) -> AsyncIterator[bytes]:
         yield b"retry: 2000\n\n"
         entry = model.jobs.get(key)
         if entry is not None:
-            yield _sse("job", job_view(model, entry).model_dump(mode="json"))
+            yield _sse("job", _view(model, entry).model_dump(mode="json"))
         while not gateway.stopping.is_set():
             try:
                 await asyncio.wait_for(flag.wait(), timeout=_KEEPALIVE_SECONDS)
@@ -591,6 +615,6 @@ async def _follow(gateway: Gateway, key: str) -> AsyncIterator[bytes]:
             said = total
             entry = model.jobs.get(key)
             if entry is not None:
-                yield _sse("job", job_view(model, entry).model_dump(mode="json"))
+                yield _sse("job", _view(model, entry).model_dump(mode="json"))
     finally:
         model.unwatch(key, flag)

@@ -237,6 +237,11 @@ class JobView(BaseModel):
     #: What the job is about and who the agents talk to (from its start).
     subject: dict[str, Any] = Field(default_factory=dict)
     contacts: list[Any] = Field(default_factory=list)
+    #: False when this gateway let go of the job to bound its memory
+    #: (docs/operations.md): status, milestone states and ``seq`` are its last
+    #: snapshot's; deadlines, explanations, evidence and timers are not held
+    #: (they are on the topics) until the job's next snapshot brings it back.
+    in_memory: bool = True
 
 
 class JobSummary(BaseModel):
@@ -250,6 +255,8 @@ class JobSummary(BaseModel):
     updated_at: str | None
     milestones: dict[str, str]
     next_step: str | None
+    #: False for a job this gateway evicted from memory (see ``JobView``).
+    in_memory: bool = True
     #: What the job is about (from its start), for the list to show.
     subject: dict[str, Any] = Field(default_factory=dict)
 

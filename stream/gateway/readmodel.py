@@ -10,13 +10,35 @@ answer can be off by up to a batch, so it is not used).
 An accepted write stays *pending* until a decision whose origin is its inbox
 partition and offset arrives — or any later offset of that partition is decided
 (inbox records are decided in order per partition, so an earlier one that made
-no decision, e.g. a retried idempotency key, is settled too).
+no decision, e.g. a retried idempotency key, is settled too). A retried
+idempotency key makes no decision at all, so a pending event whose key (per
+source, as the engine remembers keys) an applied decision already carries is
+settled by that decision; and a write pending longer than ``pending_ttl``
+seconds is dropped from the list (it is still on the inbox and will be decided;
+only this gateway's reminder of it goes).
+
+**What it keeps** (docs/operations.md, "The gateway's memory"). Per job: the
+newest decisions, events, journal records, messages and idempotency keys, up
+to the counts below and, together, ``job_bytes`` bytes (as JSON): past that the
+oldest record of the largest kind goes (never a kind's newest). In all: at most
+``jobs_kept`` jobs and ``memory_bytes`` bytes; past either, the least recently
+used job that nobody watches and that has no pending write is evicted whole.
+What is left of it is its snapshot's summary (status, milestone states, seq),
+so a read answers ``in_memory: false`` rather than 404, a write to it is taken,
+and its next snapshot brings it back; past ``10 × jobs_kept`` such summaries the
+oldest is forgotten. Everything dropped stays on the topics.
+
+Idempotency keys are learnt from applied decisions too, not only from this
+gateway's own writes: a retry sent after a restart, or of a key another
+producer sent, is answered ``duplicate`` without writing again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -46,6 +68,22 @@ _JOURNAL: TypeAdapter[Any] = TypeAdapter(JournalRecord)
 EVENTS_KEPT = 1000
 #: Idempotency keys this gateway remembers per job.
 IDEMPOTENCY_KEPT = 1000
+#: Seconds an accepted write stays in ``pending_writes`` at most.
+PENDING_TTL = 300.0
+#: Jobs held in memory, and the bytes (as JSON) held per job and in all.
+JOBS_KEPT = 10_000
+JOB_BYTES = 1 << 20
+MEMORY_BYTES = 128 << 20
+#: Accepted writes listed as pending per job (the oldest go first).
+PENDING_KEPT = 200
+#: The kinds of record kept per job within its byte budget.
+_KINDS = ("decisions", "events", "journal", "messages", "idempotency")
+
+
+def idem(source: object, key: object) -> str:
+    """How an idempotency key is remembered: per source, as the engine does
+    (compiler ``remembered_key``), so one source's key never blocks another's."""
+    return f"{source or 'world'}:{key}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +95,8 @@ class AcceptedWrite:
     offset: int
     accepted_at: str
     message: dict[str, Any]
+    #: When it was accepted (seconds since the epoch), for ``pending_ttl``.
+    at: float = field(default_factory=time.time)
 
 
 @dataclass
@@ -72,6 +112,9 @@ class JobEntry:
     #: The job's subject and contacts, from its applied start.
     subject: dict[str, Any] = field(default_factory=dict)
     contacts: list[Any] = field(default_factory=list)
+    #: False for a job brought back from eviction: ``snapshot`` is only its
+    #: summary (status, milestone states) until the next snapshot arrives.
+    in_memory: bool = True
 
     @property
     def exists(self) -> bool:
@@ -88,8 +131,32 @@ class JobEntry:
 class ReadModel:
     """Jobs by key, their newest decisions, the playbooks; watchers per job."""
 
-    def __init__(self, topics: Topics, playbooks: dict[str, dict[int, dict[str, Any]]]) -> None:
+    def __init__(
+        self,
+        topics: Topics,
+        playbooks: dict[str, dict[int, dict[str, Any]]],
+        *,
+        pending_ttl: float = PENDING_TTL,
+        jobs_kept: int = JOBS_KEPT,
+        job_bytes: int = JOB_BYTES,
+        memory_bytes: int = MEMORY_BYTES,
+    ) -> None:
         self.topics = topics
+        self.pending_ttl = pending_ttl
+        self.jobs_kept = jobs_kept
+        self.job_bytes = job_bytes
+        self.memory_bytes = memory_bytes
+        #: Bytes held per job, by kind (and "snapshot"); their sum in all.
+        self._held: dict[str, dict[str, int]] = {}
+        self.held_bytes = 0
+        #: Jobs by last use, least recent first.
+        self._recent: OrderedDict[str, None] = OrderedDict()
+        #: Evicted jobs: their snapshot's summary (no detail, no timers).
+        self.gone: OrderedDict[str, JobSnapshot] = OrderedDict()
+        self.evicted = 0  # jobs evicted from memory
+        self.forgotten = 0  # evicted jobs whose summary went too
+        self.trimmed = 0  # records dropped for a job's byte budget
+        self._pending_jobs: set[str] = set()  # keys of jobs with pending writes
         self.playbooks = playbooks
         self.jobs: dict[str, JobEntry] = {}
         self.decisions: dict[str, deque[dict[str, Any]]] = {}
@@ -140,8 +207,109 @@ class ReadModel:
 
     def entry(self, key: str) -> JobEntry | None:
         """The job ``key`` if it exists (see :attr:`JobEntry.exists`)."""
-        entry = self.jobs.get(key)
+        entry = self.lookup(key)
         return entry if entry is not None and entry.exists else None
+
+    def lookup(self, key: str) -> JobEntry | None:
+        """The job's entry, if any: an evicted job comes back as its summary
+        (``in_memory`` False). Counts as a use of the job."""
+        entry = self.jobs.get(key)
+        if entry is None:
+            summary = self.gone.pop(key, None)
+            if summary is None:
+                return None
+            entry = self.jobs[key] = JobEntry(key, snapshot=summary, in_memory=False)
+            self._add(key, "snapshot", len(summary.key) + 200 * (1 + len(summary.milestones)))
+            self._touch(key)
+            self._fit(key)
+        self._touch(key)
+        return entry
+
+    # -- memory ----------------------------------------------------------------------
+
+    def _touch(self, key: str) -> None:
+        self._recent[key] = None
+        self._recent.move_to_end(key)
+
+    def _add(self, key: str, kind: str, size: int) -> None:
+        held = self._held.setdefault(key, {})
+        held[kind] = held.get(kind, 0) + size
+        self.held_bytes += size
+
+    def _take(self, key: str, kind: str, size: int) -> None:
+        held = self._held.get(key)
+        if held is not None:
+            held[kind] = held.get(kind, 0) - size
+        self.held_bytes -= size
+
+    def _pop_oldest(self, key: str, kind: str) -> bool:
+        """Drop the oldest record of ``kind`` for job ``key`` (never the newest)."""
+        size = 0
+        if kind in ("decisions", "journal", "messages"):
+            kept: deque[dict[str, Any]] | None = getattr(self, kind).get(key)
+            if kept is None or len(kept) < 2:
+                return False
+            record = kept.popleft()
+            size = _size(record)
+            if kind == "messages":
+                self.message_ids.get(key, set()).discard(record["message_id"])
+        elif kind == "events":
+            events = self.events.get(key)
+            if events is None or len(events) < 2:
+                return False
+            size = _size(events.popitem(last=False)[1])
+        else:
+            entry = self.jobs.get(key)
+            if entry is None or len(entry.idempotency) < 2:
+                return False
+            size = _write_size(entry.idempotency.popitem(last=False)[1])
+        self._take(key, kind, size)
+        return True
+
+    def _fit(self, key: str) -> None:
+        """Keep job ``key`` within its byte budget, then the model within its own."""
+        held = self._held.get(key)
+        while held is not None and sum(held.values()) > self.job_bytes:
+            kinds = sorted(_KINDS, key=lambda k: held.get(k, 0), reverse=True)
+            if not any(self._pop_oldest(key, k) for k in kinds):
+                break
+            self.trimmed += 1
+        while len(self._recent) > self.jobs_kept or self.held_bytes > self.memory_bytes:
+            # The least recently used job that is not busy (busy ones are few).
+            idle = next((k for k in self._recent if k != key and not self._busy(k)), None)
+            if idle is None:
+                break
+            self.evict(idle)
+
+    def _busy(self, key: str) -> bool:
+        """Watched, or with writes of this gateway no decision reflects yet."""
+        if key in self._watchers:
+            return True
+        entry = self.jobs.get(key)
+        if entry is None:
+            return False
+        starting = entry.start is not None and entry.snapshot is None and entry.refused is None
+        return starting or bool(entry.pending)
+
+    def evict(self, key: str) -> None:
+        """Let go of everything held for job ``key`` but its summary."""
+        entry = self.jobs.pop(key, None)
+        for kept in (
+            self.decisions, self.journal, self.messages, self.message_ids, self.events,
+            self.decision_totals, self.journal_totals, self.message_totals,
+        ):  # fmt: skip
+            kept.pop(key, None)
+        self.held_bytes -= sum(self._held.pop(key, {}).values())
+        self._recent.pop(key, None)
+        self._pending_jobs.discard(key)
+        self.evicted += 1
+        if entry is None or entry.snapshot is None:
+            return
+        snapshot = entry.snapshot
+        self.gone[key] = snapshot.model_copy(update={"detail": {}, "timers": []})
+        while len(self.gone) > 10 * max(1, self.jobs_kept):
+            self.gone.popitem(last=False)
+            self.forgotten += 1
 
     # -- accepted writes -----------------------------------------------------------
 
@@ -154,18 +322,51 @@ class ReadModel:
 
     def accepted(self, key: str, write: AcceptedWrite) -> None:
         """Record a write the broker acknowledged."""
-        entry = self.reserve(key)
+        entry = self.lookup(key) or self.reserve(key)
+        self._touch(key)
+        if write.type != "job.start":
+            # What a pending write and a retry need; the value stays on the inbox.
+            message = {k: write.message.get(k) for k in ("type", "action", "source")}
+            message["idempotency_key"] = write.message.get("idempotency_key")
+            write = dataclasses.replace(write, message=message)
         if write.type == "job.start":
             entry.start = write
             entry.refused = self._refused_starts.get((write.partition, write.offset))
         elif write.offset > self.decided.get(write.partition, -1):
             entry.pending.append(write)
-        idem = write.message.get("idempotency_key")
-        if idem:
-            entry.idempotency[idem] = write
-            while len(entry.idempotency) > IDEMPOTENCY_KEPT:
-                entry.idempotency.popitem(last=False)
+            del entry.pending[:-PENDING_KEPT]
+            self._pending_jobs.add(key)
+        given = write.message.get("idempotency_key")
+        if given:
+            self._remember(entry, idem(write.message.get("source"), given), write)
         self._changed(key)
+        self._fit(key)
+
+    def _remember(self, entry: JobEntry, key: str, write: AcceptedWrite) -> None:
+        earlier = entry.idempotency.pop(key, None)
+        if earlier is not None:
+            self._take(entry.key, "idempotency", _write_size(earlier))
+        entry.idempotency[key] = write
+        self._add(entry.key, "idempotency", _write_size(write))
+        while len(entry.idempotency) > IDEMPOTENCY_KEPT:
+            self._take(entry.key, "idempotency", _write_size(entry.idempotency.popitem(False)[1]))
+
+    def expire_pending(self, now: float) -> int:
+        """Drop writes pending longer than ``pending_ttl`` (how many went)."""
+        dropped = 0
+        for key in list(self._pending_jobs):
+            entry = self.jobs.get(key)
+            if entry is None or not entry.pending:
+                self._pending_jobs.discard(key)
+                continue
+            kept = [w for w in entry.pending if now - w.at <= self.pending_ttl]
+            if len(kept) != len(entry.pending):
+                dropped += len(entry.pending) - len(kept)
+                entry.pending = kept
+                self._changed(key)
+            if not kept:
+                self._pending_jobs.discard(key)
+        return dropped
 
     # -- watching --------------------------------------------------------------------
 
@@ -203,59 +404,71 @@ class ReadModel:
             return
         try:
             if topic == self.topics.jobs:
-                self._snapshot(JobSnapshot.model_validate_json(value))
+                self._snapshot(JobSnapshot.model_validate_json(value), len(value))
             elif topic == self.topics.decisions:
-                self._decision(orjson.loads(value))
+                self._decision(orjson.loads(value), len(value))
             elif topic == self.topics.playbooks:
                 record = PlaybookRecord.model_validate_json(value)
                 self.playbooks.setdefault(record.key, {})[record.version] = record.spec
             elif topic == self.topics.messages:
-                self._message(MessageRecord.model_validate_json(value))
+                self._message(MessageRecord.model_validate_json(value), len(value))
             elif topic == self.topics.journal:
                 entry = _JOURNAL.validate_json(value)
-                kept = self.journal.get(entry.job_key)
-                if kept is None:
-                    kept = self.journal[entry.job_key] = deque(maxlen=JOURNAL_KEPT)
-                kept.append(entry.dump())
+                self._keep(entry.job_key, "journal", entry.dump(), JOURNAL_KEPT)
                 totals = self.journal_totals
                 totals[entry.job_key] = totals.get(entry.job_key, 0) + 1
                 self._changed(entry.job_key)
+                self._fit(entry.job_key)
         except (ValidationError, ValueError, KeyError, TypeError) as exc:
             self.skipped += 1
             log.debug("read model: skipped a record of %s: %s", topic, exc)
 
-    def _message(self, record: MessageRecord) -> None:
+    def _keep(self, key: str, kind: str, record: dict[str, Any], count: int, size: int = 0) -> None:
+        """Append ``record`` to the job's newest ``count`` of ``kind``."""
+        kept: dict[str, deque[dict[str, Any]]] = getattr(self, kind)
+        held = kept.get(key)
+        if held is None:
+            held = kept[key] = deque()
+        self._touch(key)
+        while len(held) >= count and self._pop_oldest(key, kind):
+            pass
+        held.append(record)
+        self._add(key, kind, size or _size(record))
+
+    def _message(self, record: MessageRecord, size: int = 0) -> None:
         key = record.job_key
         ids = self.message_ids.setdefault(key, set())
         if record.message_id in ids:
             return  # a re-delivery (the same id is the same message)
-        kept = self.messages.get(key)
-        if kept is None:
-            kept = self.messages[key] = deque(maxlen=MESSAGES_KEPT)
-        if len(kept) == kept.maxlen:
-            ids.discard(kept[0]["message_id"])
-        kept.append(record.dump())
+        self._keep(key, "messages", record.dump(), MESSAGES_KEPT, size)
         ids.add(record.message_id)
         self.message_totals[key] = self.message_totals.get(key, 0) + 1
         self._changed(key)
+        self._fit(key)
 
-    def _snapshot(self, snapshot: JobSnapshot) -> None:
+    def _snapshot(self, snapshot: JobSnapshot, size: int = 0) -> None:
         entry = self.jobs.get(snapshot.key)
         if entry is None:
             entry = self.jobs[snapshot.key] = JobEntry(snapshot.key)
+            earlier = self.gone.pop(snapshot.key, None)
+            if earlier is not None and earlier.seq > snapshot.seq:
+                entry.snapshot, entry.in_memory = earlier, False
         if entry.snapshot is not None and entry.snapshot.seq > snapshot.seq:
             return
+        self._touch(snapshot.key)
+        held = self._held.get(snapshot.key, {}).get("snapshot", 0)
+        self._take(snapshot.key, "snapshot", held)
+        self._add(snapshot.key, "snapshot", size or len(snapshot.model_dump_json()))
         entry.snapshot = snapshot
+        entry.in_memory = True
         entry.start = None
         entry.refused = None
         self._changed(snapshot.key)
+        self._fit(snapshot.key)
 
-    def _decision(self, record: dict[str, Any]) -> None:
+    def _decision(self, record: dict[str, Any], size: int = 0) -> None:
         key = str(record["job_key"])
-        kept = self.decisions.get(key)
-        if kept is None:
-            kept = self.decisions[key] = deque(maxlen=DECISIONS_KEPT)
-        kept.append(record)
+        self._keep(key, "decisions", record, DECISIONS_KEPT, size)
         self.decision_totals[key] = self.decision_totals.get(key, 0) + 1
         given = record.get("input") or {}
         if given.get("type") == "job.start" and record.get("outcome") == "applied":
@@ -263,15 +476,59 @@ class ReadModel:
             entry.subject = dict(given.get("subject") or {})
             entry.contacts = list(given.get("contacts") or [])
         if given.get("type") == "event":
+            self._applied_key(key, record, given)
             ident = given.get("id") or given.get("idempotency_key") or f"{key}#{record.get('seq')}"
             events = self.events.setdefault(key, OrderedDict())
-            events[str(ident)] = {**given, "id": str(ident), "at": record.get("now")}
-            while len(events) > EVENTS_KEPT:
-                events.popitem(last=False)
+            earlier = events.pop(str(ident), None)
+            if earlier is not None:
+                self._take(key, "events", _size(earlier))
+            while len(events) >= EVENTS_KEPT and self._pop_oldest(key, "events"):
+                pass
+            event = {**given, "id": str(ident), "at": record.get("now")}
+            events[str(ident)] = event
+            self._add(key, "events", _size(event))
         origin = record.get("origin") or {}
         if origin.get("topic") == self.topics.inbox:
             self._settle(key, int(origin["partition"]), int(origin["offset"]), record)
         self._changed(key)
+        self._fit(key)
+
+    def _applied_key(self, key: str, record: dict[str, Any], given: dict[str, Any]) -> None:
+        """An applied event's idempotency key: remembered, and every other pending
+        write of it settled (the engine makes no decision for a retried key)."""
+        if record.get("outcome") != "applied" or not given.get("idempotency_key"):
+            return
+        origin = record.get("origin") or {}
+        if origin.get("topic") != self.topics.inbox:
+            return
+        entry = self.jobs.get(key)
+        if entry is None:
+            return
+        remembered = idem(given.get("source"), given["idempotency_key"])
+        where = (int(origin["partition"]), int(origin["offset"]))
+        if remembered not in entry.idempotency:
+            self._remember(
+                entry,
+                remembered,
+                AcceptedWrite(
+                    type="event",
+                    partition=where[0],
+                    offset=where[1],
+                    accepted_at=str(record.get("now") or ""),
+                    message={
+                        "action": given.get("action"),
+                        "source": given.get("source"),
+                        "idempotency_key": given["idempotency_key"],
+                    },
+                ),
+            )
+        entry.pending = [
+            w
+            for w in entry.pending
+            if (w.partition, w.offset) == where
+            or idem(w.message.get("source"), w.message.get("idempotency_key")) != remembered
+            or not w.message.get("idempotency_key")
+        ]
 
     def _settle(self, key: str, partition: int, offset: int, record: dict[str, Any]) -> None:
         if offset > self.decided.get(partition, -1):
@@ -341,7 +598,11 @@ class ReadModel:
             consumer.assign(tps)
             await consumer.seek_to_beginning(*tps)
             self.following = True
+            expired = time.monotonic()
             while not stopping.is_set():
+                if time.monotonic() - expired >= 1.0:
+                    self.expire_pending(time.time())
+                    expired = time.monotonic()
                 batches = await consumer.getmany(timeout_ms=200, max_records=2000)
                 for tp, records in batches.items():
                     for r in records:
@@ -361,3 +622,12 @@ class ReadModel:
         finally:
             self.following = False
             await consumer.stop()
+
+
+def _size(record: dict[str, Any]) -> int:
+    """What a kept record weighs, as JSON bytes."""
+    return len(orjson.dumps(record))
+
+
+def _write_size(write: AcceptedWrite) -> int:
+    return 100 + len(orjson.dumps(write.message))

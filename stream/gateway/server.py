@@ -144,7 +144,11 @@ async def serve(
     dev``'s mail catcher holds, served at ``GET /v1/dev/mail``)."""
     assert settings.kafka_url is not None
     bootstrap = bootstrap_of(settings.kafka_url)
-    model = ReadModel(Topics(settings.topic_prefix), _playbooks(settings, say))
+    model = ReadModel(
+        Topics(settings.topic_prefix), _playbooks(settings, say),
+        pending_ttl=settings.gateway_pending_ttl, jobs_kept=settings.gateway_jobs,
+        job_bytes=settings.gateway_job_bytes, memory_bytes=settings.gateway_memory,
+    )  # fmt: skip
     producer = AIOKafkaProducer(
         **client_kwargs(bootstrap, settings.kafka_security), acks="all", request_timeout_ms=15000
     )

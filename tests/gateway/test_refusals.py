@@ -156,3 +156,43 @@ def test_a_write_while_the_broker_is_down_answers_503_within_two_seconds(
         )
         client.close()
         gateway.stop()
+
+
+def test_jobs_past_the_memory_limit_answer_their_summary_not_a_404(
+    lane: Lane, start_gateway: Callable[..., GatewayProcess]
+) -> None:
+    gateway = start_gateway(LEMONGRAPH_GATEWAY_JOBS="3")
+    lane.start_worker()
+    keys = [f"job-{i}" for i in range(6)]
+    with gateway.client(gateway.token()) as client:
+        for key in keys:
+            assert (
+                client.post("/v1/jobs", json={"key": key, "playbook_key": "onboarding"}).status_code
+                == 202
+            )
+        wait_for(
+            lambda: (
+                all(j["status"] == "running" for j in client.get("/v1/jobs").json()["jobs"])
+                and client.get("/v1/jobs").json()["total"] == 6
+            ),
+            what="six running jobs",
+        )
+        listed = client.get("/v1/jobs").json()["jobs"]
+        assert [j["key"] for j in listed] == keys  # evicted or not, every job is listed
+        assert sum(not j["in_memory"] for j in listed) >= 3
+        gone = next(j["key"] for j in listed if not j["in_memory"])
+        view = client.get(f"/v1/jobs/{gone}").json()
+        assert view["in_memory"] is False
+        assert view["status"] == "running"
+        assert {m["id"]: m["state"] for m in view["milestones"]}["collectIdentity"] == "open"
+        assert client.get(f"/v1/jobs/{gone}/decisions").json()["kept"] == 0
+        # A write to it is taken, and its next snapshot brings it back in full.
+        moved = client.post("/v1/events", json={"key": gone, "action": "id_uploaded"})
+        assert moved.status_code == 202
+        back = wait_for(
+            lambda: (v := client.get(f"/v1/jobs/{gone}").json())["in_memory"] and v,
+            what="the job back in memory",
+        )
+        states = {m["id"]: m["state"] for m in back["milestones"]}
+        assert states["collectIdentity"] == "done"
+        assert back["pending_writes"] == []

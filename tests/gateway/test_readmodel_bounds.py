@@ -1,0 +1,214 @@
+"""What the gateway's read model lets go of, without Kafka: the records a real
+engine wrote (``stream.engine.Engine`` over a dict table) applied as the
+model's consumer would, and the writes the gateway accepted, interleaved as
+they can be in a running system."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import orjson
+
+from compiler import compile_playbook
+from stream.engine import Engine, Record
+from stream.gateway.readmodel import AcceptedWrite, ReadModel, idem
+from stream.gateway.views import job_view
+from stream.registry import Registry
+from topics import PlaybookRecord, Topics, encode
+
+TOPICS = Topics("rmb.")
+T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
+SPEC = {"key": "p", "version": 1, "milestones": [{"id": "m", "condition": "paid WITHIN 30d"}]}
+
+
+@dataclass
+class Feed:
+    """An engine, its table and a read model fed what it writes."""
+
+    model: ReadModel
+    engine: Engine = field(init=False)
+    store: dict[str, bytes] = field(default_factory=dict)
+    offset: int = 0
+
+    def __post_init__(self) -> None:
+        playbook = compile_playbook(SPEC)
+        self.engine = Engine(
+            TOPICS,
+            Registry([playbook]),
+            lambda k, p: self.store.get(k),
+            partitions=1,
+            wall_ms=lambda: int((T0 + timedelta(days=1)).timestamp() * 1000),
+        )
+        record = PlaybookRecord(key="p", version=1, spec=playbook.to_json())
+        self.model.apply(TOPICS.playbooks, b"p", encode(record))
+
+    def produce(self, message: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """Put ``message`` on the (one-partition) inbox: its offset."""
+        at = self.offset
+        self.offset += 1
+        return at, message
+
+    def decide(self, at: int, message: dict[str, Any], model: ReadModel | None = None) -> int:
+        """The engine decides the record at ``at``; ``model`` (default: this
+        feed's) reads what it wrote. How many decisions it wrote."""
+        stamp = int((T0 + timedelta(minutes=at)).timestamp() * 1000)
+        key = str(message["key"]).encode()
+        inbox = Record(TOPICS.inbox, 0, at, key, orjson.dumps(message), stamp)
+        batch = self.engine.process([inbox])
+        for output in batch.outputs:
+            (model or self.model).apply(output.topic, output.key, output.value)
+        for k, _p, raw in batch.writes():
+            self.store[k] = raw
+        self.engine.committed(batch)
+        return batch.decisions
+
+    def accept(self, at: int, message: dict[str, Any], when: float | None = None) -> None:
+        """The gateway's own acknowledged write of ``message`` at ``at``."""
+        write = AcceptedWrite(
+            type=str(message["type"]), partition=0, offset=at,
+            accepted_at="2026-01-05T09:00:00Z", message=message,
+        )  # fmt: skip
+        if when is not None:
+            write = AcceptedWrite(**{**_fields(write), "at": when})
+        self.model.accepted(str(message["key"]), write)
+
+
+def _fields(write: AcceptedWrite) -> dict[str, Any]:
+    return {name: getattr(write, name) for name in AcceptedWrite.__slots__}
+
+
+def pending(model: ReadModel, key: str = "j") -> list[int]:
+    entry = model.entry(key)
+    assert entry is not None
+    return [w.offset for w in job_view(model, entry).pending_writes]
+
+
+START = {"type": "job.start", "key": "j", "playbook_key": "p"}
+PAID = {
+    "type": "event",
+    "key": "j",
+    "action": "paid",
+    "idempotency_key": "pay-1",
+    "source": "world",
+}
+
+
+def test_a_retried_key_that_makes_no_decision_leaves_no_pending_write() -> None:
+    feed = Feed(ReadModel(TOPICS, {}))
+    feed.decide(*feed.produce(START))
+    first = feed.produce(PAID)
+    # A gateway restarted before the first event's decision: it does not know
+    # the key, so the client's retry is written again, and is pending.
+    retry = feed.produce(PAID)
+    feed.accept(*retry)
+    assert pending(feed.model) == [2]
+    assert feed.decide(*first) == 1
+    assert feed.decide(*retry) == 0  # the engine: applied once already, no decision
+    assert pending(feed.model) == []
+    # The key is now known from the decision: a further retry is answered
+    # duplicate without a write (api.py looks it up per source, as the engine).
+    entry = feed.model.entry("j")
+    assert entry is not None
+    assert idem("world", "pay-1") in entry.idempotency
+    assert idem("tool", "pay-1") not in entry.idempotency  # another source's key is its own
+
+
+def test_a_gateway_that_restarts_learns_the_applied_keys_from_the_decisions() -> None:
+    # A restarted gateway reads the decisions from the beginning: a fresh model
+    # fed what the engine wrote for the start and the keyed event.
+    feed = Feed(ReadModel(TOPICS, {}))
+    feed.decide(*feed.produce(START))
+    feed.decide(*feed.produce(PAID))
+    entry = feed.model.entry("j")
+    assert entry is not None
+    earlier = entry.idempotency[idem("world", "pay-1")]
+    assert (earlier.partition, earlier.offset, earlier.message["source"]) == (0, 1, "world")
+
+
+def test_a_pending_write_is_dropped_after_the_pending_ttl() -> None:
+    feed = Feed(ReadModel(TOPICS, {}, pending_ttl=60))
+    feed.decide(*feed.produce(START))
+    now = 1_800_000_000.0
+    feed.accept(*feed.produce({**PAID, "idempotency_key": "old"}), when=now - 61)
+    feed.accept(*feed.produce({**PAID, "idempotency_key": "new"}), when=now - 59)
+    assert pending(feed.model) == [1, 2]
+    assert feed.model.expire_pending(now) == 1
+    assert pending(feed.model) == [2]
+    assert feed.model.expire_pending(now + 10) == 1
+    assert pending(feed.model) == []
+
+
+def held(model: ReadModel, key: str) -> int:
+    return sum(model._held.get(key, {}).values())
+
+
+def test_one_job_is_held_within_its_byte_budget_newest_first() -> None:
+    feed = Feed(ReadModel(TOPICS, {}, job_bytes=300_000))
+    feed.decide(*feed.produce(START))
+    blob = "x" * 20_000
+    for i in range(100):
+        event = {**PAID, "action": "noise", "idempotency_key": f"k{i}", "properties": {"b": blob}}
+        at, message = feed.produce(event)
+        feed.accept(at, message)
+        feed.decide(at, message)
+    model = feed.model
+    # Within the budget, give or take the newest record of a kind (never dropped).
+    assert held(model, "j") <= 300_000 + 25_000
+    assert model.trimmed > 0
+    decisions = list(model.decisions["j"])
+    assert 1 < len(decisions) < 100
+    assert decisions[-1]["input"]["idempotency_key"] == "k99"  # the newest stay
+    assert list(model.events["j"])[-1] == "k99"
+    entry = model.entry("j")
+    assert entry is not None
+    # An accepted write keeps what a retry and the pending list need, not the value.
+    assert all("properties" not in w.message for w in entry.idempotency.values())
+    assert job_view(model, entry).events == 100  # the snapshot still counts them all
+
+
+def test_jobs_past_the_limit_are_evicted_whole_and_come_back_as_their_summary() -> None:
+    feed = Feed(ReadModel(TOPICS, {}, jobs_kept=5))
+    model = feed.model
+    watched = model.watch("job-0")
+    for i in range(12):
+        key = f"job-{i}"
+        feed.decide(*feed.produce({**START, "key": key}))
+        feed.decide(*feed.produce({**PAID, "key": key}))
+    assert len(model.jobs) <= 5 + 1  # the limit, and the job just used
+    assert model.evicted >= 6
+    assert "job-0" in model.jobs  # watched: never evicted
+    assert "job-1" not in model.jobs
+    assert "job-1" not in model.decisions
+    assert "job-1" in model.gone
+    # Read back: its summary, honestly marked, not a 404.
+    entry = model.entry("job-1")
+    assert entry is not None
+    assert entry.in_memory is False
+    assert entry.snapshot is not None
+    assert (entry.snapshot.status, entry.snapshot.milestones) == ("done", {"m": "done"})
+    assert entry.snapshot.detail == {}
+    assert len(model.jobs) <= 5 + 1
+    # Its next snapshot brings it back in full.
+    feed.decide(*feed.produce({**PAID, "key": "job-1", "idempotency_key": "again"}))
+    model.unwatch("job-0", watched)
+
+
+def test_evicted_summaries_are_bounded_too() -> None:
+    feed = Feed(ReadModel(TOPICS, {}, jobs_kept=1))
+    for i in range(15):
+        feed.decide(*feed.produce({**START, "key": f"job-{i}"}))
+    assert len(feed.model.gone) <= 10
+    assert feed.model.forgotten >= 4
+    assert feed.model.entry("job-0") is None  # forgotten: the topics still have it
+
+
+def test_the_model_stays_within_its_memory_in_all() -> None:
+    feed = Feed(ReadModel(TOPICS, {}, memory_bytes=200_000))
+    for i in range(40):
+        key = f"job-{i}"
+        feed.decide(*feed.produce({**START, "key": key}))
+        feed.decide(*feed.produce({**PAID, "key": key, "properties": {"b": "y" * 10_000}}))
+    assert feed.model.held_bytes <= 200_000 + 30_000
+    assert len(feed.model.jobs) < 40
