@@ -196,3 +196,32 @@ def test_jobs_past_the_memory_limit_answer_their_summary_not_a_404(
         states = {m["id"]: m["state"] for m in back["milestones"]}
         assert states["collectIdentity"] == "done"
         assert back["pending_writes"] == []
+
+
+def test_a_retry_after_a_gateway_restart_is_a_duplicate_and_leaves_nothing_pending(
+    lane: Lane, start_gateway: Callable[..., GatewayProcess]
+) -> None:
+    lane.start_worker()
+    first = start_gateway()
+    event = {"key": "job-r", "action": "id_uploaded", "idempotency_key": "upload-1"}
+    with first.client(first.token()) as client:
+        assert (
+            client.post("/v1/jobs", json={"key": "job-r", "playbook_key": "onboarding"}).status_code
+            == 202
+        )
+        assert client.post("/v1/events", json=event).status_code == 202
+        wait_for(
+            lambda: client.get("/v1/jobs/job-r/decisions").json()["kept"] == 2, what="two decisions"
+        )
+    first.stop()
+    second = start_gateway()
+    with second.client(second.token()) as client:
+        wait_for(lambda: client.get("/v1/jobs/job-r").status_code == 200, what="the job read back")
+        retry = client.post("/v1/events", json=event)
+        assert retry.status_code == 202
+        assert retry.json()["duplicate"] is True
+        assert client.get("/v1/jobs/job-r").json()["pending_writes"] == []
+        # The same key from another source is its own (the engine remembers keys per source).
+        tool = second.client(second.token(source="tool"))
+        assert tool.post("/v1/events", json=event).json()["duplicate"] is False
+        tool.close()
