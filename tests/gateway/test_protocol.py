@@ -1,0 +1,53 @@
+"""The gateway's log guards, in a real event loop and a real logger (the server
+behaviour itself is tested through a running gateway in test_holds.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from stream.gateway.protocol import OncePer, quiet_accept_errors
+
+
+def test_accept_errors_are_reported_once_per_interval_with_a_count() -> None:
+    said: list[str] = []
+    other: list[dict[str, Any]] = []
+    loop = asyncio.new_event_loop()
+    try:
+        loop.set_exception_handler(lambda _loop, context: other.append(context))
+        quiet_accept_errors(loop, said.append, every=3600)
+        for _ in range(5000):
+            loop.call_exception_handler(
+                {
+                    "message": "socket.accept() out of system resource",
+                    "exception": OSError(24, "Too many open files"),
+                }
+            )
+        loop.call_exception_handler({"message": "something else"})
+    finally:
+        loop.close()
+    assert len(said) == 1
+    assert "Too many open files" in said[0]
+    assert "LEMONGRAPH_GATEWAY_MAX_CONNECTIONS" in said[0]
+    assert [c["message"] for c in other] == ["something else"]
+
+
+def test_a_repeated_warning_passes_once_per_interval() -> None:
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    logger = logging.getLogger("test.once-per")
+    logger.propagate = False
+    logger.addHandler(Keep())
+    logger.addFilter(OncePer(every=3600))
+    for _ in range(1000):
+        logger.warning("Exceeded concurrency limit.")
+        logger.warning("Invalid HTTP request received.")
+    assert [r.getMessage() for r in records] == [
+        "Exceeded concurrency limit.",
+        "Invalid HTTP request received.",
+    ]
