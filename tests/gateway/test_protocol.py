@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from pathlib import Path
 from typing import Any
 
+import pytest
+
+from stream.config import ConfigError, Settings
 from stream.gateway.protocol import OncePer, quiet_accept_errors
 
 
@@ -51,3 +55,21 @@ def test_a_repeated_warning_passes_once_per_interval() -> None:
         "Exceeded concurrency limit.",
         "Invalid HTTP request received.",
     ]
+
+
+def test_the_request_deadline_and_connection_bound_settings(tmp_path: Path) -> None:
+    absent = tmp_path / "absent.env"
+    defaults = Settings.from_env({}, absent)
+    assert (defaults.request_timeout, defaults.max_connections) == (10.0, 1000)
+    given = Settings.from_env(
+        {"LEMONGRAPH_GATEWAY_REQUEST_TIMEOUT": "500ms", "LEMONGRAPH_GATEWAY_MAX_CONNECTIONS": "50"},
+        absent,
+    )
+    assert (given.request_timeout, given.max_connections) == (0.5, 50)
+    for env, says in [
+        ({"LEMONGRAPH_GATEWAY_REQUEST_TIMEOUT": "0"}, "more than zero"),
+        ({"LEMONGRAPH_GATEWAY_REQUEST_TIMEOUT": "soon"}, "not a duration"),
+        ({"LEMONGRAPH_GATEWAY_MAX_CONNECTIONS": "0"}, "at least 1"),
+    ]:
+        with pytest.raises(ConfigError, match=says):
+            Settings.from_env(env, absent)
