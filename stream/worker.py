@@ -103,7 +103,7 @@ async def prepare_registry(
                     key=playbook.key, version=playbook.version, spec=playbook.to_json()
                 )
                 await client.send_and_wait(
-                    topics.playbooks, encode(registration), key=playbook.key.encode()
+                    topics.playbooks, encode(registration), key=registration.record_key
                 )
                 published += 1
         for key, value, headers in dead:

@@ -525,6 +525,13 @@ class PlaybookRecord(_Message):
     version: int
     spec: dict[str, Any]
 
+    @property
+    def record_key(self) -> bytes:
+        """The Kafka key, ``KEY@vN``: one per version, so that compaction of the
+        ``playbooks`` topic keeps every version a job may be pinned to
+        (docs/kafka.md). ``@`` is not allowed in playbook keys."""
+        return f"{self.key}@v{self.version}".encode()
+
 
 # -- deadletter ----------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ TOPIC_NAMES: dict[str, tuple[str, bool]] = {
     "tasks": ("task.opened / task.closed for channel services, keyed by job key", False),
     "decisions": ("one record per decision: the audit log, replayable", False),
     "jobs": ("job snapshots for read models, keyed by job key", True),
-    "playbooks": ("the playbook registry, keyed by playbook key", True),
+    "playbooks": ("the playbook registry, keyed KEY@vN (one key per version)", True),
     "deadletter": ("records that could not be decoded or were invalid, with the reason", False),
     "messages": ("the conversation: every message in and out, keyed by job key", False),
     "journal": ("every model call and tool call, with tokens and outcome, by job key", False),

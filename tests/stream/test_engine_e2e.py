@@ -182,3 +182,27 @@ def test_replay_verify_passes_on_a_run_and_fails_on_a_tampered_record(lane: Lane
     bad = lane.cli("replay", "--verify", check=False)
     assert bad.returncode == 1, bad.stdout + bad.stderr
     assert "MISMATCH job-r" in bad.stdout
+
+
+def test_each_playbook_version_has_its_own_record_key_so_compaction_keeps_it(lane: Lane) -> None:
+    """The ``playbooks`` topic is compacted: keyed by playbook key alone, Kafka
+    would in time keep only the newest version, and jobs pinned to an older one
+    would be refused. Each version is its own key (docs/kafka.md)."""
+    spec = "key: quick\nversion: {v}\nmilestones:\n  - id: reply\n    condition: replied\n"
+    (lane.playbooks / "quick.yaml").write_text(spec.format(v=1))
+    first = lane.start_worker()
+    lane.send(start("job-v1", "quick"))
+    lane.wait_until("decisions", lambda rs: len(values(rs, "job-v1")) >= 1)
+    first.stop()
+    (lane.playbooks / "quick.yaml").write_text(spec.format(v=2))
+    lane.start_worker()
+    lane.send(event("job-v1", "replied"))
+    decisions = values(
+        lane.wait_until("decisions", lambda rs: len(values(rs, "job-v1")) >= 2), "job-v1"
+    )
+    assert [(d["outcome"], d["playbook_version"]) for d in decisions] == [("applied", 1)] * 2
+    registered = [r for r in lane.read("playbooks") if r["value"]["key"] == "quick"]
+    assert sorted((r["key"], r["value"]["version"]) for r in registered) == [
+        ("quick@v1", 1),
+        ("quick@v2", 2),
+    ]
