@@ -8,7 +8,7 @@
     └── GraphMismatch               a job handed to the graph of another playbook version
 
 Every error carries data (``code``, and where it applies ``line``/``column``) so
-that callers never parse a message to decide what to do (STYLE §6).
+that callers never parse a message to decide what to do.
 """
 
 from __future__ import annotations

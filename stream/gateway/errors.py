@@ -12,7 +12,10 @@ Content-Length); ``body_too_large`` (413); ``invalid_body``, ``invalid_query``
 (422); ``rate_limited`` (429); ``job_exists`` (409); ``job_not_found``,
 ``playbook_not_found``, ``not_found`` (404); ``method_not_allowed`` (405);
 ``broker_unavailable`` (503: the write may or may not have landed; retry with
-the same idempotency key); ``internal`` (500).
+the same idempotency key); ``internal`` (500). Answered by the connection itself,
+before any route (stream/gateway/protocol.py): ``request_timeout`` (408: headers or
+body not in within ``LEMONGRAPH_GATEWAY_REQUEST_TIMEOUT``) and
+``too_many_connections`` (503: past ``LEMONGRAPH_GATEWAY_MAX_CONNECTIONS``).
 """
 
 from __future__ import annotations
