@@ -76,6 +76,9 @@ class ToolSpec(_Spec):
     http: HttpAction | None = None
     idempotent: bool = False
     records: Records | None = None
+    #: Whether a call changes something (flows warn about a write with no
+    #: approval before it, docs/flows.md); a tool writes unless it says not.
+    writes: bool = True
 
 
 class IntegrationSpec(_Spec):

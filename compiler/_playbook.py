@@ -52,6 +52,8 @@ class MilestoneSpec(BaseModel):
     merge: Literal["all", "any"] = "all"
     integrations: tuple[str, ...] = ()
     due: str | None = None
+    #: The flow that does the milestone's work (``flows/NAME.yaml``, docs/flows.md).
+    flow: str | None = Field(None, pattern=_IDENT, max_length=100)
 
     @field_validator("due")
     @classmethod
@@ -120,6 +122,8 @@ class Milestone:
     due: timedelta | None
     #: The condition's atoms with their canonical text (their key in job state).
     atom_keys: tuple[tuple[str, Atom], ...]
+    #: The flow that does its work (docs/flows.md), if one is named.
+    flow: str | None = None
 
 
 @dataclass(frozen=True)
@@ -385,6 +389,7 @@ class _Compiler:
                 integrations=m.integrations,
                 due=parse_duration(m.due) if m.due is not None else None,
                 atom_keys=tuple((print_atom(a), a) for a in conditions[m.id].atoms),
+                flow=m.flow,
             )
             for i, m in enumerate(spec.milestones)
         ]

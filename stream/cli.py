@@ -19,7 +19,15 @@ from topics import SOURCES
 
 from .config import Settings
 from .errors import ConfigError, KafkaUnavailable, ShellError
-from .files import is_catalog, is_scenario, load_playbook_file, playbook_files, scenario_files
+from .files import (
+    flow_files,
+    is_catalog,
+    is_flow,
+    is_scenario,
+    load_playbook_file,
+    playbook_files,
+    scenario_files,
+)
 from .kafka import ConsumedRecord
 
 if TYPE_CHECKING:
@@ -80,7 +88,8 @@ def main() -> None:
 @main.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 def check(paths: tuple[Path, ...]) -> None:
-    """Validate playbook and scenario files (folders are searched).
+    """Validate playbook, scenario, catalog and flow files (folders are searched;
+    a folder's flows are its flows/ files, docs/flows.md).
 
     Exit 0 when all are valid, 1 with one line per problem otherwise.
     """
@@ -88,21 +97,26 @@ def check(paths: tuple[Path, ...]) -> None:
     files: list[Path] = []
     problems: list[str] = []
     catalogs: list[Path] = []
+    flows: list[Path] = []  # docs/flows.md
     configured = Settings.from_env().catalog
     for path in paths:
         if path.is_dir():
             files.extend(sorted(playbook_files(path) + scenario_files(path)))
+            flows.extend(flow_files(path))
             catalog = configured if configured is not None else path / "catalog.yaml"
             if catalog.is_file() and catalog not in catalogs:
                 catalogs.append(catalog)
         elif path.is_file():
             if is_catalog(path):
                 catalogs.append(path)
+            elif is_flow(path, path.parent.parent):
+                flows.append(path)
             else:
                 files.append(path)
         else:
             problems.append(f"{path}: no such file or folder")
     playbooks: list[Playbook] = []
+    located: list[tuple[Path, Playbook]] = []
     for path in files:
         try:
             if is_scenario(path):
@@ -112,6 +126,7 @@ def check(paths: tuple[Path, ...]) -> None:
                 playbook_for(path, parsed)
             else:
                 playbooks.append(load_playbook_file(path))
+                located.append((path, playbooks[-1]))
         except PlaybookError as exc:
             problems.extend(_one_line(str(p)) for p in exc.problems)
         except LemongraphError as exc:
@@ -120,17 +135,56 @@ def check(paths: tuple[Path, ...]) -> None:
             problems.append(f"{path}: cannot read: {exc}")
     from agents.catalog import check_playbooks, load_catalog_file
 
+    from .flows import check_flow_file, check_playbook_flows
+
+    roots = [p for p in paths if p.is_dir()]
+    if not catalogs:
+        # A milestone's flow must exist and be valid (docs/flows.md).
+        problems.extend(check_playbook_flows(located, None, roots))
+        for path in flows:
+            problems.extend(str(p) for p in check_flow_file(path).errors)
     for path in catalogs:
-        # Every integration a playbook names must be in the catalog (docs/agents.md).
+        # Every integration a playbook names must be in the catalog (docs/agents.md),
+        # and a milestone's flow may only call tools its integrations grant.
         try:
-            problems.extend(check_playbooks(load_catalog_file(path), playbooks))
+            loaded = load_catalog_file(path)
+            problems.extend(check_playbooks(loaded, playbooks))
+            problems.extend(check_playbook_flows(located, loaded, roots))
+            for flow_path in flows:
+                problems.extend(str(p) for p in check_flow_file(flow_path, loaded).errors)
         except LemongraphError as exc:
             problems.extend(_one_line(line) for line in str(exc).splitlines() if line.strip())
+    problems = list(dict.fromkeys(problems))  # a flow a milestone names is checked twice
     for problem in problems:
         click.echo(problem)
     if problems:
         sys.exit(1)
-    click.echo(f"ok: {len(files) + len(catalogs)} file(s) valid")
+    click.echo(f"ok: {len(files) + len(catalogs) + len(flows)} file(s) valid")
+
+
+@main.group()
+def flow() -> None:
+    """Flows: a milestone's work described as data (docs/flows.md)."""
+
+
+@flow.command("check")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+def flow_check(paths: tuple[Path, ...]) -> None:
+    """Validate flow files and print their readiness warnings.
+
+    Each line is `file:line:column: error|warning CODE: message`. Exit 1 when
+    a file breaks a rule, 0 when there are only warnings (or nothing).
+    """
+    from .flows import check_flow_paths
+
+    problems, count = check_flow_paths(list(paths), Settings.from_env().catalog)
+    for problem in problems:
+        click.echo(str(problem))
+    errors = sum(1 for p in problems if p.severity == "error")
+    if errors:
+        sys.exit(1)
+    warnings = len(problems) - errors
+    click.echo(f"ok: {count} flow(s) valid" + (f", {warnings} warning(s)" if warnings else ""))
 
 
 def _one_line(problem: str) -> str:

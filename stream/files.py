@@ -9,7 +9,9 @@ from compiler import Playbook, PlaybookError, PlaybookProblem, load_playbook
 
 __all__ = [
     "PlaybookSet",
+    "flow_files",
     "is_catalog",
+    "is_flow",
     "is_scenario",
     "load_playbook_file",
     "load_playbooks_dir",
@@ -30,14 +32,31 @@ def is_catalog(path: Path) -> bool:
     return path.suffix in _SUFFIXES and path.stem == "catalog"
 
 
+def is_flow(path: Path, folder: Path) -> bool:
+    """A file of ``folder/flows/`` (docs/flows.md): a flow, not a playbook."""
+    return path.suffix in _SUFFIXES and path.parent == folder / "flows"
+
+
 def playbook_files(folder: Path) -> list[Path]:
     """Every playbook file under ``folder`` (recursively), sorted: every YAML or
-    JSON file but scenarios and the agent catalog."""
+    JSON file but scenarios, the agent catalog and the flows (``flows/``)."""
     return sorted(
         p
         for p in folder.rglob("*")
-        if p.is_file() and p.suffix in _SUFFIXES and not is_scenario(p) and not is_catalog(p)
+        if p.is_file()
+        and p.suffix in _SUFFIXES
+        and not is_scenario(p)
+        and not is_catalog(p)
+        and not is_flow(p, folder)
     )
+
+
+def flow_files(folder: Path) -> list[Path]:
+    """The flow files of a playbooks folder: ``flows/NAME.yaml|yml|json``, sorted."""
+    flows = folder / "flows"
+    if not flows.is_dir():
+        return []
+    return sorted(p for p in flows.iterdir() if p.is_file() and p.suffix in _SUFFIXES)
 
 
 def scenario_files(folder: Path, name_filter: str | None = None) -> list[Path]:
