@@ -22,6 +22,7 @@ from playwright.sync_api import Browser, Page, Request, sync_playwright
 
 from agents.demo_tools import build_demo_tools
 from agents.standin import build_standin
+from tests.lanes import wait_for
 from topics import JournalModelCall, JournalRun, JournalToolCall, Tokens, encode
 
 from .conftest import GatewayProcess, Lane
@@ -467,4 +468,41 @@ def test_an_unknown_job_is_said_to_be_unknown(gateway: GatewayProcess, browser: 
     assert not streams
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "ui-job-unknown.png"))
+    assert not problems, problems
+
+
+def test_a_job_the_gateway_let_go_of_says_so(
+    lane: Lane, start_gateway: Callable[..., GatewayProcess], browser: Browser
+) -> None:
+    """Past LEMONGRAPH_GATEWAY_JOBS the read model keeps only a summary of idle
+    jobs: the page shows the summary and says that the history is not in memory."""
+    gateway = start_gateway(LEMONGRAPH_GATEWAY_JOBS="2")
+    lane.start_worker()
+    token = gateway.token(name="browser")
+    with gateway.client(token) as client:
+        for i in range(5):
+            key = f"mem-{i}"
+            assert (
+                client.post("/v1/jobs", json={"key": key, "playbook_key": "onboarding"}).status_code
+                == 202
+            )
+        gone = wait_for(
+            lambda: next(
+                (
+                    j["key"]
+                    for j in client.get("/v1/jobs").json()["jobs"]
+                    if j["status"] == "running" and not j["in_memory"]
+                ),
+                None,
+            ),
+            what="a running job the gateway let go of",
+        )
+    problems: list[str] = []
+    page = _page(browser, problems)
+    page.goto(f"{gateway.ui}/jobs/{gone}#token={token}")
+    notice = page.locator('#job-meta [data-in-memory="false"]')
+    notice.wait_for(state="visible", timeout=30_000)
+    assert "stays on the topics" in notice.inner_text()
+    assert page.locator("#job-status").inner_text() == "running"
+    page.wait_for_selector('#graph [data-milestone="collectIdentity"][data-state="open"]')
     assert not problems, problems

@@ -386,7 +386,11 @@ function renderJob(job) {
     job.started_at ? [" · started ", when(job.started_at)] : null,
     job.ended_at ? [" · ended ", when(job.ended_at)] : null,
     job.timers.length ? [" · timers: ", job.timers.map((t, i) => [i ? "; " : "", `${t.kind} ${t.milestone} `, when(t.at)])] : null,
-    job.refused ? " · refused: " + job.refused : null);
+    job.refused ? " · refused: " + job.refused : null,
+    job.in_memory === false
+      ? h("span", { class: "chip evicted", "data-in-memory": "false" },
+        " this gateway let go of the job's history to bound its memory (it stays on the topics; the next change brings it back)")
+      : null);
   const contacts = (job.contacts || []).map(contactName).filter(Boolean);
   const labels = (job.contacts || []).map(contactLabel).filter(Boolean);
   fill(document.getElementById("job-subject"),
