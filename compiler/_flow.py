@@ -467,7 +467,9 @@ def check_flow(
         return FlowReport(None, (FlowProblem(source, "INVALID_SOURCE", reason, line, column),))
     checker.located = located
     flow = checker.compile(located.data, tools, handlers, routers, milestone)
-    return FlowReport(flow, tuple(checker.problems))
+    # In the order of the file, as a reader meets them.
+    ordered = sorted(checker.problems, key=lambda p: (p.line or 0, p.column or 0))
+    return FlowReport(flow, tuple(ordered))
 
 
 class _Checker:
@@ -535,6 +537,7 @@ class _Checker:
         except ValidationError as exc:
             for err in exc.errors():
                 loc = _path(err["loc"])
+                err["loc"] = loc
                 self.at("INVALID_FIELD", field_problem(err, "flow", _known(loc)), loc)
             return None
         ids = self._names(spec)

@@ -93,7 +93,7 @@ def schema_problems(schema: Any, path: Path = ()) -> list[tuple[Path, str]]:
             out.append((path, "a list must say what its items are (items)"))
         else:
             out.extend(schema_problems(schema["items"], (*path, "items")))
-    if "enum" in schema and kind in allowed and "enum" in allowed:
+    if "enum" in schema and "enum" in allowed:
         enum = schema["enum"]
         want = str if kind == "string" else None
         if not isinstance(enum, list) or not enum:
@@ -140,6 +140,10 @@ _ARTICLE = {
 }
 
 
+def _chars(n: int) -> str:
+    return "1 character" if n == 1 else f"{n} characters"
+
+
 def check_schema(value: Any, schema: dict[str, Any], path: str = "value") -> list[str]:
     """Every way ``value`` does not fit ``schema`` (a schema of the subset), one
     message each, naming the path of the mismatch: ``decision.action must be
@@ -162,9 +166,9 @@ def check_schema(value: Any, schema: dict[str, Any], path: str = "value") -> lis
         out.append(f"{path} must be one of: " + ", ".join(str(e) for e in schema["enum"]))
     if kind == "string":
         if "minLength" in schema and len(value) < schema["minLength"]:
-            out.append(f"{path} must be at least {schema['minLength']} characters long")
+            out.append(f"{path} must be at least {_chars(schema['minLength'])} long")
         if "maxLength" in schema and len(value) > schema["maxLength"]:
-            out.append(f"{path} must be at most {schema['maxLength']} characters long")
+            out.append(f"{path} must be at most {_chars(schema['maxLength'])} long")
     if kind == "number":
         if "minimum" in schema and value < schema["minimum"]:
             out.append(f"{path} must be at least {schema['minimum']}, and it is {_shown(value)}")

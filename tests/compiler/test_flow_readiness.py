@@ -1,0 +1,220 @@
+"""Readiness warnings (docs/flows.md, "Readiness warnings"): each shape warns
+by its code, where written by hand here; the fixed shape does not warn; a
+warning never refuses the flow."""
+
+from __future__ import annotations
+
+import pytest
+
+from compiler import FLOW_WARNINGS, FlowMilestone, FlowTool, check_flow
+
+TOOLS = {
+    "start_trial": FlowTool("start_trial", writes=True, fact="trial"),
+    "get_plan": FlowTool("get_plan", writes=False, fact="plan_known"),
+}
+TRIAL = FlowMilestone("onboarding", "trial", frozenset(TOOLS), frozenset({"trial"}))
+
+WRITE = """\
+version: "1"
+inputs: [plan]
+outputs: [trial]
+state:
+  plan: {type: string}
+  trial: {type: object}
+tools: [start_trial]
+start: begin
+nodes:
+  - {id: begin, type: tool, tool: start_trial, args: {plan: "{{plan}}"}, output: trial}
+edges:
+  - {from: begin, to: END}
+"""
+WRITE_APPROVED = WRITE.replace(
+    "start: begin\nnodes:\n",
+    "start: ok\nnodes:\n"
+    '  - {id: ok, type: approval, before: begin, ask: "Start {{plan}}?", show: [plan],'
+    " onReject: END}\n",
+)
+
+TALK = """\
+version: "1"
+outputs: [answer]
+state:
+  topic: {type: string, default: ""}
+  answer: {type: string}
+start: ask
+nodes:
+  - {id: ask, type: ask, ask: "What about?", output: topic}
+  - {id: answer, type: llm, prompt: "Tell me about {{topic}}", output: answer}
+edges:
+  - {from: ask, to: answer}
+  - {from: answer, to: END}
+"""
+TALK_READ = TALK.replace("Tell me about {{topic}}", "{{conversation}} Tell me about {{topic}}")
+
+SPREAD = """\
+version: "1"
+inputs: [items]
+outputs: [notes]
+state:
+  items: {type: list}
+  item: {type: string}
+  notes: {type: list, reducer: append, default: []}
+start: spread
+nodes:
+  - {id: spread, type: fanout, over: items, to: note, as: item}
+  - {id: note, type: llm, prompt: "Note on {{item}}", output: notes}
+edges:
+  - {from: note, to: END}
+"""
+SPREAD_GUARDED = SPREAD.replace(
+    "start: spread\nnodes:\n",
+    "start: gate\nnodes:\n  - {id: gate, type: handler, handler: pass_on, reads: [items]}\n",
+).replace(
+    "edges:\n",
+    "edges:\n  - {from: gate, type: conditional, when: items,"
+    " routes: {nonempty: spread, empty: END}}\n",
+)
+
+COUNT = """\
+version: "1"
+outputs: [total]
+state:
+  total: {type: number}
+start: add
+nodes:
+  - {id: add, type: handler, handler: add_up, reads: [total], output: total}
+edges:
+  - {from: add, to: END}
+"""
+
+UNFILLED = """\
+version: "1"
+outputs: [answer]
+state:
+  topic: {type: string}
+  answer: {type: string}
+start: a
+nodes:
+  - {id: a, type: llm, prompt: "Tell me about {{topic}}", output: answer}
+edges:
+  - {from: a, to: END}
+"""
+
+UNREAD = """\
+version: "1"
+inputs: [topic]
+outputs: [answer]
+state:
+  topic: {type: string}
+  answer: {type: string}
+  scratch: {type: string}
+start: a
+nodes:
+  - {id: a, type: llm, prompt: "Tell me about {{topic}}", output: answer}
+  - {id: b, type: llm, prompt: "And {{answer}}?", output: scratch}
+edges:
+  - {from: a, to: b}
+  - {from: b, to: END}
+"""
+
+SHOWN = """\
+version: "1"
+inputs: [plan]
+outputs: [trial]
+state:
+  plan: {type: string}
+  price: {type: number}
+  trial: {type: object}
+tools: [start_trial]
+start: ok
+nodes:
+  - {id: ok, type: approval, before: begin, show: [plan, price], onReject: END}
+  - {id: begin, type: tool, tool: start_trial, args: {plan: "{{plan}}"}, output: trial}
+edges:
+  - {from: begin, to: END}
+"""
+
+CLAIM = """\
+version: "1"
+inputs: [plan]
+outputs: [known]
+state:
+  plan: {type: string}
+  known: {type: object}
+tools: [get_plan]
+start: look
+nodes:
+  - {id: look, type: tool, tool: get_plan, args: {plan: "{{plan}}"}, output: known}
+edges:
+  - {from: look, to: END}
+"""
+
+# (name, text, expected warnings as (code, line, column), check_flow keywords)
+CASES: list[tuple[str, str, list[tuple[str, int, int]], dict[str, object]]] = [
+    ("write", WRITE, [("WRITE_WITHOUT_APPROVAL", 10, 10)], {"tools": TOOLS}),
+    ("write approved", WRITE_APPROVED, [], {"tools": TOOLS}),
+    ("write, no catalog: unknown, no warning", WRITE, [], {}),
+    ("talk", TALK, [("CONVERSATION_UNREAD", 9, 10)], {}),
+    ("talk, reads the conversation", TALK_READ, [], {}),
+    ("spread", SPREAD, [("FANOUT_MAY_SILENCE_THE_TAIL", 10, 10)], {}),
+    ("spread, guarded", SPREAD_GUARDED, [], {}),
+    ("count", COUNT, [("CHANNEL_FORGETS_BETWEEN_TURNS", 7, 10)], {}),
+    (
+        "count, remembered",
+        COUNT.replace("{type: number}", "{type: number, remembers: true}"),
+        [],
+        {},
+    ),
+    (
+        "count, with a default",
+        COUNT.replace("{type: number}", "{type: number, default: 0}"),
+        [],
+        {},
+    ),
+    ("unfilled", UNFILLED, [("CHANNEL_NEVER_WRITTEN", 4, 10)], {}),
+    ("unread", UNREAD, [("CHANNEL_NEVER_READ", 7, 12)], {}),
+    ("shown", SHOWN, [("VIEW_NEVER_SHOWN", 11, 58)], {"tools": TOOLS}),
+    ("claim only", CLAIM, [("CLAIM_ONLY_PATH", 7, 8)], {"tools": TOOLS, "milestone": TRIAL}),
+    ("the tool records the fact", WRITE_APPROVED, [], {"tools": TOOLS, "milestone": TRIAL}),
+]
+
+
+@pytest.mark.parametrize(("name", "text", "expected", "context"), CASES, ids=[c[0] for c in CASES])
+def test_readiness_warnings(
+    name: str, text: str, expected: list[tuple[str, int, int]], context: dict[str, object]
+) -> None:
+    report = check_flow(text, "flows/f.yaml", **context)  # type: ignore[arg-type]
+    assert report.errors == (), [str(p) for p in report.errors]
+    assert report.flow is not None  # a warning never refuses
+    assert [(p.rule, p.line, p.column) for p in report.warnings] == expected
+
+
+def test_every_warning_has_a_case() -> None:
+    assert {w for c in CASES for w, _, _ in c[2]} == set(FLOW_WARNINGS)
+
+
+def test_a_warning_reads_as_one_line_with_its_code() -> None:
+    (warning,) = check_flow(COUNT, "flows/count.yaml").warnings
+    assert str(warning) == (
+        "flows/count.yaml:7:10: warning CHANNEL_FORGETS_BETWEEN_TURNS: add reads 'total', "
+        "and a path reaches it before anything in the run writes it; a run starts from "
+        "defaults and inputs, so without remembers (or a default) it is empty there"
+    )
+
+
+def test_a_write_reachable_around_its_approval_warns() -> None:
+    # The approval guards one way in; the other (from look, straight to begin) does not.
+    text = (
+        WRITE_APPROVED.replace("start: ok", "start: look")
+        .replace(
+            "nodes:\n",
+            "nodes:\n  - {id: look, type: handler, handler: h, reads: [plan]}\n",
+        )
+        .replace(
+            "edges:\n",
+            "edges:\n  - {from: look, type: conditional, router: r,"
+            " routes: {ask: ok, go: begin}}\n",
+        )
+    )
+    report = check_flow(text, "f.yaml", tools=TOOLS)
+    assert [p.rule for p in report.warnings] == ["WRITE_WITHOUT_APPROVAL"]
