@@ -1,6 +1,7 @@
 """Every fenced YAML example in README.md and docs/*.md runs, so the documentation
 cannot rot: a playbook through `lemongraph check`, a scenario through
-`lemongraph simulate` (the real console script, as a user runs it; no broker).
+`lemongraph simulate`, a flow through `lemongraph flow check` (the real console
+script, as a user runs it; no broker).
 
 How a page marks its examples (the fence's info string, after `yaml`):
 
@@ -11,6 +12,11 @@ How a page marks its examples (the fence's info string, after `yaml`):
   exactly what `lemongraph check NAME` prints (and it must exit 1).
 - `fails` (a scenario): it misses its expectation on purpose. The `text` block right
   after it holds exactly what `lemongraph simulate` prints for it (exit 1).
+- `flow`: the block is a flow (docs/flows.md), written to `flows/NAME` in the page's
+  folder (where a playbook's `flow: NAME` finds it) and checked with
+  `lemongraph flow check flows/NAME`: it must print `ok: 1 flow(s) valid`. With
+  `invalid`, the `text` block after it holds exactly what `flow check` prints (exit 1);
+  with `warns`, exactly what it prints for a valid flow with warnings (exit 0).
 - `norun`: not a playbook or a scenario (an agent catalog, a script for the stand-in
   model); nothing runs it. A YAML block with none of these marks fails the test.
 """
@@ -45,12 +51,16 @@ class Block:
     marks: set[str] = field(default_factory=set)
     name: str | None = None
     text: str = ""
-    expected: str | None = None  # the `text` block after an `invalid`/`fails` one
+    expected: str | None = None  # the `text` block after an `invalid`/`fails`/`warns` one
 
     @property
     def where(self) -> str:
         page = self.page.relative_to(ROOT) if self.page.is_relative_to(ROOT) else self.page
         return f"{page}:{self.line}"
+
+    @property
+    def is_flow(self) -> bool:
+        return "flow" in self.marks
 
     @property
     def is_scenario(self) -> bool:
@@ -84,7 +94,7 @@ def fenced_blocks(page: Path) -> list[Block]:
         blocks.append(block)
         i += 1
     for before, after in itertools.pairwise(blocks):
-        if {"invalid", "fails"} & before.marks and after.lang == "text":
+        if {"invalid", "fails", "warns"} & before.marks and after.lang == "text":
             before.expected = after.text
     return blocks
 
@@ -102,7 +112,9 @@ def write_page(page: Path, folder: Path) -> list[Block]:
     for block in named:
         assert block.name is not None
         assert "/" not in block.name, f"{block.where}: file= takes a plain file name"
-        (folder / block.name).write_text(block.text, encoding="utf-8")
+        target = folder / "flows" / block.name if block.is_flow else folder / block.name
+        target.parent.mkdir(exist_ok=True)
+        target.write_text(block.text, encoding="utf-8")
     return named
 
 
@@ -124,7 +136,7 @@ def test_every_yaml_block_is_marked(page: Path) -> None:
         assert block.name is not None or "norun" in block.marks, (
             f"{block.where}: a YAML example needs file=NAME (it is run) or norun"
         )
-        if {"invalid", "fails"} & block.marks:
+        if {"invalid", "fails", "warns"} & block.marks:
             assert block.expected is not None, (
                 f"{block.where}: an example marked {sorted(block.marks)} must be followed "
                 "by a ```text block with what the command prints"
@@ -134,7 +146,7 @@ def test_every_yaml_block_is_marked(page: Path) -> None:
 @pytest.mark.parametrize("page", PAGES, ids=_id)
 def test_valid_examples_pass_check(page: Path, tmp_path: Path) -> None:
     named = write_page(page, tmp_path)
-    valid = [b for b in named if not {"invalid", "norun"} & b.marks]
+    valid = [b for b in named if not {"invalid", "norun"} & b.marks and not b.is_flow]
     if not valid:
         pytest.skip("no runnable example on this page")
     result = run("check", *(str(b.name) for b in valid), cwd=tmp_path)
@@ -160,28 +172,46 @@ def test_scenario_examples_pass_simulate(page: Path, tmp_path: Path) -> None:
         assert all(r["passed"] for r in report["results"]), report
 
 
+@pytest.mark.parametrize("page", PAGES, ids=_id)
+def test_flow_examples_pass_flow_check(page: Path, tmp_path: Path) -> None:
+    named = write_page(page, tmp_path)
+    flows = [b for b in named if b.is_flow and not {"invalid", "warns", "norun"} & b.marks]
+    if not flows:
+        pytest.skip("no flow on this page")
+    for block in flows:
+        result = run("flow", "check", f"flows/{block.name}", cwd=tmp_path)
+        assert result.returncode == 0, f"{block.where}:\n{result.stdout}{result.stderr}"
+        assert result.stdout == "ok: 1 flow(s) valid\n", f"{block.where}:\n{result.stdout}"
+
+
 def _marked() -> list[Any]:
     return [
         pytest.param(b, id=f"{_id(b.page)}:{b.name}")
         for page in PAGES
         for b in yaml_blocks(page)
-        if {"invalid", "fails"} & b.marks
+        if {"invalid", "fails", "warns"} & b.marks
     ]
 
 
 @pytest.mark.parametrize("block", _marked())
 def test_marked_examples_print_what_the_page_shows(block: Block, tmp_path: Path) -> None:
-    """An `invalid` playbook through check, a `fails` scenario through simulate:
-    exit 1, and exactly the text the page shows after it."""
+    """An `invalid` playbook through check, a `fails` scenario through simulate,
+    an `invalid` flow through flow check: exit 1; a `warns` flow: exit 0; and
+    exactly the text the page shows after it."""
     write_page(block.page, tmp_path)
     assert block.name is not None
     assert block.expected is not None
-    if "invalid" in block.marks:
+    if block.is_flow:
+        command = ["flow", "check", f"flows/{block.name}"]
+    elif "invalid" in block.marks:
         command = ["check", block.name]
     else:
         command = ["simulate", "--dir", ".", block.name]
     result = run(*command, cwd=tmp_path)
-    assert result.returncode == 1, f"{block.where}: {command[0]} exited {result.returncode}"
+    exit_code = 0 if "warns" in block.marks else 1
+    assert result.returncode == exit_code, (
+        f"{block.where}: {' '.join(command)} exited {result.returncode}"
+    )
     assert result.stdout == block.expected, (
         f"{block.where}: the page shows\n{block.expected}\nbut {command[0]} prints\n{result.stdout}"
     )
