@@ -67,6 +67,14 @@ def test_the_shipped_example_is_valid_and_ready() -> None:
     assert proc.stdout == "ok: 1 flow(s) valid\n"
 
 
+def test_the_docs_show_the_shipped_example() -> None:
+    # docs/flows.md says its first flow is this file: the same, but for the comments.
+    page = (PLAYBOOKS.parent / "docs" / "flows.md").read_text(encoding="utf-8")
+    block = page.split("```yaml file=lookup-then-ask.yaml flow\n", 1)[1].split("```", 1)[0]
+    shipped = EXAMPLE.read_text(encoding="utf-8").splitlines(keepends=True)
+    assert block == "".join(line for line in shipped if not line.startswith("#"))
+
+
 def test_flow_check_prints_warnings_by_code_and_exits_0(tmp_path: Path) -> None:
     (tmp_path / "count.yaml").write_text(WARNS, encoding="utf-8")
     proc = run("flow", "check", "count.yaml", cwd=tmp_path)
