@@ -494,12 +494,13 @@ class _Checker:
         line = pos.line if pos else None
         column = pos.column if pos else None
         if pos is not None and offset is not None and pos.style in (None, '"', "'"):
-            # A template's {{ on the first line of a one-line scalar: point at it.
+            # A template's {{ on the first line of a one-line scalar: point at it
+            # (when the text there is the scalar's own, with no escape before it).
             assert self.located is not None
-            raw = self.located.text.splitlines()[pos.line - 1][pos.column - 1 :]
-            quote = 1 if pos.style else 0
-            if "\n" not in raw[: offset + quote]:
-                column = pos.column + quote + offset
+            row = self.located.text.splitlines()[pos.line - 1]
+            at = pos.column - 1 + (1 if pos.style else 0) + offset
+            if row[at : at + 2] == "{{":
+                column = at + 1
         self.problems.append(FlowProblem(self.source, rule, message, line, column, severity, node))
 
     def warn(self, rule: str, message: str, path: Path, node: str | None = None) -> None:
