@@ -168,6 +168,7 @@ def run_worker(
     try:
         worker.execute_from_commandline()
     except SystemExit as exc:
+        worker.disarm()  # type: ignore[attr-defined]
         code = exc.code if isinstance(exc.code, int) else 0
         say(
             f"worker: stopped after {time.monotonic() - started:.1f}s; {stats.records} records, "
@@ -213,6 +214,13 @@ def _worker_class() -> type[faust.Worker]:
                 self._deadline = threading.Timer(STOP_GRACE_SECONDS, _stop_anyway, (self.tell,))
                 self._deadline.daemon = True
                 self._deadline.start()
+
+        def disarm(self) -> None:
+            """The worker stopped in time: the deadline must not fire later (in
+            ``lemongraph dev`` the process goes on to stop the gateway and the
+            broker, and would exit 75 with a false warning)."""
+            if self._deadline is not None:
+                self._deadline.cancel()
 
         def _on_sigint(self) -> None:
             self._arm()

@@ -172,6 +172,15 @@ def test_the_dev_loop_of_the_readme_closes_offline(tmp_path: Path) -> None:
                 "the job to be done",
             )
             trail = client.get("/v1/jobs/job-1/decisions").json()["decisions"]
+        # Ctrl-C: everything stops cleanly, and the worker's stop deadline (armed by
+        # the signal) does not fire afterwards while dev stops the rest.
+        stopped_at = len(dev.lines)
+        code = dev.stop(signal.SIGINT, timeout=40)
+        time.sleep(0.1)
+        after = "".join(dev.lines[stopped_at:])
+        assert "worker: stopped after" in after
+        assert "did not stop within" not in after, after
+        assert code == 0, after
     finally:
         dev.stop(signal.SIGKILL)
     settled = {m["id"]: m for m in done["milestones"]}
