@@ -141,8 +141,11 @@ def verify_token(secret: str, token: str | None, *, now: float) -> Principal:
     source = claims.get("src")
     expires = claims.get("exp")
     issued = claims.get("iat", 0)
+    # ``exp`` is absent or an integer (a bool, "", [] or 0.0 is not: checked as
+    # given, never through ``or``, which would let a falsy one through).
+    claimed = (issued,) if expires is None else (issued, expires)
     if source not in SOURCES or not all(
-        isinstance(t, int) and not isinstance(t, bool) for t in (issued, expires or 0)
+        isinstance(t, int) and not isinstance(t, bool) for t in claimed
     ):
         raise _unauthorized("token_malformed", "the token's claims are invalid")
     if expires is not None and now >= expires:

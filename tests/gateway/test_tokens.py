@@ -154,3 +154,21 @@ def test_a_signed_token_whose_iat_is_not_an_integer_is_malformed(iat: object) ->
     assert code_of("s3cret", late) == "token_malformed"
     fine = forged("s3cret", v=1, src="world", name="x", iat=7, nonce="n")
     assert verify_token("s3cret", fine, now=NOW).issued_at == 7
+
+
+@pytest.mark.parametrize("exp", ["", [], {}, 0.0, True, False, "0"])
+def test_a_signed_token_whose_exp_is_not_an_integer_is_malformed(exp: object) -> None:
+    # A falsy exp ("", [], {}) once passed the check and then failed the
+    # comparison with now: a 500, not a 401.
+    token = forged("s3cret", v=1, src="world", name="x", iat=1, exp=exp, nonce="n")
+    assert code_of("s3cret", token) == "token_malformed"
+
+
+def test_a_signed_token_with_an_integer_exp_or_none_is_read() -> None:
+    late = forged("s3cret", v=1, src="world", name="x", iat=1, exp=int(NOW) + 60, nonce="n")
+    assert verify_token("s3cret", late, now=NOW).expires_at == int(NOW) + 60
+    assert code_of("s3cret", late, now=NOW + 61) == "token_expired"
+    expired = forged("s3cret", v=1, src="world", name="x", iat=1, exp=0, nonce="n")
+    assert code_of("s3cret", expired) == "token_expired"
+    endless = forged("s3cret", v=1, src="world", name="x", iat=1, nonce="n")
+    assert verify_token("s3cret", endless, now=NOW).expires_at is None
