@@ -71,7 +71,10 @@ def decode_inbox(raw: bytes | None, key: bytes | None = None) -> JobStart | Inbo
         message: JobStart | InboxEvent = _INBOX.validate_python(data)
     except ValidationError as exc:
         raise RecordError(_describe(exc)) from None
-    if key is not None and key.decode("utf-8", "replace") != message.key:
+    # Bytes, not decoded text: the partition is chosen from the key's bytes, and
+    # two keys that are not UTF-8 would decode alike (U+FFFD) and be one job on
+    # two partitions.
+    if key is not None and key != message.key.encode():
         raise RecordError(
             f"record key {key.decode('utf-8', 'replace')!r} is not the job key {message.key!r}"
         )

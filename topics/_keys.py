@@ -13,7 +13,12 @@ the store, so it must be readable back and must not pass for another key:
   separator, no no-break space);
 * no ``/`` (a key is one path segment of the API), and not ``.`` or ``..``
   (clients rewrite those segments);
-* no leading or trailing space.
+* no leading or trailing space;
+* no default-ignorable code point (Unicode's Default_Ignorable_Code_Point:
+  variation selectors, the combining grapheme joiner, Hangul fillers and the
+  like, which render as nothing) and no braille blank (U+2800, which renders as
+  a space);
+* in Unicode normal form NFC, so that ``café`` typed two ways is one key.
 
 :func:`check_key` is the rule; :data:`JobKey` applies it to a pydantic field.
 """
@@ -40,6 +45,36 @@ _KINDS = {
     "Zp": "a paragraph separator",
     "Zs": "a space other than the ASCII space",
 }
+
+
+#: Unicode's Default_Ignorable_Code_Point ranges (DerivedCoreProperties.txt),
+#: plus U+2800 BRAILLE PATTERN BLANK: characters that show as nothing or as a
+#: space. Those of category Cf are refused as format characters already.
+_INVISIBLE = (
+    (0x00AD, 0x00AD),
+    (0x034F, 0x034F),
+    (0x061C, 0x061C),
+    (0x115F, 0x1160),
+    (0x17B4, 0x17B5),
+    (0x180B, 0x180F),
+    (0x200B, 0x200F),
+    (0x202A, 0x202E),
+    (0x2060, 0x206F),
+    (0x2800, 0x2800),
+    (0x3164, 0x3164),
+    (0xFE00, 0xFE0F),
+    (0xFEFF, 0xFEFF),
+    (0xFFA0, 0xFFA0),
+    (0xFFF0, 0xFFF8),
+    (0x1BCA0, 0x1BCA3),
+    (0x1D173, 0x1D17A),
+    (0xE0000, 0xE0FFF),
+)
+
+
+def _invisible(char: str) -> bool:
+    code = ord(char)
+    return any(low <= code <= high for low, high in _INVISIBLE)
 
 
 class JobKeyError(ValueError):
@@ -69,8 +104,18 @@ def check_key(value: str, what: str = "key") -> str:
             raise JobKeyError(
                 f"{what} has {_character(char)} at position {position}: {kind} is not allowed"
             )
+        if _invisible(char):
+            raise JobKeyError(
+                f"{what} has {_character(char)} at position {position}: a character that "
+                "shows as nothing or as a space is not allowed"
+            )
     if value[0] == " " or value[-1] == " ":
         raise JobKeyError(f"{what} starts or ends with a space")
+    if not unicodedata.is_normalized("NFC", value):
+        raise JobKeyError(
+            f"{what} is not in Unicode normal form NFC: write it as "
+            f"{unicodedata.normalize('NFC', value)!r}"
+        )
     return value
 
 

@@ -59,7 +59,18 @@ def test_a_query_token_counts_only_on_the_event_stream_get(gateway: GatewayProce
         assert len(client.get("/v1/jobs/job-q").json()["pending_writes"]) == 1  # nothing else
 
 
-BAD_KEYS = ["a/b", "pay\u202egpj.exe", "job\u200b1", "job\n1", "\ufeffjob", " job", "..", "x\x7f"]
+BAD_KEYS = [
+    "a/b",
+    "pay\u202egpj.exe",
+    "job\u200b1",
+    "job\n1",
+    "\ufeffjob",
+    " job",
+    "..",
+    "x\x7f",
+    "key\ufe0f",
+    "cafe\u0301",
+]
 
 
 def test_keys_that_break_the_rule_are_refused_at_the_gateway_and_on_the_inbox(

@@ -194,6 +194,16 @@ def test_the_record_key_must_be_the_job_key() -> None:
     assert "job-1" in reason_of(START_JSON, b"\xffjob-1")
 
 
+def test_record_keys_that_are_not_utf8_are_not_the_job_key() -> None:
+    """The partition is chosen from the key's bytes: two record keys that are not
+    UTF-8 decode alike (to U+FFFD) and, compared as text, would be one job key on
+    two partitions. Compared as bytes, only the key's own UTF-8 is it."""
+    message = orjson.dumps({"type": "event", "key": "\ufffd", "action": "a"})
+    assert decode_inbox(message, "\ufffd".encode()).key == "\ufffd"
+    for raw in (b"\xff", b"\xfe", b"\xed\xa0\x80"):
+        assert "is not the job key" in reason_of(message, raw)
+
+
 # -- the job key rule (topics/_keys.py) ---------------------------------------------------
 
 
@@ -222,6 +232,12 @@ def test_the_record_key_must_be_the_job_key() -> None:
         ("..", "key '..' is not allowed (clients rewrite it in a URL path)"),
         ("", "key is empty"),
         ("k" * 201, "key is 201 characters long: at most 200"),
+        ("key\ufe0f", "key has U+FE0F (VARIATION SELECTOR-16) at position 3: a character that"),
+        ("key\u034f", "key has U+034F (COMBINING GRAPHEME JOINER) at position 3: a character"),
+        ("a\u3164b", "key has U+3164 (HANGUL FILLER) at position 1: a character that shows"),
+        ("a\u115fb", "key has U+115F (HANGUL CHOSEONG FILLER) at position 1: a character"),
+        ("\u2800x", "key has U+2800 (BRAILLE PATTERN BLANK) at position 0: a character that"),
+        ("cafe\u0301", "key is not in Unicode normal form NFC: write it as 'café'"),
     ],
 )
 def test_a_key_that_breaks_the_rule_is_refused_naming_the_character(key: str, reason: str) -> None:
