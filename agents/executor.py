@@ -86,6 +86,8 @@ class Outcome:
     http_status: int | None = None
     url: str | None = None
     seconds: float = 0.0
+    #: The response's JSON (or text) on ``done``, whole (``output`` is an excerpt).
+    data: Any = None
 
 
 class Executor:
@@ -125,10 +127,14 @@ class Executor:
         arguments: str,
         granted: Collection[str],
         occurrence: int,
+        key: str | None = None,
     ) -> Outcome:
-        """Check, run and interpret one call."""
+        """Check, run and interpret one call. ``key``, when given, is the
+        idempotency key instead of the derived one (a flow's call id, which is
+        made from our own data too: docs/flows.md, "Ids")."""
         args, refused = self.check(name, arguments, granted)
-        key = derived_key(task_id, name, args, occurrence)
+        if key is None:
+            key = derived_key(task_id, name, args, occurrence)
         if refused is not None:
             return Outcome("refused", _tell(False, refused), key)
         tool = self.catalog.tools[name]
@@ -178,6 +184,7 @@ class Executor:
             http_status=response.status_code,
             url=shown,
             seconds=seconds,
+            data=data,
         )
 
     def _unanswered(

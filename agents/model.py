@@ -117,14 +117,22 @@ class Model:
         """Release the HTTP connections."""
         await self.client.close()
 
-    async def call(self, request: ModelRequest, exchanges: Sequence[Exchange] = ()) -> ModelReply:
-        """One model call. Raises :class:`ModelError`."""
+    async def call(
+        self,
+        request: ModelRequest,
+        exchanges: Sequence[Exchange] = (),
+        *,
+        output_schema: Mapping[str, Any] | None = None,
+    ) -> ModelReply:
+        """One model call. Raises :class:`ModelError`. With ``output_schema`` (a
+        JSON Schema) the answer is asked for as JSON of that shape, through the
+        API's structured output (a flow's llm node with a ``schema``)."""
         started = time.monotonic()
         try:
             if self.settings.api == "chat":
-                reply = await self._chat(request, exchanges)
+                reply = await self._chat(request, exchanges, output_schema)
             else:
-                reply = await self._responses(request, exchanges)
+                reply = await self._responses(request, exchanges, output_schema)
         except openai.APIStatusError as exc:
             raise ModelError("status", f"HTTP {exc.status_code}: {_short(exc.message)}") from None
         except openai.APIConnectionError as exc:
@@ -137,7 +145,10 @@ class Model:
         return ModelReply(text or None, calls, usage, time.monotonic() - started)
 
     async def _responses(
-        self, request: ModelRequest, exchanges: Sequence[Exchange]
+        self,
+        request: ModelRequest,
+        exchanges: Sequence[Exchange],
+        output_schema: Mapping[str, Any] | None = None,
     ) -> tuple[str, tuple[ToolCall, ...], Usage | None]:
         items: list[Any] = [{"role": role, "content": text} for role, text in request.messages]
         for exchange in exchanges:
@@ -163,12 +174,23 @@ class Model:
             }
             for t in request.tools
         ]
+        options: dict[str, Any] = {}
+        if output_schema is not None:
+            options["text"] = {
+                "format": {
+                    "type": "json_schema",
+                    "name": "answer",
+                    "schema": dict(output_schema),
+                    "strict": False,
+                }
+            }
         response = await self.client.responses.create(
             model=self.settings.model,
             instructions=request.instructions,
             input=items,
             tools=tools,
             store=False,
+            **options,
         )
         calls = tuple(
             ToolCall(str(item.call_id), str(item.name), str(item.arguments))
@@ -183,7 +205,10 @@ class Model:
         return response.output_text, calls, usage
 
     async def _chat(
-        self, request: ModelRequest, exchanges: Sequence[Exchange]
+        self,
+        request: ModelRequest,
+        exchanges: Sequence[Exchange],
+        output_schema: Mapping[str, Any] | None = None,
     ) -> tuple[str, tuple[ToolCall, ...], Usage | None]:
         messages: list[Any] = [{"role": "system", "content": request.instructions}]
         messages.extend({"role": role, "content": text} for role, text in request.messages)
@@ -217,6 +242,11 @@ class Model:
             for t in request.tools
         ]
         options: dict[str, Any] = {"tools": tools} if tools else {}
+        if output_schema is not None:
+            options["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": "answer", "schema": dict(output_schema), "strict": False},
+            }
         completion = await self.client.chat.completions.create(
             model=self.settings.model, messages=messages, **options
         )

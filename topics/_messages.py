@@ -28,6 +28,9 @@ __all__ = [
     "JobFinishedEffect",
     "JobSnapshot",
     "JobStart",
+    "JournalFlow",
+    "JournalHandlerCall",
+    "JournalInterrupt",
     "JournalModelCall",
     "JournalRecord",
     "JournalRun",
@@ -352,6 +355,12 @@ class MessageRecord(_Message):
     task_id: str | None = None
     text: str
     at: str
+    #: A flow's question or approval (docs/flows.md, "Flows in the agents
+    #: service"): on ``out``, the interrupt it asks; on ``in``, the interrupt
+    #: this message answers (``POST /v1/jobs/{key}/answers``), with ``answer``
+    #: as it was given (``text`` is its text).
+    interrupt_id: str | None = None
+    answer: Any = None
 
 
 #: The opening of an inbound message that its ``message_received`` event keeps.
@@ -413,6 +422,9 @@ class JournalModelCall(_Message):
     latency_ms: int
     tokens: Tokens | None = None
     outcome: Literal["ok", "status", "transport", "garbage"]
+    #: A call a flow's llm node made (docs/flows.md): the flow and the node id.
+    flow: str | None = None
+    node: str | None = None
 
 
 class JournalToolCall(_Message):
@@ -434,6 +446,28 @@ class JournalToolCall(_Message):
     result: str
     latency_ms: int
     fact: str | None = None
+    #: A call a flow's tool node made (docs/flows.md): the flow and the node id.
+    flow: str | None = None
+    node: str | None = None
+
+
+class JournalHandlerCall(_Message):
+    """One call of a registered handler or router by a flow (docs/flows.md,
+    "Handlers and routers"): the name, the outcome and what it returned
+    (opening), or the error."""
+
+    type: Literal["journal.handler_call"] = "journal.handler_call"
+    job_key: str
+    run_id: str
+    at: str
+    flow: str
+    node: str
+    kind: Literal["handler", "router"]
+    name: str
+    call_id: str
+    outcome: Literal["ok", "error"]
+    result: str
+    latency_ms: int
 
 
 class JournalRun(_Message):
@@ -452,6 +486,48 @@ class JournalRun(_Message):
     #: Steps (model replies, tool results) of a run cut short that this run
     #: replayed from its checkpoint instead of asking or calling again.
     replayed: int = 0
+
+
+class JournalFlow(_Message):
+    """A flow run of a milestone's task (docs/flows.md, "Flows in the agents
+    service"): ``started``, each ``node`` completed (once, in order), and its end:
+    ``finished`` (``outputs``), ``failed`` (``node``, ``error``) or ``stopped``
+    (the task closed first)."""
+
+    type: Literal["journal.flow"] = "journal.flow"
+    job_key: str
+    run_id: str
+    flow: str
+    task_id: str
+    at: str
+    event: Literal["started", "node", "finished", "failed", "stopped"]
+    node: str | None = None
+    outputs: dict[str, Any] | None = None
+    error: str | None = None
+
+
+class JournalInterrupt(_Message):
+    """A flow's question (``ask``) or approval, as it opens and as it closes:
+    ``open`` (asked; ``answers`` the allowed ones, empty for any), ``answered``
+    (the answer consumed), ``expired`` (a tick past ``expires_at``) or
+    ``cancelled`` (the task closed). The gateway answers
+    ``POST /v1/jobs/{key}/answers`` from these."""
+
+    type: Literal["journal.interrupt"] = "journal.interrupt"
+    job_key: str
+    run_id: str
+    flow: str
+    node: str
+    interrupt_id: str
+    at: str
+    kind: Literal["ask", "approval"]
+    status: Literal["open", "answered", "expired", "cancelled"]
+    question: str = ""
+    answers: list[str] = Field(default_factory=list)
+    expires_at: str | None = None
+    #: For approvals: the ``show`` channels' values (nothing else of the run).
+    show: dict[str, Any] = Field(default_factory=dict)
+    answer: Any = None
 
 
 class JournalMail(_Message):
@@ -473,7 +549,14 @@ class JournalMail(_Message):
 
 
 JournalRecord = Annotated[
-    JournalModelCall | JournalToolCall | JournalRun | JournalMail, Field(discriminator="type")
+    JournalModelCall
+    | JournalToolCall
+    | JournalHandlerCall
+    | JournalRun
+    | JournalFlow
+    | JournalInterrupt
+    | JournalMail,
+    Field(discriminator="type"),
 ]
 
 
