@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["SCHEMA_KEYWORDS", "SCHEMA_TYPES", "check_schema", "schema_problems"]
+__all__ = ["SCHEMA_KEYWORDS", "SCHEMA_TYPES", "check_schema", "schema_problems", "value_kind"]
 
 #: Every keyword a schema may use; any other is refused by name.
 SCHEMA_KEYWORDS = (
@@ -115,7 +115,8 @@ def _shown(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
 
 
-def _kind(value: Any) -> str:
+def value_kind(value: Any) -> str:
+    """What ``value`` is, as a message says it: ``a string``, ``an object``, ``null``."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -161,7 +162,7 @@ def check_schema(value: Any, schema: dict[str, Any], path: str = "value") -> lis
     }.get(str(kind), False)
     if not fits:
         want = _ARTICLE.get(str(kind), str(kind))
-        return [f"{path} must be {want}, and it is {_kind(value)}, {_shown(value)}"]
+        return [f"{path} must be {want}, and it is {value_kind(value)}, {_shown(value)}"]
     if "enum" in schema and value not in schema["enum"]:
         out.append(f"{path} must be one of: " + ", ".join(str(e) for e in schema["enum"]))
     if kind == "string":
