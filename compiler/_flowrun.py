@@ -638,7 +638,8 @@ class _Step:
                 record["done"] = False
                 actions.append(CallTool(call_id=cid, node=node.id, tool=name, args=args or {}))
             records.append(record)
-        branch = branch.model_copy(update={"call_id": base, "waiting": "tool", "calls": records})
+        done = {"call_id": base, "waiting": "tool", "calls": tuple(records)}
+        branch = branch.model_copy(update=done)
         if not actions:
             self.complete(branch, [_tool_record(r) for r in records])
             return
