@@ -146,16 +146,20 @@ def _split_within(text: str) -> tuple[str, Duration | None]:
         raise _error_at(
             text,
             _skip_space(text, match.start("rest")),
-            f"{word!r} is not a unit of WITHIN: write the number and its unit together, "
-            f"as {_written(int(match.group('amount')[:12]), word)}; {_UNIT_NAMES}",
+            f"{word!r} is not a unit of WITHIN: "
+            f"{_written(int(match.group('amount')[:12]), word, apart=True)}; {_UNIT_NAMES}",
         )
+    if unit in _UNITS and re.fullmatch(r"(\d+[A-Za-z]+)+\s*", rest):
+        # `WITHIN 1d12h`: a duration in two units; WITHIN takes one.
+        raise _error_at(text, match.start("amount"), _one_unit(match.group()))
     if rest.strip():
         rest_at = _skip_space(text, match.start("rest"))
         raise _error_at(text, rest_at, "WITHIN must come at the end of the condition")
     if not unit:
         raise _error_at(text, unit_at, f"expected a unit after the number: {_UNIT_NAMES}")
     if unit not in _UNITS:
-        raise _error_at(text, unit_at, f"unknown unit {unit!r}: {_UNIT_NAMES}")
+        hint = _written(amount, unit, apart=False)
+        raise _error_at(text, unit_at, f"unknown unit {unit!r}: {hint}{_UNIT_NAMES}")
     duration = Duration(amount, unit)
     if amount == 0:
         raise _error_at(text, match.start("amount"), "a WITHIN window must be longer than zero")
@@ -169,16 +173,58 @@ def _split_within(text: str) -> tuple[str, Duration | None]:
 _UNIT_NAMES = "the units are s (seconds), m (minutes), h (hours) and d (days), as in 7d"
 
 
-def _written(amount: int, word: str) -> str:
-    """``amount word`` as WITHIN writes it: ``1 day`` → ``1d``, ``2 weeks`` → ``14d``."""
+def _written(amount: int, word: str, *, apart: bool) -> str:
+    """What to write for ``amount word`` (a unit WITHIN does not know): ``1 day`` →
+    ``as 1d``, ``2 weeks`` → ``as 14d``; a unit under a second, or an amount over
+    the maximum, says so. ``apart``: the word was written apart from its number
+    (the hint then ends the reason; otherwise it leads the list of units)."""
     lower = word.lower()
-    if lower.startswith("w"):
-        return f"{amount * 7}d"
-    if lower.startswith("mo"):
-        return f"{amount * 30}d"
-    if lower.startswith("y"):
-        return f"{amount * 365}d"
-    return f"{amount}{lower[0]}" if lower[0] in _UNITS else f"{amount}d"
+    seconds: int | None
+    if lower.startswith(("ms", "milli", "us", "µs", "micro", "ns", "nano")):
+        seconds = None
+    elif lower.startswith("w"):
+        seconds = amount * 7 * 86400
+    elif lower.startswith("mo"):
+        seconds = amount * 30 * 86400
+    elif lower.startswith("y"):
+        seconds = amount * 365 * 86400
+    elif lower[0] in _UNITS:
+        seconds = amount * _UNITS[lower[0]]
+    else:
+        return "write the number and its unit together" if apart else ""
+    if seconds is None:
+        hint = "the smallest unit is s (seconds), as in 1s"
+    elif seconds > MAX_WINDOW.total_seconds():
+        hint = (
+            f"{amount}{' ' if apart else ''}{word} is longer than the maximum window, "
+            f"{MAX_WINDOW.days}d"
+        )
+    else:
+        written = _single_unit(seconds)
+        if apart:
+            return f"write the number and its unit together, as {written}"
+        hint = f"write {amount}{word} as {written}"
+    return hint if apart else hint + "; "
+
+
+def _single_unit(seconds: int) -> str:
+    """``seconds`` in the largest unit that divides it: 129600 → ``36h``."""
+    for unit in ("d", "h", "m", "s"):
+        if seconds % _UNITS[unit] == 0:
+            return f"{seconds // _UNITS[unit]}{unit}"
+    raise AssertionError("s divides every whole number of seconds")  # pragma: no cover
+
+
+def _one_unit(written: str) -> str:
+    """The reason for a duration in several units (``1d12h``): WITHIN takes one."""
+    parts = re.findall(r"(\d+)([A-Za-z]+)", written)
+    if any(unit not in _UNITS for _, unit in parts):
+        return f"a WITHIN duration has one unit, not {written.strip()}: {_UNIT_NAMES}"
+    seconds = sum(int(n[:12]) * _UNITS[unit] for n, unit in parts)
+    reason = f"a WITHIN duration has one unit: write {written.strip()} as {_single_unit(seconds)}"
+    if seconds > MAX_WINDOW.total_seconds():
+        reason += f", which is longer than the maximum of {MAX_WINDOW.days}d"
+    return reason
 
 
 # The words of a condition, for finding an operator without an operand: strings
@@ -255,6 +301,8 @@ def _syntax_error(text: str, body: str, exc: UnexpectedInput) -> ConditionError:
         at = exc.pos_in_stream or 0
         char = body[at] if at < len(body) else ""
         hint = " (use == to compare)" if char == "=" else ""
+        if body.startswith("!=", at):
+            hint = f" (there is no !=: write {_not_equal(body, at)})"
         if char == "'":
             hint = ' (strings are double-quoted: "like this")'
         if char == '"':
@@ -262,7 +310,7 @@ def _syntax_error(text: str, body: str, exc: UnexpectedInput) -> ConditionError:
         else:
             reason = f"unexpected character {char!r}{hint}"
             allowed = exc.allowed or set()
-            if allowed:
+            if allowed and char != "!":  # the != hint says what to write
                 reason += f"; expected {_expected(allowed)}"
         return _error_at(text, at, reason)
     if isinstance(exc, LarkUnexpectedToken | UnexpectedEOF):
@@ -273,10 +321,35 @@ def _syntax_error(text: str, body: str, exc: UnexpectedInput) -> ConditionError:
             offset = len(body.rstrip())
         found = _describe(token)
         word = str(token).lower()
+        count = _COUNT_OPEN.search(body, 0, offset)
+        if token.type == "COLON" and count is not None:
+            name = count.group("name")
+            return _error_at(
+                text,
+                offset,
+                f"COUNT takes a plain fact name, without a :property: "
+                f"write COUNT({name}) (it counts every {name} fact)",
+            )
         if token.type == "NAME" and word in KEYWORDS:
             found = f"the keyword {str(token).upper()}"
         return _error_at(text, offset, f"expected {_expected(set(expected))}, found {found}")
     return _error_at(text, 0, "not a valid condition")  # pragma: no cover - lark's own kinds
+
+
+# `COUNT(name` right before the token lark stopped at.
+_COUNT_OPEN = re.compile(r"(?<![\w.\-])count\s*\(\s*(?P<name>[A-Za-z_][A-Za-z0-9_.\-]*)\s*$", re.I)
+_FACT_BEFORE = re.compile(r"[A-Za-z_][\w.\-]*(:[A-Za-z_][\w.\-]*)?\s*$")
+_LITERAL_AFTER = re.compile(r'\s*("(?:[^"\\\n]|\\.)*"|-?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?)')
+
+
+def _not_equal(body: str, at: int) -> str:
+    """``NOT fact == value`` for the ``fact != value`` at ``at`` (generic when the
+    operands are not plain)."""
+    fact = _FACT_BEFORE.search(body, 0, at)
+    value = _LITERAL_AFTER.match(body, at + 2)
+    if fact is None or value is None:
+        return "NOT x == y"
+    return f"NOT {fact.group().strip()} == {value.group(1)}"
 
 
 def _number(token: Token) -> int | float:

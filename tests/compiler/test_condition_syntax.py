@@ -290,7 +290,13 @@ INVALID: list[tuple[str, int, int, str]] = [
     ("a WITHIN 5", 1, 11, "expected a unit after the number: the units are s (seconds), m"),
     ("a WITHIN\n  12", 2, 5, "expected a unit after the number"),
     ("a WITHIN 5y", 1, 11, "unknown unit 'y'"),
-    ("a WITHIN 5days", 1, 11, "unknown unit 'days': the units are s (seconds), m (minutes)"),
+    ("a WITHIN 5days", 1, 11, "unknown unit 'days': write 5days as 5d; the units are s (seconds)"),
+    ("a WITHIN 2w", 1, 11, "unknown unit 'w': write 2w as 14d; the units are"),
+    # a duration in two units: WITHIN takes one, and the hint gives it
+    ("x AND NOT y WITHIN 1d12h", 1, 20, "a WITHIN duration has one unit: write 1d12h as 36h"),
+    ("a WITHIN 1h30m", 1, 10, "write 1h30m as 90m"),
+    ("a WITHIN 179d48h", 1, 10, "as 181d, which is longer than the maximum of 180d"),
+    ("a WITHIN 1d2x", 1, 10, "a WITHIN duration has one unit, not 1d2x: the units are"),
     # a unit spelt out, apart from its number: says so, and lists the units
     (
         "a WITHIN 1 day",
@@ -301,7 +307,15 @@ INVALID: list[tuple[str, int, int, str]] = [
     ),
     ("a WITHIN 2 weeks", 1, 12, "as 14d"),
     ("a WITHIN 3 hours", 1, 12, "as 3h"),
-    ("a WITHIN 5ms", 1, 11, "unknown unit 'ms'"),
+    ("a WITHIN 5ms", 1, 11, "unknown unit 'ms': the smallest unit is s (seconds), as in 1s"),
+    # units under a second, or longer than the maximum: no hint that is wrong
+    ("a WITHIN 1 ms", 1, 12, "'ms' is not a unit of WITHIN: the smallest unit is s (seconds)"),
+    ("a WITHIN 1 milliseconds", 1, 12, "the smallest unit is s (seconds), as in 1s; the"),
+    ("a WITHIN 1 minute", 1, 12, "as 1m;"),
+    ("a WITHIN 1 year", 1, 12, "1 year is longer than the maximum window, 180d; the units"),
+    ("a WITHIN 7 months", 1, 12, "7 months is longer than the maximum window, 180d"),
+    ("a WITHIN 6 months", 1, 12, "as 180d;"),
+    ("a WITHIN 5y", 1, 11, "5y is longer than the maximum window, 180d"),
     # COUNT bounds are whole, non-negative numbers
     ("COUNT(x) >= 2.5", 1, 13, "a COUNT bound must be a whole number, not 2.5"),
     ("COUNT(x) > 1e3", 1, 12, "a COUNT bound must be a whole number, not 1e3"),
@@ -309,7 +323,8 @@ INVALID: list[tuple[str, int, int, str]] = [
     ("COUNT(x) >= -1", 1, 13, "a COUNT bound cannot be negative (-1)"),
     ("a OR\n COUNT(x) < 0.5", 2, 13, "a COUNT bound must be a whole number"),
     ("COUNT(x)", 1, 9, "expected a comparison"),
-    ("COUNT(x:p) > 1", 1, 8, 'expected ")"'),
+    ("COUNT(x:p) > 1", 1, 8, "COUNT takes a plain fact name, without a :property: write COUNT(x)"),
+    ("a OR COUNT(reminder_sent:x) > 1", 1, 25, "write COUNT(reminder_sent) (it counts every"),
     ("COUNT x > 1", 1, 7, 'expected "("'),
     # keywords used as names
     ("AND", 1, 1, "an operand is missing before AND"),
@@ -365,6 +380,9 @@ INVALID: list[tuple[str, int, int, str]] = [
     ("x > 1 2", 1, 7, "found '2'"),
     ("a AND\n  b OR\n  c ==", 3, 7, "found the end of the condition"),
     ("a AND b!", 1, 8, "unexpected character '!'"),
+    ('status != "lost"', 1, 8, """'!' (there is no !=: write NOT status == "lost")"""),
+    ("a AND x:p != 3 WITHIN 1d", 1, 11, "(there is no !=: write NOT x:p == 3)"),
+    ("a != b", 1, 3, "unexpected character '!' (there is no !=: write NOT x == y)"),
     ("1 > x", 1, 1, "found '1'"),
     # numbers the printer could not write back, or int() could not read
     ("x > 1e999", 1, 5, "a number too large: 1e999"),
