@@ -168,20 +168,29 @@ def load_playbook(text: str, source: str = "<playbook>") -> Playbook:
         line, column = getattr(exc, "line", None), getattr(exc, "column", None)
         reason = getattr(exc, "reason", exc.message)
         raise PlaybookError([PlaybookProblem(source, reason, None, line, column)]) from None
-    return compile_playbook(located.data, source, located)
+    return compile_playbook(located.data, source, located, check_due=True)
 
 
 def compile_playbook(
-    data: Any, source: str = "<playbook>", located: Located | None = None
+    data: Any,
+    source: str = "<playbook>",
+    located: Located | None = None,
+    *,
+    check_due: bool = False,
 ) -> Playbook:
-    """Validate playbook data (already parsed) and compile it."""
-    return _Compiler(source, located).compile(data)
+    """Validate playbook data (already parsed) and compile it. ``check_due``: also
+    refuse a ``due`` not shorter than its window. Files (check, simulate, register:
+    :func:`load_playbook`) and inline scenario playbooks are held to it; a spec
+    read back from the playbooks topic is not, so that a version registered before
+    the rule still loads."""
+    return _Compiler(source, located, check_due).compile(data)
 
 
 class _Compiler:
-    def __init__(self, source: str, located: Located | None) -> None:
+    def __init__(self, source: str, located: Located | None, check_due: bool) -> None:
         self.source = source
         self.located = located
+        self.check_due = check_due
         self.problems: list[PlaybookProblem] = []
 
     def _where(self, path: tuple[str | int, ...]) -> Position | None:
@@ -211,6 +220,8 @@ class _Compiler:
     def compile(self, data: Any) -> Playbook:
         spec = self._validate(data)
         conditions = self._conditions(spec)
+        if self.check_due:
+            self._due_in_window(spec, conditions)
         ids = self._unique_ids(spec)
         self._known_needs(spec, ids)
         goals = self._goals(spec, ids)
@@ -282,6 +293,31 @@ class _Compiler:
                 caret_excerpt(self.located.text, line, column),
             )
         )
+
+    def _due_in_window(self, spec: PlaybookSpec, conditions: dict[str, Condition]) -> None:
+        """A ``due`` not shorter than the window can never send its task: the
+        window's close settles the milestone (done or timed out) first, and the
+        settle timer fires before a due timer at the same instant."""
+        for i, m in enumerate(spec.milestones):
+            condition = conditions.get(m.id)
+            if m.due is None or condition is None:
+                continue
+            due = parse_duration(m.due)
+            if due < condition.window:
+                continue
+            within = condition.within
+            window = (
+                f"its window, WITHIN {within}"
+                if within is not None
+                else f"its window, the default {_days(condition.window)} (no WITHIN)"
+            )
+            self.problem(
+                f"due: {m.due} is not shorter than {window}: the milestone settles when "
+                "its window closes, so its task could never go out; make due shorter "
+                "or the window longer",
+                ("milestones", i, "due"),
+                m.id,
+            )
 
     def _unique_ids(self, spec: PlaybookSpec) -> set[str]:
         first: dict[str, int] = {}
@@ -408,6 +444,10 @@ class _Compiler:
             atoms_by_fact={k: tuple(v.items()) for k, v in atoms.items()},
             milestones_by_fact={k: frozenset(v) for k, v in readers.items()},
         )
+
+
+def _days(span: timedelta) -> str:
+    return f"{span.days}d" if span == timedelta(days=span.days) else str(span)
 
 
 def _path(loc: tuple[Any, ...]) -> tuple[str | int, ...]:

@@ -105,6 +105,10 @@ class Scenario(BaseModel):
     @field_validator("base")
     @classmethod
     def _aware(cls, value: datetime) -> datetime:
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise ValueError(
+                f"base must have a time zone, e.g. {value.strftime('%Y-%m-%dT%H:%M:%S')}Z"
+            )
         return require_aware(value, "base")
 
 
@@ -118,11 +122,34 @@ class ScenarioFile(BaseModel):
     scenarios: list[Scenario] = Field(min_length=1)
     _located: Located | None = PrivateAttr(default=None)
 
+    def check_milestones(self, playbook: Playbook, source: str) -> None:
+        """Refuse an expectation naming a milestone ``playbook`` does not have
+        (it could never be met, and the failure would not say why)."""
+        known = [m.id for m in sorted(playbook.milestones, key=lambda m: m.index)]
+        lines = []
+        for i, scenario in enumerate(self.scenarios):
+            for status in ("done", "knocked", "dropped", "open", "pending", "unreachable", "tasks"):
+                for j, name in enumerate(getattr(scenario.expect, status) or ()):
+                    if name in playbook.by_id:
+                        continue
+                    loc: tuple[str | int, ...] = ("scenarios", i, "expect", status, j)
+                    pos = self._located.position(loc) if self._located else None
+                    where = f"{source}:{pos.line}:{pos.column}" if pos else source
+                    near = did_you_mean(name, known)
+                    lines.append(
+                        f"{where}: {'.'.join(str(p) for p in loc)}: "
+                        f"unknown milestone {name!r}"
+                        + (f" (did you mean {near!r}?)" if near else "")
+                        + f"; playbook {playbook.key} has {', '.join(known)}"
+                    )
+        if lines:
+            raise ScenarioError("\n".join(lines))
+
     def inline_playbook(self, source: str) -> Playbook:
         """Compile an inline ``playbook:`` mapping; problems point into this file."""
         assert isinstance(self.playbook, dict)
         located = self._located.subtree(("playbook",)) if self._located else None
-        return compile_playbook(self.playbook, source, located)
+        return compile_playbook(self.playbook, source, located, check_due=True)
 
 
 def parse_scenarios(text: str, source: str) -> ScenarioFile:

@@ -142,7 +142,17 @@ SYNONYMS: dict[str, tuple[str, ...]] = {
     "deadline": ("due",),
     "tools": ("integrations",),
     "channels": ("integrations",),
-    "complete": ("complete_when",),
+    "complete": ("complete_when", "done"),
+    "completed": ("done",),
+    "finished": ("done",),
+    "succeeded": ("done",),
+    "passed": ("done",),
+    "timed_out": ("knocked",),
+    "failed": ("knocked",),
+    "skipped": ("dropped",),
+    "cancelled": ("dropped",),
+    "blocked": ("unreachable",),
+    "waiting": ("pending",),
 }
 
 

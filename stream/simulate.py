@@ -61,14 +61,18 @@ class SimulationRun:
 
 def playbook_for(path: Path, parsed: ScenarioFile) -> Playbook:
     """The playbook a scenario file runs on: inline, or the file it names
-    (relative to the scenario file)."""
+    (relative to the scenario file). Refuses expectations that name a milestone
+    it does not have (``check`` and ``simulate`` both come through here)."""
     ref = parsed.playbook
     if isinstance(ref, dict):
-        return parsed.inline_playbook(str(path))
-    target = (path.parent / ref).resolve()
-    if not target.is_file():
-        raise LemongraphError(f"{path}: playbook {ref!r} not found (looked for {target})")
-    return load_playbook_file(target)
+        playbook = parsed.inline_playbook(str(path))
+    else:
+        target = (path.parent / ref).resolve()
+        if not target.is_file():
+            raise LemongraphError(f"{path}: playbook {ref!r} not found (looked for {target})")
+        playbook = load_playbook_file(target)
+    parsed.check_milestones(playbook, str(path))
+    return playbook
 
 
 def simulate_files(paths: list[Path]) -> SimulationRun:

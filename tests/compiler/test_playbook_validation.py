@@ -391,6 +391,43 @@ def test_bad_due(due: str) -> None:
 
 
 @pytest.mark.parametrize(
+    ("condition", "due", "window"),
+    [
+        ("x AND NOT y WITHIN 4h", "5h", "its window, WITHIN 4h"),
+        ("x WITHIN 4h", "4h", "its window, WITHIN 4h"),  # settle fires before due
+        ("x", "31d", "its window, the default 30d (no WITHIN)"),
+    ],
+)
+def test_a_due_not_shorter_than_the_window_is_refused(
+    condition: str, due: str, window: str
+) -> None:
+    text = HEAD + f"milestones:\n  - id: a\n    condition: {condition}\n    due: {due}\n"
+    p = only(text)
+    assert_at(p, 6, 10, "a")
+    assert p.message == (
+        f"due: {due} is not shorter than {window}: the milestone settles when its window "
+        "closes, so its task could never go out; make due shorter or the window longer"
+    )
+
+
+def test_a_due_inside_the_window_is_accepted() -> None:
+    load_playbook(HEAD + "milestones:\n  - id: a\n    condition: x WITHIN 4h\n    due: 3h59m\n")
+
+
+def test_a_registered_version_with_a_late_due_still_loads() -> None:
+    """The rule is for files (and inline scenario playbooks); a spec read back from
+    the playbooks topic, registered before it, still compiles."""
+    spec = {
+        "key": "p",
+        "version": 1,
+        "milestones": [{"id": "a", "condition": "x WITHIN 1h", "due": "2h"}],
+    }
+    assert compile_playbook(spec).by_id["a"].due is not None
+    with pytest.raises(PlaybookError, match="due: 2h is not shorter than its window"):
+        compile_playbook(spec, check_due=True)
+
+
+@pytest.mark.parametrize(
     "extra",
     ["    colour: red\n", "    due: soon\n"],
     ids=["unknown-field", "bad-due"],

@@ -377,6 +377,65 @@ def test_check_a_bad_scenario_file(folder: Path) -> None:
     assert lines[0].startswith(f"{bad}:6:14: ")
 
 
+UNKNOWN_MILESTONE = """\
+playbook: cli-pb.yaml
+scenarios:
+  - name: names-a-ghost
+    base: 2026-01-05T09:00:00Z
+    expect:
+      done: [first, secnd]
+"""
+
+
+@pytest.mark.parametrize("command", ["check", "simulate"])
+def test_an_expectation_naming_an_unknown_milestone_is_refused(folder: Path, command: str) -> None:
+    bad = folder / "ghost.scenario.yaml"
+    bad.write_text(UNKNOWN_MILESTONE, encoding="utf-8")
+    proc = run(command, *([str(bad)] if command == "check" else ["--dir", str(folder)]))
+    assert proc.returncode == (1 if command == "check" else 2), proc.stdout + proc.stderr
+    line = f"{bad}:6:21: scenarios.0.expect.done.1: unknown milestone 'secnd' (did you mean "
+    line += "'second'?); playbook cli-pb has first, second"
+    assert line in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("scenario", "message"),
+    [
+        (
+            "    base: 2026-03-02T09:00:00\n",
+            ":4:11: scenarios.0.base: base must have a time zone, e.g. 2026-03-02T09:00:00Z",
+        ),
+        (
+            "    base: 2026-03-02T09:00:00Z\n    expect:\n      completed: [first]\n",
+            ":6:18: scenarios.0.expect.completed: unknown field 'completed' (did you mean 'done'?)",
+        ),
+    ],
+)
+def test_check_a_scenario_says_what_to_write(folder: Path, scenario: str, message: str) -> None:
+    bad = folder / "bad.scenario.yaml"
+    bad.write_text("playbook: cli-pb.yaml\nscenarios:\n  - name: x\n" + scenario, encoding="utf-8")
+    proc = run("check", str(bad))
+    assert proc.returncode == 1
+    assert proc.stdout.splitlines() == [f"{bad}{message}"]
+
+
+def test_check_refuses_a_due_its_window_never_reaches_inline_too(tmp_path: Path) -> None:
+    path = tmp_path / "late.scenario.yaml"
+    path.write_text(
+        "playbook:\n  key: late\n  version: 1\n  milestones:\n    - id: chase\n"
+        "      condition: x AND NOT y WITHIN 4h\n      due: 5h\n"
+        "scenarios:\n  - name: s\n    base: 2026-01-05T09:00:00Z\n",
+        encoding="utf-8",
+    )
+    proc = run("check", str(path))
+    assert proc.returncode == 1
+    (line,) = proc.stdout.splitlines()
+    assert re.match(
+        re.escape(str(path)) + r".*:7:12: milestone chase: due: 5h is not shorter ", line
+    )
+    assert "its window, WITHIN 4h" in line
+
+
 def test_check_a_missing_path(tmp_path: Path) -> None:
     proc = run("check", str(tmp_path / "ghost.yaml"))
     assert proc.returncode == 1
