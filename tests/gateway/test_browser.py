@@ -471,6 +471,26 @@ def test_an_unknown_job_is_said_to_be_unknown(gateway: GatewayProcess, browser: 
     assert not problems, problems
 
 
+def test_a_malformed_job_link_says_so(gateway: GatewayProcess, browser: Browser) -> None:
+    """/jobs/%E0 does not decode (decodeURIComponent throws): the page says the
+    link is not valid instead of staying blank, and asks the gateway nothing."""
+    token = gateway.token(name="browser")
+    problems: list[str] = []
+    page = _page(browser, problems)
+    asked: list[str] = []
+    page.on("request", lambda r: asked.append(r.url) if "/v1/jobs/" in r.url else None)
+    page.goto(f"{gateway.ui}/jobs/%E0#token={token}")
+    missing = page.locator("#job-missing")
+    missing.wait_for(state="visible", timeout=30_000)
+    assert "not a valid job link: /jobs/%E0" in missing.inner_text()
+    assert page.locator("#job-body").is_hidden()
+    assert page.locator("#list-view").is_hidden()
+    assert not asked
+    page.locator("#job-missing a").click()  # the way out still works
+    page.locator("#list-view").wait_for(state="visible", timeout=30_000)
+    assert not problems, problems
+
+
 def test_a_job_the_gateway_let_go_of_says_so(
     lane: Lane, start_gateway: Callable[..., GatewayProcess], browser: Browser
 ) -> None:

@@ -414,6 +414,28 @@ function showMissing(key, error) {
   box.hidden = false;
 }
 
+// Nothing of a job is shown until it is read: no skeleton of an unknown one.
+function clearJobHeader(title) {
+  document.getElementById("job-body").hidden = true;
+  document.getElementById("job-missing").hidden = true;
+  document.getElementById("job-title").textContent = title;
+  const badge = document.getElementById("job-status");
+  badge.textContent = "";
+  badge.className = "badge";
+  document.getElementById("job-live").textContent = "";
+}
+
+// A deep link whose key does not decode (/jobs/%E0): said so, not a blank page.
+function showBadLink() {
+  clearJobHeader("");
+  notice("");
+  const box = document.getElementById("job-missing");
+  box.replaceChildren(h("strong", {}, "not a valid job link: ", h("code", {}, location.pathname)),
+    " (a job's key is percent-encoded text, and this is not). ",
+    h("a", { href: "/", "data-nav": "/" }, "All jobs"));
+  box.hidden = false;
+}
+
 async function showJob(key, view) {
   state.job = null;
   state.decisions = [];
@@ -422,15 +444,8 @@ async function showJob(key, view) {
   renderDecisions();
   renderJournal();
   renderConversation();
-  // Nothing of the job is shown until it is read: no skeleton of an unknown one.
-  document.getElementById("job-body").hidden = true;
-  document.getElementById("job-missing").hidden = true;
-  document.getElementById("job-title").textContent = key;
-  const badge = document.getElementById("job-status");
-  badge.textContent = "";
-  badge.className = "badge";
+  clearJobHeader(key);
   const live = document.getElementById("job-live");
-  live.textContent = "";
   document.getElementById("reply-contact").value = "";
   let job, trail, journal, talk;
   try {
@@ -495,7 +510,14 @@ function route() {
   document.getElementById("list-view").hidden = Boolean(match);
   document.getElementById("job-view").hidden = !match;
   if (match) {
-    showJob(decodeURIComponent(match[1]), view);
+    let key;
+    try {
+      key = decodeURIComponent(match[1]);
+    } catch {
+      showBadLink();  // a malformed %-escape (/jobs/%E0): no key to ask for
+      return;
+    }
+    showJob(key, view);
   } else {
     renderList(false);
     state.listTimer = setInterval(() => renderList(false), 2000);
