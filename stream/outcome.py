@@ -189,7 +189,11 @@ def describe(sent: Sent, message: dict[str, Any], timeout: float | None) -> list
         ]
     decision = sent.decision or {}
     if sent.kind == "refused":
-        return [f"refused: {decision.get('refused') or 'refused'} ({where})"]
+        reason = str(decision.get("refused") or "refused")
+        if reason.startswith("unknown job") and key is not None:
+            # The core's reason (recorded in histories) does not name the job.
+            reason = f"unknown job {key!r}" + reason.removeprefix("unknown job")
+        return [f"refused: {reason} ({where})"]
     playbook = decision.get("playbook_key")
     version = decision.get("playbook_version")
     on = f" on {playbook} v{version}" if playbook is not None else ""

@@ -30,7 +30,7 @@ def test_the_cli_says_what_the_worker_decided(lane: Lane) -> None:
 
     no_job = lane.cli("send-event", "job-9", "id_uploaded", check=False)
     assert no_job.returncode == 1
-    assert no_job.stdout.startswith("refused: unknown job"), no_job.stdout
+    assert no_job.stdout.startswith("refused: unknown job 'job-9': no job.start"), no_job.stdout
 
     moved = lane.cli("send-event", "job-1", "id_uploaded", "--idempotency-key", "e1", check=False)
     assert moved.returncode == 0, moved.stdout + moved.stderr
