@@ -15,7 +15,8 @@ Every model is frozen and JSON-serialisable: ``x.model_dump(mode="json", by_alia
 Ids (docs/flows.md, "Ids") come from our own data only, never from a model's
 output: a call is ``{run_id}/{node}/{visit}/{attempt}``, with ``/{item}`` after
 it for a fan-out copy (the item's 0-based index); an interrupt is
-``{run_id}/{node}/{visit}``.
+``{run_id}/{node}/{visit}``; a router's call is its edge's ``from`` node's call
+id plus ``/route``; a ``tools`` node's calls are its call id plus ``/{index}``.
 """
 
 from __future__ import annotations
