@@ -312,6 +312,13 @@ def test_a_tool_call_passes_a_lone_placeholder_as_the_value_and_retries_a_failur
     assert run.state.channels["last_error"] == {"node": "look", "message": "timed out again"}
 
 
+def test_a_failed_model_call_fails_its_node() -> None:
+    run = Driver(flow_of(STRUCTURED))
+    assert run(ModelReply(call_id="r/decide/1/1", text="", error="model timed out")) == [
+        CallModel(call_id="r/decide/1/2", node="decide", prompt="Decide.", schema=SCHEMA2)
+    ]
+
+
 def test_a_tool_result_is_written_to_its_output() -> None:
     run = Driver(flow_of(TOOL), "r", {"n": 1})
     assert run(ToolResult(call_id="r/look/1/1", ok=True, result={"x": 1})) == [
