@@ -812,3 +812,30 @@ def test_a_state_of_another_flow_is_refused() -> None:
     state, _ = FlowRun(flow_of(TOOL)).start("r", {"n": 1}, NOW)
     with pytest.raises(ValueError, match="not of this one"):
         FlowRun(flow_of(ASK)).next(state, FlowTick(), NOW)
+
+
+def test_a_fanout_of_questions_asks_them_one_at_a_time() -> None:
+    text = """\
+version: "1"
+inputs: [qs]
+outputs: [said]
+state:
+  qs: {type: list}
+  q: {type: string}
+  said: {type: list, reducer: append, default: []}
+start: spread
+nodes:
+  - {id: spread, type: fanout, over: qs, to: put, as: q}
+  - {id: put, type: ask, ask: "{{q}}?", output: said}
+edges:
+  - {from: put, to: END}
+"""
+    run = Driver(flow_of(text), "r", {"qs": ["Name", "Age"]})
+    assert run.actions == [Ask(interrupt_id="r/put/1/0", node="put", question="Name?")]
+    assert run(Answer(interrupt_id="r/put/1/1", answer="40")) == []
+    assert run(Answer(interrupt_id="r/put/1/0", answer="Ann")) == [
+        Ask(interrupt_id="r/put/1/1", node="put", question="Age?")
+    ]
+    assert run(Answer(interrupt_id="r/put/1/1", answer="40")) == [
+        Finish(outputs={"said": ["Ann", "40"]})
+    ]
