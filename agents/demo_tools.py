@@ -1,7 +1,8 @@
 """Demo endpoints for the bundled catalog's tools (calendar, CRM, billing), so
 that ``lemongraph dev`` closes the loop offline: a booking the agent makes is
 confirmed, and the milestone moves on that confirmation (docs/agents.md,
-"Demo tools").
+"Demo tools"). ``GET /crm/orders?id=`` and ``POST /billing/refunds`` serve the
+shop tools of the example flows (docs/flows.md).
 
 They behave as a careful real endpoint would: an ``Idempotency-Key`` seen before
 gets the first answer again, and nothing happens twice. They keep what they did
@@ -14,6 +15,7 @@ import itertools
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
 
 __all__ = ["TOOL_URLS", "build_demo_tools"]
 
@@ -47,6 +49,25 @@ def build_demo_tools() -> FastAPI:
     async def deal(request: Request) -> dict[str, Any]:
         body = await request.json()
         return await once(request, {"stage": body.get("stage"), "id": f"D-{next(numbers)}"})
+
+    @app.get("/crm/orders", response_model=None)
+    async def order(id: str = "") -> Any:
+        # A read: the same order for the same id, made up from the id; an id
+        # starting with "missing" is no order.
+        if not id or id.lower().startswith("missing"):
+            return JSONResponse({"error": f"no order {id!r}"}, status_code=404)
+        digits = sum(ord(c) for c in id)
+        return {
+            "id": id,
+            "status": ("delivered", "shipped", "late")[digits % 3],
+            "items": [{"sku": f"SKU-{digits % 97}", "quantity": 1 + digits % 3}],
+            "total": round(10 + digits % 90 + 0.5, 2),
+        }
+
+    @app.post("/billing/refunds")
+    async def refund(request: Request) -> dict[str, Any]:
+        body = await request.json()
+        return await once(request, {"order": body.get("id"), "id": f"R-{next(numbers)}"})
 
     @app.post("/billing/trials")
     async def trial(request: Request) -> dict[str, Any]:

@@ -280,7 +280,8 @@ class FlowExecutor:
         started: float,
     ) -> None:
         if isinstance(result, RouterResult):
-            ok, shown = True, result.route
+            ok = bool(result.route)
+            shown = result.route if ok else (self.registry.last_error or "no route")
         elif result.ok:
             ok, shown = True, orjson.dumps(result.result).decode()
         else:

@@ -101,6 +101,8 @@ class Registry:
     handlers: dict[str, Callable[..., Any]] = field(default_factory=dict)
     routers: dict[str, Callable[..., Any]] = field(default_factory=dict)
     origins: dict[str, str] = field(default_factory=dict)
+    #: Why the last router call chose no route (for the journal).
+    last_error: str | None = None
 
     def add_module(self, module: ModuleType) -> None:
         """Register every marked function of ``module``. Raises
@@ -128,17 +130,24 @@ class Registry:
             return HandlerResult(call_id=action.call_id, ok=False, error=str(value))
         return HandlerResult(call_id=action.call_id, ok=True, result=value)
 
-    async def call_router(self, action: CallRouter) -> RouterResult | HandlerResult:
-        """Run the router on the action's view: the route it chose, or (it is
-        not registered, raised, or returned no string) ``HandlerResult(ok=False)``
-        under the call's id, so the node fails with the reason."""
+    async def call_router(self, action: CallRouter) -> RouterResult:
+        """Run the router on the action's view: the route it chose. A router
+        that is not registered, raised, or returned no string chooses no route
+        (``""``, which no edge has, so the node fails; the journal has why),
+        or, when the step function's ``RouterResult`` carries an error, says so."""
         ok, route = await self._run("router", self.routers, action.router, action.view)
         if ok and not isinstance(route, str):
             ok = False
             route = f"router {action.router!r} returned {type(route).__name__}, not a route name"
-        if not ok:
-            return HandlerResult(call_id=action.call_id, ok=False, error=str(route))
-        return RouterResult(call_id=action.call_id, route=route)
+        if ok:
+            return RouterResult(call_id=action.call_id, route=route)
+        if "error" in RouterResult.model_fields:
+            fields = {"call_id": action.call_id, "route": "", "ok": False, "error": str(route)}
+            return RouterResult.model_validate(
+                {k: v for k, v in fields.items() if k in RouterResult.model_fields}
+            )
+        self.last_error = str(route)
+        return RouterResult(call_id=action.call_id, route="")
 
     async def _run(
         self, kind: Kind, table: Mapping[str, Callable[..., Any]], name: str, view: Any

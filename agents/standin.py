@@ -17,7 +17,14 @@ answered by the first matching rule of a script, or by the built-in policy:
 next best step), ``tool_result`` (the call answers a tool result: the tool it
 came from), ``tool_failed`` (the same, and that result said ``"ok": false``),
 ``last_message_contains`` (the call answers the person: their
-latest message contains this, in any case). A call answers either the person or
+latest message contains this, in any case). For a flow's llm node
+(docs/flows.md, "Running a flow at the terminal"): ``flow`` (the flow's name),
+``flow_node`` (the node's id), ``prompt_contains`` (its prompt contains this, in
+any case), ``schema`` (true: the node asked for JSON of a shape; false: it did
+not). A rule answers with ``say`` (text), ``call`` (a tool call) or ``json`` (a
+JSON value, sent as its text); a node asking for JSON that no rule answers gets
+the smallest value of its shape (the first of an enum, ``""``, ``0``, ``false``,
+``[]``). A call answers either the person or
 a tool result, so a rule that books on "book" does not book again once the
 booking's result is in. A call to a tool the request did not offer is still
 sent, so refusals can be tested.
@@ -51,10 +58,13 @@ __all__ = [
     "build_standin",
     "load_script",
     "policy",
+    "smallest",
 ]
 
 _AGENT = re.compile(r"^Agent: (\S+)\s*$", re.MULTILINE)
 _NEXT = re.compile(r"^Next best step: (\S+)\s*$", re.MULTILINE)
+_FLOW = re.compile(r"^Flow: (\S+)\s*$", re.MULTILINE)
+_NODE = re.compile(r"^Node: (\S+)\s*$", re.MULTILINE)
 
 
 class _When(BaseModel):
@@ -65,6 +75,10 @@ class _When(BaseModel):
     tool_result: str | None = None
     tool_failed: str | None = None
     last_message_contains: str | None = None
+    flow: str | None = None
+    flow_node: str | None = None
+    prompt_contains: str | None = None
+    schema_: bool | None = Field(None, alias="schema")
 
 
 class _Call(BaseModel):
@@ -80,11 +94,15 @@ class _Rule(BaseModel):
     when: _When = Field(default_factory=_When)
     say: str | None = None
     call: _Call | None = None
+    json_: Any = Field(None, alias="json")
 
     @model_validator(mode="after")
     def _one_answer(self) -> _Rule:
-        if (self.say is None) == (self.call is None):
-            raise ValueError("a rule answers with exactly one of say or call")
+        answers = (
+            (self.say is not None) + (self.call is not None) + ("json_" in self.model_fields_set)
+        )
+        if answers != 1:
+            raise ValueError("a rule answers with exactly one of say or call, or with json")
         return self
 
 
@@ -122,6 +140,11 @@ class Seen:
     answering: bool = False
     #: The offered functions that are delegate agents.
     delegates: tuple[str, ...] = ()
+    #: A flow's llm node (``Flow:``/``Node:`` lines of the instructions), and
+    #: the JSON Schema it asked its answer to fit, if any.
+    flow: str | None = None
+    node: str | None = None
+    schema: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -144,6 +167,15 @@ def _matches(when: _When, seen: Seen) -> bool:
         when.tool_failed != seen.tool_result or not seen.tool_failed
     ):
         return False
+    if when.flow is not None and when.flow != seen.flow:
+        return False
+    if when.flow_node is not None and when.flow_node != seen.node:
+        return False
+    prompt = (seen.last_message or "").lower()
+    if when.prompt_contains is not None and when.prompt_contains.lower() not in prompt:
+        return False
+    if when.schema_ is not None and when.schema_ != (seen.schema is not None):
+        return False
     if when.last_message_contains is not None:
         if not seen.answering:
             return False  # this call answers a tool result or follows the agent, not the person
@@ -160,8 +192,34 @@ def policy(seen: Seen, script: StandinScript | None = None) -> Answer:
             if _matches(rule.when, seen):
                 if rule.call is not None:
                     return Answer(tool=rule.call.tool, args=dict(rule.call.args))
+                if "json_" in rule.model_fields_set:
+                    return Answer(say=json.dumps(rule.json_, sort_keys=True))
                 return Answer(say=rule.say)
+    if seen.schema is not None:
+        return Answer(say=json.dumps(smallest(seen.schema), sort_keys=True))
+    if seen.node is not None:
+        return Answer(say=f"The stand-in's answer for {seen.node}.")
     return _builtin(seen)
+
+
+def smallest(schema: Mapping[str, Any]) -> Any:
+    """The smallest value of a JSON Schema's shape: every property, the first of
+    an enum, the minimum of a number, ``""``, ``false``, ``[]``."""
+    if isinstance(schema.get("enum"), list) and schema["enum"]:
+        return schema["enum"][0]
+    kind = schema.get("type")
+    if kind == "object":
+        properties = schema.get("properties") or {}
+        return {k: smallest(v) for k, v in properties.items() if isinstance(v, Mapping)}
+    if kind == "array":
+        return []
+    if kind == "number" or kind == "integer":
+        return schema.get("minimum", 0)
+    if kind == "boolean":
+        return False
+    if kind == "string":
+        return "x" * int(schema.get("minLength", 0))
+    return None
 
 
 def _builtin(seen: Seen) -> Answer:
@@ -223,7 +281,12 @@ def seen_in_responses(body: Mapping[str, Any]) -> Seen:
         for t in body.get("tools") or []
         if isinstance(t, dict)
     ]
-    return _seen(str(body.get("instructions") or ""), steps, tools)
+    text = body.get("text")
+    fmt = text.get("format") if isinstance(text, dict) else None
+    schema = (
+        fmt.get("schema") if isinstance(fmt, dict) and fmt.get("type") == "json_schema" else None
+    )
+    return _seen(str(body.get("instructions") or ""), steps, tools, schema)
 
 
 def seen_in_chat(body: Mapping[str, Any]) -> Seen:
@@ -247,7 +310,10 @@ def seen_in_chat(body: Mapping[str, Any]) -> Seen:
         for t in body.get("tools") or []
         if isinstance(t, dict)
     ]
-    return _seen("", steps, tools)
+    fmt = body.get("response_format")
+    inner = fmt.get("json_schema") if isinstance(fmt, dict) else None
+    schema = inner.get("schema") if isinstance(inner, dict) else None
+    return _seen("", steps, tools, schema)
 
 
 #: One input item: (kind, call id, tool name, text); ``kind`` is a role
@@ -255,7 +321,12 @@ def seen_in_chat(body: Mapping[str, Any]) -> Seen:
 _Step = tuple[str, str, str, str]
 
 
-def _seen(instructions: str, steps: Iterable[_Step], tools: list[tuple[str, Any]]) -> Seen:
+def _seen(
+    instructions: str,
+    steps: Iterable[_Step],
+    tools: list[tuple[str, Any]],
+    schema: Any = None,
+) -> Seen:
     names: dict[str, str] = {}
     tool_result = last_message = None
     answering = False
@@ -286,6 +357,9 @@ def _seen(instructions: str, steps: Iterable[_Step], tools: list[tuple[str, Any]
         tool_result is not None and _failed(output),
         answering,
         tuple(n for n, parameters in tools if _is_delegate(parameters)),
+        flow.group(1) if (flow := _FLOW.search(instructions)) else None,
+        node.group(1) if (node := _NODE.search(instructions)) else None,
+        schema if isinstance(schema, dict) else None,
     )
 
 

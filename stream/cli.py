@@ -138,20 +138,22 @@ def check(paths: tuple[Path, ...]) -> None:
     from .flows import check_flow_file, check_playbook_flows
 
     roots = [p for p in paths if p.is_dir()]
+    names = _registered_names(problems)  # handlers and routers (docs/flows.md)
     if not catalogs:
         # A milestone's flow must exist and be valid (docs/flows.md).
-        problems.extend(check_playbook_flows(located, None, roots))
+        problems.extend(check_playbook_flows(located, None, roots, **names))
         for path in flows:
-            problems.extend(str(p) for p in check_flow_file(path).errors)
+            problems.extend(str(p) for p in check_flow_file(path, **names).errors)
     for path in catalogs:
         # Every integration a playbook names must be in the catalog (docs/agents.md),
         # and a milestone's flow may only call tools its integrations grant.
         try:
             loaded = load_catalog_file(path)
             problems.extend(check_playbooks(loaded, playbooks))
-            problems.extend(check_playbook_flows(located, loaded, roots))
+            problems.extend(check_playbook_flows(located, loaded, roots, **names))
             for flow_path in flows:
-                problems.extend(str(p) for p in check_flow_file(flow_path, loaded).errors)
+                report = check_flow_file(flow_path, loaded, **names)
+                problems.extend(str(p) for p in report.errors)
         except LemongraphError as exc:
             problems.extend(_one_line(line) for line in str(exc).splitlines() if line.strip())
     problems = list(dict.fromkeys(problems))  # a flow a milestone names is checked twice
@@ -177,14 +179,103 @@ def flow_check(paths: tuple[Path, ...]) -> None:
     """
     from .flows import check_flow_paths
 
-    problems, count = check_flow_paths(list(paths), Settings.from_env().catalog)
+    refused: list[str] = []
+    names = _registered_names(refused)
+    problems, count = check_flow_paths(list(paths), Settings.from_env().catalog, **names)
+    for line in refused:
+        click.echo(line)
     for problem in problems:
         click.echo(str(problem))
     errors = sum(1 for p in problems if p.severity == "error")
-    if errors:
+    if errors or refused:
         sys.exit(1)
     warnings = len(problems) - errors
     click.echo(f"ok: {count} flow(s) valid" + (f", {warnings} warning(s)" if warnings else ""))
+
+
+def _registered_names(problems: list[str]) -> dict[str, Any]:
+    """The registered handler and router names (docs/flows.md, "Handlers and
+    routers"), for checking flows; a module that cannot be loaded is a problem
+    (and then no name is checked)."""
+    from agents.handlers import load_registry
+
+    try:
+        registry = load_registry()
+    except LemongraphError as exc:
+        problems.append(f"error: {exc}")
+        return {}
+    return {"handlers": set(registry.handlers), "routers": set(registry.routers)}
+
+
+@flow.command("run")
+@click.argument("path", type=click.Path(path_type=Path, exists=True, dir_okay=False))
+@click.option("--input", "inputs", multiple=True, metavar="NAME=VALUE", help="An input channel.")
+@click.option(
+    "--script",
+    type=click.Path(path_type=Path, exists=True, dir_okay=False),
+    help="The stand-in model's rules (docs/agents.md); forces the stand-in.",
+)
+@click.option(
+    "--answer", "answers", multiple=True, metavar="NODE=ANSWER", help="Answer a question."
+)
+@click.option(
+    "--answers",
+    "answers_file",
+    type=click.Path(path_type=Path, exists=True, dir_okay=False),
+    help="A YAML file of answers by node id (a list for a node asked more than once).",
+)
+@click.option("--record", type=click.Path(path_type=Path, dir_okay=False), help="Record the run.")
+@click.option("--run-id", default=None, help="The run's id (default run-FLOW).")
+@click.option("--json", "as_json", is_flag=True, help="JSON lines, for scripts.")
+def flow_run(
+    path: Path,
+    inputs: tuple[str, ...],
+    script: Path | None,
+    answers: tuple[str, ...],
+    answers_file: Path | None,
+    record: Path | None,
+    run_id: str | None,
+    as_json: bool,
+) -> None:
+    """Run one flow at the terminal (docs/flows.md, "Running a flow at the terminal").
+
+    The model is the stand-in, in this process, unless OPENAI_API_KEY or
+    OPENAI_BASE_URL is set (and --script is not given); the catalog's tools are
+    called at their URLs (the demo tools, in this process, for those not set).
+    Questions are asked on stdin. Exit 0 finished, 1 failed, 2 bad input.
+    """
+    from .flowterm import run_flow
+
+    sys.exit(
+        run_flow(
+            path,
+            inputs=inputs,
+            script=script,
+            as_json=as_json,
+            answers_file=answers_file,
+            answers=answers,
+            record=record,
+            catalog_file=Settings.from_env().catalog,
+            run_id=run_id,
+        )
+    )
+
+
+@flow.command("replay")
+@click.argument("path", type=click.Path(path_type=Path, exists=True, dir_okay=False))
+@click.option(
+    "--journal",
+    required=True,
+    type=click.Path(path_type=Path, exists=True, dir_okay=False),
+    help="A run recorded by flow run --record.",
+)
+@click.option("--json", "as_json", is_flag=True, help="One JSON line.")
+def flow_replay(path: Path, journal: Path, as_json: bool) -> None:
+    """Step the flow again on a recorded run: no model, tool or handler is
+    called. Exit 0 "same path and outputs", 1 with the first difference."""
+    from .flowterm import replay_flow
+
+    sys.exit(replay_flow(path, journal, as_json=as_json, catalog_file=Settings.from_env().catalog))
 
 
 def _one_line(problem: str) -> str:

@@ -32,9 +32,17 @@ def is_catalog(path: Path) -> bool:
     return path.suffix in _SUFFIXES and path.stem == "catalog"
 
 
+def is_standin_script(path: Path) -> bool:
+    """``NAME.standin.yaml``: the stand-in model's rules shipped beside a flow
+    (docs/flows.md, "Running a flow at the terminal"): neither flow nor playbook."""
+    return path.name.endswith((".standin.yaml", ".standin.yml"))
+
+
 def is_flow(path: Path, folder: Path) -> bool:
     """A file of ``folder/flows/`` (docs/flows.md): a flow, not a playbook."""
-    return path.suffix in _SUFFIXES and path.parent == folder / "flows"
+    return (
+        path.suffix in _SUFFIXES and path.parent == folder / "flows" and not is_standin_script(path)
+    )
 
 
 def playbook_files(folder: Path) -> list[Path]:
@@ -48,6 +56,7 @@ def playbook_files(folder: Path) -> list[Path]:
         and not is_scenario(p)
         and not is_catalog(p)
         and not is_flow(p, folder)
+        and not is_standin_script(p)
     )
 
 
@@ -56,7 +65,11 @@ def flow_files(folder: Path) -> list[Path]:
     flows = folder / "flows"
     if not flows.is_dir():
         return []
-    return sorted(p for p in flows.iterdir() if p.is_file() and p.suffix in _SUFFIXES)
+    return sorted(
+        p
+        for p in flows.iterdir()
+        if p.is_file() and p.suffix in _SUFFIXES and not is_standin_script(p)
+    )
 
 
 def scenario_files(folder: Path, name_filter: str | None = None) -> list[Path]:

@@ -4,7 +4,7 @@ checking them with the catalog and the milestones that name them. The core
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -86,16 +86,27 @@ def check_flow_file(
     path: Path,
     catalog: Catalog | None = None,
     milestone: FlowMilestone | None = None,
+    *,
+    handlers: Collection[str] | None = None,
+    routers: Collection[str] | None = None,
 ) -> FlowReport:
-    """Check one flow file (with the catalog's tools and the milestone naming
-    it, when given)."""
+    """Check one flow file (with the catalog's tools, the milestone naming it
+    and the registered handler and router names, when given)."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         problem = FlowProblem(str(path), "INVALID_SOURCE", f"cannot read: {exc}")
         return FlowReport(None, (problem,))
     tools = flow_tools(catalog) if catalog is not None else None
-    return check_flow(text, str(path), path.stem, tools=tools, milestone=milestone)
+    return check_flow(
+        text,
+        str(path),
+        path.stem,
+        tools=tools,
+        milestone=milestone,
+        handlers=handlers,
+        routers=routers,
+    )
 
 
 def _milestones_naming(folder: Path, name: str) -> list[tuple[Playbook, str]]:
@@ -110,7 +121,11 @@ def _milestones_naming(folder: Path, name: str) -> list[tuple[Playbook, str]]:
 
 
 def check_flow_paths(
-    paths: Sequence[Path], configured_catalog: Path | None
+    paths: Sequence[Path],
+    configured_catalog: Path | None,
+    *,
+    handlers: Collection[str] | None = None,
+    routers: Collection[str] | None = None,
 ) -> tuple[list[FlowProblem], int]:
     """``lemongraph flow check``: every problem and warning of the flow files
     (a folder: its ``flows/`` files, or its own when it is one), and how many
@@ -152,7 +167,8 @@ def check_flow_paths(
         if catalog is not None and namers:
             contexts = [milestone_context(catalog, pb, m) for pb, m in namers]
         for context in contexts:
-            for problem in check_flow_file(path, catalog, context).problems:
+            report = check_flow_file(path, catalog, context, handlers=handlers, routers=routers)
+            for problem in report.problems:
                 if str(problem) not in seen:
                     seen.add(str(problem))
                     problems.append(problem)
@@ -163,6 +179,9 @@ def check_playbook_flows(
     playbooks: Iterable[tuple[Path, Playbook]],
     catalog: Catalog | None,
     roots: Iterable[Path] = (),
+    *,
+    handlers: Collection[str] | None = None,
+    routers: Collection[str] | None = None,
 ) -> list[str]:
     """``lemongraph check``: each milestone's ``flow`` must be a file in
     ``flows/`` beside its playbook (or in a checked folder), valid, and call
@@ -186,6 +205,6 @@ def check_playbook_flows(
                 )
                 continue
             context = milestone_context(catalog, playbook, spec.id) if catalog else None
-            report = check_flow_file(found, catalog, context)
+            report = check_flow_file(found, catalog, context, handlers=handlers, routers=routers)
             out.extend(str(p) for p in report.errors)
     return out

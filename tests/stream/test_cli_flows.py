@@ -42,6 +42,29 @@ edges:
 """
 
 
+#: A module of handlers the flows above name (docs/flows.md, "Handlers and routers").
+HANDLERS = """\
+from agents.handlers import handler
+
+
+@handler("h")
+def h(view):
+    return None
+
+
+@handler("add_up")
+def add_up(view):
+    return (view.get("total") or 0) + 1
+"""
+
+
+def registered(folder: Path) -> dict[str, str]:
+    """The environment that registers ``HANDLERS`` (a module in ``folder``,
+    where the command runs)."""
+    (folder / "here_handlers.py").write_text(HANDLERS, encoding="utf-8")
+    return {"LEMONGRAPH_HANDLERS": "here_handlers"}
+
+
 def shop(
     tmp_path: Path,
     fact: str = "order_found",
@@ -77,7 +100,7 @@ def test_the_docs_show_the_shipped_example() -> None:
 
 def test_flow_check_prints_warnings_by_code_and_exits_0(tmp_path: Path) -> None:
     (tmp_path / "count.yaml").write_text(WARNS, encoding="utf-8")
-    proc = run("flow", "check", "count.yaml", cwd=tmp_path)
+    proc = run("flow", "check", "count.yaml", cwd=tmp_path, env=registered(tmp_path))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.splitlines() == [
         "count.yaml:7:10: warning CHANNEL_FORGETS_BETWEEN_TURNS: add reads 'total', and a path "
@@ -90,7 +113,8 @@ def test_flow_check_prints_warnings_by_code_and_exits_0(tmp_path: Path) -> None:
 def test_flow_check_refuses_with_the_rule_and_exits_1(tmp_path: Path) -> None:
     (tmp_path / "broken.yaml").write_text(BROKEN, encoding="utf-8")
     (tmp_path / "count.yaml").write_text(WARNS, encoding="utf-8")
-    proc = run("flow", "check", "broken.yaml", "count.yaml", cwd=tmp_path)
+    env = registered(tmp_path)
+    proc = run("flow", "check", "broken.yaml", "count.yaml", cwd=tmp_path, env=env)
     assert proc.returncode == 1
     lines = proc.stdout.splitlines()
     assert lines[0] == (
@@ -99,6 +123,26 @@ def test_flow_check_refuses_with_the_rule_and_exits_1(tmp_path: Path) -> None:
     )
     assert lines[1].startswith("count.yaml:7:10: warning CHANNEL_FORGETS_BETWEEN_TURNS:")
     assert len(lines) == 2
+
+
+def test_flow_check_refuses_a_handler_that_is_not_registered(tmp_path: Path) -> None:
+    (tmp_path / "count.yaml").write_text(WARNS, encoding="utf-8")
+    proc = run("flow", "check", "count.yaml", cwd=tmp_path)
+    assert proc.returncode == 1
+    assert proc.stdout.splitlines()[0] == (
+        "count.yaml:7:39: error UNKNOWN_HANDLER: handler 'add_up' is not registered"
+    )
+    refused = run("check", "count.yaml", cwd=tmp_path)  # not in a flows/ folder: a playbook
+    assert refused.returncode == 1
+
+
+def test_a_module_that_cannot_be_imported_is_named(tmp_path: Path) -> None:
+    (tmp_path / "count.yaml").write_text(WARNS, encoding="utf-8")
+    proc = run("flow", "check", "count.yaml", cwd=tmp_path, env={"LEMONGRAPH_HANDLERS": "nope_x"})
+    assert proc.returncode == 1
+    assert proc.stdout.splitlines()[0].startswith(
+        "error: LEMONGRAPH_HANDLERS: cannot import 'nope_x': ModuleNotFoundError"
+    )
 
 
 def test_flow_check_of_a_missing_file(tmp_path: Path) -> None:
@@ -138,7 +182,14 @@ def test_check_refuses_a_milestone_naming_a_missing_flow(tmp_path: Path) -> None
 def test_check_refuses_an_invalid_flow_in_the_folder(tmp_path: Path) -> None:
     folder = shop(tmp_path)
     (folder / "flows" / "broken.yaml").write_text(BROKEN, encoding="utf-8")
-    proc = run("check", ".", cwd=folder)
+    proc = run("check", ".", cwd=folder)  # handler 'h' is not registered
+    assert proc.returncode == 1
+    assert proc.stdout.splitlines() == [
+        "flows/broken.yaml:4:37: error UNKNOWN_HANDLER: handler 'h' is not registered",
+        "flows/broken.yaml:6:19: error ROUTE_TO_NOWHERE: the edge goes to 'b', which is not a "
+        "node (nodes: a; or END)",
+    ]
+    proc = run("check", ".", cwd=folder, env=registered(folder))
     assert proc.returncode == 1
     assert proc.stdout.splitlines() == [
         "flows/broken.yaml:6:19: error ROUTE_TO_NOWHERE: the edge goes to 'b', which is not a "
