@@ -35,6 +35,7 @@ from topics import (
 from .catalog import CONVERSATION, Catalog
 from .compose import ModelRequest, OpenTask, Turn, compose
 from .executor import Executor, derived_key
+from .flowservice import FlowTrack
 from .model import Exchange, Model, ModelError, ModelReply, ToolCall, Usage
 
 __all__ = ["Conversation", "Outbox", "RunEnd", "Runner", "excerpt"]
@@ -90,12 +91,49 @@ class Conversation:
     received: list[str] = field(default_factory=list)
     #: The channel the person last wrote on (the agent answers there).
     last_channel: str | None = None
+    #: Flow runs by milestone (a milestone whose playbook names a flow is run by
+    #: it, not by the conversation agent: agents/flowservice.py), and how many
+    #: were opened (run ids count them).
+    flows: dict[str, FlowTrack] = field(default_factory=dict)
+    flow_runs: int = 0
 
     @property
     def due(self) -> bool:
         """A run is owed: a task opened that no finished run had seen, and a
         task is still open."""
         return self.inputs > self.ran and bool(self.tasks)
+
+    @property
+    def flow_due(self) -> bool:
+        """A flow run has work waiting (its start, an action, an answer or tick)."""
+        return any(t.owed for t in self.flows.values())
+
+    def owed_flow(self) -> FlowTrack | None:
+        """The first flow run with work waiting."""
+        return next((t for t in self.flows.values() if t.owed), None)
+
+    def open_flow(self, record: TaskOpenedRecord, flow: str, inputs: dict[str, Any]) -> bool:
+        """Take a task.opened whose milestone names ``flow``: a flow run, owed
+        now; False for a re-delivery. The job's details are taken as
+        :meth:`apply` takes them; the task is not the conversation agent's."""
+        if record.milestone in self.flows or record.task_id in self.closed:
+            return False
+        self._take_job(record)
+        self.flow_runs += 1
+        run_id = f"{record.task_id}#{self.flow_runs}"
+        self.flows[record.milestone] = FlowTrack(
+            record.milestone, record.task_id, flow, run_id, inputs=inputs
+        )
+        return True
+
+    def waiting_flow(self, interrupt_id: str | None = None) -> FlowTrack | None:
+        """The flow run whose open interrupt is ``interrupt_id`` (any open one
+        when None): what a person's answer goes to."""
+        for track in self.flows.values():
+            found = track.open_interrupt()
+            if found is not None and (interrupt_id is None or found == interrupt_id):
+                return track
+        return None
 
     def apply(self, record: TaskOpenedRecord | TaskClosedRecord) -> bool:
         """Take a task record; True when it owes a run (a task newly opened)."""
@@ -104,11 +142,7 @@ class Conversation:
                 # Re-delivered (a milestone opens once per job): the run it owed
                 # is owed already or done, and its frontier is an old one.
                 return False
-            self.playbook_key = record.playbook_key
-            self.playbook_instructions = record.playbook_instructions
-            self.subject = dict(record.subject)
-            self.contacts = list(record.contacts)
-            self.frontier = list(record.frontier)
+            self._take_job(record)
             self.tasks[record.milestone] = OpenTask(
                 record.task_id,
                 record.milestone,
@@ -123,6 +157,14 @@ class Conversation:
         self.tasks.pop(record.milestone, None)
         self.frontier = [m for m in self.frontier if m != record.milestone]
         return False
+
+    def _take_job(self, record: TaskOpenedRecord) -> None:
+        """What a task.opened says of the job: its playbook, subject, contacts, frontier."""
+        self.playbook_key = record.playbook_key
+        self.playbook_instructions = record.playbook_instructions
+        self.subject = dict(record.subject)
+        self.contacts = list(record.contacts)
+        self.frontier = list(record.frontier)
 
     def receive(self, record: MessageRecord) -> bool:
         """Take a person's message (``direction: in``); True when it owes a run
@@ -172,6 +214,10 @@ class Conversation:
             "tape": self.tape,
             "partition": self.partition,
             "due": self.due,
+            "flows": {m: t.to_json() for m, t in self.flows.items()},
+            "flow_runs": self.flow_runs,
+            "flow_due": self.flow_due,
+            "flow_expires": _earliest(self.flows.values()),
         }
 
     @classmethod
@@ -198,6 +244,8 @@ class Conversation:
             active=data.get("active"),
             tape=list(data.get("tape") or []),
             partition=data.get("partition"),
+            flows={m: FlowTrack.from_json(t) for m, t in (data.get("flows") or {}).items()},
+            flow_runs=int(data.get("flow_runs", 0)),
         )
 
 
@@ -656,6 +704,13 @@ class Runner:
 
     def _now(self) -> str:
         return to_iso(self.clock())
+
+
+def _earliest(tracks: Any) -> str | None:
+    """When the soonest open interrupt of these flow runs expires (ISO), if any."""
+    times = [t.expires_at() for t in tracks if t.open_interrupt() is not None]
+    found = [t for t in times if t is not None]
+    return to_iso(min(found)) if found else None
 
 
 def _identity(task_id: str, tool: str, args: Any) -> str:

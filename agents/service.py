@@ -32,7 +32,7 @@ from typing import Any, Literal
 import faust
 import httpx
 import orjson
-from compiler import to_iso
+from compiler import Action, CallHandler, CallModel, CallRouter, CallTool, FlowInput, to_iso
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from rocksdict import Rdict
 from stream.config import Settings
@@ -44,10 +44,29 @@ from stream.faust_tuning import (
     set_fetch_max_wait,
 )
 from stream.kafka import bootstrap_of, read_topic
-from topics import DeadLetter, Headers, InboxEvent, MessageRecord, TaskRecord, Topics, encode
+from topics import (
+    DeadLetter,
+    Headers,
+    InboxEvent,
+    MessageRecord,
+    TaskClosedRecord,
+    TaskOpenedRecord,
+    TaskRecord,
+    Topics,
+    encode,
+)
 
 from .catalog import Catalog
 from .executor import Executor
+from .flowservice import (
+    Execute,
+    FlowDriver,
+    Flows,
+    answer_input,
+    answer_of,
+    load_flows,
+    tick_input,
+)
 from .model import Model, ModelSettings
 from .run import Conversation, Outbox, Runner
 
@@ -96,8 +115,19 @@ class AgentService:
         history: int = 20,
         tool_env: Mapping[str, str] | None = None,
         send: Send | None = None,
+        flows: Flows | None = None,
     ) -> None:
         self.settings = settings
+        #: The flows milestones name (docs/flows.md, "Flows in the agents service").
+        self.flows = flows or Flows()
+        #: Carries out a flow's calls (agents/flowexec.py); made on first use.
+        self.execute: Execute | None = None
+        #: Jobs with an open flow question that expires, and when (the soonest).
+        self.expiring: dict[str, datetime] = {}
+        #: The wall clock flows are stepped with (their ``now``) and expire by.
+        self.clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+        #: Calls the flow executor made, by kind.
+        self.flow_calls: dict[str, int] = {}
         self.topics = Topics(settings.topic_prefix)
         self.catalog = catalog
         self.model_settings = model_settings
@@ -161,7 +191,11 @@ class AgentService:
         mine = set(new)
         for stored in self.db.values():
             data = orjson.loads(stored)
-            if data.get("due") and data.get("partition") in mine:
+            if data.get("partition") not in mine:
+                continue
+            if data.get("flow_expires"):
+                self.expiring[str(data["job_key"])] = _parse_time(data["flow_expires"])
+            if data.get("due") or data.get("flow_due"):
                 self.start(str(data["job_key"]))
                 resumed += 1
         return len(read), resumed
@@ -185,6 +219,7 @@ class AgentService:
             await self.flush()
         for key in keys:
             self.live.pop(key, None)
+            self.expiring.pop(key, None)
         return sum(1 for t in stopping if t.cancelled())
 
     def load(self, key: str) -> Conversation:
@@ -204,6 +239,12 @@ class AgentService:
         key = conv.job_key.encode()
         await self._send(self.topics.conversations, key, raw, partition=conv.partition)
         self.db[key] = raw
+        soonest = [t.expires_at() for t in conv.flows.values() if t.open_interrupt()]
+        times = [t for t in soonest if t is not None]
+        if times:
+            self.expiring[conv.job_key] = min(times)
+        else:
+            self.expiring.pop(conv.job_key, None)
 
     async def _send(
         self,
@@ -267,12 +308,77 @@ class AgentService:
         if message:
             if record.message_id in conv.received:
                 return  # re-delivered
-            owes = conv.receive(record)
+            taken = self._answer(conv, record)
+            owes = conv.receive(record) if taken is None else taken
+        elif isinstance(record, TaskOpenedRecord) and (
+            flow := self.flows.of(record.playbook_key, record.milestone)
+        ):
+            owes = conv.open_flow(record, flow, self.flows.inputs(flow, record.subject))
+        elif isinstance(record, TaskClosedRecord) and record.milestone in conv.flows:
+            track = conv.flows[record.milestone]
+            if record.task_id not in conv.closed:
+                conv.closed.append(record.task_id)
+            conv.frontier = [m for m in conv.frontier if m != record.milestone]
+            await self.flow_driver().stop(conv, track)
+            owes = False
         else:
             owes = conv.apply(record)
         await self.save(conv)
         if owes:
             self.start(conv.job_key)
+
+    def _answer(self, conv: Conversation, record: MessageRecord) -> bool | None:
+        """A person's message that answers a flow's open question (the one it
+        names, else any open one): queued on the flow run, consumed once. An
+        answer to an interrupt not open (stale, answered) changes nothing. None
+        for a message that answers nothing (the conversation agent's to take)."""
+        if record.interrupt_id is None and conv.waiting_flow() is None:
+            return None
+        track = conv.waiting_flow(record.interrupt_id)
+        conv.received.append(record.message_id)
+        del conv.received[:-200]
+        if track is None:
+            log.info("agents: %s: an answer to %s, not open: ignored", conv.job_key,
+                     record.interrupt_id)  # fmt: skip
+            return False
+        interrupt = track.open_interrupt()
+        assert interrupt is not None
+        if any(q.get("interrupt_id") == interrupt for q in track.queued):
+            return False  # answered already (queued): consumed once
+        conv.last_channel = record.channel
+        track.queued.append(answer_input(interrupt, answer_of(record)))
+        return True
+
+    async def tick(self, now: datetime | None = None) -> int:
+        """Time passed: a flow run whose open question expired is stepped with a
+        tick (the service has no tick stream: its timer calls this). The number
+        of jobs ticked."""
+        now = now or self.clock()
+        ticked = 0
+        for key, when in list(self.expiring.items()):
+            if when > now:
+                continue
+            conv = self.load(key)
+            if conv.partition is not None and conv.partition not in self.partitions:
+                self.expiring.pop(key, None)
+                continue
+            queued = False
+            for track in conv.flows.values():
+                expires = track.expires_at()
+                if (
+                    track.open_interrupt()
+                    and expires is not None
+                    and expires <= now
+                    and not any(q.get("kind") == "tick" for q in track.queued)
+                ):
+                    track.queued.append(tick_input())
+                    queued = True
+            self.expiring.pop(key, None)
+            if queued:
+                await self.save(conv)
+                self.start(key)
+                ticked += 1
+        return ticked
 
     def start(self, key: str) -> None:
         """Run the job's agent now, or right after its run in flight."""
@@ -284,7 +390,13 @@ class AgentService:
     async def _runs(self, key: str) -> None:
         async with self.limit:
             conv = self.load(key)
-            while conv.due and conv.open_tasks():
+            while True:
+                track = conv.owed_flow()
+                if track is not None:
+                    await self.flow_driver().drive(conv, track)
+                    continue
+                if not (conv.due and conv.open_tasks()):
+                    break
                 end = await self.runner().run(conv, Outbox(self.publish, self.save))
                 await self.save(conv)
                 self.stats.runs += 1
@@ -301,6 +413,32 @@ class AgentService:
             self._client = httpx.AsyncClient()
         executor = Executor(self.catalog, self._client, self.tool_env)
         return Runner(self.catalog, self._model, executor, history=self.history)
+
+    def flow_driver(self) -> FlowDriver:
+        """What runs a flow's actions and steps it (docs/flows.md, "Flows in the
+        agents service")."""
+        if self.execute is None and self.flows.by_name:
+            self.execute = self._flow_executor()
+        return FlowDriver(self.flows, self.execute, self.publish, self.save, clock=self.clock)
+
+    def _flow_executor(self) -> Execute:
+        from .flowexec import FlowExecutor
+        from .handlers import load_registry
+
+        if self._model is None:
+            self._model = Model(self.model_settings)
+        if self._client is None:
+            self._client = httpx.AsyncClient()
+        tools = Executor(self.catalog, self._client, self.tool_env)
+        registry = load_registry(self.tool_env)
+        flow_executor = FlowExecutor(self._model, tools, registry, self.publish)
+        self.flow_calls = flow_executor.calls
+
+        async def execute(action: Action, *, job_key: str, flow: str, run_id: str) -> FlowInput:
+            assert isinstance(action, CallModel | CallTool | CallHandler | CallRouter)
+            return await flow_executor.execute(action, job_key=job_key, flow=flow, run_id=run_id)
+
+        return execute
 
     async def close(self) -> None:
         """Wait for runs in flight; close the clients and the store."""
@@ -337,9 +475,13 @@ def build_service(
     )
     topics = Topics(settings.topic_prefix)
     app = faust.App(f"{settings.topic_prefix}agents", **options)
+    flows = load_flows(settings.playbooks_dir, catalog, say)
+    if flows.by_milestone:
+        count = len(flows.by_milestone)
+        say(f"agents: {count} milestones run by flows ({len(flows.by_name)} flows)")
     service = AgentService(
         settings, catalog, model_settings, concurrency=concurrency, history=history,
-        tool_env=tool_env,
+        tool_env=tool_env, flows=flows,
     )  # fmt: skip
 
     async def send(
@@ -402,6 +544,12 @@ def build_service(
             )  # fmt: skip
             await service.on_record(event.value, where)
 
+    # The service reads no tick stream: this timer steps a flow whose open
+    # question expired (docs/flows.md, "Flows in the agents service").
+    @app.timer(max(0.1, settings.tick_interval))  # type: ignore[untyped-decorator]
+    async def flow_ticks() -> None:
+        await service.tick()
+
     @app.timer(10.0)  # type: ignore[untyped-decorator]
     async def status() -> None:
         s = service.stats
@@ -423,6 +571,10 @@ def open_store(path: Path, process: str) -> Rdict:
                 "each process its own LEMONGRAPH_DATA_DIR"
             ) from None
         raise StorageError(f"{path}: the store of {process} cannot be opened: {exc}") from None
+
+
+def _parse_time(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 def _header_list(headers: Any) -> Headers:

@@ -217,11 +217,14 @@ class FlowStart(_Value):
 
 
 class ModelReply(_Value):
-    """The model's answer to ``CallModel`` ``call_id`` (the raw text)."""
+    """The model's answer to ``CallModel`` ``call_id`` (the raw text), or the
+    ``error`` the call ended with."""
 
     kind: Literal["model_reply"] = "model_reply"
     call_id: str
     text: str
+    #: The model call failed (no reply): the node fails with it (retry, onError).
+    error: str | None = None
 
 
 class ToolResult(_Value):
@@ -878,6 +881,9 @@ class _Step:
     def model_reply(self, branch: Branch, given: ModelReply) -> None:
         node = self.flow.nodes[branch.node]
         assert isinstance(node, LlmNode)
+        if given.error is not None:
+            self.fail(branch, given.error)
+            return
         text = given.text.strip()
         channel = self.flow.channels.get(node.output)
         if node.schema_ is None and (channel is None or channel.type == "string"):

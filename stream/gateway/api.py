@@ -24,7 +24,15 @@ from fastapi.security import HTTPBearer
 from pydantic import ValidationError
 
 from agents.mail import MailSettings, inbound_message_id, received, sender_of
-from topics import InboxEvent, JobStart, JournalMail, encode, event_id, inbound_message
+from topics import (
+    InboxEvent,
+    JobStart,
+    JournalMail,
+    MessageRecord,
+    encode,
+    event_id,
+    inbound_message,
+)
 from topics.replies import ReplyTokenError, read_reply_address
 
 from .docs import install_docs
@@ -32,11 +40,14 @@ from .errors import ApiError, ErrorBody, install_handlers
 from .guard import Guard, GuardMiddleware, principal_of
 from .models import (
     Accepted,
+    AnswerAccepted,
+    AnswerBody,
     DecisionList,
     EventBody,
     Health,
     InboundAccepted,
     InboundEmail,
+    InterruptList,
     JobList,
     JobStatus,
     JobView,
@@ -319,6 +330,76 @@ def build_api(gateway: Gateway) -> FastAPI:
             partition=meta.partition,
             offset=meta.offset,
         )
+
+    @app.post(
+        "/v1/jobs/{key}/answers",
+        status_code=202,
+        response_model=AnswerAccepted,
+        dependencies=secured,
+        responses=_errors(400, 404, 409, 413, 422, 503),
+    )
+    async def post_answer(key: str, body: AnswerBody) -> AnswerAccepted:
+        """The person's answer to a flow's open question or approval: it goes on
+        `messages` (inbound, with the interrupt id), where the agents service
+        takes it once and resumes the flow. An interrupt that is not open (unknown,
+        answered already, expired) answers 409 `interrupt_not_open` and writes
+        nothing; an answer a question does not allow, 422 `answer_not_allowed`."""
+        async with gateway.lock(key):
+            entry = model.entry(key)
+            if entry is None or not entry.visible:
+                raise ApiError(404, "job_not_found", f"no job {key!r}")
+            asked = model.interrupts.get(key, {}).get(body.interrupt_id)
+            if asked is None:
+                raise ApiError(
+                    409,
+                    "interrupt_not_open",
+                    f"job {key!r} has no open question {body.interrupt_id!r}: it was answered "
+                    "already, expired, or never asked (GET /v1/jobs/{key}/interrupts lists "
+                    "the open ones)",
+                )
+            allowed = list(asked.get("answers") or [])
+            if allowed and body.answer not in allowed:
+                raise ApiError(
+                    422,
+                    "answer_not_allowed",
+                    f"question {body.interrupt_id!r} takes one of: {', '.join(allowed)}",
+                )
+            message_id = f"answer:{body.interrupt_id}"
+            answer = body.answer
+            text = answer if isinstance(answer, str) else orjson.dumps(answer).decode()
+            record = MessageRecord(
+                job_key=key,
+                message_id=message_id,
+                direction="in",
+                channel="web",
+                text=text,
+                at=_now_iso(),
+                interrupt_id=body.interrupt_id,
+                answer=body.answer,
+            )
+            meta = await gateway.send(model.topics.messages, key, encode(record))
+            model.answered(key, body.interrupt_id)  # a second answer is refused from now
+        return AnswerAccepted(
+            key=key,
+            interrupt_id=body.interrupt_id,
+            message_id=message_id,
+            partition=meta.partition,
+            offset=meta.offset,
+        )
+
+    @app.get(
+        "/v1/jobs/{key}/interrupts",
+        response_model=InterruptList,
+        dependencies=secured,
+        responses=_errors(404),
+    )
+    async def get_interrupts(key: str) -> InterruptList:
+        """The job's open flow questions and approvals (what
+        `POST /v1/jobs/{key}/answers` accepts), oldest first."""
+        entry = model.entry(key)
+        if entry is None or not entry.visible:
+            raise ApiError(404, "job_not_found", f"no job {key!r}")
+        return InterruptList(key=key, interrupts=list(model.interrupts.get(key, {}).values()))
 
     @app.post(
         "/v1/inbound/email",

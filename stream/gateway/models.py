@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, field_validator
 
 from topics import JobKey, LimitError, Source, plain_json
 
@@ -94,6 +94,47 @@ class MessageBody(_Body):
         if not value.strip():
             raise ValueError("the text is empty (only white space)")
         return value
+
+
+class AnswerBody(_Body):
+    """The person's answer to a flow's open question or approval
+    (docs/flows.md, "Flows in the agents service"): ``interrupt_id`` as
+    ``GET /v1/jobs/{key}/interrupts`` (or the question's message) names it; an
+    approval takes ``yes``/``y``/``approve``/``ok``/``true``, ``true`` or
+    ``{"approved": true}`` as yes, anything else as no."""
+
+    interrupt_id: StrictStr = Field(min_length=1, max_length=600)
+    answer: StrictStr | StrictBool | dict[str, Any] = Field(union_mode="left_to_right")
+
+    @field_validator("answer", mode="after")
+    @classmethod
+    def _bounded(cls, value: Any) -> Any:
+        if isinstance(value, str) and not value.strip():
+            raise ValueError("the answer is empty (only white space)")
+        if isinstance(value, str) and len(value) > MESSAGE_MAX:
+            raise ValueError(f"the answer is longer than {MESSAGE_MAX} characters")
+        return value
+
+
+class AnswerAccepted(BaseModel):
+    """An answer on the ``messages`` topic (the broker acknowledged it): the
+    agents service takes it once."""
+
+    accepted: bool = True
+    key: str
+    interrupt_id: str
+    message_id: str
+    partition: int
+    offset: int
+
+
+class InterruptList(BaseModel):
+    """A job's open flow questions and approvals, as their ``journal.interrupt``
+    records said (``question``, ``answers`` allowed, ``expires_at``, for an
+    approval the ``show`` values)."""
+
+    key: str
+    interrupts: list[dict[str, Any]]
 
 
 class InboundEmail(_Body):

@@ -51,7 +51,14 @@ from pydantic import TypeAdapter, ValidationError
 
 from compiler import LemongraphError, Playbook, compile_playbook
 from stream.kafka import caught_up, client_kwargs
-from topics import JobSnapshot, JournalRecord, MessageRecord, PlaybookRecord, Topics
+from topics import (
+    JobSnapshot,
+    JournalInterrupt,
+    JournalRecord,
+    MessageRecord,
+    PlaybookRecord,
+    Topics,
+)
 
 __all__ = ["AcceptedWrite", "JobEntry", "ReadModel"]
 
@@ -165,6 +172,11 @@ class ReadModel:
         self.messages: dict[str, deque[dict[str, Any]]] = {}  # the conversation, per job
         self.message_totals: dict[str, int] = {}
         self.message_ids: dict[str, set[str]] = {}  # of the messages kept, per job
+        #: Flows' open questions per job (``journal.interrupt`` open, not yet
+        #: answered, expired or cancelled, and no answer on ``messages``), by
+        #: interrupt id: what ``POST /v1/jobs/{key}/answers`` accepts. Kept when
+        #: a job is evicted (an open question is small and closes in time).
+        self.interrupts: dict[str, dict[str, dict[str, Any]]] = {}
         self.decision_totals: dict[str, int] = {}  # decisions ever read, per job
         self.events: dict[str, OrderedDict[str, dict[str, Any]]] = {}
         self.decided: dict[int, int] = {}  # inbox partition → highest offset decided
@@ -414,6 +426,8 @@ class ReadModel:
                 self._message(MessageRecord.model_validate_json(value), len(value))
             elif topic == self.topics.journal:
                 entry = _JOURNAL.validate_json(value)
+                if isinstance(entry, JournalInterrupt):
+                    self._interrupt(entry)
                 self._keep(entry.job_key, "journal", entry.dump(), JOURNAL_KEPT)
                 totals = self.journal_totals
                 totals[entry.job_key] = totals.get(entry.job_key, 0) + 1
@@ -435,8 +449,29 @@ class ReadModel:
         held.append(record)
         self._add(key, kind, size or _size(record))
 
+    def _interrupt(self, record: JournalInterrupt) -> None:
+        """Track a flow's question: open, or closed (answered, expired, cancelled)."""
+        held = self.interrupts.setdefault(record.job_key, {})
+        if record.status == "open":
+            held[record.interrupt_id] = record.dump()
+        else:
+            held.pop(record.interrupt_id, None)
+        if not held:
+            self.interrupts.pop(record.job_key, None)
+
+    def answered(self, key: str, interrupt_id: str) -> None:
+        """An answer to ``interrupt_id`` was written (or read on ``messages``):
+        it is no longer open, so a second answer is refused."""
+        held = self.interrupts.get(key)
+        if held is not None:
+            held.pop(interrupt_id, None)
+            if not held:
+                self.interrupts.pop(key, None)
+
     def _message(self, record: MessageRecord, size: int = 0) -> None:
         key = record.job_key
+        if record.direction == "in" and record.interrupt_id is not None:
+            self.answered(key, record.interrupt_id)
         ids = self.message_ids.setdefault(key, set())
         if record.message_id in ids:
             return  # a re-delivery (the same id is the same message)

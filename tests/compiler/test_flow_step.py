@@ -312,6 +312,13 @@ def test_a_tool_call_passes_a_lone_placeholder_as_the_value_and_retries_a_failur
     assert run.state.channels["last_error"] == {"node": "look", "message": "timed out again"}
 
 
+def test_a_failed_model_call_fails_its_node() -> None:
+    run = Driver(flow_of(STRUCTURED))
+    assert run(ModelReply(call_id="r/decide/1/1", text="", error="model timed out")) == [
+        CallModel(call_id="r/decide/1/2", node="decide", prompt="Decide.", schema=SCHEMA2)
+    ]
+
+
 def test_a_tool_result_is_written_to_its_output() -> None:
     run = Driver(flow_of(TOOL), "r", {"n": 1})
     assert run(ToolResult(call_id="r/look/1/1", ok=True, result={"x": 1})) == [
@@ -805,3 +812,30 @@ def test_a_state_of_another_flow_is_refused() -> None:
     state, _ = FlowRun(flow_of(TOOL)).start("r", {"n": 1}, NOW)
     with pytest.raises(ValueError, match="not of this one"):
         FlowRun(flow_of(ASK)).next(state, FlowTick(), NOW)
+
+
+def test_a_fanout_of_questions_asks_them_one_at_a_time() -> None:
+    text = """\
+version: "1"
+inputs: [qs]
+outputs: [said]
+state:
+  qs: {type: list}
+  q: {type: string}
+  said: {type: list, reducer: append, default: []}
+start: spread
+nodes:
+  - {id: spread, type: fanout, over: qs, to: put, as: q}
+  - {id: put, type: ask, ask: "{{q}}?", output: said}
+edges:
+  - {from: put, to: END}
+"""
+    run = Driver(flow_of(text), "r", {"qs": ["Name", "Age"]})
+    assert run.actions == [Ask(interrupt_id="r/put/1/0", node="put", question="Name?")]
+    assert run(Answer(interrupt_id="r/put/1/1", answer="40")) == []
+    assert run(Answer(interrupt_id="r/put/1/0", answer="Ann")) == [
+        Ask(interrupt_id="r/put/1/1", node="put", question="Age?")
+    ]
+    assert run(Answer(interrupt_id="r/put/1/1", answer="40")) == [
+        Finish(outputs={"said": ["Ann", "40"]})
+    ]

@@ -1,0 +1,531 @@
+"""Flows in the agents service (docs/flows.md, "Flows in the agents service").
+
+A task whose milestone names a flow is run by the flow, not by the free
+conversation agent. Its run is a :class:`FlowTrack` in the job's
+:class:`~agents.run.Conversation` (so on the ``conversations`` changelog): the
+:class:`~compiler.FlowState`, the actions still to carry out, the inputs
+received and not yet stepped (answers, ticks), and every input stepped so far.
+:class:`FlowDriver` carries the actions out one at a time through the flow
+executor and feeds each result back to the pure step function; after every step
+the conversation is checkpointed (acknowledged) before the next action, so a
+resume re-runs no completed node: an action cut short is carried out again
+under the same call id (a tool absorbs it by its idempotency key).
+
+``ask`` and ``approval`` suspend the run: the interrupt is in the state, its
+question goes to the person on the job's channel (a ``messages`` record,
+``direction: out``, with the interrupt id) and a ``journal.interrupt``
+(``open``) tells the gateway it may be answered. The answer (``POST
+/v1/jobs/{key}/answers``, or the person's next message on the channel) is
+queued on the track and consumed once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import orjson
+from compiler import (
+    Action,
+    Answer,
+    Ask,
+    AwaitApproval,
+    Fail,
+    Finish,
+    Flow,
+    FlowError,
+    FlowInput,
+    FlowRun,
+    FlowStart,
+    FlowState,
+    FlowTick,
+    Interrupt,
+    LemongraphError,
+    action_from_json,
+    flow_input_from_json,
+    load_flow,
+    to_iso,
+)
+from pydantic import BaseModel
+from topics import JournalFlow, JournalInterrupt, MessageRecord
+
+from .catalog import Catalog
+
+__all__ = [
+    "Execute",
+    "FlowDriver",
+    "FlowTrack",
+    "Flows",
+    "answer_of",
+    "load_flows",
+]
+
+log = logging.getLogger(__name__)
+
+#: Inputs a track keeps in its record of what was stepped (the oldest go first).
+KEPT_INPUTS = 1000
+
+Publish = Callable[[Literal["inbox", "messages", "journal"], str, BaseModel], Awaitable[None]]
+
+
+class Execute(Protocol):
+    """Carries out one call action of a flow (``FlowExecutor.execute``): its result."""
+
+    def __call__(
+        self, action: Action, *, job_key: str, flow: str, run_id: str
+    ) -> Awaitable[FlowInput]: ...
+
+
+def _dump(value: BaseModel) -> dict[str, Any]:
+    data: dict[str, Any] = value.model_dump(mode="json", by_alias=True)
+    return data
+
+
+@dataclass
+class FlowTrack:
+    """One flow run of one milestone's task, as the conversation keeps it."""
+
+    milestone: str
+    task_id: str
+    flow: str
+    #: ``{task_id}#{n}``, n counting the flow runs of the conversation: from our
+    #: own data, so call and interrupt ids (docs/flows.md, "Ids") are too.
+    run_id: str
+    #: The flow's inputs, from the job's subject (its ``inputs`` channels).
+    inputs: dict[str, Any] = field(default_factory=dict)
+    #: The FlowState (JSON); None until the run started.
+    state: dict[str, Any] | None = None
+    #: Actions returned by a step and not yet carried out, in order.
+    actions: list[dict[str, Any]] = field(default_factory=list)
+    #: Inputs received (answers, ticks) and not yet stepped.
+    queued: list[dict[str, Any]] = field(default_factory=list)
+    #: Every input stepped, in order (the recorded results a replay reads).
+    stepped: list[dict[str, Any]] = field(default_factory=list)
+    #: How many nodes of the state's trail are journaled (``journal.flow`` node).
+    journaled: int = 0
+    #: The interrupt whose question was sent and journaled ``open``.
+    asked: str | None = None
+    #: Interrupts closed (answered, expired, cancelled): a later answer is ignored.
+    closed: list[str] = field(default_factory=list)
+    status: Literal["running", "waiting", "finished", "failed", "stopped"] = "running"
+    #: Questions asked again under an id that had closed (a retried ``ask``).
+    reasked: int = 0
+
+    @property
+    def active(self) -> bool:
+        return self.status in ("running", "waiting")
+
+    @property
+    def owed(self) -> bool:
+        """Work is waiting: the start, an action, or an input to step."""
+        return self.active and (self.state is None or bool(self.actions) or bool(self.queued))
+
+    def flow_state(self) -> FlowState | None:
+        return FlowState.model_validate(self.state) if self.state is not None else None
+
+    def interrupt(self) -> dict[str, Any] | None:
+        """The interrupt the run waits on (JSON), if any."""
+        if self.state is None or not self.active:
+            return None
+        found = self.state.get("interrupt")
+        return found if isinstance(found, dict) else None
+
+    def open_interrupt(self) -> str | None:
+        """The id of the interrupt that may be answered now (asked, not closed)."""
+        found = self.interrupt()
+        if found is None or found.get("interrupt_id") != self.asked:
+            return None
+        return self.asked if self.asked not in self.closed else None
+
+    def expires_at(self) -> datetime | None:
+        found = self.interrupt()
+        if found is None or not found.get("expires_at"):
+            return None
+        return datetime.fromisoformat(str(found["expires_at"]).replace("Z", "+00:00"))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "milestone": self.milestone,
+            "task_id": self.task_id,
+            "flow": self.flow,
+            "run_id": self.run_id,
+            "inputs": self.inputs,
+            "state": self.state,
+            "actions": self.actions,
+            "queued": self.queued,
+            "stepped": self.stepped,
+            "journaled": self.journaled,
+            "asked": self.asked,
+            "closed": self.closed,
+            "status": self.status,
+            "reasked": self.reasked,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> FlowTrack:
+        return cls(
+            milestone=str(data["milestone"]),
+            task_id=str(data["task_id"]),
+            flow=str(data["flow"]),
+            run_id=str(data["run_id"]),
+            inputs=dict(data.get("inputs") or {}),
+            state=data.get("state"),
+            actions=list(data.get("actions") or []),
+            queued=list(data.get("queued") or []),
+            stepped=list(data.get("stepped") or []),
+            journaled=int(data.get("journaled", 0)),
+            asked=data.get("asked"),
+            closed=list(data.get("closed") or []),
+            status=data.get("status", "running"),
+            reasked=int(data.get("reasked", 0)),
+        )
+
+
+@dataclass
+class Flows:
+    """The flows the service runs: by name, and the flow each (playbook,
+    milestone) names."""
+
+    by_name: dict[str, Flow] = field(default_factory=dict)
+    by_milestone: dict[tuple[str, str], str] = field(default_factory=dict)
+
+    def of(self, playbook_key: str, milestone: str) -> str | None:
+        return self.by_milestone.get((playbook_key, milestone))
+
+    def inputs(self, name: str, subject: Mapping[str, Any]) -> dict[str, Any]:
+        """The flow's ``inputs`` channels the job's subject has."""
+        flow = self.by_name.get(name)
+        if flow is None:
+            return {}
+        return {k: subject[k] for k in flow.spec.inputs if k in subject}
+
+
+def load_flows(folder: Path, catalog: Catalog | None, say: Callable[[str], None]) -> Flows:
+    """The flows the playbooks of ``folder`` name (``flows/NAME.yaml``), each
+    compiled with its milestone's tools. A playbook or flow that does not load
+    is said and skipped (`lemongraph check` names its problems); its milestone
+    is then worked by the conversation agent."""
+    from stream.files import load_playbooks_dir
+    from stream.flows import find_flow, flow_tools, milestone_context
+
+    found = Flows()
+    if not folder.is_dir():
+        return found
+    playbooks = load_playbooks_dir(folder)
+    tools = flow_tools(catalog) if catalog is not None else None
+    for playbook in playbooks.by_key.values():
+        for milestone in playbook.milestones:
+            name = getattr(milestone, "flow", None)
+            if not name:
+                continue
+            path = find_flow(folder, name)
+            if path is None:
+                say(f"agents: flow {name!r} of {playbook.key}/{milestone.id}: no flows/{name}.yaml")
+                continue
+            if name not in found.by_name:
+                try:
+                    found.by_name[name] = load_flow(
+                        path.read_text(encoding="utf-8"),
+                        str(path),
+                        name,
+                        tools=tools,
+                        milestone=milestone_context(catalog, playbook, milestone.id),
+                    )
+                except (FlowError, LemongraphError, OSError, UnicodeDecodeError) as exc:
+                    say(f"agents: flow {path} does not load: {exc}")
+                    continue
+            found.by_milestone[(playbook.key, milestone.id)] = name
+    return found
+
+
+def answer_of(record: MessageRecord) -> Any:
+    """What a person's message answers: the answer as given to the API, else its text."""
+    return record.answer if record.answer is not None else record.text
+
+
+class FlowDriver:
+    """Carries a flow run's actions out and steps it, checkpointing after each
+    step (``save``, acknowledged) and journaling what happened."""
+
+    def __init__(
+        self,
+        flows: Flows,
+        execute: Execute | None,
+        publish: Publish,
+        save: Callable[[Any], Awaitable[None]],
+        *,
+        clock: Callable[[], datetime] | None = None,
+        channel: str = "web",
+    ) -> None:
+        self.flows = flows
+        self.execute = execute
+        self.publish = publish
+        self.save = save
+        self.clock = clock or (lambda: datetime.now(UTC))
+        self.channel = channel
+
+    async def drive(self, conv: Any, track: FlowTrack) -> None:
+        """Work the track until it waits (an interrupt, nothing queued) or ends."""
+        flow = self.flows.by_name.get(track.flow)
+        if flow is None:
+            await self._end(conv, track, "failed", error=f"flow {track.flow!r} is not loaded")
+            return
+        step = FlowRun(flow)
+        if track.state is None:
+            state, actions = step.start(track.run_id, track.inputs, self.clock())
+            self._record(track, FlowStart(run_id=track.run_id, inputs=track.inputs))
+            track.state = _dump(state)
+            track.actions = [_dump(a) for a in actions]
+            await self.publish("journal", conv.job_key, self._flow_record(conv, track, "started"))
+            await self.save(conv)
+        while track.active:
+            await self._journal_nodes(conv, track)
+            if track.actions:
+                action = action_from_json(track.actions[0])
+                if isinstance(action, Ask | AwaitApproval):
+                    await self._ask(conv, track, action)
+                    track.actions.pop(0)
+                    track.status = "waiting"
+                    await self.save(conv)
+                    continue
+                if isinstance(action, Finish):
+                    await self._end(conv, track, "finished", outputs=action.outputs)
+                    return
+                if isinstance(action, Fail):
+                    await self._end(conv, track, "failed", node=action.node, error=action.error)
+                    return
+                if self.execute is None:
+                    await self._end(conv, track, "failed", error="no flow executor")
+                    return
+                result = await self.execute(
+                    action, job_key=conv.job_key, flow=track.flow, run_id=track.run_id
+                )
+                if _ended(track):
+                    return  # the task closed meanwhile
+                track.actions.pop(0)
+                await self._step(conv, track, step, result)
+                continue
+            if track.queued:
+                given = flow_input_from_json(track.queued.pop(0))
+                if isinstance(given, Answer) and given.interrupt_id in track.closed:
+                    await self.save(conv)  # consumed once: a second answer changes nothing
+                    continue
+                await self._step(conv, track, step, given)
+                continue
+            return
+
+    async def _step(self, conv: Any, track: FlowTrack, step: FlowRun, given: FlowInput) -> None:
+        """Feed ``given`` to the step function; checkpoint; then say which
+        interrupt it closed."""
+        before = track.open_interrupt()
+        state = track.flow_state()
+        assert state is not None
+        now = self.clock()
+        after, actions = step.next(state, given, now)
+        self._record(track, given)
+        track.state = _dump(after)
+        track.actions.extend(_dump(a) for a in actions)
+        track.status = "waiting" if after.status == "waiting" else "running"
+        closed: str | None = None
+        if before is not None:
+            still = after.interrupt.interrupt_id if after.interrupt is not None else None
+            if still != before:
+                closed = before
+                track.closed.append(before)
+        await self.save(conv)
+        if closed is not None:
+            status: Literal["answered", "expired"] = (
+                "answered" if isinstance(given, Answer) else "expired"
+            )
+            answer = given.answer if isinstance(given, Answer) else None
+            await self._journal_interrupt(conv, track, state.interrupt, status, answer)
+
+    def _record(self, track: FlowTrack, given: FlowInput) -> None:
+        track.stepped.append(_dump(given))
+        del track.stepped[:-KEPT_INPUTS]
+
+    async def _journal_nodes(self, conv: Any, track: FlowTrack) -> None:
+        """A ``journal.flow`` node record for each node completed since the last
+        (its count is checkpointed with the next save)."""
+        trail = list((track.state or {}).get("trail") or [])
+        for node in trail[track.journaled :]:
+            record = self._flow_record(conv, track, "node", node)
+            await self.publish("journal", conv.job_key, record)
+        if len(trail) > track.journaled:
+            track.journaled = len(trail)
+            await self.save(conv)
+
+    async def _ask(self, conv: Any, track: FlowTrack, action: Ask | AwaitApproval) -> None:
+        """Put the question to the person (once per interrupt) and journal it open."""
+        again = action.interrupt_id in track.closed
+        if track.asked == action.interrupt_id and not again:
+            return  # asked already (a resume)
+        if again:
+            # A retry of the node asks again under the same id (the same visit).
+            track.closed.remove(action.interrupt_id)
+            track.reasked += 1
+        if isinstance(action, Ask):
+            question = action.question
+            answers = list(action.answers)
+            if answers:
+                question += f" (answer {', '.join(answers)})"
+            show: dict[str, Any] = {}
+        else:
+            question = action.question or f"May I go ahead with {action.before}?"
+            answers = []
+            show = dict(action.show)
+            if show:
+                shown = "; ".join(f"{k}: {orjson.dumps(v).decode()}" for k, v in show.items())
+                question += f" ({shown})"
+            question += " (answer yes or no)"
+        contact = _contact(conv)
+        channel = conv.last_channel or ("email" if contact and "@" in contact else self.channel)
+        task = conv.tasks.get(track.milestone)
+        await self.publish(
+            "messages",
+            conv.job_key,
+            MessageRecord(
+                job_key=conv.job_key,
+                message_id=f"ask:{action.interrupt_id}"
+                + (f".{track.reasked + 1}" if again else ""),
+                direction="out",
+                channel=channel,
+                agent=f"flow:{track.flow}",
+                contact=contact,
+                task_id=task.task_id if task is not None else track.task_id,
+                text=question,
+                at=self._now(),
+                interrupt_id=action.interrupt_id,
+            ),
+        )
+        track.asked = action.interrupt_id
+        await self._journal_interrupt(
+            conv,
+            track,
+            Interrupt(
+                interrupt_id=action.interrupt_id,
+                node=action.node,
+                kind="ask" if isinstance(action, Ask) else "approval",
+                question=question,
+                answers=tuple(answers),
+                show=show,
+                expires_at=action.expires_at,
+            ),
+            "open",
+        )
+
+    async def _journal_interrupt(
+        self,
+        conv: Any,
+        track: FlowTrack,
+        found: Interrupt | None,
+        status: Literal["open", "answered", "expired", "cancelled"],
+        answer: Any = None,
+    ) -> None:
+        """A ``journal.interrupt``: the question opened or closed."""
+        if found is None:
+            return
+        expires = found.expires_at
+        await self.publish(
+            "journal",
+            conv.job_key,
+            JournalInterrupt(
+                job_key=conv.job_key,
+                run_id=track.run_id,
+                flow=track.flow,
+                node=found.node,
+                interrupt_id=found.interrupt_id,
+                at=self._now(),
+                kind=found.kind,
+                status=status,
+                question=found.question if status == "open" else "",
+                answers=list(found.answers),
+                expires_at=to_iso(expires) if expires is not None and status == "open" else None,
+                show=dict(found.show) if status == "open" else {},
+                answer=answer,
+            ),
+        )
+
+    async def stop(self, conv: Any, track: FlowTrack) -> None:
+        """The task closed: the run stops where it is (an open question is cancelled)."""
+        if not track.active:
+            return
+        state = track.flow_state()
+        open_one = track.open_interrupt()
+        if open_one is not None:
+            track.closed.append(open_one)
+        await self._end(conv, track, "stopped")
+        if open_one is not None and state is not None:
+            await self._journal_interrupt(conv, track, state.interrupt, "cancelled")
+
+    async def _end(
+        self,
+        conv: Any,
+        track: FlowTrack,
+        how: Literal["finished", "failed", "stopped"],
+        *,
+        node: str | None = None,
+        outputs: dict[str, Any] | None = None,
+        error: str | None = None,
+    ) -> None:
+        """The run's end, checkpointed, then journaled. The milestone does not
+        advance on it: only the evidence its tools recorded counts."""
+        await self._journal_nodes(conv, track)
+        track.status = how
+        track.actions = []
+        track.queued = []
+        await self.save(conv)
+        await self.publish(
+            "journal",
+            conv.job_key,
+            self._flow_record(conv, track, how, node, outputs=outputs, error=error),
+        )
+
+    def _flow_record(
+        self,
+        conv: Any,
+        track: FlowTrack,
+        event: Literal["started", "node", "finished", "failed", "stopped"],
+        node: str | None = None,
+        *,
+        outputs: dict[str, Any] | None = None,
+        error: str | None = None,
+    ) -> JournalFlow:
+        return JournalFlow(
+            job_key=conv.job_key,
+            run_id=track.run_id,
+            flow=track.flow,
+            task_id=track.task_id,
+            at=self._now(),
+            event=event,
+            node=node,
+            outputs=outputs,
+            error=error,
+        )
+
+    def _now(self) -> str:
+        return to_iso(self.clock())
+
+
+def _ended(track: FlowTrack) -> bool:
+    """Whether the run ended (read afresh: the task may close while a call runs)."""
+    return not track.active
+
+
+def tick_input() -> dict[str, Any]:
+    return _dump(FlowTick())
+
+
+def answer_input(interrupt_id: str, answer: Any) -> dict[str, Any]:
+    return _dump(Answer(interrupt_id=interrupt_id, answer=answer))
+
+
+def _contact(conv: Any) -> str | None:
+    from .run import _replying_to
+
+    found: str | None = _replying_to(conv)
+    return found

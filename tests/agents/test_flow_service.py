@@ -1,0 +1,443 @@
+"""Flows in the agents service (docs/flows.md, "Flows in the agents service").
+
+In process: a flow run driven step by step, checkpointed in the conversation,
+suspended on ``ask`` and resumed from the JSON a restart reads back. Against a
+real broker: the real worker, ``lemongraph agents`` and ``lemongraph gateway``
+processes, the stand-in model and a local shop. The service is SIGKILLed while
+the flow waits on its question; the answer comes through the API after a
+restart; no node runs twice, no call is paid twice, a stale or second answer
+is refused with 409, and the milestone completes on the flow's tool result."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from fastapi import FastAPI, Request
+from pydantic import BaseModel
+
+from agents.catalog import load_catalog
+from agents.flowservice import FlowDriver, Flows, answer_input
+from agents.model import ModelSettings
+from agents.run import Conversation
+from agents.service import AgentService, Where
+from agents.standin import StandinScript, build_standin
+from compiler import CallTool, FlowInput, ModelReply, ToolResult, load_flow
+from stream.config import Settings
+from stream.flows import flow_tools
+from tests.gateway.conftest import GatewayProcess, start_gateway
+from tests.lanes import Lane, wait_for
+from topics import MessageRecord, TaskOpenedRecord
+
+__all__ = ["start_gateway"]
+
+CATALOG = """\
+integrations:
+  email: {}
+  shop: {tools: [get_order, refund_order]}
+agents:
+  conversation: {instructions: Help the customer.}
+tools:
+  get_order:
+    description: Look an order up.
+    parameters:
+      type: object
+      properties: {id: {type: string}}
+      required: [id]
+      additionalProperties: false
+    http: {url: "${SHOP_URL}/orders", method: POST}
+    idempotent: true
+    writes: false
+    records: {fact: order_found, properties: {status: "$.status"}}
+  refund_order:
+    description: Refund an order.
+    parameters:
+      type: object
+      properties: {id: {type: string}}
+      required: [id]
+      additionalProperties: false
+    http: {url: "${SHOP_URL}/refund", method: POST}
+    idempotent: true
+    records: {fact: order_refunded, properties: {id: "$.id"}}
+"""
+PLAYBOOK = """\
+key: orders
+version: 1
+instructions: Help the customer with their order.
+milestones:
+  - id: resolve
+    instructions: Resolve the customer's order.
+    condition: order_refunded
+    integrations: [shop, email]
+    flow: refund
+"""
+FLOW = """\
+version: "1"
+description: Look the order up, decide, ask the customer, then refund.
+inputs: [order_id]
+outputs: [reply]
+state:
+  order_id: {type: string, description: The order.}
+  order: {type: object, description: The order as the shop returns it.}
+  decision: {type: object, description: What should happen.}
+  reply: {type: string, description: The customer's answer.}
+  refund: {type: object, description: The refund.}
+tools: [get_order, refund_order]
+start: lookup
+nodes:
+  - {id: lookup, type: tool, tool: get_order, args: {id: "{{order_id}}"}, output: order}
+  - id: decide
+    type: llm
+    prompt: "Order: {{order}}. What should happen?"
+    output: decision
+    schema:
+      type: object
+      properties: {action: {type: string, enum: [refund, nothing]}}
+      required: [action]
+  - id: confirm
+    type: ask
+    ask: "Shall I refund order {{order_id}}?"
+    answers: ["yes", "no"]
+    output: reply
+  - {id: pay, type: tool, tool: refund_order, args: {id: "{{order_id}}"}, output: refund}
+edges:
+  - {from: lookup, to: decide}
+  - {from: decide, to: confirm}
+  - from: confirm
+    type: conditional
+    when: reply
+    routes: {"yes": pay, "no": END}
+  - {from: pay, to: END}
+"""
+SCRIPT = StandinScript.model_validate(
+    {"rules": [{"when": {"flow": "refund", "flow_node": "decide"}, "json": {"action": "refund"}}]}
+)
+NODES = ["lookup", "decide", "confirm", "pay"]
+
+
+def opened(subject: dict[str, Any]) -> TaskOpenedRecord:
+    return TaskOpenedRecord(
+        task_id="o-1/resolve", job_key="o-1", milestone="resolve", at="2026-01-05T09:00:00Z",
+        instructions="Resolve.", playbook_instructions="", integrations=["shop"],
+        deadline="2026-01-08T09:00:00Z", frontier=["resolve"], playbook_key="orders",
+        subject=subject,
+    )  # fmt: skip
+
+
+def test_a_flow_run_suspends_on_ask_and_resumes_from_its_checkpoint() -> None:
+    catalog = load_catalog(CATALOG, "catalog.yaml")
+    flow = load_flow(FLOW, "flows/refund.yaml", "refund", tools=flow_tools(catalog))
+    flows = Flows({"refund": flow}, {("orders", "resolve"): "refund"})
+    published: list[tuple[str, Any]] = []
+    saved: list[dict[str, Any]] = []
+    calls: list[str] = []
+
+    async def publish(topic: str, key: str, record: BaseModel) -> None:
+        published.append((topic, record.model_dump(mode="json", by_alias=True)))
+
+    async def save(conv: Conversation) -> None:
+        saved.append(conv.to_json())
+
+    async def execute(action: Any, *, job_key: str, flow: str, run_id: str) -> FlowInput:
+        calls.append(action.call_id)
+        if isinstance(action, CallTool):
+            return ToolResult(call_id=action.call_id, ok=True, result={"id": "A-1"})
+        return ModelReply(call_id=action.call_id, text='{"action": "refund"}')
+
+    driver = FlowDriver(flows, execute, publish, save)
+
+    async def go() -> None:
+        conv = Conversation("o-1")
+        assert conv.open_flow(opened({"order_id": "A-1"}), "refund", {"order_id": "A-1"})
+        assert not conv.open_flow(opened({}), "refund", {})  # re-delivered: nothing
+        track = conv.owed_flow()
+        assert track is not None
+        assert track.run_id == "o-1/resolve#1"
+        await driver.drive(conv, track)
+        assert track.status == "waiting"
+        assert track.open_interrupt() == "o-1/resolve#1/confirm/1"
+        assert calls == ["o-1/resolve#1/lookup/1/1", "o-1/resolve#1/decide/1/1"]
+        [question] = [r for t, r in published if t == "messages"]
+        assert question["interrupt_id"] == "o-1/resolve#1/confirm/1"
+        assert question["direction"] == "out"
+        assert "A-1" in question["text"]
+        # What a restart reads back: the checkpoint, not the live object.
+        back = Conversation.from_json(saved[-1])
+        assert not back.flow_due  # waiting: nothing to do until an answer or a tick
+        waiting = back.waiting_flow("o-1/resolve#1/confirm/1")
+        assert waiting is not None
+        waiting.queued.append(answer_input("o-1/resolve#1/confirm/1", "yes"))
+        waiting.queued.append(answer_input("o-1/resolve#1/confirm/1", "no"))  # a second one
+        assert back.owed_flow() is waiting
+        await driver.drive(back, waiting)
+        assert waiting.status == "finished"
+        assert calls[2:] == ["o-1/resolve#1/pay/1/1"]  # nothing before the ask again
+        journal = [r for t, r in published if t == "journal"]
+        nodes = [r["node"] for r in journal if r["type"] == "journal.flow" and r["event"] == "node"]
+        assert nodes == NODES
+        interrupts = [(r["status"], r.get("answer")) for r in journal
+                      if r["type"] == "journal.interrupt"]  # fmt: skip
+        assert interrupts == [("open", None), ("answered", "yes")]
+        [end] = [r for r in journal if r["type"] == "journal.flow" and r["event"] == "finished"]
+        assert end["outputs"] == {"reply": "yes"}
+
+    asyncio.run(go())
+
+
+def test_the_service_answers_once_ignores_a_stale_answer_and_expires_by_its_timer(
+    tmp_path: Path,
+) -> None:
+    """The service in process (its sends captured): a task opened runs the flow to
+    its question; a stale answer and a second answer change nothing; a question
+    with ``expires`` is stepped with a tick once the timer sees it expired."""
+    catalog = load_catalog(CATALOG, "catalog.yaml")
+    text = FLOW.replace('answers: ["yes", "no"]', 'answers: ["yes", "no"]\n    expires: 1h')
+    flow = load_flow(text, "flows/refund.yaml", "refund", tools=flow_tools(catalog))
+    flows = Flows({"refund": flow}, {("orders", "resolve"): "refund"})
+    sent: list[tuple[str, Any]] = []
+
+    async def send(
+        topic: str, key: bytes | None, value: bytes | None, headers: Any, partition: int | None
+    ) -> None:
+        sent.append((topic.rsplit(".", 1)[-1], orjson.loads(value) if value else None))
+
+    service = AgentService(
+        Settings(data_dir=tmp_path), catalog, ModelSettings(api_key="sk-test"), send=send,
+        flows=flows,
+    )  # fmt: skip
+
+    async def execute(action: Any, *, job_key: str, flow: str, run_id: str) -> FlowInput:
+        if isinstance(action, CallTool):
+            return ToolResult(call_id=action.call_id, ok=True, result={"id": "A-1"})
+        return ModelReply(call_id=action.call_id, text='{"action": "refund"}')
+
+    service.execute = execute
+
+    def journal(kind: str) -> list[dict[str, Any]]:
+        return [v for t, v in sent if t == "journal" and v["type"] == kind]
+
+    async def settle() -> None:
+        await asyncio.gather(*service.running.values())
+
+    def answer(message_id: str, interrupt_id: str | None, text: str) -> bytes:
+        return MessageRecord(
+            job_key="o-1", message_id=message_id, direction="in", channel="web", text=text,
+            at="2026-01-05T09:01:00Z", interrupt_id=interrupt_id,
+        ).model_dump_json(by_alias=True).encode()  # fmt: skip
+
+    messages = Where(service.topics.messages, 0, 0, 0, b"o-1", [])
+
+    async def go() -> None:
+        service.partitions[0] = asyncio.Event()
+        service.partitions[0].set()
+        task = opened({"order_id": "A-1"}).model_dump_json(by_alias=True).encode()
+        await service.on_record(task, Where(service.topics.tasks, 0, 0, 0, b"o-1", []))
+        await settle()
+        [asked] = journal("journal.interrupt")
+        interrupt = asked["interrupt_id"]
+        assert asked["expires_at"] is not None
+        assert "o-1" in service.expiring
+        # stale: an interrupt that is not open; nothing queued, no run owed
+        await service.on_record(answer("m-1", "o-1/resolve#1/nope/1", "yes"), messages)
+        assert not service.load("o-1").flow_due
+        # not yet expired: the timer does nothing
+        assert await service.tick() == 0
+        # two hours later: a tick; the unanswered ask fails its node, so the run
+        later = datetime.now(UTC) + timedelta(hours=2)
+        service.clock = lambda: later
+        assert await service.tick() == 1
+        await settle()
+        statuses = [r["status"] for r in journal("journal.interrupt")]
+        assert statuses == ["open", "expired"]
+        [end] = [r for r in journal("journal.flow") if r["event"] == "failed"]
+        assert end["node"] == "confirm"
+        assert not [t for t, _ in sent if t == "deadletter"]
+        # an answer now (the question closed) changes nothing
+        await service.on_record(answer("m-2", interrupt, "yes"), messages)
+        await settle()
+        assert [r["status"] for r in journal("journal.interrupt")] == ["open", "expired"]
+        service.db.close()
+        service.offsets.close()
+
+    asyncio.run(go())
+
+
+# -- against a real broker -------------------------------------------------------------
+
+
+def shop() -> FastAPI:
+    app = FastAPI()
+    app.state.calls = []
+
+    @app.post("/{name}")
+    async def call(name: str, request: Request) -> dict[str, Any]:
+        body = await request.json()
+        app.state.calls.append((name, request.headers.get("idempotency-key")))
+        return {"id": body["id"], "status": "paid"}
+
+    return app
+
+
+def folder(lane: Lane) -> None:
+    for path in lane.playbooks.glob("*.yaml"):
+        path.unlink()  # only this test's playbook
+    (lane.playbooks / "catalog.yaml").write_text(CATALOG)
+    (lane.playbooks / "orders.yaml").write_text(PLAYBOOK)
+    (lane.playbooks / "flows").mkdir()
+    (lane.playbooks / "flows" / "refund.yaml").write_text(FLOW)
+
+
+def journal_of(lane: Lane, kind: str) -> list[dict[str, Any]]:
+    return [r["value"] for r in lane.read("journal") if r["value"]["type"] == kind]
+
+
+@pytest.mark.broker
+@pytest.mark.timeout(300)
+def test_a_flow_waits_on_ask_across_a_sigkill_and_completes_on_its_tool_result(
+    lane: Lane, serve: Callable[[Any], str], start_gateway: Callable[..., GatewayProcess]
+) -> None:
+    folder(lane)
+    tools = shop()
+    model = build_standin(SCRIPT)
+    env = {
+        "OPENAI_BASE_URL": f"{serve(model)}/v1",
+        "OPENAI_API_KEY": "sk-test",
+        "SHOP_URL": serve(tools),
+    }
+    lane.start_worker()
+    agents = lane.start(["agents"], "agents: ready", **env)
+    assert any("1 milestones run by flows" in line for line in agents.lines), agents.lines
+    gateway = start_gateway()
+    lane.send(
+        {"type": "job.start", "key": "o-1", "playbook_key": "orders",
+         "subject": {"order_id": "A-1"}},
+    )  # fmt: skip
+    lane.wait_until(
+        "journal",
+        lambda rs: any(r["value"]["type"] == "journal.interrupt" for r in rs),
+        timeout=120,
+    )
+    [asked] = journal_of(lane, "journal.interrupt")
+    interrupt = asked["interrupt_id"]
+    assert interrupt == "o-1/resolve#1/confirm/1"  # {task id}#{n}/{node}/{visit}
+    assert (asked["status"], asked["answers"], asked["node"]) == ("open", ["yes", "no"], "confirm")
+    assert model.state.calls == 1
+    assert [name for name, _ in tools.state.calls] == ["orders"]
+
+    # Killed while the flow waits on the person; started again.
+    agents.stop(signal.SIGKILL)
+    restarted = lane.start(["agents"], "agents: ready", **env)
+
+    with gateway.client(gateway.token()) as client:
+        listed = wait_for(
+            lambda: client.get("/v1/jobs/o-1/interrupts").json().get("interrupts"),
+            what="the open question in the gateway",
+        )
+        assert [i["interrupt_id"] for i in listed] == [interrupt]
+        # A stale answer (an interrupt that is not open) is refused and writes nothing.
+        stale = client.post("/v1/jobs/o-1/answers", json={"interrupt_id": "nope", "answer": "yes"})
+        assert stale.status_code == 409, stale.text
+        assert stale.json()["error"]["code"] == "interrupt_not_open"
+        wrong = client.post(
+            "/v1/jobs/o-1/answers", json={"interrupt_id": interrupt, "answer": "maybe"}
+        )
+        assert wrong.status_code == 422, wrong.text
+        assert wrong.json()["error"]["code"] == "answer_not_allowed"
+        answered = client.post(
+            "/v1/jobs/o-1/answers", json={"interrupt_id": interrupt, "answer": "yes"}
+        )
+        assert answered.status_code == 202, answered.text
+        assert answered.json()["interrupt_id"] == interrupt
+        again = client.post(
+            "/v1/jobs/o-1/answers", json={"interrupt_id": interrupt, "answer": "no"}
+        )
+        assert again.status_code == 409, again.text
+
+    def refunded(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [
+            r["value"] for r in records
+            if r["value"]["input"].get("source") == "tool"
+            and r["value"]["input"].get("action") == "order_refunded"
+            and r["value"]["outcome"] == "applied"
+        ]  # fmt: skip
+
+    decisions = lane.wait_until("decisions", lambda rs: bool(refunded(rs)), timeout=120)
+    [fact] = refunded(decisions)
+    # The milestone completed on the flow's tool result: its verdict names that event.
+    [verdict] = [v for v in fact["verdicts"] if v["milestone"] == "resolve"]
+    assert verdict["verdict"] == "TRUE"
+    assert fact["input"]["idempotency_key"] in verdict["atoms"][0]["evidence"]
+    assert fact["input"]["idempotency_key"] == "o-1/resolve#1/pay/1/1"  # the call id
+    lane.wait_until(
+        "journal",
+        lambda rs: any(r["value"]["type"] == "journal.flow" and r["value"]["event"] == "finished"
+                       for r in rs),
+    )  # fmt: skip
+    time.sleep(1.5)  # a node run twice, were there one, has had time to show
+    flow_records = journal_of(lane, "journal.flow")
+    nodes = [r["node"] for r in flow_records if r["event"] == "node"]
+    assert nodes == NODES  # each node once, in order, across the kill
+    assert [r["event"] for r in flow_records if r["event"] != "node"] == ["started", "finished"]
+    assert model.state.calls == 1  # no second model call
+    assert [name for name, _ in tools.state.calls] == ["orders", "refund"]
+    statuses = [(r["status"], r["interrupt_id"]) for r in journal_of(lane, "journal.interrupt")]
+    assert statuses == [("open", interrupt), ("answered", interrupt)]
+    messages = [m["value"] for m in lane.read("messages")]
+    assert [(m["direction"], m.get("interrupt_id")) for m in messages] == [
+        ("out", interrupt),
+        ("in", interrupt),
+    ]
+    assert restarted.proc.poll() is None
+
+
+@pytest.mark.broker
+@pytest.mark.timeout(240)
+def test_the_persons_reply_on_the_channel_answers_the_open_question(
+    lane: Lane, serve: Callable[[Any], str], start_gateway: Callable[..., GatewayProcess]
+) -> None:
+    folder(lane)
+    tools = shop()
+    env = {
+        "OPENAI_BASE_URL": f"{serve(build_standin(SCRIPT))}/v1",
+        "OPENAI_API_KEY": "sk-test",
+        "SHOP_URL": serve(tools),
+    }
+    lane.start_worker()
+    lane.start(["agents"], "agents: ready", **env)
+    gateway = start_gateway()
+    lane.send(
+        {"type": "job.start", "key": "o-2", "playbook_key": "orders",
+         "subject": {"order_id": "B-2"}},
+    )  # fmt: skip
+    with gateway.client(gateway.token()) as client:
+        [asked] = wait_for(
+            lambda: client.get("/v1/jobs/o-2/interrupts").json().get("interrupts"),
+            timeout=120,
+            what="the open question",
+        )
+        said = client.post("/v1/jobs/o-2/messages", json={"text": "no", "message_id": "m-1"})
+        assert said.status_code == 202, said.text
+        lane.wait_until(
+            "journal",
+            lambda rs: any(r["value"]["type"] == "journal.flow"
+                           and r["value"]["event"] == "finished" for r in rs),
+        )  # fmt: skip
+        # Answered on the channel: the gateway saw it closed, the API refuses it now.
+        wait_for(
+            lambda: not client.get("/v1/jobs/o-2/interrupts").json()["interrupts"],
+            what="the question closed in the gateway",
+        )
+        late = client.post(
+            "/v1/jobs/o-2/answers", json={"interrupt_id": asked["interrupt_id"], "answer": "yes"}
+        )
+        assert late.status_code == 409, late.text
+    [end] = [r for r in journal_of(lane, "journal.flow") if r["event"] == "finished"]
+    assert end["outputs"] == {"reply": "no"}
+    assert [name for name, _ in tools.state.calls] == ["orders"]  # "no": no refund
