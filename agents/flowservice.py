@@ -324,8 +324,13 @@ class FlowDriver:
         before = track.open_interrupt()
         state = track.flow_state()
         assert state is not None
-        now = self.clock()
-        after, actions = step.next(state, given, now)
+        try:
+            after, actions = step.next(state, given, self.clock())
+        except ValueError as exc:
+            # The flow changed since the run started (its digest): a run is only
+            # stepped by the flow it started on, so it ends here.
+            await self._end(conv, track, "failed", error=str(exc))
+            return
         self._record(track, given)
         track.state = _dump(after)
         track.actions.extend(_dump(a) for a in actions)

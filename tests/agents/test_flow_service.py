@@ -32,9 +32,10 @@ from agents.standin import StandinScript, build_standin
 from compiler import CallTool, FlowInput, ModelReply, ToolResult, load_flow
 from stream.config import Settings
 from stream.flows import flow_tools
+from stream.gateway.readmodel import ReadModel
 from tests.gateway.conftest import GatewayProcess, start_gateway
 from tests.lanes import Lane, wait_for
-from topics import MessageRecord, TaskOpenedRecord
+from topics import MessageRecord, TaskOpenedRecord, Topics
 
 __all__ = ["start_gateway"]
 
@@ -267,6 +268,36 @@ def test_the_service_answers_once_ignores_a_stale_answer_and_expires_by_its_time
         service.offsets.close()
 
     asyncio.run(go())
+
+
+def test_the_gateway_read_model_keeps_the_open_questions() -> None:
+    """Open on ``journal.interrupt`` open; closed by an answer on ``messages`` or
+    by a closing journal record; kept when the job is let go of."""
+    topics = Topics("t.")
+    model = ReadModel(topics, {})
+
+    def interrupt(status: str, interrupt_id: str = "o-1/resolve#1/confirm/1") -> bytes:
+        return orjson.dumps(
+            {"type": "journal.interrupt", "schema": 1, "job_key": "o-1", "run_id": "r",
+             "flow": "refund", "node": "confirm", "interrupt_id": interrupt_id,
+             "at": "2026-01-05T09:00:00Z", "kind": "ask", "status": status,
+             "answers": ["yes", "no"]}
+        )  # fmt: skip
+
+    model.apply(topics.journal, b"o-1", interrupt("open"))
+    model.apply(topics.journal, b"o-1", interrupt("open", "o-1/resolve#1/confirm/2"))
+    assert sorted(model.interrupts["o-1"]) == ["o-1/resolve#1/confirm/1", "o-1/resolve#1/confirm/2"]
+    answer = MessageRecord(
+        job_key="o-1", message_id="answer:x", direction="in", channel="web", text="yes",
+        at="2026-01-05T09:01:00Z", interrupt_id="o-1/resolve#1/confirm/1", answer="yes",
+    )  # fmt: skip
+    model.apply(topics.messages, b"o-1", answer.model_dump_json(by_alias=True).encode())
+    assert list(model.interrupts["o-1"]) == ["o-1/resolve#1/confirm/2"]
+    model.evict("o-1")
+    assert list(model.interrupts["o-1"]) == ["o-1/resolve#1/confirm/2"]
+    model.apply(topics.journal, b"o-1", interrupt("expired", "o-1/resolve#1/confirm/2"))
+    assert "o-1" not in model.interrupts
+    assert model.skipped == 0
 
 
 # -- against a real broker -------------------------------------------------------------
