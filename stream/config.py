@@ -158,6 +158,8 @@ class Settings:
     request_timeout: float = 10.0
     #: Connections each gateway port holds open at once; more are refused.
     max_connections: int = 1000
+    #: Event streams one token holds open at once (all tokens: half of max_connections).
+    streams_per_token: int = 20
     #: How far (seconds) a record's timestamp may run ahead of the worker's clock.
     max_clock_skew: float = 300.0
     #: Decoded job states a worker keeps in memory (most recently used).
@@ -208,6 +210,7 @@ class Settings:
                 env, "LEMONGRAPH_GATEWAY_REQUEST_TIMEOUT", 10.0, positive=True
             ),
             max_connections=_int(env, "LEMONGRAPH_GATEWAY_MAX_CONNECTIONS", 1000),
+            streams_per_token=_int(env, "LEMONGRAPH_GATEWAY_STREAMS_PER_TOKEN", 20),
             max_clock_skew=_seconds(env, "LEMONGRAPH_MAX_CLOCK_SKEW", 300.0),
             state_cache=_int(env, "LEMONGRAPH_STATE_CACHE", 10_000, low=0),
             catalog=Path(env["LEMONGRAPH_CATALOG"].strip())

@@ -1,6 +1,11 @@
 """The checks every ``/v1`` request passes before any route sees it, in order:
 a valid token (401), the token's rate limit (429 with Retry-After), a body no
-larger than the limit (413).
+larger than the limit (413). Every refusal here closes its connection
+(``Connection: close``): a refused client holds no connection while it idles.
+An event stream (``GET /v1/jobs/{key}/events``, open until the client leaves)
+also needs a free stream: at most ``streams_per_token`` for one token (429
+``too_many_streams``) and ``max_streams`` in all (503 ``streams_full``), so that
+streams cannot take every connection a port holds.
 
 It is ASGI middleware rather than a route dependency so that the order holds
 for every request: a framework parses a JSON body before it runs dependencies,
@@ -43,6 +48,27 @@ class Guard:
     wall: Callable[[], float] = time.time
     monotonic: Callable[[], float] = time.monotonic
     refused: dict[int, int] = field(default_factory=dict)  # status → count, for status lines
+    streams_per_token: int = 20
+    max_streams: int = 500
+    streams: dict[str, int] = field(default_factory=dict)  # token ident → open streams
+
+    def open_stream(self, ident: str) -> None:
+        """Count a new event stream of ``ident``'s, or refuse it (:class:`ApiError`)."""
+        if self.streams.get(ident, 0) >= self.streams_per_token:
+            raise ApiError(
+                429, "too_many_streams",
+                f"this token has {self.streams_per_token} event streams open already",
+            )  # fmt: skip
+        if sum(self.streams.values()) >= self.max_streams:
+            raise ApiError(503, "streams_full", "the gateway serves all the event streams it can")
+        self.streams[ident] = self.streams.get(ident, 0) + 1
+
+    def close_stream(self, ident: str) -> None:
+        left = self.streams.get(ident, 0) - 1
+        if left > 0:
+            self.streams[ident] = left
+        else:
+            self.streams.pop(ident, None)
 
     def admit(self, scope: Scope) -> Principal | None:
         """The principal of the request (None for a signed route, whose handler
@@ -107,14 +133,26 @@ class GuardMiddleware:
         if scope["type"] != "http" or not scope["path"].startswith("/v1"):
             await self.app(scope, receive, send)
             return
+        stream: str | None = None
         try:
             principal = self.guard.admit(scope)
             body = await self._body(scope, receive)
+            if principal is not None and _sse_get(scope):
+                self.guard.open_stream(principal.ident)
+                stream = principal.ident
         except ApiError as error:
             self.guard.refused[error.status] = self.guard.refused.get(error.status, 0) + 1
+            # A refused client holds no connection while it idles or retries.
+            error.headers.setdefault("Connection", "close")
             await error_response(error)(scope, receive, send)
             return
         scope.setdefault("state", {})["principal"] = principal
+        if stream is not None:
+            try:
+                await self.app(scope, receive, send)
+            finally:
+                self.guard.close_stream(stream)
+            return
         if body is None:
             await self.app(scope, receive, send)
             return

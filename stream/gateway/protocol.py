@@ -3,11 +3,18 @@ that misbehave (uvicorn has none of these; its ``timeout_keep_alive`` only runs
 between requests, and is reset by every byte received):
 
 - a **request deadline**: a connection whose request headers and body have not
-  all arrived ``request_timeout`` seconds after its first byte (or after it
-  opened) is answered 408 and closed. Once a request is complete the deadline
-  is off, so a long answer (a live event stream) is never cut;
-- a **connection bound**: past ``max_connections`` open connections on a port,
-  a new one is answered 503 and closed at once;
+  all arrived ``request_timeout`` seconds after it opened (for a later request
+  on a kept-alive connection: after that request's first byte) is answered 408
+  and closed. Once a request is complete the deadline is off, so a long answer
+  (a live event stream) is never cut;
+- a **connection bound**: at ``max_connections`` open connections on a port, a
+  new one closes the port's oldest *idle* kept-alive connection (one between
+  requests) to make room; when none is idle, the new one is answered 503 and
+  closed at once. The bound is ours alone (uvicorn's ``limit_concurrency`` is
+  off: it answered text/plain 503 on the last connection under the bound);
+- a **request budget**: a connection is closed after ``REQUESTS_PER_CONNECTION``
+  answers (the last one says ``Connection: close``), so that no client keeps one
+  forever by finishing each request just before the deadline;
 - a **lingering close**: when the server closes a connection whose client is
   still sending a body (a 413 answered before the body was read), it half-closes,
   reads and discards what comes (bounded in bytes and time), then closes. Closing
@@ -38,6 +45,8 @@ log = logging.getLogger("lemongraph.gateway")
 #: What a lingering close reads and discards at most, and for how long.
 LINGER_BYTES = 16 << 20
 LINGER_SECONDS = 5.0
+#: Answers one connection gets before the gateway closes it.
+REQUESTS_PER_CONNECTION = 100
 
 
 class GatewayConfig(uvicorn.Config):
@@ -46,16 +55,26 @@ class GatewayConfig(uvicorn.Config):
     def __init__(
         self, app: Any, *, request_timeout: float, max_connections: int, **options: Any
     ) -> None:
-        super().__init__(app, http=GatewayProtocol, limit_concurrency=max_connections, **options)
+        super().__init__(app, http=GatewayProtocol, limit_concurrency=None, **options)
         self.request_timeout = request_timeout
         self.max_connections = max_connections
+
+
+#: What the server's own answers (not the app's) say, like every answer of the
+#: app's (server.SecurityHeaders): load nothing, never framed, never sniffed.
+_SAFE = [
+    (b"content-security-policy", b"default-src 'none'; frame-ancestors 'none'"),
+    (b"x-frame-options", b"DENY"),
+    (b"x-content-type-options", b"nosniff"),
+]
+_SAFE_HEAD = "".join(f"{k.decode()}: {v.decode()}\r\n" for k, v in _SAFE)
 
 
 def _raw_error(status: int, reason: str, code: str, message: str) -> bytes:
     body = orjson.dumps({"error": {"code": code, "message": message}})
     head = (
         f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
-        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n{_SAFE_HEAD}\r\n"
     )
     return head.encode("ascii") + body
 
@@ -66,6 +85,19 @@ TIMED_OUT = _raw_error(
 TOO_MANY = _raw_error(
     503, "Service Unavailable", "too_many_connections", "too many open connections"
 )
+MALFORMED = "malformed_request"
+_CLOSE = (b"connection", b"close")
+
+
+def _idle_of(protocol: H11Protocol) -> dict[GatewayProtocol, None]:
+    """The port's idle kept-alive connections, oldest first (kept on the state
+    uvicorn shares between a server's connections)."""
+    state = protocol.server_state
+    idle: dict[GatewayProtocol, None] | None = getattr(state, "gateway_idle", None)
+    if idle is None:
+        idle = {}
+        state.gateway_idle = idle  # type: ignore[attr-defined]
+    return idle
 
 
 class _Lingering:
@@ -112,18 +144,31 @@ class GatewayProtocol(H11Protocol):
         self.max_connections: int = gateway.max_connections
         self._deadline: asyncio.TimerHandle | None = None
         self._lingering: _Lingering | None = None
+        self._answered = 0
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         lingering = _Lingering(transport, self)
         super().connection_made(cast(asyncio.Transport, lingering))
         self._lingering = lingering
-        if len(self.connections) > self.max_connections:
+        if len(self.connections) > self.max_connections and not self._evict_idle():
             transport.write(TOO_MANY)
             transport.close()
             return
         self._arm()
 
+    def _evict_idle(self) -> bool:
+        """Close the port's oldest idle kept-alive connection (False: none is)."""
+        idle = _idle_of(self)
+        while idle:
+            oldest = next(iter(idle))
+            del idle[oldest]
+            if oldest is not self and not oldest.transport.is_closing():
+                oldest.timeout_keep_alive_handler()  # what uvicorn does after 5 s idle
+                return True
+        return False
+
     def connection_lost(self, exc: Exception | None) -> None:
+        _idle_of(self).pop(self, None)
         self._disarm()
         super().connection_lost(exc)
 
@@ -131,18 +176,47 @@ class GatewayProtocol(H11Protocol):
         if self._lingering is not None and self._lingering.lingering:
             self._lingering.discard(data)
             return
+        _idle_of(self).pop(self, None)
         if self._deadline is None and self.conn.their_state is h11.IDLE:
             self._arm()  # a new request on a kept-alive connection
         super().data_received(data)
         self._check()
 
+    def handle_events(self) -> None:
+        super().handle_events()
+        cycle = self.cycle
+        last = self._answered + 1 >= REQUESTS_PER_CONNECTION
+        if last and cycle is not None and not cycle.response_started and cycle.keep_alive:
+            # The budget's last request: its answer says Connection: close.
+            cycle.keep_alive = False
+            if _CLOSE not in cycle.scope["headers"]:
+                cast(list[tuple[bytes, bytes]], cycle.scope["headers"]).append(_CLOSE)
+
     def on_response_complete(self) -> None:
+        self._answered += 1
         if self.conn.their_state is h11.SEND_BODY and not self.transport.is_closing():
             # Answered before the body was read (a refusal): uvicorn would read
             # and drop the rest for as long as it comes; close (lingering) instead.
             self.transport.close()
         super().on_response_complete()
         self._check()
+        conn = self.conn
+        if (
+            not self.transport.is_closing()
+            and conn.our_state is h11.IDLE
+            and conn.their_state is h11.IDLE
+            and not conn.trailing_data[0]
+        ):
+            _idle_of(self)[self] = None  # kept alive, between requests
+
+    def send_400_response(self, msg: str) -> None:
+        """A request h11 cannot parse, answered in the gateway's error shape."""
+        body = orjson.dumps({"error": {"code": MALFORMED, "message": msg}})
+        headers = [(b"content-type", b"application/json"), _CLOSE, *_SAFE]
+        self.transport.write(self.conn.send(h11.Response(status_code=400, headers=headers)))
+        self.transport.write(self.conn.send(h11.Data(data=body)))
+        self.transport.write(self.conn.send(h11.EndOfMessage()))
+        self.transport.close()
 
     def _check(self) -> None:
         """The deadline runs while a request is coming in, and only then."""

@@ -63,31 +63,57 @@ CONTENT_SECURITY_POLICY = (
     "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
     "frame-ancestors 'none'"
 )
-UI_HEADERS = [
-    (b"content-security-policy", CONTENT_SECURITY_POLICY.encode()),
+#: The API docs page (Swagger UI) starts itself with an inline script and styles
+#: itself inline; it loads its files and the OpenAPI document from this origin.
+DOCS_POLICY = (
+    "default-src 'self'; script-src 'self' 'unsafe-inline'; "
+    "style-src 'self' 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; "
+    "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+#: Everything else (JSON, the API port's home page, errors) loads nothing.
+OTHER_POLICY = "default-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+COMMON_HEADERS = [
     (b"x-frame-options", b"DENY"),
     (b"x-content-type-options", b"nosniff"),
     (b"referrer-policy", b"no-referrer"),
 ]
 
 
-class SecurityHeaders:
-    """Adds :data:`UI_HEADERS` to every answer of the page and its assets (the
-    API mounted beside them answers as on its own port: its /docs page loads
-    scripts a strict policy would refuse)."""
+def _policy(path: str, ui: bool) -> bytes:
+    if ui and (path == "/" or path.startswith(("/jobs/", "/ui/"))):
+        return CONTENT_SECURITY_POLICY.encode()
+    if path == "/docs":
+        return DOCS_POLICY.encode()
+    return OTHER_POLICY.encode()
 
-    def __init__(self, app: ASGIApp) -> None:
+
+_ADDED = frozenset({b"content-security-policy", *(name for name, _ in COMMON_HEADERS)})
+
+
+class SecurityHeaders:
+    """Adds a Content-Security-Policy (:data:`CONTENT_SECURITY_POLICY` for the
+    UI's page and assets when ``ui``, :data:`DOCS_POLICY` for /docs,
+    :data:`OTHER_POLICY` for the rest) and :data:`COMMON_HEADERS` to every
+    answer of ``app``, errors included: no page of either origin (which holds
+    the UI's token) can be framed or sniffed into another type."""
+
+    def __init__(self, app: ASGIApp, ui: bool = False) -> None:
         self.app = app
+        self.ui = ui
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope.get("path", "")
-        if scope["type"] != "http" or not (path == "/" or path.startswith(("/jobs/", "/ui/"))):
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        added = [
+            (b"content-security-policy", _policy(scope.get("path", ""), self.ui)),
+            *COMMON_HEADERS,
+        ]
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
-                message = {**message, "headers": [*message.get("headers", ()), *UI_HEADERS]}
+                headers = [(k, v) for k, v in message.get("headers", ()) if k.lower() not in _ADDED]
+                message = {**message, "headers": [*headers, *added]}
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
@@ -106,7 +132,7 @@ def build_ui(api: Any) -> Starlette:
             Mount("/ui", StaticFiles(directory=UI_DIR), name="ui"),
             Mount("", api),
         ],
-        middleware=[Middleware(SecurityHeaders)],
+        middleware=[Middleware(SecurityHeaders, ui=True)],
     )
 
 
@@ -157,6 +183,8 @@ async def serve(
         settings.api_token_secret,
         RateLimiter(settings.rate_limit, settings.rate_burst),
         settings.max_body,
+        streams_per_token=settings.streams_per_token,
+        max_streams=max(1, settings.max_connections // 2),
     )
     try:
         mail: MailSettings | None = MailSettings.from_env(dict(os.environ))
@@ -169,7 +197,7 @@ async def serve(
     quiet_uvicorn()
     _raise_file_limit(settings, say)
     servers = [
-        _Server(_config(api, settings.gateway_host, settings.api_port, settings)),
+        _Server(_config(SecurityHeaders(api), settings.gateway_host, settings.api_port, settings)),
         _Server(_config(build_ui(api), settings.gateway_host, settings.ui_port, settings)),
     ]
     follower = asyncio.create_task(model.follow(bootstrap, gateway.stopping, say))

@@ -61,6 +61,11 @@ def test_the_request_deadline_and_connection_bound_settings(tmp_path: Path) -> N
     absent = tmp_path / "absent.env"
     defaults = Settings.from_env({}, absent)
     assert (defaults.request_timeout, defaults.max_connections) == (10.0, 1000)
+    assert defaults.streams_per_token == 20
+    assert (
+        Settings.from_env({"LEMONGRAPH_GATEWAY_STREAMS_PER_TOKEN": "3"}, absent).streams_per_token
+        == 3
+    )
     given = Settings.from_env(
         {"LEMONGRAPH_GATEWAY_REQUEST_TIMEOUT": "500ms", "LEMONGRAPH_GATEWAY_MAX_CONNECTIONS": "50"},
         absent,
@@ -70,6 +75,7 @@ def test_the_request_deadline_and_connection_bound_settings(tmp_path: Path) -> N
         ({"LEMONGRAPH_GATEWAY_REQUEST_TIMEOUT": "0"}, "more than zero"),
         ({"LEMONGRAPH_GATEWAY_REQUEST_TIMEOUT": "soon"}, "not a duration"),
         ({"LEMONGRAPH_GATEWAY_MAX_CONNECTIONS": "0"}, "at least 1"),
+        ({"LEMONGRAPH_GATEWAY_STREAMS_PER_TOKEN": "0"}, "at least 1"),
     ]:
         with pytest.raises(ConfigError, match=says):
             Settings.from_env(env, absent)

@@ -77,3 +77,25 @@ def test_compose_publishes_on_loopback_and_runs_no_container_as_root() -> None:
     # every Kafka security setting reaches the services that talk to the broker
     for name in ("worker", "ticker", "gateway", "agents"):
         assert set(SECURITY_VARIABLES) <= set(compose["services"][name]["environment"]), name
+
+
+def test_the_broker_healthcheck_uses_a_plaintext_listener_of_its_own_container() -> None:
+    """The healthcheck's client has no SASL or TLS settings: the listener it asks
+    stays plain text whatever the others become (the SASL recipe in the comment
+    changes INTERNAL and EXTERNAL), and is bound to loopback inside the container."""
+    text = (ROOT / "docker-compose.yml").read_text()
+    kafka = yaml.safe_load(text)["services"]["kafka"]
+    test = " ".join(kafka["healthcheck"]["test"])
+    bootstrap = re.search(r"--bootstrap-server (\S+)", test)
+    assert bootstrap is not None, test
+    env = kafka["environment"]
+    listeners = dict(
+        item.split("://", 1)[::-1] for item in env["KAFKA_LISTENERS"].split(",")
+    )  # address → name
+    name = listeners.get(bootstrap.group(1))
+    assert name is not None, (bootstrap, listeners)
+    assert bootstrap.group(1).startswith("127.0.0.1:"), bootstrap
+    recipe = re.search(r"KAFKA_LISTENER_SECURITY_PROTOCOL_MAP: (\S+)", text.split("services:")[0])
+    assert recipe is not None
+    for protocol_map in (env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"], recipe.group(1)):
+        assert f"{name}:PLAINTEXT" in protocol_map.split(","), protocol_map
