@@ -270,6 +270,72 @@ def test_the_service_answers_once_ignores_a_stale_answer_and_expires_by_its_time
     asyncio.run(go())
 
 
+APPROVAL = """\
+version: "1"
+description: Refund an order once the person approves.
+inputs: [order_id]
+outputs: [refund]
+state:
+  order_id: {type: string, description: The order.}
+  order: {type: object, description: The order as the shop returns it.}
+  secret: {type: string, default: hidden, description: Not for the person.}
+  refund: {type: object, description: The refund.}
+tools: [get_order, refund_order]
+start: lookup
+nodes:
+  - {id: lookup, type: tool, tool: get_order, args: {id: "{{order_id}}"}, output: order}
+  - {id: approve, type: approval, before: pay, ask: "Refund {{order_id}}?", show: [order],
+     onReject: END}
+  - {id: pay, type: tool, tool: refund_order, args: {id: "{{order_id}}", note: "{{secret}}"},
+     output: refund}
+edges:
+  - {from: lookup, to: approve}
+  - {from: pay, to: END}
+"""
+
+
+@pytest.mark.parametrize(("answer", "paid"), [({"approved": True}, True), ("later", False)])
+def test_an_approval_shows_only_its_channels_and_runs_its_node_only_on_yes(
+    answer: Any, paid: bool
+) -> None:
+    catalog = load_catalog(CATALOG, "catalog.yaml")
+    flow = load_flow(APPROVAL, "flows/approve.yaml", "approve", tools=flow_tools(catalog))
+    flows = Flows({"approve": flow}, {("orders", "resolve"): "approve"})
+    published: list[tuple[str, Any]] = []
+    tools: list[str] = []
+
+    async def publish(topic: str, key: str, record: BaseModel) -> None:
+        published.append((topic, record.model_dump(mode="json", by_alias=True)))
+
+    async def save(conv: Conversation) -> None:
+        pass
+
+    async def execute(action: Any, *, job_key: str, flow: str, run_id: str) -> FlowInput:
+        tools.append(action.tool)
+        return ToolResult(call_id=action.call_id, ok=True, result={"id": "A-1", "total": 12})
+
+    driver = FlowDriver(flows, execute, publish, save)
+
+    async def go() -> None:
+        conv = Conversation("o-1")
+        conv.open_flow(opened({"order_id": "A-1"}), "approve", {"order_id": "A-1"})
+        track = conv.flows["resolve"]
+        await driver.drive(conv, track)
+        [question] = [r for t, r in published if t == "messages"]
+        assert "hidden" not in question["text"]  # only the show channels
+        [opened_one] = [
+            r for t, r in published if t == "journal" and r["type"] == "journal.interrupt"
+        ]
+        assert opened_one["kind"] == "approval"
+        assert opened_one["show"] == {"order": {"id": "A-1", "total": 12}}
+        track.queued.append(answer_input(opened_one["interrupt_id"], answer))
+        await driver.drive(conv, track)
+        assert track.status == "finished"
+        assert tools == (["get_order", "refund_order"] if paid else ["get_order"])
+
+    asyncio.run(go())
+
+
 def test_the_gateway_read_model_keeps_the_open_questions() -> None:
     """Open on ``journal.interrupt`` open; closed by an answer on ``messages`` or
     by a closing journal record; kept when the job is let go of."""
