@@ -22,7 +22,7 @@ queued on the track and consumed once.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -68,6 +68,8 @@ log = logging.getLogger(__name__)
 
 #: Inputs a track keeps in its record of what was stepped (the oldest go first).
 KEPT_INPUTS = 1000
+#: Turns of the conversation a flow run starts with (its ``conversation`` channel).
+CONVERSATION_TURNS = 20
 
 Publish = Callable[[Literal["inbox", "messages", "journal"], str, BaseModel], Awaitable[None]]
 
@@ -196,12 +198,21 @@ class Flows:
     def of(self, playbook_key: str, milestone: str) -> str | None:
         return self.by_milestone.get((playbook_key, milestone))
 
-    def inputs(self, name: str, subject: Mapping[str, Any]) -> dict[str, Any]:
-        """The flow's ``inputs`` channels the job's subject has."""
+    def inputs(
+        self, name: str, subject: Mapping[str, Any], turns: Sequence[Any] = ()
+    ) -> dict[str, Any]:
+        """The flow's ``inputs`` channels the job's subject has, and the
+        conversation so far (its last ``CONVERSATION_TURNS`` turns, as
+        ``{role, text, name?}``) as the built-in ``conversation`` channel."""
         flow = self.by_name.get(name)
         if flow is None:
             return {}
-        return {k: subject[k] for k in flow.spec.inputs if k in subject}
+        found = {k: subject[k] for k in flow.spec.inputs if k in subject}
+        found["conversation"] = [
+            {"role": t.role, "text": t.text, **({"name": t.name} if t.name else {})}
+            for t in turns[-CONVERSATION_TURNS:]
+        ]
+        return found
 
 
 def load_flows(folder: Path, catalog: Catalog | None, say: Callable[[str], None]) -> Flows:

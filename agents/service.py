@@ -313,7 +313,8 @@ class AgentService:
         elif isinstance(record, TaskOpenedRecord) and (
             flow := self.flows.of(record.playbook_key, record.milestone)
         ):
-            owes = conv.open_flow(record, flow, self.flows.inputs(flow, record.subject))
+            inputs = self.flows.inputs(flow, record.subject, conv.turns)
+            owes = conv.open_flow(record, flow, inputs)
         elif isinstance(record, TaskClosedRecord) and record.milestone in conv.flows:
             track = conv.flows[record.milestone]
             if record.task_id not in conv.closed:
