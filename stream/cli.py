@@ -752,6 +752,7 @@ def _send_inbox(
             encode(message),
             timeout if wait else None,
             idempotent=bool(getattr(message, "idempotency_key", None)),
+            security=settings.kafka_security,
         )
     )
     dumped = message.dump()
@@ -1150,7 +1151,7 @@ def agents(loglevel: str) -> None:
         raise ConfigError(f"LEMONGRAPH_AGENT_CONCURRENCY={concurrency!r} must be 1 or more")
     catalog = load_catalog_file(settings.catalog_file)
     names = run(ensure_all_topics(settings))
-    cluster = run(cluster_id(bootstrap_of(settings.kafka_url or "")))
+    cluster = run(cluster_id(bootstrap_of(settings.kafka_url or ""), settings.kafka_security))
     _say(f"topics: {len(names)} ready under prefix {settings.topic_prefix!r}")
     _say(f"agents: model {model.model} at {model.base_url or 'OpenAI'} ({model.api} API)")
     app, service = build_service(

@@ -193,10 +193,13 @@ def client_kwargs(bootstrap: str, security: KafkaSecurity | None = None) -> dict
 
 
 @asynccontextmanager
-async def producer(bootstrap: str, **options: Any) -> AsyncIterator[AIOKafkaProducer]:
-    """A started producer that is flushed and stopped on exit."""
+async def producer(
+    bootstrap: str, *, security: KafkaSecurity | None = None, **options: Any
+) -> AsyncIterator[AIOKafkaProducer]:
+    """A started producer that is flushed and stopped on exit (``security``:
+    the caller's settings'; the environment's when None)."""
     options.setdefault("linger_ms", 5)
-    client = AIOKafkaProducer(**client_kwargs(bootstrap), **options)
+    client = AIOKafkaProducer(**client_kwargs(bootstrap, security), **options)
     try:
         await client.start()
     except BaseException:
@@ -238,9 +241,11 @@ async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> list[int]:
     return sorted(consumer.partitions_for_topic(topic) or ())
 
 
-async def topic_partitions(bootstrap: str, topic: str) -> list[int]:
+async def topic_partitions(
+    bootstrap: str, topic: str, security: KafkaSecurity | None = None
+) -> list[int]:
     """The partitions of ``topic`` (empty when it does not exist)."""
-    consumer = AIOKafkaConsumer(**client_kwargs(bootstrap), enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(**client_kwargs(bootstrap, security), enable_auto_commit=False)
     await _start(consumer)
     try:
         return await _partitions(consumer, topic)
@@ -267,6 +272,7 @@ async def read_topic(
     idle: float = 1.5,
     timeout: float | None = None,
     start: Mapping[int, int] | None = None,
+    security: KafkaSecurity | None = None,
 ) -> AsyncIterator[ConsumedRecord]:
     """Every record of ``topic`` from the beginning, in order per partition
     (with ``start``: only those partitions, each from the offset given; an
@@ -275,9 +281,12 @@ async def read_topic(
     Without ``follow`` it stops once every partition has been read up to its
     high watermark (as the fetch reports it: the embedded broker's ListOffsets
     answer is off by up to a batch) and nothing new arrived for ``idle`` seconds.
+    ``security``: the caller's settings' (the environment's when None).
     """
     consumer = AIOKafkaConsumer(
-        **client_kwargs(bootstrap), enable_auto_commit=False, auto_offset_reset="earliest"
+        **client_kwargs(bootstrap, security),
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
     )
     await _start(consumer)
     try:

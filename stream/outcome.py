@@ -31,7 +31,7 @@ from aiokafka.structs import TopicPartition
 
 from topics import Topics
 
-from .kafka import _partitions, _start, caught_up, client_kwargs, producer
+from .kafka import KafkaSecurity, _partitions, _start, caught_up, client_kwargs, producer
 
 __all__ = ["Sent", "describe", "send_and_wait", "unread_action"]
 
@@ -85,17 +85,20 @@ async def send_and_wait(
     value: bytes,
     timeout: float | None,
     idempotent: bool = False,
+    *,
+    security: KafkaSecurity,
 ) -> Sent:
     """Produce ``value`` to the inbox under ``key``; with ``timeout``, wait up to
     that many seconds for its decision (None: do not wait). ``idempotent``: the
     record is an event with an idempotency key, so a record the worker took
-    without a decision is a duplicate."""
+    without a decision is a duplicate. ``security``: the settings' (every
+    client made here uses it)."""
     raw_key = key.encode()
     if timeout is None:
-        async with producer(bootstrap) as client:
+        async with producer(bootstrap, security=security) as client:
             meta = await client.send_and_wait(topics.inbox, value, key=raw_key)
         return Sent(topics.inbox, meta.partition, meta.offset, "sent")
-    consumer = AIOKafkaConsumer(**client_kwargs(bootstrap), enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(**client_kwargs(bootstrap, security), enable_auto_commit=False)
     await _start(consumer)
     admin: AIOKafkaAdminClient | None = None
     try:
@@ -103,7 +106,7 @@ async def send_and_wait(
         every = [TopicPartition(topics.decisions, p) for p in partitions]
         # Before producing: the decision cannot be at or before these.
         ends: dict[TopicPartition, int] = await consumer.end_offsets(every) if every else {}
-        async with producer(bootstrap) as client:
+        async with producer(bootstrap, security=security) as client:
             meta = await client.send_and_wait(topics.inbox, value, key=raw_key)
         deadline = time.monotonic() + timeout
         wanted = {meta.partition}
@@ -117,7 +120,7 @@ async def send_and_wait(
                 # anyway, and the embedded broker's ListOffsets answer can be off
                 # by up to a batch (stream/kafka.py).
                 consumer.seek(tp, max(0, ends.get(tp, 0) - 100))
-        admin = AIOKafkaAdminClient(**client_kwargs(bootstrap))
+        admin = AIOKafkaAdminClient(**client_kwargs(bootstrap, security))
         await admin.start()
         inbox_tp = TopicPartition(topics.inbox, meta.partition)
         passed_at: float | None = None

@@ -33,7 +33,7 @@ from aiokafka.errors import OffsetOutOfRangeError
 from aiokafka.structs import TopicPartition
 
 from .engine import Mark, fingerprint
-from .kafka import client_kwargs
+from .kafka import KafkaSecurity, client_kwargs
 
 __all__ = ["ClusterWatch", "LogReset", "find_resets"]
 
@@ -57,7 +57,13 @@ class LogReset:
 
 
 async def find_resets(
-    bootstrap: str, topic: str, marks: dict[int, Mark], cluster: str, timeout: float = 15.0
+    bootstrap: str,
+    topic: str,
+    marks: dict[int, Mark],
+    cluster: str,
+    timeout: float = 15.0,
+    *,
+    security: KafkaSecurity,
 ) -> list[LogReset]:
     """The partitions of ``topic`` whose log does not hold, at the watermark
     ``marks`` gives, the record that was applied there (or that were applied
@@ -73,7 +79,7 @@ async def find_resets(
     if not pending:
         return found
     consumer = AIOKafkaConsumer(
-        **client_kwargs(bootstrap),
+        **client_kwargs(bootstrap, security),
         enable_auto_commit=False,
         auto_offset_reset="none",
         fetch_max_wait_ms=100,
@@ -152,9 +158,10 @@ class ClusterWatch:
     connection, ~0.2 ms on loopback), to notice a broker that is not the one
     the worker started against."""
 
-    def __init__(self, bootstrap: str, expected: str) -> None:
+    def __init__(self, bootstrap: str, expected: str, security: KafkaSecurity) -> None:
         self.bootstrap = bootstrap
         self.expected = expected
+        self.security = security
         self._admin: AIOKafkaAdminClient | None = None
 
     async def changed(self, patience: float = 60.0) -> str | None:
@@ -169,7 +176,7 @@ class ClusterWatch:
             try:
                 if self._admin is None:
                     admin = AIOKafkaAdminClient(
-                        **client_kwargs(self.bootstrap), request_timeout_ms=10_000
+                        **client_kwargs(self.bootstrap, self.security), request_timeout_ms=10_000
                     )
                     await admin.start()
                     self._admin = admin

@@ -19,10 +19,13 @@ databases and its persisted offsets); tests/stream/test_stream_faust.py pins the
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import rocksdict
 from faust.types import TP
+
+if TYPE_CHECKING:
+    from .kafka import KafkaSecurity
 
 __all__ = ["JobTable"]
 
@@ -66,7 +69,9 @@ class JobTable:
         offset = self.table.data.persisted_offset(TP(self.changelog_topic, partition))
         return -1 if offset is None else int(offset)
 
-    async def catch_up(self, bootstrap: str, partitions: Iterable[int]) -> int:
+    async def catch_up(
+        self, bootstrap: str, partitions: Iterable[int], security: KafkaSecurity
+    ) -> int:
         """Apply whatever the changelog holds past each partition's persisted
         offset, reading up to the high watermark that fetches report.
 
@@ -85,7 +90,7 @@ class JobTable:
         if not tps:
             return 0
         consumer = AIOKafkaConsumer(
-            **client_kwargs(bootstrap), enable_auto_commit=False, fetch_max_wait_ms=50
+            **client_kwargs(bootstrap, security), enable_auto_commit=False, fetch_max_wait_ms=50
         )
         await consumer.start()
         applied = 0

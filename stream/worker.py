@@ -46,6 +46,7 @@ async def ensure_all_topics(settings: Settings) -> list[str]:
         bootstrap_of(settings.kafka_url),
         {full: settings.partitions for full in names.values()},
         compacted,
+        security=settings.kafka_security,
         # A dead letter is its original plus headers: room for a record at the
         # broker's default limit (1,048,588 bytes) and its reason.
         configs={topics.deadletter: {"max.message.bytes": str(DEADLETTER_MAX_BYTES)}},
@@ -272,7 +273,7 @@ def prepare(settings: Settings, say: Callable[[str], None] = print) -> Prepared:
     assert settings.kafka_url is not None
 
     async def go() -> tuple[list[str], Registry, list[str], str]:
-        cluster = await cluster_id(bootstrap_of(settings.kafka_url or ""))
+        cluster = await cluster_id(bootstrap_of(settings.kafka_url or ""), settings.kafka_security)
         names = await ensure_all_topics(settings)
         registry, problems = await prepare_registry(settings, say)
         return names, registry, problems, cluster

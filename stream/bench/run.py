@@ -31,7 +31,7 @@ from aiokafka.structs import TopicPartition
 from stream import native
 from stream.broker import EmbeddedBroker, ensure_topics
 from stream.errors import BenchError
-from stream.kafka import bootstrap_of, client_kwargs, producer, read_topic
+from stream.kafka import bootstrap_of, client_kwargs, configured_security, producer, read_topic
 from topics import InboxEvent, JobStart, Topics, encode
 
 from .micro import core_decisions_per_s, tick_cost_ms
@@ -145,7 +145,7 @@ async def _produce(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]
 
 async def _consume_all(bootstrap: str, topic: str, count: int) -> float:
     consumer = AIOKafkaConsumer(
-        **client_kwargs(bootstrap),
+        **client_kwargs(bootstrap, configured_security()),
         enable_auto_commit=False,
         auto_offset_reset="earliest",
         max_poll_records=10_000,
@@ -185,6 +185,8 @@ class Bench:
     ) -> None:
         self.url = url
         self.bootstrap = bootstrap_of(url)
+        #: The environment's Kafka security (the bench's workers read it too).
+        self.security = configured_security()
         self.params = params
         self.say = say
         self.playbooks = playbooks
@@ -210,7 +212,7 @@ class Bench:
         topic = f"bench-{self.run_id}-raw"
         mix = onboarding_mix(self.params.raw_records // 3 + 1, seed=5)[: self.params.raw_records]
         records = [(m.key.encode(), encode(m.compact())) for m in mix]
-        asyncio.run(ensure_topics(self.bootstrap, {topic: PARTITIONS}))
+        asyncio.run(ensure_topics(self.bootstrap, {topic: PARTITIONS}, security=self.security))
         produce_s = asyncio.run(_produce(self.bootstrap, topic, records))
         consume_s = asyncio.run(_consume_all(self.bootstrap, topic, len(records)))
         self.figures.raw_produce_per_s = len(records) / produce_s
@@ -223,7 +225,7 @@ class Bench:
 
     def faust_baseline(self, mode: str, records: list[tuple[bytes, bytes]]) -> float:
         topic = f"bench-{self.run_id}-{mode}"
-        asyncio.run(ensure_topics(self.bootstrap, {topic: PARTITIONS}))
+        asyncio.run(ensure_topics(self.bootstrap, {topic: PARTITIONS}, security=self.security))
         asyncio.run(_produce(self.bootstrap, topic, records))
         data = self.workdir / f"faust-{mode}"
         child = ChildProcess(

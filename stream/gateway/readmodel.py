@@ -50,7 +50,7 @@ from aiokafka.structs import TopicPartition
 from pydantic import TypeAdapter, ValidationError
 
 from compiler import LemongraphError, Playbook, compile_playbook
-from stream.kafka import caught_up, client_kwargs
+from stream.kafka import KafkaSecurity, caught_up, client_kwargs
 from topics import (
     JobSnapshot,
     JournalInterrupt,
@@ -604,12 +604,19 @@ class ReadModel:
         say(f"gateway: {self.reset}")
 
     async def follow(
-        self, bootstrap: str, stopping: asyncio.Event, say: Callable[[str], None] = log.info
+        self,
+        bootstrap: str,
+        security: KafkaSecurity,
+        stopping: asyncio.Event,
+        say: Callable[[str], None] = log.info,
     ) -> None:
-        """Read the three topics from the beginning and keep following until
-        ``stopping`` is set."""
+        """Read the topics from the beginning and keep following until
+        ``stopping`` is set (``security``: the gateway's settings', as its
+        producer has them)."""
         consumer = AIOKafkaConsumer(
-            **client_kwargs(bootstrap), enable_auto_commit=False, auto_offset_reset="earliest"
+            **client_kwargs(bootstrap, security),
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
         )
         await consumer.start()
         try:

@@ -200,7 +200,9 @@ async def serve(
         _Server(_config(SecurityHeaders(api), settings.gateway_host, settings.api_port, settings)),
         _Server(_config(build_ui(api), settings.gateway_host, settings.ui_port, settings)),
     ]
-    follower = asyncio.create_task(model.follow(bootstrap, gateway.stopping, say))
+    follower = asyncio.create_task(
+        model.follow(bootstrap, settings.kafka_security, gateway.stopping, say)
+    )
     running = [asyncio.create_task(s.serve()) for s in servers]
     try:
         while not all(s.started for s in servers):

@@ -206,5 +206,30 @@ def test_every_kafka_client_is_made_through_the_helper() -> None:
             direct = any(k.arg == "bootstrap_servers" for k in call.keywords)
             if not through or direct:
                 wrong.append(f"{where}: {name} not made with **client_kwargs(...)")
+            # And given the security explicitly: without it, client_kwargs reads
+            # the environment again, not the Settings the caller has.
+            for v in splats:
+                if isinstance(v, ast.Call) and len(v.args) + len(v.keywords) < 2:
+                    wrong.append(f"{where}: client_kwargs(...) without the security")
     assert made >= 10
     assert not wrong, "\n".join(wrong)
+
+
+def test_the_clients_of_the_gateway_worker_and_cli_need_the_security() -> None:
+    # The settings' security is a required parameter, so no caller forgets it
+    # (the gateway's read model once connected with the environment's while
+    # its producer used the settings').
+    import inspect
+
+    from stream.broker import cluster_id, ensure_topics
+    from stream.gateway.readmodel import ReadModel
+    from stream.outcome import send_and_wait
+    from stream.resets import ClusterWatch, find_resets
+    from stream.table import JobTable
+
+    for function in (
+        ReadModel.follow, send_and_wait, find_resets, ClusterWatch.__init__,
+        ensure_topics, cluster_id, JobTable.catch_up,
+    ):  # fmt: skip
+        parameter = inspect.signature(function).parameters["security"]
+        assert parameter.default is inspect.Parameter.empty, function.__qualname__

@@ -10,13 +10,15 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from stream.broker import ensure_topics
-from stream.kafka import bootstrap_of, read_topic
+from stream.kafka import KafkaSecurity, bootstrap_of, read_topic
 from stream.produce import Produced, ProduceError, produce_batches
 
 
 def _run(url: str, topic: str, records: Sequence[Produced]) -> object:
     async def go() -> object:
-        await ensure_topics(bootstrap_of(url), {topic: 3}, compacted=set())
+        await ensure_topics(
+            bootstrap_of(url), {topic: 3}, compacted=set(), security=KafkaSecurity()
+        )
         # A small batch size, so that the records span several batches.
         client = AIOKafkaProducer(bootstrap_servers=bootstrap_of(url), max_batch_size=4096)
         await client.start()
