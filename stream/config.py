@@ -154,6 +154,8 @@ class Settings:
     gateway_job_bytes: int = 1 << 20
     gateway_memory: int = 128 << 20
     gateway_pending_ttl: float = 300.0
+    #: Seconds a gateway write waits for the broker's acknowledgement before 503.
+    gateway_write_timeout: float = 1.5
     #: Seconds a client has to send a request's headers and body; then it is cut off.
     request_timeout: float = 10.0
     #: Connections each gateway port holds open at once; more are refused.
@@ -206,6 +208,9 @@ class Settings:
             gateway_job_bytes=_int(env, "LEMONGRAPH_GATEWAY_JOB_BYTES", 1 << 20, low=1024),
             gateway_memory=_int(env, "LEMONGRAPH_GATEWAY_MEMORY", 128 << 20, low=1 << 20),
             gateway_pending_ttl=_seconds(env, "LEMONGRAPH_GATEWAY_PENDING_TTL", 300.0),
+            gateway_write_timeout=_seconds(
+                env, "LEMONGRAPH_GATEWAY_WRITE_TIMEOUT", 1.5, positive=True
+            ),
             request_timeout=_seconds(
                 env, "LEMONGRAPH_GATEWAY_REQUEST_TIMEOUT", 10.0, positive=True
             ),

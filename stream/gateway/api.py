@@ -5,6 +5,7 @@ its routes share."""
 from __future__ import annotations
 
 import asyncio
+import bisect
 import hmac
 import logging
 import time
@@ -71,7 +72,7 @@ _BEARER = HTTPBearer(
 )
 _KEEPALIVE_SECONDS = 15.0
 #: Seconds a write waits for the broker before it is answered 503 (the producer
-#: itself would wait its request_timeout_ms, 15 s).
+#: itself would wait its request_timeout_ms, 15 s): LEMONGRAPH_GATEWAY_WRITE_TIMEOUT.
 SEND_TIMEOUT = 1.5
 
 log = logging.getLogger("lemongraph.gateway")
@@ -110,11 +111,26 @@ class Gateway:
             self._locks[key] = lock
         return lock
 
-    async def send(self, topic: str, key: str, value: bytes) -> Any:
+    def room(self) -> None:
+        """503 ``gateway_full`` while the writes no decision reflects yet hold
+        their whole budget (the workers are down or behind): a new write would
+        only grow the gateway's memory."""
+        if self.model.full():
+            raise ApiError(
+                503,
+                "gateway_full",
+                "the workers have not decided this gateway's earlier writes yet, and those "
+                "hold all the memory set aside for them: nothing was written. Retry later",
+                headers={"Retry-After": str(max(1, round(self.model.pending_ttl / 10)))},
+            )
+
+    async def send(self, topic: str, key: str, value: bytes, *, start: bool = False) -> Any:
         """Produce one record and wait for the broker's acknowledgement (its
         metadata), at most :attr:`send_timeout` seconds; 503 when it did not
         come. A send given up on may still land (the producer keeps it), so
-        the 503 says so; the detail goes to the log, not to the client."""
+        the 503 says so (for a ``start``: that a retry may then answer 409
+        ``job_exists`` for the client's own job); the detail goes to the log,
+        not to the client."""
         try:
             return await asyncio.wait_for(
                 self.producer.send_and_wait(topic, value, key=key.encode()),
@@ -123,19 +139,27 @@ class Gateway:
         except (KafkaError, TimeoutError) as exc:
             detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             log.warning("gateway: a write to %s was not acknowledged: %s", topic, detail)
+            retry = (
+                "Retrying is safe: a job is never started twice, but if this start did land "
+                "a retry answers 409 job_exists for this very job (read GET /v1/jobs/{key} "
+                "to tell)"
+                if start
+                else "Retrying is safe: an event with the same idempotency_key, or a message "
+                "with the same message_id, is applied once"
+            )
             raise ApiError(
                 503,
                 "broker_unavailable",
                 f"the broker did not acknowledge the write within {self.send_timeout:g}s: "
-                "it may or may not have been accepted. Retrying is safe: an event with the "
-                "same idempotency_key, or a message with the same message_id, is applied "
-                "once, and a job is never started twice",
+                f"it may or may not have been accepted. {retry}",
                 headers={"Retry-After": "1"},
             ) from None
 
     async def produce(self, key: str, message: JobStart | InboxEvent) -> AcceptedWrite:
         """Put ``message`` on the inbox and wait for the broker's acknowledgement."""
-        meta = await self.send(self.model.topics.inbox, key, encode(message))
+        meta = await self.send(
+            self.model.topics.inbox, key, encode(message), start=message.type == "job.start"
+        )
         write = AcceptedWrite(
             type=message.type,
             partition=meta.partition,
@@ -234,6 +258,7 @@ def build_api(gateway: Gateway) -> FastAPI:
         del principal
         if model.playbook(body.playbook_key) is None:
             raise ApiError(404, "playbook_not_found", f"no playbook {body.playbook_key!r}")
+        gateway.room()
         async with gateway.lock(body.key):
             if model.entry(body.key) is not None:
                 raise ApiError(409, "job_exists", f"job {body.key!r} exists already")
@@ -274,6 +299,7 @@ def build_api(gateway: Gateway) -> FastAPI:
                     source=earlier.message.get("source"),
                     duplicate=True,
                 )
+            gateway.room()
             message = InboxEvent(
                 key=body.key,
                 action=body.action,
@@ -309,6 +335,7 @@ def build_api(gateway: Gateway) -> FastAPI:
             entry = model.entry(key)
             if entry is None or not entry.visible:
                 raise ApiError(404, "job_not_found", f"no job {key!r}")
+            gateway.room()
             message_id = body.message_id or f"web-{uuid.uuid4().hex}"
             event_key = f"msg:{message_id}"
             earlier = entry.idempotency.get(idem("world", event_key))
@@ -364,6 +391,7 @@ def build_api(gateway: Gateway) -> FastAPI:
                     "answer_not_allowed",
                     f"question {body.interrupt_id!r} takes one of: {', '.join(allowed)}",
                 )
+            gateway.room()
             message_id = f"answer:{body.interrupt_id}"
             answer = body.answer
             text = answer if isinstance(answer, str) else orjson.dumps(answer).decode()
@@ -463,6 +491,7 @@ def build_api(gateway: Gateway) -> FastAPI:
             remembered = idem(event.source, event_key) in entry.idempotency
             if remembered or message_id in model.message_ids.get(key, ()):
                 return answer.model_copy(update={"duplicate": True})
+            gateway.room()
             if record is not None:
                 await gateway.send(model.topics.messages, key, encode(record))
             await gateway.produce(key, event)
@@ -504,25 +533,14 @@ def build_api(gateway: Gateway) -> FastAPI:
         cursor: Annotated[str | None, Query(max_length=200, description="A page's `next`.")] = None,
     ) -> JobList:
         """Jobs by key, a page at a time."""
-        rows = [
-            job_summary(e).model_copy(update={"in_memory": e.in_memory})
-            for e in model.jobs.values()
-            if e.visible
-        ]
-        rows += [  # jobs evicted from memory, as their summary says
-            job_summary(JobEntry(k, snapshot=s, in_memory=False)).model_copy(
-                update={"in_memory": False}
-            )
-            for k, s in model.gone.items()
-        ]
-        if status is not None:
-            rows = [r for r in rows if r.status == status]
-        rows.sort(key=lambda r: r.key)
-        total = len(rows)
-        if cursor is not None:
-            rows = [r for r in rows if r.key > cursor]
-        page = rows[:limit]
-        more = len(rows) > limit
+        # The model keeps the listed keys sorted, in all and by status: a page
+        # is a slice of one of those lists, and only its rows are built.
+        keys = model.listed if status is None else model.listed_by.get(status, [])
+        first = bisect.bisect_right(keys, cursor) if cursor is not None else 0
+        chosen = keys[first : first + limit]
+        more = first + limit < len(keys)
+        total = len(keys)
+        page = [_row(model, key) for key in chosen]
         return JobList(jobs=page, total=total, next=page[-1].key if more and page else None)
 
     def newest_of(
@@ -634,6 +652,14 @@ def _playbook(model: ReadModel, key: str, version: int | None) -> PlaybookView:
     return PlaybookView(
         key=key, version=chosen, versions=versions, spec=model.playbooks[key][chosen]
     )
+
+
+def _row(model: ReadModel, key: str) -> Any:
+    """Job ``key``'s row of the list: from memory, or its evicted summary."""
+    entry = model.jobs.get(key)
+    if entry is None:
+        entry = JobEntry(key, snapshot=model.gone[key], in_memory=False)
+    return job_summary(entry).model_copy(update={"in_memory": entry.in_memory})
 
 
 def _view(model: ReadModel, entry: JobEntry) -> JobView:

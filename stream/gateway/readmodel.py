@@ -22,11 +22,16 @@ newest decisions, events, journal records, messages and idempotency keys, up
 to the counts below and, together, ``job_bytes`` bytes (as JSON): past that the
 oldest record of the largest kind goes (never a kind's newest). In all: at most
 ``jobs_kept`` jobs and ``memory_bytes`` bytes; past either, the least recently
-used job that nobody watches and that has no pending write is evicted whole.
+used job that nobody watches and that has no undecided write is evicted whole.
 What is left of it is its snapshot's summary (status, milestone states, seq),
 so a read answers ``in_memory: false`` rather than 404, a write to it is taken,
-and its next snapshot brings it back; past ``10 × jobs_kept`` such summaries the
-oldest is forgotten. Everything dropped stays on the topics.
+and its next snapshot brings the snapshot back (the older decisions, events and
+the like do not come back); past ``10 × jobs_kept`` such summaries, or an eighth
+of ``memory_bytes`` of them, the oldest is forgotten. Undecided writes (a start
+until its snapshot or refusal, a pending event) are counted too, and expire
+after ``pending_ttl``; past ``pending_bytes`` (a quarter of ``memory_bytes``)
+:meth:`full` says so and the API refuses new writes (503 ``gateway_full``).
+Everything dropped stays on the topics.
 
 Idempotency keys are learnt from applied decisions too, not only from this
 gateway's own writes: a retry sent after a restart, or of a key another
@@ -36,6 +41,7 @@ producer sent, is answered ``duplicate`` without writing again.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import dataclasses
 import logging
 import time
@@ -83,6 +89,13 @@ JOB_BYTES = 1 << 20
 MEMORY_BYTES = 128 << 20
 #: Accepted writes listed as pending per job (the oldest go first).
 PENDING_KEPT = 200
+#: The part of ``memory_bytes`` that undecided writes (starts and pending
+#: events) may take; past it new writes are answered 503 ``gateway_full``.
+PENDING_SHARE = 4
+#: The part of ``memory_bytes`` that evicted jobs' summaries may take.
+GONE_SHARE = 8
+#: What a start keeps until its snapshot arrives (what views.py reads).
+_START_FIELDS = ("type", "key", "playbook_key", "subject", "contacts")
 #: The kinds of record kept per job within its byte budget.
 _KINDS = ("decisions", "events", "journal", "messages", "idempotency")
 
@@ -147,19 +160,38 @@ class ReadModel:
         jobs_kept: int = JOBS_KEPT,
         job_bytes: int = JOB_BYTES,
         memory_bytes: int = MEMORY_BYTES,
+        pending_bytes: int | None = None,
     ) -> None:
         self.topics = topics
         self.pending_ttl = pending_ttl
         self.jobs_kept = jobs_kept
         self.job_bytes = job_bytes
         self.memory_bytes = memory_bytes
-        #: Bytes held per job, by kind (and "snapshot"); their sum in all.
+        #: Bytes undecided writes may hold before new writes are refused.
+        self.pending_bytes = (
+            pending_bytes if pending_bytes is not None else memory_bytes // PENDING_SHARE
+        )
+        #: Bytes held per job, by kind (and "snapshot", "start", "pending");
+        #: their sum in all, and the undecided part ("start" and "pending").
         self._held: dict[str, dict[str, int]] = {}
         self.held_bytes = 0
-        #: Jobs by last use, least recent first.
+        self.undecided_bytes = 0
+        #: Idle jobs by last use, least recent first; busy ones (watched, or
+        #: with undecided writes) are in ``_busy_jobs`` instead, so eviction
+        #: never walks past them.
         self._recent: OrderedDict[str, None] = OrderedDict()
-        #: Evicted jobs: their snapshot's summary (no detail, no timers).
+        self._busy_jobs: set[str] = set()
+        #: Evicted jobs: their snapshot's summary (no detail, no timers), and
+        #: the bytes those summaries weigh (counted against ``memory_bytes``).
         self.gone: OrderedDict[str, JobSnapshot] = OrderedDict()
+        self._gone_size: dict[str, int] = {}
+        self.gone_bytes = 0
+        #: The keys ``GET /v1/jobs`` lists (visible in memory, or evicted), sorted,
+        #: in all and by status; and each one's status there.
+        self.listed: list[str] = []
+        self.listed_by: dict[str, list[str]] = {}
+        self._listed_as: dict[str, str] = {}
+        self._starting: set[str] = set()  # keys of jobs with an undecided start
         self.evicted = 0  # jobs evicted from memory
         self.forgotten = 0  # evicted jobs whose summary went too
         self.trimmed = 0  # records dropped for a job's byte budget
@@ -230,29 +262,117 @@ class ReadModel:
             summary = self.gone.pop(key, None)
             if summary is None:
                 return None
+            self._drop_gone_size(key)
             entry = self.jobs[key] = JobEntry(key, snapshot=summary, in_memory=False)
-            self._add(key, "snapshot", len(summary.key) + 200 * (1 + len(summary.milestones)))
+            self._add(key, "snapshot", _summary_size(summary))
             self._touch(key)
             self._fit(key)
         self._touch(key)
         return entry
 
+    def _new(self, key: str) -> JobEntry:
+        """A new entry for job ``key`` (used; listed once visible); an evicted
+        job's comes back as its summary, never shadowed by a bare entry."""
+        if key in self.gone:
+            found = self.lookup(key)
+            assert found is not None
+            return found
+        entry = self.jobs[key] = JobEntry(key)
+        self._touch(key)
+        return entry
+
+    def status_of(self, key: str) -> str | None:
+        """The status job ``key`` is listed under (None: not listed)."""
+        entry = self.jobs.get(key)
+        if entry is not None:
+            if entry.snapshot is not None:
+                return str(entry.snapshot.status)
+            if entry.start is None:
+                return None
+            return "refused" if entry.refused is not None else "starting"
+        summary = self.gone.get(key)
+        return str(summary.status) if summary is not None else None
+
+    def _relist(self, key: str) -> None:
+        """Keep the sorted lists in step with job ``key``'s status."""
+        now, was = self.status_of(key), self._listed_as.get(key)
+        if now == was:
+            return
+        if was is not None:
+            _unsort(self.listed_by[was], key)
+            if now is None:
+                _unsort(self.listed, key)
+        if now is None:
+            del self._listed_as[key]
+            return
+        if was is None:
+            bisect.insort(self.listed, key)
+        bisect.insort(self.listed_by.setdefault(now, []), key)
+        self._listed_as[key] = now
+
+    def full(self) -> bool:
+        """Do undecided writes hold their whole budget (new writes wait)?"""
+        return self.undecided_bytes > self.pending_bytes
+
     # -- memory ----------------------------------------------------------------------
 
     def _touch(self, key: str) -> None:
-        self._recent[key] = None
-        self._recent.move_to_end(key)
+        """A use of job ``key``: the most recent idle one, or a busy one."""
+        if self._busy(key):
+            self._recent.pop(key, None)
+            self._busy_jobs.add(key)
+        else:
+            self._busy_jobs.discard(key)
+            self._recent[key] = None
+            self._recent.move_to_end(key)
+
+    def _restate(self, key: str) -> None:
+        """Job ``key`` may have become busy or idle."""
+        if key in self._recent or key in self._busy_jobs:
+            self._touch(key)
 
     def _add(self, key: str, kind: str, size: int) -> None:
         held = self._held.setdefault(key, {})
         held[kind] = held.get(kind, 0) + size
         self.held_bytes += size
+        if kind in ("start", "pending"):
+            self.undecided_bytes += size
 
     def _take(self, key: str, kind: str, size: int) -> None:
         held = self._held.get(key)
         if held is not None:
             held[kind] = held.get(kind, 0) - size
         self.held_bytes -= size
+        if kind in ("start", "pending"):
+            self.undecided_bytes -= size
+
+    def _set_start(self, entry: JobEntry, start: AcceptedWrite | None) -> None:
+        if entry.start is not None:
+            kind = "start" if entry.key in self._starting else "refused"
+            self._take(entry.key, kind, _write_size(entry.start))
+        entry.start = start
+        self._starting.discard(entry.key)
+        if start is not None:
+            # Undecided until its snapshot or refusal (which may have come first).
+            undecided = entry.refused is None
+            self._add(entry.key, "start" if undecided else "refused", _write_size(start))
+            if undecided:
+                self._starting.add(entry.key)
+        self._restate(entry.key)
+        self._relist(entry.key)
+
+    def _set_pending(self, entry: JobEntry, pending: list[AcceptedWrite]) -> None:
+        if pending == entry.pending:
+            return
+        size = sum(_write_size(w) for w in entry.pending)
+        self._take(entry.key, "pending", size)
+        entry.pending = pending
+        self._add(entry.key, "pending", sum(_write_size(w) for w in pending))
+        if pending:
+            self._pending_jobs.add(entry.key)
+        else:
+            self._pending_jobs.discard(entry.key)
+        self._restate(entry.key)
 
     def _pop_oldest(self, key: str, kind: str) -> bool:
         """Drop the oldest record of ``kind`` for job ``key`` (never the newest)."""
@@ -286,11 +406,18 @@ class ReadModel:
             if not any(self._pop_oldest(key, k) for k in kinds):
                 break
             self.trimmed += 1
-        while len(self._recent) > self.jobs_kept or self.held_bytes > self.memory_bytes:
-            # The least recently used job that is not busy (busy ones are few).
-            idle = next((k for k in self._recent if k != key and not self._busy(k)), None)
+        while (
+            len(self._recent) + len(self._busy_jobs) > self.jobs_kept
+            or self.held_bytes + self.gone_bytes > self.memory_bytes
+        ):
+            # The least recently used idle job: at most two steps (``key``
+            # itself, then another), however many jobs are busy.
+            idle = next((k for k in self._recent if k != key), None)
             if idle is None:
                 break
+            if self._busy(idle):  # not expected: every change restates
+                self._touch(idle)
+                continue
             self.evict(idle)
 
     def _busy(self, key: str) -> bool:
@@ -303,6 +430,9 @@ class ReadModel:
         starting = entry.start is not None and entry.snapshot is None and entry.refused is None
         return starting or bool(entry.pending)
 
+    def _drop_gone_size(self, key: str) -> None:
+        self.gone_bytes -= self._gone_size.pop(key, 0)
+
     def evict(self, key: str) -> None:
         """Let go of everything held for job ``key`` but its summary."""
         entry = self.jobs.pop(key, None)
@@ -311,16 +441,27 @@ class ReadModel:
             self.decision_totals, self.journal_totals, self.message_totals,
         ):  # fmt: skip
             kept.pop(key, None)
-        self.held_bytes -= sum(self._held.pop(key, {}).values())
+        held = self._held.pop(key, {})
+        self.held_bytes -= sum(held.values())
+        self.undecided_bytes -= held.get("start", 0) + held.get("pending", 0)
         self._recent.pop(key, None)
+        self._busy_jobs.discard(key)
         self._pending_jobs.discard(key)
+        self._starting.discard(key)
         self.evicted += 1
         if entry is None or entry.snapshot is None:
+            self._relist(key)
             return
-        snapshot = entry.snapshot
-        self.gone[key] = snapshot.model_copy(update={"detail": {}, "timers": []})
-        while len(self.gone) > 10 * max(1, self.jobs_kept):
-            self.gone.popitem(last=False)
+        summary = entry.snapshot.model_copy(update={"detail": {}, "timers": []})
+        self.gone[key] = summary
+        self._gone_size[key] = _summary_size(summary)
+        self.gone_bytes += self._gone_size[key]
+        self._relist(key)
+        gone_budget = self.memory_bytes // GONE_SHARE
+        while len(self.gone) > 10 * max(1, self.jobs_kept) or self.gone_bytes > gone_budget:
+            forgotten, _ = self.gone.popitem(last=False)
+            self._drop_gone_size(forgotten)
+            self._relist(forgotten)
             self.forgotten += 1
 
     # -- accepted writes -----------------------------------------------------------
@@ -329,7 +470,7 @@ class ReadModel:
         """The entry of a job about to be started (the caller checked it is free)."""
         entry = self.jobs.get(key)
         if entry is None:
-            entry = self.jobs[key] = JobEntry(key)
+            entry = self._new(key)
         return entry
 
     def accepted(self, key: str, write: AcceptedWrite) -> None:
@@ -340,14 +481,15 @@ class ReadModel:
             # What a pending write and a retry need; the value stays on the inbox.
             message = {k: write.message.get(k) for k in ("type", "action", "source")}
             message["idempotency_key"] = write.message.get("idempotency_key")
-            write = dataclasses.replace(write, message=message)
+        else:
+            # What a reader of a job not yet decided is shown (views.py).
+            message = {k: write.message[k] for k in _START_FIELDS if k in write.message}
+        write = dataclasses.replace(write, message=message)
         if write.type == "job.start":
-            entry.start = write
             entry.refused = self._refused_starts.get((write.partition, write.offset))
+            self._set_start(entry, write)
         elif write.offset > self.decided.get(write.partition, -1):
-            entry.pending.append(write)
-            del entry.pending[:-PENDING_KEPT]
-            self._pending_jobs.add(key)
+            self._set_pending(entry, [*entry.pending, write][-PENDING_KEPT:])
         given = write.message.get("idempotency_key")
         if given:
             self._remember(entry, idem(write.message.get("source"), given), write)
@@ -364,7 +506,9 @@ class ReadModel:
             self._take(entry.key, "idempotency", _write_size(entry.idempotency.popitem(False)[1]))
 
     def expire_pending(self, now: float) -> int:
-        """Drop writes pending longer than ``pending_ttl`` (how many went)."""
+        """Drop writes pending longer than ``pending_ttl`` (how many went): events
+        and starts alike (a start no snapshot followed goes with its entry; it is
+        still on the inbox, and its snapshot brings the job when decided)."""
         dropped = 0
         for key in list(self._pending_jobs):
             entry = self.jobs.get(key)
@@ -374,10 +518,22 @@ class ReadModel:
             kept = [w for w in entry.pending if now - w.at <= self.pending_ttl]
             if len(kept) != len(entry.pending):
                 dropped += len(entry.pending) - len(kept)
-                entry.pending = kept
+                self._set_pending(entry, kept)
                 self._changed(key)
-            if not kept:
-                self._pending_jobs.discard(key)
+        for key in list(self._starting):
+            entry = self.jobs.get(key)
+            start = entry.start if entry is not None else None
+            if entry is None or start is None:
+                self._starting.discard(key)
+                continue
+            if now - start.at <= self.pending_ttl:
+                continue
+            dropped += 1
+            self._set_start(entry, None)
+            self._changed(key)
+            if entry.snapshot is None and key not in self._watchers:
+                self.evict(key)  # nothing else to keep: no summary either
+                self.evicted -= 1  # not an eviction for memory
         return dropped
 
     # -- watching --------------------------------------------------------------------
@@ -386,6 +542,7 @@ class ReadModel:
         """An event set whenever job ``key`` changes."""
         flag = asyncio.Event()
         self._watchers.setdefault(key, set()).add(flag)
+        self._restate(key)
         return flag
 
     def unwatch(self, key: str, flag: asyncio.Event) -> None:
@@ -395,6 +552,7 @@ class ReadModel:
             flags.discard(flag)
             if not flags:
                 del self._watchers[key]
+                self._restate(key)
 
     def wake_all(self) -> None:
         """Wake every watcher (the gateway is stopping)."""
@@ -482,13 +640,14 @@ class ReadModel:
         self._fit(key)
 
     def _snapshot(self, snapshot: JobSnapshot, size: int = 0) -> None:
-        entry = self.jobs.get(snapshot.key)
+        # An evicted job comes back as its summary first (held, counted and
+        # used like any entry), so a snapshot older than that summary leaves
+        # an entry that is evicted in its turn.
+        entry = self.lookup(snapshot.key)
         if entry is None:
-            entry = self.jobs[snapshot.key] = JobEntry(snapshot.key)
-            earlier = self.gone.pop(snapshot.key, None)
-            if earlier is not None and earlier.seq > snapshot.seq:
-                entry.snapshot, entry.in_memory = earlier, False
+            entry = self._new(snapshot.key)
         if entry.snapshot is not None and entry.snapshot.seq > snapshot.seq:
+            self._fit(snapshot.key)
             return
         self._touch(snapshot.key)
         held = self._held.get(snapshot.key, {}).get("snapshot", 0)
@@ -496,8 +655,8 @@ class ReadModel:
         self._add(snapshot.key, "snapshot", size or len(snapshot.model_dump_json()))
         entry.snapshot = snapshot
         entry.in_memory = True
-        entry.start = None
         entry.refused = None
+        self._set_start(entry, None)  # and listed under its status
         self._changed(snapshot.key)
         self._fit(snapshot.key)
 
@@ -507,7 +666,7 @@ class ReadModel:
         self.decision_totals[key] = self.decision_totals.get(key, 0) + 1
         given = record.get("input") or {}
         if given.get("type") == "job.start" and record.get("outcome") == "applied":
-            entry = self.jobs.setdefault(key, JobEntry(key))
+            entry = self.jobs.get(key) or self._new(key)
             entry.subject = dict(given.get("subject") or {})
             entry.contacts = list(given.get("contacts") or [])
         if given.get("type") == "event":
@@ -557,13 +716,14 @@ class ReadModel:
                     },
                 ),
             )
-        entry.pending = [
+        kept = [
             w
             for w in entry.pending
             if (w.partition, w.offset) == where
             or idem(w.message.get("source"), w.message.get("idempotency_key")) != remembered
             or not w.message.get("idempotency_key")
         ]
+        self._set_pending(entry, kept)
 
     def _settle(self, key: str, partition: int, offset: int, record: dict[str, Any]) -> None:
         if offset > self.decided.get(partition, -1):
@@ -581,9 +741,15 @@ class ReadModel:
         here = start is not None and (start.partition, start.offset) == (partition, offset)
         if refused and here and entry.snapshot is None:
             entry.refused = self._refused_starts[(partition, offset)]
-        entry.pending = [
-            w for w in entry.pending if not (w.partition == partition and w.offset <= offset)
-        ]
+            if key in self._starting and start is not None:
+                # Decided: kept so a reader learns why, but no longer undecided.
+                self._starting.discard(key)
+                self._take(key, "start", _write_size(start))
+                self._add(key, "refused", _write_size(start))
+            self._restate(key)
+            self._relist(key)
+        kept = [w for w in entry.pending if not (w.partition == partition and w.offset <= offset)]
+        self._set_pending(entry, kept)
 
     # -- following the topics ------------------------------------------------------------
 
@@ -673,3 +839,15 @@ def _size(record: dict[str, Any]) -> int:
 
 def _write_size(write: AcceptedWrite) -> int:
     return 100 + len(orjson.dumps(write.message))
+
+
+def _unsort(keys: list[str], key: str) -> None:
+    """Remove ``key`` from the sorted ``keys``."""
+    at = bisect.bisect_left(keys, key)
+    if at < len(keys) and keys[at] == key:
+        del keys[at]
+
+
+def _summary_size(summary: JobSnapshot) -> int:
+    """What an evicted job's summary weighs (an estimate: its key and states)."""
+    return len(summary.key) + 200 * (1 + len(summary.milestones))

@@ -191,7 +191,10 @@ async def serve(
     except ValueError as exc:
         say(f"gateway: the inbound email webhook is off: {exc}")
         mail = None
-    gateway = Gateway(model, producer, guard, dev_mail=dev_mail, mail=mail)
+    gateway = Gateway(
+        model, producer, guard, dev_mail=dev_mail, mail=mail,
+        send_timeout=settings.gateway_write_timeout,
+    )  # fmt: skip
     api = build_api(gateway)
     quiet_accept_errors(asyncio.get_running_loop(), say)
     quiet_uvicorn()

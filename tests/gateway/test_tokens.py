@@ -172,3 +172,12 @@ def test_a_signed_token_with_an_integer_exp_or_none_is_read() -> None:
     assert code_of("s3cret", expired) == "token_expired"
     endless = forged("s3cret", v=1, src="world", name="x", iat=1, nonce="n")
     assert verify_token("s3cret", endless, now=NOW).expires_at is None
+
+
+def test_the_write_timeout_is_a_setting() -> None:
+    absent = Path("/nonexistent")
+    assert Settings.from_env({}, absent).gateway_write_timeout == 1.5  # within 2 s
+    timed = Settings.from_env({"LEMONGRAPH_GATEWAY_WRITE_TIMEOUT": "700ms"}, absent)
+    assert timed.gateway_write_timeout == pytest.approx(0.7)
+    with pytest.raises(ConfigError, match="LEMONGRAPH_GATEWAY_WRITE_TIMEOUT"):
+        Settings.from_env({"LEMONGRAPH_GATEWAY_WRITE_TIMEOUT": "0"}, absent)
