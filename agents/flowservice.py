@@ -62,6 +62,7 @@ __all__ = [
     "Flows",
     "answer_of",
     "load_flows",
+    "remembering",
 ]
 
 log = logging.getLogger(__name__)
@@ -107,6 +108,8 @@ class FlowTrack:
     queued: list[dict[str, Any]] = field(default_factory=list)
     #: Every input stepped, in order (the recorded results a replay reads).
     stepped: list[dict[str, Any]] = field(default_factory=list)
+    #: The time (ISO) each of ``stepped`` was stepped at: the ``now`` a replay passes.
+    stepped_at: list[str] = field(default_factory=list)
     #: How many nodes of the state's trail are journaled (``journal.flow`` node).
     journaled: int = 0
     #: The interrupt whose question was sent and journaled ``open``.
@@ -160,6 +163,7 @@ class FlowTrack:
             "actions": self.actions,
             "queued": self.queued,
             "stepped": self.stepped,
+            "stepped_at": self.stepped_at,
             "journaled": self.journaled,
             "asked": self.asked,
             "closed": self.closed,
@@ -179,6 +183,7 @@ class FlowTrack:
             actions=list(data.get("actions") or []),
             queued=list(data.get("queued") or []),
             stepped=list(data.get("stepped") or []),
+            stepped_at=[str(t) for t in data.get("stepped_at") or []],
             journaled=int(data.get("journaled", 0)),
             asked=data.get("asked"),
             closed=list(data.get("closed") or []),
@@ -199,20 +204,32 @@ class Flows:
         return self.by_milestone.get((playbook_key, milestone))
 
     def inputs(
-        self, name: str, subject: Mapping[str, Any], turns: Sequence[Any] = ()
+        self,
+        name: str,
+        subject: Mapping[str, Any],
+        turns: Sequence[Any] = (),
+        remembered: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """The flow's ``inputs`` channels the job's subject has, and the
-        conversation so far (its last ``CONVERSATION_TURNS`` turns, as
-        ``{role, text, name?}``) as the built-in ``conversation`` channel."""
+        """The values the flow's last run for the job left in the channels that
+        ``remembers`` (those that still do), the flow's ``inputs`` channels the
+        job's subject has, and the conversation so far (its last
+        ``CONVERSATION_TURNS`` turns, as ``{role, text, name?}``) as the
+        built-in ``conversation`` channel."""
         flow = self.by_name.get(name)
         if flow is None:
             return {}
-        found = {k: subject[k] for k in flow.spec.inputs if k in subject}
+        found = {k: v for k, v in (remembered or {}).items() if k in remembering(flow)}
+        found.update({k: subject[k] for k in flow.spec.inputs if k in subject})
         found["conversation"] = [
             {"role": t.role, "text": t.text, **({"name": t.name} if t.name else {})}
             for t in turns[-CONVERSATION_TURNS:]
         ]
         return found
+
+
+def remembering(flow: Flow) -> set[str]:
+    """The flow's channels that ``remembers``."""
+    return {k for k, v in flow.spec.state.items() if v.remembers}
 
 
 def load_flows(folder: Path, catalog: Catalog | None, say: Callable[[str], None]) -> Flows:
@@ -287,8 +304,9 @@ class FlowDriver:
             return
         step = FlowRun(flow)
         if track.state is None:
-            state, actions = step.start(track.run_id, track.inputs, self.clock())
-            self._record(track, FlowStart(run_id=track.run_id, inputs=track.inputs))
+            now = self.clock()
+            state, actions = step.start(track.run_id, track.inputs, now)
+            self._record(track, FlowStart(run_id=track.run_id, inputs=track.inputs), now)
             track.state = _dump(state)
             track.actions = [_dump(a) for a in actions]
             await self.publish("journal", conv.job_key, self._flow_record(conv, track, "started"))
@@ -335,14 +353,15 @@ class FlowDriver:
         before = track.open_interrupt()
         state = track.flow_state()
         assert state is not None
+        now = self.clock()
         try:
-            after, actions = step.next(state, given, self.clock())
+            after, actions = step.next(state, given, now)
         except ValueError as exc:
             # The flow changed since the run started (its digest): a run is only
             # stepped by the flow it started on, so it ends here.
             await self._end(conv, track, "failed", error=str(exc))
             return
-        self._record(track, given)
+        self._record(track, given, now)
         track.state = _dump(after)
         track.actions.extend(_dump(a) for a in actions)
         track.status = "waiting" if after.status == "waiting" else "running"
@@ -360,9 +379,11 @@ class FlowDriver:
             answer = given.answer if isinstance(given, Answer) else None
             await self._journal_interrupt(conv, track, state.interrupt, status, answer)
 
-    def _record(self, track: FlowTrack, given: FlowInput) -> None:
+    def _record(self, track: FlowTrack, given: FlowInput, now: datetime) -> None:
         track.stepped.append(_dump(given))
+        track.stepped_at.append(to_iso(now))
         del track.stepped[:-KEPT_INPUTS]
+        del track.stepped_at[:-KEPT_INPUTS]
 
     async def _journal_nodes(self, conv: Any, track: FlowTrack) -> None:
         """A ``journal.flow`` node record for each node completed since the last
@@ -494,12 +515,26 @@ class FlowDriver:
         track.status = how
         track.actions = []
         track.queued = []
+        if how != "stopped":
+            self._remember(conv, track)
         await self.save(conv)
         await self.publish(
             "journal",
             conv.job_key,
             self._flow_record(conv, track, how, node, outputs=outputs, error=error),
         )
+
+    def _remember(self, conv: Any, track: FlowTrack) -> None:
+        """A run that finished or failed leaves its ``remembers`` channels'
+        values to the next run of its flow for the job (a stopped run, cut
+        short by its task closing, leaves what the run before it left)."""
+        flow = self.flows.by_name.get(track.flow)
+        channels = (track.state or {}).get("channels") or {}
+        if flow is None or not hasattr(conv, "remembered"):
+            return
+        kept = {k: channels[k] for k in sorted(remembering(flow)) if k in channels}
+        if kept:
+            conv.remembered[track.flow] = kept
 
     def _flow_record(
         self,

@@ -96,6 +96,9 @@ class Conversation:
     #: were opened (run ids count them).
     flows: dict[str, FlowTrack] = field(default_factory=dict)
     flow_runs: int = 0
+    #: By flow name, the values of its ``remembers`` channels when its last run
+    #: finished or failed: the next run of that flow for this job starts with them.
+    remembered: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def due(self) -> bool:
@@ -216,6 +219,7 @@ class Conversation:
             "due": self.due,
             "flows": {m: t.to_json() for m, t in self.flows.items()},
             "flow_runs": self.flow_runs,
+            "remembered": self.remembered,
             "flow_due": self.flow_due,
             "flow_expires": _earliest(self.flows.values()),
         }
@@ -246,6 +250,7 @@ class Conversation:
             partition=data.get("partition"),
             flows={m: FlowTrack.from_json(t) for m, t in (data.get("flows") or {}).items()},
             flow_runs=int(data.get("flow_runs", 0)),
+            remembered={str(f): dict(v or {}) for f, v in (data.get("remembered") or {}).items()},
         )
 
 

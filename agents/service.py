@@ -313,7 +313,7 @@ class AgentService:
         elif isinstance(record, TaskOpenedRecord) and (
             flow := self.flows.of(record.playbook_key, record.milestone)
         ):
-            inputs = self.flows.inputs(flow, record.subject, conv.turns)
+            inputs = self.flows.inputs(flow, record.subject, conv.turns, conv.remembered.get(flow))
             owes = conv.open_flow(record, flow, inputs)
         elif isinstance(record, TaskClosedRecord) and record.milestone in conv.flows:
             track = conv.flows[record.milestone]

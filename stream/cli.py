@@ -262,20 +262,77 @@ def flow_run(
 
 
 @flow.command("replay")
-@click.argument("path", type=click.Path(path_type=Path, exists=True, dir_okay=False))
+@click.argument(
+    "path", required=False, type=click.Path(path_type=Path, exists=True, dir_okay=False)
+)
 @click.option(
     "--journal",
-    required=True,
     type=click.Path(path_type=Path, exists=True, dir_okay=False),
     help="A run recorded by flow run --record.",
 )
+@click.option("--job", help="Replay a flow run of the agents service for this job (from Kafka).")
+@click.option("--run", "run_id", help="With --job: the run's id (default: the job's latest run).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON line.")
-def flow_replay(path: Path, journal: Path, as_json: bool) -> None:
+def flow_replay(
+    path: Path | None, journal: Path | None, job: str | None, run_id: str | None, as_json: bool
+) -> None:
     """Step the flow again on a recorded run: no model, tool or handler is
-    called. Exit 0 "same path and outputs", 1 with the first difference."""
-    from .flowterm import replay_flow
+    called. Exit 0 "same path and outputs", 1 with the first difference.
 
-    sys.exit(replay_flow(path, journal, as_json=as_json, catalog_file=Settings.from_env().catalog))
+    Either PATH --journal FILE (a run of flow run --record), or --job KEY
+    [--run RUN_ID] [PATH]: the run the agents service recorded in the job's
+    conversation (the conversations topic of LEMONGRAPH_KAFKA_URL); the flow is
+    PATH, else the playbooks folder's flows/NAME.yaml.
+    """
+    from .flowterm import replay_flow, replay_job
+
+    if (journal is None) == (job is None):
+        raise click.UsageError("give --journal FILE (with the flow file) or --job KEY")
+    settings = Settings.from_env()
+    if journal is not None:
+        if path is None:
+            raise click.UsageError("--journal needs the flow file: flow replay FLOW --journal FILE")
+        sys.exit(replay_flow(path, journal, as_json=as_json, catalog_file=settings.catalog))
+    assert job is not None
+    conversation, jobs = _conversation_of(settings, job)
+    sys.exit(
+        replay_job(
+            conversation,
+            job,
+            run_id,
+            path,
+            playbooks=settings.playbooks_dir,
+            jobs=jobs,
+            as_json=as_json,
+            catalog_file=settings.catalog,
+        )
+    )
+
+
+def _conversation_of(settings: Settings, job: str) -> tuple[dict[str, Any] | None, list[str]]:
+    """The job's latest record on the conversations topic (None when it has
+    none, or the last is a tombstone), and the job keys the topic has."""
+    import orjson
+
+    from topics import Topics
+
+    from .kafka import read_topic, run
+
+    bootstrap = _require_kafka(settings)
+
+    async def load() -> tuple[dict[str, Any] | None, list[str]]:
+        found: dict[str, Any] | None = None
+        keys: set[str] = set()
+        topic = Topics(settings.topic_prefix).conversations
+        async for record in read_topic(bootstrap, topic, security=settings.kafka_security):
+            key = record.key.decode(errors="replace") if record.key is not None else ""
+            keys.add(key)
+            if key == job:
+                found = orjson.loads(record.value) if record.value is not None else None
+        return found, sorted(keys)
+
+    result: tuple[dict[str, Any] | None, list[str]] = run(load())
+    return result
 
 
 def _one_line(problem: str) -> str:

@@ -39,6 +39,7 @@ from compiler import (
     Flow,
     FlowError,
     FlowRun,
+    FlowStart,
     FlowState,
     LemongraphError,
     flow_input_from_json,
@@ -47,7 +48,7 @@ from compiler import (
     to_iso,
 )
 
-__all__ = ["BadInput", "Recording", "parse_inputs", "replay_flow", "run_flow"]
+__all__ = ["BadInput", "Recording", "parse_inputs", "replay_flow", "replay_job", "run_flow"]
 
 Call = CallModel | CallTool | CallHandler | CallRouter
 Question = Ask | AwaitApproval
@@ -577,21 +578,42 @@ def replay_flow(
     """``lemongraph flow replay``: 0 when the flow takes the recorded path to
     the recorded outputs, with no model, tool or handler called; 1 with the
     first difference; 2 bad input."""
+
+    def source() -> tuple[Path, Callable[[Flow], tuple[str | None, int]]]:
+        recording = Recording.read(journal)
+        return path, lambda flow: (asyncio.run(_replay(flow, recording)), len(recording.steps))
+
+    return _replay_with(source, as_json, catalog_file, out, err, env)
+
+
+def _replay_with(
+    source: Callable[[], tuple[Path, Callable[[Flow], tuple[str | None, int]]]],
+    as_json: bool,
+    catalog_file: Path | None,
+    out: IO[str] | None,
+    err: IO[str] | None,
+    env: Mapping[str, str] | None,
+) -> int:
+    """One replay, whatever its source: ``source`` gives the flow file and how
+    to step it (the first difference, or None, and the steps); the verdict
+    printed; 2 for bad input."""
     from agents.handlers import load_registry
 
-    out = out or sys.stdout
-    err = err or sys.stderr
     try:
+        path, step = source()
         registry = load_registry(dict(os.environ if env is None else env))
         flow, _ = load_flow_file(path, catalog_file, registry)
-        recording = Recording.read(journal)
-        difference = asyncio.run(_replay(flow, recording))
+        difference, steps = step(flow)
     except (BadInput, LemongraphError) as exc:
-        err.write(f"flow replay: {exc}\n")
+        (err or sys.stderr).write(f"flow replay: {exc}\n")
         return 2
-    steps = len(recording.steps)
+    return _report(difference, steps, as_json, out or sys.stdout)
+
+
+def _report(difference: str | None, steps: int, as_json: bool, out: IO[str]) -> int:
+    """Print the replay's verdict: 0 the same, 1 the first difference."""
     if difference is None:
-        line = {"kind": "replay", "same": True, "steps": steps}
+        line: dict[str, Any] = {"kind": "replay", "same": True, "steps": steps}
         text = f"same path and outputs ({steps} steps, no model or tool called)"
     else:
         line = {"kind": "replay", "same": False, "difference": difference}
@@ -667,7 +689,17 @@ async def _replay(flow: Flow, recording: Recording) -> str | None:
     end = recording.end
     if end is None:
         return "the recording has no end line (the recorded run was cut short)"
+    return _compare_end(end, state)
+
+
+def _compare_end(end: Mapping[str, Any], state: FlowState) -> str | None:
+    """The first of the end's status, trail (node by node), outputs and
+    failure that the replayed state does not have, or None."""
     mine = end_line(state)
+    was, now = list(end.get("trail") or []), mine["trail"]
+    for n, (a, b) in enumerate(zip(was, now, strict=False), 1):
+        if a != b:
+            return f"node {n}: recorded {a}, replayed {b}"
     for key in ("status", "trail", "outputs", "failure"):
         if end.get(key) != mine[key]:
             return f"{key}: recorded {_short(end.get(key))}, replayed {_short(mine[key])}"
@@ -689,3 +721,117 @@ def _difference(was: Mapping[str, Any], now: Mapping[str, Any]) -> str:
                 f"{_said(now)}: {key} was {_short(was.get(key), 80)}, is {_short(now.get(key), 80)}"
             )
     return f"recorded {_said(was)}, replayed {_said(now)}"
+
+
+# -- replaying a run of the agents service -------------------------------------------
+
+
+def replay_job(
+    conversation: Mapping[str, Any] | None,
+    job: str,
+    run_id: str | None,
+    path: Path | None,
+    *,
+    playbooks: Path,
+    jobs: list[str] | None = None,
+    as_json: bool = False,
+    catalog_file: Path | None = None,
+    out: IO[str] | None = None,
+    err: IO[str] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> int:
+    """``lemongraph flow replay --job KEY``: a flow run of the agents service
+    (``conversation``, the job's latest record on the ``conversations`` topic,
+    None when it has none; ``jobs``, the keys it has), stepped again from its
+    start on the inputs it recorded (no model, tool or handler called), the
+    flow read from ``path`` or the playbooks' ``flows/``. Exit 0 the same node
+    path and outputs, 1 the first difference, 2 bad input."""
+    from .flows import find_flow
+
+    def source() -> tuple[Path, Callable[[Flow], tuple[str | None, int]]]:
+        if conversation is None:
+            there = ", ".join(sorted(jobs or [])[:20]) or "none"
+            raise BadInput(
+                f"no conversation of job {job!r} on the conversations topic (jobs: {there})"
+            )
+        track = _track_of(conversation, job, run_id)
+        found = path if path is not None else find_flow(playbooks, str(track["flow"]))
+        if found is None:
+            raise BadInput(
+                f"run {track['run_id']} is of flow {track['flow']!r}: "
+                f"no {playbooks}/flows/{track['flow']}.yaml (give the flow file)"
+            )
+        return found, lambda flow: _replay_inputs(flow, track)
+
+    return _replay_with(source, as_json, catalog_file, out, err, env)
+
+
+def _track_of(conversation: Mapping[str, Any], job: str, run_id: str | None) -> dict[str, Any]:
+    """The flow run ``run_id`` of the conversation (the latest without one)."""
+    tracks = [dict(t) for t in (conversation.get("flows") or {}).values()]
+    runs = [str(t.get("run_id")) for t in tracks]
+    if not tracks:
+        raise BadInput(f"job {job!r} has no flow run")
+    if run_id is None:
+        return max(tracks, key=lambda t: _run_number(str(t.get("run_id"))))
+    for track in tracks:
+        if track.get("run_id") == run_id:
+            return track
+    raise BadInput(f"job {job!r} has no flow run {run_id!r} (runs: {', '.join(runs)})")
+
+
+def _run_number(run_id: str) -> int:
+    _, _, n = run_id.rpartition("#")
+    return int(n) if n.isdigit() else 0
+
+
+def _replay_inputs(flow: Flow, track: Mapping[str, Any]) -> tuple[str | None, int]:
+    """Step ``flow`` from the start on the run's recorded inputs, in order and at
+    their recorded times; the first difference from the run's recorded state
+    (its node path, status, outputs, failure), or None, and the steps taken."""
+    stepped = list(track.get("stepped") or [])
+    times = list(track.get("stepped_at") or [])
+    recorded = track.get("state")
+    if not stepped or stepped[0].get("kind") != "start" or recorded is None:
+        raise BadInput(
+            f"run {track.get('run_id')} has no recorded start (not started, or more than "
+            "its kept inputs were stepped)"
+        )
+    if track.get("flow") != flow.name:
+        return f"the run is of flow {track.get('flow')!r}, not {flow.name!r}", 0
+
+    def at(n: int) -> datetime:
+        text = times[n] if n < len(times) else (times[-1] if times else "1970-01-01T00:00:00Z")
+        try:
+            return from_iso(text)
+        except (ValueError, LemongraphError):
+            raise BadInput(f"the run has a bad time {text!r}") from None
+
+    runner = FlowRun(flow)
+    try:
+        given = [flow_input_from_json(item) for item in stepped]
+    except ValueError as exc:
+        raise BadInput(f"the run's recorded inputs do not read: {exc}") from None
+    start = given[0]
+    assert isinstance(start, FlowStart)
+    try:
+        state, actions = runner.start(start.run_id, dict(start.inputs), at(0))
+    except ValueError as exc:
+        return f"the start: {exc}", 0
+    issued = {_id_of(_dump(a)) for a in actions}
+    for n, fed in enumerate(given[1:], 1):
+        key = _id_of(_dump(fed))
+        if key is not None and key not in issued:
+            return (
+                f"step {n}: the run was given the {fed.kind} of {key}, which the replay never "
+                f"asked for (replayed path: {' '.join(state.trail) or 'none'})"
+            ), n
+        state, actions = runner.next(state, fed, at(n))
+        issued.update(_id_of(_dump(a)) for a in actions)
+    steps = len(given) - 1
+    return _compare_end(end_line(FlowState.model_validate(recorded)), state), steps
+
+
+def _id_of(item: Mapping[str, Any]) -> str | None:
+    found = item.get("call_id") or item.get("interrupt_id")
+    return str(found) if found is not None else None

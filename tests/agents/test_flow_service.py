@@ -192,6 +192,147 @@ def test_a_flow_run_suspends_on_ask_and_resumes_from_its_checkpoint() -> None:
     asyncio.run(go())
 
 
+async def _refund_run() -> dict[str, Any]:
+    """The refund flow run in process to its end ("yes"): the conversation's JSON."""
+    catalog = load_catalog(CATALOG, "catalog.yaml")
+    flow = load_flow(FLOW, "flows/refund.yaml", "refund", tools=flow_tools(catalog))
+    flows = Flows({"refund": flow}, {("orders", "resolve"): "refund"})
+    saved: list[dict[str, Any]] = []
+
+    async def publish(topic: str, key: str, record: BaseModel) -> None:
+        pass
+
+    async def save(conv: Conversation) -> None:
+        saved.append(conv.to_json())
+
+    async def execute(action: Any, *, job_key: str, flow: str, run_id: str) -> FlowInput:
+        if isinstance(action, CallTool):
+            return ToolResult(call_id=action.call_id, ok=True, result={"id": "A-1"})
+        return ModelReply(call_id=action.call_id, text='{"action": "refund"}')
+
+    driver = FlowDriver(flows, execute, publish, save)
+    conv = Conversation("o-1")
+    conv.open_flow(opened({"order_id": "A-1"}), "refund", {"order_id": "A-1"})
+    track = conv.owed_flow()
+    assert track is not None
+    await driver.drive(conv, track)
+    track.queued.append(answer_input("o-1/resolve#1/confirm/1", "yes"))
+    await driver.drive(conv, track)
+    assert track.status == "finished"
+    return saved[-1]
+
+
+def test_a_service_run_replays_from_its_conversation_with_no_call(tmp_path: Path) -> None:
+    """``flow replay --job`` without the broker: the conversation's JSON, as
+    the topic holds it, stepped again; a changed flow names the difference."""
+    from io import StringIO
+
+    from stream.flowterm import replay_job
+
+    conversation = asyncio.run(_refund_run())
+    (tmp_path / "flows").mkdir()
+    (tmp_path / "catalog.yaml").write_text(CATALOG)
+    (tmp_path / "flows" / "refund.yaml").write_text(FLOW)
+
+    def replay(
+        conv: dict[str, Any] | None, run: str | None = None, path: Path | None = None
+    ) -> tuple[int, str, str]:
+        out, err = StringIO(), StringIO()
+        code = replay_job(
+            conv, "o-1", run, path, playbooks=tmp_path, jobs=["o-9"], out=out, err=err, env={}
+        )
+        return code, out.getvalue(), err.getvalue()
+
+    # start, lookup, decide, the answer, pay: 4 inputs after the start
+    assert replay(conversation) == (
+        0,
+        "same path and outputs (4 steps, no model or tool called)\n",
+        "",
+    )
+    assert replay(conversation, "o-1/resolve#1")[0] == 0
+    code, _, err = replay(conversation, "o-1/resolve#7")
+    assert code == 2
+    assert "no flow run 'o-1/resolve#7' (runs: o-1/resolve#1)" in err
+    code, _, err = replay(None)
+    assert (code, "no conversation of job 'o-1'" in err, "o-9" in err) == (2, True, True)
+    (tmp_path / "changed" / "flows").mkdir(parents=True)
+    (tmp_path / "changed" / "catalog.yaml").write_text(CATALOG)
+    changed = tmp_path / "changed" / "flows" / "refund.yaml"
+    changed.write_text(
+        FLOW.replace('routes: {"yes": pay, "no": END}', 'routes: {"yes": END, "no": pay}')
+    )
+    code, out, _ = replay(conversation, path=changed)
+    assert code == 1
+    assert out == (
+        "differs: step 4: the run was given the tool_result of o-1/resolve#1/pay/1/1, which "
+        "the replay never asked for (replayed path: lookup decide confirm)\n"
+    )
+
+
+COUNTER = """\
+version: "1"
+description: Count this job's runs of the flow.
+outputs: [runs]
+state:
+  runs: {type: number, default: 0, remembers: true, description: Runs so far.}
+  note: {type: string, default: "", description: Forgotten between runs.}
+start: count
+nodes:
+  - {id: count, type: llm, prompt: "Runs so far: {{runs}}", output: runs}
+edges:
+  - {from: count, to: END}
+"""
+
+
+def test_remembers_channels_carry_to_the_next_run_of_the_flow_for_the_job() -> None:
+    flow = load_flow(COUNTER, "flows/count.yaml", "count")
+    flows = Flows({"count": flow}, {("orders", "a"): "count", ("orders", "b"): "count"})
+    saved: list[dict[str, Any]] = []
+    prompts: list[str] = []
+
+    async def publish(topic: str, key: str, record: BaseModel) -> None:
+        pass
+
+    async def save(conv: Conversation) -> None:
+        saved.append(conv.to_json())
+
+    async def execute(action: Any, *, job_key: str, flow: str, run_id: str) -> FlowInput:
+        prompts.append(action.prompt)
+        seen = int(action.prompt.rsplit(" ", 1)[1])
+        return ModelReply(call_id=action.call_id, text=str(seen + 1))
+
+    driver = FlowDriver(flows, execute, publish, save)
+
+    def task(milestone: str) -> TaskOpenedRecord:
+        return opened({}).model_copy(update={"milestone": milestone, "task_id": f"o-1/{milestone}"})
+
+    async def go() -> None:
+        conv = Conversation("o-1")
+        conv.open_flow(task("a"), "count", flows.inputs("count", {}, conv.turns, None))
+        first = conv.owed_flow()
+        assert first is not None
+        await driver.drive(conv, first)
+        assert first.status == "finished"
+        assert conv.remembered == {"count": {"runs": 1}}  # not note: it does not remember
+        # A restart reads the conversation back from its JSON: the values are kept.
+        back = Conversation.from_json(orjson.loads(orjson.dumps(saved[-1])))
+        assert back.remembered == {"count": {"runs": 1}}
+        inputs = flows.inputs("count", {}, back.turns, back.remembered.get("count"))
+        assert inputs["runs"] == 1
+        back.open_flow(task("b"), "count", inputs)
+        second = back.owed_flow()
+        assert second is not None
+        await driver.drive(back, second)
+        assert second.status == "finished"
+        assert prompts == ["Runs so far: 0", "Runs so far: 1"]
+        assert (second.state or {})["outputs"] == {"runs": 2}
+        assert back.remembered == {"count": {"runs": 2}}
+        # A channel that no longer remembers is not passed (start would refuse it).
+        assert "note" not in flows.inputs("count", {}, (), {"runs": 5, "note": "x"})
+
+    asyncio.run(go())
+
+
 def test_the_service_answers_once_ignores_a_stale_answer_and_expires_by_its_timer(
     tmp_path: Path,
 ) -> None:
@@ -494,15 +635,21 @@ def test_a_flow_waits_on_ask_across_a_sigkill_and_completes_on_its_tool_result(
     assert restarted.proc.poll() is None
 
 
-@pytest.mark.broker
-@pytest.mark.timeout(240)
-def test_the_persons_reply_on_the_channel_answers_the_open_question(
-    lane: Lane, serve: Callable[[Any], str], start_gateway: Callable[..., GatewayProcess]
-) -> None:
+def waiting_on_its_question(
+    lane: Lane,
+    serve: Callable[[Any], str],
+    start_gateway: Callable[..., GatewayProcess],
+    key: str,
+    order: str,
+) -> tuple[Any, Any, GatewayProcess, dict[str, Any]]:
+    """The worker, the agents service (the stand-in, the shop) and the gateway;
+    job ``key`` started on ``order``: the stand-in, the shop, the gateway and
+    the flow's open question once the gateway lists it."""
     folder(lane)
     tools = shop()
+    model = build_standin(SCRIPT)
     env = {
-        "OPENAI_BASE_URL": f"{serve(build_standin(SCRIPT))}/v1",
+        "OPENAI_BASE_URL": f"{serve(model)}/v1",
         "OPENAI_API_KEY": "sk-test",
         "SHOP_URL": serve(tools),
     }
@@ -510,15 +657,25 @@ def test_the_persons_reply_on_the_channel_answers_the_open_question(
     lane.start(["agents"], "agents: ready", **env)
     gateway = start_gateway()
     lane.send(
-        {"type": "job.start", "key": "o-2", "playbook_key": "orders",
-         "subject": {"order_id": "B-2"}},
+        {"type": "job.start", "key": key, "playbook_key": "orders",
+         "subject": {"order_id": order}},
     )  # fmt: skip
     with gateway.client(gateway.token()) as client:
         [asked] = wait_for(
-            lambda: client.get("/v1/jobs/o-2/interrupts").json().get("interrupts"),
+            lambda: client.get(f"/v1/jobs/{key}/interrupts").json().get("interrupts"),
             timeout=120,
             what="the open question",
         )
+    return model, tools, gateway, asked
+
+
+@pytest.mark.broker
+@pytest.mark.timeout(240)
+def test_the_persons_reply_on_the_channel_answers_the_open_question(
+    lane: Lane, serve: Callable[[Any], str], start_gateway: Callable[..., GatewayProcess]
+) -> None:
+    _, tools, gateway, asked = waiting_on_its_question(lane, serve, start_gateway, "o-2", "B-2")
+    with gateway.client(gateway.token()) as client:
         said = client.post("/v1/jobs/o-2/messages", json={"text": "no", "message_id": "m-1"})
         assert said.status_code == 202, said.text
         lane.wait_until(
@@ -538,3 +695,58 @@ def test_the_persons_reply_on_the_channel_answers_the_open_question(
     [end] = [r for r in journal_of(lane, "journal.flow") if r["event"] == "finished"]
     assert end["outputs"] == {"reply": "no"}
     assert [name for name, _ in tools.state.calls] == ["orders"]  # "no": no refund
+
+
+@pytest.mark.broker
+@pytest.mark.timeout(240)
+def test_flow_replay_job_proves_the_services_run_from_the_topics_with_no_call(
+    lane: Lane, serve: Callable[[Any], str], start_gateway: Callable[..., GatewayProcess]
+) -> None:
+    """A flow run in the service to its end; ``lemongraph flow replay --job``
+    reads its conversation from the topic and steps it again: the same path,
+    and the stand-in and the shop are not called. A changed flow is a difference."""
+    model, tools, gateway, asked = waiting_on_its_question(lane, serve, start_gateway, "o-3", "C-3")
+    with gateway.client(gateway.token()) as client:
+        answered = client.post(
+            "/v1/jobs/o-3/answers", json={"interrupt_id": asked["interrupt_id"], "answer": "yes"}
+        )
+        assert answered.status_code == 202, answered.text
+    lane.wait_until(
+        "journal",
+        lambda rs: any(r["value"]["type"] == "journal.flow" and r["value"]["event"] == "finished"
+                       for r in rs),
+        timeout=120,
+    )  # fmt: skip
+    nodes = [r["node"] for r in journal_of(lane, "journal.flow") if r["event"] == "node"]
+    assert nodes == NODES
+    calls, paid = model.state.calls, list(tools.state.calls)
+    assert [name for name, _ in paid] == ["orders", "refund"]
+    time.sleep(1.0)  # the last checkpoint is on the changelog
+
+    done = lane.cli("flow", "replay", "--job", "o-3", check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout == "same path and outputs (4 steps, no model or tool called)\n"
+    assert (model.state.calls, tools.state.calls) == (calls, paid)  # nothing called
+    again = lane.cli("flow", "replay", "--job", "o-3", "--run", "o-3/resolve#1", "--json")
+    assert json_line(again.stdout) == {"kind": "replay", "same": True, "steps": 4}
+
+    flow_file = lane.playbooks / "flows" / "refund.yaml"
+    flow_file.write_text(
+        FLOW.replace('routes: {"yes": pay, "no": END}', 'routes: {"yes": END, "no": pay}')
+    )
+    changed = lane.cli("flow", "replay", "--job", "o-3", check=False)
+    assert changed.returncode == 1, changed.stdout + changed.stderr
+    assert changed.stdout.startswith("differs: step 4: "), changed.stdout
+    assert "o-3/resolve#1/pay/1/1" in changed.stdout
+    unknown = lane.cli("flow", "replay", "--job", "o-404", check=False)
+    assert unknown.returncode == 2
+    assert "no conversation of job 'o-404'" in unknown.stderr
+    assert "o-3" in unknown.stderr  # the jobs the topic has
+    norun = lane.cli("flow", "replay", "--job", "o-3", "--run", "x#9", check=False)
+    assert norun.returncode == 2
+    assert "(runs: o-3/resolve#1)" in norun.stderr
+    assert (model.state.calls, tools.state.calls) == (calls, paid)
+
+
+def json_line(text: str) -> Any:
+    return orjson.loads(text.strip())
