@@ -294,7 +294,13 @@ def flow_replay(
             raise click.UsageError("--journal needs the flow file: flow replay FLOW --journal FILE")
         sys.exit(replay_flow(path, journal, as_json=as_json, catalog_file=settings.catalog))
     assert job is not None
-    conversation, jobs = _conversation_of(settings, job)
+    try:
+        conversation, jobs = _conversation_of(settings, job)
+    except (click.ClickException, KafkaUnavailable) as exc:
+        # 1 says "differs": not reaching the topics is bad input (2).
+        message = exc.format_message() if isinstance(exc, click.ClickException) else str(exc)
+        click.echo(f"flow replay: {message}", err=True)
+        sys.exit(2)
     sys.exit(
         replay_job(
             conversation,
