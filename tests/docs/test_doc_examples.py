@@ -26,6 +26,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -143,23 +144,35 @@ def test_every_yaml_block_is_marked(page: Path) -> None:
             )
 
 
-@pytest.mark.parametrize("page", PAGES, ids=_id)
+def _checked(b: Block) -> bool:
+    return not {"invalid", "norun"} & b.marks and not b.is_flow
+
+
+def _simulated(b: Block) -> bool:
+    return b.is_scenario and not {"invalid", "fails", "norun"} & b.marks
+
+
+def _flow_checked(b: Block) -> bool:
+    return b.is_flow and not {"invalid", "warns", "norun"} & b.marks
+
+
+def _pages_with(kind: Callable[[Block], bool]) -> list[Path]:
+    """The pages with at least one named example of ``kind`` (each test runs on
+    those pages only, rather than skipping the others)."""
+    return [p for p in PAGES if any(b.name is not None and kind(b) for b in yaml_blocks(p))]
+
+
+@pytest.mark.parametrize("page", _pages_with(_checked), ids=_id)
 def test_valid_examples_pass_check(page: Path, tmp_path: Path) -> None:
-    named = write_page(page, tmp_path)
-    valid = [b for b in named if not {"invalid", "norun"} & b.marks and not b.is_flow]
-    if not valid:
-        pytest.skip("no runnable example on this page")
+    valid = [b for b in write_page(page, tmp_path) if _checked(b)]
     result = run("check", *(str(b.name) for b in valid), cwd=tmp_path)
     assert result.returncode == 0, f"{page.name}:\n{result.stdout}{result.stderr}"
     assert result.stdout.strip() == f"ok: {len(valid)} file(s) valid"
 
 
-@pytest.mark.parametrize("page", PAGES, ids=_id)
+@pytest.mark.parametrize("page", _pages_with(_simulated), ids=_id)
 def test_scenario_examples_pass_simulate(page: Path, tmp_path: Path) -> None:
-    named = write_page(page, tmp_path)
-    scenarios = [b for b in named if b.is_scenario and not {"invalid", "fails", "norun"} & b.marks]
-    if not scenarios:
-        pytest.skip("no scenario on this page")
+    scenarios = [b for b in write_page(page, tmp_path) if _simulated(b)]
     for block in scenarios:
         assert block.name is not None
         result = run("simulate", "--dir", ".", "--json", block.name, cwd=tmp_path)
@@ -172,12 +185,9 @@ def test_scenario_examples_pass_simulate(page: Path, tmp_path: Path) -> None:
         assert all(r["passed"] for r in report["results"]), report
 
 
-@pytest.mark.parametrize("page", PAGES, ids=_id)
+@pytest.mark.parametrize("page", _pages_with(_flow_checked), ids=_id)
 def test_flow_examples_pass_flow_check(page: Path, tmp_path: Path) -> None:
-    named = write_page(page, tmp_path)
-    flows = [b for b in named if b.is_flow and not {"invalid", "warns", "norun"} & b.marks]
-    if not flows:
-        pytest.skip("no flow on this page")
+    flows = [b for b in write_page(page, tmp_path) if _flow_checked(b)]
     for block in flows:
         result = run("flow", "check", f"flows/{block.name}", cwd=tmp_path)
         assert result.returncode == 0, f"{block.where}:\n{result.stdout}{result.stderr}"
