@@ -301,7 +301,14 @@ def test_simulate_coverage_in_json(folder: Path) -> None:
 def test_check_the_shipped_playbooks() -> None:
     proc = run("check", str(PLAYBOOKS))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    n = sum(1 for p in PLAYBOOKS.rglob("*") if p.suffix in (".yaml", ".yml", ".json"))
+    # Every playbook, scenario, catalog and flow file; a flow's stand-in model
+    # script (flows/NAME.standin.yaml) is the stand-in's, not one check reads.
+    n = sum(
+        1
+        for p in PLAYBOOKS.rglob("*")
+        if p.suffix in (".yaml", ".yml", ".json") and ".standin." not in p.name
+    )
+    assert n >= 11
     assert proc.stdout.strip() == f"ok: {n} file(s) valid"
 
 
