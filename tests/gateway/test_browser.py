@@ -4,7 +4,8 @@ own browser download): a job starts, the event that clears its first milestone
 arrives, and the page shows it done without a reload; the job page opens one live
 stream per visit however it is reached, says what is settled, held back or only
 claimed, shows the subject and contacts and local times, and says when a job is
-unknown."""
+unknown; a flow's journal records show with their flow and node, and its open
+questions are answered on the page (the gateway's 202 or 409 said), all as text."""
 
 from __future__ import annotations
 
@@ -23,7 +24,17 @@ from playwright.sync_api import Browser, Page, Request, sync_playwright
 from agents.demo_tools import build_demo_tools
 from agents.standin import build_standin
 from tests.lanes import wait_for
-from topics import JournalModelCall, JournalRun, JournalToolCall, Tokens, encode
+from topics import (
+    JournalFlow,
+    JournalHandlerCall,
+    JournalInterrupt,
+    JournalModelCall,
+    JournalRun,
+    JournalToolCall,
+    MessageRecord,
+    Tokens,
+    encode,
+)
 
 from .conftest import GatewayProcess, Lane
 
@@ -526,3 +537,259 @@ def test_a_job_the_gateway_let_go_of_says_so(
     assert page.locator("#job-status").inner_text() == "running"
     page.wait_for_selector('#graph [data-milestone="collectIdentity"][data-state="open"]')
     assert not problems, problems
+
+
+# -- flows: their journal and their open questions -------------------------------------
+
+FLOW_RUN = "flow-1/resolve#1"
+APPROVAL = f"{FLOW_RUN}/confirm/1"
+CHOICE = f"{FLOW_RUN}/pick/1"
+FREE = f"{FLOW_RUN}/note/1"
+FLOW_AT = "2026-12-01T10:00:00Z"
+
+
+def _flow_job(lane: Lane, gateway: GatewayProcess, token: str) -> None:
+    """A job the gateway shows (its worker started it), ready for a flow's records."""
+    lane.start_worker()
+    with gateway.client(token) as client:
+        started = client.post("/v1/jobs", json={"key": "flow-1", "playbook_key": "onboarding"})
+        assert started.status_code == 202
+        wait_for(
+            lambda: client.get("/v1/jobs/flow-1").status_code == 200, what="the job on the gateway"
+        )
+
+
+def _publish(lane: Lane, topic: str, *records: Any) -> None:
+    # (in a thread of its own: Playwright's sync API holds this thread's event loop)
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(lane.produce, [(b"flow-1", encode(r)) for r in records], topic).result()
+
+
+def _interrupt(interrupt_id: str, node: str, **fields: Any) -> JournalInterrupt:
+    fields.setdefault("kind", "ask")
+    fields.setdefault("status", "open")
+    return JournalInterrupt(
+        job_key="flow-1", run_id=FLOW_RUN, flow="resolve", node=node,
+        interrupt_id=interrupt_id, at=FLOW_AT, **fields,
+    )  # fmt: skip
+
+
+def _flow_page(lane: Lane, gateway: GatewayProcess, browser: Browser, problems: list[str]) -> Page:
+    """The job's page, live, before any of the flow's records."""
+    token = gateway.token(name="browser")
+    _flow_job(lane, gateway, token)
+    page = _page(browser, problems)
+    page.goto(f"{gateway.ui}/jobs/flow-1#token={token}")
+    page.wait_for_selector("#job-live:has-text('live')", timeout=30_000)
+    return page
+
+
+def _shot(page: Page, name: str, problems: list[str]) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / name), full_page=True)
+    assert not problems, problems
+
+
+def _asked(gateway: GatewayProcess, token: str) -> list[str]:
+    with gateway.client(token) as client:
+        listed = client.get("/v1/jobs/flow-1/interrupts")
+        assert listed.status_code == 200
+        return [i["interrupt_id"] for i in listed.json()["interrupts"]]
+
+
+def test_a_flows_journal_records_show_with_their_flow_and_node(
+    lane: Lane, gateway: GatewayProcess, browser: Browser
+) -> None:
+    problems: list[str] = []
+    page = _flow_page(lane, gateway, browser, problems)
+    run, at = FLOW_RUN, FLOW_AT
+    _publish(
+        lane, "journal",
+        JournalFlow(job_key="flow-1", run_id=run, flow="resolve", task_id="flow-1/resolve",
+                    at=at, event="started"),
+        JournalModelCall(job_key="flow-1", run_id=run, agent="flow", at=at, request="Draft",
+                         response="a draft", latency_ms=7, outcome="ok", flow="resolve",
+                         node="draft"),
+        JournalToolCall(job_key="flow-1", run_id=run, agent="flow", at=at, tool="crm_lookup",
+                        arguments="{}", outcome="done", result='{"ok": true}', latency_ms=3,
+                        flow="resolve", node="lookup"),
+        JournalHandlerCall(job_key="flow-1", run_id=run, at=at, flow="resolve", node="route",
+                           kind="router", name="by_size", call_id=f"{run}/route/1",
+                           outcome="ok", result='"small"', latency_ms=1),
+        JournalFlow(job_key="flow-1", run_id=run, flow="resolve", task_id="flow-1/resolve",
+                    at=at, event="node", node="draft"),
+        JournalFlow(job_key="flow-1", run_id=run, flow="resolve", task_id="flow-1/resolve",
+                    at=at, event="finished", outputs={"summary": HOSTILE, "size": 3}),
+        JournalFlow(job_key="flow-1", run_id="flow-1/resolve#2", flow="resolve",
+                    task_id="flow-1/resolve", at=at, event="failed", node="lookup",
+                    error=f"tool failed: {HOSTILE}"),
+        _interrupt(APPROVAL, "confirm", kind="approval", question="May I refund?"),
+        _interrupt(APPROVAL, "confirm", kind="approval", status="answered", answer="yes"),
+    )  # fmt: skip
+    page.wait_for_selector('#journal tr[data-kind="journal.flow"][data-outcome="failed"]')
+    rows = page.locator("#journal tr.journal-row")
+    assert rows.count() == 9
+    flow_rows = page.locator('#journal tr[data-kind="journal.flow"]')
+    assert flow_rows.count() == 4
+    assert page.locator('#journal tr[data-flow="resolve"]').count() == 9  # every one labelled
+    started = page.locator('#journal tr[data-kind="journal.flow"][data-outcome="started"]')
+    assert f"run {run}" in started.inner_text()
+    assert "flow resolve" in started.inner_text()
+    node = page.locator('#journal tr[data-kind="journal.flow"][data-outcome="node"]')
+    assert "flow resolve · node draft" in node.inner_text()
+    finished = page.locator('#journal tr[data-outcome="finished"]').inner_text()
+    assert '"size":3' in finished
+    failed = page.locator('#journal tr[data-outcome="failed"]').inner_text()
+    assert "node lookup" in failed
+    assert f"error: tool failed: {HOSTILE}" in failed
+    model = page.locator('#journal tr[data-kind="journal.model_call"]')
+    assert "model call · flow resolve · node draft" in model.inner_text()
+    assert model.get_attribute("data-node") == "draft"
+    tool = page.locator('#journal tr[data-kind="journal.tool_call"]').inner_text()
+    assert "tool crm_lookup · flow resolve · node lookup" in tool
+    handler = page.locator('#journal tr[data-kind="journal.handler_call"]').inner_text()
+    assert "router by_size · flow resolve · node route" in handler
+    assert '"small"' in handler
+    assert "run ended" not in page.locator("#journal").inner_text()  # not taken for a run's end
+    opened = page.locator('#journal tr[data-kind="journal.interrupt"][data-outcome="open"]')
+    assert "approval · flow resolve · node confirm" in opened.inner_text()
+    assert "May I refund?" in opened.inner_text()
+    closed = page.locator('#journal tr[data-kind="journal.interrupt"][data-outcome="answered"]')
+    assert "answer: yes" in closed.inner_text()
+    assert page.locator("#journal img").count() == 0
+    assert page.evaluate("() => window.__owned") is None
+    # opened and answered while the page looked: not an open question any more
+    assert page.locator("#questions li.question").count() == 0
+    _shot(page, "ui-flow-journal.png", problems)
+
+
+def test_an_open_question_is_answered_on_the_page(
+    lane: Lane, gateway: GatewayProcess, browser: Browser
+) -> None:
+    token = gateway.token(name="browser")
+    _flow_job(lane, gateway, token)
+    _publish(
+        lane, "journal",
+        _interrupt(APPROVAL, "confirm", kind="approval", question="May I refund 120 EUR?",
+                   show={"amount": 120, "reason": "late delivery"},
+                   expires_at="2026-12-31T10:00:00Z"),
+        _interrupt(CHOICE, "pick", question="When shall we call?",
+                   answers=["morning", "afternoon"]),
+    )  # fmt: skip
+    wait_for(lambda: len(_asked(gateway, token)) == 2, what="two open questions on the gateway")
+    problems: list[str] = []
+    page = _page(browser, problems)
+    page.goto(f"{gateway.ui}/jobs/flow-1#token={token}")
+    page.wait_for_selector("#job-live:has-text('live')", timeout=30_000)
+    # a page whose live stream never connects: it still shows the questions it read
+    stale = _page(browser, problems)
+    stale.route(re.compile(r"/events\?"), lambda route: route.abort())
+    stale.goto(f"{gateway.ui}/jobs/flow-1#token={token}")
+
+    approval = page.locator(f'#questions li[data-interrupt-id="{APPROVAL}"]')
+    approval.wait_for(timeout=30_000)
+    text = approval.inner_text()
+    assert "May I refund 120 EUR?" in text
+    # the show values, each as its own term
+    assert approval.locator(".q-show dt").all_inner_texts() == ["amount", "reason"]
+    assert approval.locator(".q-show dd").all_inner_texts() == ["120", "late delivery"]
+    assert "flow resolve · node confirm" in text
+    buttons = approval.locator("button.answer")
+    assert buttons.all_inner_texts() == ["Approve", "Reject"]
+    choice = page.locator(f'#questions li[data-interrupt-id="{CHOICE}"]')
+    assert choice.locator("button.answer").all_inner_texts() == ["morning", "afternoon"]
+    assert choice.locator("input").count() == 0
+
+    # a free-text question arriving live: a text box, no buttons
+    _publish(lane, "journal", _interrupt(FREE, "note", question="Anything else?"))
+    free = page.locator(f'#questions li[data-interrupt-id="{FREE}"]')
+    free.wait_for(timeout=30_000)
+    assert free.locator("button.answer").count() == 0
+    assert free.locator("input.q-text").count() == 1
+
+    # Approve: the page sends yes, the gateway answers 202 and no longer takes it
+    with page.expect_response(lambda r: r.url.endswith("/v1/jobs/flow-1/answers")) as answered:
+        approval.locator("button", has_text="Approve").click()
+    response = answered.value
+    assert response.status == 202
+    assert response.request.method == "POST"
+    assert response.request.post_data_json == {"interrupt_id": APPROVAL, "answer": "yes"}
+    assert response.json()["message_id"] == f"answer:{APPROVAL}"
+    page.wait_for_selector(f'#questions li[data-interrupt-id="{APPROVAL}"][data-state="sent"]')
+    approval.locator(".q-status", has_text="answer yes accepted").wait_for(timeout=10_000)
+    assert approval.locator("button:disabled").count() == 2
+    assert APPROVAL not in _asked(gateway, token)  # the read model marked it answered
+    # the answer in the conversation, marked as the answer to the question
+    page.wait_for_selector(f'#conversation .msg.in.question[data-interrupt-id="{APPROVAL}"]')
+
+    # the stale page answers the same question: the gateway's 409, said as text
+    stale_approval = stale.locator(f'#questions li[data-interrupt-id="{APPROVAL}"]')
+    stale_approval.wait_for(timeout=30_000)
+    with stale.expect_response(lambda r: r.url.endswith("/answers")) as refused:
+        stale_approval.locator("button", has_text="Reject").click()
+    assert refused.value.status == 409
+    assert refused.value.request.post_data_json == {"interrupt_id": APPROVAL, "answer": "no"}
+    stale.wait_for_selector(f'#questions li[data-interrupt-id="{APPROVAL}"][data-state="closed"]')
+    said = stale_approval.locator(".q-status").inner_text()
+    assert said.startswith("409 interrupt_not_open:"), said
+    assert "no open question" in said
+
+    # the free text goes as typed
+    free.locator("input.q-text").fill("Call after 5 pm")
+    with page.expect_response(lambda r: r.url.endswith("/answers")) as typed:
+        free.locator("button[type=submit]").click()
+    assert typed.value.status == 202
+    assert typed.value.request.post_data_json == {"interrupt_id": FREE, "answer": "Call after 5 pm"}
+
+    # the flow took the approval's answer; the choice expired: both leave the section
+    assert approval.count() == 1  # still there until the flow says so
+    _publish(
+        lane, "journal",
+        _interrupt(APPROVAL, "confirm", kind="approval", status="answered", answer="yes"),
+        _interrupt(CHOICE, "pick", status="expired"),
+    )  # fmt: skip
+    approval.wait_for(state="detached", timeout=30_000)
+    choice.wait_for(state="detached", timeout=30_000)
+    assert page.locator("#questions li.question").count() == 1  # the free one, answered
+    _shot(page, "ui-flow-questions.png", problems)
+
+
+def test_a_flows_question_is_text_on_the_page(
+    lane: Lane, gateway: GatewayProcess, browser: Browser
+) -> None:
+    problems: list[str] = []
+    page = _flow_page(lane, gateway, browser, problems)
+    question = f"Refund {HOSTILE}?"
+    _publish(
+        lane, "messages",
+        MessageRecord(job_key="flow-1", message_id=f"{APPROVAL}.q", direction="out",
+                      channel="web", agent="flow resolve", text=question, at=FLOW_AT,
+                      interrupt_id=APPROVAL),
+    )  # fmt: skip
+    _publish(
+        lane, "journal",
+        _interrupt(APPROVAL, "confirm", kind="approval", question=question,
+                   show={HOSTILE: HOSTILE, "n": 2}),
+        _interrupt(CHOICE, "pick", question=question, answers=[HOSTILE, "no"]),
+    )  # fmt: skip
+    asked = page.locator(f'#conversation .msg.out.question[data-interrupt-id="{APPROVAL}"]')
+    asked.wait_for(timeout=30_000)
+    assert "question" in asked.locator(".chip").inner_text()
+    assert question in asked.inner_text()
+    approval = page.locator(f'#questions li[data-interrupt-id="{APPROVAL}"]')
+    approval.wait_for(timeout=30_000)
+    assert question in approval.inner_text()
+    assert approval.locator(".q-show").inner_text().count(HOSTILE) == 2
+    choice = page.locator(f'#questions li[data-interrupt-id="{CHOICE}"]')
+    choice.wait_for(timeout=30_000)
+    assert choice.locator("button.answer").first.inner_text() == HOSTILE
+    assert page.locator("#job-view img").count() == 0
+    assert page.evaluate("() => window.__owned") is None
+    # a reload reads the same questions from GET /v1/jobs/{key}/interrupts, as text
+    page.reload()
+    page.wait_for_selector("#job-live:has-text('live')", timeout=30_000)
+    page.locator(f'#questions li[data-interrupt-id="{CHOICE}"]').wait_for(timeout=30_000)
+    assert page.locator("#questions li.question").count() == 2
+    assert page.locator("#job-view img").count() == 0
+    assert page.evaluate("() => window.__owned") is None
+    _shot(page, "ui-flow-question-text.png", problems)

@@ -7,7 +7,7 @@ const TOKEN_KEY = "lemongraph.token";
 // `view` counts page changes: work begun for an earlier page (a fetch still on its
 // way when the user moved on) sees that it is stale and stops.
 const state = { token: "", filter: "", cursor: null, source: null, job: null,
-  decisions: [], journal: [], messages: [], listTimer: null, view: 0 };
+  decisions: [], journal: [], messages: [], questions: new Map(), listTimer: null, view: 0 };
 
 // -- small helpers ---------------------------------------------------------------------
 
@@ -287,14 +287,49 @@ function tokens(t) {
   return `tokens ${t.input} in / ${t.output} out` + (t.cached ? ` (${t.cached} cached)` : "") + ` = ${t.total}`;
 }
 
+// A value of a flow (its outputs, an approval's `show`, an answer) as text.
+function valueText(v) {
+  if (v === null || v === undefined) return "";
+  return typeof v === "string" ? v : JSON.stringify(v);
+}
+
+function entriesText(obj) {
+  return Object.entries(obj || {}).map(([k, v]) => `${k}: ${valueText(v)}`).join("; ");
+}
+
+// Where a flow's record belongs: "flow NAME · node ID" (either part when known).
+function flowLabel(r) {
+  return [r.flow ? "flow " + r.flow : null, r.node ? "node " + r.node : null].filter(Boolean).join(" · ");
+}
+
 function journalRow(r) {
   let what, outcome, detail;
-  if (r.type === "journal.model_call") {
+  const label = flowLabel(r);
+  if (r.type === "journal.flow") {
+    what = "flow " + r.flow + (r.node ? " · node " + r.node : "");
+    outcome = r.event;
+    detail = [`run ${r.run_id}`, r.task_id ? "task " + r.task_id : null,
+      r.outputs ? "outputs " + JSON.stringify(r.outputs) : null,
+      r.error ? "error: " + r.error : null].filter(Boolean).join(" · ");
+  } else if (r.type === "journal.interrupt") {
+    what = (r.kind === "approval" ? "approval" : "question") + " · " + label;
+    outcome = r.status;
+    detail = [r.question || null, r.answers && r.answers.length ? "answers: " + r.answers.join(", ") : null,
+      r.show && Object.keys(r.show).length ? "shows " + entriesText(r.show) : null,
+      r.status === "answered" ? "answer: " + valueText(r.answer) : null,
+      r.expires_at ? "expires " + r.expires_at : null, `run ${r.run_id}`, `id ${r.interrupt_id}`]
+      .filter(Boolean).join(" · ");
+  } else if (r.type === "journal.handler_call") {
+    what = `${r.kind} ${r.name} · ${label}`;
+    outcome = r.outcome;
+    detail = `${r.latency_ms} ms · ${r.result}`;
+  } else if (r.type === "journal.model_call") {
     what = "model call";
     outcome = r.outcome;
     detail = `${tokens(r.tokens)} · ${r.latency_ms} ms · ${r.response}`;
+    if (label) what += " · " + label;
   } else if (r.type === "journal.tool_call") {
-    what = "tool " + r.tool;
+    what = "tool " + r.tool + (label ? " · " + label : "");
     outcome = r.outcome;
     detail = [r.http_status ? "HTTP " + r.http_status : null, r.fact ? "recorded " + r.fact : null,
       `${r.latency_ms} ms`, r.result].filter(Boolean).join(" · ");
@@ -308,15 +343,22 @@ function journalRow(r) {
     detail = `${r.turns} turn(s), ${r.tool_calls} tool call(s), ${r.tokens} tokens` +
       (r.replayed ? `, ${r.replayed} step(s) replayed` : "");
   }
-  return h("tr", { class: "journal-row", "data-kind": r.type, "data-outcome": outcome },
-    h("td", { class: "muted" }, when(r.at)), h("td", {}, r.agent), h("td", {}, what),
+  return h("tr", { class: "journal-row", "data-kind": r.type, "data-outcome": outcome,
+    "data-flow": r.flow || null, "data-node": r.node || null },
+    h("td", { class: "muted" }, when(r.at)), h("td", {}, r.agent || (r.flow ? "flow " + r.flow : "")),
+    h("td", {}, what),
     h("td", {}, h("span", { class: "outcome-" + outcome }, outcome)), h("td", { class: "detail" }, detail));
 }
 
+// A flow's question (out) and the answer to it (in) carry the interrupt's id.
 function messageItem(m) {
   const who = m.direction === "out" ? (m.agent || "agent") : (m.contact || "person");
-  return h("li", { class: "msg " + m.direction, "data-direction": m.direction, "data-message-id": m.message_id },
-    h("div", { class: "who" }, who, h("span", { class: "muted" }, ` · ${m.channel} · `, when(m.at))),
+  const asked = Boolean(m.interrupt_id);
+  const mark = asked ? h("span", { class: "chip question" }, m.direction === "out" ? "question" : "answer") : null;
+  return h("li", { class: "msg " + m.direction + (asked ? " question" : ""), "data-direction": m.direction,
+    "data-message-id": m.message_id, "data-interrupt-id": m.interrupt_id || null },
+    h("div", { class: "who" }, mark, mark ? " " : null, who,
+      h("span", { class: "muted" }, ` · ${m.channel} · `, when(m.at))),
     h("div", { class: "text" }, m.text));
 }
 
@@ -324,6 +366,91 @@ function renderConversation() {
   const list = document.getElementById("conversation");
   list.replaceChildren(...state.messages.map(messageItem));
   if (!state.messages.length) list.append(h("li", { class: "muted" }, "No messages yet."));
+}
+
+// -- open questions (a flow's ask or approval) ------------------------------------------
+
+// Each open interrupt keeps its element (a text being typed is not redrawn away); the
+// journal's answered/expired/cancelled record takes it out of the section.
+function questionItem(rec) {
+  const status = h("div", { class: "q-status", role: "status" });
+  const controls = [];
+  const item = { rec, status, controls, el: null };
+  const send = (answer) => answerQuestion(item, answer);
+  const button = (label, answer) => {
+    const b = h("button", { type: "button", class: "answer", "data-answer": answer }, label);
+    b.addEventListener("click", () => send(answer));
+    controls.push(b);
+    return b;
+  };
+  let answerBox;
+  if (rec.kind === "approval") {
+    answerBox = h("div", { class: "q-answers" }, button("Approve", "yes"), " ", button("Reject", "no"));
+  } else if (rec.answers && rec.answers.length) {
+    answerBox = h("div", { class: "q-answers" }, rec.answers.map((a, i) => [i ? " " : null, button(a, a)]));
+  } else {
+    const input = h("input", { type: "text", class: "q-text", maxlength: 4000, "aria-label": "your answer" });
+    const submit = h("button", { type: "submit" }, "Answer");
+    controls.push(input, submit);
+    answerBox = h("form", { class: "q-answers", autocomplete: "off" }, input, " ", submit);
+    answerBox.addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      if (input.value.trim()) send(input.value);
+    });
+  }
+  const shown = Object.entries(rec.show || {});
+  item.el = h("li", { class: "question", "data-interrupt-id": rec.interrupt_id, "data-kind": rec.kind,
+    "data-state": "open" },
+    h("div", { class: "who" }, h("span", { class: "chip question" }, rec.kind === "approval" ? "approval" : "question"),
+      " ", flowLabel(rec),
+      rec.expires_at ? h("span", { class: "muted" }, " · expires ",
+        h("span", { class: "countdown", "data-deadline": rec.expires_at }, countdown(rec.expires_at))) : null),
+    h("div", { class: "q-text-asked" }, rec.question),
+    shown.length ? h("dl", { class: "q-show" }, shown.map(([k, v]) => [h("dt", {}, k), h("dd", {}, valueText(v))])) : null,
+    answerBox, status);
+  return item;
+}
+
+function settleQuestion(item, to, text) {
+  item.el.dataset.state = to;
+  item.status.textContent = text;
+  for (const c of item.controls) c.disabled = to === "sent" || to === "closed";
+}
+
+async function answerQuestion(item, answer) {
+  const job = state.job;
+  if (!job) return;
+  const view = state.view;
+  for (const c of item.controls) c.disabled = true;
+  item.status.textContent = "sending…";
+  try {
+    const done = await api("/v1/jobs/" + encodeURIComponent(job.key) + "/answers",
+      { interrupt_id: item.rec.interrupt_id, answer });
+    if (view !== state.view) return;
+    settleQuestion(item, "sent", `answer ${valueText(answer)} accepted (message ${done.message_id}); ` +
+      "the flow takes it next");
+  } catch (e) {
+    if (view !== state.view) return;
+    // 409: no longer open (answered elsewhere, expired); 422: not an answer it takes
+    settleQuestion(item, e.status === 409 ? "closed" : "error", e.message);
+  }
+}
+
+function renderQuestions() {
+  const list = document.getElementById("questions");
+  const els = [...state.questions.values()].map((q) => q.el);
+  list.replaceChildren(...els);
+  if (!els.length) list.append(h("li", { class: "muted none" }, "No open questions."));
+}
+
+function openQuestion(rec) {
+  if (state.questions.has(rec.interrupt_id)) return;
+  state.questions.set(rec.interrupt_id, questionItem(rec));
+  renderQuestions();
+}
+
+function closeQuestion(id) {
+  if (state.questions.delete(id)) renderQuestions();
 }
 
 function contactName(c) {
@@ -441,18 +568,21 @@ async function showJob(key, view) {
   state.decisions = [];
   state.journal = [];
   state.messages = [];
+  state.questions = new Map();
   renderDecisions();
   renderJournal();
   renderConversation();
+  renderQuestions();
   clearJobHeader(key);
   const live = document.getElementById("job-live");
   document.getElementById("reply-contact").value = "";
-  let job, trail, journal, talk;
+  let job, trail, journal, talk, asked;
   try {
     job = await api("/v1/jobs/" + encodeURIComponent(key));
     trail = await api("/v1/jobs/" + encodeURIComponent(key) + "/decisions");
     journal = await api("/v1/jobs/" + encodeURIComponent(key) + "/journal");
     talk = await api("/v1/jobs/" + encodeURIComponent(key) + "/messages");
+    asked = await api("/v1/jobs/" + encodeURIComponent(key) + "/interrupts");
   } catch (e) {
     if (view !== state.view) return;
     if (e.status === 404 && e.code === "job_not_found") { notice(""); showMissing(key, e); } else notice(e.message);
@@ -467,6 +597,8 @@ async function showJob(key, view) {
   renderJournal();
   state.messages = talk.messages;
   renderConversation();
+  for (const rec of asked.interrupts) openQuestion(rec);
+  renderQuestions();
   renderDevMail(key, view);
   closeStream();
   const source = new EventSource("/v1/jobs/" + encodeURIComponent(key) + "/events?access_token=" + encodeURIComponent(state.token));
@@ -485,10 +617,19 @@ async function showJob(key, view) {
     state.messages.push(m);
     if (state.messages.length > 200) state.messages.shift();
     renderConversation();
+    // an answer on its way to the flow (this page's, another's, or the person's mail)
+    const answered = m.direction === "in" && m.interrupt_id && state.questions.get(m.interrupt_id);
+    if (answered && answered.el.dataset.state !== "sent") {
+      settleQuestion(answered, "sent", `answered ${m.text}; the flow takes it next`);
+    }
     if (m.channel === "email") setTimeout(() => renderDevMail(key, view), 1500);
   });
   source.addEventListener("journal", (ev) => {
-    state.journal.push(JSON.parse(ev.data));
+    const r = JSON.parse(ev.data);
+    if (r.type === "journal.interrupt") {
+      if (r.status === "open") openQuestion(r); else closeQuestion(r.interrupt_id);
+    }
+    state.journal.push(r);
     if (state.journal.length > 200) state.journal.shift();
     renderJournal();
   });
