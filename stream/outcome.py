@@ -18,6 +18,7 @@ a duplicate when the event carried an idempotency key.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -143,7 +144,7 @@ async def send_and_wait(
                             kind: Kind = said if said in ("duplicate", "refused") else "applied"
                             return Sent(topics.inbox, meta.partition, meta.offset, kind, decision)
             else:
-                await _sleep(0.2)
+                await asyncio.sleep(0.2)
             now = time.monotonic()
             if passed_at is None and now >= next_check:
                 next_check = now + 0.3
@@ -159,12 +160,6 @@ async def send_and_wait(
         if admin is not None:
             await admin.close()
         await consumer.stop()
-
-
-async def _sleep(seconds: float) -> None:
-    import asyncio
-
-    await asyncio.sleep(seconds)
 
 
 def describe(sent: Sent, message: dict[str, Any], timeout: float | None) -> list[str]:
