@@ -302,6 +302,8 @@ class AgentService:
             return
         if message and record.direction != "in":
             return  # what an agent said: written by us, delivered by its channel
+        if not message and record.type == "schedule.prompt":
+            return  # a schedule's run (docs/schedules.md): not a job's task
         conv = self.load(record.job_key)
         if where is not None:
             conv.partition = where.partition

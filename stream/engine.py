@@ -64,6 +64,7 @@ from topics import (
     DeadLetter,
     InboxEvent,
     RecordError,
+    ScheduleWake,
     TickRecord,
     Topics,
     decode_inbox,
@@ -504,6 +505,9 @@ class Engine:
             now_ms, bound = self._clock(record.timestamp_ms)
         except RecordError as exc:
             self._dead(record, exc.reason, batch)
+            return
+        if isinstance(message, ScheduleWake):
+            self._dead(record, "schedule.wake: schedules are not enabled on this worker", batch)
             return
         ref: JobRef = (home, message.key)
         applied, state = self._current(ref, batch)

@@ -8,7 +8,7 @@ import orjson
 from pydantic import TypeAdapter, ValidationError
 
 from ._limits import MAX_RECORD_BYTES, LimitError, exact_numbers, plain_json
-from ._messages import InboxEvent, InboxMessage, JobStart
+from ._messages import InboxEvent, InboxMessage, JobStart, ScheduleWake
 
 __all__ = ["RecordError", "decode_inbox", "encode"]
 
@@ -41,11 +41,14 @@ def _describe(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def decode_inbox(raw: bytes | None, key: bytes | None = None) -> JobStart | InboxEvent:
-    """An inbox record (``JobStart`` or ``InboxEvent``). The record key, when
-    given, must be the job key. Records beyond the limits of
-    ``topics/_limits.py`` (size, nesting, 64-bit integers) are refused here, so
-    that nothing after the decoder fails on their shape. Raises
+def decode_inbox(
+    raw: bytes | None, key: bytes | None = None
+) -> JobStart | InboxEvent | ScheduleWake:
+    """An inbox record (``JobStart``, ``InboxEvent`` or ``ScheduleWake``). The
+    record key, when given, must be the job key (a wake's: the schedule id).
+    Records beyond the limits of ``topics/_limits.py`` (size, nesting, 64-bit
+    integers) are refused here, so that nothing after the decoder fails on
+    their shape. Raises
     :class:`RecordError`."""
     if raw is None:
         raise RecordError("empty record (no value)")
@@ -66,16 +69,17 @@ def decode_inbox(raw: bytes | None, key: bytes | None = None) -> JobStart | Inbo
     if not isinstance(data, dict):
         raise RecordError(f"expected a JSON object, got {type(data).__name__}")
     if "type" not in data:
-        raise RecordError("type: missing (expected 'job.start' or 'event')")
+        raise RecordError("type: missing (expected 'job.start', 'event' or 'schedule.wake')")
     try:
-        message: JobStart | InboxEvent = _INBOX.validate_python(data)
+        message: JobStart | InboxEvent | ScheduleWake = _INBOX.validate_python(data)
     except ValidationError as exc:
         raise RecordError(_describe(exc)) from None
     # Bytes, not decoded text: the partition is chosen from the key's bytes, and
     # two keys that are not UTF-8 would decode alike (U+FFFD) and be one job on
     # two partitions.
     if key is not None and key != message.key.encode():
+        what = "schedule id" if isinstance(message, ScheduleWake) else "job key"
         raise RecordError(
-            f"record key {key.decode('utf-8', 'replace')!r} is not the job key {message.key!r}"
+            f"record key {key.decode('utf-8', 'replace')!r} is not the {what} {message.key!r}"
         )
     return message

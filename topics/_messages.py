@@ -6,7 +6,7 @@ import base64
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, StringConstraints
 
 from ._keys import JobKey
 from ._vocab import SCHEMA, JobStatus, MilestoneStatus, Source, TaskOutcome, TimerKind
@@ -14,7 +14,10 @@ from ._vocab import SCHEMA, JobStatus, MilestoneStatus, Source, TaskOutcome, Tim
 __all__ = [
     "DEADLETTER_HEADERS",
     "FORWARDED_FROM_HEADER",
+    "SCHEDULE_HEADER",
+    "SCHEDULE_RUN_HEADER",
     "AtomVerdict",
+    "AuditRecord",
     "ClockBound",
     "DeadLetter",
     "DecisionInput",
@@ -40,6 +43,13 @@ __all__ = [
     "PlaybookRecord",
     "RecordForward",
     "RecordOrigin",
+    "ScheduleId",
+    "SchedulePromptTask",
+    "ScheduleRecord",
+    "ScheduleReport",
+    "ScheduleRunRecord",
+    "ScheduleRunsRecord",
+    "ScheduleWake",
     "StartInput",
     "TaskClosedEffect",
     "TaskClosedRecord",
@@ -101,7 +111,32 @@ class InboxEvent(_Message):
     source: Source = "world"
 
 
-InboxMessage = Annotated[JobStart | InboxEvent, Field(discriminator="type")]
+#: A schedule's id (docs/schedules.md): a Kafka key and a URL segment.
+SCHEDULE_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+ScheduleId = Annotated[
+    StrictStr, StringConstraints(min_length=1, max_length=64, pattern=SCHEDULE_ID_PATTERN)
+]
+
+
+class ScheduleWake(_Message):
+    """Fire a schedule now (docs/schedules.md, "Wake"). The record key is the
+    schedule id, so the record lands on the schedule's home partition.
+    ``request_id`` names the request (a wake seen before does nothing); without
+    one, the inbox position ``p<partition>@<offset>`` names it."""
+
+    type: Literal["schedule.wake"] = "schedule.wake"
+    schedule_id: ScheduleId
+    request_id: StrictStr | None = Field(None, min_length=1, max_length=200)
+    context: dict[str, Any] | None = None
+    skip_if_running: bool = False
+
+    @property
+    def key(self) -> str:
+        """The record key: the schedule id."""
+        return self.schedule_id
+
+
+InboxMessage = Annotated[JobStart | InboxEvent | ScheduleWake, Field(discriminator="type")]
 
 
 # -- ticks ----------------------------------------------------------------------
@@ -268,7 +303,114 @@ class TaskClosedRecord(TaskClosedEffect, _Message):
     """The task.closed effect on the tasks topic."""
 
 
-TaskRecord = Annotated[TaskOpenedRecord | TaskClosedRecord, Field(discriminator="type")]
+class SchedulePromptTask(_Message):
+    """A prompt schedule's run for the agents service (docs/schedules.md): run
+    ``agent`` on ``prompt`` once per ``run_id`` and report on ``schedule-runs``
+    (:class:`ScheduleReport`) by ``deadline``. The record key is the schedule id."""
+
+    type: Literal["schedule.prompt"] = "schedule.prompt"
+    schedule_id: str
+    run_id: str
+    agent: str
+    prompt: str
+    context: dict[str, Any] | None = None
+    slot: str | None = None  # the nominal slot (ISO UTC); None: a wake run
+    attempt: int = 0
+    deadline: str
+    triggered_by: Literal["schedule", "manual", "wake", "retry"] = "schedule"
+    at: str | None = None  # when it was dispatched
+
+
+TaskRecord = Annotated[
+    TaskOpenedRecord | TaskClosedRecord | SchedulePromptTask, Field(discriminator="type")
+]
+
+
+# -- schedules (docs/schedules.md) ----------------------------------------------------
+
+#: The headers of an inbox record a schedule's run dispatched (a ``job.start``
+#: or an ``event``): the schedule id and the run id.
+SCHEDULE_HEADER = "lemongraph.schedule"
+SCHEDULE_RUN_HEADER = "lemongraph.run"
+
+RunStatus = Literal[
+    "pending",
+    "running",
+    "completed",
+    "failed",
+    "timeout",
+    "aborted",
+    "suppressed",
+    "missed",
+    "skipped",
+]
+
+
+class ScheduleRecord(_Message):
+    """A schedule's definition on the compacted ``schedules`` topic (key: the
+    schedule id; a tombstone deletes it). ``spec`` is the definition as
+    validated (``compiler.validate_schedule``), its ``id`` the record key."""
+
+    type: Literal["schedule"] = "schedule"
+    spec: dict[str, Any]
+    updated_at: str
+    by: str
+
+
+class ScheduleRunRecord(_Message):
+    """One run of a schedule, as it stands (``schedule-runs``, key: the schedule
+    id), written by the worker only: a run that starts and then ends has two
+    records with the same ``run_id``. ``missed`` records with ``missed_count``
+    stand for a span of slots, ``slot`` to ``slot_last``."""
+
+    type: Literal["schedule.run"] = "schedule.run"
+    schedule_id: str
+    run_id: str
+    status: RunStatus
+    triggered_by: Literal["schedule", "manual", "wake", "retry"]
+    slot: str | None = None
+    slot_last: str | None = None
+    missed_count: int | None = None
+    attempt: int = 0
+    root_run_id: str
+    started_at: str | None = None
+    ended_at: str | None = None
+    at: str
+    output: str | None = Field(None, max_length=2000)
+    error: str | None = None
+    suppressed: bool = False
+    context: dict[str, Any] | None = None
+    job_key: str | None = None
+    delivered_to: str | None = None
+
+
+class ScheduleReport(_Message):
+    """How a prompt run ended (``schedule-runs``, key: the schedule id), written
+    by the agents service; the worker reads it and records the run's end."""
+
+    type: Literal["schedule.report"] = "schedule.report"
+    schedule_id: str
+    run_id: str
+    status: Literal["completed", "failed"]
+    output: str = ""
+    error: str | None = None
+    at: str
+
+
+ScheduleRunsRecord = Annotated[ScheduleRunRecord | ScheduleReport, Field(discriminator="type")]
+
+
+class AuditRecord(_Message):
+    """An operator's action on a schedule (``audit``, key: the schedule id),
+    written by whoever performed it: the gateway, the CLI, or the worker
+    registering ``schedules.yaml`` (``by: "schedules.yaml"``)."""
+
+    type: Literal["audit"] = "audit"
+    action: Literal["create", "update", "pause", "resume", "delete", "wake", "abort"]
+    target: str  # "schedule:<id>"
+    by: str
+    at: str
+    detail: dict[str, Any] = Field(default_factory=dict)
 
 
 # -- decisions --------------------------------------------------------------------

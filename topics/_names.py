@@ -8,9 +8,9 @@ __all__ = ["TOPIC_NAMES", "Topics"]
 
 #: topic → (what it carries, compacted?)
 TOPIC_NAMES: dict[str, tuple[str, bool]] = {
-    "inbox": ("job starts and events, keyed by job key, in order per job", False),
+    "inbox": ("job starts, events (by job key) and schedule wakes (by schedule id)", False),
     "ticks": ("clock ticks, one per partition, co-partitioned with the inbox", False),
-    "tasks": ("task.opened / task.closed for channel services, keyed by job key", False),
+    "tasks": ("task.opened / task.closed (by job key), schedule.prompt (by schedule id)", False),
     "decisions": ("one record per decision: the audit log, replayable", False),
     "jobs": ("job snapshots for read models, keyed by job key", True),
     "playbooks": ("the playbook registry, keyed KEY@vN (one key per version)", True),
@@ -18,6 +18,9 @@ TOPIC_NAMES: dict[str, tuple[str, bool]] = {
     "messages": ("the conversation: every message in and out, keyed by job key", False),
     "journal": ("every model call and tool call, with tokens and outcome, by job key", False),
     "conversations": ("the agents' conversation state (their changelog), by job key", True),
+    "schedules": ("schedule definitions, keyed by schedule id; a tombstone deletes", True),
+    "schedule-runs": ("every run of a schedule, and the agents' reports, by schedule id", False),
+    "audit": ("operator actions on schedules, keyed by schedule id", False),
 }
 
 
@@ -76,6 +79,21 @@ class Topics:
     def conversations(self) -> str:
         """The agents' conversation state (compacted: their changelog)."""
         return f"{self.prefix}conversations"
+
+    @property
+    def schedules(self) -> str:
+        """Compacted schedule definitions."""
+        return f"{self.prefix}schedules"
+
+    @property
+    def schedule_runs(self) -> str:
+        """Every run of a schedule, and the agents' reports."""
+        return f"{self.prefix}schedule-runs"
+
+    @property
+    def audit(self) -> str:
+        """Operator actions on schedules."""
+        return f"{self.prefix}audit"
 
     def all(self) -> dict[str, str]:
         """short name → full name, for every topic."""

@@ -371,6 +371,9 @@ SHORT = [
     "messages",
     "journal",
     "conversations",
+    "schedules",
+    "schedule-runs",
+    "audit",
 ]
 
 
@@ -395,6 +398,7 @@ def test_only_the_latest_state_topics_are_compacted() -> None:
         "jobs",
         "playbooks",
         "conversations",
+        "schedules",
     }
     assert all(what for what, _compacted in TOPIC_NAMES.values())
 
@@ -412,7 +416,7 @@ def test_a_custom_prefix() -> None:
 @pytest.mark.parametrize("short", SHORT)
 def test_name_of_every_short_name(short: str) -> None:
     assert Topics("p-").name(short) == f"p-{short}"
-    assert getattr(Topics("p-"), short) == f"p-{short}"
+    assert getattr(Topics("p-"), short.replace("-", "_")) == f"p-{short}"
 
 
 @pytest.mark.parametrize("bad", ["nope", "lemongraph.inbox", "acme.nope", "", "INBOX"])
