@@ -13,10 +13,12 @@ __all__ = [
     "is_catalog",
     "is_flow",
     "is_scenario",
+    "is_schedules",
     "load_playbook_file",
     "load_playbooks_dir",
     "playbook_files",
     "scenario_files",
+    "schedules_file",
 ]
 
 _SUFFIXES = (".yaml", ".yml", ".json")
@@ -30,6 +32,21 @@ def is_scenario(path: Path) -> bool:
 def is_catalog(path: Path) -> bool:
     """``catalog.yaml|yml|json``: the agent catalog (docs/agents.md), not a playbook."""
     return path.suffix in _SUFFIXES and path.stem == "catalog"
+
+
+def is_schedules(path: Path, folder: Path) -> bool:
+    """``schedules.yaml|yml|json`` at the top of ``folder``: the schedules it
+    declares (docs/schedules.md, "schedules.yaml"), not a playbook."""
+    return path.suffix in _SUFFIXES and path.stem == "schedules" and path.parent == folder
+
+
+def schedules_file(folder: Path) -> Path | None:
+    """The folder's ``schedules.yaml`` (or ``.yml``, ``.json``), if it has one."""
+    for suffix in _SUFFIXES:
+        path = folder / f"schedules{suffix}"
+        if path.is_file():
+            return path
+    return None
 
 
 def is_standin_script(path: Path) -> bool:
@@ -47,7 +64,8 @@ def is_flow(path: Path, folder: Path) -> bool:
 
 def playbook_files(folder: Path) -> list[Path]:
     """Every playbook file under ``folder`` (recursively), sorted: every YAML or
-    JSON file but scenarios, the agent catalog and the flows (``flows/``)."""
+    JSON file but scenarios, the agent catalog, the flows (``flows/``) and the
+    schedules (``schedules.yaml``)."""
     return sorted(
         p
         for p in folder.rglob("*")
@@ -56,6 +74,7 @@ def playbook_files(folder: Path) -> list[Path]:
         and not is_scenario(p)
         and not is_catalog(p)
         and not is_flow(p, folder)
+        and not is_schedules(p, folder)
         and not is_standin_script(p)
     )
 
