@@ -20,18 +20,47 @@ from typing import Any, Literal
 
 from topics import JobKeyError, check_key
 
-from ._cron import Cron, ScheduleError, parse_cron, zone
+from ._cron import (
+    Cron,
+    ScheduleError,
+    count_slots,
+    next_slot,
+    parse_cron,
+    previous_slot,
+    slots_between,
+    zone,
+)
 from ._durations import format_offset, parse_duration
 from ._source import did_you_mean
 
 __all__ = [
+    "HEARTBEAT_OK",
+    "MAX_RECORDS",
+    "MAX_REQUESTS",
     "OVERLAPS",
+    "ActiveRun",
+    "Define",
+    "Deliver",
+    "Dispatch",
     "Overlap",
+    "Pending",
+    "Remove",
+    "Report",
+    "RetryDue",
+    "RunRecorded",
     "Schedule",
+    "ScheduleEffect",
+    "ScheduleInput",
+    "ScheduleState",
+    "ScheduleStep",
+    "ScheduleTick",
+    "TriggeredBy",
+    "Wake",
     "jitter_ms",
     "render_key",
     "request_run_id",
     "retry_id",
+    "schedule_step",
     "slot_id",
     "slugify",
     "validate_schedule",
@@ -416,3 +445,683 @@ def render_key(template: str, schedule: Schedule, nominal: datetime) -> str:
         "instant": utc.strftime("%Y%m%dT%H%MZ"),
     }
     return _PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group()), template)
+
+
+# -- the state machine (docs/schedules.md, "How a slot is decided") ----------------
+
+#: at most this many records of one kind (missed, coalesced) per step; past it,
+#: one record stands for the rest (``missed_count``, ``slot`` to ``slot_last``)
+MAX_RECORDS = 100
+#: the wake request ids a state remembers for de-duplication
+MAX_REQUESTS = 64
+#: the longest output excerpt a run record carries
+MAX_OUTPUT = 2000
+HEARTBEAT_OK = "HEARTBEAT_OK"
+
+TriggeredBy = Literal["schedule", "manual", "wake", "retry"]
+
+
+@dataclass(frozen=True)
+class ActiveRun:
+    """A prompt run dispatched and not yet ended."""
+
+    run_id: str
+    slot_ms: int | None
+    triggered_by: TriggeredBy
+    attempt: int
+    root_run_id: str
+    started_ms: int
+    deadline_ms: int
+    context: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Pending:
+    """``buffer_one``: the slot waiting for the active run to end."""
+
+    run_id: str
+    slot_ms: int
+
+
+@dataclass(frozen=True)
+class RetryDue:
+    """Retry ``attempt`` (1, 2, ...) of the run ``root_run_id``, due at ``due_ms``."""
+
+    root_run_id: str
+    attempt: int
+    due_ms: int
+    slot_ms: int | None
+
+
+@dataclass(frozen=True)
+class ScheduleState:
+    """What the worker keeps per schedule (JSON-able: :meth:`to_json`,
+    :meth:`from_json`). ``next_slot_ms``: the nominal instant of the oldest slot
+    not yet handled (None while paused); ``last_slot_ms``: the newest slot
+    handled (fired, skipped or missed)."""
+
+    schedule: Schedule
+    version: int
+    next_slot_ms: int | None
+    last_slot_ms: int | None
+    active: tuple[ActiveRun, ...] = ()
+    buffered: Pending | None = None
+    retries: tuple[RetryDue, ...] = ()
+    requests: tuple[str, ...] = ()
+
+    def due_ms(self) -> int | None:
+        """When the next tick has something to do: the earliest of the next
+        slot's fire instant (nominal + its jitter), the active runs' deadlines
+        and the retries' dues; None when nothing is due ever."""
+        candidates = [run.deadline_ms for run in self.active]
+        candidates += [retry.due_ms for retry in self.retries]
+        if self.next_slot_ms is not None:
+            candidates.append(_fire_ms(self.schedule, self.next_slot_ms))
+        return min(candidates) if candidates else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schedule": self.schedule.to_json(),
+            "version": self.version,
+            "next": self.next_slot_ms,
+            "last": self.last_slot_ms,
+            "active": [
+                [
+                    r.run_id,
+                    r.slot_ms,
+                    r.triggered_by,
+                    r.attempt,
+                    r.root_run_id,
+                    r.started_ms,
+                    r.deadline_ms,
+                    _plain(r.context) if r.context is not None else None,
+                ]
+                for r in self.active
+            ],
+            "buffered": ([self.buffered.run_id, self.buffered.slot_ms] if self.buffered else None),
+            "retries": [[r.root_run_id, r.attempt, r.due_ms, r.slot_ms] for r in self.retries],
+            "requests": list(self.requests),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ScheduleState:
+        buffered = data.get("buffered")
+        return cls(
+            schedule=validate_schedule(data["schedule"]),
+            version=int(data["version"]),
+            next_slot_ms=data.get("next"),
+            last_slot_ms=data.get("last"),
+            active=tuple(
+                ActiveRun(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7])
+                for a in data.get("active", ())
+            ),
+            buffered=Pending(buffered[0], buffered[1]) if buffered else None,
+            retries=tuple(RetryDue(r[0], r[1], r[2], r[3]) for r in data.get("retries", ())),
+            requests=tuple(data.get("requests", ())),
+        )
+
+
+# inputs
+
+
+@dataclass(frozen=True)
+class Define:
+    """A definition applied: create, update, pause (``enabled: false``), resume."""
+
+    schedule: Schedule
+
+
+@dataclass(frozen=True)
+class Remove:
+    """The schedule deleted (a tombstone)."""
+
+
+@dataclass(frozen=True)
+class ScheduleTick:
+    """The clock reached ``now``: fire what is due."""
+
+
+@dataclass(frozen=True)
+class Wake:
+    """Fire now (docs/schedules.md, "Wake")."""
+
+    request_id: str
+    context: Mapping[str, Any] | None = None
+    skip_if_running: bool = False
+
+
+@dataclass(frozen=True)
+class Report:
+    """How a prompt run ended (a ``schedule.report`` record)."""
+
+    run_id: str
+    status: Literal["completed", "failed"]
+    output: str = ""
+    error: str | None = None
+
+
+ScheduleInput = Define | Remove | ScheduleTick | Wake | Report
+
+
+# effects
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """Carry out a run's action. ``action`` is the schedule's action object (a
+    prompt's text has ``Context: <json>`` appended when the run carries a
+    context); ``job_key``: the job a ``start_job`` starts (the slot id, the
+    rendered key template, or the run id of a wake/retry run) or the job a
+    ``send_event`` goes to; ``deadline_ms``: a prompt run's timeout instant."""
+
+    run_id: str
+    schedule_id: str
+    slot_ms: int | None
+    triggered_by: TriggeredBy
+    attempt: int
+    root_run_id: str
+    action: Mapping[str, Any]
+    context: Mapping[str, Any] | None = None
+    job_key: str | None = None
+    deadline_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class RunRecorded:
+    """A ``schedule.run`` record (every field of ``topics.ScheduleRunRecord``)."""
+
+    run: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Deliver:
+    """Send ``text`` to ``target`` (``web:<job>`` or ``email:<address>``)."""
+
+    run_id: str
+    target: str
+    text: str
+
+
+ScheduleEffect = Dispatch | RunRecorded | Deliver
+
+
+@dataclass(frozen=True)
+class ScheduleStep:
+    """The new state (None: removed) and the effects, in order."""
+
+    state: ScheduleState | None
+    effects: tuple[ScheduleEffect, ...]
+
+
+def _dt(ms: int) -> datetime:
+    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms)
+
+
+def _to_ms(instant: datetime) -> int:
+    delta = instant.astimezone(UTC) - datetime(1970, 1, 1, tzinfo=UTC)
+    return delta.days * 86_400_000 + delta.seconds * 1000 + delta.microseconds // 1000
+
+
+def _fire_ms(schedule: Schedule, slot_ms: int) -> int:
+    if not schedule.jitter_ms:
+        return slot_ms
+    return slot_ms + jitter_ms(slot_id(schedule.id, _dt(slot_ms)), schedule.jitter_ms)
+
+
+class _Decision:
+    """One step's working state: the fields of the state being decided and the
+    effects so far."""
+
+    def __init__(self, state: ScheduleState, now: datetime) -> None:
+        self.schedule = state.schedule
+        self.version = state.version
+        self.next_slot_ms = state.next_slot_ms
+        self.last_slot_ms = state.last_slot_ms
+        self.active = list(state.active)
+        self.buffered = state.buffered
+        self.retries = list(state.retries)
+        self.requests = state.requests
+        self.now = now
+        self.now_ms = _to_ms(now)
+        self.at = _iso(now)
+        self.effects: list[ScheduleEffect] = []
+
+    def state(self) -> ScheduleState:
+        return ScheduleState(
+            schedule=self.schedule,
+            version=self.version,
+            next_slot_ms=self.next_slot_ms,
+            last_slot_ms=self.last_slot_ms,
+            active=tuple(self.active),
+            buffered=self.buffered,
+            retries=tuple(self.retries),
+            requests=self.requests,
+        )
+
+    def step(self) -> ScheduleStep:
+        return ScheduleStep(self.state(), tuple(self.effects))
+
+    # records
+
+    def record(
+        self,
+        run_id: str,
+        status: str,
+        triggered_by: TriggeredBy,
+        slot_ms: int | None,
+        *,
+        attempt: int = 0,
+        root_run_id: str | None = None,
+        started_ms: int | None = None,
+        ended: bool = False,
+        output: str | None = None,
+        error: str | None = None,
+        suppressed: bool = False,
+        context: Mapping[str, Any] | None = None,
+        job_key: str | None = None,
+        delivered_to: str | None = None,
+        slot_last_ms: int | None = None,
+        missed_count: int | None = None,
+    ) -> None:
+        self.effects.append(
+            RunRecorded(
+                {
+                    "type": "schedule.run",
+                    "schema": 1,
+                    "schedule_id": self.schedule.id,
+                    "run_id": run_id,
+                    "status": status,
+                    "triggered_by": triggered_by,
+                    "slot": _iso(_dt(slot_ms)) if slot_ms is not None else None,
+                    "slot_last": _iso(_dt(slot_last_ms)) if slot_last_ms is not None else None,
+                    "missed_count": missed_count,
+                    "attempt": attempt,
+                    "root_run_id": root_run_id or run_id,
+                    "started_at": _iso(_dt(started_ms)) if started_ms is not None else None,
+                    "ended_at": self.at if ended else None,
+                    "at": self.at,
+                    "output": output[:MAX_OUTPUT] if output is not None else None,
+                    "error": error,
+                    "suppressed": suppressed,
+                    "context": _plain(context) if context is not None else None,
+                    "job_key": job_key,
+                    "delivered_to": delivered_to,
+                }
+            )
+        )
+
+    def slot_record(self, slot_ms: int, status: str, error: str) -> None:
+        run = slot_id(self.schedule.id, _dt(slot_ms))
+        self.record(run, status, "schedule", slot_ms, error=error)
+
+    def span_record(self, first_ms: int, last_ms: int, count: int, status: str, error: str) -> None:
+        run = slot_id(self.schedule.id, _dt(first_ms))
+        self.record(
+            run,
+            status,
+            "schedule",
+            first_ms,
+            error=error,
+            slot_last_ms=last_ms,
+            missed_count=count,
+        )
+
+    # firing
+
+    def fire(
+        self,
+        run_id: str,
+        triggered_by: TriggeredBy,
+        slot_ms: int | None,
+        attempt: int = 0,
+        root_run_id: str | None = None,
+        context: Mapping[str, Any] | None = None,
+    ) -> None:
+        schedule = self.schedule
+        root = root_run_id or run_id
+        action: dict[str, Any] = _plain(schedule.action)
+        kind = action["type"]
+        job_key: str | None = None
+        deadline: int | None = None
+        if kind == "start_job":
+            template = action.get("key")
+            if triggered_by == "schedule" and slot_ms is not None and template:
+                job_key = render_key(template, schedule, _dt(slot_ms))
+            else:
+                job_key = run_id
+        elif kind == "send_event":
+            job_key = action["job_key"]
+        else:
+            deadline = self.now_ms + schedule.timeout_ms
+            if context:
+                action["prompt"] = f"{action['prompt']}\n\nContext: {_canonical(context)}"
+        self.effects.append(
+            Dispatch(
+                run_id,
+                schedule.id,
+                slot_ms,
+                triggered_by,
+                attempt,
+                root,
+                action,
+                _plain(context) if context is not None else None,
+                job_key,
+                deadline,
+            )
+        )
+        if kind == "prompt":
+            assert deadline is not None
+            self.active.append(
+                ActiveRun(
+                    run_id,
+                    slot_ms,
+                    triggered_by,
+                    attempt,
+                    root,
+                    self.now_ms,
+                    deadline,
+                    _plain(context) if context is not None else None,
+                )
+            )
+            status = "running"
+            ended = False
+        else:
+            status = "completed"
+            ended = True
+        self.record(
+            run_id,
+            status,
+            triggered_by,
+            slot_ms,
+            attempt=attempt,
+            root_run_id=root,
+            started_ms=self.now_ms,
+            ended=ended,
+            context=context,
+            job_key=job_key,
+        )
+
+    def fire_slot(self, slot_ms: int) -> None:
+        """A slot whose turn came: the overlap policy decides (prompt runs only
+        are ever active)."""
+        run = slot_id(self.schedule.id, _dt(slot_ms))
+        if self.active and self.schedule.overlap != "allow_all":
+            if self.schedule.overlap == "skip":
+                self.slot_record(
+                    slot_ms, "skipped", f"overlap: run {self.active[0].run_id} still running"
+                )
+                return
+            if self.buffered is not None:
+                self.slot_record(
+                    self.buffered.slot_ms,
+                    "skipped",
+                    f"overlap: buffered slot replaced by the slot of {_iso(_dt(slot_ms))}",
+                )
+            self.buffered = Pending(run, slot_ms)
+            return
+        self.fire(run, "schedule", slot_ms)
+
+    # ends
+
+    def end(self, run: ActiveRun, status: str, output: str | None, error: str | None) -> None:
+        self.active = [a for a in self.active if a.run_id != run.run_id]
+        schedule = self.schedule
+        suppressed = status == "suppressed"
+        target = schedule.deliver_to
+        delivered_to = None
+        if not suppressed and target != "none":
+            if status == "completed":
+                text = output or ""
+            else:
+                text = f"Schedule {schedule.name!r} ({schedule.id}): run {run.run_id} {status}"
+                if error:
+                    text += f": {error}"
+                if output:
+                    text += f"\n\n{output}"
+            self.effects.append(Deliver(run.run_id, target, text))
+            delivered_to = target
+        self.record(
+            run.run_id,
+            status,
+            run.triggered_by,
+            run.slot_ms,
+            attempt=run.attempt,
+            root_run_id=run.root_run_id,
+            started_ms=run.started_ms,
+            ended=True,
+            output=output,
+            error=error,
+            suppressed=suppressed,
+            context=run.context,
+            delivered_to=delivered_to,
+        )
+        if (
+            status in ("failed", "timeout")
+            and run.triggered_by in ("schedule", "retry")
+            and run.attempt < schedule.max_retries
+        ):
+            self.retries.append(
+                RetryDue(
+                    run.root_run_id,
+                    run.attempt + 1,
+                    self.now_ms + schedule.retry_backoff_ms,
+                    run.slot_ms,
+                )
+            )
+        self.release_buffered()
+
+    def release_buffered(self) -> None:
+        if self.buffered is None or self.active:
+            return
+        pending, self.buffered = self.buffered, None
+        if not self.schedule.enabled:
+            self.slot_record(pending.slot_ms, "skipped", "paused")
+            return
+        self.fire(pending.run_id, "schedule", pending.slot_ms)
+
+    # the tick
+
+    def tick(self) -> None:
+        now_ms = self.now_ms
+        for run in list(self.active):
+            if run.deadline_ms <= now_ms:
+                self.end(
+                    run,
+                    "timeout",
+                    None,
+                    f"timeout: no report within {_duration(self.schedule.timeout_ms)}",
+                )
+        due = sorted(
+            (r for r in self.retries if r.due_ms <= now_ms), key=lambda r: (r.due_ms, r.root_run_id)
+        )
+        for retry in due:
+            self.retries.remove(retry)
+            rerun = retry_id(retry.root_run_id, retry.attempt)
+            if not self.schedule.enabled:
+                self.record(
+                    rerun,
+                    "skipped",
+                    "retry",
+                    retry.slot_ms,
+                    attempt=retry.attempt,
+                    root_run_id=retry.root_run_id,
+                    error="paused",
+                )
+                continue
+            self.fire(rerun, "retry", retry.slot_ms, retry.attempt, retry.root_run_id)
+        if self.next_slot_ms is not None and self.next_slot_ms <= now_ms:
+            self.slots()
+
+    def slots(self) -> None:
+        """The slots in [next slot, now] (docs/schedules.md, "Catch-up"), in
+        time bounded by :data:`MAX_RECORDS`, not by the downtime."""
+        schedule = self.schedule
+        cron, tz = schedule.cron, schedule.timezone
+        assert self.next_slot_ms is not None
+        first = _dt(self.next_slot_ms)
+        now = self.now
+        spread = timedelta(milliseconds=schedule.jitter_ms)
+        # The newest slot whose fire instant (nominal + jitter) has come.
+        settled = previous_slot(cron, tz, now - spread)
+        candidates = [settled] if settled is not None and settled >= first else []
+        low = max(first - timedelta(microseconds=1), now - spread)
+        if schedule.jitter_ms:
+            candidates += slots_between(cron, tz, low, now, 1000)
+        fire = None
+        for candidate in candidates:
+            if _fire_ms(schedule, _to_ms(candidate)) <= self.now_ms:
+                fire = candidate
+        # The catch-up window: a slot older than its start is missed. Default
+        # (one period): the newest settled slot opens it.
+        if schedule.catchup_window_ms is None:
+            start = settled if settled is not None else first
+        else:
+            start = now - spread - timedelta(milliseconds=schedule.catchup_window_ms)
+        if fire is not None and fire < start:
+            fire = None
+        # The window's slots before the one that fires, newest first, at most
+        # MAX_RECORDS (older ones count as missed).
+        window: list[datetime] = []
+        if fire is not None:
+            cursor = fire
+            while len(window) < MAX_RECORDS:
+                before = previous_slot(cron, tz, cursor - timedelta(microseconds=1))
+                if before is None or before < start or before < first:
+                    break
+                window.append(before)
+                cursor = before
+            if len(window) == MAX_RECORDS:
+                start = window[-1]
+            window.reverse()
+        # Missed: [first, start).
+        cursor = first
+        count = 0
+        while cursor < start and count < MAX_RECORDS:
+            self.slot_record(_to_ms(cursor), "missed", "missed: older than the catch-up window")
+            self.last_slot_ms = _to_ms(cursor)
+            count += 1
+            cursor = next_slot(cron, tz, cursor)
+        if cursor < start:
+            last = previous_slot(cron, tz, start - timedelta(microseconds=1))
+            assert last is not None
+            total = count_slots(cron, tz, cursor - timedelta(microseconds=1), last)
+            self.span_record(
+                _to_ms(cursor),
+                _to_ms(last),
+                total,
+                "missed",
+                f"missed: {total} slots older than the catch-up window",
+            )
+            self.last_slot_ms = _to_ms(last)
+            cursor = next_slot(cron, tz, last)
+        if fire is None:
+            self.next_slot_ms = _to_ms(cursor)
+            return
+        for slot in window:
+            if schedule.overlap == "allow_all":
+                self.fire_slot(_to_ms(slot))
+            else:
+                self.slot_record(_to_ms(slot), "skipped", "coalesced")
+        self.fire_slot(_to_ms(fire))
+        self.last_slot_ms = _to_ms(fire)
+        self.next_slot_ms = _to_ms(next_slot(cron, tz, fire))
+
+
+def _canonical(value: Any) -> str:
+    import json
+
+    return json.dumps(_plain(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def schedule_step(state: ScheduleState | None, now: datetime, item: ScheduleInput) -> ScheduleStep:
+    """Decide ``item`` at ``now`` (docs/schedules.md, "How a slot is decided").
+    Pure and deterministic: the same state, instant and input give equal
+    effects. ``state`` None: no schedule (only :class:`Define` does anything)."""
+    if now.tzinfo is None or now.utcoffset() is None:
+        raise ValueError(f"now must be a timezone-aware datetime, got {now!r}")
+    if state is None:
+        if not isinstance(item, Define):
+            return ScheduleStep(None, ())
+        schedule = item.schedule
+        upcoming = (
+            _to_ms(next_slot(schedule.cron, schedule.timezone, now)) if schedule.enabled else None
+        )
+        return ScheduleStep(ScheduleState(schedule, 1, upcoming, None), ())
+    decision = _Decision(state, now)
+    if isinstance(item, ScheduleTick):
+        decision.tick()
+    elif isinstance(item, Define):
+        _define(decision, item.schedule)
+    elif isinstance(item, Remove):
+        for run in decision.active:
+            decision.record(
+                run.run_id,
+                "aborted",
+                run.triggered_by,
+                run.slot_ms,
+                attempt=run.attempt,
+                root_run_id=run.root_run_id,
+                started_ms=run.started_ms,
+                ended=True,
+                error="aborted: the schedule was removed",
+                context=run.context,
+            )
+        if decision.buffered is not None:
+            decision.slot_record(decision.buffered.slot_ms, "skipped", "the schedule was removed")
+        return ScheduleStep(None, tuple(decision.effects))
+    elif isinstance(item, Wake):
+        _wake(decision, item)
+    elif isinstance(item, Report):
+        ended = next((a for a in decision.active if a.run_id == item.run_id), None)
+        if ended is None:
+            return ScheduleStep(state, ())  # late, duplicate, or after a timeout
+        if item.status == "completed":
+            quiet = state.schedule.heartbeat and item.output.strip() == HEARTBEAT_OK
+            decision.end(ended, "suppressed" if quiet else "completed", item.output, None)
+        else:
+            decision.end(ended, "failed", item.output or None, item.error or "failed")
+    else:  # pragma: no cover
+        raise TypeError(f"not a schedule input: {item!r}")
+    return decision.step()
+
+
+def _define(decision: _Decision, schedule: Schedule) -> None:
+    """An update: what was due under the old definition is decided first; then
+    the next slot is the first after max(now, last slot); paused: none."""
+    decision.tick()
+    decision.schedule = schedule
+    decision.version += 1
+    if decision.buffered is not None and (not schedule.enabled or schedule.overlap != "buffer_one"):
+        pending, decision.buffered = decision.buffered, None
+        decision.slot_record(
+            pending.slot_ms, "skipped", "paused" if not schedule.enabled else "overlap changed"
+        )
+    if not schedule.enabled:
+        decision.next_slot_ms = None
+        return
+    after = decision.now
+    if decision.last_slot_ms is not None and decision.last_slot_ms > decision.now_ms:
+        after = _dt(decision.last_slot_ms)
+    decision.next_slot_ms = _to_ms(next_slot(schedule.cron, schedule.timezone, after))
+
+
+def _wake(decision: _Decision, item: Wake) -> None:
+    if item.request_id in decision.requests:
+        return
+    decision.requests = (*decision.requests, item.request_id)[-MAX_REQUESTS:]
+    run = request_run_id(decision.schedule.id, item.request_id)
+    context = item.context
+    if not decision.schedule.enabled:
+        decision.record(run, "skipped", "wake", None, error="paused", context=context)
+        return
+    if item.skip_if_running and decision.active:
+        decision.record(
+            run,
+            "skipped",
+            "wake",
+            None,
+            error=f"skip_if_running: run {decision.active[0].run_id} is running",
+            context=context,
+        )
+        return
+    decision.fire(run, "wake", None, context=context)
