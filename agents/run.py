@@ -369,22 +369,29 @@ class Runner:
         conv.active = None
         conv.tape = []
         end = RunEnd(reason, budget.turns, budget.tool_calls, budget.tokens)
+        await self._journal_run(conv, outbox, run_id, CONVERSATION, end, tape.pos)
+        return end
+
+    async def _journal_run(
+        self, conv: Conversation, outbox: Outbox, run_id: str, agent: str, end: RunEnd,
+        replayed: int,
+    ) -> None:  # fmt: skip
+        """The run's ``journal.run`` record."""
         await outbox.publish(
             "journal",
             conv.job_key,
             JournalRun(
                 job_key=conv.job_key,
                 run_id=run_id,
-                agent=CONVERSATION,
+                agent=agent,
                 at=self._now(),
-                ended=reason,
+                ended=end.reason,
                 turns=end.turns,
                 tool_calls=end.tool_calls,
                 tokens=end.tokens,
-                replayed=tape.pos,
+                replayed=replayed,
             ),
         )
-        return end
 
     # -- the loop ---------------------------------------------------------------------
 

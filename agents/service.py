@@ -49,6 +49,7 @@ from topics import (
     Headers,
     InboxEvent,
     MessageRecord,
+    SchedulePromptTask,
     TaskClosedRecord,
     TaskOpenedRecord,
     TaskRecord,
@@ -69,6 +70,8 @@ from .flowservice import (
 )
 from .model import Model, ModelSettings
 from .run import Conversation, Outbox, Runner
+from .schedule_runs import KIND as PROMPT_RUN
+from .schedule_runs import PromptRuns
 
 __all__ = ["AgentService", "AgentStats", "build_service"]
 
@@ -151,6 +154,8 @@ class AgentService:
         self.partitions: dict[int, asyncio.Event] = {}
         self._model: Model | None = None
         self._client: httpx.AsyncClient | None = None
+        #: The ``schedule.prompt`` runs (agents/schedule_runs.py).
+        self.prompts = PromptRuns(self)
 
     # -- state ----------------------------------------------------------------------
 
@@ -193,6 +198,9 @@ class AgentService:
             data = orjson.loads(stored)
             if data.get("partition") not in mine:
                 continue
+            if data.get("kind") == PROMPT_RUN:
+                resumed += self.prompts.resume(data)
+                continue
             if data.get("flow_expires"):
                 self.expiring[str(data["job_key"])] = _parse_time(data["flow_expires"])
             if data.get("due") or data.get("flow_due"):
@@ -215,6 +223,7 @@ class AgentService:
             task.cancel()
         if stopping:
             await asyncio.gather(*stopping, return_exceptions=True)
+        stopping += await self.prompts.stop(gone)
         if self.flush is not None:
             await self.flush()
         for key in keys:
@@ -302,8 +311,10 @@ class AgentService:
             return
         if message and record.direction != "in":
             return  # what an agent said: written by us, delivered by its channel
-        if not message and record.type == "schedule.prompt":
-            return  # a schedule's run (docs/schedules.md): not a job's task
+        if isinstance(record, SchedulePromptTask):
+            # A schedule's run (docs/agents.md, "Scheduled prompts and heartbeats").
+            await self.prompts.take(record, where.partition if where is not None else None)
+            return
         conv = self.load(record.job_key)
         if where is not None:
             conv.partition = where.partition
@@ -445,8 +456,9 @@ class AgentService:
 
     async def close(self) -> None:
         """Wait for runs in flight; close the clients and the store."""
-        if self.running:
-            await asyncio.gather(*self.running.values(), return_exceptions=True)
+        runs = [*self.running.values(), *self.prompts.running.values()]
+        if runs:
+            await asyncio.gather(*runs, return_exceptions=True)
         if self._model is not None:
             await self._model.close()
         if self._client is not None:

@@ -21,8 +21,9 @@ latest message contains this, in any case). For a flow's llm node
 (docs/flows.md, "Running a flow at the terminal"): ``flow`` (the flow's name),
 ``flow_node`` (the node's id), ``prompt_contains`` (its prompt contains this, in
 any case), ``schema`` (true: the node asked for JSON of a shape; false: it did
-not). A rule answers with ``say`` (text), ``call`` (a tool call) or ``json`` (a
-JSON value, sent as its text); a node asking for JSON that no rule answers gets
+not). A rule answers with ``say`` (text), ``call`` (a tool call), ``json`` (a
+JSON value, sent as its text) or ``fail`` (an HTTP error status, 400-599: a model
+that fails); a node asking for JSON that no rule answers gets
 the smallest value of its shape (the first of an enum, ``""``, ``0``, ``false``,
 ``[]``). A call answers either the person or
 a tool result, so a rule that books on "book" does not book again once the
@@ -95,14 +96,21 @@ class _Rule(BaseModel):
     say: str | None = None
     call: _Call | None = None
     json_: Any = Field(None, alias="json")
+    #: Answer the call with this HTTP error status instead (a model that fails).
+    fail: int | None = Field(None, ge=400, le=599)
 
     @model_validator(mode="after")
     def _one_answer(self) -> _Rule:
         answers = (
-            (self.say is not None) + (self.call is not None) + ("json_" in self.model_fields_set)
+            (self.say is not None)
+            + (self.call is not None)
+            + ("json_" in self.model_fields_set)
+            + (self.fail is not None)
         )
         if answers != 1:
-            raise ValueError("a rule answers with exactly one of say or call, or with json")
+            raise ValueError(
+                "a rule answers with exactly one of say or call, or with json, or fail"
+            )
         return self
 
 
@@ -154,6 +162,8 @@ class Answer:
     say: str | None = None
     tool: str | None = None
     args: Mapping[str, Any] = field(default_factory=dict)
+    #: An HTTP error status to answer with instead of a reply.
+    fail: int | None = None
 
 
 def _matches(when: _When, seen: Seen) -> bool:
@@ -192,6 +202,8 @@ def policy(seen: Seen, script: StandinScript | None = None) -> Answer:
             if _matches(rule.when, seen):
                 if rule.call is not None:
                     return Answer(tool=rule.call.tool, args=dict(rule.call.args))
+                if rule.fail is not None:
+                    return Answer(fail=rule.fail)
                 if "json_" in rule.model_fields_set:
                     return Answer(say=json.dumps(rule.json_, sort_keys=True))
                 return Answer(say=rule.say)
@@ -414,6 +426,8 @@ def build_standin(script: StandinScript | None = None) -> FastAPI:
         app.state.calls += 1
         seen = seen_in_responses(body)
         answer = policy(seen, script)
+        if answer.fail is not None:
+            return _failure(answer.fail)
         model = str(body.get("model") or "standin")
         if answer.tool is not None:
             out_text = json.dumps(dict(answer.args), sort_keys=True)
@@ -466,6 +480,8 @@ def build_standin(script: StandinScript | None = None) -> FastAPI:
         app.state.calls += 1
         seen = seen_in_chat(body)
         answer = policy(seen, script)
+        if answer.fail is not None:
+            return _failure(answer.fail)
         message: dict[str, Any] = {"role": "assistant", "content": None}
         finish: Literal["stop", "tool_calls"] = "stop"
         if answer.tool is not None:
@@ -513,6 +529,15 @@ def build_standin(script: StandinScript | None = None) -> FastAPI:
 def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse(
         {"error": {"message": message, "type": "invalid_request_error"}}, status_code=status
+    )
+
+
+def _failure(status: int) -> JSONResponse:
+    """A scripted failure (a rule's ``fail``), as an OpenAI error body."""
+    kind = "server_error" if status >= 500 else "invalid_request_error"
+    return JSONResponse(
+        {"error": {"message": f"the stand-in's script fails this call ({status})", "type": kind}},
+        status_code=status,
     )
 
 

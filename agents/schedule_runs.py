@@ -1,0 +1,313 @@
+"""Scheduled prompts in the agents service (docs/agents.md, "Scheduled prompts and
+heartbeats").
+
+A ``schedule.prompt`` task on ``tasks`` (key: the schedule id) asks for one run of
+a catalog agent on a prompt. It has no job: its state is a :class:`PromptRun`
+of its own, kept in the service's store and on the ``conversations`` changelog
+under ``schedule-run/<run id>`` (a key no job can have: a job key has no ``/``),
+on the partition the task came on. The run's steps are checkpointed there as a
+job's run's are (docs/agents.md, "Crash safety"), so a task delivered again, or a
+service killed mid-run, never runs it twice: a recorded model reply is replayed,
+a tool call takes effect once.
+
+When the run ends, a :class:`~topics.ScheduleReport` goes to ``schedule-runs``
+(key: the schedule id, the task's partition): ``completed`` with the reply as it
+was (untrimmed: the worker decides what is a heartbeat's ``HEARTBEAT_OK``), or
+``failed`` with the reason. The report is checkpointed before it is produced
+and marked reported once acknowledged: a task delivered after that publishes
+nothing; a crash between the acknowledgement and the mark publishes exactly the
+same record (the same bytes) once more, which the worker ignores (a report for
+a run that is not active).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+import orjson
+from compiler import to_iso
+from pydantic import BaseModel
+from topics import JournalModelCall, SchedulePromptTask, ScheduleReport, encode
+
+from .compose import OpenTask, Turn
+from .run import Conversation, Outbox, RunEnd, Runner, _Budget, _Tape
+
+if TYPE_CHECKING:
+    from .service import AgentService
+
+__all__ = ["KIND", "PromptRun", "PromptRuns", "run_key"]
+
+log = logging.getLogger(__name__)
+
+#: What a prompt run's stored record says it is (beside the jobs' conversations).
+KIND = "schedule.prompt"
+#: The milestone a prompt run's one task is filed under (what ``compose`` needs).
+MILESTONE = "schedule"
+
+
+def run_key(run_id: str) -> bytes:
+    """The store and changelog key of a prompt run."""
+    return f"schedule-run/{run_id}".encode()
+
+
+def job_key_of(schedule_id: str) -> str:
+    """What a prompt run's journal records are filed under (docs/schedules.md)."""
+    return f"schedule:{schedule_id}"
+
+
+def prompt_text(prompt: str, context: dict[str, Any] | None) -> str:
+    """The prompt, and a wake's context after it (docs/schedules.md, "Wake")."""
+    if not context:
+        return prompt
+    shown = orjson.dumps(context, option=orjson.OPT_SORT_KEYS).decode()
+    return f"{prompt}\n\nContext: {shown}"
+
+
+@dataclass
+class PromptRun:
+    """One prompt run as the service keeps it."""
+
+    task: dict[str, Any]
+    partition: int | None
+    #: ``running`` (owed: run or resume it), ``ended`` (``report`` is set and not
+    #: yet acknowledged), ``reported``.
+    status: Literal["running", "ended", "reported"] = "running"
+    #: The run's conversation (turns, tape, calls made), while it runs.
+    conversation: dict[str, Any] | None = None
+    started_at: str | None = None
+    report: dict[str, Any] | None = None
+
+    @property
+    def record(self) -> SchedulePromptTask:
+        return SchedulePromptTask.model_validate(self.task)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": KIND,
+            "run_id": self.task["run_id"],
+            "task": self.task,
+            "partition": self.partition,
+            "status": self.status,
+            "conversation": self.conversation,
+            "started_at": self.started_at,
+            "report": self.report,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PromptRun:
+        return cls(
+            task=dict(data["task"]),
+            partition=data.get("partition"),
+            status=data.get("status", "running"),
+            conversation=data.get("conversation"),
+            started_at=data.get("started_at"),
+            report=data.get("report"),
+        )
+
+
+class PromptRunner(Runner):
+    """The runner, for one catalog agent on a prompt: its own tools and
+    delegates, its bounds, its journal records, no person to talk to."""
+
+    async def run_prompt(self, conv: Conversation, outbox: Outbox, agent: str) -> tuple[str, str]:
+        """Run ``agent`` on ``conv`` (its run id is ``conv.active``), resuming from
+        its tape; journal the run's end. (how it ended, its last reply)"""
+        assert conv.active is not None
+        budget = _Budget()
+        tape = _Tape(conv.tape)
+        said: list[str] = []
+        reason = await self._loop(conv, outbox, conv.active, agent, None, budget, said, tape)
+        end = RunEnd(reason, budget.turns, budget.tool_calls, budget.tokens)
+        await self._journal_run(conv, outbox, conv.active, agent, end, tape.pos)
+        return reason, said[-1] if said else ""
+
+
+class PromptRuns:
+    """The service's prompt runs: taken from ``tasks``, resumed on assignment,
+    stopped on revocation."""
+
+    def __init__(self, service: AgentService) -> None:
+        self.service = service
+        self.running: dict[str, asyncio.Task[None]] = {}
+        self.partition_of: dict[str, int | None] = {}
+
+    # -- state ------------------------------------------------------------------------
+
+    def load(self, run_id: str) -> PromptRun | None:
+        raw = self.service.db.get(run_key(run_id))
+        return PromptRun.from_json(orjson.loads(raw)) if raw else None
+
+    async def save(self, run: PromptRun) -> None:
+        """Changelog first (the task's partition), acknowledged; then the store."""
+        raw = orjson.dumps(run.to_json())
+        key = run_key(str(run.task["run_id"]))
+        await self.service._send(
+            self.service.topics.conversations, key, raw, partition=run.partition
+        )
+        self.service.db[key] = raw
+
+    # -- records ------------------------------------------------------------------------
+
+    async def take(self, task: SchedulePromptTask, partition: int | None) -> None:
+        """A ``schedule.prompt`` task: run it, unless this run id was taken before
+        (a task delivered again: the run in flight, or its checkpoint, goes on;
+        a run reported already publishes nothing)."""
+        run = self.load(task.run_id)
+        if run is None:
+            run = PromptRun(task.model_dump(mode="json", by_alias=True), partition)
+            await self.save(run)
+        elif run.status == "reported":
+            log.info("agents: prompt run %s was reported already: ignored", task.run_id)
+            return
+        self.start(run)
+
+    def resume(self, data: dict[str, Any]) -> bool:
+        """A stored prompt run of a partition just assigned: resumed when owed."""
+        run = PromptRun.from_json(data)
+        if run.status == "reported":
+            return False
+        self.start(run)
+        return True
+
+    def start(self, run: PromptRun) -> None:
+        run_id = str(run.task["run_id"])
+        task = self.running.get(run_id)
+        if task is not None and not task.done():
+            return
+        self.partition_of[run_id] = run.partition
+        self.running[run_id] = asyncio.create_task(self._go(run_id), name=f"agents:{run_id}")
+
+    async def stop(self, partitions: Iterable[int]) -> list[asyncio.Task[None]]:
+        """Stop the runs of revoked partitions (their new owner resumes them)."""
+        gone = set(partitions)
+        ids = [r for r, p in self.partition_of.items() if p in gone or p is None]
+        stopping = [self.running.pop(r) for r in ids if r in self.running]
+        for r in ids:
+            self.partition_of.pop(r, None)
+        for task in stopping:
+            task.cancel()
+        if stopping:
+            await asyncio.gather(*stopping, return_exceptions=True)
+        return stopping
+
+    # -- a run --------------------------------------------------------------------------
+
+    async def _go(self, run_id: str) -> None:
+        try:
+            async with self.service.limit:
+                run = self.load(run_id)  # the latest checkpoint
+                if run is None:
+                    return
+                if run.status == "running":
+                    await self._work(run)
+                if run.status == "ended":
+                    assert run.report is not None
+                    report = ScheduleReport.model_validate(run.report)
+                    await self.service._send(
+                        self.service.topics.schedule_runs,
+                        report.schedule_id.encode(),
+                        encode(report),
+                        partition=run.partition,
+                    )
+                    run.status = "reported"
+                    await self.save(run)
+        except Exception:
+            # Not an outcome of the run (those are reported): a fault of ours.
+            # The run stays owed; the worker times it out (docs/schedules.md).
+            log.exception("agents: prompt run %s stopped on an error", run_id)
+        finally:
+            if self.running.get(run_id) is asyncio.current_task():
+                del self.running[run_id]
+                self.partition_of.pop(run_id, None)
+
+    async def _work(self, run: PromptRun) -> None:
+        """Run the agent (or refuse to); checkpoint the report as ``ended``."""
+        task = run.record
+        service = self.service
+        now = service.clock()
+        deadline = _parse_time(task.deadline)
+        status: Literal["completed", "failed"] = "failed"
+        output, error = "", None
+        if task.agent not in service.catalog.agents:
+            error = f"unknown agent {task.agent!r}: not in the catalog ({service.catalog.source})"
+        elif deadline <= now:
+            when = "started" if run.started_at is None else "resumed"
+            error = f"deadline passed before the run {when} (deadline {task.deadline})"
+        else:
+            run.started_at = run.started_at or to_iso(now)
+            conv = self._conversation(run, task)
+            failures: list[JournalModelCall] = []
+
+            async def publish(topic: str, key: str, record: BaseModel) -> None:
+                # A prompt run has no job: no fact to record, no person to tell.
+                # Its journal records are the only ones it writes.
+                if topic != "journal":
+                    return
+                if isinstance(record, JournalModelCall) and record.outcome != "ok":
+                    failures.append(record)
+                await service.publish("journal", key, record)
+
+            async def save(conv: Conversation) -> None:
+                run.conversation = conv.to_json()
+                await self.save(run)
+
+            runner = self._runner()
+            seconds = (deadline - now).total_seconds()
+            try:
+                async with asyncio.timeout(seconds):
+                    reason, reply = await runner.run_prompt(conv, Outbox(publish, save), task.agent)
+            except TimeoutError:
+                reason, reply = "deadline", ""
+                error = f"deadline passed during the run (deadline {task.deadline})"
+            service.stats.runs += 1
+            service.stats.ended[reason] = service.stats.ended.get(reason, 0) + 1
+            if reason == "done":
+                status, output = "completed", reply
+            elif reason == "model_error":
+                last = failures[-1] if failures else None
+                why = f"{last.outcome}: {last.response}" if last is not None else "no reply"
+                error = f"the model call failed ({why})"
+            elif reason != "deadline":
+                error = f"budget exceeded: {reason}"
+        run.report = ScheduleReport(
+            schedule_id=task.schedule_id,
+            run_id=task.run_id,
+            status=status,
+            output=output,
+            error=error,
+            at=to_iso(service.clock()),
+        ).model_dump(mode="json", by_alias=True)
+        run.status = "ended"
+        run.conversation = None  # the journal has the run; the record stays small
+        await self.save(run)
+
+    def _conversation(self, run: PromptRun, task: SchedulePromptTask) -> Conversation:
+        """The run's conversation: the checkpointed one, else a new one whose one
+        task is the prompt and whose one turn is the prompt, as the person's."""
+        if run.conversation is not None:
+            return Conversation.from_json(run.conversation)
+        text = prompt_text(task.prompt, task.context)
+        return Conversation(
+            job_key_of(task.schedule_id),
+            tasks={MILESTONE: OpenTask(task.run_id, MILESTONE, text, task.deadline, ())},
+            frontier=[MILESTONE],
+            turns=[Turn("person", text)],
+            partition=run.partition,
+            active=task.run_id,
+        )
+
+    def _runner(self) -> PromptRunner:
+        base = self.service.runner()  # makes the model and HTTP clients on first use
+        return PromptRunner(
+            base.catalog, base.model, base.executor, history=base.history, clock=base.clock
+        )
+
+
+def _parse_time(text: str) -> datetime:
+    parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)

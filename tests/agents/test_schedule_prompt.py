@@ -1,0 +1,213 @@
+"""``schedule.prompt`` tasks in the agents service, on a real broker: the real
+``lemongraph agents`` process, the stand-in model over HTTP through the real
+``openai`` client, and a local tool endpoint. Each run reports once on
+``schedule-runs``, whatever is delivered again and whenever the service dies."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import orjson
+import pytest
+from fastapi import FastAPI, Request
+
+from agents.standin import StandinScript, build_standin
+from tests.lanes import Lane, wait_for
+
+pytestmark = [pytest.mark.broker, pytest.mark.timeout(240)]
+
+CATALOG = """\
+integrations: {}
+agents:
+  conversation: {instructions: Help.}
+  reporter:
+    instructions: You check the queue and report.
+    tools: [check_queue]
+  greeter:
+    instructions: You answer the schedule's prompt.
+  tight:
+    instructions: You check the queue, in one turn.
+    tools: [check_queue]
+    bounds: {max_turns: 1}
+tools:
+  check_queue:
+    description: Count what waits in the queue.
+    parameters: {type: object, properties: {}, additionalProperties: false}
+    http: {url: "${QUEUE_URL}/check", method: POST}
+    idempotent: true
+    records: {fact: queue_checked, properties: {waiting: "$.waiting"}}
+"""
+SCRIPT = StandinScript.model_validate(
+    {
+        "rules": [
+            {"when": {"agent": "reporter", "tool_result": "check_queue"},
+             "say": "Queue checked: 3 waiting."},
+            {"when": {"agent": "reporter"}, "call": {"tool": "check_queue", "args": {}}},
+            {"when": {"agent": "tight"}, "call": {"tool": "check_queue", "args": {}}},
+            {"when": {"last_message_contains": "fail please"}, "fail": 500},
+            {"when": {"last_message_contains": 'Context: {"ticket":"T-9"}'},
+             "say": "I saw the context."},
+            {"say": " HEARTBEAT_OK\n"},
+        ]
+    }
+)  # fmt: skip
+
+
+def queue(slow: int = 0) -> FastAPI:
+    """The tool's endpoint; the first ``slow`` calls answer only after a while
+    (long enough to kill the service mid-call)."""
+    app = FastAPI()
+    app.state.calls = []
+
+    @app.post("/check")
+    async def check(request: Request) -> dict[str, Any]:
+        app.state.calls.append(request.headers.get("idempotency-key"))
+        if len(app.state.calls) <= slow:
+            await asyncio.sleep(4)
+        return {"waiting": 3}
+
+    return app
+
+
+def task(schedule: str, run: str, agent: str, prompt: str = "Check.", **extra: Any) -> bytes:
+    deadline = datetime.now(UTC) + timedelta(minutes=5)
+    return orjson.dumps(
+        {
+            "type": "schedule.prompt",
+            "schedule_id": schedule,
+            "run_id": run,
+            "agent": agent,
+            "prompt": prompt,
+            "attempt": 0,
+            "deadline": deadline.isoformat().replace("+00:00", "Z"),
+            **extra,
+        }
+    )
+
+
+def reports(lane: Lane, at_least: int = 1) -> list[dict[str, Any]] | None:
+    """The reports on schedule-runs, once there are ``at_least`` (else None)."""
+    found = [
+        r for r in lane.read("schedule-runs", idle=0.2) if r["value"]["type"] == "schedule.report"
+    ]
+    return found if len(found) >= at_least else None
+
+
+def start_agents(
+    lane: Lane, serve: Callable[[Any], str], tools: FastAPI
+) -> tuple[FastAPI, dict[str, str]]:
+    (lane.playbooks / "catalog.yaml").write_text(CATALOG)
+    model = build_standin(SCRIPT)
+    env = {
+        "OPENAI_BASE_URL": f"{serve(model)}/v1",
+        "OPENAI_API_KEY": "sk-test",
+        "QUEUE_URL": serve(tools),
+        "LEMONGRAPH_MODEL_RETRIES": "1",
+    }
+    lane.start(["agents"], "agents: ready", **env)
+    return model, env
+
+
+def test_a_prompt_task_runs_once_and_reports_its_reply_or_why_it_failed(
+    lane: Lane, serve: Callable[[Any], str]
+) -> None:
+    tools = queue()
+    model, _ = start_agents(lane, serve, tools)
+    past = (datetime.now(UTC) - timedelta(seconds=1)).isoformat().replace("+00:00", "Z")
+    tasks = [
+        (b"s-report", task("s-report", "sl-1", "reporter")),
+        (b"s-heart", task("s-heart", "sl-2", "greeter", "Say HEARTBEAT_OK if all is well.")),
+        (b"s-wake", task("s-wake", "wk-3", "greeter", "Look.", context={"ticket": "T-9"})),
+        (b"s-nobody", task("s-nobody", "sl-4", "nobody")),
+        (b"s-late", task("s-late", "sl-5", "greeter", deadline=past)),
+        (b"s-fail", task("s-fail", "sl-6", "greeter", "fail please")),
+        (b"s-tight", task("s-tight", "sl-7", "tight")),
+    ]
+    lane.produce(tasks, topic="tasks")
+
+    found = wait_for(lambda: reports(lane, 7), 90, 0.3, "seven reports")
+    by_run = {r["value"]["run_id"]: r for r in found}
+    assert len(by_run) == 7, [r["value"] for r in found]
+    # Each report is keyed by its schedule, on the partition its task came on.
+    sent = {r["value"]["run_id"]: r["partition"] for r in lane.read("tasks")}
+    for run_id, record in by_run.items():
+        assert record["key"] == record["value"]["schedule_id"]
+        assert record["partition"] == sent[run_id]
+    outcome = {k: (r["value"]["status"], r["value"]["output"]) for k, r in by_run.items()}
+    assert outcome["sl-1"] == ("completed", "Queue checked: 3 waiting.")
+    assert outcome["sl-2"] == ("completed", " HEARTBEAT_OK\n")  # as the model said it
+    assert outcome["wk-3"] == ("completed", "I saw the context.")
+    errors = {k: r["value"].get("error") for k, r in by_run.items()}
+    assert errors["sl-1"] is None
+    for run_id in ("sl-4", "sl-5", "sl-6", "sl-7"):
+        assert outcome[run_id] == ("failed", ""), run_id
+    assert "unknown agent 'nobody'" in errors["sl-4"]
+    assert errors["sl-5"].startswith("deadline passed before the run started")
+    assert errors["sl-6"].startswith("the model call failed (status: HTTP 500")
+    assert errors["sl-7"] == "budget exceeded: max_turns"
+    # Model calls: reporter 2, the heartbeat 1, the wake 1, the failing one 2
+    # (a retry), tight 1; the unknown agent and the late task none.
+    assert model.state.calls == 7
+    # The tool took effect through the executor, with our derived key; a prompt
+    # run has no job, so its fact goes nowhere (nothing on the inbox) and it
+    # talks to no one (nothing on messages).
+    assert len(tools.state.calls) == 2
+    assert all(k.startswith("lg-") for k in tools.state.calls)
+    assert lane.read("inbox") == []
+    assert lane.read("messages") == []
+    journal = [r["value"] for r in lane.read("journal")]
+    ours = [j for j in journal if j["run_id"] == "sl-1"]
+    assert {j["job_key"] for j in ours} == {"schedule:s-report"}
+    assert [j["type"] for j in ours] == [
+        "journal.model_call", "journal.tool_call", "journal.model_call", "journal.run"
+    ]  # fmt: skip
+    assert (ours[1]["tool"], ours[1]["outcome"], ours[1]["fact"]) == (
+        "check_queue", "done", "queue_checked"
+    )  # fmt: skip
+    assert (ours[-1]["agent"], ours[-1]["ended"]) == ("reporter", "done")
+    [failed_call] = [j for j in journal if j["run_id"] == "sl-6"
+                     and j["type"] == "journal.model_call"]  # fmt: skip
+    assert failed_call["outcome"] == "status"
+
+    # Delivered again, after their reports: nothing runs, nothing is reported.
+    lane.produce([tasks[0], tasks[1], tasks[3]], topic="tasks")
+    time.sleep(3)
+    assert len(reports(lane) or []) == 7
+    assert model.state.calls == 7
+    assert len(tools.state.calls) == 2
+
+
+def test_a_service_killed_mid_run_resumes_it_and_reports_once(
+    lane: Lane, serve: Callable[[Any], str]
+) -> None:
+    tools = queue(slow=1)
+    model, env = start_agents(lane, serve, tools)
+    first = lane.workers[-1]
+    one = (b"s-slow", task("s-slow", "sl-9", "reporter"))
+    lane.produce([one, one], topic="tasks")  # delivered twice at once: one run
+    wait_for(lambda: tools.state.calls, 60, 0.1, "the tool call")
+    first.stop(signal.SIGKILL)  # mid-call: the tool has not answered
+    lane.start(["agents"], "agents: ready", **env)
+
+    wait_for(lambda: reports(lane), 90, 0.3, "the report")
+    lane.produce([one], topic="tasks")  # and once more after it
+    time.sleep(3)
+    [report] = reports(lane) or []
+    assert (report["value"]["status"], report["value"]["output"]) == (
+        "completed",
+        "Queue checked: 3 waiting.",
+    )
+    # The resumed run called the tool again with the same key, and replayed the
+    # model reply it had paid for (the call) instead of asking again.
+    assert len(tools.state.calls) == 2
+    assert len(set(tools.state.calls)) == 1
+    assert model.state.calls == 2
+    journal = [r["value"] for r in lane.read("journal") if r["value"]["run_id"] == "sl-9"]
+    [end] = [j for j in journal if j["type"] == "journal.run"]
+    assert (end["ended"], end["replayed"]) == ("done", 1)
+    assert [j["type"] for j in journal].count("journal.model_call") == 2
