@@ -1347,6 +1347,15 @@ def demo_tools(port: int, host: str) -> None:
     uvicorn.run(build_demo_tools(), host=host, port=port, log_level="warning")
 
 
+def _schedule_commands() -> None:
+    from .schedule_cli import schedule
+
+    main.add_command(schedule)
+
+
+_schedule_commands()
+
+
 # -- the gateway ------------------------------------------------------------------------
 
 

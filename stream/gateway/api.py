@@ -61,6 +61,7 @@ from .models import (
     StartJobBody,
 )
 from .readmodel import AcceptedWrite, JobEntry, ReadModel, idem
+from .schedules import ScheduleModel, install_schedules
 from .tokens import Principal
 from .views import job_summary, job_view
 
@@ -99,6 +100,9 @@ class Gateway:
     dev_mail: Callable[[], list[dict[str, Any]]] | None = None
     #: The email channel's settings (the inbound webhook checks with them).
     mail: MailSettings | None = None
+    #: The schedules' read model (stream/gateway/schedules.py); one is made
+    #: for the model's topics when none is given.
+    schedules: ScheduleModel | None = None
     _locks: weakref.WeakValueDictionary[str, asyncio.Lock] = field(
         default_factory=weakref.WeakValueDictionary
     )
@@ -124,7 +128,7 @@ class Gateway:
                 headers={"Retry-After": str(max(1, round(self.model.pending_ttl / 10)))},
             )
 
-    async def send(self, topic: str, key: str, value: bytes, *, start: bool = False) -> Any:
+    async def send(self, topic: str, key: str, value: bytes | None, *, start: bool = False) -> Any:
         """Produce one record and wait for the broker's acknowledgement (its
         metadata), at most :attr:`send_timeout` seconds; 503 when it did not
         come. A send given up on may still land (the producer keeps it), so
@@ -197,7 +201,7 @@ def build_api(gateway: Gateway) -> FastAPI:
     app = FastAPI(
         title="lemongraph gateway",
         version="1",
-        summary="Start jobs, send events, and read jobs, decisions and playbooks.",
+        summary="Start jobs, send events, read jobs, decisions and playbooks, and run schedules.",
         description=(
             "Every `/v1` call needs `Authorization: Bearer lemongraph_sk_...` "
             "(mint one with `lemongraph token`). Errors are always "
@@ -213,6 +217,9 @@ def build_api(gateway: Gateway) -> FastAPI:
     app.add_middleware(GuardMiddleware, guard=gateway.guard)
     model = gateway.model
     secured = [Security(_BEARER)]
+    if gateway.schedules is None:
+        gateway.schedules = ScheduleModel(model.topics)
+    install_schedules(app, gateway, gateway.schedules, secured)
 
     @app.get("/", include_in_schema=False)
     async def home() -> HTMLResponse:

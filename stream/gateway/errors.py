@@ -6,11 +6,13 @@ Nothing chooses a status by reading a message, and no response carries a stack
 trace: an unexpected exception is logged and answered 500 ``internal``.
 
 Codes: ``auth_not_configured``, ``token_missing``, ``token_malformed``,
-``token_invalid``, ``token_expired`` (401); ``malformed_json`` (400: not JSON,
+``token_invalid``, ``token_expired`` (401); ``source_not_allowed`` (403: a
+schedule written with a token whose source is not ``world``); ``malformed_json`` (400: not JSON,
 not UTF-8, or nested past the parser), ``malformed_request`` (400: e.g. a bad
 Content-Length); ``body_too_large`` (413); ``invalid_body``, ``invalid_query``
-(422); ``rate_limited`` (429); ``job_exists`` (409); ``job_not_found``,
-``playbook_not_found``, ``not_found`` (404); ``method_not_allowed`` (405);
+(422), ``invalid_schedule`` (422, with ``field`` and ``position``); ``rate_limited``
+(429); ``job_exists``, ``schedule_exists`` (409); ``job_not_found``,
+``playbook_not_found``, ``schedule_not_found``, ``not_found`` (404); ``method_not_allowed`` (405);
 ``broker_unavailable`` (503: the write may or may not have landed; retry with
 the same idempotency key); ``internal`` (500). Answered by the connection itself,
 before any route (stream/gateway/protocol.py): ``request_timeout`` (408: headers or
@@ -42,6 +44,11 @@ class ErrorDetail(BaseModel):
 
     code: str
     message: str
+    #: For an invalid schedule (422 ``invalid_schedule``): the field path
+    #: (``schedule``, ``timezone``, ``action.playbook_key``) and, in a cron
+    #: expression, the 1-based character position.
+    field: str | None = None
+    position: int | None = None
 
 
 class ErrorBody(BaseModel):
@@ -54,18 +61,25 @@ class ApiError(Exception):
     """A refusal with its status, code and message (and headers, e.g. Retry-After)."""
 
     def __init__(
-        self, status: int, code: str, message: str, headers: Mapping[str, str] | None = None
+        self,
+        status: int,
+        code: str,
+        message: str,
+        headers: Mapping[str, str] | None = None,
+        extra: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
         self.headers = dict(headers or {})
+        #: More fields of the error object (``field``, ``position``).
+        self.extra = dict(extra or {})
 
 
 def error_response(error: ApiError) -> JSONResponse:
     """The JSON response for ``error``."""
-    body = {"error": {"code": error.code, "message": error.message}}
+    body = {"error": {"code": error.code, "message": error.message, **error.extra}}
     return JSONResponse(body, status_code=error.status, headers=error.headers)
 
 

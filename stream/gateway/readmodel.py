@@ -66,7 +66,7 @@ from topics import (
     Topics,
 )
 
-__all__ = ["AcceptedWrite", "JobEntry", "ReadModel"]
+__all__ = ["AcceptedWrite", "JobEntry", "ReadModel", "assign_from_start"]
 
 log = logging.getLogger("lemongraph.gateway")
 
@@ -793,18 +793,9 @@ class ReadModel:
                 self.topics.journal,
                 self.topics.messages,
             ]
-            tps: list[TopicPartition] = []
-            while not stopping.is_set():
-                await consumer.topics()  # fresh metadata
-                found = {n: consumer.partitions_for_topic(n) or set() for n in names}
-                if all(found.values()):
-                    tps = [TopicPartition(n, p) for n, ps in found.items() for p in sorted(ps)]
-                    break
-                await asyncio.sleep(0.5)
+            tps = await assign_from_start(consumer, names, stopping)
             if not tps:
                 return
-            consumer.assign(tps)
-            await consumer.seek_to_beginning(*tps)
             self.following = True
             expired = time.monotonic()
             while not stopping.is_set():
@@ -830,6 +821,24 @@ class ReadModel:
         finally:
             self.following = False
             await consumer.stop()
+
+
+async def assign_from_start(
+    consumer: AIOKafkaConsumer, names: list[str], stopping: asyncio.Event
+) -> list[TopicPartition]:
+    """Wait until every topic of ``names`` exists, then assign all their
+    partitions to ``consumer`` from the beginning; [] when ``stopping`` came
+    first."""
+    while not stopping.is_set():
+        await consumer.topics()  # fresh metadata
+        found = {n: consumer.partitions_for_topic(n) or set() for n in names}
+        if all(found.values()):
+            tps = [TopicPartition(n, p) for n, ps in found.items() for p in sorted(ps)]
+            consumer.assign(tps)
+            await consumer.seek_to_beginning(*tps)
+            return tps
+        await asyncio.sleep(0.5)
+    return []
 
 
 def _size(record: dict[str, Any]) -> int:

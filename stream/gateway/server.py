@@ -80,7 +80,7 @@ COMMON_HEADERS = [
 
 
 def _policy(path: str, ui: bool) -> bytes:
-    if ui and (path == "/" or path.startswith(("/jobs/", "/ui/"))):
+    if ui and (path in ("/", "/schedules") or path.startswith(("/jobs/", "/schedules/", "/ui/"))):
         return CONTENT_SECURITY_POLICY.encode()
     if path == "/docs":
         return DOCS_POLICY.encode()
@@ -129,6 +129,8 @@ def build_ui(api: Any) -> Starlette:
         routes=[
             Route("/", index),
             Route("/jobs/{key}", index),  # deep links: the page reads the path
+            Route("/schedules", index),
+            Route("/schedules/{schedule_id}", index),
             Mount("/ui", StaticFiles(directory=UI_DIR), name="ui"),
             Mount("", api),
         ],
@@ -206,6 +208,10 @@ async def serve(
     follower = asyncio.create_task(
         model.follow(bootstrap, settings.kafka_security, gateway.stopping, say)
     )
+    assert gateway.schedules is not None  # build_api made it
+    schedules = asyncio.create_task(
+        gateway.schedules.follow(bootstrap, settings.kafka_security, gateway.stopping, say)
+    )
     running = [asyncio.create_task(s.serve()) for s in servers]
     try:
         while not all(s.started for s in servers):
@@ -223,7 +229,7 @@ async def serve(
         for s in servers:
             s.should_exit = True
         await asyncio.gather(*running, return_exceptions=True)
-        await asyncio.gather(follower, return_exceptions=True)
+        await asyncio.gather(follower, schedules, return_exceptions=True)
         await producer.stop()
         refused = ", ".join(f"{n}×{s}" for s, n in sorted(guard.refused.items())) or "none"
         say(f"gateway: stopped; {gateway.accepted_writes} writes accepted; refused: {refused}")

@@ -7,6 +7,7 @@ const TOKEN_KEY = "lemongraph.token";
 // `view` counts page changes: work begun for an earlier page (a fetch still on its
 // way when the user moved on) sees that it is stale and stops.
 const state = { token: "", filter: "", cursor: null, source: null, job: null,
+  scheduleCursor: null, runsCursor: null,
   decisions: [], journal: [], messages: [], questions: new Map(), listTimer: null, view: 0 };
 
 // -- small helpers ---------------------------------------------------------------------
@@ -639,6 +640,143 @@ function closeStream() {
   if (state.source) { state.source.close(); state.source = null; }
 }
 
+// -- schedules -------------------------------------------------------------------------
+
+// A slot as the API gives it ({utc, local, abbreviation, timezone}): the wall time in the
+// schedule's own time zone (not the browser's), and the UTC instant beside it.
+function slotLocal(slot) {
+  return `${String(slot.local).slice(0, 16).replace("T", " ")} ${slot.abbreviation} (${slot.timezone})`;
+}
+
+function slotItem(slot) {
+  return h("li", { class: "slot", "data-utc": slot.utc },
+    h("span", { class: "local" }, slotLocal(slot)), " · ",
+    h("time", { class: "utc", datetime: slot.utc }, slot.utc));
+}
+
+function runChip(run) {
+  if (!run) return h("span", { class: "muted" }, "none yet");
+  return h("span", { class: "chip run-" + run.status, "data-status": run.status }, run.status);
+}
+
+function actionText(action) {
+  if (!action) return "";
+  if (action.type === "start_job") return `start job (${action.playbook_key})`;
+  if (action.type === "send_event") return `event ${action.event && action.event.action} → ${action.job_key}`;
+  if (action.type === "prompt") return `prompt ${action.agent}`;
+  return action.type;
+}
+
+function whenText(sch) {
+  return sch.schedule === sch.cron ? sch.cron : `${sch.schedule} (${sch.cron})`;
+}
+
+async function renderSchedules(append) {
+  const view = state.view;
+  const params = new URLSearchParams({ limit: "100" });
+  if (append && state.scheduleCursor) params.set("cursor", state.scheduleCursor);
+  let page;
+  try { page = await api("/v1/schedules?" + params); } catch (e) { if (view === state.view) notice(e.message); return; }
+  if (view !== state.view) return;
+  notice("");
+  const body = document.querySelector("#schedules tbody");
+  if (!append) body.replaceChildren();
+  for (const sch of page.schedules) {
+    const href = "/schedules/" + encodeURIComponent(sch.id);
+    const stateName = sch.enabled ? "enabled" : "paused";
+    body.append(h("tr", { class: "schedule-row", "data-schedule": sch.id, "data-state": stateName, "data-href": href },
+      h("td", {}, h("a", { href, "data-nav": "schedule" }, sch.id),
+        sch.name && sch.name !== sch.id ? h("div", { class: "muted" }, sch.name) : null),
+      h("td", {}, h("code", {}, whenText(sch))),
+      h("td", {}, h("span", { class: "badge schedule-" + stateName }, stateName)),
+      h("td", {}, actionText(sch.spec.action)),
+      h("td", {}, sch.next.length ? h("ul", { class: "slots" }, sch.next.map(slotItem)) : h("span", { class: "muted" }, "—")),
+      h("td", {}, runChip(sch.last_run), sch.last_run ? [" ", when(sch.last_run.at)] : null)));
+  }
+  state.scheduleCursor = page.next;
+  document.getElementById("schedules-more").hidden = !page.next;
+  document.getElementById("schedules-count").textContent = `${page.total} schedule(s)`;
+}
+
+function runDetail(run) {
+  const parts = [];
+  if (run.missed_count) parts.push(`${run.missed_count} slots missed, to ${run.slot_last}`);
+  if (run.job_key) parts.push(`job ${run.job_key}`);
+  if (run.error) parts.push(`error: ${run.error}`);
+  if (run.output) parts.push(`output: ${run.output}`);
+  if (run.delivered_to) parts.push(`delivered to ${run.delivered_to}`);
+  if (run.context) parts.push(`context: ${JSON.stringify(run.context)}`);
+  return parts.join(" · ");
+}
+
+function runRow(run) {
+  return h("tr", { "data-run": run.run_id, "data-status": run.status },
+    h("td", {}, when(run.at)),
+    h("td", {}, runChip(run), run.suppressed && run.status !== "suppressed" ? " (suppressed)" : null),
+    h("td", {}, run.triggered_by + (run.attempt ? ` (attempt ${run.attempt})` : "")),
+    h("td", {}, run.slot ? h("time", { datetime: run.slot }, run.slot) : ""),
+    h("td", {}, h("code", {}, run.run_id)),
+    h("td", { class: "detail" }, runDetail(run)));
+}
+
+async function renderScheduleRuns(sid, view, append) {
+  const params = new URLSearchParams({ limit: "100" });
+  if (append && state.runsCursor) params.set("cursor", String(state.runsCursor));
+  const page = await api("/v1/schedules/" + encodeURIComponent(sid) + "/runs?" + params);
+  if (view !== state.view) return;
+  const body = document.querySelector("#schedule-runs tbody");
+  if (!append) body.replaceChildren();
+  body.append(...page.runs.map(runRow));
+  state.runsCursor = page.next;
+  document.getElementById("runs-more").hidden = page.next === null || page.next === undefined;
+}
+
+function showScheduleMissing(sid, error) {
+  const box = document.getElementById("schedule-missing");
+  box.replaceChildren(h("strong", {}, "no schedule ", h("code", {}, sid)),
+    ` (the gateway answered ${error.status} ${error.code}). `,
+    h("a", { href: "/schedules", "data-nav": "/schedules" }, "All schedules"));
+  box.hidden = false;
+  document.getElementById("schedule-body").hidden = true;
+}
+
+async function showSchedule(sid, view, first) {
+  if (first) {
+    document.getElementById("schedule-title").textContent = sid;
+    document.getElementById("schedule-missing").hidden = true;
+    document.getElementById("schedule-body").hidden = true;
+    const badge = document.getElementById("schedule-state");
+    badge.textContent = "";
+    badge.className = "badge";
+  }
+  let sch;
+  try {
+    sch = await api("/v1/schedules/" + encodeURIComponent(sid));
+    if (view !== state.view) return;
+    await renderScheduleRuns(sid, view, false);
+  } catch (e) {
+    if (view !== state.view) return;
+    if (e.status === 404) { notice(""); showScheduleMissing(sid, e); } else notice(e.message);
+    return;
+  }
+  if (view !== state.view) return;
+  notice("");
+  const stateName = sch.enabled ? "enabled" : "paused";
+  const badge = document.getElementById("schedule-state");
+  badge.textContent = stateName;
+  badge.className = "badge schedule-" + stateName;
+  badge.dataset.state = stateName;
+  document.getElementById("schedule-title").textContent = sch.name && sch.name !== sch.id ? `${sch.id} — ${sch.name}` : sch.id;
+  fill(document.getElementById("schedule-meta"),
+    h("code", {}, whenText(sch)), ` in ${sch.timezone} · ${actionText(sch.spec.action)} · overlap ${sch.spec.overlap}`,
+    sch.spec.meta && sch.spec.meta.heartbeat ? " · heartbeat" : null,
+    ` · deliver to ${sch.spec.deliver_to} · updated `, when(sch.updated_at), ` by ${sch.by}`);
+  const next = document.getElementById("schedule-next");
+  next.replaceChildren(...(sch.next.length ? sch.next.map(slotItem)
+    : [h("li", { class: "muted" }, "none: the schedule is paused")]));
+  document.getElementById("schedule-body").hidden = false;
+}
+
 // -- navigation ------------------------------------------------------------------------
 
 // Every page change comes here (a click, back/forward, a new token): the previous
@@ -647,9 +785,35 @@ function route() {
   const view = ++state.view;
   closeStream();
   clearInterval(state.listTimer);
-  const match = location.pathname.match(/^\/jobs\/(.+)$/);
-  document.getElementById("list-view").hidden = Boolean(match);
-  document.getElementById("job-view").hidden = !match;
+  const path = location.pathname;
+  const match = path.match(/^\/jobs\/(.+)$/);
+  const scheduleMatch = path.match(/^\/schedules\/(.+)$/);
+  const schedules = path === "/schedules";
+  const page = match ? "job" : scheduleMatch ? "schedule" : schedules ? "schedules" : "list";
+  document.getElementById("list-view").hidden = page !== "list";
+  document.getElementById("job-view").hidden = page !== "job";
+  document.getElementById("schedules-view").hidden = page !== "schedules";
+  document.getElementById("schedule-view").hidden = page !== "schedule";
+  const onSchedules = page === "schedules" || page === "schedule";
+  document.getElementById("nav-jobs").toggleAttribute("aria-current", !onSchedules);
+  document.getElementById("nav-schedules").toggleAttribute("aria-current", onSchedules);
+  if (page === "schedules") {
+    renderSchedules(false);
+    state.listTimer = setInterval(() => renderSchedules(false), 2000);
+    return;
+  }
+  if (page === "schedule") {
+    let sid;
+    try {
+      sid = decodeURIComponent(scheduleMatch[1]);
+    } catch {
+      notice("not a valid schedule link: " + path);
+      return;
+    }
+    showSchedule(sid, view, true);
+    state.listTimer = setInterval(() => showSchedule(sid, view, false), 2000);
+    return;
+  }
   if (match) {
     let key;
     try {
@@ -685,6 +849,11 @@ document.getElementById("status-filter").addEventListener("change", (ev) => {
   renderList(false);
 });
 document.getElementById("more").addEventListener("click", () => renderList(true));
+document.getElementById("schedules-more").addEventListener("click", () => renderSchedules(true));
+document.getElementById("runs-more").addEventListener("click", () => {
+  const m = location.pathname.match(/^\/schedules\/(.+)$/);
+  if (m) renderScheduleRuns(decodeURIComponent(m[1]), state.view, true).catch((e) => notice(e.message));
+});
 document.getElementById("reply-form").addEventListener("submit", sendReply);
 document.getElementById("token-form").addEventListener("submit", (ev) => {
   ev.preventDefault();

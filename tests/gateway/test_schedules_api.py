@@ -1,0 +1,405 @@
+"""The schedules API (docs/api.md, "Schedules") through the real gateway and the
+real embedded broker: create, list, show, pause, resume, delete, wake and runs;
+what each write puts on `schedules`, the inbox and `audit`; 422 with the field and
+position, 409, 401 and 403; the read model's bounds; and, with a real worker, a
+wake that starts a job and comes back as a run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from stream.gateway.schedules import ScheduleModel
+from topics import ScheduleRunRecord, Topics, encode
+
+from .conftest import GatewayProcess, Lane, wait_for
+
+pytestmark = [pytest.mark.broker, pytest.mark.timeout(180)]
+
+REVIEW = {
+    "id": "lead-review",
+    "name": "Lead review",
+    "schedule": "weekdays at 09:30",
+    "timezone": "America/New_York",
+    "action": {"type": "start_job", "playbook_key": "lead-qualification"},
+}
+
+
+def ok(response: httpx.Response, status: int = 200) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def error_of(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert set(body) == {"error"}, body
+    assert body["error"]["code"] == code, body
+    assert "Traceback" not in response.text
+    detail: dict[str, Any] = body["error"]
+    return detail
+
+
+def values(lane: Lane, topic: str, key: str) -> list[Any]:
+    return [r["value"] for r in lane.read(topic) if r["key"] == key]
+
+
+def test_a_schedule_is_created_listed_shown_paused_resumed_and_deleted(
+    lane: Lane, start_gateway: Callable[..., GatewayProcess]
+) -> None:
+    gateway = start_gateway()
+    token = gateway.token(name="ops-ada")
+    with gateway.client(token) as client:
+        created = ok(client.post("/v1/schedules", json=REVIEW), 201)
+        assert created["id"] == "lead-review"
+        assert created["enabled"] is True
+        assert created["cron"] == "30 9 * * 1-5"
+        assert created["schedule"] == "weekdays at 09:30"
+        # Normalised: the defaults are filled in.
+        spec = created["spec"]
+        assert spec["overlap"] == "skip"
+        assert spec["max_retries"] == 0
+        assert spec["timeout"] == "5m"
+        # Its next five slots, in its time zone and in UTC.
+        assert len(created["next"]) == 5
+        first = created["next"][0]
+        assert first["timezone"] == "America/New_York"
+        assert first["local"][11:16] == "09:30"
+        assert first["abbreviation"] in ("EST", "EDT")
+        utc = datetime.fromisoformat(first["utc"].replace("Z", "+00:00"))
+        assert utc > datetime.now(UTC)
+        assert utc.hour in (13, 14)
+        assert utc.minute == 30
+        assert [s["utc"] for s in created["next"]] == sorted(s["utc"] for s in created["next"])
+
+        # The same id again is refused; a slug id comes from the name.
+        again = client.post("/v1/schedules", json=REVIEW)
+        assert "PATCH" in error_of(again, 409, "schedule_exists")["message"]
+        second = {**REVIEW, "name": "Queue Check!", "schedule": "every 30m"}
+        del second["id"]
+        assert ok(client.post("/v1/schedules", json=second), 201)["id"] == "queue-check"
+
+        listed = ok(client.get("/v1/schedules"))
+        assert listed["total"] == 2
+        assert listed["next"] is None
+        assert [s["id"] for s in listed["schedules"]] == ["lead-review", "queue-check"]
+        assert len(listed["schedules"][0]["next"]) == 3
+        page = ok(client.get("/v1/schedules", params={"limit": 1}))
+        assert [s["id"] for s in page["schedules"]] == ["lead-review"]
+        rest = ok(client.get("/v1/schedules", params={"limit": 1, "cursor": page["next"]}))
+        assert [s["id"] for s in rest["schedules"]] == ["queue-check"]
+        assert rest["next"] is None
+
+        shown = ok(client.get("/v1/schedules/lead-review"))
+        assert shown["spec"] == spec
+        assert shown["by"] == "ops-ada"
+        assert shown["last_run"] is None
+        assert shown["active_runs"] == []
+
+        # Pause: nothing is next; resume: slots again.
+        paused = ok(client.patch("/v1/schedules/lead-review", json={"enabled": False}))
+        assert paused["enabled"] is False
+        assert paused["next"] == []
+        assert ok(client.get("/v1/schedules", params={"enabled": False}))["total"] == 1
+        resumed = ok(client.patch("/v1/schedules/lead-review", json={"enabled": True}))
+        assert resumed["enabled"] is True
+        assert len(resumed["next"]) == 5
+        # An update of another field, and a no-op (which writes nothing).
+        renamed = ok(client.patch("/v1/schedules/lead-review", json={"name": "Leads"}))
+        assert renamed["name"] == "Leads"
+        ok(client.patch("/v1/schedules/lead-review", json={"name": "Leads"}))
+        # The id cannot change.
+        moved = client.patch("/v1/schedules/lead-review", json={"id": "other"})
+        assert error_of(moved, 422, "invalid_schedule")["field"] == "id"
+
+        gone = ok(client.delete("/v1/schedules/lead-review"))
+        assert gone["deleted"] is True
+        assert gone["id"] == "lead-review"
+        error_of(client.get("/v1/schedules/lead-review"), 404, "schedule_not_found")
+        error_of(client.delete("/v1/schedules/lead-review"), 404, "schedule_not_found")
+        error_of(
+            client.patch("/v1/schedules/nope", json={"enabled": False}), 404, "schedule_not_found"
+        )
+        assert ok(client.get("/v1/schedules"))["total"] == 1
+
+    # What went on the topics: the definitions, then the tombstone.
+    definitions = values(lane, "schedules", "lead-review")
+    assert [d and d["spec"].get("enabled") for d in definitions] == [True, False, True, True, None]
+    assert definitions[0]["type"] == "schedule"
+    assert definitions[0]["by"] == "ops-ada"
+    assert definitions[-1] is None  # the tombstone
+    audit = values(lane, "audit", "lead-review")
+    assert [a["action"] for a in audit] == ["create", "pause", "resume", "update", "delete"]
+    assert {a["by"] for a in audit} == {"ops-ada"}
+    assert {a["target"] for a in audit} == {"schedule:lead-review"}
+    assert audit[3]["detail"] == {"changed": ["name"]}
+
+    # A gateway started later reads the same from the topics.
+    later = start_gateway()
+    with later.client(later.token()) as client:
+        listed = wait_for(
+            lambda: (r := ok(client.get("/v1/schedules")))["total"] == 1 and r, what="schedules"
+        )
+        assert [s["id"] for s in listed["schedules"]] == ["queue-check"]
+        error_of(client.get("/v1/schedules/lead-review"), 404, "schedule_not_found")
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "position", "words"),
+    [
+        ({"schedule": "61 * * * *"}, "schedule", 1, "minute field (position 1): 61"),
+        ({"schedule": "30 9 * * 8"}, "schedule", 10, "day of week field (position 10)"),
+        ({"schedule": "every 7m"}, "schedule", None, "divide"),
+        ({"timezone": "Mars/Olympus_Mons"}, "timezone", None, "Mars/Olympus_Mons"),
+        ({"overlap": "sometimes"}, "overlap", None, "sometimes"),
+        ({"jitter": "soon"}, "jitter", None, "soon"),
+        ({"actoin": {}}, "actoin", None, "did you mean"),
+        ({"action": {"type": "start_job"}}, "action.playbook_key", None, "playbook_key"),
+    ],
+)
+def test_an_invalid_definition_answers_422_naming_the_field_and_position(
+    lane: Lane,
+    gateway: GatewayProcess,
+    change: dict[str, Any],
+    field: str,
+    position: int | None,
+    words: str,
+) -> None:
+    with gateway.client(gateway.token()) as client:
+        body = {**REVIEW, **change}
+        error = error_of(client.post("/v1/schedules", json=body), 422, "invalid_schedule")
+        assert error["field"] == field, error
+        if position is not None:
+            assert error["position"] == position, error
+        assert words in error["message"], error
+        # A PATCH with the same mistake is refused too, and nothing changes.
+        ok(client.post("/v1/schedules", json=REVIEW), 201)
+        patched = client.patch("/v1/schedules/lead-review", json=change)
+        assert error_of(patched, 422, "invalid_schedule")["field"] == field
+        assert ok(client.get("/v1/schedules/lead-review"))["spec"]["schedule"] == REVIEW["schedule"]
+        # Not an object at all: the framework's 422 (or 400 for no JSON).
+        error_of(client.post("/v1/schedules", json=[1, 2]), 422, "invalid_body")
+        broken = client.post(
+            "/v1/schedules", content=b"{", headers={"Content-Type": "application/json"}
+        )
+        error_of(broken, 400, "malformed_json")
+    assert len(values(lane, "schedules", "lead-review")) == 1  # only the valid create
+
+
+def test_tokens_are_checked_and_only_world_tokens_write(gateway: GatewayProcess) -> None:
+    with gateway.client() as anonymous:
+        error_of(anonymous.get("/v1/schedules"), 401, "token_missing")
+        error_of(anonymous.post("/v1/schedules", json=REVIEW), 401, "token_missing")
+    with gateway.client("lemongraph_sk_bad.sig") as forged:
+        error_of(forged.post("/v1/schedules", json=REVIEW), 401, "token_invalid")
+    with gateway.client(gateway.token(name="ops")) as world:
+        ok(world.post("/v1/schedules", json=REVIEW), 201)
+    for source in ("agent", "tool"):
+        with gateway.client(gateway.token(source=source, name=source)) as client:
+            refused = client.post("/v1/schedules", json={**REVIEW, "id": f"by-{source}"})
+            assert source in error_of(refused, 403, "source_not_allowed")["message"]
+            error_of(
+                client.patch("/v1/schedules/lead-review", json={"enabled": False}),
+                403,
+                "source_not_allowed",
+            )
+            error_of(client.delete("/v1/schedules/lead-review"), 403, "source_not_allowed")
+            error_of(client.post("/v1/schedules/lead-review/wake"), 403, "source_not_allowed")
+            # Reading is any token's.
+            assert ok(client.get("/v1/schedules/lead-review"))["enabled"] is True
+            assert ok(client.get("/v1/schedules/lead-review/runs"))["runs"] == []
+
+
+def test_the_schedules_routes_share_the_rate_limit(
+    start_gateway: Callable[..., GatewayProcess],
+) -> None:
+    gateway = start_gateway(LEMONGRAPH_RATE_LIMIT="0.5", LEMONGRAPH_RATE_BURST="2")
+    with gateway.client(gateway.token()) as client:
+        statuses = [client.get("/v1/schedules").status_code for _ in range(4)]
+    assert statuses[:2] == [200, 200], statuses
+    assert 429 in statuses[2:], statuses
+
+
+def test_a_wake_goes_to_the_inbox_once_per_request_id(lane: Lane, gateway: GatewayProcess) -> None:
+    with gateway.client(gateway.token(name="ops")) as client:
+        ok(client.post("/v1/schedules", json=REVIEW), 201)
+        woken = ok(
+            client.post(
+                "/v1/schedules/lead-review/wake",
+                json={"context": {"reason": "a big lead came in"}, "skip_if_running": True},
+                headers={"Idempotency-Key": "wake-1"},
+            ),
+            202,
+        )
+        assert woken["request_id"] == "wake-1"
+        assert woken["duplicate"] is False
+        assert woken["run_id"].startswith("wk-")
+        again = ok(
+            client.post("/v1/schedules/lead-review/wake", json={"request_id": "wake-1"}), 202
+        )
+        assert again["duplicate"] is True
+        assert again["run_id"] == woken["run_id"]
+        # No body at all: a request id is made up.
+        bare = ok(client.post("/v1/schedules/lead-review/wake"), 202)
+        assert bare["request_id"] != "wake-1"
+        assert bare["run_id"] != woken["run_id"]
+        error_of(client.post("/v1/schedules/nope/wake"), 404, "schedule_not_found")
+        differ = client.post(
+            "/v1/schedules/lead-review/wake",
+            json={"request_id": "a"},
+            headers={"Idempotency-Key": "b"},
+        )
+        error_of(differ, 422, "invalid_body")
+        error_of(
+            client.post("/v1/schedules/lead-review/wake", json={"context": []}), 422, "invalid_body"
+        )
+    wakes = [v for v in values(lane, "inbox", "lead-review") if v["type"] == "schedule.wake"]
+    assert len(wakes) == 2
+    assert wakes[0]["schedule_id"] == "lead-review"
+    assert wakes[0]["request_id"] == "wake-1"
+    assert wakes[0]["context"] == {"reason": "a big lead came in"}
+    assert wakes[0]["skip_if_running"] is True
+    audit = [a for a in values(lane, "audit", "lead-review") if a["action"] == "wake"]
+    assert len(audit) == 2
+    assert audit[0]["detail"]["run_id"] == woken["run_id"]
+
+
+def run_record(sid: str, rid: str, status: str, at: str, **more: Any) -> tuple[bytes, bytes]:
+    record = ScheduleRunRecord(
+        schedule_id=sid,
+        run_id=rid,
+        status=status,  # type: ignore[arg-type]
+        triggered_by=more.pop("triggered_by", "schedule"),
+        root_run_id=rid,
+        at=at,
+        **more,
+    )
+    return sid.encode(), encode(record)
+
+
+def test_runs_are_read_from_schedule_runs_newest_first_and_paged(
+    lane: Lane, gateway: GatewayProcess
+) -> None:
+    prompt = {
+        "id": "heartbeat",
+        "name": "Heartbeat",
+        "schedule": "every 30m",
+        "action": {"type": "prompt", "agent": "conversation", "prompt": "Anything to do?"},
+        "meta": {"heartbeat": True},
+    }
+    with gateway.client(gateway.token()) as client:
+        ok(client.post("/v1/schedules", json=prompt), 201)
+        # What the worker writes (records of its shapes, on the real topic).
+        lane.produce(
+            [
+                run_record("heartbeat", "sl-1", "missed", "2026-12-01T08:00:00Z",
+                           slot="2026-12-01T06:00:00Z", slot_last="2026-12-01T07:00:00Z",
+                           missed_count=3),
+                run_record("heartbeat", "sl-2", "running", "2026-12-01T08:30:00Z",
+                           slot="2026-12-01T08:30:00Z", started_at="2026-12-01T08:30:00Z"),
+                run_record("heartbeat", "sl-3", "skipped", "2026-12-01T09:00:00Z",
+                           slot="2026-12-01T09:00:00Z", error="overlap: run sl-2 still running"),
+                run_record("heartbeat", "sl-2", "suppressed", "2026-12-01T09:01:00Z",
+                           ended_at="2026-12-01T09:01:00Z", output="HEARTBEAT_OK",
+                           suppressed=True),
+            ],
+            topic="schedule-runs",
+        )  # fmt: skip
+
+        def three() -> dict[str, Any] | None:
+            body = ok(client.get("/v1/schedules/heartbeat/runs"))
+            done = body["kept"] == 3 and body["runs"][1]["status"] == "suppressed"
+            return body if done else None
+
+        runs = wait_for(three, what="the runs")
+        assert [r["run_id"] for r in runs["runs"]] == ["sl-3", "sl-2", "sl-1"]
+        folded = runs["runs"][1]
+        # The run's two records folded into one: its start kept, its end added.
+        assert folded["started_at"] == "2026-12-01T08:30:00Z"
+        assert folded["ended_at"] == "2026-12-01T09:01:00Z"
+        assert folded["suppressed"] is True
+        assert runs["runs"][2]["missed_count"] == 3
+        assert runs["runs"][0]["error"].startswith("overlap")
+
+        page = ok(client.get("/v1/schedules/heartbeat/runs", params={"limit": 2}))
+        assert [r["run_id"] for r in page["runs"]] == ["sl-3", "sl-2"]
+        rest = ok(
+            client.get("/v1/schedules/heartbeat/runs", params={"limit": 2, "cursor": page["next"]})
+        )
+        assert [r["run_id"] for r in rest["runs"]] == ["sl-1"]
+        assert rest["next"] is None
+        only = ok(client.get("/v1/schedules/heartbeat/runs", params={"status": "missed"}))
+        assert [r["run_id"] for r in only["runs"]] == ["sl-1"]
+
+        shown = ok(client.get("/v1/schedules/heartbeat"))
+        assert shown["last_run"]["run_id"] == "sl-3"
+        assert shown["active_runs"] == []
+        assert shown["runs_kept"] == 3
+        error_of(client.get("/v1/schedules/nope/runs"), 404, "schedule_not_found")
+        error_of(
+            client.get("/v1/schedules/heartbeat/runs", params={"limit": 0}), 422, "invalid_query"
+        )
+
+
+def test_the_read_model_keeps_its_bounds() -> None:
+    topics = Topics("bounds.")
+    one = len(orjson.dumps({**orjson.loads(run_record("s0", "r0", "completed", "a")[1]), "seq": 1}))
+    # Room for six runs: two schedules' four each do not fit.
+    model = ScheduleModel(topics, schedules_kept=3, runs_kept=4, runs_bytes=6 * one + 5)
+    for n in range(5):
+        spec = {"id": f"s{n}", "name": f"s{n}", "schedule": "hourly"}
+        record = encode({"type": "schedule", "spec": spec, "updated_at": "x", "by": "t"})
+        model.apply(topics.schedules, f"s{n}".encode(), record, n)
+    assert model.listed == ["s0", "s1", "s2"]
+    assert model.untracked == 2
+    assert model.full()
+    # An older record read late changes nothing; a newer tombstone deletes.
+    model.apply(topics.schedules, b"s1", None, 10)
+    model.apply(topics.schedules, b"s1", encode({"type": "schedule", "spec": {"id": "s1"},
+                                                  "updated_at": "x", "by": "t"}), 9)  # fmt: skip
+    assert model.listed == ["s0", "s2"]
+    for n in range(10):
+        model.apply(topics.schedule_runs, b"s0", run_record("s0", f"r{n}", "completed", "a")[1], n)
+    assert [r["run_id"] for r in model.newest_runs("s0", 10)[0]] == ["r9", "r8", "r7", "r6"]
+    # Past the bytes of all runs, the stalest schedule's oldest runs go first.
+    for n in range(30):
+        model.apply(topics.schedule_runs, b"s2", run_record("s2", f"q{n}", "completed", "a")[1], n)
+    assert model.runs_held <= 6 * one + 5
+    assert len(model.runs.get("s0", ())) < 4
+    assert len(model.runs["s2"]) == 4
+    assert model.dropped_runs > 0
+    # A record that does not decode is counted and skipped.
+    model.apply(topics.schedule_runs, b"s2", b"{not json", 99)
+    assert model.skipped == 1
+
+
+def test_a_wake_with_a_worker_starts_a_job_and_comes_back_as_a_run(
+    lane: Lane, gateway: GatewayProcess
+) -> None:
+    lane.start_worker()
+    with gateway.client(gateway.token(name="ops")) as client:
+        body = {
+            "id": "onboard-daily",
+            "name": "Onboard daily",
+            "schedule": "daily at 04:00",
+            "action": {"type": "start_job", "playbook_key": "onboarding"},
+        }
+        ok(client.post("/v1/schedules", json=body), 201)
+        woken = ok(client.post("/v1/schedules/onboard-daily/wake", json={"request_id": "w1"}), 202)
+
+        def completed() -> dict[str, Any] | None:
+            runs = ok(client.get("/v1/schedules/onboard-daily/runs"))["runs"]
+            return next((r for r in runs if r["status"] == "completed"), None)
+
+        run = wait_for(completed, timeout=60, what="the wake run")
+        assert run["run_id"] == woken["run_id"]
+        assert run["triggered_by"] == "wake"
+        job = run.get("job_key")
+        assert job, run
+        wait_for(lambda: client.get(f"/v1/jobs/{job}").status_code == 200, what="the job")
