@@ -61,8 +61,10 @@ def job_key_of(schedule_id: str) -> str:
 
 
 def prompt_text(prompt: str, context: dict[str, Any] | None) -> str:
-    """The prompt, and a wake's context after it (docs/schedules.md, "Wake")."""
-    if not context:
+    """The prompt, and a wake's context after it (docs/schedules.md, "Wake"):
+    the worker appends it to the task's prompt already; a task whose prompt
+    does not end with it (another producer's) gets it here."""
+    if not context or "\n\nContext: " in prompt:
         return prompt
     shown = orjson.dumps(context, option=orjson.OPT_SORT_KEYS).decode()
     return f"{prompt}\n\nContext: {shown}"

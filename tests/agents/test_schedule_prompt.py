@@ -58,6 +58,9 @@ SCRIPT = StandinScript.model_validate(
 )  # fmt: skip
 
 
+WOKEN = 'Look.\n\nContext: {"ticket":"T-9"}'
+
+
 def queue(slow: int = 0) -> FastAPI:
     """The tool's endpoint; the first ``slow`` calls answer only after a while
     (long enough to kill the service mid-call)."""
@@ -127,12 +130,14 @@ def test_a_prompt_task_runs_once_and_reports_its_reply_or_why_it_failed(
         (b"s-late", task("s-late", "sl-5", "greeter", deadline=past)),
         (b"s-fail", task("s-fail", "sl-6", "greeter", "fail please")),
         (b"s-tight", task("s-tight", "sl-7", "tight")),
+        # as the worker dispatches a wake: the context appended to the prompt already
+        (b"s-wake", task("s-wake", "wk-8", "greeter", WOKEN, context={"ticket": "T-9"})),
     ]
     lane.produce(tasks, topic="tasks")
 
-    found = wait_for(lambda: reports(lane, 7), 90, 0.3, "seven reports")
+    found = wait_for(lambda: reports(lane, 8), 90, 0.3, "eight reports")
     by_run = {r["value"]["run_id"]: r for r in found}
-    assert len(by_run) == 7, [r["value"] for r in found]
+    assert len(by_run) == 8, [r["value"] for r in found]
     # Each report is keyed by its schedule, on the partition its task came on.
     sent = {r["value"]["run_id"]: r["partition"] for r in lane.read("tasks")}
     for run_id, record in by_run.items():
@@ -142,6 +147,7 @@ def test_a_prompt_task_runs_once_and_reports_its_reply_or_why_it_failed(
     assert outcome["sl-1"] == ("completed", "Queue checked: 3 waiting.")
     assert outcome["sl-2"] == ("completed", " HEARTBEAT_OK\n")  # as the model said it
     assert outcome["wk-3"] == ("completed", "I saw the context.")
+    assert outcome["wk-8"] == ("completed", "I saw the context.")
     errors = {k: r["value"].get("error") for k, r in by_run.items()}
     assert errors["sl-1"] is None
     for run_id in ("sl-4", "sl-5", "sl-6", "sl-7"):
@@ -152,7 +158,7 @@ def test_a_prompt_task_runs_once_and_reports_its_reply_or_why_it_failed(
     assert errors["sl-7"] == "budget exceeded: max_turns"
     # Model calls: reporter 2, the heartbeat 1, the wake 1, the failing one 2
     # (a retry), tight 1; the unknown agent and the late task none.
-    assert model.state.calls == 7
+    assert model.state.calls == 8
     # The tool took effect through the executor, with our derived key; a prompt
     # run has no job, so its fact goes nowhere (nothing on the inbox) and it
     # talks to no one (nothing on messages).
@@ -173,12 +179,17 @@ def test_a_prompt_task_runs_once_and_reports_its_reply_or_why_it_failed(
     [failed_call] = [j for j in journal if j["run_id"] == "sl-6"
                      and j["type"] == "journal.model_call"]  # fmt: skip
     assert failed_call["outcome"] == "status"
+    # The model saw a wake's context once, whether the task's prompt had it or not.
+    for run_id in ("wk-3", "wk-8"):
+        [call] = [j for j in journal if j["run_id"] == run_id and j["type"] == "journal.model_call"]
+        assert call["request"].count("Context: ") == 1, call["request"]
+        assert call["request"].endswith('Context: {"ticket":"T-9"}')
 
     # Delivered again, after their reports: nothing runs, nothing is reported.
     lane.produce([tasks[0], tasks[1], tasks[3]], topic="tasks")
     time.sleep(3)
-    assert len(reports(lane) or []) == 7
-    assert model.state.calls == 7
+    assert len(reports(lane) or []) == 8
+    assert model.state.calls == 8
     assert len(tools.state.calls) == 2
 
 
