@@ -1,0 +1,270 @@
+"""`lemongraph schedule ...` through the real console script: `next` with no
+broker (the DST days of docs/schedules.md, invalid expressions exit 1 naming the
+field); add, list, show, pause, resume, wake, runs and remove against the real
+embedded broker, and what each puts on `schedules`, the inbox and `audit`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.lanes import LEMONGRAPH, Lane
+from topics import ScheduleRunRecord, encode
+
+
+def cli(*args: str, stdin: str | None = None, env: dict[str, str] | None = None) -> Any:
+    return subprocess.run(
+        [str(LEMONGRAPH), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=env if env is not None else dict(os.environ),
+    )
+
+
+def at(tz: str, start: str, count: int) -> list[str]:
+    return ["--tz", tz, "--from", start, "--count", str(count)]
+
+
+@pytest.mark.parametrize(
+    ("args", "lines"),
+    [
+        (
+            ["30 2 * * *", *at("America/New_York", "2026-03-07T00:00:00Z", 3)],
+            [
+                "2026-03-07T07:30:00Z  2026-03-07 02:30 EST (America/New_York)",
+                "2026-03-08T07:00:00Z  2026-03-08 03:00 EDT (America/New_York)",
+                "2026-03-09T06:30:00Z  2026-03-09 02:30 EDT (America/New_York)",
+            ],
+        ),
+        (
+            ["30 1 * * *", *at("America/New_York", "2026-10-31T00:00:00Z", 3)],
+            [
+                "2026-10-31T05:30:00Z  2026-10-31 01:30 EDT (America/New_York)",
+                "2026-11-01T05:30:00Z  2026-11-01 01:30 EDT (America/New_York)",
+                "2026-11-02T06:30:00Z  2026-11-02 01:30 EST (America/New_York)",
+            ],
+        ),
+        (
+            ["every 30m", *at("Australia/Lord_Howe", "2026-04-04T14:00:00Z", 4)],
+            [
+                "2026-04-04T14:30:00Z  2026-04-05 01:30 +11 (Australia/Lord_Howe)",
+                "2026-04-04T15:00:00Z  2026-04-05 01:30 +1030 (Australia/Lord_Howe)",
+                "2026-04-04T15:30:00Z  2026-04-05 02:00 +1030 (Australia/Lord_Howe)",
+                "2026-04-04T16:00:00Z  2026-04-05 02:30 +1030 (Australia/Lord_Howe)",
+            ],
+        ),
+        (
+            ["weekdays at 09:30", "--from", "2026-03-06T11:00:00+01:00", "--count", "2"],
+            [
+                "2026-03-09T09:30:00Z  2026-03-09 09:30 UTC (UTC)",
+                "2026-03-10T09:30:00Z  2026-03-10 09:30 UTC (UTC)",
+            ],
+        ),
+    ],
+)  # fmt: skip
+def test_next_prints_each_slot_utc_first_then_local(args: list[str], lines: list[str]) -> None:
+    result = cli("schedule", "next", *args)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == lines
+
+
+def test_next_defaults_to_five_slots_from_now() -> None:
+    result = cli("schedule", "next", "hourly")
+    assert result.returncode == 0, result.stderr
+    assert len(result.stdout.splitlines()) == 5
+    assert all(line.endswith(" (UTC)") for line in result.stdout.splitlines())
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "words"),
+    [
+        (
+            ["61 * * * *"],
+            1,
+            'schedule: "61 * * * *": minute field (position 1): 61 is out of range',
+        ),
+        (["every 7m"], 1, "schedule:"),
+        (["weekdays 9am"], 1, "position"),
+        (["hourly", "--tz", "europe/paris"], 1, "timezone: 'europe/paris'"),
+        (["hourly", "--from", "2026-03-07T00:00:00"], 2, "no offset"),
+        (["hourly", "--from", "yesterday"], 2, "not an ISO 8601 instant"),
+        (["hourly", "--count", "0"], 2, "--count"),
+    ],
+)
+def test_next_refuses_what_it_cannot_read(args: list[str], code: int, words: str) -> None:
+    result = cli("schedule", "next", *args)
+    assert result.returncode == code, result.stdout + result.stderr
+    assert words in result.stderr
+    assert result.stdout == ""
+
+
+def definitions(lane: Lane, sid: str) -> list[Any]:
+    return [r["value"] for r in lane.read("schedules") if r["key"] == sid]
+
+
+REVIEW = """\
+schedules:
+  - id: lead-review
+    name: Lead review
+    schedule: weekdays at 09:30
+    timezone: America/New_York
+    action: {type: start_job, playbook_key: lead-qualification}
+  - name: Queue check
+    schedule: every 30m
+    action: {type: send_event, job_key: job-1, event: {action: reminder_due}}
+"""
+
+
+@pytest.mark.broker
+@pytest.mark.timeout(300)
+def test_schedules_are_added_listed_shown_paused_resumed_woken_and_removed(
+    lane: Lane, tmp_path: Path
+) -> None:
+    path = tmp_path / "schedules.yaml"
+    path.write_text(REVIEW)
+    added = lane.cli("schedule", "add", str(path))
+    assert added.stdout.splitlines()[0].startswith("lead-review: created; next 20")
+    assert "(America/New_York)" in added.stdout
+    assert "queue-check: created; next" in added.stdout
+
+    listed = lane.cli("schedule", "list").stdout.splitlines()
+    assert [line.split()[0] for line in listed] == ["lead-review", "queue-check"]
+    assert "enabled" in listed[0]
+    assert "'weekdays at 09:30'" in listed[0]
+    as_json = [
+        json.loads(line) for line in lane.cli("schedule", "list", "--json").stdout.splitlines()
+    ]
+    assert as_json[0]["timezone"] == "America/New_York"
+    assert as_json[1]["id"] == "queue-check"
+
+    # The same id again is refused, and nothing is written; --replace updates.
+    again = lane.cli("schedule", "add", str(path), check=False)
+    assert again.returncode == 1
+    assert "id in use: lead-review, queue-check (--replace updates them)" in again.stderr
+    path.write_text(REVIEW.replace("name: Lead review", "name: Leads"))
+    replaced = lane.cli("schedule", "add", "--replace", str(path)).stdout
+    assert "lead-review: updated" in replaced
+    assert "queue-check: unchanged" in replaced
+
+    shown = lane.cli("schedule", "show", "lead-review").stdout
+    spec = json.loads(shown[: shown.index("\nupdated ")])
+    assert spec["name"] == "Leads"
+    assert spec["overlap"] == "skip"
+    assert "by cli" in shown
+    assert shown.count("(America/New_York)") == 5
+    assert "runs: 0" in shown
+
+    assert lane.cli("schedule", "pause", "lead-review").stdout.strip() == "lead-review: paused"
+    assert "paused" in lane.cli("schedule", "list").stdout.splitlines()[0]
+    assert "next: none (paused)" in lane.cli("schedule", "show", "lead-review").stdout
+    assert "already paused" in lane.cli("schedule", "pause", "lead-review").stdout
+    resumed = lane.cli("schedule", "resume", "lead-review").stdout
+    assert resumed.startswith("lead-review: resumed; next 20")
+
+    woken = lane.cli(
+        "schedule", "wake", "lead-review", "--context", '{"reason": "big lead"}',
+        "--skip-if-running", "--request-id", "cli-wake-1",
+    ).stdout  # fmt: skip
+    assert woken.startswith("lead-review: woken (request cli-wake-1, run wk-")
+    bad = lane.cli("schedule", "wake", "lead-review", "--context", "[1]", check=False)
+    assert bad.returncode == 2
+    assert "must be a JSON object" in bad.stderr
+
+    # Runs come from schedule-runs (written by the worker: here, records of its shape).
+    runs = [
+        ScheduleRunRecord(
+            schedule_id="lead-review", run_id="sl-a", status="missed", triggered_by="schedule",
+            slot="2026-12-01T14:30:00Z", root_run_id="sl-a", at="2026-12-02T15:00:00Z",
+        ),
+        ScheduleRunRecord(
+            schedule_id="lead-review", run_id="sl-b", status="completed",
+            triggered_by="schedule", slot="2026-12-02T14:30:00Z", root_run_id="sl-b",
+            at="2026-12-02T14:30:01Z", job_key="sl-b",
+        ),
+    ]  # fmt: skip
+    lane.produce([(b"lead-review", encode(r)) for r in runs], topic="schedule-runs")
+    listed_runs = lane.cli("schedule", "runs", "lead-review")
+    lines = listed_runs.stdout.splitlines()
+    assert [line.split()[1] for line in lines] == ["completed", "missed"]
+    assert "job sl-b" in lines[0]
+    assert "2 of 2 run(s)" in listed_runs.stderr
+    one = lane.cli("schedule", "runs", "lead-review", "--limit", "1", "--json").stdout
+    assert json.loads(one)["run_id"] == "sl-b"
+
+    assert lane.cli("schedule", "remove", "lead-review").stdout.strip() == "lead-review: removed"
+    missing = lane.cli("schedule", "show", "lead-review", check=False)
+    assert missing.returncode == 1
+    assert "no schedule 'lead-review'" in missing.stderr
+    assert lane.cli("schedule", "remove", "lead-review", check=False).returncode == 1
+    assert lane.cli("schedule", "pause", "nope", check=False).returncode == 1
+    # A removed schedule's runs are still there to read.
+    assert "completed" in lane.cli("schedule", "runs", "lead-review").stdout
+    assert lane.cli("schedule", "runs", "nope", check=False).returncode == 1
+
+    # What went on the topics.
+    records = definitions(lane, "lead-review")
+    assert [r and (r["spec"]["name"], r["spec"]["enabled"]) for r in records] == [
+        ("Lead review", True), ("Leads", True), ("Leads", False), ("Leads", True), None,
+    ]  # fmt: skip
+    assert {r["by"] for r in records if r} == {"cli"}
+    audit = [r["value"] for r in lane.read("audit") if r["key"] == "lead-review"]
+    assert [a["action"] for a in audit] == ["create", "update", "pause", "resume", "wake", "delete"]
+    assert audit[4]["detail"]["request_id"] == "cli-wake-1"
+    wakes = [r["value"] for r in lane.read("inbox") if r["key"] == "lead-review"]
+    assert len(wakes) == 1
+    assert wakes[0]["type"] == "schedule.wake"
+    assert wakes[0]["context"] == {"reason": "big lead"}
+    assert wakes[0]["skip_if_running"] is True
+
+
+@pytest.mark.broker
+@pytest.mark.timeout(300)
+def test_add_validates_everything_before_writing_and_reads_stdin(lane: Lane) -> None:
+    action = {"type": "start_job", "playbook_key": "onboarding"}
+    one = json.dumps({"id": "first", "name": "First", "schedule": "daily", "action": action})
+    result = cli("schedule", "add", "-", stdin=one, env=lane.env())
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("first: created; next ")
+    bad = """\
+- id: second
+  name: Second
+  schedule: daily
+  action: {type: start_job, playbook_key: onboarding}
+- id: third
+  name: Third
+  schedule: "61 * * * *"
+  action: {type: start_job, playbook_key: onboarding}
+- id: fourth
+  name: Fourth
+  schedule: hourly
+  timezone: Mars/Base
+  action: {type: start_job}
+"""
+    refused = cli("schedule", "add", "-", stdin=bad, env=lane.env())
+    assert refused.returncode == 1
+    assert 'error: -[1]: schedule: "61 * * * *": minute field (position 1)' in refused.stderr
+    assert "error: -[2]: " in refused.stderr
+    assert refused.stdout == ""
+    ids = {r["key"] for r in lane.read("schedules")}
+    assert ids == {"first"}  # the valid "second" was not written either
+    not_yaml = cli("schedule", "add", "-", stdin="a: [", env=lane.env())
+    assert not_yaml.returncode == 1
+    assert "not YAML or JSON" in not_yaml.stderr
+    gone = cli("schedule", "add", "/no/such/file.yaml", env=lane.env())
+    assert gone.returncode == 1
+    assert "cannot read" in gone.stderr
+
+
+def test_a_command_without_a_broker_says_so() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "LEMONGRAPH_KAFKA_URL"}
+    result = cli("schedule", "list", env=env)
+    assert result.returncode == 1
+    assert "LEMONGRAPH_KAFKA_URL is not set" in result.stderr
