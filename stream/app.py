@@ -1,4 +1,5 @@
-"""The Faust app: ``inbox`` and ``ticks`` (co-partitioned) consumed in batches
+"""The Faust app: ``inbox``, ``ticks``, ``schedules`` and ``schedule-runs``
+(co-partitioned: every lemongraph topic has the inbox's partition count) consumed in batches
 (stream/fetch.py), job state in a RocksDB-backed table, a leader-only ticker,
 and the engine between. A batch's outputs and changelog records are produced as
 record batches (stream/produce.py)."""
@@ -30,6 +31,7 @@ from .kafka import bootstrap_of
 from .produce import Produced, produce_batches
 from .registry import Registry
 from .resets import ClusterWatch, find_resets
+from .schedules import Schedules
 from .table import JobTable
 
 __all__ = ["EXIT_LOG_RESET", "EngineApp", "EngineStats", "build_app"]
@@ -137,7 +139,14 @@ def build_app(
     set_fetch_max_wait(FETCH_MAX_WAIT_MS_TANSU if tansu else FETCH_MAX_WAIT_MS)
     app = BatchApp(app_id or f"{settings.topic_prefix}engine", **faust_settings(settings, tansu))
     stats = stats if stats is not None else EngineStats()
-    source = app.topic(topics.inbox, topics.ticks, key_type=bytes, value_type=bytes)
+    source = app.topic(
+        topics.inbox,
+        topics.ticks,
+        topics.schedules,
+        topics.schedule_runs,
+        key_type=bytes,
+        value_type=bytes,
+    )
     table = JobTable(
         app.Table("jobstate", partitions=settings.partitions, key_type=bytes, value_type=bytes)
     )
@@ -149,6 +158,7 @@ def build_app(
         cache_size=settings.state_cache,
         max_skew_ms=round(settings.max_clock_skew * 1000),
         cluster=cluster,
+        schedules=Schedules(topics, enabled=settings.schedules_enabled),
     )
     watch = ClusterWatch(bootstrap_of(settings.kafka_url or ""), cluster, settings.kafka_security)
     bootstrap = bootstrap_of(settings.kafka_url or "")

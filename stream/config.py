@@ -66,6 +66,18 @@ def _float(env: dict[str, str], name: str, default: float) -> float:
     return value
 
 
+def _flag(env: dict[str, str], name: str, default: bool) -> bool:
+    """``1``/``0`` (also ``true``/``false``, ``yes``/``no``, ``on``/``off``)."""
+    raw = env.get(name, "").strip().lower()
+    if not raw:
+        return default
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{name}={raw!r} must be 1 or 0")
+
+
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
@@ -168,6 +180,8 @@ class Settings:
     state_cache: int = 10_000
     #: The agent catalog (None: catalog.yaml in the playbooks folder).
     catalog: Path | None = None
+    #: Whether the workers fire schedules (docs/schedules.md, "The global switch").
+    schedules_enabled: bool = True
 
     @property
     def catalog_file(self) -> Path:
@@ -221,4 +235,5 @@ class Settings:
             catalog=Path(env["LEMONGRAPH_CATALOG"].strip())
             if env.get("LEMONGRAPH_CATALOG", "").strip()
             else None,
+            schedules_enabled=_flag(env, "LEMONGRAPH_SCHEDULES_ENABLED", True),
         )

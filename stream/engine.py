@@ -40,7 +40,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 from aiokafka.partitioner import murmur2
@@ -99,6 +99,7 @@ __all__ = [
     "Mark",
     "Output",
     "Record",
+    "ScheduleHook",
     "StorageError",
     "home_partition",
     "snapshot_of",
@@ -117,7 +118,7 @@ Headers = list[tuple[str, bytes]]
 DEFAULT_MAX_SKEW_MS = 300_000
 
 #: A dead letter of a forwarded copy keeps where the original was produced
-#: under this name (not as ``lemongraph.forwarded-from``: see ``_dead``).
+#: under this name (not as ``lemongraph.forwarded-from``: see ``dead``).
 DEADLETTER_FORWARDED_FROM = "lemongraph.dlq.forwarded-from"
 
 #: 9999-12-31T23:59:59.999Z: the last instant a decision can be made at.
@@ -267,17 +268,27 @@ class Batch:
     #: the broker's cluster id, recorded in each watermark
     cluster: str = ""
 
-    def writes(self) -> list[tuple[str, int, bytes]]:
-        """(key, partition, bytes) for every changed job, then each partition's
-        inbox watermark — last, so a crash part-way leaves it behind the jobs."""
-        out = [
+    #: (partition, table key) → other rows to write after the jobs: schedule
+    #: states (stream/schedules.py); None deletes the row
+    rows: dict[tuple[int, str], bytes | None] = field(default_factory=dict)
+    #: (partition, table key) → the watermarks of the other topics read
+    #: (``schedules``, ``schedule-runs``), written last with the inbox's
+    marks: dict[tuple[int, str], bytes] = field(default_factory=dict)
+
+    def writes(self) -> list[tuple[str, int, bytes | None]]:
+        """(key, partition, bytes) for every changed job, then the other rows
+        (None: delete), then each partition's watermarks — last, so a crash
+        part-way leaves them behind the states."""
+        out: list[tuple[str, int, bytes | None]] = [
             (key, partition, encode_stored(partition, applied, state))
             for (partition, key), (applied, state) in self.states.items()
         ]
+        out.extend((key, p, raw) for (p, key), raw in self.rows.items())
         out.extend(
             (watermark_key(p), p, Mark.of(record, self.cluster).encode())
             for p, record in sorted(self.watermarks.items())
         )
+        out.extend((key, p, raw) for (p, key), raw in sorted(self.marks.items()))
         return out
 
 
@@ -289,6 +300,38 @@ META_PREFIX = "\x00"
 def watermark_key(partition: int) -> str:
     """The table key of a partition's inbox watermark."""
     return f"{META_PREFIX}inbox-watermark-{partition}"
+
+
+class ScheduleHook(Protocol):
+    """What the engine calls for schedules (stream/schedules.py: it lives
+    outside this compiled module and reads the engine through ``bind``)."""
+
+    def bind(self, engine: Engine) -> None:
+        """Called once by the engine it serves."""
+
+    def topics(self) -> tuple[str, ...]:
+        """The topics (besides inbox and ticks) whose records go to ``record``."""
+
+    def record(self, record: Record, batch: Batch) -> None:
+        """A record of one of :meth:`topics`."""
+
+    def wake(
+        self, record: Record, origin: tuple[int, int], message: ScheduleWake, batch: Batch
+    ) -> None:
+        """An inbox ``schedule.wake`` at its home partition."""
+
+    def tick(self, record: Record, now_ms: int, batch: Batch) -> None:
+        """A valid tick of ``record.partition`` at ``now_ms``: fire what is due."""
+
+    def clear(self) -> None:
+        """Partitions were reassigned: forget the index and what is cached."""
+
+    def restore(self, key: str, raw: bytes) -> bool:
+        """A stored row of the table whose key is ``META_PREFIX``...: index it
+        when it is a schedule's (True)."""
+
+    def committed(self, batch: Batch) -> None:
+        """The batch's writes are stored."""
 
 
 def _dumps(data: Any) -> bytes:
@@ -330,6 +373,7 @@ class Engine:
         max_skew_ms: int = DEFAULT_MAX_SKEW_MS,
         wall_ms: Callable[[], int] | None = None,
         cluster: str = "",
+        schedules: ScheduleHook | None = None,
     ) -> None:
         if partitions < 1:
             raise ValueError(f"partitions must be at least 1, not {partitions}")
@@ -352,6 +396,12 @@ class Engine:
         self.cache_size = cache_size
         self.cache_hits = 0
         self.cache_misses = 0
+        #: Schedules (stream/schedules.py); None: their topics are not read
+        self.schedules = schedules
+        self._schedule_topics: tuple[str, ...] = ()
+        if schedules is not None:
+            schedules.bind(self)
+            self._schedule_topics = schedules.topics()
 
     def home(self, key: bytes) -> int:
         """The partition job ``key`` lives on."""
@@ -361,14 +411,20 @@ class Engine:
 
     def rebuild_timers(self, stored: Iterable[tuple[str, bytes]]) -> int:
         """Rebuild the timer index from every stored job's header (the state
-        itself is not parsed). Returns how many jobs have a timer."""
+        itself is not parsed), and the schedules' from theirs. Returns how many
+        jobs have a timer."""
         self.timers.clear()
         self._watermarks.clear()
         self._cache.clear()
         self._seen.clear()
+        schedules = self.schedules
+        if schedules is not None:
+            schedules.clear()
         count = 0
         for key, raw in stored:
             if key.startswith(META_PREFIX):
+                if schedules is not None:
+                    schedules.restore(key, raw)
                 continue
             partition, due = peek_header(raw)
             if due is not None:
@@ -424,11 +480,21 @@ class Engine:
                     # Nothing of this record reached the batch (see _decided):
                     # it is dead-lettered and the batch goes on.
                     log.warning("inbox %d@%d: %s", record.partition, record.offset, _why(exc))
-                    self._dead(record, f"could not be decided: {_why(exc)}", batch)
+                    self.dead(record, f"could not be decided: {_why(exc)}", batch)
             elif record.topic == ticks:
                 self._tick(record, batch)
+            elif record.topic in self._schedule_topics and self.schedules is not None:
+                try:
+                    self.schedules.record(record, batch)
+                except StorageError:
+                    raise
+                except Exception as exc:  # see the inbox's case
+                    log.warning(
+                        "%s %d@%d: %s", record.topic, record.partition, record.offset, _why(exc)
+                    )
+                    self.dead(record, f"could not be decided: {_why(exc)}", batch)
             else:
-                self._dead(record, f"unexpected topic {record.topic!r}", batch)
+                self.dead(record, f"unexpected topic {record.topic!r}", batch)
         # In the order the jobs were decided (a set's order is not stable across
         # processes, and a re-decided batch must come out byte for byte alike).
         for ref, (_applied, state) in batch.states.items():
@@ -450,6 +516,8 @@ class Engine:
         its states the cached ones."""
         for partition, record in batch.watermarks.items():
             self._watermarks[partition] = record.offset
+        if self.schedules is not None:
+            self.schedules.committed(batch)
         cache = self._cache
         for ref, applied_state in batch.states.items():
             cache[ref] = applied_state
@@ -493,7 +561,7 @@ class Engine:
     def _inbox(self, record: Record, batch: Batch) -> None:
         if record.key is None:
             reason = "no record key: an inbox record's key must be its job key"
-            self._dead(record, reason, batch)
+            self.dead(record, reason, batch)
             return
         home = self.home(record.key)
         if home != record.partition:
@@ -502,12 +570,15 @@ class Engine:
         origin = self._origin(record)
         try:
             message = decode_inbox(record.value, record.key)
-            now_ms, bound = self._clock(record.timestamp_ms)
+            now_ms, bound = self.clock(record.timestamp_ms)
         except RecordError as exc:
-            self._dead(record, exc.reason, batch)
+            self.dead(record, exc.reason, batch)
             return
         if isinstance(message, ScheduleWake):
-            self._dead(record, "schedule.wake: schedules are not enabled on this worker", batch)
+            if self.schedules is None:
+                self.dead(record, "schedule.wake: this engine runs no schedules", batch)
+            else:
+                self.schedules.wake(record, origin, message, batch)
             return
         ref: JobRef = (home, message.key)
         applied, state = self._current(ref, batch)
@@ -575,14 +646,14 @@ class Engine:
     def _forward(self, record: Record, home: int, batch: Batch) -> None:
         """Produce ``record`` to its home partition, saying where it came from."""
         if record.value is None:
-            self._dead(record, "empty record (no value)", batch)  # as at home
+            self.dead(record, "empty record (no value)", batch)  # as at home
             return
         size = len(record.value) + len(record.key or b"")
         size += sum(len(n) + len(v) for n, v in record.headers)
         if size > MAX_RECORD_BYTES:
             # Refused at home anyway; a copy could be larger than the broker takes.
             reason = f"record of {size:,} bytes is larger than the limit of {MAX_RECORD_BYTES:,}"
-            self._dead(record, reason, batch)
+            self.dead(record, reason, batch)
             return
         headers = [(n, v) for n, v in record.headers if n != FORWARDED_FROM_HEADER]
         headers.append((FORWARDED_FROM_HEADER, b"p%d@%d" % (record.partition, record.offset)))
@@ -592,7 +663,7 @@ class Engine:
         )
         batch.forwarded += 1
 
-    def _clock(self, timestamp_ms: int) -> tuple[int, str | None]:
+    def clock(self, timestamp_ms: int) -> tuple[int, str | None]:
         """The instant to decide a record at (epoch ms), and why it is not the
         record's timestamp (None: it is)."""
         if timestamp_ms < 0:
@@ -614,7 +685,7 @@ class Engine:
             tick = TickRecord.model_validate_json(record.value or b"")
             now = from_iso(tick.at)
         except ValueError as exc:
-            self._dead(record, f"invalid tick: {exc}", batch)
+            self.dead(record, f"invalid tick: {exc}", batch)
             return
         now_ms = int(now.timestamp() * 1000)
         limit = self.wall_ms() + self.max_skew_ms
@@ -623,7 +694,7 @@ class Engine:
                 f"tick at {tick.at} is ahead of this worker's clock by more than the allowed "
                 f"skew ({self.max_skew_ms / 1000:g}s, LEMONGRAPH_MAX_CLOCK_SKEW)"
             )
-            self._dead(record, reason, batch)
+            self.dead(record, reason, batch)
             return
         origin = (record.partition, record.offset)
         for key in self.timers.pop_due(record.partition, now_ms):
@@ -646,7 +717,9 @@ class Engine:
                 # The job's timer stays off until its next event: firing it on
                 # every tick would fail the same way every second.
                 log.error("tick %d@%d, job %r: %s", record.partition, record.offset, key, _why(exc))
-                self._dead(record, f"deciding job {key!r} on this tick failed: {_why(exc)}", batch)
+                self.dead(record, f"deciding job {key!r} on this tick failed: {_why(exc)}", batch)
+        if self.schedules is not None:
+            self.schedules.tick(record, now_ms, batch)
 
     # -- outcomes ---------------------------------------------------------------------
 
@@ -744,7 +817,7 @@ class Engine:
         batch.decisions += 1
         batch.outputs.append(output)
 
-    def _dead(self, record: Record, reason: str, batch: Batch) -> None:
+    def dead(self, record: Record, reason: str, batch: Batch) -> None:
         letter = DeadLetter.of(
             record.topic,
             record.partition,

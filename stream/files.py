@@ -5,10 +5,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from compiler import Playbook, PlaybookError, PlaybookProblem, load_playbook
+from compiler import (
+    LemongraphError,
+    Playbook,
+    PlaybookError,
+    PlaybookProblem,
+    Schedule,
+    load_located,
+    load_playbook,
+    validate_schedule,
+)
 
 __all__ = [
     "PlaybookSet",
+    "ScheduleSet",
     "flow_files",
     "is_catalog",
     "is_flow",
@@ -16,6 +26,7 @@ __all__ = [
     "is_schedules",
     "load_playbook_file",
     "load_playbooks_dir",
+    "load_schedules_file",
     "playbook_files",
     "scenario_files",
     "schedules_file",
@@ -141,4 +152,59 @@ def load_playbooks_dir(folder: Path) -> PlaybookSet:
             continue
         found.by_key[playbook.key] = playbook
         origin[playbook.key] = path
+    return found
+
+
+@dataclass
+class ScheduleSet:
+    """The schedules of a ``schedules.yaml``, in file order, and every problem
+    found (one line each, naming the file, the line, the schedule and the field)."""
+
+    schedules: list[Schedule]
+    problems: list[str]
+
+
+def load_schedules_file(path: Path) -> ScheduleSet:
+    """Read ``schedules: [<definition>...]`` (docs/schedules.md,
+    "schedules.yaml"). An invalid definition, or a second one with the same id,
+    is a problem and is left out; the others are kept."""
+    found = ScheduleSet([], [])
+    try:
+        located = load_located(path.read_text(encoding="utf-8"), str(path))
+    except (OSError, UnicodeDecodeError) as exc:
+        found.problems.append(f"{path}: cannot read: {exc}")
+        return found
+    except LemongraphError as exc:
+        found.problems.append(str(exc).splitlines()[0])
+        return found
+    data = located.data
+    if not isinstance(data, dict) or set(data) != {"schedules"}:
+        found.problems.append(
+            f"{path}: expected one key, schedules: a list of schedule definitions"
+        )
+        return found
+    items = data["schedules"]
+    if items is None:
+        return found
+    if not isinstance(items, list):
+        found.problems.append(f"{path}: schedules: must be a list of schedule definitions")
+        return found
+    seen: dict[str, int] = {}
+    for index, item in enumerate(items):
+        where = located.position(("schedules", index))
+        at = f"{path}:{where.line}" if where is not None else str(path)
+        name = item.get("id") or item.get("name") if isinstance(item, dict) else None
+        label = f"schedules[{index}]" + (f" ({name})" if isinstance(name, str) else "")
+        try:
+            schedule = validate_schedule(item, f"{path}: {label}")
+        except LemongraphError as exc:
+            found.problems.append(f"{at}: {label}: {str(exc).splitlines()[0]}")
+            continue
+        if schedule.id in seen:
+            found.problems.append(
+                f"{at}: {label}: id {schedule.id!r} is also used by schedules[{seen[schedule.id]}]"
+            )
+            continue
+        seen[schedule.id] = index
+        found.schedules.append(schedule)
     return found

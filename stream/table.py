@@ -50,15 +50,20 @@ class JobTable:
         return value if value is None else bytes(value)
 
     def write(
-        self, rows: Iterable[tuple[str, int, bytes]], changelog_offsets: dict[int, int]
+        self, rows: Iterable[tuple[str, int, bytes | None]], changelog_offsets: dict[int, int]
     ) -> None:
-        """Apply ``(key, partition, value)`` rows, one WriteBatch per partition,
-        then record how far each partition's changelog is applied."""
+        """Apply ``(key, partition, value)`` rows (a None value deletes the row,
+        as a tombstone in the changelog does in Faust's recovery), one
+        WriteBatch per partition, then record how far each partition's
+        changelog is applied."""
         batches: dict[int, Any] = {}
         for key, partition, value in rows:
             if partition not in batches:
                 batches[partition] = rocksdict.WriteBatch(raw_mode=True)
-            batches[partition].put(key.encode(), value)
+            if value is None:
+                batches[partition].delete(key.encode())
+            else:
+                batches[partition].put(key.encode(), value)
         for partition, batch in batches.items():
             self._db(partition).write(batch)
         for partition, offset in changelog_offsets.items():
@@ -100,11 +105,11 @@ class JobTable:
                 consumer.seek(tp, self.persisted_offset(tp.partition) + 1)
             while True:
                 batches = await consumer.getmany(timeout_ms=200, max_records=5000)
-                rows: list[tuple[str, int, bytes]] = []
+                rows: list[tuple[str, int, bytes | None]] = []
                 offsets: dict[int, int] = {}
                 for tp, records in batches.items():
                     for r in records:
-                        if r.key is not None and r.value is not None:
+                        if r.key is not None:  # a None value: a tombstone, deleted
                             rows.append((r.key.decode(), tp.partition, r.value))
                         offsets[tp.partition] = r.offset
                 if offsets:

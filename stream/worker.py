@@ -15,19 +15,28 @@ import orjson
 from pydantic import ValidationError
 
 from compiler import LemongraphError, to_iso
-from topics import TOPIC_NAMES, DeadLetter, PlaybookRecord, Topics, encode
+from topics import (
+    TOPIC_NAMES,
+    AuditRecord,
+    DeadLetter,
+    PlaybookRecord,
+    ScheduleRecord,
+    Topics,
+    encode,
+)
 
 from .broker import cluster_id, ensure_topics, is_tansu
 from .config import Settings
+from .engine import home_partition
 from .fetch import exit_now
-from .files import load_playbooks_dir
+from .files import load_playbooks_dir, load_schedules_file, schedules_file
 from .kafka import bootstrap_of, producer, read_topic, run
 from .registry import Registry
 
 if TYPE_CHECKING:
     import faust
 
-__all__ = ["ensure_all_topics", "prepare_registry", "run_worker"]
+__all__ = ["ensure_all_topics", "prepare_registry", "register_schedules", "run_worker"]
 
 log = logging.getLogger("lemongraph.worker")
 
@@ -115,6 +124,68 @@ async def prepare_registry(
         + f"); {published} newly registered"
     )
     return registry, problems
+
+
+#: Who an audit record says registered a schedule of the playbooks folder.
+SCHEDULES_FILE_BY = "schedules.yaml"
+
+
+async def register_schedules(
+    settings: Settings, say: Callable[[str], None] = log.info
+) -> list[str]:
+    """Publish the definitions of ``schedules.yaml`` in the playbooks folder
+    (docs/schedules.md, "schedules.yaml") that the ``schedules`` topic does not
+    hold as they are, each with an ``audit`` record (``by: "schedules.yaml"``).
+    Returns the problems of the file (its invalid definitions are left out)."""
+    assert settings.kafka_url is not None
+    path = schedules_file(settings.playbooks_dir)
+    if path is None:
+        return []
+    found = load_schedules_file(path)
+    bootstrap = bootstrap_of(settings.kafka_url)
+    topics = Topics(settings.topic_prefix)
+    current: dict[str, object] = {}
+    async for record in read_topic(
+        bootstrap, topics.schedules, idle=0.5, security=settings.kafka_security
+    ):
+        if record.key is None:
+            continue
+        name = record.key.decode("utf-8", "replace")
+        if record.value is None:
+            current.pop(name, None)
+            continue
+        try:
+            current[name] = ScheduleRecord.model_validate_json(record.value).spec
+        except ValidationError:
+            current[name] = None  # unreadable: replaced by the file's
+    published: list[str] = []
+    at = to_iso(datetime.now(UTC))
+    async with producer(bootstrap, security=settings.kafka_security) as client:
+        for schedule in found.schedules:
+            spec = schedule.to_json()
+            if current.get(schedule.id) == spec:
+                continue
+            action = "create" if schedule.id not in current else "update"
+            key = schedule.id.encode()
+            partition = home_partition(key, settings.partitions)
+            definition = ScheduleRecord(spec=spec, updated_at=at, by=SCHEDULES_FILE_BY)
+            audit = AuditRecord(
+                action=action,
+                target=f"schedule:{schedule.id}",
+                by=SCHEDULES_FILE_BY,
+                at=at,
+                detail={"file": str(path), "spec": spec},
+            )
+            await client.send_and_wait(
+                topics.schedules, encode(definition), key=key, partition=partition
+            )
+            await client.send_and_wait(topics.audit, encode(audit), key=key, partition=partition)
+            published.append(schedule.id)
+    say(
+        f"schedules: {len(found.schedules)} in {path}; "
+        + (f"{len(published)} published ({', '.join(published)})" if published else "none changed")
+    )
+    return found.problems
 
 
 def run_worker(
@@ -276,6 +347,7 @@ def prepare(settings: Settings, say: Callable[[str], None] = print) -> Prepared:
         cluster = await cluster_id(bootstrap_of(settings.kafka_url or ""), settings.kafka_security)
         names = await ensure_all_topics(settings)
         registry, problems = await prepare_registry(settings, say)
+        problems += await register_schedules(settings, say)
         return names, registry, problems, cluster
 
     names, registry, problems, cluster = cast(tuple[list[str], Registry, list[str], str], run(go()))
