@@ -1,5 +1,6 @@
 """Cron expressions of schedules, their shorthands, time zones and slot math
-(docs/schedules.md, "When a schedule fires").
+(docs/schedules.md, "Cron expressions",
+"Time zones and daylight saving").
 
 Pure: no clock (every function takes the instant it works from), no I/O beyond
 the time zone database that :mod:`zoneinfo` reads.
@@ -13,7 +14,7 @@ with ``*`` a day must match both, otherwise either (Debian cron's rule).
 ``L``, ``W``, ``#`` and ``?`` are not supported. Shorthands (any case):
 ``every Nm`` (N divides 60), ``every Nh`` (N divides 24), ``hourly``, ``daily``,
 ``daily at T``, ``weekdays at T``, ``weekends at T``, ``weekly DAY at T``,
-``monthly``, and ``@hourly``, ``@daily``, ``@midnight``, ``@weekly``,
+``weekly``, ``monthly``, and ``@hourly``, ``@daily``, ``@midnight``, ``@weekly``,
 ``@monthly``, ``@yearly``, ``@annually``; T is ``9am``, ``9:30am``, ``09:30`` or
 ``21:00``. Everything is normalised to a 5-field expression (:attr:`Cron.expr`).
 
@@ -108,6 +109,7 @@ SHORTHANDS = (
     "weekdays at T",
     "weekends at T",
     "weekly DAY at T",
+    "weekly",
     "monthly",
     "@hourly",
     "@daily",
@@ -120,6 +122,7 @@ SHORTHANDS = (
 _FIXED = {
     "hourly": "0 * * * *",
     "daily": "0 0 * * *",
+    "weekly": "0 0 * * 0",
     "monthly": "0 0 1 * *",
     "@hourly": "0 * * * *",
     "@daily": "0 0 * * *",
@@ -321,6 +324,10 @@ def _shorthand(text: str) -> str:
         assert day is not None
         hour, minute = _time_of_day(text, words[3:], words[2][1] + 2)
         return f"{minute} {hour} * * {day}"
+    if head in days and len(words) >= 2:
+        _fail(text, 'expected "at" and a time', words[1][1])
+    if head == "weekly" and len(words) >= 3:
+        _fail(text, 'expected "at" and a time', words[2][1])
     at = words[0][1]
     _fail(
         text,

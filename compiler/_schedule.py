@@ -1,5 +1,5 @@
 """Schedule definitions, their validation, and the ids and jitter of their runs
-(docs/schedules.md, "Fields", "Slot ids and exactly once").
+(docs/schedules.md, "A schedule's fields", "Exactly once: slot ids").
 
 Pure: :func:`validate_schedule` turns what a user wrote (an API body, a
 ``schedules.yaml`` item, a ``schedules`` record's ``spec``) into a frozen
@@ -447,7 +447,7 @@ def render_key(template: str, schedule: Schedule, nominal: datetime) -> str:
     return _PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group()), template)
 
 
-# -- the state machine (docs/schedules.md, "How a slot is decided") ----------------
+# -- the state machine (docs/schedules.md, "Downtime and catch-up", "Overlap") --
 
 #: at most this many records of one kind (missed, coalesced) per step; past it,
 #: one record stands for the rest (``missed_count``, ``slot`` to ``slot_last``)
@@ -871,13 +871,9 @@ class _Decision:
         delivered_to = None
         if not suppressed and target != "none":
             if status == "completed":
-                text = output or ""
+                text = f"{schedule.name}: {output or ''}"
             else:
-                text = f"Schedule {schedule.name!r} ({schedule.id}): run {run.run_id} {status}"
-                if error:
-                    text += f": {error}"
-                if output:
-                    text += f"\n\n{output}"
+                text = f"{schedule.name} ({status}): {error or status}"
             self.effects.append(Deliver(run.run_id, target, text))
             delivered_to = target
         self.record(
@@ -953,7 +949,7 @@ class _Decision:
             self.slots()
 
     def slots(self) -> None:
-        """The slots in [next slot, now] (docs/schedules.md, "Catch-up"), in
+        """The slots in [next slot, now] (docs/schedules.md, "Downtime and catch-up"), in
         time bounded by :data:`MAX_RECORDS`, not by the downtime."""
         schedule = self.schedule
         cron, tz = schedule.cron, schedule.timezone
@@ -1034,7 +1030,7 @@ def _canonical(value: Any) -> str:
 
 
 def schedule_step(state: ScheduleState | None, now: datetime, item: ScheduleInput) -> ScheduleStep:
-    """Decide ``item`` at ``now`` (docs/schedules.md, "How a slot is decided").
+    """Decide ``item`` at ``now`` (docs/schedules.md, "Downtime and catch-up", "Overlap").
     Pure and deterministic: the same state, instant and input give equal
     effects. ``state`` None: no schedule (only :class:`Define` does anything)."""
     if now.tzinfo is None or now.utcoffset() is None:

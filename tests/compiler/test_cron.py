@@ -1,5 +1,5 @@
 """Cron expressions, shorthands, time zones and the DST rules of schedules
-(docs/schedules.md, "When a schedule fires"), against cronsim's evaluation."""
+(docs/schedules.md, "Cron expressions"), against cronsim's evaluation."""
 
 from __future__ import annotations
 
@@ -64,6 +64,7 @@ VALID = [
     ("weekly monday at 8am", "0 8 * * 1"),
     ("weekly sun at 18:45", "45 18 * * 0"),
     ("monthly", "0 0 1 * *"),
+    ("weekly", "0 0 * * 0"),
     ("@hourly", "0 * * * *"),
     ("@daily", "0 0 * * *"),
     ("@midnight", "0 0 * * *"),
@@ -84,7 +85,7 @@ def test_valid_expressions_normalise_to_cron(text: str, expr: str) -> None:
 SUPPORTED = "(write *, N, N-M, */S, N-M/S or lists)"
 SHORTHAND_LIST = (
     "every Nm, every Nh, hourly, daily, daily at T, weekdays at T, weekends at T, "
-    "weekly DAY at T, monthly, @hourly, @daily, @midnight, @weekly, @monthly, @yearly, "
+    "weekly DAY at T, weekly, monthly, @hourly, @daily, @midnight, @weekly, @monthly, @yearly, "
     "@annually; T is a time such as 9am, 9:30am, 09:30 or 21:00"
 )
 
@@ -315,7 +316,7 @@ def test_count_slots_of_a_year_is_fast_and_exact() -> None:
     assert count == 365 * 1440
 
 
-# -- daylight saving (docs/schedules.md, "Daylight saving") -----------------------
+# -- daylight saving (docs/schedules.md, "Time zones and daylight saving") -----------------------
 
 
 def test_new_york_spring_forward_fixed_time_fires_once_just_after_the_jump() -> None:

@@ -1,5 +1,5 @@
 """Schedule definitions: validation, defaults, normalisation, ids, jitter and
-key templates (docs/schedules.md, "Fields", "Slot ids and exactly once")."""
+key templates (docs/schedules.md, "A schedule's fields", "Exactly once: slot ids")."""
 
 from __future__ import annotations
 

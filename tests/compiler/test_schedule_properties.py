@@ -1,7 +1,7 @@
 """Properties of the schedule state machine over random histories (hypothesis):
 every nominal slot is accounted for exactly once (fired, skipped, missed, or
 waiting in the buffer), no run id fires twice, and re-deciding from the stored
-state gives the same effects (docs/schedules.md, "Catch-up")."""
+state gives the same effects (docs/schedules.md, "Downtime and catch-up")."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""The schedule state machine, rule by rule (docs/schedules.md, "How a slot is
-decided"): define/update/pause/resume, ticks and catch-up, overlap, timeouts,
-retries, reports and heartbeats, wake and remove."""
+"""The schedule state machine, rule by rule: define/update/pause/resume, ticks
+and catch-up, overlap, timeouts, retries, reports and heartbeats, wake and
+remove (docs/schedules.md, "Overlap", "Timeouts and retries", "Downtime and
+catch-up", "Heartbeats", "Wake")."""
 
 from __future__ import annotations
 
@@ -186,7 +187,7 @@ def test_completed_report_delivers_the_result() -> None:
         "web:job-7",
     )
     assert run["ended_at"] == iso(at(31))
-    assert delivers(step) == [Deliver(slot(30), "web:job-7", "All quiet; 3 items.")]
+    assert delivers(step) == [Deliver(slot(30), "web:job-7", "S: All quiet; 3 items.")]
     assert step.state is not None
     assert step.state.active == ()
 
@@ -234,7 +235,7 @@ def test_failed_report_alerts() -> None:
     (run,) = records(step)
     assert (run["status"], run["error"]) == ("failed", "model unavailable")
     (deliver,) = delivers(step)
-    assert deliver.text == f"Schedule 'S' (s): run {slot(30)} failed: model unavailable"
+    assert deliver.text == "S (failed): model unavailable"
 
 
 def test_late_and_duplicate_reports_are_ignored() -> None:
