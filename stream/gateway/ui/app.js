@@ -795,8 +795,10 @@ function route() {
   document.getElementById("schedules-view").hidden = page !== "schedules";
   document.getElementById("schedule-view").hidden = page !== "schedule";
   const onSchedules = page === "schedules" || page === "schedule";
-  document.getElementById("nav-jobs").toggleAttribute("aria-current", !onSchedules);
-  document.getElementById("nav-schedules").toggleAttribute("aria-current", onSchedules);
+  for (const [id, current] of [["nav-jobs", !onSchedules], ["nav-schedules", onSchedules]]) {
+    const link = document.getElementById(id);
+    if (current) link.setAttribute("aria-current", "page"); else link.removeAttribute("aria-current");
+  }
   if (page === "schedules") {
     renderSchedules(false);
     state.listTimer = setInterval(() => renderSchedules(false), 2000);
