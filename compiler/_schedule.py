@@ -1083,8 +1083,10 @@ def schedule_step(state: ScheduleState | None, now: datetime, item: ScheduleInpu
 
 def _define(decision: _Decision, schedule: Schedule) -> None:
     """An update: what was due under the old definition is decided first; then
-    the next slot is the first after max(now, last slot); paused: none."""
+    the next slot is the first after max(now, last slot) (unchanged when the
+    expression and time zone are); paused: none."""
     decision.tick()
+    previous = decision.schedule
     decision.schedule = schedule
     decision.version += 1
     if decision.buffered is not None and (not schedule.enabled or schedule.overlap != "buffer_one"):
@@ -1095,6 +1097,12 @@ def _define(decision: _Decision, schedule: Schedule) -> None:
     if not schedule.enabled:
         decision.next_slot_ms = None
         return
+    if (
+        previous.enabled
+        and decision.next_slot_ms is not None
+        and (previous.cron.expr, previous.timezone) == (schedule.cron.expr, schedule.timezone)
+    ):
+        return  # the same clock: a slot still waiting for its jitter keeps its turn
     after = decision.now
     if decision.last_slot_ms is not None and decision.last_slot_ms > decision.now_ms:
         after = _dt(decision.last_slot_ms)

@@ -66,7 +66,7 @@ schedules = st.fixed_dictionaries(
 steps = st.lists(
     st.tuples(
         st.integers(0, 300),  # minutes since the previous step
-        st.sampled_from(["tick", "tick", "tick", "completed", "failed", "wake"]),
+        st.sampled_from(["tick", "tick", "tick", "completed", "failed", "wake", "update"]),
         st.integers(0, 5),  # which active run a report is for
     ),
     max_size=25,
@@ -105,6 +105,11 @@ def test_every_slot_is_accounted_for_exactly_once(
             item = ScheduleTick()
         elif kind == "wake":
             item = Wake(f"w{len(effects)}")
+        elif kind == "update":
+            # the same clock, other settings: the slots go on being accounted for
+            changed = {**data, "overlap": ["skip", "buffer_one", "allow_all"][pick % 3]}
+            changed["jitter"] = ["0s", "90s", "20m"][(pick + gap) % 3]
+            item = Define(validate_schedule(changed))
         elif state.active:
             run = state.active[pick % len(state.active)]
             item = Report(run.run_id, kind, "out", None if kind == "completed" else "e")  # type: ignore[arg-type]

@@ -550,3 +550,17 @@ def test_same_state_now_and_input_give_byte_identical_effects() -> None:
         return out
 
     assert run() == run()
+
+
+def test_update_on_the_same_clock_keeps_a_slot_waiting_for_its_jitter() -> None:
+    state = define(make(action=START, jitter="10m"))
+    delay = jitter_ms(slot(30), 600_000)
+    early = at(30) + timedelta(milliseconds=delay - 1)
+    step = schedule_step(state, early, Define(make(action=START, jitter="10m", name="New")))
+    assert step.effects == ()
+    assert step.state is not None
+    assert step.state.next_slot_ms == ms(at(30))
+    # another expression: the clock starts again after now
+    step = schedule_step(state, early, Define(make(action=START, schedule="hourly")))
+    assert step.state is not None
+    assert step.state.next_slot_ms == ms(at(60))
