@@ -134,6 +134,7 @@ from ._schedule import (
     slot_id,
     validate_schedule,
 )
+from ._schedule_scenarios import ScheduleScenarioResult, run_schedule_scenario, schedule_run_line
 from ._simulate import (
     Coverage,
     Expectation,
@@ -242,6 +243,7 @@ __all__ = [
     "ScheduleEffect",
     "ScheduleError",
     "ScheduleInput",
+    "ScheduleScenarioResult",
     "ScheduleState",
     "ScheduleStep",
     "ScheduleTick",
@@ -289,6 +291,8 @@ __all__ = [
     "request_run_id",
     "retry_id",
     "run_scenario",
+    "run_schedule_scenario",
+    "schedule_run_line",
     "schedule_step",
     "slot_id",
     "slots_between",

@@ -12,7 +12,15 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from topics import Source
 
 from ._ast import And, Expr, Not, Or
@@ -24,6 +32,7 @@ from ._inputs import Event, Start, Tick
 from ._jobgraph import JobGraph
 from ._playbook import Playbook, compile_playbook
 from ._printer import print_expr
+from ._schedule_scenarios import DownSpan, ScenarioWake, ScriptedReply
 from ._source import Located, did_you_mean, load_located
 from ._state import JobState
 from ._time import require_aware
@@ -86,6 +95,13 @@ class Expectation(BaseModel):
     pending: list[str] | None = None
     unreachable: list[str] | None = None
     tasks: list[str] | None = None
+    #: Schedule scenarios (docs/schedules.md): every run, in order, and runs per status.
+    runs: list[str] | None = None
+    count: dict[str, int] | None = None
+
+
+#: The expectations about a job, which a schedule scenario cannot have.
+_JOB_EXPECT = ("status", "done", "knocked", "dropped", "open", "pending", "unreachable", "tasks")
 
 
 class Scenario(BaseModel):
@@ -99,6 +115,10 @@ class Scenario(BaseModel):
     until: str | None = None
     subject: dict[str, Any] = Field(default_factory=dict)
     expect: Expectation = Field(default_factory=Expectation)
+    #: Schedule scenarios only (docs/schedules.md, "Proving schedules on a virtual clock").
+    down: list[DownSpan] = Field(default_factory=list)
+    replies: dict[str, list[str | ScriptedReply]] = Field(default_factory=dict)
+    wakes: list[ScenarioWake] = Field(default_factory=list)
 
     _check_until = field_validator("until")(lambda v: v if v is None else _offset(v))
 
@@ -113,14 +133,58 @@ class Scenario(BaseModel):
 
 
 class ScenarioFile(BaseModel):
-    """A scenario file: a playbook (a path relative to the file, or inline) and
-    its scenarios."""
+    """A scenario file: a playbook (a path relative to the file, or inline) or
+    schedules (a schedules file relative to it, or an inline list), and its
+    scenarios."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    playbook: str | dict[str, Any]
+    playbook: str | dict[str, Any] | None = None
+    schedules: str | list[dict[str, Any]] | None = None
     scenarios: list[Scenario] = Field(min_length=1)
     _located: Located | None = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _one_subject(self) -> ScenarioFile:
+        if (self.playbook is None) == (self.schedules is None):
+            raise ValueError(
+                "a scenario file names a playbook or schedules (docs/schedules.md), "
+                + ("not both" if self.playbook is not None else "and has neither")
+            )
+        return self
+
+    def check_schedule_fields(self, source: str) -> None:
+        """Refuse fields that mean nothing for the file's kind: events on
+        schedules, downtime or scripted replies on a playbook, a schedule
+        scenario with no span (docs/schedules.md)."""
+        lines = []
+        for i, scenario in enumerate(self.scenarios):
+            if self.schedules is not None:
+                wrong = ["events"] if scenario.events else []
+                wrong += [f for f in _JOB_EXPECT if getattr(scenario.expect, f) is not None]
+                if scenario.until is None:
+                    lines.append(
+                        self._where(source, ("scenarios", i, "name"))
+                        + f"scenarios.{i}: a schedule scenario needs until (its span)"
+                    )
+                why = "a schedule scenario has no job"
+            else:
+                wrong = [f for f in ("down", "replies", "wakes") if getattr(scenario, f)]
+                wrong += [
+                    f"expect.{f}"
+                    for f in ("runs", "count")
+                    if getattr(scenario.expect, f) is not None
+                ]
+                why = "only a scenario over schedules has it"
+            for name in wrong:
+                loc: tuple[str | int, ...] = ("scenarios", i, *name.split("."))
+                lines.append(self._where(source, loc) + f"scenarios.{i}.{name}: {why}")
+        if lines:
+            raise ScenarioError("\n".join(lines))
+
+    def _where(self, source: str, loc: tuple[str | int, ...]) -> str:
+        pos = self._located.position(loc) if self._located else None
+        return f"{source}:{pos.line}:{pos.column}: " if pos else f"{source}: "
 
     def check_milestones(self, playbook: Playbook, source: str) -> None:
         """Refuse an expectation naming a milestone ``playbook`` does not have

@@ -4,16 +4,21 @@ and report (plain, ``--trace``, ``--coverage``, ``--json``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from compiler import (
     Coverage,
     Event,
     LemongraphError,
+    Located,
     Playbook,
     ScenarioFile,
     ScenarioResult,
+    Schedule,
+    ScheduleScenarioResult,
     Start,
     Step,
     TaskClosed,
@@ -21,8 +26,13 @@ from compiler import (
     TimerCancelled,
     TimerSet,
     format_offset,
+    load_located,
     parse_scenarios,
     run_scenario,
+    run_schedule_scenario,
+    schedule_run_line,
+    to_iso,
+    validate_schedule,
 )
 
 from .files import load_playbook_file
@@ -33,6 +43,7 @@ __all__ = [
     "render_coverage",
     "render_summary",
     "render_trace",
+    "schedules_for",
     "simulate_files",
 ]
 
@@ -41,7 +52,7 @@ __all__ = [
 class SimulationRun:
     """Every scenario result, coverage per playbook, and files that were unusable."""
 
-    results: list[ScenarioResult] = field(default_factory=list)
+    results: list[ScenarioResult | ScheduleScenarioResult] = field(default_factory=list)
     coverage: dict[str, Coverage] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
 
@@ -59,11 +70,18 @@ class SimulationRun:
         }
 
 
-def playbook_for(path: Path, parsed: ScenarioFile) -> Playbook:
+def playbook_for(path: Path, parsed: ScenarioFile) -> Playbook | None:
     """The playbook a scenario file runs on: inline, or the file it names
     (relative to the scenario file). Refuses expectations that name a milestone
-    it does not have (``check`` and ``simulate`` both come through here)."""
+    it does not have (``check`` and ``simulate`` both come through here). A file
+    over schedules has no playbook: its schedules are validated, and None is
+    returned (docs/schedules.md, "Proving schedules on a virtual clock")."""
+    parsed.check_schedule_fields(str(path))
+    if parsed.schedules is not None:
+        schedules_for(path, parsed)
+        return None
     ref = parsed.playbook
+    assert ref is not None
     if isinstance(ref, dict):
         playbook = parsed.inline_playbook(str(path))
     else:
@@ -75,6 +93,45 @@ def playbook_for(path: Path, parsed: ScenarioFile) -> Playbook:
     return playbook
 
 
+def schedules_for(path: Path, parsed: ScenarioFile) -> list[Schedule]:
+    """The schedules a scenario file runs: inline, or the ``schedules:`` of the
+    file it names (relative to the scenario file), each validated; problems name
+    the file, the line and the field."""
+    ref = parsed.schedules
+    if isinstance(ref, str):
+        target = (path.parent / ref).resolve()
+        if not target.is_file():
+            raise LemongraphError(f"{path}: schedules {ref!r} not found (looked for {target})")
+        source = str(path.parent / ref)
+        located: Located | None = load_located(target.read_text(encoding="utf-8"), source)
+        data = located.data if located is not None else None
+        items = data.get("schedules") if isinstance(data, dict) else None
+        if not isinstance(items, list):
+            raise LemongraphError(f"{source}: expected a mapping with a list under schedules:")
+        prefix: tuple[str | int, ...] = ("schedules",)
+    else:
+        source, items, located, prefix = str(path), list(ref or []), parsed._located, ("schedules",)
+    out: list[Schedule] = []
+    problems: list[str] = []
+    for i, item in enumerate(items):
+        pos = located.position((*prefix, i)) if located is not None else None
+        where = f"{source}:{pos.line}:{pos.column}" if pos else source
+        try:
+            schedule = validate_schedule(item, f"{where}: schedules.{i}")
+        except LemongraphError as exc:
+            problems.append(
+                str(exc) if str(exc).startswith(where) else f"{where}: schedules.{i}: {exc}"
+            )
+            continue
+        if any(s.id == schedule.id for s in out):
+            problems.append(f"{where}: schedules.{i}: a second schedule with id {schedule.id!r}")
+            continue
+        out.append(schedule)
+    if problems:
+        raise LemongraphError("\n".join(problems))
+    return out
+
+
 def simulate_files(paths: list[Path]) -> SimulationRun:
     """Run every scenario of every file. Unusable files are reported in ``errors``."""
     run = SimulationRun()
@@ -82,11 +139,16 @@ def simulate_files(paths: list[Path]) -> SimulationRun:
         try:
             scenario_file = parse_scenarios(path.read_text(encoding="utf-8"), str(path))
             playbook = playbook_for(path, scenario_file)
+            schedules = schedules_for(path, scenario_file) if playbook is None else []
         except (OSError, UnicodeDecodeError) as exc:
             run.errors.append(f"{path}: cannot read: {exc}")
             continue
         except LemongraphError as exc:
             run.errors.append(str(exc))
+            continue
+        if playbook is None:
+            for scenario in scenario_file.scenarios:
+                run.results.append(run_schedule_scenario(schedules, scenario, str(path)))
             continue
         coverage = run.coverage.setdefault(playbook.key, Coverage.empty(playbook))
         for scenario in scenario_file.scenarios:
@@ -99,7 +161,8 @@ def render_summary(run: SimulationRun) -> str:
     lines = []
     for r in run.results:
         mark = "PASS" if r.passed else "FAIL"
-        lines.append(f"{mark}  {r.source} :: {r.scenario}  → {r.state.status}")
+        landed = r.summary() if isinstance(r, ScheduleScenarioResult) else r.state.status
+        lines.append(f"{mark}  {r.source} :: {r.scenario}  → {landed}")
         lines.extend(f"      {failure}" for failure in r.failures)
     lines.extend(f"ERROR {e}" for e in run.errors)
     passed = sum(r.passed for r in run.results)
@@ -137,8 +200,11 @@ def _describe_effect(effect: object) -> str | None:
     return f"job finished: {getattr(effect, 'status', '?')}"
 
 
-def render_trace(result: ScenarioResult) -> str:
-    """Every turn: input, timers fired, verdicts with explanations, transitions, effects."""
+def render_trace(result: ScenarioResult | ScheduleScenarioResult) -> str:
+    """Every turn: input, timers fired, verdicts with explanations, transitions, effects.
+    For schedules: every record and delivery, with its offset and local time."""
+    if isinstance(result, ScheduleScenarioResult):
+        return render_schedule_trace(result)
     base = result.steps[0].now
     out = [f"── {result.source} :: {result.scenario}"]
     for step in result.steps:
@@ -189,3 +255,57 @@ def render_coverage(run: SimulationRun) -> str:
                 seen_true = f"TRUE {hits}×" if hits else "never TRUE"
                 lines.append(f"      OR branch {branch!r}: {seen_true}")
     return "\n".join(lines)
+
+
+#: The fields of a run record a trace shows when they are set, and how.
+_TRACED = (
+    ("attempt", "attempt {}"),
+    ("job_key", "job {}"),
+    ("error", "error: {}"),
+    ("context", "context: {}"),
+    ("delivered_to", "delivered to {}"),
+)
+
+
+def render_schedule_trace(result: ScheduleScenarioResult) -> str:
+    """Each ``schedule-runs`` record as the worker would write it, with its
+    offset from ``base``, the slot on the schedule's wall clock, and each delivery."""
+    zones = {s.id: s.timezone for s in result.schedules}
+    out = [f"── {result.source} :: {result.scenario}"]
+    deliveries = list(result.deliveries)
+    for i, record in enumerate(result.records):
+        while deliveries and deliveries[0].after <= i:
+            out.append(_delivery_line(result, deliveries.pop(0)))
+        slot = record.get("slot")
+        local = f"  ({local_time(slot, zones.get(record['schedule_id'], 'UTC'))})" if slot else ""
+        extra = [f"run {record['run_id']}"]
+        extra += [text.format(record[k]) for k, text in _TRACED if record.get(k)]
+        if record.get("output"):
+            extra.append(f"output: {record['output'].strip()[:60]!r}")
+        out.append(
+            f"  {offset_of(result.base, record['at']):<10} {schedule_run_line(record)}{local}  "
+            + "; ".join(extra)
+        )
+    out.extend(_delivery_line(result, d) for d in deliveries)
+    out.append(f"  end: {result.summary()}")
+    return "\n".join(out)
+
+
+def _delivery_line(result: ScheduleScenarioResult, d: Any) -> str:
+    at = offset_of(result.base, to_iso(d.at))
+    return f"  {at:<10} ↳ deliver to {d.target} (run {d.run_id}): {d.text.strip()[:80]!r}"
+
+
+def local_time(instant: str, tz: str) -> str:
+    """An ISO UTC instant on a schedule's wall clock: ``2026-03-08 03:00 EDT``."""
+    return (
+        datetime.fromisoformat(instant.replace("Z", "+00:00"))
+        .astimezone(ZoneInfo(tz))
+        .strftime("%Y-%m-%d %H:%M %Z")
+    )
+
+
+def offset_of(base: datetime, instant: str) -> str:
+    """``+1d2h`` from ``base``."""
+    delta = datetime.fromisoformat(instant.replace("Z", "+00:00")) - base
+    return ("+" if delta >= timedelta(0) else "-") + format_offset(abs(delta))

@@ -1,0 +1,340 @@
+"""Schedules on a virtual clock: a scenario's span, downtime, wakes and scripted
+prompt replies, run through the schedules' pure state machine
+(docs/schedules.md, "Proving schedules on a virtual clock").
+
+The clock visits each instant something is due, as a worker's ticks would: a
+schedule's next slot (with its jitter), an active run's timeout, a retry, a
+scripted reply or a wake. Inside a ``down`` span nothing is decided; what came
+due meanwhile is decided at the span's end, as when a worker comes back.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from ._durations import parse_duration
+from ._schedule import (
+    Define,
+    Deliver,
+    Dispatch,
+    Report,
+    RunRecorded,
+    Schedule,
+    ScheduleInput,
+    ScheduleState,
+    ScheduleTick,
+    Wake,
+    schedule_step,
+)
+from ._time import to_iso
+
+if TYPE_CHECKING:
+    from ._simulate import Scenario
+
+__all__ = [
+    "DownSpan",
+    "ScenarioWake",
+    "ScheduleScenarioResult",
+    "ScriptedReply",
+    "run_schedule_scenario",
+    "schedule_run_line",
+]
+
+#: The most decisions one scenario may take (a guard against a clock that
+#: stops advancing; a year of a one-minute schedule is ~525,000).
+MAX_STEPS = 2_000_000
+
+
+def _duration(value: str) -> str:
+    parse_duration(value)
+    return value
+
+
+class DownSpan(BaseModel):
+    """The worker is down from ``from`` to ``to`` (offsets from ``base``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    start: str = Field(alias="from")
+    to: str
+
+    _check = field_validator("start", "to")(_duration)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> DownSpan:
+        if parse_duration(self.to) <= parse_duration(self.start):
+            raise ValueError(f"to ({self.to}) must be after from ({self.start})")
+        return self
+
+
+class ScriptedReply(BaseModel):
+    """How one prompt run ends: its reply (``output``) or its failure, ``after``
+    it started; ``never``: it does not report (it times out)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    output: str = ""
+    status: Literal["completed", "failed"] = "completed"
+    error: str | None = None
+    after: str = "0s"
+    never: bool = False
+
+    _check = field_validator("after")(_duration)
+
+
+class ScenarioWake(BaseModel):
+    """A wake command at ``at`` (docs/schedules.md, "Wake")."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    at: str
+    schedule: str = Field(min_length=1)
+    request_id: str | None = None
+    context: dict[str, Any] | None = None
+    skip_if_running: bool = False
+
+    _check = field_validator("at")(_duration)
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """A result or alert delivered to a ``deliver_to`` target."""
+
+    at: datetime
+    run_id: str
+    target: str
+    text: str
+    #: how many run records came before it
+    after: int
+
+
+@dataclass(frozen=True)
+class ScheduleScenarioResult:
+    """One schedule scenario's run: every record, every delivery, what missed."""
+
+    source: str
+    scenario: str
+    base: datetime
+    schedules: tuple[Schedule, ...]
+    records: tuple[dict[str, Any], ...]
+    deliveries: tuple[Delivery, ...]
+    runs: tuple[str, ...]
+    counts: dict[str, int]
+    failures: tuple[str, ...]
+
+    @property
+    def passed(self) -> bool:
+        """Did the runs match the scenario's expectation?"""
+        return not self.failures
+
+    def summary(self) -> str:
+        """``5 runs: 2 suppressed, 2 missed, 1 completed``."""
+        total = sum(self.counts.values())
+        parts = ", ".join(f"{n} {status}" for status, n in self.counts.items())
+        return f"{total} run(s)" + (f": {parts}" if parts else "")
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``results`` entry of ``simulate --json``."""
+        return {
+            "file": self.source,
+            "scenario": self.scenario,
+            "kind": "schedules",
+            "passed": self.passed,
+            "status": None,
+            "milestones": {},
+            "tasks": [],
+            "runs": list(self.runs),
+            "counts": dict(self.counts),
+            "records": list(self.records),
+            "deliveries": [
+                {"at": to_iso(d.at), "run_id": d.run_id, "target": d.target, "text": d.text}
+                for d in self.deliveries
+            ],
+            "failures": list(self.failures),
+        }
+
+
+def schedule_run_line(record: dict[str, Any]) -> str:
+    """A run as ``expect.runs`` writes it: ``<slot or instant> <schedule> <status>``,
+    ``(<triggered_by>)`` after a run the clock did not start, and for a span of
+    missed slots ``×N to <last slot>``."""
+    when = record.get("slot") or record["at"]
+    line = f"{when} {record['schedule_id']} {record['status']}"
+    if record.get("missed_count"):
+        line += f" ×{record['missed_count']} to {record.get('slot_last')}"
+    if record.get("triggered_by", "schedule") != "schedule":
+        line += f" ({record['triggered_by']})"
+    return line
+
+
+@dataclass
+class _Pending:
+    """A scripted report waiting for its instant."""
+
+    at: datetime
+    order: int
+    schedule_id: str
+    report: Report
+
+
+class _Clock:
+    """The virtual worker: schedule states, what is due, and what happened."""
+
+    def __init__(self, scenario: Scenario, schedules: list[Schedule]) -> None:
+        self.base = scenario.base
+        self.end = scenario.base + parse_duration(scenario.until or "0s")
+        self.down = [
+            (self.base + parse_duration(d.start), self.base + parse_duration(d.to))
+            for d in scenario.down
+        ]
+        self.replies: dict[str, list[str | ScriptedReply]] = {
+            k: list(v) for k, v in scenario.replies.items()
+        }
+        self.wakes = sorted(
+            enumerate(scenario.wakes), key=lambda pair: (parse_duration(pair[1].at), pair[0])
+        )
+        self.states: dict[str, ScheduleState | None] = {s.id: None for s in schedules}
+        self.schedules = schedules
+        self.pending: list[_Pending] = []
+        self.records: list[dict[str, Any]] = []
+        self.deliveries: list[Delivery] = []
+        self.failures: list[str] = []
+        self._order = 0
+
+    def apply(self, schedule_id: str, now: datetime, item: ScheduleInput) -> None:
+        step = schedule_step(self.states.get(schedule_id), now, item)
+        self.states[schedule_id] = step.state
+        delivered = []
+        for effect in step.effects:
+            if isinstance(effect, RunRecorded):
+                self.records.append(dict(effect.run))
+            elif isinstance(effect, Deliver):
+                delivered.append(effect)
+            elif isinstance(effect, Dispatch):
+                self._dispatched(schedule_id, now, effect)
+        # Shown after the step's records (the run's end, then where it went).
+        after = len(self.records)
+        for d in delivered:
+            self.deliveries.append(Delivery(now, d.run_id, d.target, d.text, after))
+
+    def _dispatched(self, schedule_id: str, now: datetime, dispatch: Dispatch) -> None:
+        if dispatch.action.get("type") != "prompt":
+            return  # start_job / send_event: the dispatch is the whole run
+        script = self.replies.get(schedule_id)
+        if not script:
+            return  # no reply scripted: the run never reports and times out
+        reply = script.pop(0)
+        if isinstance(reply, str):
+            reply = ScriptedReply(output=reply)
+        if reply.never:
+            return
+        self._order += 1
+        report = Report(dispatch.run_id, reply.status, reply.output, reply.error)
+        at = now + parse_duration(reply.after)
+        self.pending.append(_Pending(at, self._order, schedule_id, report))
+
+    def _up(self, at: datetime) -> datetime:
+        """``at``, or the end of the down span it falls in."""
+        for start, stop in self.down:
+            if start <= at < stop:
+                return stop
+        return at
+
+    def next_instant(self) -> datetime | None:
+        candidates: list[datetime] = [p.at for p in self.pending]
+        if self.wakes:
+            candidates.append(self.base + parse_duration(self.wakes[0][1].at))
+        for state in self.states.values():
+            due = state.due_ms() if state is not None else None
+            if due is not None:
+                candidates.append(datetime.fromtimestamp(due / 1000, UTC))
+        if not candidates:
+            return None
+        return self._up(min(candidates))
+
+    def run(self) -> None:
+        for schedule in self.schedules:
+            self.apply(schedule.id, self._up(self.base), Define(schedule))
+        steps = 0
+        while True:
+            now = self.next_instant()
+            if now is None or now > self.end:
+                return
+            steps += 1
+            if steps > MAX_STEPS:
+                self.failures.append(f"the clock stopped advancing at {to_iso(now)}")
+                return
+            # Records that came in first (replies, then wakes, in their order),
+            # then the tick that fires what is due at `now`.
+            due = sorted((p for p in self.pending if p.at <= now), key=lambda p: (p.at, p.order))
+            for pending in due:
+                self.pending.remove(pending)
+                self.apply(pending.schedule_id, now, pending.report)
+            while self.wakes and self.base + parse_duration(self.wakes[0][1].at) <= now:
+                i, wake = self.wakes.pop(0)
+                if wake.schedule not in self.states:
+                    self.failures.append(f"wake #{i + 1}: no schedule {wake.schedule!r}")
+                    continue
+                request = wake.request_id or f"scenario-wake-{i + 1}"
+                item = Wake(request, wake.context, wake.skip_if_running)
+                self.apply(wake.schedule, now, item)
+            now_ms = int(now.timestamp() * 1000)
+            for schedule_id, state in list(self.states.items()):
+                due_ms = state.due_ms() if state is not None else None
+                if due_ms is not None and due_ms <= now_ms:
+                    self.apply(schedule_id, now, ScheduleTick())
+
+
+def _final_runs(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each run's last record, in the order the runs first appeared."""
+    last: dict[str, dict[str, Any]] = {}
+    for record in records:
+        last[record["run_id"]] = record  # a dict keeps the first insertion's place
+    return list(last.values())
+
+
+def run_schedule_scenario(
+    schedules: list[Schedule], scenario: Scenario, source: str
+) -> ScheduleScenarioResult:
+    """Run ``scenario``'s span over ``schedules`` and compare the runs to its
+    expectation (``expect.runs`` in order, ``expect.count`` per status)."""
+    clock = _Clock(scenario, schedules)
+    clock.run()
+    runs = _final_runs(clock.records)
+    lines = [schedule_run_line(r) for r in runs]
+    counts: Counter[str] = Counter()
+    for run in runs:
+        counts[run["status"]] += int(run.get("missed_count") or 1)
+    failures = list(clock.failures)
+    expect = scenario.expect
+    if expect.runs is not None and [str(x) for x in expect.runs] != lines:
+        failures.append(_runs_differ([str(x) for x in expect.runs], lines))
+    if expect.count is not None:
+        for status, wanted in expect.count.items():
+            if counts.get(status, 0) != wanted:
+                failures.append(f"count: expected {wanted} {status}, got {counts.get(status, 0)}")
+    return ScheduleScenarioResult(
+        source,
+        scenario.name,
+        scenario.base,
+        tuple(schedules),
+        tuple(clock.records),
+        tuple(clock.deliveries),
+        tuple(lines),
+        dict(counts),
+        tuple(failures),
+    )
+
+
+def _runs_differ(wanted: list[str], got: list[str]) -> str:
+    for i, (a, b) in enumerate(zip(wanted, got, strict=False)):
+        if a != b:
+            return f"runs: #{i + 1}: expected {a!r}, got {b!r}"
+    if len(wanted) > len(got):
+        return f"runs: expected {len(wanted)}, got {len(got)}; missing {wanted[len(got)]!r}"
+    return f"runs: expected {len(wanted)}, got {len(got)}; also {got[len(wanted)]!r}"
