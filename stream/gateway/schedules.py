@@ -8,7 +8,7 @@ definition this gateway wrote is applied at once, from the broker's
 acknowledgement (a client reads its own write); the same record read back later
 changes nothing, and a record older than what is held (by offset) is ignored.
 
-**What it keeps** (docs/operations.md, "The gateway's memory"): every
+**What it keeps** (docs/api.md, "A schedule's runs"): every
 definition up to ``schedules_kept`` (past it, further ids read from the topic
 are counted in ``untracked`` and not served, and a create answers 503
 ``schedules_full``); per schedule its newest ``runs_kept`` runs (the records of
