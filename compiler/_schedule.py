@@ -267,6 +267,8 @@ def _validate(data: object) -> Schedule:
     timezone = data.get("timezone", "UTC")
     if timezone is None:
         timezone = "UTC"
+    if not isinstance(timezone, str):
+        raise ScheduleError("timezone", f"must be an IANA time zone name, got {timezone!r}")
     zone(timezone)
     action = _action(data.get("action"))
     enabled = data.get("enabled", True)

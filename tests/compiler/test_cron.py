@@ -7,6 +7,9 @@ from datetime import UTC, datetime, timedelta
 from itertools import pairwise
 
 import pytest
+from cronsim import CronSim
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from compiler import (
     Cron,
@@ -419,3 +422,65 @@ def test_a_utc_schedule_ignores_every_transition() -> None:
         )
         assert [s.strftime("%H:%M") for s in got] == ["01:30"] * 3
         assert {b - a for a, b in pairwise(got)} == {timedelta(days=1)}
+
+
+# -- our validation agrees with cronsim's evaluation --------------------------------
+
+
+def _parse(text: str) -> Cron | ScheduleError:
+    try:
+        return parse_cron(text)
+    except ScheduleError as error:
+        return error
+
+
+_GOOD = st.one_of(
+    st.just("*"),
+    st.integers(1, 7).map(str),
+    st.tuples(st.integers(1, 7), st.integers(1, 7)).map(lambda r: f"{min(r)}-{max(r)}"),
+    st.tuples(st.sampled_from(["*", "1", "1-7", "5"]), st.integers(1, 13)).map(
+        lambda r: f"{r[0]}/{r[1]}"
+    ),
+)
+_BAD = st.one_of(
+    st.integers(0, 70).map(str),
+    st.tuples(st.integers(0, 40), st.integers(0, 40)).map(lambda r: f"{r[0]}-{r[1]}"),
+    st.sampled_from(["jan", "MON", "fri-sun", "L", "1#2", "?", "", "x", "-1", "3-", "*/0"]),
+)
+_ITEM = st.one_of(_GOOD, _GOOD, _GOOD, _GOOD, _GOOD, _GOOD, _GOOD, _GOOD, _BAD)
+_FIELD = st.lists(_ITEM, min_size=1, max_size=3).map(",".join)
+_FIELDS = st.one_of(
+    st.lists(_FIELD, min_size=5, max_size=5),
+    st.lists(_FIELD, min_size=5, max_size=5),
+    st.lists(_FIELD, min_size=4, max_size=6),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(fields=_FIELDS)
+def test_what_we_accept_cronsim_evaluates_and_what_we_refuse_is_an_error(
+    fields: list[str],
+) -> None:
+    text = " ".join(fields)
+    outcome = _parse(text)
+    if isinstance(outcome, ScheduleError):
+        assert outcome.field == "schedule"
+        assert str(outcome).startswith(f'schedule: "{text}": ')
+        if outcome.position is not None:
+            assert 1 <= outcome.position <= len(text) + 2
+        return
+    cron = outcome
+    # accepted: cronsim evaluates it (no "Bad minute"), and our own day count agrees
+    cronsim = CronSim(cron.expr, datetime(2026, 1, 1, tzinfo=UTC))
+    nxt = next_slot(cron, "UTC", utc("2026-01-01T00:00:00Z"))
+    assert nxt == next(cronsim)
+    after, until = utc("2026-01-01T00:00:00Z"), utc("2026-01-04T00:00:00Z")
+    listed = slots_between(cron, "UTC", after, until, 10_000)
+    assert count_slots(cron, "UTC", after, until) == len(listed)
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(max_size=40))
+def test_any_text_parses_or_is_a_schedule_error(text: str) -> None:
+    outcome = _parse(text)
+    assert isinstance(outcome, Cron) or outcome.field == "schedule"

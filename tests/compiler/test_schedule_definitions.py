@@ -8,6 +8,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from compiler import (
     Schedule,
@@ -251,3 +253,47 @@ def test_render_key_fills_placeholders_in_the_schedule_zone() -> None:
     nominal = datetime(2026, 3, 8, 7, 0, tzinfo=UTC)  # 03:00 EDT
     key = render_key("{schedule}-{date}-{time}-{instant}-{slot}", schedule, nominal)
     assert key == f"lead-review-2026-03-08-0300-20260308T0700Z-{slot_id('lead-review', nominal)}"
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 100) | st.text(max_size=12),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+_FIELD_VALUES = {
+    "id": st.sampled_from(["a", "-x", "ok.id", 5]),
+    "name": st.sampled_from(["Lead review", "", None, "!!"]),
+    "schedule": st.sampled_from(["every 30m", "61 * * * *", "weekly", 3]),
+    "timezone": st.sampled_from(["UTC", "Mars/Base", ["x"], None]),
+    "action": st.sampled_from(
+        [
+            PROMPT,
+            {"type": "start_job", "playbook_key": "k", "key": "{x}"},
+            {"type": "send_event", "job_key": "j", "event": {}},
+            "x",
+        ]
+    ),
+    "jitter": st.sampled_from(["0s", "1m", "x", 5]),
+    "overlap": st.sampled_from(["skip", "queue", ["skip"]]),
+    "deliver_to": st.sampled_from(["none", "web:j", "email:a@b.co", "web:", {"a": 1}]),
+    "meta": st.sampled_from([{}, {"heartbeat": True}, {"heartbeat": "yes"}, []]),
+}
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    fields=st.fixed_dictionaries({}, optional=_FIELD_VALUES),
+    extra=st.dictionaries(st.text(max_size=6), _JSON, max_size=2),
+)
+def test_any_definition_is_a_schedule_or_a_schedule_error(
+    fields: dict[str, Any], extra: dict[str, Any]
+) -> None:
+    data = {**extra, **fields}
+    try:
+        schedule = validate_schedule(data)
+    except ScheduleError as error:
+        assert str(error).startswith(f"{error.field}: ")  # noqa: PT017
+        return
+    assert validate_schedule(schedule.to_json()) == schedule
