@@ -17,16 +17,21 @@ was (untrimmed: the worker decides what is a heartbeat's ``HEARTBEAT_OK``), or
 and marked reported once acknowledged: a task delivered after that publishes
 nothing; a crash between the acknowledgement and the mark publishes exactly the
 same record (the same bytes) once more, which the worker ignores (a report for
-a run that is not active).
+a run that is not active). A reported run's record is forgotten (a tombstone on
+the changelog) :data:`FORGET_AFTER` past its task's deadline, so the store does
+not grow with every run ever made; a task delivered again after that (a consumer
+group read from the start) is past its deadline, and is reported ``failed``
+without a model call, which the worker ignores too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
@@ -48,6 +53,8 @@ log = logging.getLogger(__name__)
 KIND = "schedule.prompt"
 #: The milestone a prompt run's one task is filed under (what ``compose`` needs).
 MILESTONE = "schedule"
+#: How long past its task's deadline a reported run's record is kept.
+FORGET_AFTER = timedelta(days=1)
 
 
 def run_key(run_id: str) -> bytes:
@@ -87,6 +94,14 @@ class PromptRun:
     @property
     def record(self) -> SchedulePromptTask:
         return SchedulePromptTask.model_validate(self.task)
+
+    @property
+    def run_id(self) -> str:
+        return str(self.task["run_id"])
+
+    @property
+    def deadline(self) -> datetime:
+        return _parse_time(str(self.task["deadline"]))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -137,6 +152,10 @@ class PromptRuns:
         self.service = service
         self.running: dict[str, asyncio.Task[None]] = {}
         self.partition_of: dict[str, int | None] = {}
+        #: Reported runs by when their record may go: (epoch s, run id, partition).
+        self.forget: list[tuple[float, str, int | None]] = []
+        #: How long past a task's deadline its reported run is remembered.
+        self.keep = FORGET_AFTER
 
     # -- state ------------------------------------------------------------------------
 
@@ -172,6 +191,7 @@ class PromptRuns:
         """A stored prompt run of a partition just assigned: resumed when owed."""
         run = PromptRun.from_json(data)
         if run.status == "reported":
+            self._forget_later(run)
             return False
         self.start(run)
         return True
@@ -197,6 +217,27 @@ class PromptRuns:
             await asyncio.gather(*stopping, return_exceptions=True)
         return stopping
 
+    def _forget_later(self, run: PromptRun) -> None:
+        when = (run.deadline + self.keep).timestamp()
+        heapq.heappush(self.forget, (when, run.run_id, run.partition))
+
+    async def sweep(self, now: datetime) -> int:
+        """Forget the reported runs whose time has come, on the partitions this
+        process holds (a tombstone on the changelog, then the store). How many."""
+        gone = 0
+        while self.forget and self.forget[0][0] <= now.timestamp():
+            _, run_id, partition = heapq.heappop(self.forget)
+            if partition is not None and partition not in self.service.partitions:
+                continue  # revoked: its new owner forgets it
+            key = run_key(run_id)
+            if self.service.db.get(key) is None:
+                continue
+            changelog = self.service.topics.conversations
+            await self.service._send(changelog, key, None, partition=partition)
+            self.service.db.delete(key)
+            gone += 1
+        return gone
+
     # -- a run --------------------------------------------------------------------------
 
     async def _go(self, run_id: str) -> None:
@@ -218,6 +259,7 @@ class PromptRuns:
                     )
                     run.status = "reported"
                     await self.save(run)
+                    self._forget_later(run)
         except Exception:
             # Not an outcome of the run (those are reported): a fault of ours.
             # The run stays owed; the worker times it out (docs/schedules.md).

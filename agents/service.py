@@ -392,6 +392,7 @@ class AgentService:
                 await self.save(conv)
                 self.start(key)
                 ticked += 1
+        await self.prompts.sweep(now)  # reported prompt runs past their time
         return ticked
 
     def start(self, key: str) -> None:

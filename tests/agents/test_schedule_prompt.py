@@ -8,16 +8,26 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
+import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 from fastapi import FastAPI, Request
 
+from agents.catalog import load_catalog
+from agents.model import ModelSettings
+from agents.schedule_runs import run_key
+from agents.service import AgentService, Where
 from agents.standin import StandinScript, build_standin
+from stream.config import Settings
+from stream.kafka import bootstrap_of, producer, read_topic
+from stream.worker import ensure_all_topics
 from tests.lanes import Lane, wait_for
+from topics import Headers, Topics
 
 pytestmark = [pytest.mark.broker, pytest.mark.timeout(240)]
 
@@ -222,3 +232,60 @@ def test_a_service_killed_mid_run_resumes_it_and_reports_once(
     [end] = [j for j in journal if j["type"] == "journal.run"]
     assert (end["ended"], end["replayed"]) == ("done", 1)
     assert [j["type"] for j in journal].count("journal.model_call") == 2
+
+
+def test_a_reported_run_is_forgotten_a_while_past_its_deadline(
+    kafka_url: str, tmp_path: Path
+) -> None:
+    """Two services as two processes would hold them, on the real broker: the
+    first reports a run and, once its time has passed, forgets it (a tombstone
+    on the changelog); the second, assigned the partition, holds nothing of it."""
+    settings = Settings(kafka_url=kafka_url, topic_prefix=f"t{uuid.uuid4().hex[:8]}.")
+    asyncio.run(ensure_all_topics(settings))
+    topics = Topics(settings.topic_prefix)
+    catalog = load_catalog(CATALOG, "c.yaml")
+
+    async def go() -> None:
+        async with producer(bootstrap_of(kafka_url)) as client:
+
+            async def send(
+                topic: str, key: bytes | None, value: bytes | None, headers: Headers | None,
+                partition: int | None,
+            ) -> None:  # fmt: skip
+                await (await client.send(topic, value, key=key, partition=partition))
+
+            def service(folder: str) -> AgentService:
+                here = Settings(**{**settings.__dict__, "data_dir": tmp_path / folder})
+                made = AgentService(here, catalog, ModelSettings(api_key="sk-test"))
+                made.send = send
+                return made
+
+            one = service("one")
+            await one.assign([1])
+            one.prompts.keep = timedelta(seconds=1)
+            raw = task("s-gone", "sl-g", "nobody")  # no model call: an unknown agent
+            where = Where(topics.tasks, 1, 0, 0, b"s-gone", [])
+            await one.on_record(raw, where)
+            await asyncio.gather(*one.prompts.running.values())
+            assert orjson.loads(one.db[run_key("sl-g")])["status"] == "reported"
+            deadline = datetime.fromisoformat(orjson.loads(raw)["deadline"])
+            assert await one.prompts.sweep(deadline) == 0  # not yet
+            assert await one.prompts.sweep(deadline + timedelta(seconds=2)) == 1
+            assert one.db.get(run_key("sl-g")) is None
+            two = service("two")
+            assert await two.assign([1]) == (1, 0)  # read back: the tombstone
+            assert two.db.get(run_key("sl-g")) is None
+            records = [
+                r async for r in read_topic(bootstrap_of(kafka_url), topics.conversations)
+            ]  # fmt: skip
+            assert [(r.key, r.partition, r.value is None) for r in records][-1] == (
+                run_key("sl-g"), 1, True
+            )  # fmt: skip
+            reported = [
+                r async for r in read_topic(bootstrap_of(kafka_url), topics.schedule_runs)
+            ]  # fmt: skip
+            assert [(r.key, r.partition) for r in reported] == [(b"s-gone", 1)]
+            for s in (one, two):
+                await s.close()
+
+    asyncio.run(go())
