@@ -959,6 +959,20 @@ class _Decision:
         first = _dt(self.next_slot_ms)
         now = self.now
         spread = timedelta(milliseconds=schedule.jitter_ms)
+        if not schedule.jitter_ms:
+            following = next_slot(cron, tz, first)
+            if following > now:
+                # The common tick: one slot due, no jitter (the same outcome as below).
+                window = schedule.catchup_window_ms
+                if window is None or first >= now - timedelta(milliseconds=window):
+                    self.fire_slot(self.next_slot_ms)
+                else:
+                    self.slot_record(
+                        self.next_slot_ms, "missed", "missed: older than the catch-up window"
+                    )
+                self.last_slot_ms = self.next_slot_ms
+                self.next_slot_ms = _to_ms(following)
+                return
         # The newest slot whose fire instant (nominal + jitter) has come.
         settled = previous_slot(cron, tz, now - spread)
         candidates = [settled] if settled is not None and settled >= first else []

@@ -564,3 +564,12 @@ def test_update_on_the_same_clock_keeps_a_slot_waiting_for_its_jitter() -> None:
     step = schedule_step(state, early, Define(make(action=START, schedule="hourly")))
     assert step.state is not None
     assert step.state.next_slot_ms == ms(at(60))
+
+
+def test_a_tick_later_than_a_short_window_records_the_slot_missed() -> None:
+    state = define(make(action=START, catchup_window="1m"))
+    state, step = tick(state, at(30.5))
+    assert brief(step) == [("completed", iso(at(30)), None)]
+    state, step = tick(state, at(62))
+    assert brief(step) == [("missed", iso(at(60)), "missed: older than the catch-up window")]
+    assert (state.last_slot_ms, state.next_slot_ms) == (ms(at(60)), ms(at(90)))
