@@ -963,8 +963,8 @@ class _Decision:
             following = next_slot(cron, tz, first)
             if following > now:
                 # The common tick: one slot due, no jitter (the same outcome as below).
-                window = schedule.catchup_window_ms
-                if window is None or first >= now - timedelta(milliseconds=window):
+                width = schedule.catchup_window_ms
+                if width is None or first >= now - timedelta(milliseconds=width):
                     self.fire_slot(self.next_slot_ms)
                 else:
                     self.slot_record(
