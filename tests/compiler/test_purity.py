@@ -94,3 +94,28 @@ def test_compiler_sources_call_no_clock_or_io_builtins() -> None:
             ):
                 offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.func.id}()")
     assert offenders == []
+
+
+def test_the_real_compiler_sources_pass_the_rule() -> None:
+    # The rule is in force on every module of compiler/, the schedule core
+    # (_cron.py, _schedule.py) included: no banned import, print or open().
+    modules = sorted((ROOT / "compiler").glob("*.py"))
+    assert ROOT / "compiler" / "_cron.py" in modules
+    assert ROOT / "compiler" / "_schedule.py" in modules
+    result = subprocess.run(
+        [
+            str(RUFF),
+            "check",
+            "--no-cache",
+            "--select",
+            "TID251,T20,PTH123",
+            "--output-format",
+            "concise",
+            *map(str, modules),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
