@@ -160,9 +160,9 @@ class ScheduleScenarioResult:
 
 
 def schedule_run_line(record: dict[str, Any]) -> str:
-    """A run as ``expect.runs`` writes it: ``<slot or instant> <schedule> <status>``,
-    ``(<triggered_by>)`` after a run the clock did not start, and for a span of
-    missed slots ``×N to <last slot>``."""
+    """A run as ``expect.runs`` writes it (runs are listed by slot):
+    ``<slot or instant> <schedule> <status>``, ``(<triggered_by>)`` after a run
+    the clock did not start, and for a span of missed slots ``×N to <last slot>``."""
     when = record.get("slot") or record["at"]
     line = f"{when} {record['schedule_id']} {record['status']}"
     if record.get("missed_count"):
@@ -291,11 +291,13 @@ class _Clock:
 
 
 def _final_runs(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each run's last record, in the order the runs first appeared."""
+    """Each run's last record, by slot (a wake's by its instant); runs of the
+    same instant in the order they first appeared."""
     last: dict[str, dict[str, Any]] = {}
     for record in records:
         last[record["run_id"]] = record  # a dict keeps the first insertion's place
-    return list(last.values())
+    # ISO instants in UTC ("...Z") sort as text; sorted() is stable.
+    return sorted(last.values(), key=lambda r: str(r.get("slot") or r["at"]))
 
 
 def run_schedule_scenario(

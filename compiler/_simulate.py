@@ -161,7 +161,9 @@ class ScenarioFile(BaseModel):
         for i, scenario in enumerate(self.scenarios):
             if self.schedules is not None:
                 wrong = ["events"] if scenario.events else []
-                wrong += [f for f in _JOB_EXPECT if getattr(scenario.expect, f) is not None]
+                wrong += [
+                    f"expect.{f}" for f in _JOB_EXPECT if getattr(scenario.expect, f) is not None
+                ]
                 if scenario.until is None:
                     lines.append(
                         self._where(source, ("scenarios", i, "name"))

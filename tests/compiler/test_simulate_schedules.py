@@ -1,0 +1,327 @@
+"""Schedules on the virtual clock (docs/schedules.md, "Proving schedules on a
+virtual clock"): scenario files declaring schedules and a span, run through the
+pure state machine. The expected slots are written out by hand from the time
+zone rules (and, for the DST days, from the page's tables)."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from compiler import (
+    ScenarioError,
+    ScheduleScenarioResult,
+    parse_scenarios,
+    run_schedule_scenario,
+    validate_schedule,
+)
+
+
+def simulate(text: str) -> list[ScheduleScenarioResult]:
+    parsed = parse_scenarios(text, "t.scenario.yaml")
+    parsed.check_schedule_fields("t.scenario.yaml")
+    assert isinstance(parsed.schedules, list)
+    schedules = [validate_schedule(item) for item in parsed.schedules]
+    return [run_schedule_scenario(schedules, s, "t.scenario.yaml") for s in parsed.scenarios]
+
+
+def one(schedule: dict[str, object], **scenario: object) -> ScheduleScenarioResult:
+    spec = {"name": "s", **scenario}
+    text = yaml.safe_dump({"schedules": [schedule], "scenarios": [spec]})
+    (result,) = simulate(text)
+    return result
+
+
+def nightly(expr: str, tz: str) -> dict[str, object]:
+    return {
+        "id": "n",
+        "name": "N",
+        "schedule": expr,
+        "timezone": tz,
+        "action": {"type": "start_job", "playbook_key": "p"},
+    }
+
+
+def prompt(**extra: object) -> dict[str, object]:
+    return {
+        "id": "hb",
+        "name": "Heartbeat",
+        "schedule": "every 30m",
+        "action": {"type": "prompt", "agent": "watcher", "prompt": "Check."},
+        **extra,
+    }
+
+
+# -- daylight saving ------------------------------------------------------------------
+
+
+def test_new_york_spring_forward_fires_once_just_after_the_jump() -> None:
+    result = one(nightly("30 2 * * *", "America/New_York"), base="2026-03-07T00:00:00Z", until="3d")
+    assert result.runs == (
+        "2026-03-07T07:30:00Z n completed",
+        "2026-03-08T07:00:00Z n completed",  # 03:00 EDT: 02:30 does not exist
+        "2026-03-09T06:30:00Z n completed",
+    )
+    assert result.passed
+
+
+def test_new_york_fall_back_fires_once_at_the_first_occurrence() -> None:
+    result = one(nightly("30 1 * * *", "America/New_York"), base="2026-10-31T00:00:00Z", until="3d")
+    assert result.runs == (
+        "2026-10-31T05:30:00Z n completed",
+        "2026-11-01T05:30:00Z n completed",  # 01:30 EDT; not again at 01:30 EST (06:30Z)
+        "2026-11-02T06:30:00Z n completed",
+    )
+
+
+def test_an_hourly_schedule_fires_every_elapsed_hour_through_fall_back() -> None:
+    result = one(nightly("0 * * * *", "America/New_York"), base="2026-11-01T04:30:00Z", until="3h")
+    assert result.runs == (
+        "2026-11-01T05:00:00Z n completed",  # 01:00 EDT
+        "2026-11-01T06:00:00Z n completed",  # 01:00 EST
+        "2026-11-01T07:00:00Z n completed",  # 02:00 EST
+    )
+
+
+def test_lord_howe_half_hour_shifts() -> None:
+    spring = one(
+        nightly("15 2 * * *", "Australia/Lord_Howe"), base="2026-10-02T12:00:00Z", until="3d"
+    )
+    assert spring.runs == (
+        "2026-10-02T15:45:00Z n completed",  # 02:15 +10:30
+        "2026-10-03T15:30:00Z n completed",  # 02:30 +11, just after the jump
+        "2026-10-04T15:15:00Z n completed",  # 02:15 +11
+    )
+    autumn = one(
+        nightly("*/30 * * * *", "Australia/Lord_Howe"), base="2026-04-04T14:00:00Z", until="2h"
+    )
+    # Every 30 elapsed minutes while 01:30-02:00 happens twice.
+    assert [line.split()[0] for line in autumn.runs] == [
+        "2026-04-04T14:30:00Z",
+        "2026-04-04T15:00:00Z",
+        "2026-04-04T15:30:00Z",
+        "2026-04-04T16:00:00Z",
+    ]
+
+
+def test_a_utc_schedule_is_unaffected() -> None:
+    result = one(nightly("30 2 * * *", "UTC"), base="2026-03-07T00:00:00Z", until="3d")
+    assert [line.split()[0] for line in result.runs] == [
+        "2026-03-07T02:30:00Z",
+        "2026-03-08T02:30:00Z",
+        "2026-03-09T02:30:00Z",
+    ]
+
+
+# -- downtime and catch-up ----------------------------------------------------------
+
+
+def test_downtime_across_three_slots_fires_the_newest_and_records_the_rest_missed() -> None:
+    result = one(
+        nightly("0 * * * *", "UTC"),
+        base="2026-03-09T09:30:00Z",
+        until="5h",
+        down=[{"from": "1h", "to": "3h45m"}],
+    )
+    # Back at 13:15; the window is one period (1h): 11:00 and 12:00 are older.
+    assert result.runs == (
+        "2026-03-09T10:00:00Z n completed",
+        "2026-03-09T11:00:00Z n missed",
+        "2026-03-09T12:00:00Z n missed",
+        "2026-03-09T13:00:00Z n completed",
+        "2026-03-09T14:00:00Z n completed",
+    )
+    late = [r for r in result.records if r["slot"] == "2026-03-09T13:00:00Z"]
+    assert late[0]["at"] == "2026-03-09T13:15:00Z"  # it fired when the worker was back
+
+
+def test_a_wide_window_coalesces_and_allow_all_fires_each() -> None:
+    window = {**nightly("0 * * * *", "UTC"), "catchup_window": "1d"}
+    args = {"base": "2026-03-09T09:30:00Z", "until": "4h", "down": [{"from": "1h", "to": "3h45m"}]}
+    coalesced = one(window, **args)
+    assert coalesced.counts == {"completed": 2, "skipped": 2}
+    skipped = [r for r in coalesced.records if r["status"] == "skipped"]
+    assert {r["error"] for r in skipped} == {"coalesced"}
+    every = one({**window, "overlap": "allow_all"}, **args)
+    assert every.counts == {"completed": 4}
+
+
+def test_a_long_downtime_is_never_a_flood() -> None:
+    result = one(
+        nightly("* * * * *", "UTC"),
+        base="2026-03-09T09:00:00Z",
+        until="3h",
+        down=[{"from": "1m", "to": "3h"}],
+    )
+    missed = [r for r in result.records if r["status"] == "missed"]
+    assert len(missed) == 101  # 100 one by one, then one for the rest
+    # Back at 12:00: by default (one period) only the newest slot due fires, so
+    # 09:01 .. 11:59 are missed: 100 records, then one for the other 79.
+    assert missed[-1]["missed_count"] == 79
+    assert (missed[-1]["slot"], missed[-1]["slot_last"]) == (
+        "2026-03-09T10:41:00Z",
+        "2026-03-09T11:59:00Z",
+    )
+    assert result.counts["missed"] == 179
+    assert result.runs[-1] == "2026-03-09T12:00:00Z n completed"
+
+
+# -- prompt runs: overlap, timeouts, retries, heartbeats, wake ---------------------------
+
+
+@pytest.mark.parametrize(
+    ("overlap", "second"),
+    [
+        ("skip", "2026-03-09T10:00:00Z hb skipped"),
+        ("buffer_one", "2026-03-09T10:00:00Z hb completed"),
+        ("allow_all", "2026-03-09T10:00:00Z hb completed"),
+    ],
+)
+def test_overlap(overlap: str, second: str) -> None:
+    result = one(
+        prompt(overlap=overlap, timeout="2h"),
+        base="2026-03-09T09:00:00Z",
+        until="1h15m",
+        replies={"hb": [{"output": "slow", "after": "40m"}, "fast"]},
+    )
+    assert result.runs == ("2026-03-09T09:30:00Z hb completed", second)
+    starts = {r["slot"]: r["at"] for r in result.records if r["status"] == "running"}
+    if overlap == "buffer_one":
+        assert starts["2026-03-09T10:00:00Z"] == "2026-03-09T10:10:00Z"  # when the first ended
+    if overlap == "allow_all":
+        assert starts["2026-03-09T10:00:00Z"] == "2026-03-09T10:00:00Z"  # alongside
+
+
+def test_a_silent_run_times_out_and_is_retried_after_the_backoff() -> None:
+    result = one(
+        prompt(timeout="5m", max_retries=1, retry_backoff="1m"),
+        base="2026-03-09T09:00:00Z",
+        until="45m",
+        replies={"hb": [{"never": True}, "HEARTBEAT_OK"]},
+    )
+    assert result.runs == (
+        "2026-03-09T09:30:00Z hb timeout",
+        "2026-03-09T09:30:00Z hb completed (retry)",
+    )
+    retry = next(r for r in result.records if r["triggered_by"] == "retry")
+    assert retry["attempt"] == 1
+    assert retry["at"] == "2026-03-09T09:36:00Z"  # timed out at 09:35, then 1m
+
+
+@pytest.mark.parametrize(
+    ("reply", "status", "delivered"),
+    [
+        ("HEARTBEAT_OK", "suppressed", False),
+        (" HEARTBEAT_OK\n", "suppressed", False),
+        ("Status: OK", "completed", True),
+        ("HEARTBEAT_OK extra", "completed", True),
+        ({"status": "failed", "error": "model down"}, "failed", True),
+    ],
+)
+def test_heartbeats(reply: object, status: str, delivered: bool) -> None:
+    result = one(
+        prompt(meta={"heartbeat": True}, deliver_to="web:ops-desk"),
+        base="2026-03-09T09:00:00Z",
+        until="30m",
+        replies={"hb": [reply]},
+    )
+    assert result.runs == (f"2026-03-09T09:30:00Z hb {status}",)
+    assert [d.target for d in result.deliveries] == (["web:ops-desk"] if delivered else [])
+
+
+def test_wake_with_skip_if_running_while_a_run_is_active() -> None:
+    result = one(
+        prompt(timeout="1h"),
+        base="2026-03-09T09:00:00Z",
+        until="59m",
+        replies={"hb": [{"output": "done", "after": "20m"}, "woken"]},
+        wakes=[
+            {"at": "35m", "schedule": "hb", "skip_if_running": True},
+            {"at": "55m", "schedule": "hb", "skip_if_running": True, "context": {"t": "T-1"}},
+        ],
+    )
+    assert result.runs == (
+        "2026-03-09T09:30:00Z hb completed",
+        "2026-03-09T09:35:00Z hb skipped (wake)",
+        "2026-03-09T09:55:00Z hb completed (wake)",
+    )
+    woken = [r for r in result.records if r["triggered_by"] == "wake"]
+    assert "is running" in woken[0]["error"]
+    assert woken[-1]["context"] == {"t": "T-1"}
+
+
+# -- expectations and refusals ------------------------------------------------------------
+
+
+def test_expectations_are_compared() -> None:
+    schedule = nightly("30 2 * * *", "America/New_York")
+    wrong = one(
+        schedule,
+        base="2026-03-07T00:00:00Z",
+        until="3d",
+        expect={
+            "runs": [
+                "2026-03-07T07:30:00Z n completed",
+                "2026-03-08T07:30:00Z n completed",  # the wall time that does not exist
+            ],
+            "count": {"completed": 3, "missed": 1},
+        },
+    )
+    assert not wrong.passed
+    assert wrong.failures == (
+        "runs: #2: expected '2026-03-08T07:30:00Z n completed', "
+        "got '2026-03-08T07:00:00Z n completed'",
+        "count: expected 1 missed, got 0",
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        (
+            "scenarios: [{name: s, base: 2026-01-05T09:00:00Z}]\n",
+            "a scenario file names a playbook or schedules",
+        ),
+        (
+            "playbook: p.yaml\nschedules: []\nscenarios: [{name: s, base: 2026-01-05T09:00:00Z}]\n",
+            "not both",
+        ),
+    ],
+)
+def test_a_file_names_a_playbook_or_schedules(text: str, words: str) -> None:
+    with pytest.raises(ScenarioError, match=words):
+        parse_scenarios(text, "t.scenario.yaml")
+
+
+def test_fields_that_mean_nothing_for_the_kind_are_refused_with_their_line() -> None:
+    text = (
+        "schedules: []\n"
+        "scenarios:\n"
+        "  - name: s\n"
+        "    base: 2026-01-05T09:00:00Z\n"
+        "    events: [{at: 1h, action: x}]\n"
+        "    expect: {status: done}\n"
+    )
+    parsed = parse_scenarios(text, "t.scenario.yaml")
+    with pytest.raises(ScenarioError) as caught:
+        parsed.check_schedule_fields("t.scenario.yaml")
+    lines = str(caught.value).splitlines()
+    assert "t.scenario.yaml:3:11: scenarios.0: a schedule scenario needs until (its span)" in lines
+    assert "t.scenario.yaml:5:13: scenarios.0.events: a schedule scenario has no job" in lines
+    assert any(line.startswith("t.scenario.yaml:6:") and "expect.status" in line for line in lines)
+    job = parse_scenarios(
+        "playbook: p.yaml\nscenarios:\n  - name: s\n    base: 2026-01-05T09:00:00Z\n"
+        "    down: [{from: 1h, to: 2h}]\n",
+        "t.scenario.yaml",
+    )
+    with pytest.raises(ScenarioError, match=r":5:11: scenarios\.0\.down: only a scenario over"):
+        job.check_schedule_fields("t.scenario.yaml")
+
+
+def test_a_down_span_must_end_after_it_starts() -> None:
+    text = (
+        "schedules: []\nscenarios:\n  - name: s\n    base: 2026-01-05T09:00:00Z\n"
+        "    until: 1d\n    down: [{from: 2h, to: 1h}]\n"
+    )
+    with pytest.raises(ScenarioError, match=r"down\.0: to \(1h\) must be after from \(2h\)"):
+        parse_scenarios(text, "t.scenario.yaml")
