@@ -1,0 +1,409 @@
+"""Schedules against a real broker and real `lemongraph worker` processes
+(docs/schedules.md): exactly once across SIGKILL, downtime and catch-up,
+overlap, wake, and the global switch.
+
+Time is the test's: the workers run without a ticker (``--no-ticker``) and the
+test produces the ticks itself, each at a chosen virtual instant, so that a
+schedule firing every minute shows several slots in seconds. The instants are
+in the past (an hour or two before the real clock), which a worker takes as
+they are. Definitions are produced with the timestamp of their virtual instant
+(a definition's ``now`` is its record's timestamp). Ticks and definitions are
+on different topics, whose order a consumer does not keep: before the first
+tick, the test waits for a garbage record it put on the definition's
+``schedules`` partition to come back as a dead letter, which proves the
+definition before it was decided.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+import signal
+import time
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import orjson
+import pytest
+
+from stream.engine import home_partition
+from stream.kafka import producer
+from tests.lanes import Lane, WorkerProcess
+
+pytestmark = [pytest.mark.broker, pytest.mark.timeout(300)]
+
+PARTITIONS = 4
+#: An instant on a minute boundary, two hours before the real clock.
+BASE = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(hours=2)
+
+
+def at(minutes: float) -> datetime:
+    return BASE + timedelta(minutes=minutes)
+
+
+def ms(instant: datetime) -> int:
+    return int(instant.timestamp() * 1000)
+
+
+def iso(instant: datetime) -> str:
+    return instant.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def slot(schedule_id: str, nominal: datetime) -> str:
+    """docs/schedules.md, "Exactly once: slot ids"."""
+    return "sl-" + hashlib.sha256(f"{schedule_id}\n{iso(nominal)}".encode()).hexdigest()[:20]
+
+
+def home(key: str) -> int:
+    return home_partition(key.encode(), PARTITIONS)
+
+
+def start_worker(lane: Lane, **env: str) -> WorkerProcess:
+    return lane.start(["worker", "--no-ticker", "--loglevel", "warning"], ": ready (group", **env)
+
+
+def produce(
+    lane: Lane,
+    topic: str,
+    records: list[tuple[bytes | None, bytes | None, int | None, datetime]],
+) -> None:
+    """(key, value, partition or None, timestamp) records, in order, acknowledged."""
+    name = lane.topics.name(topic)
+
+    async def go() -> None:
+        async with producer(lane.bootstrap) as client:
+            for key, value, partition, stamp in records:
+                await client.send_and_wait(
+                    name, value, key=key, partition=partition, timestamp_ms=ms(stamp)
+                )
+
+    asyncio.run(go())
+
+
+def define(lane: Lane, *specs: dict[str, Any], when: datetime = BASE) -> None:
+    """Produce the definitions, then wait until the worker has decided them."""
+    records = []
+    for spec in specs:
+        body = {
+            "type": "schedule",
+            "schema": 1,
+            "spec": spec,
+            "updated_at": iso(when),
+            "by": "test",
+        }
+        key = spec["id"].encode()
+        records.append((key, orjson.dumps(body), home(spec["id"]), when))
+    produce(lane, "schedules", records)
+    for partition in sorted({home(spec["id"]) for spec in specs}):
+        probe(lane, "schedules", partition)
+
+
+_probes = Counter[str]()
+
+
+def probe(lane: Lane, topic: str, partition: int) -> None:
+    """A garbage record on ``topic`` partition ``partition``; returns once it is
+    dead-lettered (so every record before it there was decided)."""
+    _probes[lane.prefix] += 1
+    marker = f"probe-{_probes[lane.prefix]}".encode()
+    produce(lane, topic, [(marker, b'{"probe": true}', partition, BASE)])
+    lane.wait_until(
+        "deadletter", lambda rs: any(r["key"] == marker.decode() for r in rs), timeout=60
+    )
+
+
+def tick(lane: Lane, partitions: set[int], *instants: datetime) -> None:
+    records = []
+    for instant in instants:
+        for partition in sorted(partitions):
+            body = {"type": "tick", "schema": 1, "partition": partition, "at": iso(instant)}
+            records.append((b"tick", orjson.dumps(body), partition, instant))
+    produce(lane, "ticks", records)
+
+
+def runs(lane: Lane, schedule_id: str | None = None) -> list[dict[str, Any]]:
+    return [
+        r["value"]
+        for r in lane.read("schedule-runs", idle=0.3)
+        if r["value"]["type"] == "schedule.run"
+        and (schedule_id is None or r["value"]["schedule_id"] == schedule_id)
+    ]
+
+
+def wait_runs(
+    lane: Lane, schedule_id: str, predicate: Any, timeout: float = 60
+) -> list[dict[str, Any]]:
+    records = lane.wait_until(
+        "schedule-runs",
+        lambda rs: predicate(
+            [
+                r["value"]
+                for r in rs
+                if r["value"]["type"] == "schedule.run" and r["value"]["schedule_id"] == schedule_id
+            ]
+        ),
+        timeout=timeout,
+    )
+    return [
+        r["value"]
+        for r in records
+        if r["value"]["type"] == "schedule.run" and r["value"]["schedule_id"] == schedule_id
+    ]
+
+
+def statuses(records: list[dict[str, Any]]) -> list[tuple[str | None, str]]:
+    """(slot, status) of each distinct record (a byte-identical re-emission counts once)."""
+    seen: list[bytes] = []
+    out = []
+    for record in records:
+        body = orjson.dumps(record, option=orjson.OPT_SORT_KEYS)
+        if body in seen:
+            continue
+        seen.append(body)
+        out.append((record["slot"], record["status"]))
+    return out
+
+
+def every_minute(schedule_id: str, action: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {
+        "id": schedule_id,
+        "name": schedule_id,
+        "schedule": "every 1m",
+        "action": action,
+        **extra,
+    }
+
+
+START = {"type": "start_job", "playbook_key": "onboarding"}
+PROMPT = {"type": "prompt", "agent": "assistant", "prompt": "Anything to do?"}
+
+
+# -- exactly once -----------------------------------------------------------------------
+
+
+def test_sigkill_while_slots_are_due_fires_every_slot_once(lane: Lane) -> None:
+    slots = 12
+    starter = every_minute("starter", START)
+    nudger = every_minute(
+        "nudger",
+        {"type": "send_event", "job_key": "target", "event": {"action": "reminder_due"}},
+    )
+    parts = {home("starter"), home("nudger")}
+    began = time.monotonic()
+    first = start_worker(lane)
+    lane.send({"type": "job.start", "key": "target", "playbook_key": "onboarding"})
+    define(lane, starter, nudger)
+    ready = time.monotonic()
+    # The ticks go out a few at a time; the worker is killed once some slots fired.
+    tick(lane, parts, *(at(m) for m in range(1, 5)))
+    wait_runs(lane, "starter", lambda rs: len(rs) >= 2)
+    tick(lane, parts, *(at(m) for m in range(5, slots + 1)))
+    first.stop(signal.SIGKILL)
+    killed = time.monotonic()
+    second = start_worker(lane)
+
+    def settled(records: list[dict[str, Any]]) -> bool:
+        ids = {(r["schedule_id"], r["run_id"]) for r in records if r["status"] == "completed"}
+        return len(ids) == 2 * slots
+
+    lane.wait_until(
+        "schedule-runs",
+        lambda rs: settled([r["value"] for r in rs if r["value"]["type"] == "schedule.run"]),
+        timeout=90,
+    )
+    want_starts = {slot("starter", at(m)) for m in range(1, slots + 1)}
+    want_events = {slot("nudger", at(m)) for m in range(1, slots + 1)}
+
+    def decided(records: list[dict[str, Any]]) -> bool:
+        keys = {r["key"] for r in records if r["value"]["outcome"] == "applied"}
+        events = {
+            r["value"]["input"].get("idempotency_key")
+            for r in records
+            if r["key"] == "target" and r["value"]["outcome"] == "applied"
+        }
+        return want_starts <= keys and want_events <= events
+
+    decisions = lane.wait_until("decisions", decided, timeout=90)
+    assert second.stop() == 0
+
+    # one job per start_job slot: one applied job.start per key, any repeat refused
+    applied = Counter(
+        r["key"]
+        for r in decisions
+        if r["value"]["outcome"] == "applied" and r["value"]["input"]["type"] == "job.start"
+    )
+    assert {k: n for k, n in applied.items() if k != "target"} == dict.fromkeys(want_starts, 1)
+    refused = [r["value"]["refused"] for r in decisions if r["value"]["outcome"] == "refused"]
+    assert all("already exists" in (reason or "") for reason in refused), refused
+    # one applied event per send_event slot (a re-sent one is a duplicate: no decision)
+    events = Counter(
+        r["value"]["input"]["idempotency_key"]
+        for r in decisions
+        if r["key"] == "target"
+        and r["value"]["outcome"] == "applied"
+        and r["value"]["input"]["type"] == "event"
+    )
+    assert events == dict.fromkeys(want_events, 1)
+    # the run records: one run per slot, a repeat only byte for byte the same
+    bodies: dict[tuple[str, str, str], bytes] = {}
+    for record in runs(lane):
+        ident = (record["schedule_id"], record["run_id"], record["status"])
+        body = orjson.dumps(record, option=orjson.OPT_SORT_KEYS)
+        assert bodies.setdefault(ident, body) == body, f"{ident} recorded twice, differently"
+    assert {i[1] for i in bodies if i[0] == "starter"} == want_starts
+    assert {i[1] for i in bodies if i[0] == "nudger"} == want_events
+    # every dispatched inbox record names its schedule and run
+    dispatched = [r for r in lane.read("inbox") if r["key"] in want_starts]
+    assert {r["key"] for r in dispatched} == want_starts
+    stopped = "".join(second.lines)
+    skipped = re.search(r"(\d+) re-deliveries skipped", stopped)
+    print(
+        f"\n{slots} slots x 2 schedules: worker ready after {ready - began:.1f}s, "
+        f"SIGKILL at {killed - began:.1f}s, all fired once {time.monotonic() - killed:.1f}s "
+        f"after; {len(dispatched)} job.start records for {len(want_starts)} jobs, "
+        f"{skipped.group(1) if skipped else '?'} re-deliveries skipped by the second worker"
+    )
+
+
+# -- downtime ---------------------------------------------------------------------------
+
+
+def test_downtime_across_three_slots_is_caught_up_by_the_window(lane: Lane) -> None:
+    spec = every_minute("catcher", START, catchup_window="2m")
+    p = home("catcher")
+    first = start_worker(lane)
+    define(lane, spec)
+    tick(lane, {p}, at(1))
+    wait_runs(lane, "catcher", lambda rs: len(rs) >= 1)
+    assert first.stop() == 0
+    # down across the slots of minutes 2, 3 and 4; back at minute 5
+    second = start_worker(lane)
+    tick(lane, {p}, at(5))
+    records = wait_runs(lane, "catcher", lambda rs: len(statuses(rs)) >= 5)
+    assert second.stop() == 0
+    assert statuses(records) == [
+        (iso(at(1)), "completed"),
+        (iso(at(2)), "missed"),
+        (iso(at(3)), "skipped"),
+        (iso(at(4)), "skipped"),
+        (iso(at(5)), "completed"),
+    ]
+    by_slot = {r["slot"]: r for r in records}
+    assert by_slot[iso(at(2))]["error"] == "missed: older than the catch-up window"
+    assert by_slot[iso(at(3))]["error"] == "coalesced"
+    assert by_slot[iso(at(5))]["job_key"] == slot("catcher", at(5))
+
+
+# -- overlap and wake ---------------------------------------------------------------------
+
+
+def test_overlap_policies_with_prompt_runs_that_stay_active(lane: Lane) -> None:
+    ids = {"skip": "ov-skip", "buffer_one": "ov-buffer", "allow_all": "ov-all"}
+    specs = [every_minute(i, PROMPT, overlap=o, timeout="1h") for o, i in ids.items()]
+    parts = {home(i) for i in ids.values()}
+    start_worker(lane)
+    define(lane, *specs)
+    tick(lane, parts, at(1), at(2), at(3))
+    got = {
+        i: wait_runs(lane, i, lambda rs, n=n: len(statuses(rs)) >= n)
+        for i, n in (("ov-skip", 3), ("ov-buffer", 2), ("ov-all", 3))
+    }
+    assert statuses(got["ov-skip"]) == [
+        (iso(at(1)), "running"),
+        (iso(at(2)), "skipped"),
+        (iso(at(3)), "skipped"),
+    ]
+    assert got["ov-skip"][1]["error"] == f"overlap: run {slot('ov-skip', at(1))} still running"
+    # buffer_one: minute 2 waited, then minute 3 took its place
+    assert statuses(got["ov-buffer"]) == [(iso(at(1)), "running"), (iso(at(2)), "skipped")]
+    assert statuses(got["ov-all"]) == [(iso(at(m)), "running") for m in (1, 2, 3)]
+    # the first buffered run ends (as the agents service would report it): minute 3 runs
+    report = {
+        "type": "schedule.report",
+        "schema": 1,
+        "schedule_id": "ov-buffer",
+        "run_id": slot("ov-buffer", at(1)),
+        "status": "completed",
+        "output": "done",
+        "at": iso(at(3.5)),
+    }
+    produce(lane, "schedule-runs", [(b"ov-buffer", orjson.dumps(report), None, at(3.5))])
+    buffered = wait_runs(lane, "ov-buffer", lambda rs: len(statuses(rs)) >= 4)
+    assert statuses(buffered)[2:] == [(iso(at(1)), "completed"), (iso(at(3)), "running")]
+    tasks = [r["value"] for r in lane.read("tasks") if r["value"]["type"] == "schedule.prompt"]
+    per_schedule = Counter(t["schedule_id"] for t in tasks)
+    assert per_schedule == {"ov-skip": 1, "ov-buffer": 2, "ov-all": 3}
+
+
+def test_wake_with_skip_if_running_while_a_run_is_active(lane: Lane) -> None:
+    spec = every_minute("waker", PROMPT, timeout="1h")
+    p = home("waker")
+    start_worker(lane)
+    define(lane, spec)
+    tick(lane, {p}, at(1))
+    wait_runs(lane, "waker", lambda rs: len(rs) >= 1)
+    wakes = [
+        {
+            "type": "schedule.wake",
+            "schedule_id": "waker",
+            "request_id": "w-1",
+            "skip_if_running": True,
+        },
+        {
+            "type": "schedule.wake",
+            "schedule_id": "waker",
+            "request_id": "w-2",
+            "context": {"reason": "urgent"},
+        },
+        {"type": "schedule.wake", "schedule_id": "waker", "request_id": "w-2"},  # a retry
+    ]
+    produce(lane, "inbox", [(b"waker", orjson.dumps(w), None, at(1.5)) for w in wakes])
+    probe(lane, "inbox", p)  # the three wakes are decided
+    records = runs(lane, "waker")
+    wake_id = "wk-" + hashlib.sha256(b"waker\nw-1").hexdigest()[:20]
+    fired_id = "wk-" + hashlib.sha256(b"waker\nw-2").hexdigest()[:20]
+    assert [(r["run_id"], r["status"], r["triggered_by"]) for r in records] == [
+        (slot("waker", at(1)), "running", "schedule"),
+        (wake_id, "skipped", "wake"),
+        (fired_id, "running", "wake"),
+    ]
+    assert records[1]["error"] == f"skip_if_running: run {slot('waker', at(1))} is running"
+    tasks = {
+        r["value"]["run_id"]: r["value"]
+        for r in lane.read("tasks")
+        if r["value"]["type"] == "schedule.prompt"
+    }
+    assert set(tasks) == {slot("waker", at(1)), fired_id}
+    assert tasks[fired_id]["context"] == {"reason": "urgent"}
+    assert tasks[fired_id]["prompt"] == 'Anything to do?\n\nContext: {"reason":"urgent"}'
+
+
+# -- the global switch --------------------------------------------------------------------
+
+
+def test_schedules_switched_off_fire_nothing(lane: Lane) -> None:
+    spec = every_minute("quiet", START)
+    p = home("quiet")
+    first = start_worker(lane, LEMONGRAPH_SCHEDULES_ENABLED="0")
+    define(lane, spec)
+    tick(lane, {p}, at(1), at(2))
+    wake = {"type": "schedule.wake", "schedule_id": "quiet", "request_id": "w"}
+    produce(lane, "inbox", [(b"quiet", orjson.dumps(wake), None, at(2.5))])
+    probe(lane, "ticks", p)  # the ticks are decided
+    probe(lane, "inbox", p)  # and the wake
+    records = runs(lane, "quiet")
+    assert [(r["status"], r["triggered_by"]) for r in records] == [("skipped", "wake")]
+    assert "LEMONGRAPH_SCHEDULES_ENABLED=0" in records[0]["error"]
+    assert [r for r in lane.read("inbox") if r["value"].get("type") == "job.start"] == []
+    assert first.stop() == 0
+    # switched on again: the slots that came due meanwhile go by the catch-up rule
+    start_worker(lane)
+    tick(lane, {p}, at(3))
+    records = wait_runs(lane, "quiet", lambda rs: len(statuses(rs)) >= 4)
+    assert statuses(records)[1:] == [
+        (iso(at(1)), "missed"),
+        (iso(at(2)), "missed"),
+        (iso(at(3)), "completed"),
+    ]
