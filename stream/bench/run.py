@@ -2,8 +2,10 @@
 
 Order: raw aiokafka ceiling → Faust doing nothing → naive Faust (table write and
 send per event) → the engine end to end → latency at a steady rate → memory per
-idle job → recovery after SIGKILL → the pure core → tick cost. Everything runs
-against the same broker; each part gets its own topics (a fresh prefix).
+idle job → recovery after SIGKILL → the pure core → tick cost → schedules (a
+tick among many stored schedules, and their memory; ``stream/bench/schedules.py``,
+in-process on RocksDB). Everything runs against the same broker; each part gets
+its own topics (a fresh prefix).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from stream.kafka import bootstrap_of, client_kwargs, configured_security, produ
 from topics import InboxEvent, JobStart, Topics, encode
 
 from .micro import core_decisions_per_s, tick_cost_ms
+from .schedules import schedule_memory, schedule_tick_ms
 from .workload import onboarding_mix
 
 __all__ = ["Figures", "Parameters", "run_bench"]
@@ -56,13 +59,19 @@ class Parameters:
     core_jobs: int
     tick_pending_large: int
     tick_due: int
+    #: Schedules stored in the large run of the schedules tick and in its memory
+    #: figure (docs/schedules.md); ``schedules_due`` of them due at each tick.
+    schedules_total: int = 100_000
+    schedules_due: int = 100
     #: Seconds to let a group of two new workers settle before their burst.
     settle_seconds: float = 8.0
 
     @classmethod
     def for_run(cls, quick: bool) -> Parameters:
         if quick:
-            return cls(True, 20_000, 5_000, 1_000, 1_000, 3.0, 5_000, 500, 100_000, 200, 4.0)
+            return cls(
+                True, 20_000, 5_000, 1_000, 1_000, 3.0, 5_000, 500, 100_000, 200, 20_000, 100, 4.0
+            )
         return cls(False, 100_000, 30_000, 10_000, 1_000, 10.0, 100_000, 3_000, 1_000_000, 1_000)
 
 
@@ -89,6 +98,20 @@ class Figures:
     tick_ms_1k_pending: float = 0.0
     recovery_s: float = 0.0
     rss_mb_per_100k_jobs: float = 0.0
+    #: A tick with schedules_total stored schedules and with schedules_due, the
+    #: same schedules_due due in both (ms, median of 11 alternating ticks).
+    schedule_tick_ms_100k: float = 0.0
+    schedule_tick_ms_100: float = 0.0
+    #: schedule_tick_ms_100k / schedule_tick_ms_100: flat is about 1.
+    schedule_tick_ratio: float = 0.0
+    #: The worker's in-memory structures per 100,000 schedules (tracemalloc, MB).
+    schedule_mb_per_100k: float = 0.0
+    #: A fresh process's RSS growth rebuilding them, per 100,000 schedules (MB).
+    schedule_rss_mb_per_100k: float = 0.0
+    #: RocksDB's live SST bytes of 100,000 stored schedules (MB), and their rows'
+    #: own key + value bytes (MB).
+    schedule_rocksdb_mb_per_100k: float = 0.0
+    schedule_row_mb_per_100k: float = 0.0
     #: How the decision core ran (stream/native.py): compiled with mypyc or not.
     core: str = ""
     parameters: dict[str, Any] = field(default_factory=dict)
@@ -499,6 +522,7 @@ def run_bench(
             f"{f.tick_ms_1m_pending:.1f} ms with {params.tick_pending_large:,} pending "
             f"({params.tick_due:,} due in both)"
         )
+        bench_schedules(f, params, say, workdir)
         return f
     finally:
         if broker is not None:
@@ -506,8 +530,35 @@ def run_bench(
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+def bench_schedules(
+    f: Figures, params: Parameters, say: Callable[[str], None], workdir: Path
+) -> None:
+    """The schedules' figures (stream/bench/schedules.py), into ``f``."""
+    total, due = params.schedules_total, params.schedules_due
+    small, large = schedule_tick_ms((due, total), due, workdir)
+    f.schedule_tick_ms_100, f.schedule_tick_ms_100k = small, large
+    f.schedule_tick_ratio = large / small
+    say(
+        f"schedules tick: {small:.1f} ms with {due:,} stored, {large:.1f} ms with "
+        f"{total:,} stored ({due:,} due in both): ratio {f.schedule_tick_ratio:.2f}"
+    )
+    memory = schedule_memory(total, workdir)
+    f.schedule_mb_per_100k = memory.per_100k(memory.index_bytes) / 1e6
+    f.schedule_rss_mb_per_100k = memory.per_100k(memory.rss_mb)
+    f.schedule_rocksdb_mb_per_100k = memory.per_100k(memory.rocksdb_bytes) / 1e6
+    f.schedule_row_mb_per_100k = memory.per_100k(memory.row_bytes) / 1e6
+    say(
+        f"schedules memory, per 100k ({total:,} stored): index {f.schedule_mb_per_100k:.1f} MB "
+        f"(tracemalloc), RSS +{f.schedule_rss_mb_per_100k:.1f} MB, RocksDB "
+        f"{f.schedule_rocksdb_mb_per_100k:.1f} MB of SST ({f.schedule_row_mb_per_100k:.1f} MB "
+        "of rows)"
+    )
+
+
 def render_table(f: Figures) -> str:
     """The figures as a table with the targets beside them."""
+    stored = int(f.parameters.get("schedules_total", 100_000))
+    due = int(f.parameters.get("schedules_due", 100))
     rows = [
         ("raw aiokafka produce", f"{f.raw_produce_per_s:,.0f} records/s", ""),
         ("raw aiokafka consume", f"{f.raw_consume_per_s:,.0f} records/s", ""),
@@ -533,6 +584,16 @@ def render_table(f: Figures) -> str:
         ("tick, 1k pending", f"{f.tick_ms_1k_pending:.1f} ms", ""),
         ("recovery after SIGKILL", f"{f.recovery_s:.1f} s", "target ≤ 10 s"),
         ("memory per 100k idle jobs", f"{f.rss_mb_per_100k_jobs:.0f} MB RSS", ""),
+        (
+            f"schedules tick, {stored:,} stored, {due:,} due",
+            f"{f.schedule_tick_ms_100k:.1f} ms",
+            "",
+        ),
+        (f"schedules tick, {due:,} stored, {due:,} due", f"{f.schedule_tick_ms_100:.1f} ms", ""),
+        (f"  {stored:,} / {due:,}", f"{f.schedule_tick_ratio:.2f}×", "flat: about 1×"),
+        ("schedules in memory per 100k", f"{f.schedule_mb_per_100k:.1f} MB", "tracemalloc"),
+        ("  RSS per 100k", f"{f.schedule_rss_mb_per_100k:.1f} MB", ""),
+        ("schedules in RocksDB per 100k", f"{f.schedule_rocksdb_mb_per_100k:.1f} MB", "SST"),
         (f.core, "", ""),
     ]
     width = max(len(r[0]) for r in rows)

@@ -28,6 +28,13 @@ KEYS = (
     "tick_ms_1k_pending",
     "recovery_s",
     "rss_mb_per_100k_jobs",
+    "schedule_tick_ms_100k",
+    "schedule_tick_ms_100",
+    "schedule_tick_ratio",
+    "schedule_mb_per_100k",
+    "schedule_rss_mb_per_100k",
+    "schedule_rocksdb_mb_per_100k",
+    "schedule_row_mb_per_100k",
 )
 
 
@@ -56,5 +63,9 @@ def test_bench_quick_measures_every_figure(tmp_path: Path) -> None:
     assert figures["engine_vs_naive"] == pytest.approx(
         figures["engine_events_per_s"] / figures["naive_events_per_s"]
     )
+    assert figures["schedule_tick_ratio"] == pytest.approx(
+        figures["schedule_tick_ms_100k"] / figures["schedule_tick_ms_100"]
+    )
     assert "engine / framework" in result.stdout
+    assert "schedules tick" in result.stdout
     assert "parameters:" in result.stdout

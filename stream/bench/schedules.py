@@ -1,0 +1,288 @@
+"""Schedules at scale (docs/schedules.md): the cost of a tick among many
+schedules that are not due, and the memory a schedule costs.
+
+Both go through the worker's own parts, with no broker: the engine
+(``stream/engine.py``) with its schedules hook (``stream/schedules.py``), the
+state of every schedule stored as the worker stores it in a real RocksDB
+database (raw mode, one WriteBatch per tick, as ``stream/table.py`` writes),
+the due-time index rebuilt from the stored rows as on a partition assignment,
+and tick records decided by ``Engine.process``.
+
+* **Tick cost**: ``total`` schedules, ``due`` of them due at each tick (every
+  five minutes; the others daily at 23:00, so never due in the measured
+  ticks). A tick is timed from ``Engine.process([tick])`` to the batch's rows
+  written to RocksDB; each repeat is the next five-minute slot, after the
+  previous batch was committed. A tick must cost what is due, not what is
+  stored: the ratio of 100,000 to 100 schedules (100 due in both) should stay
+  near 1.
+* **Memory**: what the worker holds per schedule is the due-time index (the
+  states stay in RocksDB): measured with ``tracemalloc`` around the index's
+  rebuild from the stored rows, and as the process's RSS before and after;
+  and the RocksDB bytes of the rows (the live SST files after a flush and a
+  full compaction, and the rows' own key + value bytes).
+"""
+
+from __future__ import annotations
+
+import gc
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+import tracemalloc
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import rocksdict
+
+from compiler import Define, ScheduleState, schedule_step, to_iso, validate_schedule
+from stream.engine import Engine, Record
+from stream.registry import Registry
+from stream.schedules import Schedules, encode_schedule, schedule_key
+from topics import TickRecord, Topics, encode
+
+__all__ = ["ScheduleMemory", "schedule_memory", "schedule_tick_ms"]
+
+#: A Monday, 09:00 UTC: the due schedules' first slot is 09:05, the idle ones' 23:00.
+T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
+STEP = timedelta(minutes=5)
+
+
+def _rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _definition(i: int, due: bool) -> dict[str, object]:
+    """A realistic definition: a start_job with a key template, half of the idle
+    ones in New York time."""
+    return {
+        "id": f"{'due' if due else 'idle'}-{i:06d}",
+        "name": f"{'Due' if due else 'Idle'} schedule {i}",
+        "schedule": "every 5m" if due else "daily at 23:00",
+        "timezone": "UTC" if due or i % 2 else "America/New_York",
+        "action": {
+            "type": "start_job",
+            "playbook_key": "onboarding",
+            "key": "bench-{schedule}-{instant}",
+            "subject": {"plan": "pro"},
+        },
+    }
+
+
+def _states(total: int, due: int) -> list[ScheduleState]:
+    """``total`` schedule states defined at ``T0``, the first ``due`` of them due at
+    every five-minute slot. Each is validated and defined through the pure state
+    machine, as a worker defines one from the ``schedules`` topic."""
+    out = []
+    for i in range(total):
+        schedule = validate_schedule(_definition(i, i < due), "bench")
+        state = schedule_step(None, T0, Define(schedule)).state
+        assert state is not None
+        out.append(state)
+    return out
+
+
+def _open(path: Path) -> rocksdict.Rdict:
+    return rocksdict.Rdict(str(path), options=rocksdict.Options(raw_mode=True))
+
+
+def _store(db: rocksdict.Rdict, rows: list[tuple[str, bytes | None]]) -> None:
+    batch = rocksdict.WriteBatch(raw_mode=True)
+    for key, value in rows:
+        if value is None:
+            batch.delete(key.encode())
+        else:
+            batch.put(key.encode(), value)
+    db.write(batch)
+
+
+def _stored(db: rocksdict.Rdict) -> Iterator[tuple[str, bytes]]:
+    """The stored rows, one at a time (as a worker reads its table)."""
+    for key, value in db.items():
+        assert isinstance(key, bytes)  # raw mode
+        assert isinstance(value, bytes)
+        yield key.decode(), value
+
+
+def _fill(path: Path, total: int, due: int) -> None:
+    states = _states(total, due)
+    db = _open(path)
+    try:
+        for start in range(0, len(states), 10_000):
+            chunk = states[start : start + 10_000]
+            _store(db, [(schedule_key(s.schedule.id), encode_schedule(0, s)) for s in chunk])
+        db.flush()
+    finally:
+        db.close()
+
+
+def _tick(topics: Topics, at: datetime) -> Record:
+    value = encode(TickRecord(partition=0, at=to_iso(at)))
+    return Record(topics.ticks, 0, 0, b"tick", value, int(at.timestamp() * 1000))
+
+
+class _Worker:
+    """One worker's engine and schedules hook over a RocksDB database of
+    ``total`` stored schedules, ``due`` of them due at each five-minute slot."""
+
+    def __init__(self, path: Path, total: int, due: int, last: datetime) -> None:
+        _fill(path, total, due)
+        self.path = path
+        self.due = due
+        self.db = _open(path)
+        self.topics = Topics("bench.")
+        self.hook = Schedules(self.topics)
+        db = self.db
+
+        def load(key: str, _partition: int) -> bytes | None:
+            raw = db.get(key.encode())
+            return None if raw is None else bytes(raw)
+
+        self.engine = Engine(
+            self.topics,
+            Registry([]),
+            load,
+            partitions=1,
+            schedules=self.hook,
+            wall_ms=lambda: int(last.timestamp() * 1000),
+        )
+        # As on a partition assignment: the index from the stored rows' headers.
+        self.engine.rebuild_timers(_stored(db))
+        self.ticks = 0
+
+    def tick(self) -> float:
+        """Decide the next slot's tick and store what it decided; milliseconds."""
+        self.ticks += 1
+        tick = _tick(self.topics, T0 + STEP * self.ticks)
+        fired = self.hook.fired
+        gc.collect()
+        started = time.perf_counter()
+        batch = self.engine.process([tick])
+        _store(self.db, [(key, raw) for key, _p, raw in batch.writes()])
+        elapsed = (time.perf_counter() - started) * 1000
+        self.engine.committed(batch)
+        if self.hook.fired - fired != self.due:
+            raise AssertionError(f"{self.hook.fired - fired} of {self.due} schedules fired")
+        return elapsed
+
+    def close(self) -> None:
+        self.db.close()
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+def schedule_tick_ms(
+    totals: tuple[int, ...], due: int, workdir: Path, repeats: int = 11
+) -> list[float]:
+    """Milliseconds for the worker to decide one tick that finds ``due`` stored
+    schedules due among each of ``totals``, and to store what it decided: the
+    median of ``repeats`` consecutive ticks each. The workers' ticks alternate,
+    so a machine that slows down meanwhile slows them all alike."""
+    last = T0 + STEP * (repeats + 1)
+    workers = []
+    try:
+        for total in totals:
+            workers.append(_Worker(workdir / f"schedules-{total}-{due}", total, due, last))
+        samples: list[list[float]] = [[] for _ in workers]
+        for _ in range(repeats):
+            for worker, out in zip(workers, samples, strict=True):
+                out.append(worker.tick())
+        return [statistics.median(s) for s in samples]
+    finally:
+        for worker in workers:
+            worker.close()
+
+
+@dataclass(frozen=True)
+class ScheduleMemory:
+    """What ``count`` stored schedules cost."""
+
+    count: int
+    #: the worker's structures (the due-time index), traced by tracemalloc
+    index_bytes: int
+    #: the RSS growth of a fresh process rebuilding the index from the rows
+    rss_mb: float
+    #: the live SST files after a flush and a full compaction
+    rocksdb_bytes: int
+    #: the rows' own key + value bytes
+    row_bytes: int
+
+    def per_100k(self, value: float) -> float:
+        """``value`` scaled to 100,000 schedules."""
+        return value * 100_000 / self.count
+
+
+def _sst_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.iterdir() if p.suffix == ".sst")
+
+
+def schedule_memory(count: int, workdir: Path) -> ScheduleMemory:
+    """Store ``count`` schedules, then rebuild a worker's index from them."""
+    path = workdir / f"schedules-memory-{count}"
+    _fill(path, count, 0)
+    db = _open(path)
+    try:
+        db.compact_range(None, None)
+        db.flush()
+        rocksdb_bytes = _sst_bytes(path)
+        row_bytes = sum(len(k.encode()) + len(v) for k, v in _stored(db))
+        topics = Topics("bench.")
+        hook = Schedules(topics)
+        engine = Engine(topics, Registry([]), lambda _k, _p: None, partitions=1, schedules=hook)
+        gc.collect()
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            # Read inside the trace: the index keeps the keys it was given.
+            engine.rebuild_timers(_stored(db))
+            gc.collect()
+            index_bytes = tracemalloc.get_traced_memory()[0] - before
+        finally:
+            tracemalloc.stop()
+        if len(hook.timers) != count:
+            raise AssertionError(f"the index holds {len(hook.timers)} of {count} schedules")
+    finally:
+        db.close()
+    try:
+        rss = _child_rss_growth(path)
+        return ScheduleMemory(count, index_bytes, rss, rocksdb_bytes, row_bytes)
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _child_rss_growth(path: Path) -> float:
+    """The RSS growth (MB) of a fresh process rebuilding a worker's index from
+    the database at ``path`` (this process's allocator holds too much history
+    for its own RSS to mean anything)."""
+    proc = subprocess.run(  # noqa: S603 - our own interpreter and module
+        [sys.executable, "-m", "stream.bench.schedules", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    return float(proc.stdout.split()[-1])
+
+
+def _rebuild_in_child(path: Path) -> None:
+    db = _open(path)
+    try:
+        topics = Topics("bench.")
+        hook = Schedules(topics)
+        engine = Engine(topics, Registry([]), lambda _k, _p: None, partitions=1, schedules=hook)
+        gc.collect()
+        before = _rss_mb()
+        engine.rebuild_timers(_stored(db))
+        gc.collect()
+        print(f"{_rss_mb() - before:.3f}")
+    finally:
+        db.close()
+
+
+if __name__ == "__main__":
+    _rebuild_in_child(Path(sys.argv[1]))
