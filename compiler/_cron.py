@@ -87,7 +87,7 @@ class ScheduleError(LemongraphError):
 @dataclass(frozen=True)
 class Cron:
     """A parsed schedule expression: ``expr`` the normalised 5-field cron that is
-    evaluated, ``source`` what the user wrote."""
+    evaluated, ``source`` what the user wrote (without surrounding white space)."""
 
     expr: str
     source: str
@@ -174,8 +174,8 @@ def parse_cron(text: str) -> Cron:
         _fail(text, "is empty: write a 5-field cron expression or a shorthand", None)
     first = text.strip()[0]
     if first.isalpha() or first == "@":
-        return Cron(_shorthand(text), text)
-    return Cron(_cron(text), text)
+        return Cron(_shorthand(text), text.strip())
+    return Cron(_cron(text), text.strip())
 
 
 def _tokens(text: str) -> list[tuple[str, int]]:
