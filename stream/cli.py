@@ -24,9 +24,12 @@ from .files import (
     is_catalog,
     is_flow,
     is_scenario,
+    is_schedules,
     load_playbook_file,
+    load_schedules_file,
     playbook_files,
     scenario_files,
+    schedules_file,
 )
 from .kafka import ConsumedRecord
 
@@ -103,6 +106,8 @@ def check(paths: tuple[Path, ...]) -> None:
         if path.is_dir():
             files.extend(sorted(playbook_files(path) + scenario_files(path)))
             flows.extend(flow_files(path))
+            if (declared := schedules_file(path)) is not None:  # docs/schedules.md
+                problems.extend(load_schedules_file(declared).problems)
             catalog = configured if configured is not None else path / "catalog.yaml"
             if catalog.is_file() and catalog not in catalogs:
                 catalogs.append(catalog)
@@ -111,6 +116,8 @@ def check(paths: tuple[Path, ...]) -> None:
                 catalogs.append(path)
             elif is_flow(path, path.parent.parent):
                 flows.append(path)
+            elif is_schedules(path, path.parent):
+                problems.extend(load_schedules_file(path).problems)
             else:
                 files.append(path)
         else:
