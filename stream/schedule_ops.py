@@ -20,7 +20,15 @@ from zoneinfo import ZoneInfo
 import orjson
 
 from compiler import LemongraphError
-from topics import AuditRecord, ScheduleRecord, ScheduleWake, Topics, encode
+from topics import (
+    AuditRecord,
+    LimitError,
+    ScheduleRecord,
+    ScheduleWake,
+    Topics,
+    encode,
+    plain_json,
+)
 
 __all__ = [
     "AUDIT_ACTIONS",
@@ -85,9 +93,16 @@ def normalise(data: object, source: str = "<schedule>") -> dict[str, Any]:
     from compiler import validate_schedule
 
     try:
-        return dict(validate_schedule(data, source).to_json())
+        spec = dict(validate_schedule(data, source).to_json())
     except (LemongraphError, ValueError, TypeError) as exc:
         raise _invalid(exc) from None
+    try:
+        # What the topics take (64-bit integers, finite numbers, bounded nesting).
+        plain_json(spec)
+    except LimitError as exc:
+        where = str(exc).split(":", 1)[0]
+        raise Invalid(str(exc), where or None) from None
+    return spec
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import orjson
 from aiokafka import AIOKafkaConsumer
 from fastapi import Body, FastAPI, Header, Query, Request
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError
+from pydantic import BaseModel, Field, StrictBool, StrictStr, ValidationError
 
 from stream import schedule_ops as ops
 from stream.kafka import KafkaSecurity, caught_up, client_kwargs
@@ -47,6 +47,7 @@ from topics import ScheduleRecord, ScheduleRunRecord, Topics
 
 from .errors import ApiError, ErrorBody
 from .guard import principal_of
+from .models import _Body
 from .readmodel import assign_from_start
 from .tokens import Principal
 
@@ -359,11 +360,9 @@ class Deleted(BaseModel):
     offset: int
 
 
-class WakeBody(BaseModel):
+class WakeBody(_Body):
     """Fire the schedule now. ``request_id`` (or the ``Idempotency-Key`` header)
     names the request: the same one again is one wake."""
-
-    model_config = ConfigDict(extra="forbid")
 
     context: dict[str, Any] | None = None
     skip_if_running: StrictBool = False
