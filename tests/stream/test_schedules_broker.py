@@ -407,3 +407,46 @@ def test_schedules_switched_off_fire_nothing(lane: Lane) -> None:
         (iso(at(2)), "missed"),
         (iso(at(3)), "completed"),
     ]
+
+
+# -- schedules.yaml -------------------------------------------------------------------------
+
+YAML = """\
+schedules:
+  - id: morning
+    name: Morning review
+    schedule: {schedule}
+    action: {{type: start_job, playbook_key: onboarding}}
+  - name: broken
+    schedule: "61 * * * *"
+    action: {{type: start_job, playbook_key: onboarding}}
+"""
+
+
+def test_schedules_yaml_is_registered_when_absent_or_different(lane: Lane) -> None:
+    path = lane.playbooks / "schedules.yaml"
+    path.write_text(YAML.format(schedule="weekdays at 09:30"))
+    first = start_worker(lane)
+    said = "".join(first.lines)
+    assert "schedules: 1 in " in said
+    assert "1 published (morning)" in said
+    assert 'schedules.yaml:6: schedules[1] (broken): schedule: "61 * * * *": minute field' in said
+    assert first.stop() == 0
+    second = start_worker(lane)  # the same file: nothing to publish
+    assert "none changed" in "".join(second.lines)
+    assert second.stop() == 0
+    path.write_text(YAML.format(schedule="weekdays at 10:00"))
+    start_worker(lane)
+    definitions = lane.read("schedules")
+    assert [(r["key"], r["partition"]) for r in definitions] == [("morning", home("morning"))] * 2
+    assert [r["value"]["spec"]["schedule"] for r in definitions] == [
+        "weekdays at 09:30",
+        "weekdays at 10:00",
+    ]
+    assert {r["value"]["by"] for r in definitions} == {"schedules.yaml"}
+    audit = lane.read("audit")
+    assert [(r["key"], r["value"]["action"], r["value"]["target"]) for r in audit] == [
+        ("morning", "create", "schedule:morning"),
+        ("morning", "update", "schedule:morning"),
+    ]
+    assert {r["value"]["by"] for r in audit} == {"schedules.yaml"}

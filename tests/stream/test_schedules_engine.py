@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import hashlib
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+from click.testing import CliRunner
 
+from stream.cli import main
 from stream.engine import Engine, Record, home_partition
+from stream.files import load_schedules_file, playbook_files, schedules_file
 from stream.schedules import SCHEDULE_PREFIX, Schedules, peek_schedule, schedule_key
 from topics import (
     FORWARDED_FROM_HEADER,
@@ -433,7 +437,7 @@ def test_a_prompt_slot_is_a_task_and_its_report_ends_the_run() -> None:
         "out",
         "web",
     )
-    assert message.text == "All calm."
+    assert message.text.endswith("All calm.")  # the text is the state machine's
     assert message_out.partition == home("job-9")
     # a second report of the same run: nothing
     assert lane.run(lane.report("check", sid, fired + timedelta(seconds=4))).outputs == []
@@ -581,3 +585,55 @@ def test_overlap_of_prompt_runs(overlap: str) -> None:
     else:
         assert statuses == [(second_id, "running")]
         assert len(on(second, "tasks")) == 1
+
+
+# -- schedules.yaml ----------------------------------------------------------------------
+
+
+def test_schedules_yaml_is_not_a_playbook_and_its_problems_name_line_and_field(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "schedules.yaml").write_text(
+        "schedules:\n"
+        "  - name: Lead review\n"
+        "    schedule: weekdays at 09:30\n"
+        "    action: {type: start_job, playbook_key: lead}\n"
+        "  - name: Bad zone\n"
+        "    schedule: hourly\n"
+        "    timezone: Mars/Olympus\n"
+        "    action: {type: start_job, playbook_key: lead}\n"
+        "  - id: lead-review\n"
+        "    name: Again\n"
+        "    schedule: hourly\n"
+        "    action: {type: start_job, playbook_key: lead}\n"
+    )
+    assert playbook_files(tmp_path) == []
+    assert schedules_file(tmp_path) == tmp_path / "schedules.yaml"
+    found = load_schedules_file(tmp_path / "schedules.yaml")
+    assert [s.id for s in found.schedules] == ["lead-review"]
+    path = tmp_path / "schedules.yaml"
+    assert found.problems[0].startswith(f"{path}:5: schedules[1] (Bad zone): timezone")
+    assert found.problems[1] == (
+        f"{path}:9: schedules[2] (lead-review): id 'lead-review' is also used by schedules[0]"
+    )
+    result = CliRunner().invoke(main, ["check", str(tmp_path)])
+    assert result.exit_code == 1
+    assert f"{path}:5: schedules[1] (Bad zone): timezone" in result.output
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("- a\n", "expected one key, schedules"),
+        ("schedules: 3\n", "schedules: must be a list"),
+        ("schedules: [\n", "schedules.yaml:"),
+    ],
+)
+def test_a_schedules_file_of_the_wrong_shape_is_one_problem(
+    tmp_path: Path, text: str, problem: str
+) -> None:
+    (tmp_path / "schedules.yaml").write_text(text)
+    found = load_schedules_file(tmp_path / "schedules.yaml")
+    assert found.schedules == []
+    [line] = found.problems
+    assert problem in line
