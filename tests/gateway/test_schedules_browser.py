@@ -106,7 +106,7 @@ def test_the_schedules_page_lists_next_runs_and_each_ones_history(
             run("sl-1", "missed", "2026-12-01T08:00:00Z", slot="2026-12-01T06:00:00Z",
                 slot_last="2026-12-01T07:00:00Z", missed_count=3),
             run("sl-2", "completed", "2026-12-01T08:30:00Z", slot="2026-12-01T08:30:00Z",
-                output=hostile, delivered_to="web:job-1"),
+                output=hostile, delivered_to="web:job-1", job_key="job-1"),
             run("sl-3", "skipped", "2026-12-01T09:00:00Z", slot="2026-12-01T09:00:00Z",
                 error="overlap: run sl-2 still running"),
             run("sl-4", "suppressed", "2026-12-01T09:30:00Z", slot="2026-12-01T09:30:00Z",
@@ -129,6 +129,8 @@ def test_the_schedules_page_lists_next_runs_and_each_ones_history(
     assert 'context: {"why":"checking"}' in table
     assert hostile in table  # shown as text, never run
     assert page.evaluate("() => window.__owned") is None
+    link = page.locator('#schedule-runs tr[data-run="sl-2"] a[href="/jobs/job-1"]')
+    assert link.inner_text() == "job-1"
     chip = page.locator('#schedule-runs tr[data-run="sl-4"] .chip')
     assert "run-suppressed" in (chip.get_attribute("class") or "")
 

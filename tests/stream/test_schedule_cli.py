@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -268,3 +269,47 @@ def test_a_command_without_a_broker_says_so() -> None:
     result = cli("schedule", "list", env=env)
     assert result.returncode == 1
     assert "LEMONGRAPH_KAFKA_URL is not set" in result.stderr
+
+
+@pytest.mark.broker
+@pytest.mark.timeout(300)
+def test_a_wake_from_the_cli_runs_on_the_worker_and_its_run_is_read_back(
+    lane: Lane, tmp_path: Path
+) -> None:
+    lane.start_worker()
+    path = tmp_path / "nightly.json"
+    path.write_text(
+        json.dumps(
+            {
+                "name": "Nightly onboarding",
+                "schedule": "daily at 02:00",
+                "timezone": "Europe/Paris",
+                "action": {"type": "start_job", "playbook_key": "onboarding"},
+            }
+        )
+    )
+    assert "nightly-onboarding: created" in lane.cli("schedule", "add", str(path)).stdout
+    woken = lane.cli("schedule", "wake", "nightly-onboarding", "--request-id", "w1").stdout
+    run_id = woken.split("run ", 1)[1].split(",", 1)[0]
+    assert run_id.startswith("wk-")
+
+    def completed() -> str | None:
+        out = lane.cli("schedule", "runs", "nightly-onboarding").stdout
+        return out if "completed" in out else None
+
+    deadline = time.monotonic() + 60
+    out = completed()
+    while out is None and time.monotonic() < deadline:
+        time.sleep(0.5)
+        out = completed()
+    assert out is not None, "no completed run"
+    line = out.splitlines()[0]
+    assert line.split()[1:4] == ["completed", "wake", run_id]
+    assert "job " in line
+    shown = lane.cli("schedule", "show", "nightly-onboarding").stdout
+    assert "runs: 1 (newest first)" in shown
+    assert run_id in shown
+    # The job the run started is on the jobs topic.
+    job = line.split("job ", 1)[1].split()[0]
+    jobs = [r for r in lane.read("jobs") if r["key"] == job]
+    assert jobs, f"no snapshot of {job}"

@@ -701,7 +701,6 @@ async function renderSchedules(append) {
 function runDetail(run) {
   const parts = [];
   if (run.missed_count) parts.push(`${run.missed_count} slots missed, to ${run.slot_last}`);
-  if (run.job_key) parts.push(`job ${run.job_key}`);
   if (run.error) parts.push(`error: ${run.error}`);
   if (run.output) parts.push(`output: ${run.output}`);
   if (run.delivered_to) parts.push(`delivered to ${run.delivered_to}`);
@@ -716,7 +715,9 @@ function runRow(run) {
     h("td", {}, run.triggered_by + (run.attempt ? ` (attempt ${run.attempt})` : "")),
     h("td", {}, run.slot ? h("time", { datetime: run.slot }, run.slot) : ""),
     h("td", {}, h("code", {}, run.run_id)),
-    h("td", { class: "detail" }, runDetail(run)));
+    h("td", { class: "detail" },
+      run.job_key ? ["job ", h("a", { href: "/jobs/" + encodeURIComponent(run.job_key), "data-nav": "job" }, run.job_key)] : null,
+      run.job_key && runDetail(run) ? " · " : null, runDetail(run)));
 }
 
 async function renderScheduleRuns(sid, view, append) {
