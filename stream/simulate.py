@@ -13,7 +13,6 @@ from compiler import (
     Coverage,
     Event,
     LemongraphError,
-    Located,
     Playbook,
     ScenarioFile,
     ScenarioResult,
@@ -26,7 +25,6 @@ from compiler import (
     TimerCancelled,
     TimerSet,
     format_offset,
-    load_located,
     parse_scenarios,
     run_scenario,
     run_schedule_scenario,
@@ -35,7 +33,7 @@ from compiler import (
     validate_schedule,
 )
 
-from .files import load_playbook_file
+from .files import load_playbook_file, load_schedules_file
 
 __all__ = [
     "SimulationRun",
@@ -94,37 +92,33 @@ def playbook_for(path: Path, parsed: ScenarioFile) -> Playbook | None:
 
 
 def schedules_for(path: Path, parsed: ScenarioFile) -> list[Schedule]:
-    """The schedules a scenario file runs: inline, or the ``schedules:`` of the
-    file it names (relative to the scenario file), each validated; problems name
-    the file, the line and the field."""
+    """The schedules a scenario file runs: inline, or those of the schedules file
+    it names (relative to the scenario file; read as a worker reads
+    ``schedules.yaml``), each validated. Problems name the file, the line, the
+    schedule and the field, as ``lemongraph check`` does for ``schedules.yaml``."""
     ref = parsed.schedules
     if isinstance(ref, str):
-        target = (path.parent / ref).resolve()
+        target = path.parent / ref
         if not target.is_file():
             raise LemongraphError(f"{path}: schedules {ref!r} not found (looked for {target})")
-        source = str(path.parent / ref)
-        located: Located | None = load_located(target.read_text(encoding="utf-8"), source)
-        data = located.data if located is not None else None
-        items = data.get("schedules") if isinstance(data, dict) else None
-        if not isinstance(items, list):
-            raise LemongraphError(f"{source}: expected a mapping with a list under schedules:")
-        prefix: tuple[str | int, ...] = ("schedules",)
-    else:
-        source, items, located, prefix = str(path), list(ref or []), parsed._located, ("schedules",)
+        found = load_schedules_file(target)
+        if found.problems:
+            raise LemongraphError("\n".join(found.problems))
+        return list(found.schedules)
     out: list[Schedule] = []
     problems: list[str] = []
-    for i, item in enumerate(items):
-        pos = located.position((*prefix, i)) if located is not None else None
-        where = f"{source}:{pos.line}:{pos.column}" if pos else source
+    for i, item in enumerate(ref or []):
+        pos = parsed._located.position(("schedules", i)) if parsed._located else None
+        name = item.get("id") or item.get("name")
+        label = f"schedules[{i}]" + (f" ({name})" if isinstance(name, str) else "")
+        at = f"{path}:{pos.line}: {label}" if pos else f"{path}: {label}"
         try:
-            schedule = validate_schedule(item, f"{where}: schedules.{i}")
+            schedule = validate_schedule(item, f"{path}: {label}")
         except LemongraphError as exc:
-            problems.append(
-                str(exc) if str(exc).startswith(where) else f"{where}: schedules.{i}: {exc}"
-            )
+            problems.append(f"{at}: {str(exc).splitlines()[0]}")
             continue
         if any(s.id == schedule.id for s in out):
-            problems.append(f"{where}: schedules.{i}: a second schedule with id {schedule.id!r}")
+            problems.append(f"{at}: id {schedule.id!r} is used by an earlier schedule")
             continue
         out.append(schedule)
     if problems:

@@ -19,6 +19,13 @@ How a page marks its examples (the fence's info string, after `yaml`):
   with `warns`, exactly what it prints for a valid flow with warnings (exit 0).
 - `norun`: not a playbook or a scenario (an agent catalog, a script for the stand-in
   model); nothing runs it. A YAML block with none of these marks fails the test.
+
+A fenced ```` ```text cmd ```` block is a terminal session of commands that need no
+broker (`lemongraph schedule next ...`, docs/schedules.md): each line starting with
+`$ lemongraph ` is run (split like a shell would, in an empty folder), and the lines
+after it, up to the next `$`, are exactly what it prints (stdout, then stderr). A
+command whose shown output has a line starting with `error: ` must exit non-zero;
+any other must exit 0.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -294,3 +302,72 @@ def test_the_link_check_sees_a_broken_anchor(tmp_path: Path) -> None:
     page.write_text(page.read_text(encoding="utf-8") + "[ok](#two-words-here) [gone](a.md#three)\n")
     with pytest.raises(AssertionError, match=r"no heading #three in a\.md"):
         test_every_relative_link_resolves(page)
+
+
+# -- terminal sessions (```text cmd) ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Command:
+    """One ``$ lemongraph ...`` line of a ``cmd`` block and what it prints."""
+
+    where: str
+    args: tuple[str, ...]
+    expected: str
+
+
+def commands(page: Path) -> list[Command]:
+    out: list[Command] = []
+    for block in fenced_blocks(page):
+        if block.lang != "text" or "cmd" not in block.marks:
+            continue
+        lines = block.text.splitlines() or [""]
+        assert lines[0].startswith("$ lemongraph "), (
+            f"{block.where}: a cmd block starts with a `$ lemongraph ...` line"
+        )
+        starts = [i for i, line in enumerate(lines) if line.startswith("$ ")]
+        for i, start in enumerate(starts):
+            end = starts[i + 1] if i + 1 < len(starts) else len(lines)
+            words = shlex.split(lines[start][2:])
+            assert words[0] == "lemongraph", f"{block.where}: only lemongraph commands run"
+            shown = "".join(f"{line}\n" for line in lines[start + 1 : end])
+            out.append(Command(f"{block.where}+{start}", tuple(words[1:]), shown))
+    return out
+
+
+def _commands() -> list[Any]:
+    return [
+        pytest.param(c, id=f"{_id(page)}:{' '.join(c.args)[:60]}")
+        for page in PAGES
+        for c in commands(page)
+    ]
+
+
+@pytest.mark.parametrize("command", _commands())
+def test_commands_print_what_the_page_shows(command: Command, tmp_path: Path) -> None:
+    result = run(*command.args, cwd=tmp_path)
+    printed = result.stdout + result.stderr
+    fails = any(line.startswith("error: ") for line in command.expected.splitlines())
+    assert (result.returncode != 0) == fails, (
+        f"{command.where}: {' '.join(command.args)} exited {result.returncode}\n{printed}"
+    )
+    assert printed == command.expected, (
+        f"{command.where}: the page shows\n{command.expected}\nbut the command prints\n{printed}"
+    )
+
+
+def test_the_schedules_page_has_commands() -> None:
+    assert len(commands(ROOT / "docs" / "schedules.md")) >= 4
+
+
+def test_a_rotten_command_fails(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(
+        '```text cmd\n$ lemongraph schedule next "30 2 * * *" --from 2026-03-07T00:00:00Z '
+        "--count 1\n2026-03-07T02:31:00Z  2026-03-07 02:31 UTC (UTC)\n```\n",
+        encoding="utf-8",
+    )
+    (command,) = commands(page)
+    assert command.args[:2] == ("schedule", "next")
+    with pytest.raises(AssertionError, match="the page shows"):
+        test_commands_print_what_the_page_shows(command, tmp_path)

@@ -131,7 +131,7 @@ def test_an_invalid_schedule_exits_2_naming_file_line_and_field(
     proc = run("simulate", "--dir", str(folder))
     assert proc.returncode == 2, proc.stdout + proc.stderr
     error = proc.stderr.strip().splitlines()[0]
-    assert error.startswith(f"error: {folder}/schedules.yaml:2:5: schedules.0"), error
+    assert error.startswith(f"error: {folder}/schedules.yaml:2: schedules[0] (nightly): "), error
     assert words in error, error
     check = run("check", str(folder / "night.scenario.yaml"))
     assert check.returncode == 1
@@ -168,3 +168,18 @@ def test_the_shipped_schedules_scenarios_pass() -> None:
     wanted = [s["name"] for s in yaml.safe_load(shipped.read_text())["scenarios"]]
     assert [r["scenario"] for r in results] == wanted
     assert all(r["passed"] and r["kind"] == "schedules" for r in results)
+
+
+def test_an_invalid_inline_schedule_names_its_line(tmp_path: Path) -> None:
+    (tmp_path / "x.scenario.yaml").write_text(
+        "schedules:\n"
+        "  - {id: ok, name: Ok, schedule: hourly, action: {type: start_job, playbook_key: p}}\n"
+        "  - {id: bad, name: Bad, schedule: every 7m, action: {type: start_job, playbook_key: p}}\n"
+        "scenarios: [{name: s, base: 2026-01-05T09:00:00Z, until: 1d}]\n",
+        encoding="utf-8",
+    )
+    proc = run("simulate", "--dir", str(tmp_path))
+    assert proc.returncode == 2
+    error = proc.stderr.strip().splitlines()[0]
+    assert error.startswith(f"error: {tmp_path}/x.scenario.yaml:3: schedules[1] (bad): schedule:")
+    assert "7" in error
