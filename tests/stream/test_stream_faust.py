@@ -37,6 +37,14 @@ def test_job_table_writes_batches_and_persists_changelog_offsets(tmp_path: Path)
     assert store.persisted_offset(TP(changelog, 3)) == 7
     # Faust's recovery reads these databases under these file names.
     assert store.partition_path(2).exists()
+    # A None value deletes the row (a schedule removed), as a changelog
+    # tombstone does in Faust's recovery.
+    table.write([("\x00schedule/s", 2, b"state"), ("job-2", 3, None)], {})
+    table.write([("\x00schedule/s", 2, None)], {2: 42})
+    assert table.get("\x00schedule/s", 2) is None
+    assert table.get("job-2", 3) is None
+    assert table.get("job-1", 2) == b"one, later"
+    assert store.persisted_offset(TP(changelog, 2)) == 42
 
 
 def test_the_fetch_wait_patch_reaches_the_consumer_faust_creates() -> None:
