@@ -9,7 +9,8 @@ import asyncio
 import signal
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -234,58 +235,113 @@ def test_a_service_killed_mid_run_resumes_it_and_reports_once(
     assert [j["type"] for j in journal].count("journal.model_call") == 2
 
 
+@asynccontextmanager
+async def services(
+    kafka_url: str, folder: Path, model: ModelSettings, tool_env: dict[str, str] | None = None
+) -> AsyncIterator[tuple[Topics, Callable[[str], AgentService]]]:
+    """Agents services as separate processes would hold them (a data folder
+    each), on the real broker, in this event loop: ``make(name)``."""
+    settings = Settings(kafka_url=kafka_url, topic_prefix=f"t{uuid.uuid4().hex[:8]}.")
+    await ensure_all_topics(settings)
+    catalog = load_catalog(CATALOG, "c.yaml")
+    made: list[AgentService] = []
+    async with producer(bootstrap_of(kafka_url)) as client:
+
+        async def send(
+            topic: str, key: bytes | None, value: bytes | None, headers: Headers | None,
+            partition: int | None,
+        ) -> None:  # fmt: skip
+            await (await client.send(topic, value, key=key, partition=partition))
+
+        def make(name: str) -> AgentService:
+            here = Settings(**{**settings.__dict__, "data_dir": folder / name})
+            service = AgentService(here, catalog, model, tool_env=tool_env)
+            service.send = send
+            made.append(service)
+            return service
+
+        yield Topics(settings.topic_prefix), make
+        for service in made:
+            await service.close()
+
+
+async def read_all(kafka_url: str, topic: str) -> list[Any]:
+    return [r async for r in read_topic(bootstrap_of(kafka_url), topic)]
+
+
 def test_a_reported_run_is_forgotten_a_while_past_its_deadline(
     kafka_url: str, tmp_path: Path
 ) -> None:
-    """Two services as two processes would hold them, on the real broker: the
-    first reports a run and, once its time has passed, forgets it (a tombstone
-    on the changelog); the second, assigned the partition, holds nothing of it."""
-    settings = Settings(kafka_url=kafka_url, topic_prefix=f"t{uuid.uuid4().hex[:8]}.")
-    asyncio.run(ensure_all_topics(settings))
-    topics = Topics(settings.topic_prefix)
-    catalog = load_catalog(CATALOG, "c.yaml")
+    """The first service reports a run and, once its time has passed, forgets
+    it (a tombstone on the changelog); the second, assigned the partition, holds
+    nothing of it."""
 
     async def go() -> None:
-        async with producer(bootstrap_of(kafka_url)) as client:
-
-            async def send(
-                topic: str, key: bytes | None, value: bytes | None, headers: Headers | None,
-                partition: int | None,
-            ) -> None:  # fmt: skip
-                await (await client.send(topic, value, key=key, partition=partition))
-
-            def service(folder: str) -> AgentService:
-                here = Settings(**{**settings.__dict__, "data_dir": tmp_path / folder})
-                made = AgentService(here, catalog, ModelSettings(api_key="sk-test"))
-                made.send = send
-                return made
-
-            one = service("one")
+        async with services(kafka_url, tmp_path, ModelSettings(api_key="sk-test")) as (
+            topics,
+            make,
+        ):
+            one = make("one")
             await one.assign([1])
             one.prompts.keep = timedelta(seconds=1)
             raw = task("s-gone", "sl-g", "nobody")  # no model call: an unknown agent
-            where = Where(topics.tasks, 1, 0, 0, b"s-gone", [])
-            await one.on_record(raw, where)
+            await one.on_record(raw, Where(topics.tasks, 1, 0, 0, b"s-gone", []))
             await asyncio.gather(*one.prompts.running.values())
             assert orjson.loads(one.db[run_key("sl-g")])["status"] == "reported"
             deadline = datetime.fromisoformat(orjson.loads(raw)["deadline"])
             assert await one.prompts.sweep(deadline) == 0  # not yet
             assert await one.prompts.sweep(deadline + timedelta(seconds=2)) == 1
             assert one.db.get(run_key("sl-g")) is None
-            two = service("two")
+            two = make("two")
             assert await two.assign([1]) == (1, 0)  # read back: the tombstone
             assert two.db.get(run_key("sl-g")) is None
-            records = [
-                r async for r in read_topic(bootstrap_of(kafka_url), topics.conversations)
-            ]  # fmt: skip
+            records = await read_all(kafka_url, topics.conversations)
             assert [(r.key, r.partition, r.value is None) for r in records][-1] == (
                 run_key("sl-g"), 1, True
             )  # fmt: skip
-            reported = [
-                r async for r in read_topic(bootstrap_of(kafka_url), topics.schedule_runs)
-            ]  # fmt: skip
+            reported = await read_all(kafka_url, topics.schedule_runs)
             assert [(r.key, r.partition) for r in reported] == [(b"s-gone", 1)]
-            for s in (one, two):
-                await s.close()
+
+    asyncio.run(go())
+
+
+def test_a_revoked_partition_stops_its_prompt_run_and_the_next_owner_finishes_it(
+    kafka_url: str, tmp_path: Path, serve: Callable[[Any], str]
+) -> None:
+    """A run in flight (its tool call unanswered) when its partition is revoked
+    is stopped; the process assigned it next reads it back from the changelog,
+    resumes it (the paid model reply replayed) and reports once."""
+    tools = queue(slow=1)
+    model = build_standin(SCRIPT)
+    settings = ModelSettings(api_key="sk-test", base_url=f"{serve(model)}/v1", retries=0)
+
+    async def go() -> None:
+        env = {"QUEUE_URL": serve(tools)}
+        async with services(kafka_url, tmp_path, settings, env) as (topics, make):
+            one = make("one")
+            await one.assign([2])
+            raw = task("s-move", "sl-m", "reporter")
+            await one.on_record(raw, Where(topics.tasks, 2, 0, 0, b"s-move", []))
+            for _ in range(300):
+                if tools.state.calls:
+                    break
+                await asyncio.sleep(0.05)
+            assert tools.state.calls, "the tool was not called"
+            assert await one.revoke([2]) == 1  # mid-call: stopped
+            assert one.prompts.running == {}
+            two = make("two")
+            assert await two.assign([2]) == (1, 1)  # read back, and resumed
+            await asyncio.gather(*two.prompts.running.values())
+            reported = await read_all(kafka_url, topics.schedule_runs)
+            assert [orjson.loads(r.value)["output"] for r in reported] == [
+                "Queue checked: 3 waiting."
+            ]
+            journal = [orjson.loads(r.value) for r in await read_all(kafka_url, topics.journal)]
+            [end] = [j for j in journal if j["type"] == "journal.run"]
+            assert (end["run_id"], end["replayed"]) == ("sl-m", 1)
+            # one model reply paid for once, the tool called again with its key
+            assert model.state.calls == 2
+            assert len(tools.state.calls) == 2
+            assert len(set(tools.state.calls)) == 1
 
     asyncio.run(go())
