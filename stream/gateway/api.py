@@ -234,7 +234,8 @@ def build_api(gateway: Gateway) -> FastAPI:
         503; also 503, with the ``problem`` named, once a log it follows went
         backwards (the broker was reset under it)."""
         broker = await gateway.broker_reachable()
-        caught_up = model.caught_up
+        schedules = gateway.schedules
+        caught_up = model.caught_up and (schedules is None or schedules.caught_up)
         status = "ok" if broker and caught_up else ("starting" if broker else "degraded")
         if model.reset is not None:
             status = "degraded"
@@ -244,6 +245,7 @@ def build_api(gateway: Gateway) -> FastAPI:
             caught_up=caught_up,
             jobs=len(model.jobs),
             playbooks=len(model.playbooks),
+            schedules=len(schedules.schedules) if schedules is not None else 0,
             problem=model.reset,
         )
         return Response(

@@ -351,5 +351,6 @@ class Health(BaseModel):
     caught_up: bool
     jobs: int
     playbooks: int
+    schedules: int = 0
     #: Why the gateway cannot be trusted even with the broker up (a reset log).
     problem: str | None = None

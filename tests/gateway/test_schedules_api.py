@@ -87,6 +87,7 @@ def test_a_schedule_is_created_listed_shown_paused_resumed_and_deleted(
 
         listed = ok(client.get("/v1/schedules"))
         assert listed["total"] == 2
+        assert httpx.get(f"{gateway.api}/healthz").json()["schedules"] == 2
         assert listed["next"] is None
         assert [s["id"] for s in listed["schedules"]] == ["lead-review", "queue-check"]
         assert len(listed["schedules"][0]["next"]) == 3
