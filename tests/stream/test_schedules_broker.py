@@ -450,3 +450,47 @@ def test_schedules_yaml_is_registered_when_absent_or_different(lane: Lane) -> No
         ("morning", "update", "schedule:morning"),
     ]
     assert {r["value"]["by"] for r in audit} == {"schedules.yaml"}
+
+
+# -- a second worker takes over -------------------------------------------------------------
+
+
+def test_a_second_worker_takes_over_schedules_with_their_state(lane: Lane) -> None:
+    """The new owner of a partition recovers its schedules from the table's
+    changelog and rebuilds their index: the slots go on, each fired once."""
+    ids: dict[int, str] = {}
+    n = 0
+    while len(ids) < PARTITIONS:
+        ids.setdefault(home(f"every-{n}"), f"every-{n}")
+        n += 1
+    first = start_worker(lane, LEMONGRAPH_DATA_DIR=str(lane.root / "data-a"))
+    define(lane, *(every_minute(i, START) for i in ids.values()))
+    tick(lane, set(ids), at(1), at(2), at(3))
+    for schedule_id in ids.values():
+        wait_runs(lane, schedule_id, lambda rs: len(statuses(rs)) >= 3)
+    second = start_worker(lane, LEMONGRAPH_DATA_DIR=str(lane.root / "data-b"))
+    time.sleep(8)  # let the group rebalance and the second worker recover its table
+    tick(lane, set(ids), at(4), at(5), at(6))
+    for schedule_id in ids.values():
+        records = wait_runs(lane, schedule_id, lambda rs: len(statuses(rs)) >= 6, timeout=90)
+        assert statuses(records) == [(iso(at(m)), "completed") for m in range(1, 7)]
+    want = {slot(i, at(m)) for i in ids.values() for m in range(1, 7)}
+    lane.wait_until(
+        "decisions",
+        lambda rs: want <= {r["key"] for r in rs if r["value"]["outcome"] == "applied"},
+        timeout=60,
+    )
+    applied = Counter(
+        r["key"] for r in lane.read("decisions") if r["value"]["outcome"] == "applied"
+    )
+    assert {k: c for k, c in applied.items() if k in want} == dict.fromkeys(want, 1)
+    for worker in (first, second):
+        assert worker.stop() == 0
+    decided = [
+        int(line.split(" records,")[0].rsplit(" ", 1)[1])
+        for worker in (first, second)
+        for line in worker.lines
+        if "worker: stopped" in line
+    ]
+    assert len(decided) == 2
+    assert all(count > 0 for count in decided), decided
