@@ -115,6 +115,11 @@ def test_a_schedule_is_created_listed_shown_paused_resumed_and_deleted(
         renamed = ok(client.patch("/v1/schedules/lead-review", json={"name": "Leads"}))
         assert renamed["name"] == "Leads"
         ok(client.patch("/v1/schedules/lead-review", json={"name": "Leads"}))
+        # A field set to null goes back to its default.
+        changed = ok(client.patch("/v1/schedules/lead-review", json={"overlap": "buffer_one"}))
+        assert changed["spec"]["overlap"] == "buffer_one"
+        reset = ok(client.patch("/v1/schedules/lead-review", json={"overlap": None}))
+        assert reset["spec"]["overlap"] == "skip"
         # The id cannot change.
         moved = client.patch("/v1/schedules/lead-review", json={"id": "other"})
         assert error_of(moved, 422, "invalid_schedule")["field"] == "id"
@@ -131,12 +136,14 @@ def test_a_schedule_is_created_listed_shown_paused_resumed_and_deleted(
 
     # What went on the topics: the definitions, then the tombstone.
     definitions = values(lane, "schedules", "lead-review")
-    assert [d and d["spec"].get("enabled") for d in definitions] == [True, False, True, True, None]
+    enabled = [d and d["spec"].get("enabled") for d in definitions]
+    assert enabled == [True, False, True, True, True, True, None]
     assert definitions[0]["type"] == "schedule"
     assert definitions[0]["by"] == "ops-ada"
     assert definitions[-1] is None  # the tombstone
     audit = values(lane, "audit", "lead-review")
-    assert [a["action"] for a in audit] == ["create", "pause", "resume", "update", "delete"]
+    actions = [a["action"] for a in audit]
+    assert actions == ["create", "pause", "resume", "update", "update", "update", "delete"]
     assert {a["by"] for a in audit} == {"ops-ada"}
     assert {a["target"] for a in audit} == {"schedule:lead-review"}
     assert audit[3]["detail"] == {"changed": ["name"]}
@@ -404,3 +411,15 @@ def test_a_wake_with_a_worker_starts_a_job_and_comes_back_as_a_run(
         job = run.get("job_key")
         assert job, run
         wait_for(lambda: client.get(f"/v1/jobs/{job}").status_code == 200, what="the job")
+
+        # Paused, a wake is recorded skipped, and says why.
+        ok(client.patch("/v1/schedules/onboard-daily", json={"enabled": False}))
+        paused = ok(client.post("/v1/schedules/onboard-daily/wake", json={"request_id": "w2"}), 202)
+
+        def skipped() -> dict[str, Any] | None:
+            runs = ok(client.get("/v1/schedules/onboard-daily/runs"))["runs"]
+            return next((r for r in runs if r["run_id"] == paused["run_id"]), None)
+
+        refused = wait_for(skipped, timeout=60, what="the paused wake's run")
+        assert refused["status"] == "skipped"
+        assert refused["error"] == "paused"
