@@ -74,7 +74,8 @@ class DownSpan(BaseModel):
 
 class ScriptedReply(BaseModel):
     """How one prompt run ends: its reply (``output``) or its failure, ``after``
-    it started; ``never``: it does not report (it times out)."""
+    it started; ``never``: it does not report (it times out). ``repeat``: this
+    reply answers every later run too."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -83,6 +84,7 @@ class ScriptedReply(BaseModel):
     error: str | None = None
     after: str = "0s"
     never: bool = False
+    repeat: bool = False
 
     _check = field_validator("after")(_duration)
 
@@ -228,9 +230,10 @@ class _Clock:
         script = self.replies.get(schedule_id)
         if not script:
             return  # no reply scripted: the run never reports and times out
-        reply = script.pop(0)
-        if isinstance(reply, str):
-            reply = ScriptedReply(output=reply)
+        first = script[0]
+        keep = isinstance(first, ScriptedReply) and first.repeat
+        scripted = first if keep else script.pop(0)
+        reply = ScriptedReply(output=scripted) if isinstance(scripted, str) else scripted
         if reply.never:
             return
         self._order += 1
@@ -304,7 +307,8 @@ def run_schedule_scenario(
     schedules: list[Schedule], scenario: Scenario, source: str
 ) -> ScheduleScenarioResult:
     """Run ``scenario``'s span over ``schedules`` and compare the runs to its
-    expectation (``expect.runs`` in order, ``expect.count`` per status)."""
+    expectation (``expect.runs`` in order, ``expect.runs_of`` one schedule's,
+    ``expect.count`` per status)."""
     clock = _Clock(scenario, schedules)
     clock.run()
     runs = _final_runs(clock.records)
@@ -315,11 +319,18 @@ def run_schedule_scenario(
     failures = list(clock.failures)
     expect = scenario.expect
     if expect.runs is not None and [str(x) for x in expect.runs] != lines:
-        failures.append(_runs_differ([str(x) for x in expect.runs], lines))
+        failures.append(_runs_differ("runs", [str(x) for x in expect.runs], lines))
+    for schedule_id, wanted in (expect.runs_of or {}).items():
+        if schedule_id not in {s.id for s in schedules}:
+            failures.append(f"runs_of: no schedule {schedule_id!r}")
+            continue
+        got = [schedule_run_line(r) for r in runs if r["schedule_id"] == schedule_id]
+        if [str(x) for x in wanted] != got:
+            failures.append(_runs_differ(f"runs_of.{schedule_id}", [str(x) for x in wanted], got))
     if expect.count is not None:
-        for status, wanted in expect.count.items():
-            if counts.get(status, 0) != wanted:
-                failures.append(f"count: expected {wanted} {status}, got {counts.get(status, 0)}")
+        for status, number in expect.count.items():
+            if counts.get(status, 0) != number:
+                failures.append(f"count: expected {number} {status}, got {counts.get(status, 0)}")
     return ScheduleScenarioResult(
         source,
         scenario.name,
@@ -333,10 +344,10 @@ def run_schedule_scenario(
     )
 
 
-def _runs_differ(wanted: list[str], got: list[str]) -> str:
+def _runs_differ(what: str, wanted: list[str], got: list[str]) -> str:
     for i, (a, b) in enumerate(zip(wanted, got, strict=False)):
         if a != b:
-            return f"runs: #{i + 1}: expected {a!r}, got {b!r}"
+            return f"{what}: #{i + 1}: expected {a!r}, got {b!r}"
     if len(wanted) > len(got):
-        return f"runs: expected {len(wanted)}, got {len(got)}; missing {wanted[len(got)]!r}"
-    return f"runs: expected {len(wanted)}, got {len(got)}; also {got[len(wanted)]!r}"
+        return f"{what}: expected {len(wanted)}, got {len(got)}; missing {wanted[len(got)]!r}"
+    return f"{what}: expected {len(wanted)}, got {len(got)}; also {got[len(wanted)]!r}"

@@ -97,6 +97,8 @@ class Expectation(BaseModel):
     tasks: list[str] | None = None
     #: Schedule scenarios (docs/schedules.md): every run, in order, and runs per status.
     runs: list[str] | None = None
+    #: schedule id → that schedule's runs only, in order
+    runs_of: dict[str, list[str]] | None = None
     count: dict[str, int] | None = None
 
 
@@ -174,7 +176,7 @@ class ScenarioFile(BaseModel):
                 wrong = [f for f in ("down", "replies", "wakes") if getattr(scenario, f)]
                 wrong += [
                     f"expect.{f}"
-                    for f in ("runs", "count")
+                    for f in ("runs", "runs_of", "count")
                     if getattr(scenario.expect, f) is not None
                 ]
                 why = "only a scenario over schedules has it"

@@ -101,6 +101,7 @@ def check(paths: tuple[Path, ...]) -> None:
     problems: list[str] = []
     catalogs: list[Path] = []
     flows: list[Path] = []  # docs/flows.md
+    checked_schedules = 0  # schedules.yaml files (docs/schedules.md)
     configured = Settings.from_env().catalog
     for path in paths:
         if path.is_dir():
@@ -108,6 +109,7 @@ def check(paths: tuple[Path, ...]) -> None:
             flows.extend(flow_files(path))
             if (declared := schedules_file(path)) is not None:  # docs/schedules.md
                 problems.extend(load_schedules_file(declared).problems)
+                checked_schedules += 1
             catalog = configured if configured is not None else path / "catalog.yaml"
             if catalog.is_file() and catalog not in catalogs:
                 catalogs.append(catalog)
@@ -118,6 +120,7 @@ def check(paths: tuple[Path, ...]) -> None:
                 flows.append(path)
             elif is_schedules(path, path.parent):
                 problems.extend(load_schedules_file(path).problems)
+                checked_schedules += 1
             else:
                 files.append(path)
         else:
@@ -168,7 +171,8 @@ def check(paths: tuple[Path, ...]) -> None:
         click.echo(problem)
     if problems:
         sys.exit(1)
-    click.echo(f"ok: {len(files) + len(catalogs) + len(flows)} file(s) valid")
+    count = len(files) + len(catalogs) + len(flows) + checked_schedules
+    click.echo(f"ok: {count} file(s) valid")
 
 
 @main.group()

@@ -325,3 +325,36 @@ def test_a_down_span_must_end_after_it_starts() -> None:
     )
     with pytest.raises(ScenarioError, match=r"down\.0: to \(1h\) must be after from \(2h\)"):
         parse_scenarios(text, "t.scenario.yaml")
+
+
+def test_a_repeated_reply_answers_every_run_and_runs_of_compares_one_schedule() -> None:
+    text = yaml.safe_dump(
+        {
+            "schedules": [prompt(meta={"heartbeat": True}), nightly("0 9 * * *", "Europe/Paris")],
+            "scenarios": [
+                {
+                    "name": "s",
+                    "base": "2026-03-28T00:00:00Z",
+                    "until": "2d",
+                    "replies": {"hb": [{"output": "HEARTBEAT_OK", "repeat": True}]},
+                    "expect": {
+                        "runs_of": {
+                            # Paris moves to CEST on 2026-03-29: 09:00 is 08:00Z, then 07:00Z.
+                            "n": [
+                                "2026-03-28T08:00:00Z n completed",
+                                "2026-03-29T07:00:00Z n completed",
+                            ]
+                        },
+                        "count": {"completed": 2, "suppressed": 96},
+                    },
+                }
+            ],
+        }
+    )
+    (result,) = simulate(text)
+    assert result.passed, result.failures
+    wrong = simulate(text.replace("2026-03-29T07:00:00Z n", "2026-03-29T08:00:00Z n"))[0]
+    assert wrong.failures == (
+        "runs_of.n: #2: expected '2026-03-29T08:00:00Z n completed', "
+        "got '2026-03-29T07:00:00Z n completed'",
+    )
