@@ -228,7 +228,12 @@ def build_app(
                 log.warning("changelog: applied %d rows Faust's recovery had not", late)
             await check_logs(mine)
             count = engine.rebuild_timers(table.items())
-            log.info("partitions assigned: timer index rebuilt, %d jobs waiting", count)
+            waiting = engine.schedules.waiting() if engine.schedules is not None else 0
+            log.info(
+                "partitions assigned: timer index rebuilt, %d jobs and %d schedules waiting",
+                count,
+                waiting,
+            )
         records = [
             # Faust keeps the timestamp in seconds; round back to the record's ms.
             Record(

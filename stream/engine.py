@@ -29,6 +29,12 @@ Whatever client produced a record (docs/kafka.md, "Partitioning"):
 * a decision's ``now`` is the record's timestamp, but never more than the
   allowed skew ahead of the worker's clock (``clock`` in the decision record
   says when it was bounded), and a tick from further ahead is dead-lettered.
+
+Schedules (docs/schedules.md) are decided the same way by ``stream/schedules.py``
+through :class:`ScheduleHook`: their records (``schedules``, ``schedule-runs``,
+the inbox's ``schedule.wake``) and ticks come through :meth:`Engine.process`,
+their states are ``Batch.rows`` written with the jobs, and every promise above
+holds for them (see that module).
 """
 
 from __future__ import annotations
@@ -332,6 +338,9 @@ class ScheduleHook(Protocol):
 
     def committed(self, batch: Batch) -> None:
         """The batch's writes are stored."""
+
+    def waiting(self) -> int:
+        """How many schedules have a due time in the index."""
 
 
 def _dumps(data: Any) -> bytes:

@@ -186,6 +186,9 @@ class Schedules:
         for where, raw in batch.marks.items():
             self._marks[where] = int(raw)
 
+    def waiting(self) -> int:
+        return len(self.timers)
+
     def record(self, record: Record, batch: Batch) -> None:
         """A record of ``schedules`` (a definition or a tombstone) or of
         ``schedule-runs`` (a report; the worker's own run records are skipped)."""

@@ -230,6 +230,11 @@ def run_worker(
                 f"{stats.deadletters} dead-lettered, {stats.skipped} re-deliveries and "
                 f"{stats.duplicates} retried keys ignored, "
                 f"{len(engine.timers)} jobs waiting on timers"
+                + (
+                    f", {engine.schedules.waiting()} schedules waiting"
+                    if engine.schedules is not None
+                    else ""
+                )
             )
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
