@@ -1,9 +1,10 @@
 """Operator actions on schedules, shared by the gateway's routes and the
 ``lemongraph schedule`` commands (docs/api.md, "Schedules"; docs/schedules.md):
 validate a definition, merge a partial update, say which audit action a change
-is, build the records (definition, tombstone, wake, audit), compute the next
-slots, fold a schedule's run records into runs, and — for the CLI, which talks to
-Kafka directly as ``start-job`` does — produce the records and read the topics.
+is, build the records (definition, tombstone, wake, audit) as :class:`Write` records,
+compute the next slots, and fold a schedule's run records into runs. The
+gateway produces the writes with its producer; the CLI (stream/schedule_cli.py)
+with its own, straight to Kafka as ``start-job`` does.
 
 Nothing here decides when a schedule fires: that is the worker's
 (``compiler.schedule_step``). What is written here is what an operator asked.

@@ -174,6 +174,7 @@ class ScheduleModel:
             self._drop_oldest(schedule_id)
         self.runs.pop(schedule_id, None)
         self._sizes.pop(schedule_id, None)
+        self._seq.pop(schedule_id, None)
         self._lru.pop(schedule_id, None)
 
     # -- runs -------------------------------------------------------------------------
