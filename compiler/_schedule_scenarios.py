@@ -18,10 +18,12 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ._durations import parse_duration
+from ._errors import LemongraphError
 from ._schedule import (
     Define,
     Deliver,
     Dispatch,
+    Remove,
     Report,
     RunRecorded,
     Schedule,
@@ -30,6 +32,7 @@ from ._schedule import (
     ScheduleTick,
     Wake,
     schedule_step,
+    validate_schedule,
 )
 from ._time import to_iso
 
@@ -38,6 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DownSpan",
+    "ScenarioChange",
     "ScenarioWake",
     "ScheduleScenarioResult",
     "ScriptedReply",
@@ -101,6 +105,29 @@ class ScenarioWake(BaseModel):
     skip_if_running: bool = False
 
     _check = field_validator("at")(_duration)
+
+
+class ScenarioChange(BaseModel):
+    """An operator's change at ``at``: fields of the definition replaced
+    (``set``: ``{enabled: false}`` pauses, ``{enabled: true}`` resumes), or the
+    schedule removed (docs/schedules.md, "Downtime and catch-up")."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    at: str
+    schedule: str = Field(min_length=1)
+    set: dict[str, Any] = Field(default_factory=dict)
+    remove: bool = False
+
+    _check = field_validator("at")(_duration)
+
+    @model_validator(mode="after")
+    def _one(self) -> ScenarioChange:
+        if self.remove == bool(self.set):
+            raise ValueError("a change either sets fields or removes the schedule")
+        if "id" in self.set:
+            raise ValueError("a change cannot set id")
+        return self
 
 
 @dataclass(frozen=True)
@@ -200,6 +227,9 @@ class _Clock:
         self.wakes = sorted(
             enumerate(scenario.wakes), key=lambda pair: (parse_duration(pair[1].at), pair[0])
         )
+        self.changes = sorted(
+            enumerate(scenario.changes), key=lambda pair: (parse_duration(pair[1].at), pair[0])
+        )
         self.states: dict[str, ScheduleState | None] = {s.id: None for s in schedules}
         self.schedules = schedules
         self.pending: list[_Pending] = []
@@ -209,7 +239,10 @@ class _Clock:
         self._order = 0
 
     def apply(self, schedule_id: str, now: datetime, item: ScheduleInput) -> None:
-        step = schedule_step(self.states.get(schedule_id), now, item)
+        before = self.states.get(schedule_id)
+        if before is None and not isinstance(item, Define):
+            return  # removed: nothing to wake, tick or end (as the worker does)
+        step = schedule_step(before, now, item)
         self.states[schedule_id] = step.state
         delivered = []
         for effect in step.effects:
@@ -241,6 +274,21 @@ class _Clock:
         at = now + parse_duration(reply.after)
         self.pending.append(_Pending(at, self._order, schedule_id, report))
 
+    def _change(self, now: datetime, i: int, change: ScenarioChange) -> None:
+        state = self.states.get(change.schedule)
+        if state is None:
+            self.failures.append(f"change #{i + 1}: no schedule {change.schedule!r} at that time")
+            return
+        if change.remove:
+            self.apply(change.schedule, now, Remove())
+            return
+        try:
+            schedule = validate_schedule({**state.schedule.to_json(), **change.set})
+        except LemongraphError as exc:
+            self.failures.append(f"change #{i + 1}: {str(exc).splitlines()[0]}")
+            return
+        self.apply(change.schedule, now, Define(schedule))
+
     def _up(self, at: datetime) -> datetime:
         """``at``, or the end of the down span it falls in."""
         for start, stop in self.down:
@@ -250,8 +298,9 @@ class _Clock:
 
     def next_instant(self) -> datetime | None:
         candidates: list[datetime] = [p.at for p in self.pending]
-        if self.wakes:
-            candidates.append(self.base + parse_duration(self.wakes[0][1].at))
+        for queue in (self.wakes, self.changes):
+            if queue:
+                candidates.append(self.base + parse_duration(queue[0][1].at))
         for state in self.states.values():
             due = state.due_ms() if state is not None else None
             if due is not None:
@@ -272,12 +321,14 @@ class _Clock:
             if steps > MAX_STEPS:
                 self.failures.append(f"the clock stopped advancing at {to_iso(now)}")
                 return
-            # Records that came in first (replies, then wakes, in their order),
-            # then the tick that fires what is due at `now`.
+            # Records that came in first (replies, changes, then wakes, each in
+            # their order), then the tick that fires what is due at `now`.
             due = sorted((p for p in self.pending if p.at <= now), key=lambda p: (p.at, p.order))
             for pending in due:
                 self.pending.remove(pending)
                 self.apply(pending.schedule_id, now, pending.report)
+            while self.changes and self.base + parse_duration(self.changes[0][1].at) <= now:
+                self._change(now, *self.changes.pop(0))
             while self.wakes and self.base + parse_duration(self.wakes[0][1].at) <= now:
                 i, wake = self.wakes.pop(0)
                 if wake.schedule not in self.states:

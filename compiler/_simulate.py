@@ -32,7 +32,7 @@ from ._inputs import Event, Start, Tick
 from ._jobgraph import JobGraph
 from ._playbook import Playbook, compile_playbook
 from ._printer import print_expr
-from ._schedule_scenarios import DownSpan, ScenarioWake, ScriptedReply
+from ._schedule_scenarios import DownSpan, ScenarioChange, ScenarioWake, ScriptedReply
 from ._source import Located, did_you_mean, load_located
 from ._state import JobState
 from ._time import require_aware
@@ -102,6 +102,8 @@ class Expectation(BaseModel):
     count: dict[str, int] | None = None
 
 
+#: A scenario's fields that only a scenario over schedules has.
+_SCHEDULE_FIELDS = ("down", "replies", "wakes", "changes")
 #: The expectations about a job, which a schedule scenario cannot have.
 _JOB_EXPECT = ("status", "done", "knocked", "dropped", "open", "pending", "unreachable", "tasks")
 
@@ -121,6 +123,7 @@ class Scenario(BaseModel):
     down: list[DownSpan] = Field(default_factory=list)
     replies: dict[str, list[str | ScriptedReply]] = Field(default_factory=dict)
     wakes: list[ScenarioWake] = Field(default_factory=list)
+    changes: list[ScenarioChange] = Field(default_factory=list)
 
     _check_until = field_validator("until")(lambda v: v if v is None else _offset(v))
 
@@ -173,7 +176,7 @@ class ScenarioFile(BaseModel):
                     )
                 why = "a schedule scenario has no job"
             else:
-                wrong = [f for f in ("down", "replies", "wakes") if getattr(scenario, f)]
+                wrong = [f for f in _SCHEDULE_FIELDS if getattr(scenario, f)]
                 wrong += [
                     f"expect.{f}"
                     for f in ("runs", "runs_of", "count")

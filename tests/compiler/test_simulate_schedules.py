@@ -358,3 +358,40 @@ def test_a_repeated_reply_answers_every_run_and_runs_of_compares_one_schedule() 
         "runs_of.n: #2: expected '2026-03-29T08:00:00Z n completed', "
         "got '2026-03-29T07:00:00Z n completed'",
     )
+
+
+def test_pause_and_resume_catch_nothing_up() -> None:
+    result = one(
+        {**nightly("*/30 * * * *", "UTC")},
+        base="2026-03-09T09:00:00Z",
+        until="3h",
+        changes=[
+            {"at": "40m", "schedule": "n", "set": {"enabled": False}},
+            {"at": "2h10m", "schedule": "n", "set": {"enabled": True}},
+        ],
+    )
+    # Paused from 09:40 to 11:10: 10:00, 10:30 and 11:00 are neither fired nor recorded.
+    assert [line.split()[0] for line in result.runs] == [
+        "2026-03-09T09:30:00Z",
+        "2026-03-09T11:30:00Z",
+        "2026-03-09T12:00:00Z",
+    ]
+
+
+def test_removing_a_schedule_aborts_its_active_run_and_stops_it() -> None:
+    result = one(
+        prompt(timeout="1h"),
+        base="2026-03-09T09:00:00Z",
+        until="2h",
+        replies={"hb": [{"output": "late", "after": "50m"}]},
+        changes=[{"at": "45m", "schedule": "hb", "remove": True}],
+        wakes=[{"at": "1h", "schedule": "hb"}],  # nothing to wake any more
+    )
+    assert result.runs == ("2026-03-09T09:30:00Z hb aborted",)
+    bad = one(
+        prompt(),
+        base="2026-03-09T09:00:00Z",
+        until="1h",
+        changes=[{"at": "10m", "schedule": "hb", "set": {"schedule": "61 * * * *"}}],
+    )
+    assert bad.failures[0].startswith('change #1: schedule: "61 * * * *": minute field')
