@@ -109,6 +109,8 @@ class ScheduleModel:
         self.runs_bytes = runs_bytes
         self.schedules: dict[str, ScheduleEntry] = {}
         self.listed: list[str] = []  # ids, sorted
+        #: The same ids by whether the schedule is enabled (True) or paused.
+        self.listed_by: dict[bool, list[str]] = {True: [], False: []}
         #: The offset of the newest record read or written per id (a deleted
         #: id's too, so that an older record read late does not bring it back).
         self._offsets: OrderedDict[str, int] = OrderedDict()
@@ -153,11 +155,15 @@ class ScheduleModel:
         """A definition read from the topic, or written by this gateway."""
         if not self._newer(entry.id, entry.offset):
             return
-        if entry.id not in self.schedules:
+        earlier = self.schedules.get(entry.id)
+        if earlier is None:
             if self.full():
                 self.untracked += 1
                 return
             bisect.insort(self.listed, entry.id)
+        else:
+            _unsort(self.listed_by[_enabled(earlier.spec)], entry.id)
+        bisect.insort(self.listed_by[_enabled(entry.spec)], entry.id)
         self.schedules[entry.id] = entry
 
     def remove(self, schedule_id: str, offset: int = -1) -> None:
@@ -165,10 +171,10 @@ class ScheduleModel:
         definition and its runs go."""
         if not self._newer(schedule_id, offset):
             return
-        if self.schedules.pop(schedule_id, None) is not None:
-            at = bisect.bisect_left(self.listed, schedule_id)
-            if at < len(self.listed) and self.listed[at] == schedule_id:
-                del self.listed[at]
+        earlier = self.schedules.pop(schedule_id, None)
+        if earlier is not None:
+            _unsort(self.listed, schedule_id)
+            _unsort(self.listed_by[_enabled(earlier.spec)], schedule_id)
         self.wakes.pop(schedule_id, None)
         for _run in list(self.runs.get(schedule_id, ())):
             self._drop_oldest(schedule_id)
@@ -400,6 +406,13 @@ def _enabled(spec: dict[str, Any]) -> bool:
     return spec.get("enabled", True) is not False
 
 
+def _unsort(ids: list[str], sid: str) -> None:
+    """Remove ``sid`` from the sorted ``ids``."""
+    at = bisect.bisect_left(ids, sid)
+    if at < len(ids) and ids[at] == sid:
+        del ids[at]
+
+
 # -- routes --------------------------------------------------------------------------------
 
 
@@ -516,13 +529,7 @@ def install_schedules(
         cursor: Annotated[str | None, Query(max_length=200, description="A page's `next`.")] = None,
     ) -> ScheduleList:
         """Schedules by id, a page at a time, each with its next 3 slots."""
-        ids = model.listed
-        if enabled is not None:
-            ids = [
-                i
-                for i in ids
-                if (model.schedules[i].spec.get("enabled", True) is not False) == enabled
-            ]
+        ids = model.listed if enabled is None else model.listed_by[enabled]
         first = bisect.bisect_right(ids, cursor) if cursor is not None else 0
         chosen = ids[first : first + limit]
         more = first + limit < len(ids)

@@ -372,6 +372,10 @@ def test_the_read_model_keeps_its_bounds() -> None:
     model.apply(topics.schedules, b"s1", encode({"type": "schedule", "spec": {"id": "s1"},
                                                   "updated_at": "x", "by": "t"}), 9)  # fmt: skip
     assert model.listed == ["s0", "s2"]
+    paused = {"id": "s2", "name": "s2", "schedule": "hourly", "enabled": False}
+    record = encode({"type": "schedule", "spec": paused, "updated_at": "x", "by": "t"})
+    model.apply(topics.schedules, b"s2", record, 11)
+    assert model.listed_by == {True: ["s0"], False: ["s2"]}
     for n in range(10):
         model.apply(topics.schedule_runs, b"s0", run_record("s0", f"r{n}", "completed", "a")[1], n)
     assert [r["run_id"] for r in model.newest_runs("s0", 10)[0]] == ["r9", "r8", "r7", "r6"]
