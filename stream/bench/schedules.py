@@ -211,6 +211,8 @@ class ScheduleMemory:
     rocksdb_bytes: int
     #: the rows' own key + value bytes
     row_bytes: int
+    #: seconds to rebuild the index from the stored rows (a partition assignment)
+    rebuild_s: float
 
     def per_100k(self, value: float) -> float:
         """``value`` scaled to 100,000 schedules."""
@@ -249,16 +251,16 @@ def schedule_memory(count: int, workdir: Path) -> ScheduleMemory:
     finally:
         db.close()
     try:
-        rss = _child_rss_growth(path)
-        return ScheduleMemory(count, index_bytes, rss, rocksdb_bytes, row_bytes)
+        rss, rebuild_s = _child_rebuild(path)
+        return ScheduleMemory(count, index_bytes, rss, rocksdb_bytes, row_bytes, rebuild_s)
     finally:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def _child_rss_growth(path: Path) -> float:
+def _child_rebuild(path: Path) -> tuple[float, float]:
     """The RSS growth (MB) of a fresh process rebuilding a worker's index from
     the database at ``path`` (this process's allocator holds too much history
-    for its own RSS to mean anything)."""
+    for its own RSS to mean anything), and the seconds the rebuild took."""
     proc = subprocess.run(  # noqa: S603 - our own interpreter and module
         [sys.executable, "-m", "stream.bench.schedules", str(path)],
         capture_output=True,
@@ -266,7 +268,8 @@ def _child_rss_growth(path: Path) -> float:
         timeout=600,
         check=True,
     )
-    return float(proc.stdout.split()[-1])
+    rss, seconds = proc.stdout.split()[-2:]
+    return float(rss), float(seconds)
 
 
 def _rebuild_in_child(path: Path) -> None:
@@ -277,9 +280,11 @@ def _rebuild_in_child(path: Path) -> None:
         engine = Engine(topics, Registry([]), lambda _k, _p: None, partitions=1, schedules=hook)
         gc.collect()
         before = _rss_mb()
+        started = time.perf_counter()
         engine.rebuild_timers(_stored(db))
+        seconds = time.perf_counter() - started
         gc.collect()
-        print(f"{_rss_mb() - before:.3f}")
+        print(f"{_rss_mb() - before:.3f} {seconds:.4f}")
     finally:
         db.close()
 

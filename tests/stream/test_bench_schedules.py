@@ -40,3 +40,4 @@ def test_memory_of_stored_schedules(tmp_path: Path) -> None:
     assert memory.row_bytes > 2_000 * 100
     assert 0 < memory.rocksdb_bytes < memory.row_bytes * 2
     assert memory.per_100k(memory.row_bytes) == memory.row_bytes * 50
+    assert memory.rebuild_s > 0

@@ -35,6 +35,7 @@ KEYS = (
     "schedule_rss_mb_per_100k",
     "schedule_rocksdb_mb_per_100k",
     "schedule_row_mb_per_100k",
+    "schedule_rebuild_s_100k",
 )
 
 
