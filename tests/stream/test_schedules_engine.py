@@ -22,7 +22,13 @@ from click.testing import CliRunner
 from stream.cli import main
 from stream.engine import Engine, Record, home_partition
 from stream.files import load_schedules_file, playbook_files, schedules_file
-from stream.schedules import SCHEDULE_PREFIX, Schedules, peek_schedule, schedule_key
+from stream.schedules import (
+    _FIRING,
+    SCHEDULE_PREFIX,
+    Schedules,
+    peek_schedule,
+    schedule_key,
+)
 from topics import (
     FORWARDED_FROM_HEADER,
     SCHEDULE_HEADER,
@@ -637,3 +643,18 @@ def test_a_schedules_file_of_the_wrong_shape_is_one_problem(
     assert found.schedules == []
     [line] = found.problems
     assert problem in line
+
+
+@pytest.mark.xfail(
+    not _FIRING,
+    reason="schedule_step cannot apply a definition without firing yet (requested of the core)",
+    strict=True,
+)
+def test_switched_off_a_changed_definition_fires_nothing() -> None:
+    lane = Lane(enabled=False)
+    p = home("review")
+    lane.run(lane.define(every_5m()))
+    lane.run(lane.tick(T0 + timedelta(minutes=6), p))  # slot 09:05 came due, switched off
+    changed = lane.run(lane.define(every_5m(name="Review, renamed"), at=T0 + timedelta(minutes=7)))
+    assert starts(changed) == []
+    assert runs(changed) == []
