@@ -37,7 +37,7 @@ from topics import (
 from topics.replies import ReplyTokenError, read_reply_address
 
 from .docs import install_docs
-from .errors import ApiError, ErrorBody, install_handlers
+from .errors import ApiError, error_responses, install_handlers
 from .guard import Guard, GuardMiddleware, principal_of
 from .models import (
     Accepted,
@@ -79,8 +79,7 @@ SEND_TIMEOUT = 1.5
 log = logging.getLogger("lemongraph.gateway")
 
 
-def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    return {s: {"model": ErrorBody} for s in (401, 429, *statuses)}
+_errors = error_responses
 
 
 @dataclass

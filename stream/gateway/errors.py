@@ -34,7 +34,14 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from topics import MAX_DEPTH
 
-__all__ = ["ApiError", "ErrorBody", "ErrorDetail", "error_response", "install_handlers"]
+__all__ = [
+    "ApiError",
+    "ErrorBody",
+    "ErrorDetail",
+    "error_response",
+    "error_responses",
+    "install_handlers",
+]
 
 log = logging.getLogger("lemongraph.gateway")
 
@@ -75,6 +82,12 @@ class ApiError(Exception):
         self.headers = dict(headers or {})
         #: More fields of the error object (``field``, ``position``).
         self.extra = dict(extra or {})
+
+
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """A route's ``responses`` for its OpenAPI document: the error body for 401
+    and 429 (every ``/v1`` route's) and for ``statuses``."""
+    return {s: {"model": ErrorBody} for s in (401, 429, *statuses)}
 
 
 def error_response(error: ApiError) -> JSONResponse:

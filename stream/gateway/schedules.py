@@ -45,7 +45,7 @@ from stream import schedule_ops as ops
 from stream.kafka import KafkaSecurity, caught_up, client_kwargs
 from topics import ScheduleRecord, ScheduleRunRecord, Topics
 
-from .errors import ApiError, ErrorBody
+from .errors import ApiError, error_responses
 from .guard import principal_of
 from .models import _Body
 from .readmodel import assign_from_start
@@ -422,9 +422,6 @@ def install_schedules(
     """Add the ``/v1/schedules`` routes to ``app`` (``model``: the gateway's)."""
     topics = model.topics
 
-    def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
-        return {s: {"model": ErrorBody} for s in (401, 429, *statuses)}
-
     def writer(request: Request) -> Principal:
         principal = principal_of(request.scope)
         if principal.source != "world":
@@ -489,7 +486,7 @@ def install_schedules(
         status_code=201,
         response_model=ScheduleView,
         dependencies=secured,
-        responses=errors(400, 403, 409, 413, 422, 503),
+        responses=error_responses(400, 403, 409, 413, 422, 503),
     )
     async def create_schedule(
         request: Request,
@@ -521,7 +518,7 @@ def install_schedules(
         "/v1/schedules",
         response_model=ScheduleList,
         dependencies=secured,
-        responses=errors(422),
+        responses=error_responses(422),
     )
     async def list_schedules(
         enabled: Annotated[bool | None, Query(description="Only enabled (or paused) ones.")] = None,
@@ -542,7 +539,7 @@ def install_schedules(
         "/v1/schedules/{schedule_id}",
         response_model=ScheduleView,
         dependencies=secured,
-        responses=errors(404),
+        responses=error_responses(404),
     )
     async def get_schedule(schedule_id: str) -> ScheduleView:
         """A schedule: its definition, next 5 slots (in its timezone and UTC; none
@@ -553,7 +550,7 @@ def install_schedules(
         "/v1/schedules/{schedule_id}",
         response_model=ScheduleView,
         dependencies=secured,
-        responses=errors(400, 403, 404, 413, 422, 503),
+        responses=error_responses(400, 403, 404, 413, 422, 503),
     )
     async def update_schedule(
         request: Request,
@@ -586,7 +583,7 @@ def install_schedules(
         "/v1/schedules/{schedule_id}",
         response_model=Deleted,
         dependencies=secured,
-        responses=errors(403, 404, 503),
+        responses=error_responses(403, 404, 503),
     )
     async def delete_schedule(request: Request, schedule_id: str) -> Deleted:
         """Delete a schedule: a tombstone on `schedules` and an `audit` record
@@ -606,7 +603,7 @@ def install_schedules(
         status_code=202,
         response_model=WakeAccepted,
         dependencies=secured,
-        responses=errors(400, 403, 404, 413, 422, 503),
+        responses=error_responses(400, 403, 404, 413, 422, 503),
     )
     async def wake_schedule(
         request: Request,
@@ -664,7 +661,7 @@ def install_schedules(
         "/v1/schedules/{schedule_id}/runs",
         response_model=RunList,
         dependencies=secured,
-        responses=errors(404, 422),
+        responses=error_responses(404, 422),
     )
     async def schedule_runs(
         schedule_id: str,
