@@ -571,7 +571,10 @@ def install_schedules(
                 wanted = ops.merged(entry.spec, body)
             except ops.Invalid as exc:
                 raise ApiError(
-                    422, "invalid_schedule", exc.message, extra={"field": exc.field, "position": None}
+                    422,
+                    "invalid_schedule",
+                    exc.message,
+                    extra={"field": exc.field, "position": None},
                 ) from None
             spec = valid(wanted)
             if spec != entry.spec:

@@ -123,6 +123,7 @@ def test_a_schedule_is_created_listed_shown_paused_resumed_and_deleted(
         # The id cannot change.
         moved = client.patch("/v1/schedules/lead-review", json={"id": "other"})
         assert error_of(moved, 422, "invalid_schedule")["field"] == "id"
+        assert set(moved.json()["error"]) == {"code", "message", "field", "position"}
 
         gone = ok(client.delete("/v1/schedules/lead-review"))
         assert gone["deleted"] is True
