@@ -20,6 +20,7 @@ import asyncio
 import hashlib
 import re
 import signal
+import threading
 import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
@@ -184,7 +185,7 @@ PROMPT = {"type": "prompt", "agent": "assistant", "prompt": "Anything to do?"}
 
 
 def test_sigkill_while_slots_are_due_fires_every_slot_once(lane: Lane) -> None:
-    slots = 12
+    slots = 24
     starter = every_minute("starter", START)
     nudger = every_minute(
         "nudger",
@@ -196,13 +197,19 @@ def test_sigkill_while_slots_are_due_fires_every_slot_once(lane: Lane) -> None:
     lane.send({"type": "job.start", "key": "target", "playbook_key": "onboarding"})
     define(lane, starter, nudger)
     ready = time.monotonic()
-    # The ticks go out a few at a time; the worker is killed once some slots fired.
-    tick(lane, parts, *(at(m) for m in range(1, 5)))
+    # The ticks go out one minute at a time, every 50 ms, from another thread;
+    # the worker is killed while they come, and they go on while it is down.
+    tick(lane, parts, at(1), at(2))
     wait_runs(lane, "starter", lambda rs: len(rs) >= 2)
-    tick(lane, parts, *(at(m) for m in range(5, slots + 1)))
+    ticker = threading.Thread(
+        target=lambda: [(tick(lane, parts, at(m)), time.sleep(0.05)) for m in range(3, slots + 1)]
+    )
+    ticker.start()
+    time.sleep(0.6)
     first.stop(signal.SIGKILL)
     killed = time.monotonic()
     second = start_worker(lane)
+    ticker.join()
 
     def settled(records: list[dict[str, Any]]) -> bool:
         ids = {(r["schedule_id"], r["run_id"]) for r in records if r["status"] == "completed"}
