@@ -687,6 +687,8 @@ class _Decision:
         self.now_ms = _to_ms(now)
         self.at = _iso(now)
         self.effects: list[ScheduleEffect] = []
+        #: False: the global switch is off (see :func:`schedule_step`).
+        self.firing = True
 
     def state(self) -> ScheduleState:
         return ScheduleState(
@@ -909,7 +911,7 @@ class _Decision:
         self.release_buffered()
 
     def release_buffered(self) -> None:
-        if self.buffered is None or self.active:
+        if self.buffered is None or self.active or not self.firing:
             return
         pending, self.buffered = self.buffered, None
         if not self.schedule.enabled:
@@ -929,6 +931,7 @@ class _Decision:
                     None,
                     f"timeout: no report within {_duration(self.schedule.timeout_ms)}",
                 )
+        self.release_buffered()  # a slot kept while switched off (see schedule_step)
         due = sorted(
             (r for r in self.retries if r.due_ms <= now_ms), key=lambda r: (r.due_ms, r.root_run_id)
         )
@@ -1045,10 +1048,18 @@ def _canonical(value: Any) -> str:
     return json.dumps(_plain(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def schedule_step(state: ScheduleState | None, now: datetime, item: ScheduleInput) -> ScheduleStep:
+def schedule_step(
+    state: ScheduleState | None, now: datetime, item: ScheduleInput, *, firing: bool = True
+) -> ScheduleStep:
     """Decide ``item`` at ``now`` (docs/schedules.md, "Downtime and catch-up", "Overlap").
     Pure and deterministic: the same state, instant and input give equal
-    effects. ``state`` None: no schedule (only :class:`Define` does anything)."""
+    effects. ``state`` None: no schedule (only :class:`Define` does anything).
+
+    ``firing`` False is the global switch turned off (docs/schedules.md, "The
+    global switch"): a :class:`Define` applies without first deciding what was
+    due, and a :class:`Report` ends its run without releasing a buffered slot
+    (it fires at the first tick once firing again). Nothing is dispatched; a
+    :class:`ScheduleTick` must not be sent then."""
     if now.tzinfo is None or now.utcoffset() is None:
         raise ValueError(f"now must be a timezone-aware datetime, got {now!r}")
     if state is None:
@@ -1060,6 +1071,7 @@ def schedule_step(state: ScheduleState | None, now: datetime, item: ScheduleInpu
         )
         return ScheduleStep(ScheduleState(schedule, 1, upcoming, None), ())
     decision = _Decision(state, now)
+    decision.firing = firing
     if isinstance(item, ScheduleTick):
         decision.tick()
     elif isinstance(item, Define):
@@ -1100,8 +1112,10 @@ def schedule_step(state: ScheduleState | None, now: datetime, item: ScheduleInpu
 def _define(decision: _Decision, schedule: Schedule) -> None:
     """An update: what was due under the old definition is decided first; then
     the next slot is the first after max(now, last slot) (unchanged when the
-    expression and time zone are); paused: none."""
-    decision.tick()
+    expression and time zone are); paused: none. Switched off (``firing``
+    False), nothing due is decided: it comes due at the first tick after."""
+    if decision.firing:
+        decision.tick()
     previous = decision.schedule
     decision.schedule = schedule
     decision.version += 1
@@ -1122,6 +1136,10 @@ def _define(decision: _Decision, schedule: Schedule) -> None:
     after = decision.now
     if decision.last_slot_ms is not None and decision.last_slot_ms > decision.now_ms:
         after = _dt(decision.last_slot_ms)
+    elif not decision.firing and previous.enabled and decision.next_slot_ms is not None:
+        # Switched off, what came due is still undecided: the new clock's slots
+        # since then come due (and are caught up or missed) once firing again.
+        after = _dt(min(decision.next_slot_ms, decision.now_ms) - 1)
     decision.next_slot_ms = _to_ms(next_slot(schedule.cron, schedule.timezone, after))
 
 

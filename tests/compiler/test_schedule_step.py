@@ -573,3 +573,36 @@ def test_a_tick_later_than_a_short_window_records_the_slot_missed() -> None:
     state, step = tick(state, at(62))
     assert brief(step) == [("missed", iso(at(60)), "missed: older than the catch-up window")]
     assert (state.last_slot_ms, state.next_slot_ms) == (ms(at(60)), ms(at(90)))
+
+
+# -- the global switch off (firing=False) --------------------------------------------
+
+
+def test_switched_off_a_report_ends_its_run_but_keeps_the_buffered_slot() -> None:
+    state = running(timeout="2h", overlap="buffer_one")
+    state, _ = tick(state, at(60))
+    step = schedule_step(state, at(70), Report(slot(30), "completed", "done"), firing=False)
+    assert [r["status"] for r in records(step)] == ["completed"]
+    assert dispatches(step) == []
+    assert step.state is not None
+    assert step.state.buffered is not None
+    # firing again, the next tick releases it (the slot of 90 comes after)
+    state, step = tick(step.state, at(80))
+    assert [d.run_id for d in dispatches(step)] == [slot(60)]
+
+
+def test_switched_off_a_define_decides_nothing_due_and_firing_again_catches_up() -> None:
+    state = define(make(), at(0))  # next slot at 30
+    step = schedule_step(state, at(45), Define(make(name="Renamed")), firing=False)
+    assert step.effects == ()
+    assert step.state is not None
+    assert step.state.next_slot_ms == ms(at(30))
+    # A new expression while off: its own slots since the undecided one come due.
+    step = schedule_step(step.state, at(50), Define(make(schedule="every 15m")), firing=False)
+    assert step.effects == ()
+    assert step.state is not None
+    assert step.state.next_slot_ms == ms(at(30))
+    _, step = tick(step.state, at(50))
+    assert [d.run_id for d in dispatches(step)] == [slot_id("s", at(45))]
+    # the window is one period of the new clock (15m): the slot of 30 is older
+    assert brief(step)[0] == ("missed", iso(at(30)), "missed: older than the catch-up window")
