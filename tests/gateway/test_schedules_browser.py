@@ -138,6 +138,8 @@ def test_the_schedules_page_lists_next_runs_and_each_ones_history(
     page.click("#schedule-view a[data-nav]")
     last = page.locator('tr[data-schedule="heartbeat"] .chip[data-status="failed"]')
     last.wait_for(timeout=30_000)
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "ui-schedules.png"), full_page=True)
 
     # An unknown schedule is said to be unknown.
     page.goto(f"{gateway.ui}/schedules/no-such")
