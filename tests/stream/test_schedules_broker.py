@@ -475,6 +475,12 @@ def test_a_second_worker_takes_over_schedules_with_their_state(lane: Lane) -> No
     tick(lane, set(ids), at(1), at(2), at(3))
     for schedule_id in ids.values():
         wait_runs(lane, schedule_id, lambda rs: len(statuses(rs)) >= 3)
+    # one more schedule, removed before the handover: its row's tombstone must
+    # reach the new owner's table (the changelog's null value deletes it)
+    gone = every_minute("gone", START)
+    define(lane, gone)
+    produce(lane, "schedules", [(b"gone", None, home("gone"), at(3.5))])
+    probe(lane, "schedules", home("gone"))
     second = start_worker(lane, LEMONGRAPH_DATA_DIR=str(lane.root / "data-b"))
     time.sleep(8)  # let the group rebalance and the second worker recover its table
     tick(lane, set(ids), at(4), at(5), at(6))
@@ -491,6 +497,7 @@ def test_a_second_worker_takes_over_schedules_with_their_state(lane: Lane) -> No
         r["key"] for r in lane.read("decisions") if r["value"]["outcome"] == "applied"
     )
     assert {k: c for k, c in applied.items() if k in want} == dict.fromkeys(want, 1)
+    assert runs(lane, "gone") == []
     for worker in (first, second):
         assert worker.stop() == 0
     decided = [
