@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -428,3 +429,35 @@ def test_a_wake_with_a_worker_starts_a_job_and_comes_back_as_a_run(
         refused = wait_for(skipped, timeout=60, what="the paused wake's run")
         assert refused["status"] == "skipped"
         assert refused["error"] == "paused"
+
+
+def test_the_cli_and_the_api_see_each_others_writes(
+    lane: Lane, gateway: GatewayProcess, tmp_path: Path
+) -> None:
+    path = tmp_path / "one.yaml"
+    path.write_text(
+        "id: from-cli\nname: From the CLI\nschedule: hourly\n"
+        "action: {type: start_job, playbook_key: onboarding}\n"
+    )
+    lane.cli("schedule", "add", str(path))
+    with gateway.client(gateway.token(name="ops")) as client:
+        shown = wait_for(
+            lambda: (r := client.get("/v1/schedules/from-cli")).status_code == 200 and r.json(),
+            what="the CLI's schedule at the gateway",
+        )
+        assert shown["by"] == "cli"
+        assert shown["cron"] == "0 * * * *"
+        ok(client.post("/v1/schedules", json=REVIEW), 201)
+        ok(client.patch("/v1/schedules/from-cli", json={"enabled": False}))
+    listed = lane.cli("schedule", "list").stdout.splitlines()
+    assert [line.split()[:2] for line in listed] == [
+        ["from-cli", "paused"],
+        ["lead-review", "enabled"],
+    ]
+    assert "updated " in lane.cli("schedule", "show", "lead-review").stdout
+    lane.cli("schedule", "remove", "lead-review")
+    with gateway.client(gateway.token()) as client:
+        wait_for(
+            lambda: client.get("/v1/schedules/lead-review").status_code == 404,
+            what="the CLI's delete at the gateway",
+        )
