@@ -35,11 +35,10 @@ stored, and reports still end their runs.
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any
 
 import orjson
 from pydantic import ValidationError
@@ -98,11 +97,6 @@ SCHEDULE_PREFIX = f"{META_PREFIX}schedule/"
 _MAGIC = b"LS1"
 
 ScheduleInput = Define | Remove | ScheduleTick | Wake | Report
-
-#: Whether the state machine can apply an input without firing (a definition
-#: changed, or a report, while LEMONGRAPH_SCHEDULES_ENABLED=0); requested of the
-#: core (compiler/_schedule.py): until it can, such an input may fire what it frees.
-_FIRING = "firing" in inspect.signature(schedule_step).parameters
 
 
 def schedule_key(schedule_id: str) -> str:
@@ -356,11 +350,8 @@ class Schedules:
         before = self._current(ref, batch)
         if before is None and not isinstance(item, Define):
             return  # nothing to wake, remove or end (a report of a removed schedule)
-        if _FIRING and not self.enabled:
-            # Switched off: a definition or a report is applied without firing.
-            step = cast(Any, schedule_step)(before, now, item, firing=False)
-        else:
-            step = schedule_step(before, now, item)
+        # Switched off: a definition or a report is applied without firing.
+        step = schedule_step(before, now, item, firing=self.enabled)
         schedule = step.state.schedule if step.state is not None else None
         if schedule is None and before is not None:
             schedule = before.schedule

@@ -23,7 +23,6 @@ from stream.cli import main
 from stream.engine import Engine, Record, home_partition
 from stream.files import load_schedules_file, playbook_files, schedules_file
 from stream.schedules import (
-    _FIRING,
     SCHEDULE_PREFIX,
     Schedules,
     peek_schedule,
@@ -645,12 +644,7 @@ def test_a_schedules_file_of_the_wrong_shape_is_one_problem(
     assert problem in line
 
 
-@pytest.mark.xfail(
-    not _FIRING,
-    reason="schedule_step cannot apply a definition without firing yet (requested of the core)",
-    strict=True,
-)
-def test_switched_off_a_changed_definition_fires_nothing() -> None:
+def test_switched_off_a_changed_definition_or_a_report_fires_nothing() -> None:
     lane = Lane(enabled=False)
     p = home("review")
     lane.run(lane.define(every_5m()))
@@ -658,3 +652,29 @@ def test_switched_off_a_changed_definition_fires_nothing() -> None:
     changed = lane.run(lane.define(every_5m(name="Review, renamed"), at=T0 + timedelta(minutes=7)))
     assert starts(changed) == []
     assert runs(changed) == []
+
+
+def test_switched_off_a_report_ends_its_run_and_keeps_the_buffered_slot() -> None:
+    lane = Lane()
+    p = home("check")
+    lane.run(lane.define(prompt_every_5m(overlap="buffer_one", timeout="1h")))
+    lane.run(lane.tick(T0 + timedelta(minutes=5), p))
+    lane.run(lane.tick(T0 + timedelta(minutes=10), p))  # 09:10 waits for 09:05's run
+    off = lane.restart(enabled=False)
+    first = slot("check", T0 + timedelta(minutes=5))
+    ended = off.run(off.report("check", first, T0 + timedelta(minutes=11)))
+    assert [(r.run_id, r.status) for r in runs(ended)] == [(first, "completed")]
+    assert on(ended, "tasks") == []
+    # switched on again, the buffered slot runs (at the latest at the next due time)
+    on_again = off.restart(enabled=True)
+    fired = on_again.run(
+        on_again.tick(T0 + timedelta(minutes=12), p),
+        on_again.tick(T0 + timedelta(minutes=15), p),
+    )
+    second = slot("check", T0 + timedelta(minutes=10))
+    assert (second, "running") in [(r.run_id, r.status) for r in runs(fired)]
+    assert next(t.run_id for t in map(_task, on(fired, "tasks"))) == second
+
+
+def _task(output: Any) -> SchedulePromptTask:
+    return SchedulePromptTask.model_validate_json(output.value)
