@@ -158,3 +158,28 @@ def test_the_schedules_page_lists_next_runs_and_each_ones_history(
     page.wait_for_selector('#schedule-runs tr[data-run="wk-1"]', timeout=30_000)
     page.screenshot(path=str(ARTIFACTS / "ui-schedule.png"), full_page=True)
     assert not problems, problems
+
+
+def test_older_runs_are_paged_in_and_stay_while_the_page_refreshes(
+    lane: Lane, gateway: GatewayProcess, browser: Browser
+) -> None:
+    token = gateway.token(name="browser")
+    problems: list[str] = []
+    page = _page(browser, problems)
+    with gateway.client(token) as client:
+        assert client.post("/v1/schedules", json=HEARTBEAT).status_code == 201
+    records = [run(f"sl-{n:03}", "completed", f"2026-12-01T{n // 60:02}:{n % 60:02}:00Z")
+               for n in range(105)]  # fmt: skip
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(lane.produce, records, "schedule-runs").result()
+    page.goto(f"{gateway.ui}/schedules/heartbeat#token={token}")
+    page.wait_for_selector('#schedule-runs tr[data-run="sl-104"]', timeout=30_000)
+    rows = "#schedule-runs tbody tr"
+    page.wait_for_function(f"() => document.querySelectorAll('{rows}').length === 100")
+    page.click("#runs-more")
+    page.wait_for_selector('#schedule-runs tr[data-run="sl-000"]', timeout=30_000)
+    assert page.locator(rows).count() == 105
+    assert page.locator("#runs-more").is_hidden()
+    page.wait_for_timeout(4_500)  # two refreshes of the page
+    assert page.locator(rows).count() == 105
+    assert not problems, problems

@@ -7,7 +7,7 @@ const TOKEN_KEY = "lemongraph.token";
 // `view` counts page changes: work begun for an earlier page (a fetch still on its
 // way when the user moved on) sees that it is stale and stops.
 const state = { token: "", filter: "", cursor: null, source: null, job: null,
-  scheduleCursor: null, runsCursor: null,
+  scheduleCursor: null, runsCursor: null, runsPaged: false,
   decisions: [], journal: [], messages: [], questions: new Map(), listTimer: null, view: 0 };
 
 // -- small helpers ---------------------------------------------------------------------
@@ -743,6 +743,7 @@ function showScheduleMissing(sid, error) {
 
 async function showSchedule(sid, view, first) {
   if (first) {
+    state.runsPaged = false;
     document.getElementById("schedule-title").textContent = sid;
     document.getElementById("schedule-missing").hidden = true;
     document.getElementById("schedule-body").hidden = true;
@@ -754,7 +755,8 @@ async function showSchedule(sid, view, first) {
   try {
     sch = await api("/v1/schedules/" + encodeURIComponent(sid));
     if (view !== state.view) return;
-    await renderScheduleRuns(sid, view, false);
+    // Once older runs were asked for, the refresh leaves the history as the reader paged it.
+    if (first || !state.runsPaged) await renderScheduleRuns(sid, view, false);
   } catch (e) {
     if (view !== state.view) return;
     if (e.status === 404) { notice(""); showScheduleMissing(sid, e); } else notice(e.message);
@@ -855,7 +857,9 @@ document.getElementById("more").addEventListener("click", () => renderList(true)
 document.getElementById("schedules-more").addEventListener("click", () => renderSchedules(true));
 document.getElementById("runs-more").addEventListener("click", () => {
   const m = location.pathname.match(/^\/schedules\/(.+)$/);
-  if (m) renderScheduleRuns(decodeURIComponent(m[1]), state.view, true).catch((e) => notice(e.message));
+  if (!m) return;
+  state.runsPaged = true;
+  renderScheduleRuns(decodeURIComponent(m[1]), state.view, true).catch((e) => notice(e.message));
 });
 document.getElementById("reply-form").addEventListener("submit", sendReply);
 document.getElementById("token-form").addEventListener("submit", (ev) => {
