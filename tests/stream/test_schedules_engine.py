@@ -20,6 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 from stream.cli import main
+from stream.config import ConfigError, Settings
 from stream.engine import Engine, Record, home_partition
 from stream.files import load_schedules_file, playbook_files, schedules_file
 from stream.schedules import (
@@ -678,3 +679,18 @@ def test_switched_off_a_report_ends_its_run_and_keeps_the_buffered_slot() -> Non
 
 def _task(output: Any) -> SchedulePromptTask:
     return SchedulePromptTask.model_validate_json(output.value)
+
+
+@pytest.mark.parametrize(
+    ("raw", "enabled"), [("", True), ("1", True), ("0", False), ("false", False), ("on", True)]
+)
+def test_the_global_switch_is_read_from_the_environment(
+    tmp_path: Path, raw: str, enabled: bool
+) -> None:
+    settings = Settings.from_env({"LEMONGRAPH_SCHEDULES_ENABLED": raw}, tmp_path / ".env")
+    assert settings.schedules_enabled is enabled
+
+
+def test_a_switch_that_is_not_one_or_zero_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="LEMONGRAPH_SCHEDULES_ENABLED='maybe' must be 1 or 0"):
+        Settings.from_env({"LEMONGRAPH_SCHEDULES_ENABLED": "maybe"}, tmp_path / ".env")
