@@ -514,8 +514,12 @@ class ScheduleState:
     def due_ms(self) -> int | None:
         """When the next tick has something to do: the earliest of the next
         slot's fire instant (nominal + its jitter), the active runs' deadlines
-        and the retries' dues; None when nothing is due ever."""
+        and the retries' dues, or a buffered slot's fire instant when no run is
+        active (kept while switched off: the first tick releases it); None when
+        nothing is due ever."""
         candidates = [run.deadline_ms for run in self.active]
+        if self.buffered is not None and not self.active:
+            candidates.append(_fire_ms(self.schedule, self.buffered.slot_ms))
         candidates += [retry.due_ms for retry in self.retries]
         if self.next_slot_ms is not None:
             candidates.append(_fire_ms(self.schedule, self.next_slot_ms))

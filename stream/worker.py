@@ -145,6 +145,8 @@ async def register_schedules(
     bootstrap = bootstrap_of(settings.kafka_url)
     topics = Topics(settings.topic_prefix)
     current: dict[str, object] = {}
+    #: id → who wrote its current record, and when
+    written: dict[str, tuple[str, str]] = {}
     async for record in read_topic(
         bootstrap, topics.schedules, idle=0.5, security=settings.kafka_security
     ):
@@ -155,15 +157,28 @@ async def register_schedules(
             current.pop(name, None)
             continue
         try:
-            current[name] = ScheduleRecord.model_validate_json(record.value).spec
+            held = ScheduleRecord.model_validate_json(record.value)
+            current[name] = held.spec
+            written[name] = (held.by, held.updated_at)
         except ValidationError:
             current[name] = None  # unreadable: replaced by the file's
+            written.pop(name, None)
     published: list[str] = []
     at = to_iso(datetime.now(UTC))
     async with producer(bootstrap, security=settings.kafka_security) as client:
         for schedule in found.schedules:
             spec = schedule.to_json()
             if current.get(schedule.id) == spec:
+                continue
+            by, when = written.get(schedule.id, (SCHEDULES_FILE_BY, ""))
+            if by != SCHEDULES_FILE_BY:
+                # An operator's change (API or CLI) wins over the file until the
+                # schedule is removed (docs/schedules.md, "schedules.yaml").
+                say(
+                    f"schedules: {schedule.id!r} of {path} was changed by {by!r} at {when}; "
+                    "the file's definition is not applied (remove the schedule through the "
+                    "API or `lemongraph schedule remove` to have the file's back at the next start)"
+                )
                 continue
             action = "create" if schedule.id not in current else "update"
             key = schedule.id.encode()

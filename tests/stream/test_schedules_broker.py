@@ -443,7 +443,7 @@ def test_schedules_yaml_is_registered_when_absent_or_different(lane: Lane) -> No
     assert "none changed" in "".join(second.lines)
     assert second.stop() == 0
     path.write_text(YAML.format(schedule="weekdays at 10:00"))
-    start_worker(lane)
+    third = start_worker(lane)
     definitions = lane.read("schedules")
     assert [(r["key"], r["partition"]) for r in definitions] == [("morning", home("morning"))] * 2
     assert [r["value"]["spec"]["schedule"] for r in definitions] == [
@@ -457,6 +457,18 @@ def test_schedules_yaml_is_registered_when_absent_or_different(lane: Lane) -> No
         ("morning", "update", "schedule:morning"),
     ]
     assert {r["value"]["by"] for r in audit} == {"schedules.yaml"}
+    # An operator pauses it: the file, edited since, does not undo the pause.
+    define(lane, {**definitions[-1]["value"]["spec"], "enabled": False})
+    assert third.stop() == 0
+    path.write_text(YAML.format(schedule="weekdays at 10:30"))
+    fourth = start_worker(lane)
+    said = "".join(fourth.lines)
+    assert "'morning' of " in said
+    assert "was changed by 'test' at 2026-" in said
+    assert "none changed" in said
+    latest = [r["value"] for r in lane.read("schedules") if r["key"] == "morning"][-1]
+    assert (latest["by"], latest["spec"]["enabled"]) == ("test", False)
+    assert len(lane.read("audit")) == 2
 
 
 # -- a second worker takes over -------------------------------------------------------------
