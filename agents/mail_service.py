@@ -37,7 +37,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiosmtpd.smtp import SMTP, Envelope, Session
 from compiler import to_iso
 from stream.config import Settings
-from stream.kafka import bootstrap_of, client_kwargs
+from stream.kafka import bootstrap_of, client_kwargs, compression_type
 from topics import JournalMail, MessageRecord, Topics, encode
 from topics.replies import ReplyRoute, ReplyTokenError, read_reply_address
 
@@ -263,6 +263,7 @@ class MailChannel:
                 bootstrap_of(self.settings.kafka_url or ""), self.settings.kafka_security
             ),
             linger_ms=5,
+            compression_type=compression_type(self.settings.kafka_compression),
         )
         await self.producer.start()
         server = await self.serve(host, self.mail.ingress_port)

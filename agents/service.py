@@ -488,6 +488,7 @@ def build_service(
         settings.partitions,
         tansu,
         settings.kafka_security,
+        settings.kafka_compression,
     )
     topics = Topics(settings.topic_prefix)
     app = faust.App(f"{settings.topic_prefix}agents", **options)

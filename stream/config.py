@@ -125,6 +125,12 @@ def _plaintext() -> KafkaSecurity:
     return KafkaSecurity()
 
 
+def _kafka_compression(env: dict[str, str]) -> str:
+    from .kafka import compression_from_env  # here: stream.kafka loads aiokafka
+
+    return compression_from_env(env)
+
+
 def _kafka_security(env: dict[str, str], url: str | None) -> KafkaSecurity:
     from .kafka import KafkaSecurity  # here: stream.kafka loads aiokafka
 
@@ -144,6 +150,9 @@ class Settings:
     kafka_url: str | None = None  # None: start the embedded broker
     #: How the Kafka clients authenticate and encrypt (LEMONGRAPH_KAFKA_SECURITY_PROTOCOL...).
     kafka_security: KafkaSecurity = field(default_factory=_plaintext)
+    #: The codec producers compress record batches with (LEMONGRAPH_KAFKA_COMPRESSION:
+    #: none, gzip, snappy, lz4 or zstd; docs/kafka.md, "Compression").
+    kafka_compression: str = "zstd"
     playbooks_dir: Path = Path("playbooks")
     data_dir: Path = Path("data")
     topic_prefix: str = "lemongraph."
@@ -206,6 +215,7 @@ class Settings:
         return cls(
             kafka_url=url,
             kafka_security=_kafka_security(env, url),
+            kafka_compression=_kafka_compression(env),
             playbooks_dir=Path(env.get("LEMONGRAPH_PLAYBOOKS_DIR", "").strip() or "playbooks"),
             data_dir=Path(env.get("LEMONGRAPH_DATA_DIR", "").strip() or "data"),
             topic_prefix=prefix,

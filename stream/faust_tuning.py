@@ -17,7 +17,7 @@ from typing import Any
 
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
-from .kafka import KafkaSecurity, configured_security
+from .kafka import KafkaSecurity, compression_type, configured_security
 
 __all__ = ["FETCH_MAX_WAIT_MS", "FETCH_MAX_WAIT_MS_TANSU", "common_settings", "set_fetch_max_wait"]
 
@@ -33,10 +33,12 @@ def common_settings(
     partitions: int,
     tansu: bool,
     security: KafkaSecurity | None = None,
+    compression: str | None = None,
 ) -> dict[str, Any]:
     """Faust settings every lemongraph app uses, on Apache Kafka and on the
     embedded broker alike (the engine adds its batch settings to these);
-    ``security``: the environment's when None."""
+    ``security``, and ``compression`` (a codec of ``stream.kafka.COMPRESSIONS``):
+    the environment's when None."""
     chosen = security if security is not None else configured_security()
     options: dict[str, Any] = {
         "broker": kafka_url,
@@ -49,6 +51,10 @@ def common_settings(
         "broker_commit_interval": 1.0,
         "key_serializer": "raw",
         "value_serializer": "raw",
+        # Kafka's own batch compression, for everything the app produces: its
+        # sends, its changelogs, and the engine's record batches (stream/produce.py
+        # builds them with this producer's codec). docs/kafka.md, "Compression".
+        "producer_compression_type": compression_type(compression),
         # Rejoining a group waits about the rebalance timeout; Faust's defaults
         # (tens of seconds) make every start slow.
         "broker_rebalance_timeout": 3.0,

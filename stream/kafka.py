@@ -2,7 +2,9 @@
 lemongraph makes connects: :func:`client_kwargs` for aiokafka clients and
 :meth:`KafkaSecurity.faust_credentials` for the Faust apps, from the
 ``LEMONGRAPH_KAFKA_SECURITY_PROTOCOL`` / ``_SASL_*`` / ``_SSL_*`` settings
-(docs/operations.md, "Kafka security")."""
+(docs/operations.md, "Kafka security"); and which codec producers compress their
+record batches with, ``LEMONGRAPH_KAFKA_COMPRESSION`` (:func:`compression_type`;
+docs/kafka.md, "Compression")."""
 
 from __future__ import annotations
 
@@ -29,6 +31,9 @@ __all__ = [
     "bootstrap_of",
     "caught_up",
     "client_kwargs",
+    "compression_from_env",
+    "compression_type",
+    "configured_compression",
     "producer",
     "read_topic",
     "run",
@@ -192,13 +197,65 @@ def client_kwargs(bootstrap: str, security: KafkaSecurity | None = None) -> dict
     return {"bootstrap_servers": bootstrap, **chosen.aiokafka_kwargs()}
 
 
+#: The codecs ``LEMONGRAPH_KAFKA_COMPRESSION`` names (Kafka's own batch codecs).
+COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
+#: What producers use when the variable is unset: on the benchmark's workload zstd
+#: stores the fewest bytes for about the same events/s (benchmarks/README.md,
+#: "Bytes per event"); every Apache Kafka since 2.1 and the embedded broker take it.
+DEFAULT_COMPRESSION = "zstd"
+
+
+def compression_from_env(env: Mapping[str, str]) -> str:
+    """``LEMONGRAPH_KAFKA_COMPRESSION`` (one of :data:`COMPRESSIONS`); raises
+    :class:`ConfigError` for another value, or for a codec aiokafka has no
+    library for (lz4, snappy and zstd need ``cramjam``)."""
+    raw = env.get("LEMONGRAPH_KAFKA_COMPRESSION", "").strip().lower()
+    name = raw or DEFAULT_COMPRESSION
+    if name not in COMPRESSIONS:
+        raise ConfigError(
+            f"LEMONGRAPH_KAFKA_COMPRESSION={raw!r} must be one of " + ", ".join(COMPRESSIONS)
+        )
+    from aiokafka import codec  # here: aiokafka decides which codecs it can use
+
+    available = {"snappy": codec.has_snappy, "lz4": codec.has_lz4, "zstd": codec.has_zstd}
+    if name in available and not available[name]():
+        raise ConfigError(
+            f"LEMONGRAPH_KAFKA_COMPRESSION={name}: aiokafka has no {name} codec here "
+            "(install cramjam, a dependency of lemongraph), or choose none or gzip"
+        )
+    return name
+
+
+def configured_compression() -> str:
+    """The codec the environment (and ``.env``) configures."""
+    from .config import read_dotenv  # here: config imports this module
+
+    env = read_dotenv(Path(".env"))
+    env.update(os.environ)
+    return compression_from_env(env)
+
+
+def compression_type(name: str | None = None) -> str | None:
+    """aiokafka's ``compression_type`` (and Faust's ``producer_compression_type``)
+    for a codec of :data:`COMPRESSIONS`: None for ``none``; ``name`` None: the
+    environment's."""
+    chosen = name if name is not None else configured_compression()
+    return None if chosen == "none" else chosen
+
+
 @asynccontextmanager
 async def producer(
-    bootstrap: str, *, security: KafkaSecurity | None = None, **options: Any
+    bootstrap: str,
+    *,
+    security: KafkaSecurity | None = None,
+    compression: str | None = None,
+    **options: Any,
 ) -> AsyncIterator[AIOKafkaProducer]:
-    """A started producer that is flushed and stopped on exit (``security``:
-    the caller's settings'; the environment's when None)."""
+    """A started producer that is flushed and stopped on exit (``security``
+    and ``compression``, a codec of :data:`COMPRESSIONS`: the caller's
+    settings'; the environment's when None)."""
     options.setdefault("linger_ms", 5)
+    options.setdefault("compression_type", compression_type(compression))
     client = AIOKafkaProducer(**client_kwargs(bootstrap, security), **options)
     try:
         await client.start()

@@ -5,7 +5,10 @@ check, the accumulator), and a decision makes four or five records. The
 engine already knows every record's partition, so it fills aiokafka's
 ``BatchBuilder`` per topic-partition and submits whole batches
 (``send_batch``): one future per batch, the record encoding done by aiokafka's
-builder. Order within a partition is the order given.
+builder. Order within a partition is the order given. The builders come from
+the producer's accumulator, so each batch is compressed with the producer's
+``compression_type`` when it is closed (``LEMONGRAPH_KAFKA_COMPRESSION``,
+docs/kafka.md, "Compression").
 """
 
 from __future__ import annotations

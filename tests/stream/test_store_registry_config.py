@@ -246,6 +246,7 @@ def test_every_variable_is_read(tmp_path: Path) -> None:
         "LEMONGRAPH_RATE_LIMIT": "2.5",
         "LEMONGRAPH_RATE_BURST": "5",
         "LEMONGRAPH_API_MAX_BODY": "1024",
+        "LEMONGRAPH_KAFKA_COMPRESSION": "lz4",
     }
     settings = Settings.from_env(env, no_dotenv(tmp_path))
     assert settings == Settings(
@@ -262,6 +263,7 @@ def test_every_variable_is_read(tmp_path: Path) -> None:
         rate_limit=2.5,
         rate_burst=5,
         max_body=1024,
+        kafka_compression="lz4",
     )
 
 
@@ -342,6 +344,7 @@ def test_read_dotenv_refuses_a_line_without_equals(tmp_path: Path) -> None:
         ("LEMONGRAPH_RATE_LIMIT", "0"),
         ("LEMONGRAPH_RATE_BURST", "0"),
         ("LEMONGRAPH_API_MAX_BODY", "1k"),
+        ("LEMONGRAPH_KAFKA_COMPRESSION", "zip"),
     ],
 )
 def test_a_bad_value_names_the_variable(tmp_path: Path, name: str, value: str) -> None:
