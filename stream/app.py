@@ -33,6 +33,7 @@ from .registry import Registry
 from .resets import ClusterWatch, find_resets
 from .schedules import Schedules
 from .table import JobTable
+from .timers import INDEX_MARK
 
 __all__ = ["EXIT_LOG_RESET", "EngineApp", "EngineStats", "build_app"]
 
@@ -159,6 +160,7 @@ def build_app(
         max_skew_ms=round(settings.max_clock_skew * 1000),
         cluster=cluster,
         schedules=Schedules(topics, enabled=settings.schedules_enabled),
+        scan=table.scan,
     )
     watch = ClusterWatch(bootstrap_of(settings.kafka_url or ""), cluster, settings.kafka_security)
     bootstrap = bootstrap_of(settings.kafka_url or "")
@@ -201,7 +203,27 @@ def build_app(
             )
         engine.forget_seen(rewinds)
 
-    # [assignments seen, assignments the engine has rebuilt for]
+    async def index_partition(partition: int) -> None:
+        """Write the due-time index of a partition stored before it existed (or
+        a new one's mark), through the changelog like a batch's rows, once."""
+        began = time.monotonic()
+        rows = engine.index_rows(partition, table.partition_items(partition))
+        changelog = table.changelog_topic
+        last = await produce_batches(
+            app.kafka_producer(),
+            [(changelog, p, key.encode(), raw, None, None) for key, p, raw in rows],
+        )
+        table.write(rows, {p: offset for (t, p), offset in last.items() if t == changelog})
+        if len(rows) > 1:
+            log.warning(
+                "partition %d: due-time index written for %d timers stored before it existed "
+                "(%.1fs, once)",
+                partition,
+                len(rows) - 1,
+                time.monotonic() - began,
+            )
+
+    # [assignments seen, assignments the engine has reset for]
     generation = [1, 0]
 
     def on_assigned(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
@@ -218,7 +240,8 @@ def build_app(
         if generation[0] != generation[1]:
             # Partitions were (re)assigned since the last batch: another worker may
             # have decided for them meanwhile, and Faust has recovered their table
-            # from the changelog. Drop what is cached and rebuild the timer index.
+            # from the changelog. Drop what is cached; the due-time index is in
+            # the table (stream/timers.py), restored with it.
             generation[1] = generation[0]
             mine = [
                 tp.partition for tp in app.assignor.assigned_actives() if tp.topic == topics.inbox
@@ -227,13 +250,11 @@ def build_app(
             if late:
                 log.warning("changelog: applied %d rows Faust's recovery had not", late)
             await check_logs(mine)
-            count = engine.rebuild_timers(table.items())
-            waiting = engine.schedules.waiting() if engine.schedules is not None else 0
-            log.info(
-                "partitions assigned: timer index rebuilt, %d jobs and %d schedules waiting",
-                count,
-                waiting,
-            )
+            engine.assigned()
+            for partition in mine:
+                if table.get(INDEX_MARK, partition) is None:
+                    await index_partition(partition)
+            log.info("partitions assigned: %s", ", ".join(map(str, sorted(mine))) or "none")
         records = [
             # Faust keeps the timestamp in seconds; round back to the record's ms.
             Record(

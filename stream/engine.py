@@ -95,7 +95,17 @@ from .store import (
     next_due_ms,
     peek_header,
 )
-from .timers import TimerIndex
+from .timers import (
+    DUE_PREFIX,
+    DUE_VALUE,
+    INDEX_MARK,
+    JOBS,
+    SCHEDULES,
+    clamp_due,
+    due_key,
+    due_range,
+    parse_due_key,
+)
 
 __all__ = [
     "DEFAULT_MAX_SKEW_MS",
@@ -117,6 +127,14 @@ log = logging.getLogger("lemongraph.worker")
 #: A job as the engine addresses it: (its home partition, its key). States,
 #: the cache and offset checks are all keyed by it, never by the key alone.
 JobRef = tuple[int, str]
+
+#: A timer in the due-time index (stream/timers.py): (partition, kind, name),
+#: the kind ``JOBS`` or ``SCHEDULES``, the name a job key or a schedule id.
+TimerRef = tuple[int, str, str]
+
+#: Reads the rows of a partition's table whose keys are in [low, high), in key
+#: order: ``scan(partition, low, high)``.
+Scan = Callable[[int, str, str], Iterable[tuple[str, bytes]]]
 
 Headers = list[tuple[str, bytes]]
 
@@ -280,16 +298,37 @@ class Batch:
     #: (partition, table key) → the watermarks of the other topics read
     #: (``schedules``, ``schedule-runs``), written last with the inbox's
     marks: dict[tuple[int, str], bytes] = field(default_factory=dict)
+    #: timer → (its due time as stored, its due time now), for every job and
+    #: schedule this batch read or decided: ``writes`` moves its index row
+    #: when the two differ (stream/timers.py)
+    timers: dict[TimerRef, tuple[int | None, int | None]] = field(default_factory=dict)
+    #: (index key, partition) of stale index rows a tick found, to delete
+    stale: list[tuple[str, int]] = field(default_factory=list)
 
     def writes(self) -> list[tuple[str, int, bytes | None]]:
-        """(key, partition, bytes) for every changed job, then the other rows
-        (None: delete), then each partition's watermarks — last, so a crash
-        part-way leaves them behind the states."""
-        out: list[tuple[str, int, bytes | None]] = [
+        """The table rows to write, (key, partition, bytes or None to delete),
+        in an order that any prefix of keeps the due-time index complete
+        (stream/timers.py): stale index rows deleted, the new index rows, every
+        changed job, the other rows, the old index rows deleted, then each
+        partition's watermarks — last, so a crash part-way leaves them behind
+        the states."""
+        out: list[tuple[str, int, bytes | None]] = [(key, p, None) for key, p in self.stale]
+        moved = [(where, due) for where, due in self.timers.items() if due[0] != due[1]]
+        out.extend(
+            (due_key(kind, now, name), p, DUE_VALUE)
+            for (p, kind, name), (_was, now) in moved
+            if now is not None
+        )
+        out.extend(
             (key, partition, encode_stored(partition, applied, state))
             for (partition, key), (applied, state) in self.states.items()
-        ]
+        )
         out.extend((key, p, raw) for (p, key), raw in self.rows.items())
+        out.extend(
+            (due_key(kind, was, name), p, None)
+            for (p, kind, name), (was, _now) in moved
+            if was is not None
+        )
         out.extend(
             (watermark_key(p), p, Mark.of(record, self.cluster).encode())
             for p, record in sorted(self.watermarks.items())
@@ -330,17 +369,14 @@ class ScheduleHook(Protocol):
         """A valid tick of ``record.partition`` at ``now_ms``: fire what is due."""
 
     def clear(self) -> None:
-        """Partitions were reassigned: forget the index and what is cached."""
+        """Partitions were reassigned: forget what is cached."""
 
-    def restore(self, key: str, raw: bytes) -> bool:
-        """A stored row of the table whose key is ``META_PREFIX``...: index it
-        when it is a schedule's (True)."""
+    def indexed(self, key: str, raw: bytes) -> tuple[str, int | None] | None:
+        """A stored row of the table whose key is ``META_PREFIX``...: (the
+        schedule id, its due time) when it is a schedule's, else None."""
 
     def committed(self, batch: Batch) -> None:
         """The batch's writes are stored."""
-
-    def waiting(self) -> int:
-        """How many schedules have a due time in the index."""
 
 
 def _dumps(data: Any) -> bytes:
@@ -383,25 +419,33 @@ class Engine:
         wall_ms: Callable[[], int] | None = None,
         cluster: str = "",
         schedules: ScheduleHook | None = None,
+        scan: Scan | None = None,
     ) -> None:
         if partitions < 1:
             raise ValueError(f"partitions must be at least 1, not {partitions}")
         self.topics = topics
         self.registry = registry
         self.load = load
+        #: Reads the due-time index (stream/timers.py); None: a table with no
+        #: rows to scan (ticks fire only what the batch itself made due)
+        self.scan: Scan = scan if scan is not None else _no_rows
         self.partitions = partitions
         self.max_skew_ms = max_skew_ms
         self.wall_ms: Callable[[], int] = wall_ms if wall_ms is not None else _wall_ms
         #: The broker's cluster id, recorded in each partition's watermark.
         self.cluster = cluster
-        self.timers = TimerIndex()
+        #: timer → the due time a tick failed to decide it at: not fired again
+        #: until the job (or schedule) is decided otherwise, or partitions are
+        #: reassigned (bounded by the jobs that fail)
+        self._parked: dict[TimerRef, int] = {}
         self._watermarks: dict[int, int] = {}
         #: partition → the last inbox offset seen since partitions were assigned
         self._seen: dict[int, int] = {}
         # Recently stored jobs, decoded: a job that just had an event is likely to
         # have another soon (a conversation), and decoding costs as much as
         # deciding. Holds committed states only, so a crash loses nothing.
-        self._cache: OrderedDict[JobRef, tuple[Applied, JobState]] = OrderedDict()
+        # With each its due time as stored (what the index holds for it).
+        self._cache: OrderedDict[JobRef, tuple[Applied, JobState, int | None]] = OrderedDict()
         self.cache_size = cache_size
         self.cache_hits = 0
         self.cache_misses = 0
@@ -416,30 +460,96 @@ class Engine:
         """The partition job ``key`` lives on."""
         return home_partition(key, self.partitions)
 
-    # -- the timer index ------------------------------------------------------------
+    # -- the due-time index ----------------------------------------------------------
 
-    def rebuild_timers(self, stored: Iterable[tuple[str, bytes]]) -> int:
-        """Rebuild the timer index from every stored job's header (the state
-        itself is not parsed), and the schedules' from theirs. Returns how many
-        jobs have a timer."""
-        self.timers.clear()
+    def assigned(self) -> None:
+        """Partitions were (re)assigned: another worker may have decided for
+        them meanwhile, so forget what is cached. The due-time index is in the
+        table (stream/timers.py): nothing is rebuilt."""
+        self._parked.clear()
         self._watermarks.clear()
         self._cache.clear()
         self._seen.clear()
+        if self.schedules is not None:
+            self.schedules.clear()
+
+    def index_rows(
+        self, partition: int, stored: Iterable[tuple[str, bytes]]
+    ) -> list[tuple[str, int, bytes | None]]:
+        """The due-time index of a partition's table stored before the index
+        existed, from every stored job's and schedule's header (the states are
+        not parsed), and ``INDEX_MARK``: rows to write once, through the
+        changelog, when a partition without the mark is assigned."""
+        out: list[tuple[str, int, bytes | None]] = []
         schedules = self.schedules
-        if schedules is not None:
-            schedules.clear()
-        count = 0
         for key, raw in stored:
             if key.startswith(META_PREFIX):
-                if schedules is not None:
-                    schedules.restore(key, raw)
+                if key.startswith(DUE_PREFIX) or schedules is None:
+                    continue
+                found = schedules.indexed(key, raw)
+                if found is not None and found[1] is not None:
+                    out.append((due_key(SCHEDULES, found[1], found[0]), partition, DUE_VALUE))
                 continue
-            partition, due = peek_header(raw)
+            _home, due = peek_header(raw)
             if due is not None:
-                self.timers.set(partition, key, due)
-                count += 1
-        return count
+                out.append((due_key(JOBS, due, key), partition, DUE_VALUE))
+        out.append((INDEX_MARK, partition, DUE_VALUE))
+        return out
+
+    def due(
+        self, partition: int, kind: str, now_ms: int, batch: Batch
+    ) -> list[tuple[int, str, bool]]:
+        """The timers of ``kind`` due at or before ``now_ms`` in ``partition``,
+        as (due ms, name, read from the table), earliest first: the index rows
+        of the table up to ``now_ms`` (only those are read), with this batch's
+        own due times in place of the stored ones. Check each with
+        :meth:`fires` once its state is read."""
+        low, high = due_range(kind, now_ms)
+        timers = batch.timers
+        out: list[tuple[int, str, bool]] = []
+        try:
+            for key, _value in self.scan(partition, low, high):
+                due, name = parse_due_key(key)
+                if (partition, kind, name) not in timers:
+                    out.append((due, name, True))
+        except Exception as exc:
+            raise StorageError(
+                f"cannot read the due-time index of partition {partition}: {exc}"
+            ) from exc
+        for (p, k, name), (_was, now) in timers.items():
+            if p == partition and k == kind and now is not None and now <= now_ms:
+                out.append((clamp_due(now), name, False))
+        out.sort()
+        return out
+
+    def parked(self, partition: int, kind: str, name: str, due: int) -> bool:
+        """Did a tick fail to decide this timer at this due time?"""
+        return self._parked.get((partition, kind, name)) == due
+
+    def park(self, partition: int, kind: str, name: str, due: int) -> None:
+        """A tick failed to decide this timer: leave it until it is decided otherwise."""
+        self._parked[(partition, kind, name)] = due
+
+    def unpark(self, partition: int, kind: str, name: str) -> None:
+        """The timer was decided otherwise: a tick may fire it again."""
+        self._parked.pop((partition, kind, name), None)
+
+    def fires(
+        self, partition: int, kind: str, name: str, due: int, from_table: bool, batch: Batch
+    ) -> bool:
+        """Is ``due`` (of :meth:`due`) the timer's due time, now that its state
+        was read (``batch.timers`` has it)? A row of the table that is not is
+        stale (a changelog applied part-way: stream/timers.py), and deleted."""
+        where = (partition, kind, name)
+        entry = batch.timers.get(where)
+        now = entry[1] if entry is not None else None
+        if now is not None and clamp_due(now) == due:
+            return True
+        if from_table:
+            stale = (due_key(kind, due, name), partition)
+            if stale not in batch.stale:
+                batch.stale.append(stale)
+        return False
 
     # -- batches ----------------------------------------------------------------------
 
@@ -528,8 +638,10 @@ class Engine:
         if self.schedules is not None:
             self.schedules.committed(batch)
         cache = self._cache
-        for ref, applied_state in batch.states.items():
-            cache[ref] = applied_state
+        timers = batch.timers
+        for ref, (applied, state) in batch.states.items():
+            entry = timers.get((ref[0], JOBS, ref[1]))
+            cache[ref] = (applied, state, entry[1] if entry is not None else next_due_ms(state))
             cache.move_to_end(ref)
         while len(cache) > self.cache_size:
             cache.popitem(last=False)
@@ -549,11 +661,14 @@ class Engine:
         pending = batch.states.get(ref)
         if pending is not None:
             return pending
+        where = (ref[0], JOBS, ref[1])
         cached = self._cache.get(ref)
         if cached is not None:
             self.cache_hits += 1
             self._cache.move_to_end(ref)
-            return cached
+            if where not in batch.timers:
+                batch.timers[where] = (cached[2], cached[2])
+            return cached[0], cached[1]
         self.cache_misses += 1
         try:
             raw = self.load(ref[1], ref[0])
@@ -561,8 +676,13 @@ class Engine:
             # The table, not the record: stop the worker (see process).
             raise StorageError(f"cannot read job {ref[1]!r} of partition {ref[0]}: {exc}") from exc
         if raw is None:
+            if where not in batch.timers:
+                batch.timers[where] = (None, None)
             return NOTHING_APPLIED, None
         stored: Stored = decode_stored(raw)
+        if where not in batch.timers:
+            # The header's due time is the one its index row was written with.
+            batch.timers[where] = (stored.next_due_ms, stored.next_due_ms)
         return stored.applied, stored.state
 
     # -- inbox ------------------------------------------------------------------------
@@ -706,17 +826,21 @@ class Engine:
             self.dead(record, reason, batch)
             return
         origin = (record.partition, record.offset)
-        for key in self.timers.pop_due(record.partition, now_ms):
-            ref: JobRef = (record.partition, key)
+        partition = record.partition
+        for due, key, from_table in self.due(partition, JOBS, now_ms, batch):
+            if self.parked(partition, JOBS, key, due):
+                continue
+            ref: JobRef = (partition, key)
             try:
                 applied, state = self._current(ref, batch)
+                if not self.fires(partition, JOBS, key, due, from_table, batch):
+                    continue
                 if state is None:
                     continue
                 graph = self.registry.graph(state.playbook_key, state.playbook_version)
                 if graph is None:
                     # Nothing can fire without the playbook (refused events say
-                    # why); keep the timer, so it fires once it is registered.
-                    self.timers.set(record.partition, key, next_due_ms(state))
+                    # why); the timer stays, so it fires once it is registered.
                     continue
                 step = graph.next(state, now, Tick())
                 self._decided(record, origin, ref, graph, state, applied, step, batch, None)
@@ -725,6 +849,7 @@ class Engine:
             except Exception as exc:
                 # The job's timer stays off until its next event: firing it on
                 # every tick would fail the same way every second.
+                self.park(partition, JOBS, key, due)
                 log.error("tick %d@%d, job %r: %s", record.partition, record.offset, key, _why(exc))
                 self.dead(record, f"deciding job {key!r} on this tick failed: {_why(exc)}", batch)
         if self.schedules is not None:
@@ -748,9 +873,9 @@ class Engine:
         fail happens before the batch is touched, so a failure leaves nothing of
         this record behind."""
         state = step.state
+        where = (ref[0], JOBS, ref[1])
         if step.noop:
-            if state is not None:
-                self.timers.set(ref[0], ref[1], next_due_ms(state))
+            self.unpark(ref[0], JOBS, ref[1])
             return
         if step.duplicate:
             # A retried idempotency key: applied once already, so no decision and
@@ -774,7 +899,9 @@ class Engine:
             inbox = record.topic == self.topics.inbox
             batch.states[ref] = (applied.after(origin[0], origin[1]) if inbox else applied, state)
             batch.changed.add(ref)
-            self.timers.set(ref[0], ref[1], due)
+            self.unpark(ref[0], JOBS, ref[1])
+            known = batch.timers.get(where)
+            batch.timers[where] = (known[0] if known is not None else None, due)
         if clock is not None:
             batch.bounded += 1
         batch.decisions += 1
@@ -853,6 +980,10 @@ class Engine:
                 letter.headers(original),
             )
         )
+
+
+def _no_rows(_partition: int, _low: str, _high: str) -> Iterable[tuple[str, bytes]]:
+    return ()
 
 
 def _wall_ms() -> int:

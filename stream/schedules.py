@@ -22,8 +22,10 @@ here keeps the engine's promises:
   run id, and what it sent is absorbed downstream: a second ``job.start`` with
   the same key is refused, an event with the same idempotency key is a
   duplicate, a ``schedule.prompt`` with the same run id is run once;
-* the index of due times (``TimerIndex``, keyed by the table key) is rebuilt
-  from each stored schedule's header when partitions are assigned;
+* a schedule's due time is a row of the engine's due-time index
+  (stream/timers.py, ``\\x00due/s/<due ms>/<id>``), moved in the same table
+  write as its state: a tick reads only the schedules due, and nothing is
+  rebuilt when partitions are assigned;
 * one bad record never stops the worker: it is dead-lettered with its original
   bytes and the reason; the outputs of a decision are all built before the
   batch is touched.
@@ -78,7 +80,7 @@ from topics import (
 )
 
 from .engine import META_PREFIX, Batch, Engine, Output, Record, StorageError
-from .timers import TimerIndex
+from .timers import SCHEDULES
 
 __all__ = [
     "SCHEDULE_PREFIX",
@@ -106,7 +108,8 @@ def schedule_key(schedule_id: str) -> str:
 
 def encode_schedule(partition: int, state: ScheduleState) -> bytes:
     """``LS1 <partition> <due ms or ->`` then the state's canonical JSON: the
-    header rebuilds the index without parsing the state."""
+    header says which due-time index row the schedule has (stream/timers.py)
+    without parsing the state."""
     due = state.due_ms()
     header = b"%s %d %s\n" % (_MAGIC, partition, b"-" if due is None else b"%d" % due)
     return header + orjson.dumps(state.to_json(), option=orjson.OPT_SORT_KEYS)
@@ -148,7 +151,6 @@ class Schedules:
     def __init__(self, topics: Topics, *, enabled: bool = True) -> None:
         self.names = topics
         self.enabled = enabled
-        self.timers = TimerIndex()
         #: (partition, watermark key) → the last offset stored
         self._marks: dict[tuple[int, str], int] = {}
         self._engine: Engine | None = None
@@ -168,26 +170,21 @@ class Schedules:
         return (self.names.schedules, self.names.schedule_runs)
 
     def clear(self) -> None:
-        self.timers.clear()
         self._marks.clear()
 
-    def restore(self, key: str, raw: bytes) -> bool:
+    def indexed(self, key: str, raw: bytes) -> tuple[str, int | None] | None:
         if not key.startswith(SCHEDULE_PREFIX):
-            return False
+            return None
         try:
-            partition, due = peek_schedule(raw)
+            _partition, due = peek_schedule(raw)
         except ValueError as exc:
             log.error("table row %r: %s", key, exc)
-            return False
-        self.timers.set(partition, key, due)
-        return True
+            return None
+        return key[len(SCHEDULE_PREFIX) :], due
 
     def committed(self, batch: Batch) -> None:
         for where, raw in batch.marks.items():
             self._marks[where] = int(raw)
-
-    def waiting(self) -> int:
-        return len(self.timers)
 
     def record(self, record: Record, batch: Batch) -> None:
         """A record of ``schedules`` (a definition or a tombstone) or of
@@ -286,15 +283,23 @@ class Schedules:
         if not self.enabled:
             return
         now = _instant(now_ms)
-        for key in self.timers.pop_due(record.partition, now_ms):
-            schedule_id = key[len(SCHEDULE_PREFIX) :]
+        engine = self.engine
+        partition = record.partition
+        for due, schedule_id, from_table in engine.due(partition, SCHEDULES, now_ms, batch):
+            if engine.parked(partition, SCHEDULES, schedule_id, due):
+                continue
+            key = schedule_key(schedule_id)
             try:
-                self._decide(record, record.partition, schedule_id, now, ScheduleTick(), batch)
+                self._current((partition, key), batch)  # its due time as stored
+                if not engine.fires(partition, SCHEDULES, schedule_id, due, from_table, batch):
+                    continue
+                self._decide(record, partition, schedule_id, now, ScheduleTick(), batch)
             except StorageError:
                 raise
             except Exception as exc:
                 # Its timer stays off until its next definition or report: firing
                 # it on every tick would fail the same way every second.
+                engine.park(partition, SCHEDULES, schedule_id, due)
                 why = _why(exc)
                 log.error("tick %d@%d, schedule %r: %s", record.partition, record.offset, key, why)
                 reason = f"deciding schedule {schedule_id!r} on this tick failed: {why}"
@@ -360,9 +365,12 @@ class Schedules:
             outputs.extend(self._effect(effect, schedule, schedule_id, partition, now))
         raw = None if step.state is None else encode_schedule(partition, step.state)
         due = None if step.state is None else step.state.due_ms()
+        where = (partition, SCHEDULES, schedule_id)
+        known = batch.timers.get(where)
         # -- nothing below can fail --
         batch.rows[ref] = raw
-        self.timers.set(partition, key, due)
+        batch.timers[where] = (known[0] if known is not None else None, due)
+        self.engine.unpark(partition, SCHEDULES, schedule_id)
         batch.outputs.extend(outputs)
         batch.decisions += 1
         if any(isinstance(effect, Dispatch) for effect in step.effects):
@@ -377,6 +385,11 @@ class Schedules:
             raw = self.engine.load(ref[1], ref[0])
         except Exception as exc:
             raise StorageError(f"cannot read {ref[1]!r} of partition {ref[0]}: {exc}") from exc
+        where = (ref[0], SCHEDULES, ref[1][len(SCHEDULE_PREFIX) :])
+        if where not in batch.timers:
+            # The header's due time is the one its index row was written with.
+            due = None if raw is None else peek_schedule(raw)[1]
+            batch.timers[where] = (due, due)
         return None if raw is None else decode_schedule(raw)
 
     def _mark(self, where: tuple[int, str], batch: Batch) -> int:

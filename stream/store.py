@@ -2,9 +2,11 @@
 
     LG2 <partition> <next due ms or -> <p>:<offset>[,<p>:<offset>...]\\n{...state...}
 
-The header lets a worker rebuild its timer index, and recognise a re-delivered
-inbox record, without parsing the state. It is written in the same table write
-as the state, so the two never disagree.
+The header says which due-time index row the job has (stream/timers.py: the
+row is moved in the same table write, and a row that disagrees with the header
+is stale), and lets a worker recognise a re-delivered inbox record, without
+parsing the state. It is written in the same table write as the state, so the
+two never disagree.
 
 The last field is the job's :class:`Applied` positions: per inbox partition,
 the last offset applied *from* that partition. A job is decided only on its

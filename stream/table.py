@@ -120,6 +120,19 @@ class JobTable:
         finally:
             await consumer.stop()
 
+    def scan(self, partition: int, low: str, high: str) -> Iterator[tuple[str, bytes]]:
+        """The rows of ``partition`` whose keys are in [low, high), in key order
+        (RocksDB's iterator, bounded above: it reads nothing past ``high``)."""
+        options = rocksdict.ReadOptions()
+        options.set_iterate_upper_bound(high.encode())
+        for key, value in self._db(partition).items(from_key=low.encode(), read_opt=options):
+            yield key.decode(), bytes(value)
+
+    def partition_items(self, partition: int) -> Iterator[tuple[str, bytes]]:
+        """Every row stored in ``partition``."""
+        for key, value in self._db(partition).items():
+            yield key.decode(), bytes(value)
+
     def items(self) -> Iterator[tuple[str, bytes]]:
         """Every stored job of the partitions this worker owns."""
         for key, value in self.table.items():

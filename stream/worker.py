@@ -243,13 +243,7 @@ def run_worker(
                 f"{stats.forwarded} forwarded to their home partition, "
                 f"{stats.bounded} at a bounded clock, "
                 f"{stats.deadletters} dead-lettered, {stats.skipped} re-deliveries and "
-                f"{stats.duplicates} retried keys ignored, "
-                f"{len(engine.timers)} jobs waiting on timers"
-                + (
-                    f", {engine.schedules.waiting()} schedules waiting"
-                    if engine.schedules is not None
-                    else ""
-                )
+                f"{stats.duplicates} retried keys ignored"
             )
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import shutil
 import statistics
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import rocksdict
+
 from compiler import Event, JobGraph, Start, Tick, to_iso
-from stream.engine import Engine, Record
+from stream.engine import Engine, Record, Scan
 from stream.files import load_playbook_file
 from stream.registry import Registry
 from stream.store import NOTHING_APPLIED, encode_stored
+from stream.timers import DUE_VALUE, JOBS, due_key
 from topics import JobStart, TickRecord, Topics, encode
 
 from .workload import onboarding_mix
@@ -51,49 +56,77 @@ def core_decisions_per_s(playbooks: Path, jobs: int) -> float:
     return (len(mix) + len(states)) / elapsed
 
 
-def _loader(store: dict[str, bytes]) -> Callable[[str, int], bytes | None]:
-    def load(key: str, _partition: int) -> bytes | None:
-        return store.get(key)
+def rocks_table(
+    db: rocksdict.Rdict,
+) -> tuple[Callable[[str, int], bytes | None], Scan]:
+    """``load`` and ``scan`` over one RocksDB database, as ``stream/table.py``
+    reads a partition's."""
 
-    return load
+    def load(key: str, _partition: int) -> bytes | None:
+        raw = db.get(key.encode())
+        return None if raw is None else bytes(raw)
+
+    def scan(_partition: int, low: str, high: str) -> Iterator[tuple[str, bytes]]:
+        options = rocksdict.ReadOptions()
+        options.set_iterate_upper_bound(high.encode())
+        for key, value in db.items(from_key=low.encode(), read_opt=options):
+            assert isinstance(key, bytes)
+            assert isinstance(value, bytes)
+            yield key.decode(), value
+
+    return load, scan
 
 
 def tick_cost_ms(playbooks: Path, pending: int, due: int, repeats: int = 3) -> float:
     """Milliseconds for the engine to handle one tick that finds ``due`` jobs due
-    among ``pending`` jobs waiting on timers (median of ``repeats``)."""
+    among ``pending`` jobs waiting on timers (median of ``repeats``), on a
+    RocksDB database that holds the due-time index (stream/timers.py) as a
+    worker's table does."""
     topics = Topics("bench.")
     playbook = load_playbook_file(playbooks / "onboarding.yaml")
     registry = Registry([playbook])
     graph = registry.latest("onboarding")
     assert graph is not None
-    # The due jobs are real stored jobs; the others exist only as index entries
-    # far in the future, which is all a tick may look at.
-    template = graph.next(None, T0, Start("template", "onboarding")).state
-    assert template is not None
+    far = int((T0 + timedelta(days=365)).timestamp() * 1000)
     samples = []
     for _ in range(repeats):
-        store: dict[str, bytes] = {}
-        engine = Engine(topics, registry, _loader(store), partitions=1)
-        for i in range(due):
-            key = f"due-{i}"
-            state = graph.next(None, T0, Start(key, "onboarding")).state
-            assert state is not None
-            store[key] = encode_stored(0, NOTHING_APPLIED, state)
-            engine.timers.set(0, key, int(state.timers[0].at.timestamp() * 1000))
-        far = int((T0 + timedelta(days=365)).timestamp() * 1000)
-        for i in range(pending - due):
-            engine.timers.set(0, f"idle-{i}", far + i)
-        at = T0 + timedelta(days=8)  # past collectIdentity's 7-day window
-        tick = Record(
-            topics.ticks,
-            0,
-            0,
-            b"tick",
-            encode(TickRecord(partition=0, at=to_iso(at))),
-            int(at.timestamp() * 1000),
-        )
-        started = time.perf_counter()
-        batch = engine.process([tick])
-        samples.append((time.perf_counter() - started) * 1000)
-        assert batch.decisions == due, (batch.decisions, due)
+        path = Path(tempfile.mkdtemp(prefix="lemongraph-tick-"))
+        db = rocksdict.Rdict(str(path), options=rocksdict.Options(raw_mode=True))
+        try:
+            # The due jobs are real stored jobs; the others exist only as index
+            # rows far in the future, which is all a tick may look at.
+            rows = rocksdict.WriteBatch(raw_mode=True)
+            for i in range(due):
+                key = f"due-{i}"
+                state = graph.next(None, T0, Start(key, "onboarding")).state
+                assert state is not None
+                rows.put(key.encode(), encode_stored(0, NOTHING_APPLIED, state))
+                when = int(state.timers[0].at.timestamp() * 1000)
+                rows.put(due_key(JOBS, when, key).encode(), DUE_VALUE)
+            db.write(rows)
+            for start in range(0, pending - due, 100_000):
+                rows = rocksdict.WriteBatch(raw_mode=True)
+                for i in range(start, min(start + 100_000, pending - due)):
+                    rows.put(due_key(JOBS, far + i, f"idle-{i}").encode(), DUE_VALUE)
+                db.write(rows)
+            db.flush()
+
+            load, scan = rocks_table(db)
+            engine = Engine(topics, registry, load, partitions=1, scan=scan)
+            at = T0 + timedelta(days=8)  # past collectIdentity's 7-day window
+            tick = Record(
+                topics.ticks,
+                0,
+                0,
+                b"tick",
+                encode(TickRecord(partition=0, at=to_iso(at))),
+                int(at.timestamp() * 1000),
+            )
+            started = time.perf_counter()
+            batch = engine.process([tick])
+            samples.append((time.perf_counter() - started) * 1000)
+            assert batch.decisions == due, (batch.decisions, due)
+        finally:
+            db.close()
+            shutil.rmtree(path, ignore_errors=True)
     return statistics.median(samples)

@@ -5,8 +5,9 @@ Both go through the worker's own parts, with no broker: the engine
 (``stream/engine.py``) with its schedules hook (``stream/schedules.py``), the
 state of every schedule stored as the worker stores it in a real RocksDB
 database (raw mode, one WriteBatch per tick, as ``stream/table.py`` writes),
-the due-time index rebuilt from the stored rows as on a partition assignment,
-and tick records decided by ``Engine.process``.
+the due-time index stored beside them (stream/timers.py: rows of the same
+database, read by a tick up to its ``now``), and tick records decided by
+``Engine.process``.
 
 * **Tick cost**: ``total`` schedules, ``due`` of them due at each tick (every
   five minutes; the others daily at 23:00, so never due in the measured
@@ -15,11 +16,12 @@ and tick records decided by ``Engine.process``.
   previous batch was committed. A tick must cost what is due, not what is
   stored: the ratio of 100,000 to 100 schedules (100 due in both) should stay
   near 1.
-* **Memory**: what the worker holds per schedule is the due-time index (the
-  states stay in RocksDB): measured with ``tracemalloc`` around the index's
-  rebuild from the stored rows, and as the process's RSS before and after;
-  and the RocksDB bytes of the rows (the live SST files after a flush and a
-  full compaction, and the rows' own key + value bytes).
+* **Memory**: the worker holds nothing per schedule (the states and the
+  due-time index stay in RocksDB): measured with ``tracemalloc`` around what a
+  partition assignment does (``Engine.assigned``) and a first tick, and as the
+  process's RSS before and after; and the RocksDB bytes of the rows (the live
+  SST files after a flush and a full compaction, and the rows' own key + value
+  bytes, index rows included).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from compiler import Define, ScheduleState, schedule_step, to_iso, validate_sche
 from stream.engine import Engine, Record
 from stream.registry import Registry
 from stream.schedules import Schedules, encode_schedule, schedule_key
+from stream.timers import DUE_VALUE, SCHEDULES, due_key, due_range
 from topics import TickRecord, Topics, encode
 
 __all__ = ["ScheduleMemory", "schedule_memory", "schedule_tick_ms"]
@@ -116,10 +119,42 @@ def _fill(path: Path, total: int, due: int) -> None:
     try:
         for start in range(0, len(states), 10_000):
             chunk = states[start : start + 10_000]
-            _store(db, [(schedule_key(s.schedule.id), encode_schedule(0, s)) for s in chunk])
+            rows: list[tuple[str, bytes | None]] = []
+            for s in chunk:
+                rows.append((schedule_key(s.schedule.id), encode_schedule(0, s)))
+                when = s.due_ms()
+                if when is not None:
+                    rows.append((due_key(SCHEDULES, when, s.schedule.id), DUE_VALUE))
+            _store(db, rows)
         db.flush()
     finally:
         db.close()
+
+
+def _engine(db: rocksdict.Rdict, hook: Schedules, wall_ms: int = 0) -> Engine:
+    """An engine over ``db`` as a worker's table (one partition)."""
+
+    def load(key: str, _partition: int) -> bytes | None:
+        raw = db.get(key.encode())
+        return None if raw is None else bytes(raw)
+
+    def scan(_partition: int, low: str, high: str) -> Iterator[tuple[str, bytes]]:
+        options = rocksdict.ReadOptions()
+        options.set_iterate_upper_bound(high.encode())
+        for key, value in db.items(from_key=low.encode(), read_opt=options):
+            assert isinstance(key, bytes)
+            assert isinstance(value, bytes)
+            yield key.decode(), value
+
+    return Engine(
+        hook.names,
+        Registry([]),
+        load,
+        partitions=1,
+        schedules=hook,
+        wall_ms=(lambda: wall_ms) if wall_ms else None,
+        scan=scan,
+    )
 
 
 def _tick(topics: Topics, at: datetime) -> Record:
@@ -138,22 +173,8 @@ class _Worker:
         self.db = _open(path)
         self.topics = Topics("bench.")
         self.hook = Schedules(self.topics)
-        db = self.db
-
-        def load(key: str, _partition: int) -> bytes | None:
-            raw = db.get(key.encode())
-            return None if raw is None else bytes(raw)
-
-        self.engine = Engine(
-            self.topics,
-            Registry([]),
-            load,
-            partitions=1,
-            schedules=self.hook,
-            wall_ms=lambda: int(last.timestamp() * 1000),
-        )
-        # As on a partition assignment: the index from the stored rows' headers.
-        self.engine.rebuild_timers(_stored(db))
+        self.engine = _engine(self.db, self.hook, int(last.timestamp() * 1000))
+        self.engine.assigned()  # as on a partition assignment: nothing to rebuild
         self.ticks = 0
 
     def tick(self) -> float:
@@ -203,15 +224,17 @@ class ScheduleMemory:
     """What ``count`` stored schedules cost."""
 
     count: int
-    #: the worker's structures (the due-time index), traced by tracemalloc
+    #: what the worker holds after an assignment and a first tick, traced by
+    #: tracemalloc (the due-time index is in RocksDB)
     index_bytes: int
-    #: the RSS growth of a fresh process rebuilding the index from the rows
+    #: the RSS growth of a fresh process doing the same
     rss_mb: float
     #: the live SST files after a flush and a full compaction
     rocksdb_bytes: int
     #: the rows' own key + value bytes
     row_bytes: int
-    #: seconds to rebuild the index from the stored rows (a partition assignment)
+    #: seconds from a partition assignment to its first tick decided (nothing
+    #: is rebuilt: this is the tick's own cost)
     rebuild_s: float
 
     def per_100k(self, value: float) -> float:
@@ -224,7 +247,7 @@ def _sst_bytes(path: Path) -> int:
 
 
 def schedule_memory(count: int, workdir: Path) -> ScheduleMemory:
-    """Store ``count`` schedules, then rebuild a worker's index from them."""
+    """Store ``count`` schedules, then assign them to a worker and tick once."""
     path = workdir / f"schedules-memory-{count}"
     _fill(path, count, 0)
     db = _open(path)
@@ -235,19 +258,21 @@ def schedule_memory(count: int, workdir: Path) -> ScheduleMemory:
         row_bytes = sum(len(k.encode()) + len(v) for k, v in _stored(db))
         topics = Topics("bench.")
         hook = Schedules(topics)
-        engine = Engine(topics, Registry([]), lambda _k, _p: None, partitions=1, schedules=hook)
+        engine = _engine(db, hook)
         gc.collect()
         tracemalloc.start()
         try:
             before = tracemalloc.get_traced_memory()[0]
-            # Read inside the trace: the index keeps the keys it was given.
-            engine.rebuild_timers(_stored(db))
+            engine.assigned()
+            engine.process([_tick(topics, T0)])
             gc.collect()
             index_bytes = tracemalloc.get_traced_memory()[0] - before
         finally:
             tracemalloc.stop()
-        if len(hook.timers) != count:
-            raise AssertionError(f"the index holds {len(hook.timers)} of {count} schedules")
+        low, high = due_range(SCHEDULES, 10**16)
+        indexed = sum(1 for _ in _engine(db, hook).scan(0, low, high))
+        if indexed != count:
+            raise AssertionError(f"the index holds {indexed} of {count} schedules")
     finally:
         db.close()
     try:
@@ -277,11 +302,12 @@ def _rebuild_in_child(path: Path) -> None:
     try:
         topics = Topics("bench.")
         hook = Schedules(topics)
-        engine = Engine(topics, Registry([]), lambda _k, _p: None, partitions=1, schedules=hook)
+        engine = _engine(db, hook)
         gc.collect()
         before = _rss_mb()
         started = time.perf_counter()
-        engine.rebuild_timers(_stored(db))
+        engine.assigned()
+        engine.process([_tick(topics, T0)])
         seconds = time.perf_counter() - started
         gc.collect()
         print(f"{_rss_mb() - before:.3f} {seconds:.4f}")

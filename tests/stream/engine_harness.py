@@ -17,6 +17,7 @@ import orjson
 from compiler import load_playbook
 from stream.engine import Batch, Engine, Output, Record, home_partition
 from stream.registry import Registry
+from stream.timers import DUE_PREFIX, parse_due_key
 from topics import (
     DeadLetter,
     DecisionRecord,
@@ -98,13 +99,25 @@ class Harness:
         self.partitions = partitions
         self.wall = WALL
         self.engine = Engine(
-            TOPICS, reg, self.load, partitions=partitions, wall_ms=lambda: ms(self.wall)
+            TOPICS,
+            reg,
+            self.load,
+            partitions=partitions,
+            wall_ms=lambda: ms(self.wall),
+            scan=self.scan,
         )
         self.next_offset: dict[int, int] = {}
 
     def load(self, key: str, partition: int) -> bytes | None:
         self.loads.append((key, partition))
         return self.store.get((key, partition))
+
+    def scan(self, partition: int, low: str, high: str) -> list[tuple[str, bytes]]:
+        return dict_scan(self.store, partition, low, high)
+
+    def due_rows(self, partition: int = 0) -> list[tuple[int, str, str]]:
+        """The due-time index of ``partition``: (due ms, kind, name), in key order."""
+        return due_rows(self.store, partition)
 
     def restart(self) -> Harness:
         """A new engine (a new worker process) on the same table."""
@@ -148,14 +161,41 @@ class Harness:
     def run(self, records: Iterable[Record], *, commit: bool = True) -> Batch:
         batch = self.engine.process(list(records))
         if commit:
-            for key, partition, raw in batch.writes():
-                self.store[(key, partition)] = raw
+            write(self.store, batch)
             self.engine.committed(batch)
         return batch
 
     def state_bytes(self, key: str, partition: int = 0) -> bytes:
         raw = self.store[(key, partition)]
         return raw[raw.index(b"\n") + 1 :]
+
+
+def dict_scan(
+    store: dict[tuple[str, int], bytes], partition: int, low: str, high: str
+) -> list[tuple[str, bytes]]:
+    """The rows of a dict table's partition with keys in [low, high), in key
+    order (a str's code point order is its UTF-8 bytes' order, RocksDB's)."""
+    return sorted(
+        (key, raw) for (key, p), raw in store.items() if p == partition and low <= key < high
+    )
+
+
+def write(store: dict[tuple[str, int], bytes], batch: Batch) -> None:
+    """Apply ``batch.writes()`` as the table does (None deletes the row)."""
+    for key, partition, raw in batch.writes():
+        if raw is None:
+            store.pop((key, partition), None)
+        else:
+            store[(key, partition)] = raw
+
+
+def due_rows(store: dict[tuple[str, int], bytes], partition: int = 0) -> list[tuple[int, str, str]]:
+    """The due-time index rows of a dict table's partition: (due ms, kind, name)."""
+    out = []
+    for key, _raw in dict_scan(store, partition, DUE_PREFIX, DUE_PREFIX + "\uffff"):
+        due, name = parse_due_key(key)
+        out.append((due, key[len(DUE_PREFIX)], name))
+    return out
 
 
 def at_text(instant: datetime) -> str:

@@ -206,7 +206,7 @@ def test_a_partly_written_batch_is_recognised_by_the_jobs_own_offsets() -> None:
     writes = batch.writes()
     jobs_only = [w for w in writes if w[0] == "job-1"]
     assert len(jobs_only) == 1
-    assert len(writes) == 2
+    assert len(writes) == 3  # the job's due-time index row, the job, the watermark
     for key, partition, raw in jobs_only:
         h.store[(key, partition)] = raw
     again = h.restart().run(records)
@@ -228,15 +228,31 @@ def test_a_crash_part_way_through_the_writes_loses_and_repeats_nothing() -> None
     clean = Harness(reg, dict(base.store))
     clean.run(records)
     writes = Harness(reg, dict(base.store)).engine.process(records).writes()
-    assert len(writes) == 3
+    # job-1's and job-2's new due-time rows, the jobs, job-1's old row deleted,
+    # the watermark
+    assert len(writes) == 6
+    decided_clean = dict(clean.store)
+    late = T0 + timedelta(days=30)  # past every timer of both jobs
+    clean.run([clean.tick(late)])
     for cut in range(len(writes) + 1):
         crashed = Harness(reg, dict(base.store))
         for key, partition, raw in writes[:cut]:
-            crashed.store[(key, partition)] = raw
-        rerun = crashed.restart().run(records)
-        assert crashed.store == clean.store, f"crash after {cut} writes"
+            if raw is None:
+                crashed.store.pop((key, partition), None)
+            else:
+                crashed.store[(key, partition)] = raw
+        restarted = crashed.restart()
+        rerun = restarted.run(records)
         decided = {d.job_key for d in decisions(rerun)}
         assert decided == {"job-1", "job-2"} - {k for k, _p, _r in writes[:cut]}
+        # At most a stale index row is left (job-1's old one, when the crash
+        # came between its state and the row's deletion): every due time has
+        # its row, and the tick that reaches a stale one deletes it.
+        assert set(decided_clean.items()) <= set(crashed.store.items())
+        for (key, _p), _raw in set(crashed.store.items()) - set(decided_clean.items()):
+            assert key.startswith("\x00due/"), f"crash after {cut} writes: {key!r}"
+        restarted.run([restarted.tick(late)])
+        assert crashed.store == clean.store, f"crash after {cut} writes"
 
 
 def test_a_crash_before_the_state_write_re_emits_byte_identical_outputs() -> None:
@@ -255,11 +271,11 @@ def test_a_crash_before_the_state_write_re_emits_byte_identical_outputs() -> Non
     assert first.outputs == second.outputs
     assert len(first.outputs) > 5
 
-    # a new worker process after the crash, the timer index rebuilt from the table
+    # a new worker process after the crash, the due-time index read from the table
     runs = []
     for _ in range(2):
         worker = h.restart()
-        worker.engine.rebuild_timers(worker.stored_items())
+        worker.engine.assigned()
         runs.append(worker.run(records, commit=False))
     assert runs[0].outputs == runs[1].outputs
     assert [d.input.type for d in decisions(runs[0])][-1] == "tick"
@@ -526,7 +542,7 @@ def test_an_event_before_a_deadline_cancels_its_firing() -> None:
     assert h.run([h.tick(T0 + timedelta(hours=3))]).outputs == []
 
 
-def test_rebuilt_timers_fire_after_a_restart() -> None:
+def test_stored_timers_fire_after_a_restart_with_nothing_rebuilt() -> None:
     h = Harness(registry(QUICK, ONBOARD))
     h.run(
         [
@@ -538,12 +554,12 @@ def test_rebuilt_timers_fire_after_a_restart() -> None:
     h.run([h.inbox(event("job-v", "customer_replied"), at=T0 + timedelta(minutes=5))])
     at = T0 + timedelta(hours=2, minutes=30)
 
-    forgetful = h.restart()  # no rebuild: the new engine knows no timers
-    assert forgetful.run([forgetful.tick(at)], commit=False).outputs == []
-
-    restarted = h.restart()
-    assert restarted.engine.rebuild_timers(restarted.stored_items()) == 2
+    # The due-time index is in the table: job-v's timer left it with its event.
+    assert [(kind, name) for _due, kind, name in h.due_rows()] == [("j", "job-t"), ("j", "job-u")]
+    restarted = h.restart()  # a new process, nothing rebuilt
+    loads = len(restarted.loads)
     batch = restarted.run([restarted.tick(at)])
+    assert restarted.loads[loads:] == [("job-t", 0)]  # the due job alone is read
     assert [d.job_key for d in decisions(batch)] == ["job-t"]
     later = restarted.run([restarted.tick(T0 + timedelta(hours=3, minutes=30))])
     assert [d.job_key for d in decisions(later)] == ["job-u"]

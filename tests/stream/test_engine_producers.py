@@ -163,7 +163,7 @@ def corrupt(h: Harness, key: str, partition: int = 0) -> Harness:
     raw = h.store[(key, partition)]
     h.store[(key, partition)] = raw[: raw.index(b"\n") + 1] + b'{"garbled": '
     restarted = h.restart()
-    restarted.engine.rebuild_timers(restarted.stored_items())
+    restarted.engine.assigned()
     return restarted
 
 

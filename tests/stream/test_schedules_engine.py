@@ -80,6 +80,7 @@ class Lane:
             partitions=PARTITIONS,
             wall_ms=lambda: ms(self.h.wall),
             schedules=self.schedules,
+            scan=self.h.scan,
         )
         self.offsets: dict[tuple[str, int], int] = {} if offsets is None else offsets
 
@@ -88,15 +89,24 @@ class Lane:
         return self.h.store
 
     def restart(self, *, enabled: bool | None = None) -> Lane:
-        """A new worker process on the same table (the index rebuilt from it)."""
+        """A new worker process on the same table (nothing rebuilt: the due-time
+        index is in it)."""
         fresh = Lane(
             self.store, enabled=self.enabled if enabled is None else enabled, offsets=self.offsets
         )
         fresh.h.next_offset = self.h.next_offset
-        fresh.h.engine.rebuild_timers(
-            (key, raw) for (key, _p), raw in self.store.items() if raw is not None
-        )
+        fresh.h.engine.assigned()
         return fresh
+
+    def next_due(self, schedule_id: str) -> int | None:
+        """The schedule's due time in the table's due-time index (one row at most)."""
+        rows = [
+            due
+            for due, kind, name in self.h.due_rows(home(schedule_id))
+            if kind == "s" and name == schedule_id
+        ]
+        assert len(rows) <= 1, rows
+        return rows[0] if rows else None
 
     def record(
         self,
@@ -198,7 +208,7 @@ def test_a_definition_is_stored_on_its_home_partition_with_its_due_time() -> Non
     raw = lane.store[(schedule_key("review"), p)]
     assert schedule_key("review") == "\x00schedule/review"
     assert peek_schedule(raw) == (p, ms(T0 + timedelta(minutes=5)))
-    assert lane.schedules.timers.next_due(schedule_key("review")) == ms(T0 + timedelta(minutes=5))
+    assert lane.next_due("review") == ms(T0 + timedelta(minutes=5))
     # a definition fires nothing by itself, and says nothing on schedule-runs
     assert on(batch, "inbox") == []
     assert runs(batch) == []
@@ -270,13 +280,14 @@ def test_a_crash_after_the_acks_re_decides_the_same_slot_byte_for_byte() -> None
     assert len(starts(again)) == 1
 
 
-def test_the_index_is_rebuilt_from_the_stored_schedules() -> None:
+def test_the_index_is_read_from_the_table_after_a_restart() -> None:
     lane = Lane()
     lane.run(lane.define(every_5m()), lane.define(every_5m("other", schedule="every 10m")))
     fresh = lane.restart()
-    assert fresh.schedules.timers.next_due(schedule_key("review")) == ms(T0 + timedelta(minutes=5))
-    assert fresh.schedules.timers.next_due(schedule_key("other")) == ms(T0 + timedelta(minutes=10))
-    assert len(fresh.h.engine.timers) == 0  # no job timers: schedules have their own index
+    assert fresh.next_due("review") == ms(T0 + timedelta(minutes=5))
+    assert fresh.next_due("other") == ms(T0 + timedelta(minutes=10))
+    # no job timers: the schedules' rows are a range of their own
+    assert all(kind == "s" for p in range(PARTITIONS) for _d, kind, _n in fresh.h.due_rows(p))
     batch = fresh.run(fresh.tick(T0 + timedelta(minutes=10), home("other")))
     fired = {r.schedule_id for r in runs(batch)}
     assert fired == ({"other", "review"} if home("review") == home("other") else {"other"})
@@ -298,7 +309,7 @@ def test_an_update_keeps_the_last_slot_and_a_pause_fires_nothing() -> None:
     lane.run(lane.tick(T0 + timedelta(minutes=5), p))
     paused = every_5m(enabled=False)
     lane.run(lane.define(paused, at=T0 + timedelta(minutes=6)))
-    assert lane.schedules.timers.next_due(schedule_key("review")) is None
+    assert lane.next_due("review") is None
     assert on(lane.run(lane.tick(T0 + timedelta(minutes=30), p)), "inbox") == []
     resumed = lane.run(lane.define(every_5m(), at=T0 + timedelta(minutes=31)))
     assert runs(resumed) == []  # nothing caught up or recorded for the paused span
@@ -317,7 +328,7 @@ def test_a_tombstone_deletes_the_row_and_aborts_the_active_run() -> None:
     ]
     assert (schedule_key("check"), p, None) in batch.writes()
     assert lane.store.get((schedule_key("check"), p)) is None
-    assert lane.schedules.timers.next_due(schedule_key("check")) is None
+    assert lane.next_due("check") is None
     later = lane.run(lane.tick(T0 + timedelta(minutes=20), p))
     assert later.outputs == []
 
@@ -546,7 +557,7 @@ def test_switched_off_ticks_fire_nothing_and_keep_the_index_and_wakes_are_skippe
     assert lane.store.get((schedule_key("review"), p)) is not None  # definitions are stored
     batch = lane.run(lane.tick(T0 + timedelta(minutes=5), p))
     assert batch.outputs == []
-    assert lane.schedules.timers.next_due(schedule_key("review")) == ms(T0 + timedelta(minutes=5))
+    assert lane.next_due("review") == ms(T0 + timedelta(minutes=5))
     woken = lane.run(lane.wake("review", T0 + timedelta(minutes=6), request_id="w"))
     [run] = runs(woken)
     assert run.status == "skipped"

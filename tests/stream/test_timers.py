@@ -1,159 +1,209 @@
-"""``stream.timers.TimerIndex``: what is due, per partition, earliest first.
+"""The due-time index (``stream/timers.py``): its keys order timers by due time,
+a tick reads the range up to its ``now`` and nothing else, and the index stays
+exact: after every committed batch its rows are exactly the due times in the
+stored jobs' and schedules' headers.
 
-The property test compares it with the obvious reference model: a dict of
-job → (partition, due) scanned in full on every pop."""
+The property test drives the engine with random starts, events and ticks
+(some batches lost in a crash, as between the acks and the state write) and
+compares the index with the obvious reference: every stored header scanned."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from datetime import timedelta
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stream.timers import TimerIndex
-
-
-def test_pop_due_returns_what_is_due_earliest_first_and_no_more() -> None:
-    index = TimerIndex()
-    index.set(0, "c", 300)
-    index.set(0, "a", 100)
-    index.set(0, "d", 400)
-    index.set(0, "b", 200)
-    assert len(index) == 4
-    assert index.pop_due(0, 50) == []
-    assert index.pop_due(0, 300) == ["a", "b", "c"]  # the bound is inclusive
-    assert len(index) == 1
-    assert index.next_due("a") is None
-    assert index.next_due("d") == 400
-    assert index.pop_due(0, 300) == []  # popped jobs left the index
-    assert index.pop_due(0, 10_000) == ["d"]
-    assert len(index) == 0
-
-
-def test_jobs_due_at_the_same_instant_come_out_in_a_stable_order() -> None:
-    index = TimerIndex()
-    for job in ["m", "b", "x", "a"]:
-        index.set(0, job, 100)
-    assert index.pop_due(0, 100) == ["a", "b", "m", "x"]
-
-
-def test_rescheduling_skips_the_stale_entry() -> None:
-    index = TimerIndex()
-    index.set(0, "a", 100)
-    index.set(0, "a", 500)  # later
-    index.set(0, "b", 200)
-    assert index.next_due("a") == 500
-    assert index.pop_due(0, 300) == ["b"]
-    index.set(0, "b", 50)  # earlier, after being popped
-    index.set(0, "a", 150)  # earlier than its stale entry at 500
-    assert index.pop_due(0, 160) == ["b", "a"]
-    assert index.pop_due(0, 1_000) == []  # the stale 500 entry of "a" is not a timer
-    assert len(index) == 0
-
-
-def test_setting_the_same_due_twice_pops_it_once() -> None:
-    index = TimerIndex()
-    index.set(0, "a", 100)
-    index.set(0, "a", 100)
-    index.set(0, "a", None)
-    index.set(0, "a", 100)
-    assert index.pop_due(0, 100) == ["a"]
-    assert index.pop_due(0, 100) == []
-
-
-def test_clearing_a_jobs_timer_with_none() -> None:
-    index = TimerIndex()
-    index.set(0, "a", 100)
-    index.set(0, "b", 100)
-    index.set(0, "a", None)
-    index.set(0, "never", None)  # clearing what was never set is fine
-    assert index.next_due("a") is None
-    assert len(index) == 1
-    assert index.pop_due(0, 1_000) == ["b"]
-
-
-def test_partitions_are_independent() -> None:
-    index = TimerIndex()
-    index.set(0, "a", 100)
-    index.set(1, "b", 100)
-    index.set(2, "c", 50)
-    assert index.pop_due(1, 1_000) == ["b"]
-    assert index.pop_due(3, 1_000) == []
-    assert index.next_due("a") == 100
-    assert index.pop_due(0, 1_000) == ["a"]
-    assert index.pop_due(2, 49) == []
-    assert index.pop_due(2, 50) == ["c"]
-
-
-def test_clear_forgets_everything() -> None:
-    index = TimerIndex()
-    index.set(0, "a", 100)
-    index.set(1, "b", 100)
-    index.clear()
-    assert len(index) == 0
-    assert index.pop_due(0, 1_000) == []
-    assert index.pop_due(1, 1_000) == []
-    index.set(0, "a", 200)
-    assert index.pop_due(0, 1_000) == ["a"]
-
-
-# -- against a reference model -----------------------------------------------------------
-
-JOBS = ["j0", "j1", "j2", "j3", "j4", "j5", "j6"]
-PARTITIONS = 3
-
-
-def partition_of(job: str) -> int:
-    """A job lives in one partition, as it does under Kafka's key partitioning."""
-    return int(job[1:]) % PARTITIONS
-
-
-@dataclass
-class Model:
-    due: dict[str, int] = field(default_factory=dict)
-
-    def set(self, job: str, due_ms: int | None) -> None:
-        if due_ms is None:
-            self.due.pop(job, None)
-        else:
-            self.due[job] = due_ms
-
-    def pop_due(self, partition: int, now_ms: int) -> list[str]:
-        hits = sorted(
-            (d, j) for j, d in self.due.items() if partition_of(j) == partition and d <= now_ms
-        )
-        for _d, job in hits:
-            del self.due[job]
-        return [job for _d, job in hits]
-
-
-sets = st.tuples(
-    st.just("set"), st.sampled_from(JOBS), st.none() | st.integers(min_value=0, max_value=50)
+from stream.engine import Record
+from stream.store import peek_header
+from stream.timers import (
+    DUE_PREFIX,
+    DUE_VALUE,
+    INDEX_MARK,
+    JOBS,
+    SCHEDULES,
+    due_key,
+    due_range,
+    parse_due_key,
 )
-pops = st.tuples(
-    st.just("pop"),
-    st.integers(min_value=0, max_value=PARTITIONS),  # PARTITIONS itself: an empty one
-    st.integers(min_value=-1, max_value=60),
+
+from .engine_harness import (
+    ONBOARD,
+    QUICK,
+    T0,
+    Harness,
+    decisions,
+    event,
+    ms,
+    registry,
+    start,
 )
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.lists(sets | pops, max_size=60))
-def test_the_index_agrees_with_a_full_scan(ops: list[tuple[str, object, object]]) -> None:
-    index = TimerIndex()
-    model = Model()
-    for op in ops:
-        if op[0] == "set":
-            _, job, due = op
-            assert isinstance(job, str)
-            assert due is None or isinstance(due, int)
-            index.set(partition_of(job), job, due)
-            model.set(job, due)
+def test_keys_sort_by_due_time_then_name_and_parse_back() -> None:
+    keys = [
+        due_key(JOBS, 10_000, "b"),
+        due_key(JOBS, 9_999, "z"),
+        due_key(JOBS, 10_000, "a"),
+        due_key(JOBS, 253_402_300_799_999, "last"),
+        due_key(JOBS, 0, "first"),
+    ]
+    assert [parse_due_key(k) for k in sorted(keys)] == [
+        (0, "first"),
+        (9_999, "z"),
+        (10_000, "a"),
+        (10_000, "b"),
+        (253_402_300_799_999, "last"),
+    ]
+    assert due_key(JOBS, 5, "job") == "\x00due/j/000000000000005/job"
+    assert parse_due_key(due_key(SCHEDULES, 7, "a/b c")) == (7, "a/b c")
+    assert due_key(JOBS, -5, "x") == due_key(JOBS, 0, "x")  # clamped, still ordered
+
+
+def test_the_range_up_to_now_holds_what_is_due_and_nothing_else() -> None:
+    keys = [due_key(JOBS, d, n) for d, n in [(99, "a"), (100, "b"), (100, "c"), (101, "d")]]
+    keys += [due_key(SCHEDULES, 50, "s"), INDEX_MARK, "job", "\x00inbox-watermark-0"]
+    low, high = due_range(JOBS, 100)
+    assert [k for k in sorted(keys) if low <= k < high] == keys[:3]  # the bound is inclusive
+    low, high = due_range(SCHEDULES, 10**16)
+    assert [k for k in sorted(keys) if low <= k < high] == [due_key(SCHEDULES, 50, "s")]
+
+
+# -- in the engine ------------------------------------------------------------------------
+
+
+def index_of(h: Harness, partition: int = 0) -> set[tuple[int, str]]:
+    """The job timers the index holds: (due ms, job)."""
+    return {(due, name) for due, kind, name in h.due_rows(partition) if kind == JOBS}
+
+
+def headers_of(h: Harness, partition: int = 0) -> set[tuple[int, str]]:
+    """The job timers the stored headers hold (the reference)."""
+    out = set()
+    for (key, p), raw in h.store.items():
+        if p == partition and not key.startswith("\x00"):
+            _home, due = peek_header(raw)
+            if due is not None:
+                out.add((due, key))
+    return out
+
+
+def test_a_decision_moves_the_jobs_row_in_the_same_write() -> None:
+    h = Harness(registry(QUICK))
+    first = h.run([h.inbox(start("job-1", "quick"), at=T0)])
+    due = ms(T0 + timedelta(hours=2))
+    assert [w for w in first.writes() if w[0].startswith(DUE_PREFIX)] == [
+        (due_key(JOBS, due, "job-1"), 0, DUE_VALUE)
+    ]
+    assert index_of(h) == {(due, "job-1")}
+    replied = h.run([h.inbox(event("job-1", "customer_replied"), at=T0 + timedelta(minutes=5))])
+    # the row is deleted in the batch that cleared the timer, after the state
+    rows = replied.writes()
+    assert (due_key(JOBS, due, "job-1"), 0, None) in rows
+    keys = [k for k, _p, _r in rows]
+    assert keys.index("job-1") < keys.index(due_key(JOBS, due, "job-1"))
+    assert index_of(h) == set() == headers_of(h)
+
+
+def test_a_tick_reads_only_the_due_jobs() -> None:
+    h = Harness(registry(QUICK))
+    h.run([h.inbox(start(f"job-{i}", "quick"), at=T0 + timedelta(minutes=i)) for i in range(50)])
+    restarted = h.restart()
+    before = len(restarted.loads)
+    scans: list[tuple[str, str]] = []
+    scan = restarted.scan
+
+    def counting(partition: int, low: str, high: str) -> list[tuple[str, bytes]]:
+        scans.append((low, high))
+        return scan(partition, low, high)
+
+    restarted.engine.scan = counting
+    at = T0 + timedelta(hours=2, minutes=2, seconds=30)  # job-0, job-1 and job-2 are due
+    batch = restarted.run([restarted.tick(at)])
+    assert [d.job_key for d in decisions(batch)] == ["job-0", "job-1", "job-2"]
+    assert restarted.loads[before:] == [("job-0", 0), ("job-1", 0), ("job-2", 0)]
+    assert scans == [due_range(JOBS, ms(at))]
+    assert index_of(restarted) == headers_of(restarted)
+
+
+def test_a_stale_row_is_skipped_and_deleted_by_the_tick_that_reads_it() -> None:
+    h = Harness(registry(QUICK))
+    h.run([h.inbox(start("job-1", "quick"), at=T0)])
+    stale = due_key(JOBS, ms(T0 + timedelta(minutes=30)), "job-1")
+    h.store[(stale, 0)] = DUE_VALUE  # as a changelog applied part-way could leave it
+    batch = h.run([h.tick(T0 + timedelta(hours=1))])
+    assert batch.decisions == 0
+    assert (stale, 0) not in h.store
+    assert index_of(h) == headers_of(h)
+    fired = h.run([h.tick(T0 + timedelta(hours=2))])
+    assert [d.job_key for d in decisions(fired)] == ["job-1"]
+
+
+def test_a_job_due_in_the_same_batch_is_fired_by_that_batchs_tick() -> None:
+    h = Harness(registry(QUICK))
+    batch = h.run(
+        [h.inbox(start("job-1", "quick"), at=T0), h.tick(T0 + timedelta(hours=2, seconds=1))]
+    )
+    assert [d.input.type for d in decisions(batch)] == ["job.start", "tick"]
+    assert index_of(h) == headers_of(h) == set()
+
+
+def test_index_rows_index_a_table_stored_before_the_index_existed() -> None:
+    h = Harness(registry(QUICK, ONBOARD))
+    h.run(
+        [
+            h.inbox(start("job-1", "quick"), at=T0),
+            h.inbox(start("job-2"), at=T0),
+            h.inbox(start("job-3", "quick"), at=T0),
+        ]
+    )
+    h.run([h.inbox(event("job-3", "customer_replied"), at=T0 + timedelta(minutes=1))])
+    expected = index_of(h)
+    assert len(expected) == 2
+    old = {k: v for k, v in h.store.items() if not k[0].startswith(DUE_PREFIX)}
+    rows = h.engine.index_rows(0, [(k, v) for (k, _p), v in old.items()])
+    assert rows[-1] == (INDEX_MARK, 0, DUE_VALUE)
+    assert {parse_due_key(k) for k, _p, _v in rows[:-1]} == expected
+
+
+OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["start", "start-quick", "reply", "upload", "tick"]),
+        st.integers(min_value=0, max_value=4),  # which job
+        st.integers(min_value=0, max_value=240),  # hours after T0
+        st.booleans(),  # this batch is lost in a crash (acked, never stored)
+    ),
+    max_size=25,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(OPS)
+def test_the_index_is_exactly_the_stored_headers_after_every_batch(
+    ops: list[tuple[str, int, int, bool]],
+) -> None:
+    h = Harness(registry(QUICK, ONBOARD))
+    for kind, job, hours, lost in ops:
+        at = T0 + timedelta(hours=hours)
+        key = f"job-{job}"
+        record: Record
+        if kind == "tick":
+            record = h.tick(at)
+        elif kind == "start":
+            record = h.inbox(start(key), at=at)
+        elif kind == "start-quick":
+            record = h.inbox(start(key, "quick"), at=at)
+        elif kind == "reply":
+            record = h.inbox(event(key, "customer_replied"), at=at)
         else:
-            _, partition, now = op
-            assert isinstance(partition, int)
-            assert isinstance(now, int)
-            assert index.pop_due(partition, now) == model.pop_due(partition, now)
-        assert len(index) == len(model.due)
-        for job in JOBS:
-            assert index.next_due(job) == model.due.get(job)
+            record = h.inbox(event(key, "id_uploaded"), at=at)
+        if lost:
+            h.run([record], commit=False)
+            h = h.restart()
+            h.engine.assigned()
+            continue
+        due = sorted((d, j) for d, j in headers_of(h) if d <= ms(at))
+        batch = h.run([record])
+        assert index_of(h) == headers_of(h)
+        if kind == "tick":  # it fires what the headers say is due, earliest first
+            assert [d.job_key for d in decisions(batch)] == [j for _d, j in due]

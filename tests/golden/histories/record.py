@@ -54,9 +54,16 @@ class Run:
             lambda key, partition: self.store.get((key, partition)),
             partitions=PARTITIONS,
             wall_ms=lambda: WALL_MS,
+            scan=self.scan,
         )
         self.offsets: dict[tuple[str, int], int] = {}
         self.decisions: list[bytes] = []
+
+    def scan(self, partition: int, low: str, high: str) -> list[tuple[str, bytes]]:
+        """The due-time index's rows, as the table reads them (stream/timers.py)."""
+        return sorted(
+            (k, raw) for (k, p), raw in self.store.items() if p == partition and low <= k < high
+        )
 
     def record(self, topic: str, partition: int, key: bytes, value: bytes, at: datetime) -> Record:
         where = (topic, partition)
@@ -95,12 +102,13 @@ class Run:
             o.value for o in batch.outputs if o.topic == TOPICS.decisions and o.value
         )
         if crash:
-            self.engine.rebuild_timers(
-                (key, raw) for (key, _p), raw in self.store.items()
-            )  # a new process: nothing of the lost batch in memory
+            self.engine.assigned()  # a new process: nothing of the lost batch in memory
             return
         for key, partition, raw in batch.writes():
-            self.store[(key, partition)] = raw
+            if raw is None:
+                self.store.pop((key, partition), None)
+            else:
+                self.store[(key, partition)] = raw
         self.engine.committed(batch)
 
 
