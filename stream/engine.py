@@ -490,7 +490,13 @@ class Engine:
                 if found is not None and found[1] is not None:
                     out.append((due_key(SCHEDULES, found[1], found[0]), partition, DUE_VALUE))
                 continue
-            _home, due = peek_header(raw)
+            try:
+                _home, due = peek_header(raw)
+            except ValueError as exc:
+                # Not a job this engine can read: deciding it fails too, record
+                # by record; it must not stop the worker here.
+                log.error("partition %d, table row %r: %s", partition, key, exc)
+                continue
             if due is not None:
                 out.append((due_key(JOBS, due, key), partition, DUE_VALUE))
         out.append((INDEX_MARK, partition, DUE_VALUE))

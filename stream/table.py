@@ -129,9 +129,11 @@ class JobTable:
             yield key.decode(), bytes(value)
 
     def partition_items(self, partition: int) -> Iterator[tuple[str, bytes]]:
-        """Every row stored in ``partition``."""
+        """Every row stored in ``partition`` (not Faust's own persisted offset)."""
+        offset_key = self.table.data.offset_key
         for key, value in self._db(partition).items():
-            yield key.decode(), bytes(value)
+            if key != offset_key:
+                yield key.decode(), bytes(value)
 
     def items(self) -> Iterator[tuple[str, bytes]]:
         """Every stored job of the partitions this worker owns."""

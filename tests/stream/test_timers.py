@@ -164,6 +164,9 @@ def test_index_rows_index_a_table_stored_before_the_index_existed() -> None:
     rows = h.engine.index_rows(0, [(k, v) for (k, _p), v in old.items()])
     assert rows[-1] == (INDEX_MARK, 0, DUE_VALUE)
     assert {parse_due_key(k) for k, _p, _v in rows[:-1]} == expected
+    # a row whose header cannot be read is left out (and logged), not fatal
+    broken = [("job-9", b"not a stored job\n{}"), *[(k, v) for (k, _p), v in old.items()]]
+    assert h.engine.index_rows(0, broken) == rows
 
 
 OPS = st.lists(

@@ -1,0 +1,185 @@
+"""Recovery and tick cost of the timer index, old (an in-memory heap rebuilt
+from every stored job's header on assignment) against new (the durable due-time
+index, stream/timers.py), on the same machine in the same run.
+
+    python benchmarks/due_index.py --jobs 100000 --code new|old [--json]
+
+Run it once per code version: ``--code old`` with ``PYTHONPATH`` pointing at a
+checkout of the old code (its engine has ``rebuild_timers``). It
+
+* writes ``--jobs`` onboarding jobs straight into a Faust RocksDB table
+  (``stream/table.py``'s ``JobTable``, 4 partitions, each job stored as the
+  worker stores it, due in 7 days; ``--due`` of them due at the first tick),
+  and with ``--code new`` their due-time index rows as the migration writes
+  them (``Engine.index_rows``, timed: the one-time cost of an old table);
+* times recovery as a worker does it at an assignment, from a fresh engine to
+  the first decision: old, ``rebuild_timers(table.items())`` then the first
+  tick; new, ``assigned()``, the index mark read per partition, then the first
+  tick (the broker's part of an assignment, the changelog catch-up and the log
+  checks, is the same for both and not included);
+* reports the process's RSS after recovery.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import shutil
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import faust
+
+from compiler import Start, to_iso
+from stream.engine import Engine, Record, home_partition
+from stream.files import load_playbook_file
+from stream.registry import Registry
+from stream.store import next_due_ms
+from stream.table import JobTable
+from topics import TickRecord, Topics, encode
+
+PARTITIONS = 4
+T0 = datetime(2026, 1, 5, 9, tzinfo=UTC)
+PLAYBOOKS = Path(__file__).resolve().parent.parent / "playbooks"
+
+
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def fill(table: JobTable, registry: Registry, jobs: int, due: int) -> None:
+    """``jobs`` stored jobs; the first ``due`` started 10 days before the rest
+    (so their 7-day window is over at the first tick)."""
+    graph = registry.latest("onboarding")
+    assert graph is not None
+    template: dict[bool, tuple[bytes, int]] = {}
+    for early in (True, False):
+        at = T0 - timedelta(days=10) if early else T0
+        state = graph.next(None, at, Start("template", "onboarding")).state
+        assert state is not None
+        due_ms = next_due_ms(state)
+        assert due_ms is not None
+        template[early] = (state.to_bytes(), due_ms)
+    chunk: list[tuple[str, int, bytes | None]] = []
+    for i in range(jobs):
+        key = f"job-{i:07d}"
+        early = i < due
+        # The same state for every job but its key: a job's key is in its state.
+        raw, due_ms = template[early]
+        body = raw.replace(b'"template"', b'"%s"' % key.encode())
+        p = home_partition(key.encode(), PARTITIONS)
+        header = b"LG2 %d %d -\n" % (p, due_ms)
+        chunk.append((key, p, header + body))
+        if len(chunk) >= 20_000:
+            table.write(chunk, {})
+            chunk = []
+    table.write(chunk, {})
+
+
+def first_tick(engine: Engine, topics: Topics, registry: Registry) -> tuple[int, float]:
+    """Decide one tick per partition at T0 (the early jobs are due): (decisions,
+    seconds to the first decision's batch)."""
+    at = T0 + timedelta(seconds=1)
+    decisions = 0
+    first = 0.0
+    began = time.perf_counter()
+    for p in range(PARTITIONS):
+        value = encode(TickRecord(partition=p, at=to_iso(at)))
+        record = Record(topics.ticks, p, 0, b"tick", value, int(at.timestamp() * 1000))
+        batch = engine.process([record])
+        decisions += batch.decisions
+        if batch.decisions and not first:
+            first = time.perf_counter() - began
+    return decisions, first
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--jobs", type=int, default=100_000)
+    parser.add_argument("--due", type=int, default=1_000)
+    parser.add_argument("--code", choices=["old", "new"], required=True)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    registry = Registry([load_playbook_file(PLAYBOOKS / "onboarding.yaml")])
+    topics = Topics("bench.")
+    workdir = Path(tempfile.mkdtemp(prefix="lemongraph-due-index-"))
+    out: dict[str, Any] = {"code": args.code, "jobs": args.jobs, "due": args.due}
+    try:
+        app = faust.App("due-bench", datadir=str(workdir), store="rocksdb://", web_enabled=False)
+        table = JobTable(
+            app.Table("jobstate", partitions=PARTITIONS, key_type=bytes, value_type=bytes)
+        )
+        began = time.perf_counter()
+        fill(table, registry, args.jobs, args.due)
+        out["fill_s"] = time.perf_counter() - began
+        if args.code == "new":
+            from stream.timers import INDEX_MARK
+
+            engine = Engine(topics, registry, table.get, partitions=PARTITIONS, scan=table.scan)
+            began = time.perf_counter()
+            for p in range(PARTITIONS):
+                table.write(engine.index_rows(p, table.partition_items(p)), {})
+            out["index_once_s"] = time.perf_counter() - began
+        for p in range(PARTITIONS):  # on disk, not in the memtable: as after a restart
+            table._db(p).flush()
+            table._db(p).compact_range(None, None)
+        rss_before = _rss_mb()
+        began = time.perf_counter()
+        engine = Engine(
+            topics,
+            registry,
+            table.get,
+            partitions=PARTITIONS,
+            **({"scan": table.scan} if args.code == "new" else {}),
+        )
+        if args.code == "old":
+            # What JobTable.items() reads in a worker (Faust's visible rows of
+            # the partitions assigned to it).
+            store = table.table.data
+            rows = (
+                (key.decode(), bytes(value))
+                for p in range(PARTITIONS)
+                for key, value in store._visible_items(table._db(p))
+            )
+            waiting = engine.rebuild_timers(rows)  # type: ignore[attr-defined]
+            out["waiting"] = waiting
+        else:
+            engine.assigned()
+            marks = [table.get(INDEX_MARK, p) is not None for p in range(PARTITIONS)]
+            assert all(marks), marks
+        assigned = time.perf_counter() - began
+        decisions, first = first_tick(engine, topics, registry)
+        out["assignment_s"] = assigned
+        out["recovery_s"] = assigned + first
+        out["first_tick_all_partitions_s"] = time.perf_counter() - began - assigned
+        out["decisions"] = decisions
+        out["maxrss_mb"] = _rss_mb()
+        out["maxrss_growth_mb"] = _rss_mb() - rss_before
+        assert decisions == args.due, (decisions, args.due)
+        if args.code == "new":
+            # A tick with nothing due, after the due rows were deleted (RocksDB
+            # tombstones at the head of the range until compaction).
+            at = T0 + timedelta(seconds=2)
+            samples = []
+            for p in range(PARTITIONS):
+                value = encode(TickRecord(partition=p, at=to_iso(at)))
+                record = Record(topics.ticks, p, 1, b"tick", value, int(at.timestamp() * 1000))
+                t = time.perf_counter()
+                engine.process([record])
+                samples.append(time.perf_counter() - t)
+            out["idle_tick_ms"] = 1000 * max(samples)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    if args.json:
+        print(json.dumps(out))
+    else:
+        for k, v in out.items():
+            print(f"{k}: {v:.3f}" if isinstance(v, float) else f"{k}: {v}")
+
+
+if __name__ == "__main__":
+    main()
