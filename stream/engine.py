@@ -304,6 +304,9 @@ class Batch:
     timers: dict[TimerRef, tuple[int | None, int | None]] = field(default_factory=dict)
     #: (index key, partition) of stale index rows a tick found, to delete
     stale: list[tuple[str, int]] = field(default_factory=list)
+    #: (partition, kind) → where its ticks may start reading the index once
+    #: this batch is stored (see ``Engine.settle``)
+    floors: dict[tuple[int, str], int] = field(default_factory=dict)
 
     def writes(self) -> list[tuple[str, int, bytes | None]]:
         """The table rows to write, (key, partition, bytes or None to delete),
@@ -438,6 +441,11 @@ class Engine:
         #: until the job (or schedule) is decided otherwise, or partitions are
         #: reassigned (bounded by the jobs that fail)
         self._parked: dict[TimerRef, int] = {}
+        #: (partition, kind) → no row of the index is due before this: a tick
+        #: reads from here, not over the deleted rows of the timers fired
+        #: before (RocksDB tombstones, read until compaction drops them).
+        #: Unknown after an assignment: the first tick reads from the start.
+        self._floor: dict[tuple[int, str], int] = {}
         self._watermarks: dict[int, int] = {}
         #: partition → the last inbox offset seen since partitions were assigned
         self._seen: dict[int, int] = {}
@@ -467,6 +475,7 @@ class Engine:
         them meanwhile, so forget what is cached. The due-time index is in the
         table (stream/timers.py): nothing is rebuilt."""
         self._parked.clear()
+        self._floor.clear()
         self._watermarks.clear()
         self._cache.clear()
         self._seen.clear()
@@ -511,10 +520,13 @@ class Engine:
         own due times in place of the stored ones. Check each with
         :meth:`fires` once its state is read."""
         low, high = due_range(kind, now_ms)
+        floor = self._floor.get((partition, kind))
+        if floor is not None:
+            low = max(low, due_key(kind, floor, ""))
         timers = batch.timers
         out: list[tuple[int, str, bool]] = []
         try:
-            for key, _value in self.scan(partition, low, high):
+            for key, _value in self.scan(partition, low, high) if low < high else ():
                 due, name = parse_due_key(key)
                 if (partition, kind, name) not in timers:
                     out.append((due, name, True))
@@ -527,6 +539,29 @@ class Engine:
                 out.append((clamp_due(now), name, False))
         out.sort()
         return out
+
+    def settle(
+        self,
+        partition: int,
+        kind: str,
+        now_ms: int,
+        candidates: list[tuple[int, str, bool]],
+        batch: Batch,
+    ) -> None:
+        """After a tick decided ``candidates`` (of :meth:`due`): every timer of
+        ``kind`` that was due is now at its current due time (fired and moved,
+        or kept), and none is earlier than the first of those, or ``now_ms + 1``.
+        That is where the next tick starts reading, once the batch is stored
+        (``committed`` lowers it again for every row the batch writes)."""
+        floor = clamp_due(now_ms + 1)
+        for due, name, _from_table in candidates:
+            entry = batch.timers.get((partition, kind, name))
+            if entry is None:  # not read (parked, or reading it failed): its row stays
+                floor = min(floor, due)
+            elif entry[1] is not None:
+                floor = min(floor, clamp_due(entry[1]))
+        where = (partition, kind)
+        batch.floors[where] = min(floor, batch.floors.get(where, floor))
 
     def parked(self, partition: int, kind: str, name: str, due: int) -> bool:
         """Did a tick fail to decide this timer at this due time?"""
@@ -641,6 +676,14 @@ class Engine:
         its states the cached ones."""
         for partition, record in batch.watermarks.items():
             self._watermarks[partition] = record.offset
+        floors = self._floor
+        floors.update(batch.floors)
+        for (p, kind, _name), (was, now) in batch.timers.items():
+            if now is not None and now != was:
+                where = (p, kind)
+                known = floors.get(where)
+                if known is not None and clamp_due(now) < known:
+                    floors[where] = clamp_due(now)
         if self.schedules is not None:
             self.schedules.committed(batch)
         cache = self._cache
@@ -833,7 +876,8 @@ class Engine:
             return
         origin = (record.partition, record.offset)
         partition = record.partition
-        for due, key, from_table in self.due(partition, JOBS, now_ms, batch):
+        candidates = self.due(partition, JOBS, now_ms, batch)
+        for due, key, from_table in candidates:
             if self.parked(partition, JOBS, key, due):
                 continue
             ref: JobRef = (partition, key)
@@ -858,6 +902,7 @@ class Engine:
                 self.park(partition, JOBS, key, due)
                 log.error("tick %d@%d, job %r: %s", record.partition, record.offset, key, _why(exc))
                 self.dead(record, f"deciding job {key!r} on this tick failed: {_why(exc)}", batch)
+        self.settle(partition, JOBS, now_ms, candidates, batch)
         if self.schedules is not None:
             self.schedules.tick(record, now_ms, batch)
 

@@ -285,7 +285,8 @@ class Schedules:
         now = _instant(now_ms)
         engine = self.engine
         partition = record.partition
-        for due, schedule_id, from_table in engine.due(partition, SCHEDULES, now_ms, batch):
+        candidates = engine.due(partition, SCHEDULES, now_ms, batch)
+        for due, schedule_id, from_table in candidates:
             if engine.parked(partition, SCHEDULES, schedule_id, due):
                 continue
             key = schedule_key(schedule_id)
@@ -304,6 +305,7 @@ class Schedules:
                 log.error("tick %d@%d, schedule %r: %s", record.partition, record.offset, key, why)
                 reason = f"deciding schedule {schedule_id!r} on this tick failed: {why}"
                 self.engine.dead(record, reason, batch)
+        engine.settle(partition, SCHEDULES, now_ms, candidates, batch)
 
     # -- deciding ----------------------------------------------------------------------
 
