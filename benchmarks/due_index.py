@@ -22,6 +22,13 @@ checkout of the old code (its engine has ``rebuild_timers``). It
 ``--tick PENDING`` runs ``stream.bench.micro.tick_cost_ms`` of the code version
 instead: one tick finding ``--due`` due among PENDING timers (old: the heap;
 new: the index rows in a RocksDB database), the median of three.
+
+New code only: ``--tombstones N`` times ticks after N fired timers' rows were
+deleted (RocksDB tombstones, not compacted) ahead of the due ones: the first
+tick after an assignment reads over them, the next start at the floor
+(``Engine.settle``). ``--bytes`` counts the table rows (the changelog's
+records) and key + value bytes the index adds per inbox event on the bench's
+onboarding mix.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 import faust
+import rocksdict
 
 from compiler import Start, to_iso
 from stream.engine import Engine, Record, home_partition
@@ -106,6 +114,126 @@ def first_tick(engine: Engine, topics: Topics, table: JobTable) -> tuple[int, fl
     return decisions, first
 
 
+def tombstones(dead: int, due_count: int, idle: int = 500_000) -> dict[str, Any]:
+    """Ticks over ``dead`` deleted index rows (see the module's docstring)."""
+    from stream.bench.micro import rocks_table
+    from stream.store import NOTHING_APPLIED, encode_stored
+    from stream.timers import DUE_VALUE, JOBS, due_key
+
+    registry = Registry([load_playbook_file(PLAYBOOKS / "onboarding.yaml")])
+    graph = registry.latest("onboarding")
+    assert graph is not None
+    topics = Topics("bench.")
+    path = tempfile.mkdtemp(prefix="lemongraph-tombstones-")
+    db = rocksdict.Rdict(path, options=rocksdict.Options(raw_mode=True))
+    try:
+        rows = rocksdict.WriteBatch(raw_mode=True)
+        due = 0
+        for i in range(due_count):
+            key = f"due-{i}"
+            state = graph.next(None, T0, Start(key, "onboarding")).state
+            assert state is not None
+            rows.put(key.encode(), encode_stored(0, NOTHING_APPLIED, state))
+            due = next_due_ms(state) or 0
+            rows.put(due_key(JOBS, due, key).encode(), DUE_VALUE)
+        db.write(rows)
+        for start in range(0, dead + idle, 100_000):
+            rows = rocksdict.WriteBatch(raw_mode=True)
+            for i in range(start, min(start + 100_000, dead + idle)):
+                at = 10_000 + i if i < dead else due + 10**10 + i
+                rows.put(due_key(JOBS, at, f"x-{i}").encode(), DUE_VALUE)
+            db.write(rows)
+        db.flush()
+        for start in range(0, dead, 1000):  # fired: deleted, 1,000 a tick
+            rows = rocksdict.WriteBatch(raw_mode=True)
+            for i in range(start, min(start + 1000, dead)):
+                rows.delete(due_key(JOBS, 10_000 + i, f"x-{i}").encode())
+            db.write(rows)
+        db.flush()
+        load, scan = rocks_table(db)
+        engine = Engine(topics, registry, load, partitions=1, scan=scan)
+
+        def tick(now_ms: int) -> tuple[float, int]:
+            at = datetime.fromtimestamp(now_ms / 1000, UTC)
+            value = encode(TickRecord(partition=0, at=to_iso(at)))
+            began = time.perf_counter()
+            batch = engine.process([Record(topics.ticks, 0, 0, b"tick", value, now_ms)])
+            elapsed = (time.perf_counter() - began) * 1000
+            rows = rocksdict.WriteBatch(raw_mode=True)
+            for key, _p, raw in batch.writes():
+                if raw is None:
+                    rows.delete(key.encode())
+                else:
+                    rows.put(key.encode(), raw)
+            db.write(rows)
+            engine.committed(batch)
+            return elapsed, batch.decisions
+
+        first = tick(due - 2)
+        second = tick(due - 1)
+        third = tick(due)
+        return {
+            "deleted_rows_ahead": dead,
+            "first_tick_after_assignment_ms": first[0],
+            "next_tick_nothing_due_ms": second[0],
+            "tick_ms": third[0],
+            "due": third[1],
+        }
+    finally:
+        db.close()
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def index_bytes(jobs: int = 5000, partitions: int = 4) -> dict[str, Any]:
+    """The index's share of the table rows written per inbox event."""
+    from stream.bench.workload import onboarding_mix
+    from stream.timers import DUE_PREFIX
+
+    registry = Registry([load_playbook_file(PLAYBOOKS / "onboarding.yaml")])
+    topics = Topics("bench.")
+    store: dict[tuple[str, int], bytes] = {}
+
+    def scan(p: int, low: str, high: str) -> list[tuple[str, bytes]]:
+        return sorted((k, v) for (k, q), v in store.items() if q == p and low <= k < high)
+
+    engine = Engine(
+        topics,
+        registry,
+        lambda k, p: store.get((k, p)),
+        partitions=partitions,
+        scan=scan,
+        wall_ms=lambda: 1_790_000_000_000,
+    )
+    offsets = [0] * partitions
+    records = []
+    for i, message in enumerate(onboarding_mix(jobs, seed=3)):
+        key = message.key.encode()
+        p = home_partition(key, partitions)
+        value = encode(message.compact())
+        records.append(Record(topics.inbox, p, offsets[p], key, value, 1_780_000_000_000 + 7 * i))
+        offsets[p] += 1
+    tally = {"index": [0, 0], "other": [0, 0]}
+    for start in range(0, len(records), 500):
+        batch = engine.process(records[start : start + 500])
+        for key, p, raw in batch.writes():
+            kind = "index" if key.startswith(DUE_PREFIX) else "other"
+            tally[kind][0] += 1
+            tally[kind][1] += len(key.encode()) + (len(raw) if raw else 0)
+            if raw is None:
+                store.pop((key, p), None)
+            else:
+                store[(key, p)] = raw
+        engine.committed(batch)
+    events = len(records)
+    return {
+        "events": events,
+        "index_rows_per_event": tally["index"][0] / events,
+        "index_bytes_per_event": tally["index"][1] / events,
+        "other_rows_per_event": tally["other"][0] / events,
+        "other_bytes_per_event": tally["other"][1] / events,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--jobs", type=int, default=100_000)
@@ -119,7 +247,15 @@ def main() -> None:
         metavar="PENDING",
         help="instead: stream.bench.micro.tick_cost_ms with PENDING timers, --due due",
     )
+    parser.add_argument("--tombstones", type=int, default=0, metavar="N")
+    parser.add_argument("--bytes", action="store_true")
     args = parser.parse_args()
+    if args.tombstones:
+        print(json.dumps(tombstones(args.tombstones, args.due)))
+        return
+    if args.bytes:
+        print(json.dumps(index_bytes()))
+        return
     if args.tick:
         from stream.bench.micro import tick_cost_ms
 
