@@ -195,6 +195,8 @@ class ScheduleModel:
         if earlier is None:
             while len(held) >= self.runs_kept and self._drop_oldest(sid):
                 pass
+            held = self.runs.setdefault(sid, held)  # emptied: dropped from the maps
+            sizes = self._sizes.setdefault(sid, sizes)
             seq = self._seq.get(sid, 0) + 1
             self._seq[sid] = seq
             folded = {**ops.fold_run(None, record), "seq": seq}
@@ -220,7 +222,14 @@ class ScheduleModel:
         self.runs_held -= self._sizes.get(sid, {}).pop(rid, 0)
         self.dropped_runs += 1
         if not held:
+            # Nothing held of it: its entries go too, or a stream of run records
+            # of ids never defined (or deleted) would grow these maps without
+            # bound; a defined schedule keeps its counter (the page cursor).
             self._lru.pop(sid, None)
+            self.runs.pop(sid, None)
+            self._sizes.pop(sid, None)
+            if sid not in self.schedules:
+                self._seq.pop(sid, None)
         return True
 
     def newest_runs(

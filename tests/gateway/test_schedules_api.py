@@ -393,6 +393,27 @@ def test_the_read_model_keeps_its_bounds() -> None:
     assert model.skipped == 1
 
 
+def test_runs_of_ids_never_defined_do_not_grow_the_read_model() -> None:
+    # Each id's runs are dropped for the bytes bound; what is left of such ids
+    # (their maps' entries and run counters) must go with them.
+    topics = Topics("ghosts.")
+    one = len(orjson.dumps({**orjson.loads(run_record("g0", "r", "completed", "a")[1]), "seq": 1}))
+    model = ScheduleModel(topics, runs_kept=1, runs_bytes=5 * one)
+    spec = {"id": "kept", "name": "kept", "schedule": "hourly"}
+    record = encode({"type": "schedule", "spec": spec, "updated_at": "x", "by": "t"})
+    model.apply(topics.schedules, b"kept", record, 0)
+    for n in range(3):
+        model.apply(topics.schedule_runs, *run_record("kept", f"k{n}", "completed", "a"), n)
+    assert [r["run_id"] for r in model.newest_runs("kept", 5)[0]] == ["k2"]
+    for n in range(1000):
+        model.apply(topics.schedule_runs, *run_record(f"g{n}", "r", "completed", "a"), n)
+    assert model.runs_held <= 5 * one
+    assert len(model.runs) <= 5
+    assert len(model._sizes) <= 5
+    assert len(model._seq) <= 6  # the held ids', and the defined schedule's counter
+    assert model._seq["kept"] == 3
+
+
 def test_a_wake_with_a_worker_starts_a_job_and_comes_back_as_a_run(
     lane: Lane, gateway: GatewayProcess
 ) -> None:
