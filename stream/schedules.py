@@ -62,6 +62,7 @@ from compiler import (
 )
 from topics import (
     FORWARDED_FROM_HEADER,
+    MAX_RECORD_BYTES,
     SCHEDULE_HEADER,
     SCHEDULE_RUN_HEADER,
     InboxEvent,
@@ -360,6 +361,7 @@ class Schedules:
             outputs.extend(self._effect(effect, schedule, schedule_id, partition, now))
         raw = None if step.state is None else encode_schedule(partition, step.state)
         due = None if step.state is None else step.state.due_ms()
+        _fits(key, raw, outputs)
         # -- nothing below can fail --
         batch.rows[ref] = raw
         self.timers.set(partition, key, due)
@@ -519,6 +521,32 @@ def stored_schedules(rows: Iterable[tuple[str, bytes]]) -> dict[str, ScheduleSta
         for key, raw in rows
         if key.startswith(SCHEDULE_PREFIX)
     }
+
+
+class TooLarge(ValueError):
+    """A decision whose state row or an output would exceed what a record may
+    be (``MAX_RECORD_BYTES``): the broker would refuse it, and the worker would
+    stop at that batch on every restart. The input is dead-lettered instead."""
+
+
+def _fits(key: str, raw: bytes | None, outputs: list[Output]) -> None:
+    """Refuse a decision that produces a record too large for the topics: a
+    wake's context is carried by its run record, its prompt task (twice: in the
+    prompt and as ``context``) and, while its run is active, the state."""
+    if raw is not None and len(key) + len(raw) > MAX_RECORD_BYTES:
+        raise TooLarge(
+            f"the schedule's state would be {len(raw):,} bytes, more than a record may be "
+            f"({MAX_RECORD_BYTES:,}): too many active runs or too large a context"
+        )
+    for output in outputs:
+        size = len(output.value or b"") + len(output.key or b"")
+        size += sum(len(n) + len(v) for n, v in output.headers or ())
+        if size > MAX_RECORD_BYTES:
+            short = output.topic.rsplit(".", 1)[-1]
+            raise TooLarge(
+                f"its {short} record would be {size:,} bytes, more than a record may be "
+                f"({MAX_RECORD_BYTES:,}): too large a context or prompt"
+            )
 
 
 def _first(exc: ValidationError) -> str:

@@ -536,6 +536,43 @@ def test_a_wake_of_an_unknown_schedule_is_dead_lettered() -> None:
     assert letter.reason == "schedule.wake: no schedule 'ghost'"
 
 
+def test_a_decision_whose_records_would_be_too_large_is_dead_lettered() -> None:
+    # A wake's context goes into its prompt task twice (the prompt and the
+    # field) and into the state while its run is active: past what a record may
+    # be, the broker would refuse the batch on every restart. The wake is
+    # dead-lettered instead, and nothing of it is written.
+    lane = Lane()
+    lane.run(lane.define(prompt_every_5m()))
+    p = home("check")
+    before = lane.store[(schedule_key("check"), p)]
+    big = {"blob": "x" * 600_000}
+    batch = lane.run(lane.wake("check", T0 + timedelta(seconds=1), request_id="w0", context=big))
+    [letter] = letters(batch)
+    assert "tasks record would be" in letter.reason, letter.reason
+    assert on(batch, "tasks") == []
+    assert runs(batch) == []
+    assert lane.store[(schedule_key("check"), p)] == before
+    # Active runs that together would make the state too large: the wake that
+    # would cross the line is refused; the earlier ones run.
+    half = {"blob": "x" * 400_000}
+    for n in range(2):
+        batch = lane.run(
+            lane.wake("check", T0 + timedelta(seconds=2 + n), request_id=f"w{n + 1}", context=half)
+        )
+        assert batch.deadletters == 0
+        assert len(on(batch, "tasks")) == 1
+    batch = lane.run(lane.wake("check", T0 + timedelta(seconds=5), request_id="w3", context=half))
+    [letter] = letters(batch)
+    assert "the schedule's state would be" in letter.reason, letter.reason
+    assert on(batch, "tasks") == []
+    # The worker goes on: the next slot is decided (skipped: the wakes' runs
+    # are still active).
+    batch = lane.run(lane.tick(T0 + timedelta(minutes=5), p))
+    assert [(r.status, r.run_id) for r in runs(batch)] == [
+        ("skipped", slot("check", T0 + timedelta(minutes=5)))
+    ]
+
+
 # -- the global switch --------------------------------------------------------------------
 
 
