@@ -223,9 +223,14 @@ def _ms_of(data: Mapping[str, Any], name: str, default: int, minimum: int) -> in
         delta = parse_duration(value)
     except ValueError as exc:
         raise ScheduleError(name, str(exc)) from None
+    except OverflowError:  # more days than a timedelta holds
+        delta = timedelta.max
     ms = int(delta.total_seconds()) * 1000
     if ms < minimum:
         raise ScheduleError(name, f"must be at least {_duration(minimum)}, got {value!r}")
+    if ms > MAX_DURATION_MS:
+        # Longer ones put instants past what a datetime holds (a tick would fail).
+        raise ScheduleError(name, f"must be at most {_duration(MAX_DURATION_MS)}, got {value!r}")
     return ms
 
 
@@ -454,6 +459,8 @@ def render_key(template: str, schedule: Schedule, nominal: datetime) -> str:
 #: at most this many records of one kind (missed, coalesced) per step; past it,
 #: one record stands for the rest (``missed_count``, ``slot`` to ``slot_last``)
 MAX_RECORDS = 100
+#: the longest jitter, timeout, retry_backoff or catchup_window (366 days)
+MAX_DURATION_MS = 366 * 86_400_000
 #: the wake request ids a state remembers for de-duplication
 MAX_REQUESTS = 64
 #: the longest output excerpt a run record carries
