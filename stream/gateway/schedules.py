@@ -34,7 +34,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, get_args
 
 import orjson
 from aiokafka import AIOKafkaConsumer
@@ -42,6 +42,7 @@ from fastapi import Body, FastAPI, Header, Query, Request
 from pydantic import BaseModel, Field, StrictBool, StrictStr, ValidationError
 
 from stream import schedule_ops as ops
+from stream.engine import home_partition
 from stream.kafka import KafkaSecurity, caught_up, client_kwargs
 from topics import ScheduleRecord, ScheduleRunRecord, Topics
 
@@ -71,6 +72,8 @@ VIEW_SLOTS = 5
 ROW_SLOTS = 3
 #: Run statuses that mean "still going".
 ACTIVE = ("pending", "running")
+#: Every run status (``?status=`` of the runs takes one of them).
+RUN_STATUSES: tuple[str, ...] = get_args(ScheduleRunRecord.model_fields["status"].annotation)
 
 
 @dataclass
@@ -127,6 +130,8 @@ class ScheduleModel:
         self.skipped = 0  # records that did not decode
         self.caught_up = False
         self.following = False
+        #: The ``schedules`` topic's partition count, once known (see :meth:`apply`).
+        self.partitions = 0
 
     # -- definitions ----------------------------------------------------------------
 
@@ -265,13 +270,28 @@ class ScheduleModel:
 
     # -- following the topics -------------------------------------------------------------
 
-    def apply(self, topic: str, key: bytes | None, value: bytes | None, offset: int) -> None:
+    def apply(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        offset: int,
+        partition: int | None = None,
+    ) -> None:
         """One record of ``schedules`` or ``schedule-runs``; one that does not
-        decode is counted and skipped."""
+        decode is counted and skipped, and so is a definition off its home
+        partition (when ``partition`` and :attr:`partitions` are known): the
+        worker dead-letters it (docs/kafka.md, "schedules"), so it is no schedule."""
         try:
             if topic == self.topics.schedules:
                 if key is None:
                     raise ValueError("a schedule record without a key")
+                if (
+                    partition is not None
+                    and self.partitions
+                    and home_partition(key, self.partitions) != partition
+                ):
+                    raise ValueError(f"not on its home partition (on {partition})")
                 sid = key.decode()
                 if value is None:
                     self.remove(sid, offset)
@@ -307,12 +327,13 @@ class ScheduleModel:
             tps = await assign_from_start(consumer, names, stopping)
             if not tps:
                 return
+            self.partitions = sum(1 for tp in tps if tp.topic == self.topics.schedules)
             self.following = True
             while not stopping.is_set():
                 batches = await consumer.getmany(timeout_ms=200, max_records=2000)
                 for tp, records in batches.items():
                     for r in records:
-                        self.apply(tp.topic, r.key, r.value, r.offset)
+                        self.apply(tp.topic, r.key, r.value, r.offset, tp.partition)
                 now = await caught_up(consumer, tps)
                 if now and not self.caught_up:
                     say(f"gateway: schedules caught up ({len(self.schedules)} schedules)")
@@ -683,7 +704,13 @@ def install_schedules(
     ) -> RunList:
         """The schedule's runs, newest first (pending, running, completed,
         failed, timeout, aborted, suppressed, missed, skipped), each as its
-        records on `schedule-runs` say; at most the newest 200 are kept."""
+        records on `schedule-runs` say; at most the newest 200 are kept. A
+        `status` that is none of these answers 422 `invalid_query`."""
+        if status is not None and status not in RUN_STATUSES:
+            raise ApiError(
+                422, "invalid_query",
+                f"status: {status!r} is not a run status ({', '.join(RUN_STATUSES)})",
+            )  # fmt: skip
         found(schedule_id)
         runs, more = model.newest_runs(schedule_id, limit, cursor, status)
         return RunList(

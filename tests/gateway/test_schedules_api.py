@@ -15,6 +15,7 @@ import httpx
 import orjson
 import pytest
 
+from stream.engine import home_partition
 from stream.gateway.schedules import ScheduleModel
 from topics import ScheduleRunRecord, Topics, encode
 
@@ -149,6 +150,8 @@ def test_a_schedule_is_created_listed_shown_paused_resumed_and_deleted(
     assert {a["by"] for a in audit} == {"ops-ada"}
     assert {a["target"] for a in audit} == {"schedule:lead-review"}
     assert audit[3]["detail"] == {"changed": ["name"]}
+    assert audit[1]["detail"] == {"enabled": False}  # pause
+    assert audit[2]["detail"] == {"enabled": True}  # resume
 
     # A gateway started later reads the same from the topics.
     later = start_gateway()
@@ -355,6 +358,11 @@ def test_runs_are_read_from_schedule_runs_newest_first_and_paged(
         error_of(
             client.get("/v1/schedules/heartbeat/runs", params={"limit": 0}), 422, "invalid_query"
         )
+        # A status that is no run status is refused, naming the ones there are.
+        bogus = client.get("/v1/schedules/heartbeat/runs", params={"status": "bogus"})
+        message = error_of(bogus, 422, "invalid_query")["message"]
+        assert message.startswith("status: 'bogus' is not a run status (pending, running, ")
+        assert "aborted" in message
 
 
 def test_the_read_model_keeps_its_bounds() -> None:
@@ -391,6 +399,22 @@ def test_the_read_model_keeps_its_bounds() -> None:
     # A record that does not decode is counted and skipped.
     model.apply(topics.schedule_runs, b"s2", b"{not json", 99)
     assert model.skipped == 1
+
+
+def test_a_definition_off_its_home_partition_is_not_a_schedule_here_either() -> None:
+    # The worker dead-letters it (docs/kafka.md, "schedules"); the read model
+    # must not serve it, nor let its offset hide the real one.
+    topics = Topics("misplaced.")
+    model = ScheduleModel(topics)
+    model.partitions = 4
+    spec = {"id": "s1", "name": "s1", "schedule": "hourly"}
+    record = encode({"type": "schedule", "spec": spec, "updated_at": "x", "by": "t"})
+    home = home_partition(b"s1", 4)
+    model.apply(topics.schedules, b"s1", record, 50, (home + 1) % 4)
+    assert model.get("s1") is None
+    assert model.skipped == 1
+    model.apply(topics.schedules, b"s1", record, 3, home)
+    assert model.listed == ["s1"]
 
 
 def test_runs_of_ids_never_defined_do_not_grow_the_read_model() -> None:
