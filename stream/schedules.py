@@ -97,6 +97,10 @@ SCHEDULE_PREFIX = f"{META_PREFIX}schedule/"
 
 _MAGIC = b"LS1"
 
+#: The records (runs, dispatches, deliveries) the schedules of one tick may
+#: add to its batch; the schedules still due after that wait for the next tick.
+TICK_BUDGET = 10_000
+
 ScheduleInput = Define | Remove | ScheduleTick | Wake | Report
 
 
@@ -154,6 +158,8 @@ class Schedules:
         self._marks: dict[tuple[int, str], int] = {}
         self._engine: Engine | None = None
         self.fired = 0  # decisions that dispatched a run
+        #: The records one tick's schedules may add before the rest wait (see tick).
+        self.tick_budget = TICK_BUDGET
 
     # -- the hook (stream/engine.py, ScheduleHook) -----------------------------------
 
@@ -283,11 +289,25 @@ class Schedules:
         self._decide(record, partition, message.schedule_id, now, item, batch)
 
     def tick(self, record: Record, now_ms: int, batch: Batch) -> None:
-        """Fire the due schedules of the tick's partition (none while switched off)."""
+        """Fire the due schedules of the tick's partition (none while switched off),
+        until their records reach :attr:`tick_budget`: the schedules still due
+        then wait for the next tick, so that a catch-up after downtime (up to a
+        hundred missed records and a fire per schedule) comes a tick at a time
+        instead of as one batch of every schedule's records."""
         if not self.enabled:
             return
         now = _instant(now_ms)
-        for key in self.timers.pop_due(record.partition, now_ms):
+        due = self.timers.pop_due(record.partition, now_ms)
+        start = len(batch.outputs)
+        for index, key in enumerate(due):
+            if len(batch.outputs) - start >= self.tick_budget:
+                for waiting in due[index:]:
+                    self.timers.set(record.partition, waiting, now_ms)  # the next tick's
+                log.info(
+                    "tick %d@%d: %d schedules still due wait for the next tick",
+                    record.partition, record.offset, len(due) - index,
+                )  # fmt: skip
+                return
             schedule_id = key[len(SCHEDULE_PREFIX) :]
             try:
                 self._decide(record, record.partition, schedule_id, now, ScheduleTick(), batch)

@@ -536,6 +536,33 @@ def test_a_wake_of_an_unknown_schedule_is_dead_lettered() -> None:
     assert letter.reason == "schedule.wake: no schedule 'ghost'"
 
 
+def test_a_catch_up_of_many_schedules_comes_a_tick_at_a_time() -> None:
+    # Down for 3 hours, each "every 1m" schedule has ~180 slots to decide: 100
+    # missed records, one for the rest and a fire. One tick must not put every
+    # schedule's records in one batch: past the budget the rest wait for the
+    # next tick, and in the end each schedule is decided once, as if alone.
+    lane = Lane()
+    p = 0
+    ids = [f"s{i}" for i in range(200) if home(f"s{i}") == p][:20]
+    spec = {"schedule": "every 1m", "action": {"type": "start_job", "playbook_key": "quick"}}
+    lane.run(*(lane.define({"id": i, "name": i, **spec}) for i in ids))
+    lane.schedules.tick_budget = 500
+    later = T0 + timedelta(hours=3)
+    lane.h.wall = later + timedelta(seconds=5)
+    decided: list[str] = []
+    sizes = []
+    for n in range(10):
+        batch = lane.run(lane.tick(later + timedelta(seconds=n), p))
+        sizes.append(len(batch.outputs))
+        decided += [r.schedule_id for r in runs(batch) if r.status == "completed"]
+        if len(decided) == len(ids):
+            break
+    assert sorted(decided) == sorted(ids)  # each fired once
+    assert len(sizes) > 1
+    assert max(sizes) <= 500 + 110, sizes  # the budget, and one schedule's records past it
+    assert lane.schedules.waiting() == len(ids)  # all back in the index, for their next slot
+
+
 def test_a_decision_whose_records_would_be_too_large_is_dead_lettered() -> None:
     # A wake's context goes into its prompt task twice (the prompt and the
     # field) and into the state while its run is active: past what a record may
