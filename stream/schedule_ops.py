@@ -191,11 +191,14 @@ def merged(spec: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
 
 def change_action(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     """The audit action of a change from ``old`` to ``new`` and its detail:
-    ``pause`` or ``resume`` when only ``enabled`` changed, else ``update``."""
+    ``pause`` or ``resume`` when only ``enabled`` changed (detail
+    ``{"enabled": false}`` / ``{"enabled": true}``), else ``update`` (detail
+    ``{"changed": [names]}``)."""
     names = sorted(set(old) | set(new))
     changed = [n for n in names if old.get(n) != new.get(n)]
     if changed == ["enabled"]:
-        return ("resume" if new.get("enabled", True) else "pause"), {}
+        enabled = new.get("enabled", True) is not False
+        return ("resume" if enabled else "pause"), {"enabled": enabled}
     return "update", {"changed": changed}
 
 
