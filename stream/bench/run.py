@@ -167,10 +167,20 @@ class Figures:
     #: by codec, and stored bytes per event by codec and topic.
     codec_events_per_s: dict[str, float] = field(default_factory=dict)
     codec_stored_bytes_per_event: dict[str, float] = field(default_factory=dict)
+    #: CPU µs per event of the worker and of the embedded broker during the burst
+    #: (user + system, /proc; steadier than events/s on a shared machine).
+    codec_worker_cpu_us_per_event: dict[str, float] = field(default_factory=dict)
+    codec_broker_cpu_us_per_event: dict[str, float] = field(default_factory=dict)
     codec_stored_bytes_per_event_by_topic: dict[str, dict[str, float]] = field(default_factory=dict)
     #: How the decision core ran (stream/native.py): compiled with mypyc or not.
     core: str = ""
     parameters: dict[str, Any] = field(default_factory=dict)
+
+
+def _cpu_s(pid: int) -> float:
+    """The CPU seconds (user + system) a process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _rss_mb(pid: int) -> float:
@@ -275,6 +285,10 @@ class Bench:
         self.workdir = workdir
         self.figures = Figures(parameters=asdict(params))
         self.run_id = uuid.uuid4().hex[:8]
+        #: The embedded broker's process (None: another broker), whose CPU the
+        #: codec comparison measures; and what the last ``_burst`` measured.
+        self.broker_pid: int | None = None
+        self.burst_cpu_s: list[float] = []
 
     def _env(self, prefix: str, data: Path) -> dict[str, str]:
         env = dict(os.environ)
@@ -437,6 +451,7 @@ class Bench:
         per event with each: compressed and not, side by side."""
         codecs = list(dict.fromkeys([*self.params.codecs, configured_compression()]))
         rates: dict[str, list[float]] = {c: [] for c in codecs}
+        cpu: dict[str, list[list[float]]] = {c: [] for c in codecs}
         stored: dict[str, list[dict[str, int]]] = {c: [] for c in codecs}
         events: dict[str, list[int]] = {c: [] for c in codecs}
         for round_ in range(self.params.codec_rounds):
@@ -446,22 +461,28 @@ class Bench:
                 env = self._env(prefix, self.workdir / f"codec{round_}-{codec}")
                 env["LEMONGRAPH_KAFKA_COMPRESSION"] = codec
                 worker = ChildProcess([sys.executable, "-m", "stream", "worker"], env, self.workdir)
+                pids = (worker.proc.pid,) + ((self.broker_pid,) if self.broker_pid else ())
                 try:
                     worker.wait_for("ready", 120)
-                    rate, _records, _decided = self._burst(Topics(prefix), codec)
+                    rate, records, _decided = self._burst(Topics(prefix), codec, pids)
                 finally:
                     worker.kill()
+                cpu[codec].append([1e6 * s / records for s in self.burst_cpu_s])
                 count, _produced, by_topic, _counts = self._bytes(prefix)
                 rates[codec].append(rate)
                 stored[codec].append(by_topic)
                 events[codec].append(count)
                 self.say(
                     f"codec {codec}, round {round_ + 1}: {rate:,.0f} events/s, "
-                    f"{sum(by_topic.values()) / count:,.0f} bytes stored per event"
+                    f"{sum(by_topic.values()) / count:,.0f} bytes stored per event, CPU µs "
+                    "per event: " + " and ".join(f"{us:,.0f}" for us in cpu[codec][-1])
                 )
         f = self.figures
         for codec in codecs:
             f.codec_events_per_s[codec] = statistics.median(rates[codec])
+            f.codec_worker_cpu_us_per_event[codec] = statistics.median(c[0] for c in cpu[codec])
+            if self.broker_pid:
+                f.codec_broker_cpu_us_per_event[codec] = statistics.median(c[1] for c in cpu[codec])
             runs = list(zip(stored[codec], events[codec], strict=True))
             totals = [sum(by_topic.values()) / n for by_topic, n in runs]
             f.codec_stored_bytes_per_event[codec] = round(statistics.median(totals), 1)
@@ -550,20 +571,26 @@ class Bench:
             f"arrived, broker timestamps)"
         )
 
-    def _burst(self, topics: Topics, compression: str | None = None) -> tuple[float, int, int]:
+    def _burst(
+        self, topics: Topics, compression: str | None = None, cpu_of: tuple[int, ...] = ()
+    ) -> tuple[float, int, int]:
         """The onboarding mix for ``engine_jobs`` jobs produced at once to
         running workers: (events/s, records, decisions). Timed from the burst's
         first inbox record to its last decision (broker timestamps), after a
         warm-up job has been decided (the group is joined, partitions assigned).
-        ``compression``: the inbox producer's codec (the environment's when None)."""
+        ``compression``: the inbox producer's codec (the environment's when None).
+        The CPU seconds each process of ``cpu_of`` used from the warm-up's decision
+        to the last decision seen go to ``burst_cpu_s``."""
         warm_up = encode(JobStart(key="warm-up", playbook_key="onboarding").compact())
         asyncio.run(_produce(self.bootstrap, topics.inbox, [(b"warm-up", warm_up)], compression))
         self._wait_decisions(topics.decisions, 1, 120)
+        cpu = [_cpu_s(pid) for pid in cpu_of]
         mix = onboarding_mix(self.params.engine_jobs, seed=11, prefix="tp")
         records = [(m.key.encode(), encode(m.compact())) for m in mix]
         asyncio.run(_produce(self.bootstrap, topics.inbox, records, compression))
         expected = _expected_decisions(mix)
         stamps = self._wait_decisions(topics.decisions, expected + 1, 600)
+        self.burst_cpu_s = [_cpu_s(pid) - was for pid, was in zip(cpu_of, cpu, strict=True)]
         refused = asyncio.run(_refusals(self.bootstrap, topics.decisions))
         if refused:
             raise BenchError(f"the engine refused {len(refused)} inputs, e.g. {refused[:3]}")
@@ -657,6 +684,7 @@ def run_bench(
         say(f"parameters: {', '.join(f'{k}={v}' for k, v in asdict(params).items())}")
         say(f"broker: {url}{' (embedded Tansu)' if broker else ''}; cores: {os.cpu_count()}")
         bench = Bench(url, params, say, playbooks, workdir)
+        bench.broker_pid = broker.pid if broker is not None else None
         bench.figures.core = native.check().describe()
         records = bench.raw()
         faust_records = records[: params.faust_records]
@@ -763,7 +791,9 @@ def render_table(f: Figures) -> str:
             (
                 f"engine burst, {codec} batches",
                 f"{rate:,.0f} events/s",
-                f"{f.codec_stored_bytes_per_event.get(codec, 0):,.0f} B stored per event",
+                f"{f.codec_stored_bytes_per_event.get(codec, 0):,.0f} B stored per event, CPU "
+                f"µs per event: worker {f.codec_worker_cpu_us_per_event.get(codec, 0):,.0f}, "
+                f"broker {f.codec_broker_cpu_us_per_event.get(codec, 0):,.0f}",
             )
             for codec, rate in f.codec_events_per_s.items()
         ),

@@ -88,6 +88,10 @@ def test_bench_quick_measures_every_figure(tmp_path: Path) -> None:
     assert min(figures["codec_events_per_s"].values()) > 0
     stored = figures["codec_stored_bytes_per_event"]
     assert 0 < stored["zstd"] < stored["none"], stored
+    # CPU per event of the worker and of the embedded broker, for each codec.
+    for cpu in ("codec_worker_cpu_us_per_event", "codec_broker_cpu_us_per_event"):
+        assert set(figures[cpu]) == {"none", "zstd"}, figures[cpu]
+        assert min(figures[cpu].values()) > 0, (cpu, figures[cpu])
     assert "bytes per event" in result.stdout
     assert "engine / framework" in result.stdout
     assert "schedules tick" in result.stdout
