@@ -463,6 +463,9 @@ MAX_RECORDS = 100
 MAX_DURATION_MS = 366 * 86_400_000
 #: the wake request ids a state remembers for de-duplication
 MAX_REQUESTS = 64
+#: Prompt runs one schedule may have active at once (docs/schedules.md, "Overlap");
+#: a run beyond is recorded ``skipped``.
+MAX_ACTIVE = 32
 #: the longest output excerpt a run record carries
 MAX_OUTPUT = 2000
 HEARTBEAT_OK = "HEARTBEAT_OK"
@@ -796,6 +799,19 @@ class _Decision:
         root = root_run_id or run_id
         action: dict[str, Any] = _plain(schedule.action)
         kind = action["type"]
+        if kind == "prompt" and len(self.active) >= MAX_ACTIVE:
+            # allow_all and wakes add runs; each stays in the state until it ends
+            self.record(
+                run_id,
+                "skipped",
+                triggered_by,
+                slot_ms,
+                attempt=attempt,
+                root_run_id=root,
+                error=f"too many runs active ({MAX_ACTIVE}): the oldest is {self.active[0].run_id}",
+                context=context,
+            )
+            return
         job_key: str | None = None
         deadline: int | None = None
         if kind == "start_job":

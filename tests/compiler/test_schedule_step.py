@@ -614,7 +614,7 @@ def test_the_longest_durations_step_without_leaving_the_calendar() -> None:
     # and a failed run's retry are all still decided. (Far longer ones, now
     # refused, made a tick raise OverflowError.)
     longest = {"jitter": "366d", "catchup_window": "366d", "timeout": "366d"}
-    state = define(make(**longest, retry_backoff="366d", max_retries=1, overlap="allow_all"))
+    state = define(make(**longest, retry_backoff="366d", max_retries=1, overlap="skip"))
     step = schedule_step(state, T0 + timedelta(days=800), ScheduleTick())
     assert step.state is not None
     assert any(isinstance(e, Dispatch) for e in step.effects)
@@ -626,3 +626,21 @@ def test_the_longest_durations_step_without_leaving_the_calendar() -> None:
     step = schedule_step(step.state, T0 + timedelta(days=802), Report(first, "failed", "", "x"))
     assert step.state is not None
     assert [r.attempt for r in step.state.retries] == [1]
+
+
+def test_runs_active_at_once_are_bounded() -> None:
+    from compiler._schedule import MAX_ACTIVE
+
+    state = define(make(timeout="1h", overlap="allow_all"))
+    for n in range(MAX_ACTIVE):
+        step = schedule_step(state, at(1), Wake(f"req-{n}"))
+        assert step.state is not None
+        state = step.state
+    assert len(state.active) == MAX_ACTIVE
+    step = schedule_step(state, at(2), Wake("one-more"))
+    assert dispatches(step) == []
+    (record,) = records(step)
+    assert record["status"] == "skipped"
+    assert record["error"].startswith(f"too many runs active ({MAX_ACTIVE})")
+    assert step.state is not None
+    assert len(step.state.active) == MAX_ACTIVE
