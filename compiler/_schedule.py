@@ -900,7 +900,9 @@ class _Decision:
         suppressed = status == "suppressed"
         target = schedule.deliver_to
         delivered_to = None
-        if not suppressed and target != "none":
+        # Switched off, nothing is delivered either: the global switch silences
+        # every schedule (docs/schedules.md, "The global switch").
+        if not suppressed and target != "none" and self.firing:
             if status == "completed":
                 text = f"{schedule.name}: {output or ''}"
             else:

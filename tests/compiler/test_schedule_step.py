@@ -644,3 +644,13 @@ def test_runs_active_at_once_are_bounded() -> None:
     assert record["error"].startswith(f"too many runs active ({MAX_ACTIVE})")
     assert step.state is not None
     assert len(step.state.active) == MAX_ACTIVE
+
+
+def test_switched_off_a_report_delivers_nothing() -> None:
+    state = running(deliver_to="web:ops-1")
+    step = schedule_step(state, at(40), Report(slot(30), "completed", "Status: OK"), firing=False)
+    assert delivers(step) == []
+    (record,) = records(step)
+    assert (record["status"], record["delivered_to"]) == ("completed", None)
+    step = schedule_step(state, at(40), Report(slot(30), "completed", "Status: OK"))
+    assert [d.target for d in delivers(step)] == ["web:ops-1"]
