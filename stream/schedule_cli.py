@@ -107,6 +107,26 @@ def _runs(settings: Settings, sid: str) -> list[dict[str, Any]]:
     return list(run(go()))
 
 
+def _playbook_keys(settings: Settings) -> set[str]:
+    """The keys of the playbooks registered (the ``playbooks`` topic)."""
+    from topics import Topics
+
+    from .kafka import read_topic, run
+
+    bootstrap = _bootstrap(settings)
+    name = Topics(settings.topic_prefix).playbooks
+
+    async def go() -> set[str]:
+        keys = set()
+        async for r in read_topic(bootstrap, name, idle=0.3, security=settings.kafka_security):
+            record = ops.decode(r.value)
+            if record is not None and isinstance(record.get("key"), str):
+                keys.add(record["key"])
+        return keys
+
+    return set(run(go()))
+
+
 def _woken(settings: Settings, sid: str, request_id: str) -> dict[str, Any] | None:
     """The ``wake`` audit record of schedule ``sid`` with ``request_id`` (written
     by the CLI or the gateway with the wake), if the ``audit`` topic has it."""
@@ -314,7 +334,8 @@ def add(source: str, replace: bool) -> None:
     definition); an id in use is refused (exit 1) unless --replace, which
     replaces the whole definition (a field left out returns to its default,
     `enabled` included: a paused schedule resumes). Prints what each write did
-    (created, updated (fields), paused, resumed) and its next slot."""
+    (created, updated (fields), paused, resumed) and its next slot; a
+    `start_job` naming a playbook not registered is written with a warning."""
     settings = _settings()
     specs: list[dict[str, Any]] = []
     problems = []
@@ -360,6 +381,11 @@ def add(source: str, replace: bool) -> None:
         _publish(settings, writes)
     for line in said:
         click.echo(line)
+    if any((s.get("action") or {}).get("type") == "start_job" for s in specs):
+        registered = _playbook_keys(settings)
+        for spec in specs:
+            for warning in ops.playbook_warnings(spec, registered):
+                click.echo(f"warning: {spec['id']}: {warning}", err=True)
 
 
 @schedule.command("list")

@@ -373,6 +373,9 @@ class ScheduleView(BaseModel):
     last_run: dict[str, Any] | None = None
     active_runs: list[dict[str, Any]] = Field(default_factory=list)
     runs_kept: int = 0
+    #: A create's or change's warnings: a ``start_job`` naming a playbook not
+    #: registered (``action.playbook_key: no playbook ... (did you mean ...)``).
+    warnings: list[str] = Field(default_factory=list)
 
 
 class ScheduleList(BaseModel):
@@ -501,6 +504,12 @@ def install_schedules(
                 extra={"field": exc.field, "position": exc.position},
             ) from None  # fmt: skip
 
+    def warnings(spec: dict[str, Any]) -> list[str]:
+        """The playbooks registered are known once the jobs' read model has
+        read the ``playbooks`` topic to its end."""
+        jobs = gateway.model
+        return ops.playbook_warnings(spec, jobs.playbooks if jobs.caught_up else None)
+
     async def put(write: ops.Write) -> Any:
         return await gateway.send(write.full_topic(topics), write.key, write.value)
 
@@ -526,7 +535,8 @@ def install_schedules(
         on `schedules` and an `audit` record `create`; 201 with the definition
         as normalised and its next 5 slots. An id in use answers 409
         `schedule_exists`; an invalid definition 422 `invalid_schedule` with
-        `field` and, in a cron expression, `position`."""
+        `field` and, in a cron expression, `position`. A `start_job` naming a
+        playbook not registered is accepted with `warnings`."""
         principal = writer(request)
         spec = valid(body)
         sid = str(spec["id"])
@@ -542,7 +552,9 @@ def install_schedules(
                     f"this gateway holds {model.schedules_kept} schedules, its bound",
                 )  # fmt: skip
             await publish(spec, principal.name, "create", {"spec": spec})
-        return view(found(sid))
+        answer = view(found(sid))
+        answer.warnings = warnings(spec)
+        return answer
 
     @app.get(
         "/v1/schedules",
@@ -610,7 +622,9 @@ def install_schedules(
             if spec != entry.spec:
                 action, detail = ops.change_action(entry.spec, spec)
                 await publish(spec, principal.name, action, detail)
-        return view(found(schedule_id))
+        answer = view(found(schedule_id))
+        answer.warnings = warnings(spec)
+        return answer
 
     @app.delete(
         "/v1/schedules/{schedule_id}",

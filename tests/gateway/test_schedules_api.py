@@ -283,6 +283,45 @@ def test_a_wake_goes_to_the_inbox_once_per_request_id(lane: Lane, gateway: Gatew
     assert audit[0]["detail"]["run_id"] == woken["run_id"]
 
 
+def test_a_start_job_naming_no_registered_playbook_is_accepted_with_a_warning(
+    lane: Lane, gateway: GatewayProcess
+) -> None:
+    # The lane's playbooks (lead-qualification, onboarding, payment-reminders) are registered.
+    with gateway.client(gateway.token()) as client:
+        wait_for(
+            lambda: (
+                "onboarding" in {p["key"] for p in ok(client.get("/v1/playbooks"))["playbooks"]}
+            ),
+            what="the playbooks",
+        )
+        typo = {**REVIEW, "action": {"type": "start_job", "playbook_key": "onbaording"}}
+        # (the REVIEW action's lead-qualification is registered: no warning)
+        created = ok(client.post("/v1/schedules", json=typo), 201)
+        assert created["warnings"] == [
+            "action.playbook_key: no playbook 'onbaording' is registered (did you mean "
+            "'onboarding'?): until one is, each run's job.start is refused (the run is "
+            "recorded completed; the refusal is on decisions under the job key)"
+        ]
+        assert ok(client.get("/v1/schedules/lead-review"))["warnings"] == []
+        fixed = ok(
+            client.patch(
+                "/v1/schedules/lead-review",
+                json={"action": {"type": "start_job", "playbook_key": "onboarding"}},
+            )
+        )
+        assert fixed["warnings"] == []
+        other = {
+            **REVIEW,
+            "id": "prompt",
+            "action": {"type": "prompt", "agent": "x", "prompt": "y"},
+        }
+        assert ok(client.post("/v1/schedules", json=other), 201)["warnings"] == []
+    # Written as asked: a warning refuses nothing.
+    assert values(lane, "schedules", "lead-review")[0]["spec"]["action"]["playbook_key"] == (
+        "onbaording"
+    )
+
+
 def run_record(sid: str, rid: str, status: str, at: str, **more: Any) -> tuple[bytes, bytes]:
     record = ScheduleRunRecord(
         schedule_id=sid,

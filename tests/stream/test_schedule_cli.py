@@ -270,6 +270,12 @@ def test_add_validates_everything_before_writing_and_reads_stdin(
     result = cli("schedule", "add", "-", stdin=one, env=lane.env())
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("first: created; next ")
+    # No playbook is registered: written, with a warning line.
+    assert result.stderr == (
+        "warning: first: action.playbook_key: no playbook 'onboarding' is registered: until "
+        "one is, each run's job.start is refused (the run is recorded completed; the refusal "
+        "is on decisions under the job key)\n"
+    )
     bad = """\
 - id: second
   name: Second
