@@ -62,6 +62,8 @@ __all__ = [
     "smallest",
 ]
 
+#: What a heartbeat answers when nothing needs a person (docs/schedules.md).
+HEARTBEAT_OK = "HEARTBEAT_OK"
 _AGENT = re.compile(r"^Agent: (\S+)\s*$", re.MULTILINE)
 _NEXT = re.compile(r"^Next best step: (\S+)\s*$", re.MULTILINE)
 _FLOW = re.compile(r"^Flow: (\S+)\s*$", re.MULTILINE)
@@ -153,6 +155,9 @@ class Seen:
     flow: str | None = None
     node: str | None = None
     schema: Mapping[str, Any] | None = None
+    #: A heartbeat: the instructions or the person's latest message ask for
+    #: ``HEARTBEAT_OK`` (docs/schedules.md, "Heartbeats").
+    heartbeat: bool = False
 
 
 @dataclass(frozen=True)
@@ -239,7 +244,14 @@ def _builtin(seen: Seen) -> Answer:
     model"): after a tool result, say it is done; when the person asks to book
     and a booking tool is offered, book what they said; when the person answers
     and a delegate is offered, hand their words to it; a delegate calls its first
-    tool; else greet the person with the next best step."""
+    tool; else greet the person with the next best step. A heartbeat (asked
+    to answer ``HEARTBEAT_OK`` when all is well) sees nothing that needs a
+    person: it answers ``HEARTBEAT_OK``, after calling its agent's first tool
+    if it has one."""
+    if seen.heartbeat:
+        if seen.tool_result is None and seen.tools and seen.agent not in (None, "conversation"):
+            return Answer(tool=seen.tools[0], args={})
+        return Answer(say=HEARTBEAT_OK)
     if seen.tool_result is not None:
         return Answer(say=f"Done: {seen.tool_result} confirmed it.")
     said = (seen.last_message or "").strip()
@@ -372,6 +384,7 @@ def _seen(
         flow.group(1) if (flow := _FLOW.search(instructions)) else None,
         node.group(1) if (node := _NODE.search(instructions)) else None,
         schema if isinstance(schema, dict) else None,
+        HEARTBEAT_OK in instructions or HEARTBEAT_OK in (last_message or ""),
     )
 
 

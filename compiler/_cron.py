@@ -171,7 +171,10 @@ def parse_cron(text: str) -> Cron:
     if not isinstance(text, str):
         raise ScheduleError("schedule", f"must be a string, got {type(text).__name__}")
     if not text.strip():
-        _fail(text, "is empty: write a 5-field cron expression or a shorthand", None)
+        # No text to quote ("schedule: is empty: ..."); position 1, where it would start.
+        raise ScheduleError(
+            "schedule", "is empty: write a 5-field cron expression or a shorthand", position=1
+        )
     first = text.strip()[0]
     if first.isalpha() or first == "@":
         return Cron(_shorthand(text), text.strip())
@@ -186,7 +189,9 @@ def _tokens(text: str) -> list[tuple[str, int]]:
 def _cron(text: str) -> str:
     tokens = _tokens(text)
     if len(tokens) != 5:
-        position = tokens[5][1] if len(tokens) > 5 else None
+        # Too many: the sixth field; too few: the end of the text, where the
+        # missing field would start.
+        position = tokens[5][1] if len(tokens) > 5 else len(text.rstrip()) + 1
         _fail(
             text,
             f"expected 5 fields (minute hour day-of-month month day-of-week), got {len(tokens)}",
@@ -362,9 +367,15 @@ def _time_of_day(text: str, words: list[tuple[str, int]], missing_at: int) -> tu
     return hour, minute
 
 
+#: Names the zone database may hold that are not IANA zones but this
+#: machine's settings (``localtime`` links to /etc/localtime on Debian): a
+#: schedule read in one would fire at other instants on another worker.
+_MACHINE_ZONES = frozenset({"localtime", "posixrules"})
+
+
 @lru_cache(maxsize=1)
 def _zone_names() -> frozenset[str]:
-    return frozenset(available_timezones())
+    return frozenset(available_timezones()) - _MACHINE_ZONES
 
 
 @lru_cache(maxsize=1024)
@@ -373,6 +384,8 @@ def zone(name: str) -> ZoneInfo:
     ``timezone`` with the closest known name."""
     try:
         if not isinstance(name, str) or not name or name != name.strip():
+            raise ValueError(name)
+        if name in _MACHINE_ZONES:
             raise ValueError(name)
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError, OSError):

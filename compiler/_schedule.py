@@ -223,9 +223,14 @@ def _ms_of(data: Mapping[str, Any], name: str, default: int, minimum: int) -> in
         delta = parse_duration(value)
     except ValueError as exc:
         raise ScheduleError(name, str(exc)) from None
+    except OverflowError:  # more days than a timedelta holds
+        delta = timedelta.max
     ms = int(delta.total_seconds()) * 1000
     if ms < minimum:
         raise ScheduleError(name, f"must be at least {_duration(minimum)}, got {value!r}")
+    if ms > MAX_DURATION_MS:
+        # Longer ones put instants past what a datetime holds (a tick would fail).
+        raise ScheduleError(name, f"must be at most {_duration(MAX_DURATION_MS)}, got {value!r}")
     return ms
 
 
@@ -454,8 +459,13 @@ def render_key(template: str, schedule: Schedule, nominal: datetime) -> str:
 #: at most this many records of one kind (missed, coalesced) per step; past it,
 #: one record stands for the rest (``missed_count``, ``slot`` to ``slot_last``)
 MAX_RECORDS = 100
+#: the longest jitter, timeout, retry_backoff or catchup_window (366 days)
+MAX_DURATION_MS = 366 * 86_400_000
 #: the wake request ids a state remembers for de-duplication
 MAX_REQUESTS = 64
+#: Prompt runs one schedule may have active at once (docs/schedules.md, "Overlap");
+#: a run beyond is recorded ``skipped``.
+MAX_ACTIVE = 32
 #: the longest output excerpt a run record carries
 MAX_OUTPUT = 2000
 HEARTBEAT_OK = "HEARTBEAT_OK"
@@ -789,6 +799,19 @@ class _Decision:
         root = root_run_id or run_id
         action: dict[str, Any] = _plain(schedule.action)
         kind = action["type"]
+        if kind == "prompt" and len(self.active) >= MAX_ACTIVE:
+            # allow_all and wakes add runs; each stays in the state until it ends
+            self.record(
+                run_id,
+                "skipped",
+                triggered_by,
+                slot_ms,
+                attempt=attempt,
+                root_run_id=root,
+                error=f"too many runs active ({MAX_ACTIVE}): the oldest is {self.active[0].run_id}",
+                context=context,
+            )
+            return
         job_key: str | None = None
         deadline: int | None = None
         if kind == "start_job":
@@ -877,7 +900,9 @@ class _Decision:
         suppressed = status == "suppressed"
         target = schedule.deliver_to
         delivered_to = None
-        if not suppressed and target != "none":
+        # Switched off, nothing is delivered either: the global switch silences
+        # every schedule (docs/schedules.md, "The global switch").
+        if not suppressed and target != "none" and self.firing:
             if status == "completed":
                 text = f"{schedule.name}: {output or ''}"
             else:

@@ -10,6 +10,7 @@ due meanwhile is decided at the span's end, as when a worker comes back.
 
 from __future__ import annotations
 
+import difflib
 from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -192,7 +193,7 @@ def schedule_run_line(record: dict[str, Any]) -> str:
     """A run as ``expect.runs`` writes it (runs are listed by slot):
     ``<slot or instant> <schedule> <status>``, ``(<triggered_by>)`` after a run
     the clock did not start, and for a span of missed slots ``×N to <last slot>``."""
-    when = record.get("slot") or record["at"]
+    when = _instant(record)
     line = f"{when} {record['schedule_id']} {record['status']}"
     if record.get("missed_count"):
         line += f" ×{record['missed_count']} to {record.get('slot_last')}"
@@ -344,6 +345,13 @@ class _Clock:
                     self.apply(schedule_id, now, ScheduleTick())
 
 
+def _instant(record: dict[str, Any]) -> str:
+    """Where a run is listed: its slot; a run without one (a wake) at its
+    instant, when it started (a skipped wake: when it was recorded), never
+    when it ended."""
+    return str(record.get("slot") or record.get("started_at") or record["at"])
+
+
 def _final_runs(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each run's last record, by slot (a wake's by its instant); runs of the
     same instant in the order they first appeared."""
@@ -351,7 +359,7 @@ def _final_runs(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for record in records:
         last[record["run_id"]] = record  # a dict keeps the first insertion's place
     # ISO instants in UTC ("...Z") sort as text; sorted() is stable.
-    return sorted(last.values(), key=lambda r: str(r.get("slot") or r["at"]))
+    return sorted(last.values(), key=_instant)
 
 
 def run_schedule_scenario(
@@ -370,14 +378,14 @@ def run_schedule_scenario(
     failures = list(clock.failures)
     expect = scenario.expect
     if expect.runs is not None and [str(x) for x in expect.runs] != lines:
-        failures.append(_runs_differ("runs", [str(x) for x in expect.runs], lines))
+        failures += _runs_differ("runs", [str(x) for x in expect.runs], lines)
     for schedule_id, wanted in (expect.runs_of or {}).items():
         if schedule_id not in {s.id for s in schedules}:
             failures.append(f"runs_of: no schedule {schedule_id!r}")
             continue
         got = [schedule_run_line(r) for r in runs if r["schedule_id"] == schedule_id]
         if [str(x) for x in wanted] != got:
-            failures.append(_runs_differ(f"runs_of.{schedule_id}", [str(x) for x in wanted], got))
+            failures += _runs_differ(f"runs_of.{schedule_id}", [str(x) for x in wanted], got)
     if expect.count is not None:
         for status, number in expect.count.items():
             if counts.get(status, 0) != number:
@@ -395,10 +403,29 @@ def run_schedule_scenario(
     )
 
 
-def _runs_differ(what: str, wanted: list[str], got: list[str]) -> str:
-    for i, (a, b) in enumerate(zip(wanted, got, strict=False)):
-        if a != b:
-            return f"{what}: #{i + 1}: expected {a!r}, got {b!r}"
-    if len(wanted) > len(got):
-        return f"{what}: expected {len(wanted)}, got {len(got)}; missing {wanted[len(got)]!r}"
-    return f"{what}: expected {len(wanted)}, got {len(got)}; also {got[len(wanted)]!r}"
+#: The most differences one expectation's failure lists.
+MAX_DIFFERENCES = 10
+
+
+def _runs_differ(what: str, wanted: list[str], got: list[str]) -> list[str]:
+    """Every difference between the expected and the actual runs (at most
+    :data:`MAX_DIFFERENCES`, then how many more), from a diff of the two lists:
+    ``#i: expected A, got B`` for a run that differs, ``#i: missing A`` for an
+    expected run that did not happen, ``also B (got #j)`` for one not expected."""
+    lines = [] if len(wanted) == len(got) else [f"{what}: expected {len(wanted)}, got {len(got)}"]
+    found: list[str] = []
+    matcher = difflib.SequenceMatcher(None, wanted, got, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        pairs = min(i2 - i1, j2 - j1)
+        found += [
+            f"{what}: #{i + 1}: expected {wanted[i]!r}, got {got[j]!r}"
+            for i, j in zip(range(i1, i1 + pairs), range(j1, j1 + pairs), strict=True)
+        ]
+        found += [f"{what}: #{i + 1}: missing {wanted[i]!r}" for i in range(i1 + pairs, i2)]
+        found += [f"{what}: also {got[j]!r} (got #{j + 1})" for j in range(j1 + pairs, j2)]
+    lines += found[:MAX_DIFFERENCES]
+    if len(found) > MAX_DIFFERENCES:
+        lines.append(f"{what}: and {len(found) - MAX_DIFFERENCES} more difference(s)")
+    return lines

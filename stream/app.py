@@ -148,6 +148,13 @@ def build_app(
         key_type=bytes,
         value_type=bytes,
     )
+    #: The order in which one fetch's records are decided, by topic (see handle).
+    rank = {
+        name: i
+        for i, name in enumerate(
+            (topics.schedules, topics.schedule_runs, topics.inbox, topics.ticks)
+        )
+    }
     table = JobTable(
         app.Table("jobstate", partitions=settings.partitions, key_type=bytes, value_type=bytes)
     )
@@ -255,6 +262,12 @@ def build_app(
                 if table.get(INDEX_MARK, partition) is None:
                     await index_partition(partition)
             log.info("partitions assigned: %s", ", ".join(map(str, sorted(mine))) or "none")
+        # Kafka orders records within a partition of one topic, not between
+        # topics. Of what one fetch brought, definitions are decided first, then
+        # reports, then the inbox, then ticks (a stable sort: each partition's
+        # order is kept), so that a wake or a tick fetched with the definition
+        # written before it sees that definition (docs/schedules.md, "Order
+        # between topics").
         records = [
             # Faust keeps the timestamp in seconds; round back to the record's ms.
             Record(
@@ -266,7 +279,7 @@ def build_app(
                 round(m.timestamp * 1000),
                 _headers(m.headers),
             )
-            for m in messages
+            for m in sorted(messages, key=lambda m: rank.get(m.topic, len(rank)))
         ]
         other = await watch.changed()
         if other is not None:

@@ -200,8 +200,9 @@ def client_kwargs(bootstrap: str, security: KafkaSecurity | None = None) -> dict
 #: The codecs ``LEMONGRAPH_KAFKA_COMPRESSION`` names (Kafka's own batch codecs).
 COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
 #: What producers use when the variable is unset: on the benchmark's workload zstd
-#: stores the fewest bytes for about the same events/s (benchmarks/README.md,
-#: "Bytes per event"); every Apache Kafka since 2.1 and the embedded broker take it.
+#: stores the fewest bytes (about 5 % of the records'), for less CPU than aiokafka's
+#: lz4 (benchmarks/README.md, "Bytes per event"); every Apache Kafka since 2.1 and the
+#: embedded broker take it.
 DEFAULT_COMPRESSION = "zstd"
 
 

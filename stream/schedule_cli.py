@@ -14,9 +14,12 @@ schedule, an id in use without ``--replace``, a broker that cannot be reached);
 
 from __future__ import annotations
 
+import re
 import sys
 import uuid
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from itertools import pairwise
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -104,6 +107,55 @@ def _runs(settings: Settings, sid: str) -> list[dict[str, Any]]:
     return list(run(go()))
 
 
+def _playbook_keys(settings: Settings) -> set[str]:
+    """The keys of the playbooks registered (the ``playbooks`` topic)."""
+    from topics import Topics
+
+    from .kafka import read_topic, run
+
+    bootstrap = _bootstrap(settings)
+    name = Topics(settings.topic_prefix).playbooks
+
+    async def go() -> set[str]:
+        keys = set()
+        async for r in read_topic(bootstrap, name, idle=0.3, security=settings.kafka_security):
+            record = ops.decode(r.value)
+            if record is not None and isinstance(record.get("key"), str):
+                keys.add(record["key"])
+        return keys
+
+    return set(run(go()))
+
+
+def _woken(settings: Settings, sid: str, request_id: str) -> dict[str, Any] | None:
+    """The ``wake`` audit record of schedule ``sid`` with ``request_id`` (written
+    by the CLI or the gateway with the wake), if the ``audit`` topic has it."""
+    from topics import Topics
+
+    from .kafka import read_topic, run
+
+    bootstrap = _bootstrap(settings)
+    name = Topics(settings.topic_prefix).audit
+    wanted = sid.encode()
+
+    async def go() -> dict[str, Any] | None:
+        found = None
+        async for r in read_topic(bootstrap, name, idle=0.3, security=settings.kafka_security):
+            record = ops.decode(r.value) if r.key == wanted else None
+            detail = record.get("detail") if record is not None else None
+            if (
+                record is not None
+                and record.get("action") == "wake"
+                and isinstance(detail, dict)
+                and detail.get("request_id") == request_id
+            ):
+                found = record
+        return found
+
+    result: dict[str, Any] | None = run(go())
+    return result
+
+
 def _publish(settings: Settings, writes: list[ops.Write]) -> list[tuple[int, int]]:
     """Produce ``writes`` in order, each acknowledged; (partition, offset) each.
     The topics are created first when missing (a compacted ``schedules`` must
@@ -145,17 +197,51 @@ def _next_line(spec: dict[str, Any]) -> str:
     return slots[0].line() if slots else "no next slot"
 
 
+def _millis(instant: object) -> str:
+    """An instant as a run line prints it: milliseconds at most (a worker's
+    record may carry microseconds: ``21:24:00.996000Z`` prints ``21:24:00.996Z``)."""
+    text = str(instant or "")
+    return re.sub(r"(T\d\d:\d\d:\d\d\.\d{3})\d+", r"\1", text)
+
+
+def _changes(action: str, detail: dict[str, Any], spec: dict[str, Any]) -> str:
+    """What a write did: ``created``, ``paused``, ``resumed``, or ``updated
+    (name, timeout)``, ``and resumed`` / ``and paused`` when ``enabled`` changed
+    too (--replace replaces the whole definition: ``enabled`` left out is true)."""
+    if action != "update":
+        return _DONE[action]
+    changed = [str(n) for n in detail.get("changed", ())]
+    said = f"updated ({', '.join(n for n in changed if n != 'enabled')})"
+    if "enabled" in changed:
+        said += " and resumed" if spec.get("enabled", True) is not False else " and paused"
+    return said
+
+
+def _catchup_line(spec: dict[str, Any]) -> str:
+    """The effective catch-up window: as set, or the default, one period of the
+    schedule (its length when the schedule is regular: ``one period (30m)``)."""
+    if spec.get("catchup_window"):
+        return str(spec["catchup_window"])
+    from compiler import format_offset
+
+    slots = ops.spec_slots({**spec, "enabled": True}, datetime.now(UTC), 8)
+    gaps = {b.utc - a.utc for a, b in pairwise(slots)}
+    if len(gaps) == 1:
+        return f"one period ({format_offset(gaps.pop())}, the default)"
+    return "one period, the default (the time back to the slot before: the newest slot due fires)"
+
+
 def _run_line(run: dict[str, Any]) -> str:
     parts = [
-        str(run.get("at") or ""),
+        _millis(run.get("at")),
         f"{run.get('status', ''):<10}",
         f"{run.get('triggered_by', ''):<8}",
         str(run.get("run_id", "")),
     ]
     if run.get("slot"):
-        parts.append(f"slot {run['slot']}")
+        parts.append(f"slot {_millis(run['slot'])}")
     if run.get("missed_count"):
-        parts.append(f"({run['missed_count']} slots to {run.get('slot_last')})")
+        parts.append(f"({run['missed_count']} slots to {_millis(run.get('slot_last'))})")
     if run.get("job_key"):
         parts.append(f"job {run['job_key']}")
     if run.get("error"):
@@ -175,22 +261,67 @@ def schedule() -> None:
     `next` needs no broker. Exit 0 done, 1 refused, 2 usage."""
 
 
-def _read_definitions(source: str) -> list[Any]:
-    import yaml
+@dataclass(frozen=True)
+class _Item:
+    """A definition read from a file: the value, the file's name, its line
+    (None: not known) and a label (``schedules[1] (third)``)."""
 
+    data: Any
+    name: str
+    line: int | None
+    label: str
+    path: tuple[str | int, ...]
+
+    def where(self, located: Any, field: str | None = None) -> str:
+        """``FILE:LINE: LABEL``: the field's line when known, else the item's
+        (as ``lemongraph check`` names a schedules.yaml's definitions)."""
+        line = self.line
+        if field:
+            found = located.position(self.path + tuple(field.split(".")))
+            line = found.line if found is not None else line
+        return (
+            f"{self.name}:{line}: {self.label}"
+            if line is not None
+            else self.name + ": " + self.label
+        )
+
+
+def _read_definitions(source: str) -> tuple[list[_Item], Any]:
+    """FILE's definitions (one, a list, or a schedules.yaml), each with its
+    line, read by the loader ``lemongraph check`` uses (compiler.load_located):
+    a YAML or JSON syntax error names the file and its line:column."""
+    from compiler import LemongraphError, load_located
+
+    name = "<stdin>" if source == "-" else source
     try:
         text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        _fail(f"{source}: cannot read: {exc}")
+        _fail(f"{name}: cannot read: {exc}")
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        _fail(f"{source}: not YAML or JSON: {str(exc).splitlines()[0]}")
+        located = load_located(text, name)
+    except LemongraphError as exc:
+        line, column = getattr(exc, "line", None), getattr(exc, "column", None)
+        at = f"{name}:{line}:{column}" if line is not None else name
+        reason = getattr(exc, "reason", None) or str(exc).splitlines()[0]
+        _fail(f"{at}: not YAML or JSON: {reason}")
+    data = located.data
     if isinstance(data, dict) and isinstance(data.get("schedules"), list):
-        return list(data["schedules"])  # a schedules.yaml
-    if isinstance(data, list):
-        return data
-    return [data]
+        base: tuple[str | int, ...] = ("schedules",)  # a schedules.yaml
+        items, prefix = list(data["schedules"]), "schedules"
+    elif isinstance(data, list):
+        base, items, prefix = (), data, ""
+    else:
+        base, items, prefix = (), [data], None
+    out = []
+    for index, item in enumerate(items):
+        path = (*base, index) if prefix is not None else ()
+        ident = item.get("id") or item.get("name") if isinstance(item, dict) else None
+        label = f"{prefix}[{index}]" if prefix is not None else "definition"
+        if isinstance(ident, str):
+            label += f" ({ident})"
+        found = located.position(path)
+        out.append(_Item(item, name, found.line if found else None, label, path))
+    return out, located
 
 
 @schedule.command("add")
@@ -199,20 +330,30 @@ def _read_definitions(source: str) -> list[Any]:
 def add(source: str, replace: bool) -> None:
     """Add the schedule(s) defined in FILE (YAML or JSON; `-` reads stdin): one
     definition, a list, or a schedules.yaml (`schedules: [...]`). All are
-    validated before anything is written; an id in use is refused (exit 1)
-    unless --replace. Prints each one's next slot."""
+    validated before anything is written (a problem names FILE:LINE and the
+    definition); an id in use is refused (exit 1) unless --replace, which
+    replaces the whole definition (a field left out returns to its default,
+    `enabled` included: a paused schedule resumes). Prints what each write did
+    (created, updated (fields), paused, resumed) and its next slot; a
+    `start_job` naming a playbook not registered is written with a warning."""
     settings = _settings()
     specs: list[dict[str, Any]] = []
     problems = []
-    for index, item in enumerate(_read_definitions(source)):
-        where = source if index == 0 else f"{source}[{index}]"
+    items, located = _read_definitions(source)
+    first: dict[str, _Item] = {}
+    for item in items:
         try:
-            specs.append(ops.normalise(item, where))
+            spec = ops.normalise(item.data, item.where(located))
         except ops.Invalid as exc:
-            problems.append(f"{where}: {exc.message}")
-    ids = [str(s["id"]) for s in specs]
-    twice = sorted({i for i in ids if ids.count(i) > 1})
-    problems.extend(f"{source}: id {i!r} is defined twice" for i in twice)
+            problems.append(f"{item.where(located, exc.field)}: {exc.message}")
+            continue
+        specs.append(spec)
+        sid = str(spec["id"])
+        if sid in first:
+            problems.append(
+                f"{item.where(located, 'id')}: id {sid!r} is also used by {first[sid].label}"
+            )
+        first.setdefault(sid, item)
     if problems:
         for problem in problems:
             click.echo(f"error: {problem}", err=True)
@@ -235,11 +376,16 @@ def add(source: str, replace: bool) -> None:
         else:
             action, detail = ops.change_action(earlier["spec"], spec)
         writes += [ops.definition(spec, BY, at), ops.audit(action, sid, BY, detail, at)]
-        said.append(f"{sid}: {_DONE[action]}; next {_next_line(spec)}")
+        said.append(f"{sid}: {_changes(action, detail, spec)}; next {_next_line(spec)}")
     if writes:
         _publish(settings, writes)
     for line in said:
         click.echo(line)
+    if any((s.get("action") or {}).get("type") == "start_job" for s in specs):
+        registered = _playbook_keys(settings)
+        for spec in specs:
+            for warning in ops.playbook_warnings(spec, registered):
+                click.echo(f"warning: {spec['id']}: {warning}", err=True)
 
 
 @schedule.command("list")
@@ -265,12 +411,16 @@ def list_(as_json: bool) -> None:
 @click.argument("schedule_id", metavar="ID")
 @click.option("--count", default=5, show_default=True, type=click.IntRange(1, 100))
 def show(schedule_id: str, count: int) -> None:
-    """A schedule's definition (as stored), its next slots and its last runs."""
+    """A schedule's definition (as stored), its cron, its catch-up window in
+    effect, its next slots and its last runs."""
     settings = _settings()
     record = _found(settings, schedule_id)
     spec = record["spec"]
     click.echo(_json(spec))
     click.echo(f"updated {record.get('updated_at')} by {record.get('by')}")
+    tz = spec.get("timezone") or "UTC"
+    click.echo(f"cron: {ops.cron_of(spec)}  ({spec.get('schedule')!r} in {tz})")
+    click.echo(f"catch-up window: {_catchup_line(spec)}")
     slots = ops.spec_slots(spec, datetime.now(UTC), count)
     click.echo("next:" if slots else "next: none (paused)")
     for slot in slots:
@@ -332,7 +482,9 @@ def wake_(
     schedule_id: str, context_json: str | None, skip_if_running: bool, request_id: str | None
 ) -> None:
     """Fire a schedule now (a schedule.wake on the inbox; audit `wake`). Prints
-    the run id; `lemongraph schedule runs ID` shows how it went."""
+    the run id; `lemongraph schedule runs ID` shows how it went. A --request-id
+    already used for this schedule (an `audit` wake record has it) sends
+    nothing and says `duplicate`."""
     context: dict[str, Any] | None = None
     if context_json is not None:
         try:
@@ -345,6 +497,15 @@ def wake_(
     settings = _settings()
     _found(settings, schedule_id)
     rid = request_id or f"cli-{uuid.uuid4().hex}"
+    earlier = _woken(settings, schedule_id, rid) if request_id is not None else None
+    if earlier is not None:
+        # The same request again is one wake (the worker de-duplicates too): nothing sent.
+        run_id = earlier["detail"].get("run_id") or ops.wake_run_id(schedule_id, rid)
+        click.echo(
+            f"{schedule_id}: duplicate: already woken with request id {rid} "
+            f"(run {run_id}, {earlier.get('at')} by {earlier.get('by')}); nothing sent"
+        )
+        return
     try:
         command = ops.wake(schedule_id, rid, context, skip_if_running)
     except ValueError as exc:

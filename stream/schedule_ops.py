@@ -12,7 +12,8 @@ Nothing here decides when a schedule fires: that is the worker's
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import difflib
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -45,6 +46,7 @@ __all__ = [
     "merged",
     "next_slots",
     "normalise",
+    "playbook_warnings",
     "spec_slots",
     "tombstone",
     "wake",
@@ -104,6 +106,26 @@ def normalise(data: object, source: str = "<schedule>") -> dict[str, Any]:
         where = str(exc).split(":", 1)[0]
         raise Invalid(str(exc), where or None) from None
     return spec
+
+
+def playbook_warnings(spec: Mapping[str, Any], playbooks: Collection[str] | None) -> list[str]:
+    """A warning when a ``start_job`` schedule names a playbook that is not among
+    ``playbooks`` (those registered, as the ``playbooks`` topic holds them; None:
+    not known). Not a refusal: another process may register it later; until then
+    each run's ``job.start`` is refused by the worker (docs/schedules.md, "start_job")."""
+    action = spec.get("action")
+    if playbooks is None or not isinstance(action, Mapping) or action.get("type") != "start_job":
+        return []
+    key = str(action.get("playbook_key"))
+    if key in playbooks:
+        return []
+    near = difflib.get_close_matches(key, sorted(playbooks), n=1, cutoff=0.6)
+    hint = f" (did you mean {near[0]!r}?)" if near else ""
+    return [
+        f"action.playbook_key: no playbook {key!r} is registered{hint}: until one is, each "
+        "run's job.start is refused (the run is recorded completed; the refusal is on "
+        "decisions under the job key)"
+    ]
 
 
 @dataclass(frozen=True)
@@ -191,11 +213,14 @@ def merged(spec: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
 
 def change_action(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     """The audit action of a change from ``old`` to ``new`` and its detail:
-    ``pause`` or ``resume`` when only ``enabled`` changed, else ``update``."""
+    ``pause`` or ``resume`` when only ``enabled`` changed (detail
+    ``{"enabled": false}`` / ``{"enabled": true}``), else ``update`` (detail
+    ``{"changed": [names]}``)."""
     names = sorted(set(old) | set(new))
     changed = [n for n in names if old.get(n) != new.get(n)]
     if changed == ["enabled"]:
-        return ("resume" if new.get("enabled", True) else "pause"), {}
+        enabled = new.get("enabled", True) is not False
+        return ("resume" if enabled else "pause"), {"enabled": enabled}
     return "update", {"changed": changed}
 
 

@@ -64,6 +64,7 @@ from compiler import (
 )
 from topics import (
     FORWARDED_FROM_HEADER,
+    MAX_RECORD_BYTES,
     SCHEDULE_HEADER,
     SCHEDULE_RUN_HEADER,
     InboxEvent,
@@ -97,6 +98,10 @@ log = logging.getLogger("lemongraph.worker")
 SCHEDULE_PREFIX = f"{META_PREFIX}schedule/"
 
 _MAGIC = b"LS1"
+
+#: The records (runs, dispatches, deliveries) the schedules of one tick may
+#: add to its batch; the schedules still due after that wait for the next tick.
+TICK_BUDGET = 10_000
 
 ScheduleInput = Define | Remove | ScheduleTick | Wake | Report
 
@@ -155,6 +160,8 @@ class Schedules:
         self._marks: dict[tuple[int, str], int] = {}
         self._engine: Engine | None = None
         self.fired = 0  # decisions that dispatched a run
+        #: The records one tick's schedules may add before the rest wait (see tick).
+        self.tick_budget = TICK_BUDGET
 
     # -- the hook (stream/engine.py, ScheduleHook) -----------------------------------
 
@@ -279,14 +286,27 @@ class Schedules:
         self._decide(record, partition, message.schedule_id, now, item, batch)
 
     def tick(self, record: Record, now_ms: int, batch: Batch) -> None:
-        """Fire the due schedules of the tick's partition (none while switched off)."""
+        """Fire the due schedules of the tick's partition (none while switched off),
+        until their records reach :attr:`tick_budget`: the schedules still due
+        then wait for the next tick, so that a catch-up after downtime (up to a
+        hundred missed records and a fire per schedule) comes a tick at a time
+        instead of as one batch of every schedule's records."""
         if not self.enabled:
             return
         now = _instant(now_ms)
         engine = self.engine
         partition = record.partition
         candidates = engine.due(partition, SCHEDULES, now_ms, batch)
-        for due, schedule_id, from_table in candidates:
+        start = len(batch.outputs)
+        for index, (due, schedule_id, from_table) in enumerate(candidates):
+            if len(batch.outputs) - start >= self.tick_budget:
+                # The rest stay in the index, due: the next tick's (settle does
+                # not move the floor past them).
+                log.info(
+                    "tick %d@%d: %d schedules still due wait for the next tick",
+                    record.partition, record.offset, len(candidates) - index,
+                )  # fmt: skip
+                break
             if engine.parked(partition, SCHEDULES, schedule_id, due):
                 continue
             key = schedule_key(schedule_id)
@@ -367,6 +387,7 @@ class Schedules:
             outputs.extend(self._effect(effect, schedule, schedule_id, partition, now))
         raw = None if step.state is None else encode_schedule(partition, step.state)
         due = None if step.state is None else step.state.due_ms()
+        _fits(key, raw, outputs)
         where = (partition, SCHEDULES, schedule_id)
         known = batch.timers.get(where)
         # -- nothing below can fail --
@@ -534,6 +555,32 @@ def stored_schedules(rows: Iterable[tuple[str, bytes]]) -> dict[str, ScheduleSta
         for key, raw in rows
         if key.startswith(SCHEDULE_PREFIX)
     }
+
+
+class TooLarge(ValueError):
+    """A decision whose state row or an output would exceed what a record may
+    be (``MAX_RECORD_BYTES``): the broker would refuse it, and the worker would
+    stop at that batch on every restart. The input is dead-lettered instead."""
+
+
+def _fits(key: str, raw: bytes | None, outputs: list[Output]) -> None:
+    """Refuse a decision that produces a record too large for the topics: a
+    wake's context is carried by its run record, its prompt task (twice: in the
+    prompt and as ``context``) and, while its run is active, the state."""
+    if raw is not None and len(key) + len(raw) > MAX_RECORD_BYTES:
+        raise TooLarge(
+            f"the schedule's state would be {len(raw):,} bytes, more than a record may be "
+            f"({MAX_RECORD_BYTES:,}): too many active runs or too large a context"
+        )
+    for output in outputs:
+        size = len(output.value or b"") + len(output.key or b"")
+        size += sum(len(n) + len(v) for n, v in output.headers or ())
+        if size > MAX_RECORD_BYTES:
+            short = output.topic.rsplit(".", 1)[-1]
+            raise TooLarge(
+                f"its {short} record would be {size:,} bytes, more than a record may be "
+                f"({MAX_RECORD_BYTES:,}): too large a context or prompt"
+            )
 
 
 def _first(exc: ValidationError) -> str:

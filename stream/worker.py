@@ -154,7 +154,10 @@ async def register_schedules(
             continue
         name = record.key.decode("utf-8", "replace")
         if record.value is None:
+            # Removed: whoever wrote it last no longer holds it, and the file's
+            # definition is published again (docs/schedules.md, "schedules.yaml").
             current.pop(name, None)
+            written.pop(name, None)
             continue
         try:
             held = ScheduleRecord.model_validate_json(record.value)

@@ -1,8 +1,10 @@
 """The benchmark run: every figure in one process tree, on one broker.
 
 Order: raw aiokafka ceiling → Faust doing nothing → naive Faust (table write and
-send per event) → the engine end to end → latency at a steady rate → memory per
-idle job → recovery after SIGKILL → the pure core → tick cost → schedules (a
+send per event) → the engine end to end, and the bytes it produced per event by
+topic → latency at a steady rate → memory per idle job → recovery after SIGKILL →
+the engine's burst again under each batch codec, alternating (events/s and bytes
+stored per event; ``stream/bench/bytes.py``) → the pure core → tick cost → schedules (a
 tick among many stored schedules, and their memory; ``stream/bench/schedules.py``,
 in-process on RocksDB). Everything runs against the same broker; each part gets
 its own topics (a fresh prefix).
@@ -33,9 +35,17 @@ from aiokafka.structs import TopicPartition
 from stream import native
 from stream.broker import EmbeddedBroker, ensure_topics
 from stream.errors import BenchError
-from stream.kafka import bootstrap_of, client_kwargs, configured_security, producer, read_topic
+from stream.kafka import (
+    bootstrap_of,
+    client_kwargs,
+    configured_compression,
+    configured_security,
+    producer,
+    read_topic,
+)
 from topics import InboxEvent, JobStart, Topics, encode
 
+from .bytes import TopicBytes, topic_bytes_under
 from .micro import core_decisions_per_s, tick_cost_ms
 from .schedules import schedule_memory, schedule_tick_ms
 from .workload import onboarding_mix
@@ -65,12 +75,30 @@ class Parameters:
     schedules_due: int = 100
     #: Seconds to let a group of two new workers settle before their burst.
     settle_seconds: float = 8.0
+    #: The codecs whose bursts are compared (docs/kafka.md, "Compression"), and
+    #: how many times each, alternating; the configured codec is added.
+    codecs: tuple[str, ...] = ("none", "lz4", "zstd")
+    codec_rounds: int = 3
 
     @classmethod
     def for_run(cls, quick: bool) -> Parameters:
         if quick:
             return cls(
-                True, 20_000, 5_000, 1_000, 1_000, 3.0, 5_000, 500, 100_000, 200, 20_000, 100, 4.0
+                True,
+                20_000,
+                5_000,
+                1_000,
+                1_000,
+                3.0,
+                5_000,
+                500,
+                100_000,
+                200,
+                20_000,
+                100,
+                4.0,
+                ("none",),
+                1,
             )
         return cls(False, 100_000, 30_000, 10_000, 1_000, 10.0, 100_000, 3_000, 1_000_000, 1_000)
 
@@ -118,9 +146,44 @@ class Figures:
     #: 100,000 stored schedules (the key kept from when the index was rebuilt
     #: on assignment; nothing is rebuilt now).
     schedule_rebuild_s_100k: float = 0.0
+    #: Bytes the engine's burst produced per inbox event (key + value + header
+    #: names and values), all output topics together and by topic (the name
+    #: after the run's prefix; the jobstate changelog is Faust's
+    #: ``engine-jobstate-changelog``).
+    bytes_per_event: float = 0.0
+    bytes_per_event_by_topic: dict[str, float] = field(default_factory=dict)
+    #: The same records as the broker stores and serves them: record batches,
+    #: compressed with ``compression`` (LEMONGRAPH_KAFKA_COMPRESSION).
+    stored_bytes_per_event: float = 0.0
+    stored_bytes_per_event_by_topic: dict[str, float] = field(default_factory=dict)
+    compression: str = ""
+    #: Records per inbox event by topic (a job's snapshot and changelog row are
+    #: written once per batch, so these depend on how many of a job's events
+    #: one batch holds).
+    records_per_event_by_topic: dict[str, float] = field(default_factory=dict)
+    #: The latency run's job starts at ``latency_rate`` (small batches, so less
+    #: for the codec to share between records): stored and produced bytes per event.
+    steady_stored_bytes_per_event: float = 0.0
+    steady_bytes_per_event: float = 0.0
+    #: The burst again through one fresh worker per codec, alternating
+    #: (``codec_rounds`` times each): median events/s and stored bytes per event,
+    #: by codec, and stored bytes per event by codec and topic.
+    codec_events_per_s: dict[str, float] = field(default_factory=dict)
+    codec_stored_bytes_per_event: dict[str, float] = field(default_factory=dict)
+    #: CPU µs per event of the worker and of the embedded broker during the burst
+    #: (user + system, /proc; steadier than events/s on a shared machine).
+    codec_worker_cpu_us_per_event: dict[str, float] = field(default_factory=dict)
+    codec_broker_cpu_us_per_event: dict[str, float] = field(default_factory=dict)
+    codec_stored_bytes_per_event_by_topic: dict[str, dict[str, float]] = field(default_factory=dict)
     #: How the decision core ran (stream/native.py): compiled with mypyc or not.
     core: str = ""
     parameters: dict[str, Any] = field(default_factory=dict)
+
+
+def _cpu_s(pid: int) -> float:
+    """The CPU seconds (user + system) a process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _rss_mb(pid: int) -> float:
@@ -163,9 +226,12 @@ class ChildProcess:
             self.proc.stdout.close()
 
 
-async def _produce(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]]) -> float:
-    """Produce and wait for every ack; returns the elapsed seconds."""
-    async with producer(bootstrap) as client:
+async def _produce(
+    bootstrap: str, topic: str, records: list[tuple[bytes, bytes]], compression: str | None = None
+) -> float:
+    """Produce and wait for every ack; returns the elapsed seconds (``compression``:
+    the environment's codec when None)."""
+    async with producer(bootstrap, compression=compression) as client:
         started = time.perf_counter()
         futures = [await client.send(topic, value, key=key) for key, value in records]
         await asyncio.gather(*futures)
@@ -222,6 +288,10 @@ class Bench:
         self.workdir = workdir
         self.figures = Figures(parameters=asdict(params))
         self.run_id = uuid.uuid4().hex[:8]
+        #: The embedded broker's process (None: another broker), whose CPU the
+        #: codec comparison measures; and what the last ``_burst`` measured.
+        self.broker_pid: int | None = None
+        self.burst_cpu_s: list[float] = []
 
     def _env(self, prefix: str, data: Path) -> dict[str, str]:
         env = dict(os.environ)
@@ -299,8 +369,34 @@ class Bench:
                 f"engine: {rate:,.0f} events/s ({records:,} records, "
                 f"{self.params.engine_jobs:,} jobs, {expected:,} decisions)"
             )
+            # ... and the bytes it produced, per inbox event.
+            f = self.figures
+            f.compression = configured_compression()
+            events, produced, stored, counts = self._bytes(prefix)
+            f.records_per_event_by_topic = _per(counts, events, 3)
+            f.bytes_per_event_by_topic = _per(produced, events)
+            f.bytes_per_event = sum(produced.values()) / events
+            f.stored_bytes_per_event_by_topic = _per(stored, events)
+            f.stored_bytes_per_event = sum(stored.values()) / events
+            self.say(
+                f"bytes per event ({events:,} inbox events): {f.bytes_per_event:,.0f} produced "
+                f"({_shown(f.bytes_per_event_by_topic)}); {f.stored_bytes_per_event:,.0f} "
+                f"stored in {f.compression} batches ({_shown(f.stored_bytes_per_event_by_topic)})"
+            )
             # 2. Latency at a steady rate: new jobs, task.opened on arrival.
             self._latency(topics)
+            # ... and its bytes per event (the topics' growth over the run).
+            after = self._bytes(prefix)
+            steady = after[0] - events
+            f.steady_bytes_per_event = (sum(after[1].values()) - sum(produced.values())) / steady
+            f.steady_stored_bytes_per_event = (
+                sum(after[2].values()) - sum(stored.values())
+            ) / steady
+            self.say(
+                f"bytes per event at {self.params.latency_rate:,}/s ({steady:,} job starts): "
+                f"{f.steady_bytes_per_event:,.0f} produced, "
+                f"{f.steady_stored_bytes_per_event:,.0f} stored in {f.compression} batches"
+            )
             # 3. Memory: fill the table to recovery_jobs idle jobs.
             have = self.params.engine_jobs + self._latency_jobs + 1  # + the warm-up job
             more = max(0, self.params.recovery_jobs - have)
@@ -338,6 +434,75 @@ class Bench:
             )
         finally:
             worker.kill()
+
+    def _bytes(self, prefix: str) -> tuple[int, dict[str, int], dict[str, int], dict[str, int]]:
+        """The inbox events under ``prefix``, and the bytes of every other topic
+        there: (events, produced by topic, stored by topic, records by topic)."""
+        counted: dict[str, TopicBytes] = asyncio.run(
+            topic_bytes_under(self.bootstrap, prefix, self.security)
+        )
+        inbox = counted.pop("inbox", None)
+        if inbox is None or not counted:
+            raise BenchError(f"no records under {prefix!r} to count: {sorted(counted)}")
+        produced = {name: c.produced for name, c in counted.items()}
+        stored = {name: c.stored for name, c in counted.items()}
+        return inbox.records, produced, stored, {name: c.records for name, c in counted.items()}
+
+    def codecs(self) -> None:
+        """The throughput burst again through a fresh worker per codec, the
+        codecs alternating (each round in another order), and the bytes stored
+        per event with each: compressed and not, side by side."""
+        codecs = list(dict.fromkeys([*self.params.codecs, configured_compression()]))
+        rates: dict[str, list[float]] = {c: [] for c in codecs}
+        cpu: dict[str, list[list[float]]] = {c: [] for c in codecs}
+        stored: dict[str, list[dict[str, int]]] = {c: [] for c in codecs}
+        events: dict[str, list[int]] = {c: [] for c in codecs}
+        for round_ in range(self.params.codec_rounds):
+            shift = round_ % len(codecs)
+            for codec in codecs[shift:] + codecs[:shift]:
+                prefix = f"bench-{self.run_id}-codec{round_}-{codec}."
+                env = self._env(prefix, self.workdir / f"codec{round_}-{codec}")
+                env["LEMONGRAPH_KAFKA_COMPRESSION"] = codec
+                worker = ChildProcess([sys.executable, "-m", "stream", "worker"], env, self.workdir)
+                pids = (worker.proc.pid,) + ((self.broker_pid,) if self.broker_pid else ())
+                try:
+                    worker.wait_for("ready", 120)
+                    rate, records, _decided = self._burst(Topics(prefix), codec, pids)
+                finally:
+                    worker.kill()
+                cpu[codec].append([1e6 * s / records for s in self.burst_cpu_s])
+                count, _produced, by_topic, _counts = self._bytes(prefix)
+                rates[codec].append(rate)
+                stored[codec].append(by_topic)
+                events[codec].append(count)
+                self.say(
+                    f"codec {codec}, round {round_ + 1}: {rate:,.0f} events/s, "
+                    f"{sum(by_topic.values()) / count:,.0f} bytes stored per event, CPU µs "
+                    "per event: " + " and ".join(f"{us:,.0f}" for us in cpu[codec][-1])
+                )
+        f = self.figures
+        for codec in codecs:
+            f.codec_events_per_s[codec] = statistics.median(rates[codec])
+            f.codec_worker_cpu_us_per_event[codec] = statistics.median(c[0] for c in cpu[codec])
+            if self.broker_pid:
+                f.codec_broker_cpu_us_per_event[codec] = statistics.median(c[1] for c in cpu[codec])
+            runs = list(zip(stored[codec], events[codec], strict=True))
+            totals = [sum(by_topic.values()) / n for by_topic, n in runs]
+            f.codec_stored_bytes_per_event[codec] = round(statistics.median(totals), 1)
+            names = sorted({name for by_topic, _n in runs for name in by_topic})
+            f.codec_stored_bytes_per_event_by_topic[codec] = {
+                name: round(statistics.median(by_topic.get(name, 0) / n for by_topic, n in runs), 1)
+                for name in names
+            }
+        self.say(
+            "codecs side by side (median of "
+            f"{self.params.codec_rounds}): "
+            + "; ".join(
+                f"{c} {f.codec_events_per_s[c]:,.0f} events/s, "
+                f"{f.codec_stored_bytes_per_event[c]:,.0f} bytes stored per event"
+                for c in codecs
+            )
+        )
 
     def engine_two_workers(self) -> None:
         """The throughput burst again, through two worker processes sharing the
@@ -409,19 +574,26 @@ class Bench:
             f"arrived, broker timestamps)"
         )
 
-    def _burst(self, topics: Topics) -> tuple[float, int, int]:
+    def _burst(
+        self, topics: Topics, compression: str | None = None, cpu_of: tuple[int, ...] = ()
+    ) -> tuple[float, int, int]:
         """The onboarding mix for ``engine_jobs`` jobs produced at once to
         running workers: (events/s, records, decisions). Timed from the burst's
         first inbox record to its last decision (broker timestamps), after a
-        warm-up job has been decided (the group is joined, partitions assigned)."""
+        warm-up job has been decided (the group is joined, partitions assigned).
+        ``compression``: the inbox producer's codec (the environment's when None).
+        The CPU seconds each process of ``cpu_of`` used from the warm-up's decision
+        to the last decision seen go to ``burst_cpu_s``."""
         warm_up = encode(JobStart(key="warm-up", playbook_key="onboarding").compact())
-        asyncio.run(_produce(self.bootstrap, topics.inbox, [(b"warm-up", warm_up)]))
+        asyncio.run(_produce(self.bootstrap, topics.inbox, [(b"warm-up", warm_up)], compression))
         self._wait_decisions(topics.decisions, 1, 120)
+        cpu = [_cpu_s(pid) for pid in cpu_of]
         mix = onboarding_mix(self.params.engine_jobs, seed=11, prefix="tp")
         records = [(m.key.encode(), encode(m.compact())) for m in mix]
-        asyncio.run(_produce(self.bootstrap, topics.inbox, records))
+        asyncio.run(_produce(self.bootstrap, topics.inbox, records, compression))
         expected = _expected_decisions(mix)
         stamps = self._wait_decisions(topics.decisions, expected + 1, 600)
+        self.burst_cpu_s = [_cpu_s(pid) - was for pid, was in zip(cpu_of, cpu, strict=True)]
         refused = asyncio.run(_refusals(self.bootstrap, topics.decisions))
         if refused:
             raise BenchError(f"the engine refused {len(refused)} inputs, e.g. {refused[:3]}")
@@ -471,6 +643,14 @@ async def _refusals(bootstrap: str, topic: str) -> list[str]:
     return out
 
 
+def _per(by_topic: dict[str, int], events: int, digits: int = 1) -> dict[str, float]:
+    return {name: round(count / events, digits) for name, count in sorted(by_topic.items())}
+
+
+def _shown(by_topic: dict[str, float]) -> str:
+    return ", ".join(f"{name} {value:,.0f}" for name, value in by_topic.items())
+
+
 def _expected_decisions(mix: list[JobStart | InboxEvent]) -> int:
     """Every record is a decision except a retried idempotency key."""
     seen: set[tuple[str, str]] = set()
@@ -507,6 +687,7 @@ def run_bench(
         say(f"parameters: {', '.join(f'{k}={v}' for k, v in asdict(params).items())}")
         say(f"broker: {url}{' (embedded Tansu)' if broker else ''}; cores: {os.cpu_count()}")
         bench = Bench(url, params, say, playbooks, workdir)
+        bench.broker_pid = broker.pid if broker is not None else None
         bench.figures.core = native.check().describe()
         records = bench.raw()
         faust_records = records[: params.faust_records]
@@ -514,6 +695,7 @@ def run_bench(
         bench.figures.naive_events_per_s = bench.faust_baseline("naive", faust_records)
         bench.engine()
         bench.engine_two_workers()
+        bench.codecs()
         f = bench.figures
         f.engine_vs_naive = f.engine_events_per_s / f.naive_events_per_s
         f.engine_vs_framework = f.engine_events_per_s / f.framework_events_per_s
@@ -589,6 +771,35 @@ def render_table(f: Figures) -> str:
         ("pure core", f"{f.core_decisions_per_s:,.0f} decisions/s", ""),
         ("tick, large pending set", f"{f.tick_ms_1m_pending:.1f} ms", "flat in pending"),
         ("tick, 1k pending", f"{f.tick_ms_1k_pending:.1f} ms", ""),
+        ("bytes per event, as produced", f"{f.bytes_per_event:,.0f} B", "all topics"),
+        *(
+            (f"  {name}", f"{value:,.0f} B", "")
+            for name, value in f.bytes_per_event_by_topic.items()
+        ),
+        (
+            f"bytes per event, stored ({f.compression} batches)",
+            f"{f.stored_bytes_per_event:,.0f} B",
+            "target ≤ 2 KB",
+        ),
+        *(
+            (f"  {name}", f"{value:,.0f} B", "")
+            for name, value in f.stored_bytes_per_event_by_topic.items()
+        ),
+        (
+            f"bytes per event at the latency run's rate, stored ({f.compression})",
+            f"{f.steady_stored_bytes_per_event:,.0f} B",
+            f"{f.steady_bytes_per_event:,.0f} B as produced",
+        ),
+        *(
+            (
+                f"engine burst, {codec} batches",
+                f"{rate:,.0f} events/s",
+                f"{f.codec_stored_bytes_per_event.get(codec, 0):,.0f} B stored per event, CPU "
+                f"µs per event: worker {f.codec_worker_cpu_us_per_event.get(codec, 0):,.0f}, "
+                f"broker {f.codec_broker_cpu_us_per_event.get(codec, 0):,.0f}",
+            )
+            for codec, rate in f.codec_events_per_s.items()
+        ),
         ("recovery after SIGKILL", f"{f.recovery_s:.1f} s", "target ≤ 10 s"),
         ("memory per 100k idle jobs", f"{f.rss_mb_per_100k_jobs:.0f} MB RSS", ""),
         (

@@ -34,7 +34,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, get_args
 
 import orjson
 from aiokafka import AIOKafkaConsumer
@@ -42,6 +42,7 @@ from fastapi import Body, FastAPI, Header, Query, Request
 from pydantic import BaseModel, Field, StrictBool, StrictStr, ValidationError
 
 from stream import schedule_ops as ops
+from stream.engine import home_partition
 from stream.kafka import KafkaSecurity, caught_up, client_kwargs
 from topics import ScheduleRecord, ScheduleRunRecord, Topics
 
@@ -71,6 +72,8 @@ VIEW_SLOTS = 5
 ROW_SLOTS = 3
 #: Run statuses that mean "still going".
 ACTIVE = ("pending", "running")
+#: Every run status (``?status=`` of the runs takes one of them).
+RUN_STATUSES: tuple[str, ...] = get_args(ScheduleRunRecord.model_fields["status"].annotation)
 
 
 @dataclass
@@ -127,6 +130,8 @@ class ScheduleModel:
         self.skipped = 0  # records that did not decode
         self.caught_up = False
         self.following = False
+        #: The ``schedules`` topic's partition count, once known (see :meth:`apply`).
+        self.partitions = 0
 
     # -- definitions ----------------------------------------------------------------
 
@@ -195,6 +200,8 @@ class ScheduleModel:
         if earlier is None:
             while len(held) >= self.runs_kept and self._drop_oldest(sid):
                 pass
+            held = self.runs.setdefault(sid, held)  # emptied: dropped from the maps
+            sizes = self._sizes.setdefault(sid, sizes)
             seq = self._seq.get(sid, 0) + 1
             self._seq[sid] = seq
             folded = {**ops.fold_run(None, record), "seq": seq}
@@ -220,7 +227,14 @@ class ScheduleModel:
         self.runs_held -= self._sizes.get(sid, {}).pop(rid, 0)
         self.dropped_runs += 1
         if not held:
+            # Nothing held of it: its entries go too, or a stream of run records
+            # of ids never defined (or deleted) would grow these maps without
+            # bound; a defined schedule keeps its counter (the page cursor).
             self._lru.pop(sid, None)
+            self.runs.pop(sid, None)
+            self._sizes.pop(sid, None)
+            if sid not in self.schedules:
+                self._seq.pop(sid, None)
         return True
 
     def newest_runs(
@@ -256,13 +270,28 @@ class ScheduleModel:
 
     # -- following the topics -------------------------------------------------------------
 
-    def apply(self, topic: str, key: bytes | None, value: bytes | None, offset: int) -> None:
+    def apply(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        offset: int,
+        partition: int | None = None,
+    ) -> None:
         """One record of ``schedules`` or ``schedule-runs``; one that does not
-        decode is counted and skipped."""
+        decode is counted and skipped, and so is a definition off its home
+        partition (when ``partition`` and :attr:`partitions` are known): the
+        worker dead-letters it (docs/kafka.md, "schedules"), so it is no schedule."""
         try:
             if topic == self.topics.schedules:
                 if key is None:
                     raise ValueError("a schedule record without a key")
+                if (
+                    partition is not None
+                    and self.partitions
+                    and home_partition(key, self.partitions) != partition
+                ):
+                    raise ValueError(f"not on its home partition (on {partition})")
                 sid = key.decode()
                 if value is None:
                     self.remove(sid, offset)
@@ -298,12 +327,13 @@ class ScheduleModel:
             tps = await assign_from_start(consumer, names, stopping)
             if not tps:
                 return
+            self.partitions = sum(1 for tp in tps if tp.topic == self.topics.schedules)
             self.following = True
             while not stopping.is_set():
                 batches = await consumer.getmany(timeout_ms=200, max_records=2000)
                 for tp, records in batches.items():
                     for r in records:
-                        self.apply(tp.topic, r.key, r.value, r.offset)
+                        self.apply(tp.topic, r.key, r.value, r.offset, tp.partition)
                 now = await caught_up(consumer, tps)
                 if now and not self.caught_up:
                     say(f"gateway: schedules caught up ({len(self.schedules)} schedules)")
@@ -343,6 +373,9 @@ class ScheduleView(BaseModel):
     last_run: dict[str, Any] | None = None
     active_runs: list[dict[str, Any]] = Field(default_factory=list)
     runs_kept: int = 0
+    #: A create's or change's warnings: a ``start_job`` naming a playbook not
+    #: registered (``action.playbook_key: no playbook ... (did you mean ...)``).
+    warnings: list[str] = Field(default_factory=list)
 
 
 class ScheduleList(BaseModel):
@@ -471,6 +504,12 @@ def install_schedules(
                 extra={"field": exc.field, "position": exc.position},
             ) from None  # fmt: skip
 
+    def warnings(spec: dict[str, Any]) -> list[str]:
+        """The playbooks registered are known once the jobs' read model has
+        read the ``playbooks`` topic to its end."""
+        jobs = gateway.model
+        return ops.playbook_warnings(spec, jobs.playbooks if jobs.caught_up else None)
+
     async def put(write: ops.Write) -> Any:
         return await gateway.send(write.full_topic(topics), write.key, write.value)
 
@@ -496,7 +535,8 @@ def install_schedules(
         on `schedules` and an `audit` record `create`; 201 with the definition
         as normalised and its next 5 slots. An id in use answers 409
         `schedule_exists`; an invalid definition 422 `invalid_schedule` with
-        `field` and, in a cron expression, `position`."""
+        `field` and, in a cron expression, `position`. A `start_job` naming a
+        playbook not registered is accepted with `warnings`."""
         principal = writer(request)
         spec = valid(body)
         sid = str(spec["id"])
@@ -512,7 +552,9 @@ def install_schedules(
                     f"this gateway holds {model.schedules_kept} schedules, its bound",
                 )  # fmt: skip
             await publish(spec, principal.name, "create", {"spec": spec})
-        return view(found(sid))
+        answer = view(found(sid))
+        answer.warnings = warnings(spec)
+        return answer
 
     @app.get(
         "/v1/schedules",
@@ -580,7 +622,9 @@ def install_schedules(
             if spec != entry.spec:
                 action, detail = ops.change_action(entry.spec, spec)
                 await publish(spec, principal.name, action, detail)
-        return view(found(schedule_id))
+        answer = view(found(schedule_id))
+        answer.warnings = warnings(spec)
+        return answer
 
     @app.delete(
         "/v1/schedules/{schedule_id}",
@@ -674,7 +718,13 @@ def install_schedules(
     ) -> RunList:
         """The schedule's runs, newest first (pending, running, completed,
         failed, timeout, aborted, suppressed, missed, skipped), each as its
-        records on `schedule-runs` say; at most the newest 200 are kept."""
+        records on `schedule-runs` say; at most the newest 200 are kept. A
+        `status` that is none of these answers 422 `invalid_query`."""
+        if status is not None and status not in RUN_STATUSES:
+            raise ApiError(
+                422, "invalid_query",
+                f"status: {status!r} is not a run status ({', '.join(RUN_STATUSES)})",
+            )  # fmt: skip
         found(schedule_id)
         runs, more = model.newest_runs(schedule_id, limit, cursor, status)
         return RunList(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import sys
 import time
@@ -16,12 +17,13 @@ from typing import Any
 import httpx
 import openai
 import pytest
+import yaml
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from agents.compose import DELEGATE_PARAMETERS, TOOL_TURN, ModelRequest, ToolOffer
 from agents.model import Exchange, Model, ModelError, ModelSettings, ToolCall
-from agents.standin import StandinScript, build_standin, load_script
+from agents.standin import StandinScript, _seen, build_standin, load_script
 from stream.broker import free_port
 
 LEMONGRAPH = Path(sys.executable).parent / "lemongraph"
@@ -289,3 +291,84 @@ def test_the_builtin_policy_hands_a_persons_answer_to_the_delegate(
         quiet = ask_with((("user", "Please book tomorrow."), last))
         assert quiet.calls == ()
         assert quiet.text == "Hello! Let us work on activateAccount together."
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("api", ["responses", "chat"])
+def test_the_builtin_policy_answers_a_heartbeat_with_heartbeat_ok(
+    api: str, serve: Callable[[Any], str]
+) -> None:
+    """`lemongraph dev`'s heartbeat (playbooks/schedules.yaml, queue-check) on the
+    built-in policy, as the agents service composes it from playbooks/catalog.yaml:
+    asked to answer HEARTBEAT_OK when nothing needs a person, the stand-in (which
+    sees nothing) answers exactly that, so the run is suppressed, not an alert."""
+    from agents.catalog import load_catalog_file
+    from agents.compose import OpenTask, Turn, compose
+
+    catalog = load_catalog_file(ROOT / "playbooks" / "catalog.yaml")
+    schedules = yaml.safe_load((ROOT / "playbooks" / "schedules.yaml").read_text())
+    [check] = [s for s in schedules["schedules"] if s.get("id") == "queue-check"]
+    prompt = check["action"]["prompt"]
+    base = serve(build_standin())
+    settings = ModelSettings(api_key="sk-test", base_url=f"{base}/v1", api=api)  # type: ignore[arg-type]
+
+    def heartbeat(text: str, agent: str = check["action"]["agent"]) -> ModelRequest:
+        task = OpenTask("sl-1", "schedule", text, "2026-03-09T10:00:00Z", ())
+        return compose(
+            catalog,
+            playbook_instructions="",
+            tasks=[task],
+            subject={},
+            contacts=[],
+            turns=[Turn("person", text)],
+            agent=agent,
+        )
+
+    assert ask(settings, heartbeat(prompt)).text == "HEARTBEAT_OK"
+    woken = f'{prompt}\n\nContext: {{"ticket": "T-41"}}'  # a wake's context after it
+    assert ask(settings, heartbeat(woken)).text == "HEARTBEAT_OK"
+    # Only the prompt or the agent's instructions make it a heartbeat.
+    greeting = ask(settings, heartbeat("Say hello.", "conversation")).text
+    assert greeting == "Hello! Let us work on schedule together."
+    # An agent with a tool looks first (its first tool), then answers.
+    check_queue = ToolOffer("check_queue", "Count the queue.", {"type": "object"})
+    req = ModelRequest("watcher", "Agent: watcher\nAnswer HEARTBEAT_OK if all is well.",
+                       (("user", "Check the queue."),), (check_queue,))  # fmt: skip
+    [call] = ask(settings, req).calls
+    assert call.name == "check_queue"
+
+    async def after_the_result() -> Any:
+        model = Model(settings)
+        try:
+            return await model.call(req, [Exchange(call, '{"ok": true, "result": {"n": 0}}')])
+        finally:
+            await model.close()
+
+    assert asyncio.run(after_the_result()).text == "HEARTBEAT_OK"
+
+
+def test_the_heartbeat_examples_of_docs_agents_md_are_the_catalogs_and_run() -> None:
+    """docs/agents.md, "Scheduled prompts and heartbeats": its catalog block is
+    playbooks/catalog.yaml's queue_watcher, and its script alerts on a wake's
+    context and fails on "fail", leaving the rest to the built-in HEARTBEAT_OK."""
+    from agents.standin import policy
+
+    page = (ROOT / "docs" / "agents.md").read_text(encoding="utf-8")
+    section = page.split("## Scheduled prompts and heartbeats", 1)[1].split("\n## ", 1)[0]
+    agents_block, script_block = re.findall(r"```yaml norun\n(.*?)```", section, re.S)[:2]
+    catalog = yaml.safe_load((ROOT / "playbooks" / "catalog.yaml").read_text())
+    shown = yaml.safe_load(agents_block)["agents"]
+    assert shown == {"queue_watcher": catalog["agents"]["queue_watcher"]}
+    script = StandinScript.model_validate(yaml.safe_load(script_block))
+    instructions = f"Agent: queue_watcher\n{shown['queue_watcher']['instructions']}"
+
+    def answer(prompt: str) -> Any:
+        steps = [("user", "", "", prompt)]
+        return policy(_seen(instructions, steps, []), script)
+
+    assert answer("Check the support queue.").say == "HEARTBEAT_OK"
+    alert = answer('Check the support queue.\n\nContext: {"ticket":"T-41"}').say
+    assert alert == "Ticket T-41 has waited two days."
+    assert answer("Check it, or fail.").fail == 500

@@ -142,8 +142,8 @@ INVALID = [
     (
         "1 2 3 4",
         None,
-        None,
-        "expected 5 fields (minute hour day-of-month month day-of-week), got 4",
+        8,
+        "position 8: expected 5 fields (minute hour day-of-month month day-of-week), got 4",
     ),
     (
         "1 2 3 4 5 6",
@@ -193,8 +193,9 @@ INVALID = [
         8,
         "position 8: 'funday' is not a day of the week (monday..sunday)",
     ),
-    ("", None, None, "is empty: write a 5-field cron expression or a shorthand"),
-]
+    ("1 2 3 4  ", None, 8, "position 8: expected 5 fields (minute hour day-of-month month "
+     "day-of-week), got 4"),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(("text", "cron_field", "position", "message"), INVALID)
@@ -208,6 +209,16 @@ def test_invalid_expressions_name_field_and_position(
     assert error.field == "schedule"
     assert error.cron_field == cron_field
     assert error.position == position
+
+
+def test_an_empty_expression_is_said_empty_without_a_stray_quote() -> None:
+    for text in ("", "   "):
+        with pytest.raises(ScheduleError) as caught:
+            parse_cron(text)
+        assert str(caught.value) == (
+            "schedule: is empty: write a 5-field cron expression or a shorthand"
+        )
+        assert caught.value.position == 1
 
 
 def test_not_a_string() -> None:
@@ -229,6 +240,17 @@ def test_unknown_timezone_suggests_a_known_one() -> None:
     for bad in ("", " UTC", "../etc/passwd"):
         with pytest.raises(ScheduleError):
             zone(bad)
+
+
+@pytest.mark.parametrize("name", ["localtime", "posixrules"])
+def test_the_machines_own_zone_is_not_a_time_zone(name: str) -> None:
+    # The zone database of Debian links localtime to /etc/localtime: each
+    # worker would read the schedule on its own machine's clock.
+    with pytest.raises(ScheduleError) as caught:
+        zone(name)
+    assert caught.value.field == "timezone"
+    assert f"{name!r} is not an IANA time zone" in str(caught.value)
+    assert "did you mean" not in str(caught.value)
 
 
 def test_next_slot_is_strictly_after() -> None:

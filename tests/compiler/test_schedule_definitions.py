@@ -183,6 +183,19 @@ ERRORS = [
         "catchup_window",
         "catchup_window: must be at least 1m, got '30s'",
     ),
+    # Past a year, instants leave what a datetime holds: refused, not a crash.
+    (definition(jitter="1000000d"), "jitter", "jitter: must be at most 366d, got '1000000d'"),
+    (
+        definition(catchup_window="367d"),
+        "catchup_window",
+        "catchup_window: must be at most 366d, got '367d'",
+    ),
+    (definition(timeout="10000000d"), "timeout", "timeout: must be at most 366d, got '10000000d'"),
+    (
+        definition(retry_backoff="99999999999999999d"),
+        "retry_backoff",
+        "retry_backoff: must be at most 366d, got '99999999999999999d'",
+    ),
     (
         definition(max_retries=-1),
         "max_retries",

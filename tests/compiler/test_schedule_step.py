@@ -606,3 +606,51 @@ def test_switched_off_a_define_decides_nothing_due_and_firing_again_catches_up()
     assert [d.run_id for d in dispatches(step)] == [slot_id("s", at(45))]
     # the window is one period of the new clock (15m): the slot of 30 is older
     assert brief(step)[0] == ("missed", iso(at(30)), "missed: older than the catch-up window")
+
+
+def test_the_longest_durations_step_without_leaving_the_calendar() -> None:
+    # 366d (the most a duration may be, docs/schedules.md) for the jitter, the
+    # window, the timeout and the backoff: a tick after a long downtime, a wake
+    # and a failed run's retry are all still decided. (Far longer ones, now
+    # refused, made a tick raise OverflowError.)
+    longest = {"jitter": "366d", "catchup_window": "366d", "timeout": "366d"}
+    state = define(make(**longest, retry_backoff="366d", max_retries=1, overlap="skip"))
+    step = schedule_step(state, T0 + timedelta(days=800), ScheduleTick())
+    assert step.state is not None
+    assert any(isinstance(e, Dispatch) for e in step.effects)
+    step = schedule_step(step.state, T0 + timedelta(days=801), Wake("r1"))
+    assert step.state is not None
+    run = request_run_id("s", "r1")
+    assert [d.run_id for d in step.effects if isinstance(d, Dispatch)] == [run]
+    first = next(a.run_id for a in step.state.active if a.triggered_by == "schedule")
+    step = schedule_step(step.state, T0 + timedelta(days=802), Report(first, "failed", "", "x"))
+    assert step.state is not None
+    assert [r.attempt for r in step.state.retries] == [1]
+
+
+def test_runs_active_at_once_are_bounded() -> None:
+    from compiler._schedule import MAX_ACTIVE
+
+    state = define(make(timeout="1h", overlap="allow_all"))
+    for n in range(MAX_ACTIVE):
+        step = schedule_step(state, at(1), Wake(f"req-{n}"))
+        assert step.state is not None
+        state = step.state
+    assert len(state.active) == MAX_ACTIVE
+    step = schedule_step(state, at(2), Wake("one-more"))
+    assert dispatches(step) == []
+    (record,) = records(step)
+    assert record["status"] == "skipped"
+    assert record["error"].startswith(f"too many runs active ({MAX_ACTIVE})")
+    assert step.state is not None
+    assert len(step.state.active) == MAX_ACTIVE
+
+
+def test_switched_off_a_report_delivers_nothing() -> None:
+    state = running(deliver_to="web:ops-1")
+    step = schedule_step(state, at(40), Report(slot(30), "completed", "Status: OK"), firing=False)
+    assert delivers(step) == []
+    (record,) = records(step)
+    assert (record["status"], record["delivered_to"]) == ("completed", None)
+    step = schedule_step(state, at(40), Report(slot(30), "completed", "Status: OK"))
+    assert [d.target for d in delivers(step)] == ["web:ops-1"]

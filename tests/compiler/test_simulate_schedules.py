@@ -269,8 +269,10 @@ def test_expectations_are_compared() -> None:
     )
     assert not wrong.passed
     assert wrong.failures == (
+        "runs: expected 2, got 3",
         "runs: #2: expected '2026-03-08T07:30:00Z n completed', "
         "got '2026-03-08T07:00:00Z n completed'",
+        "runs: also '2026-03-09T06:30:00Z n completed' (got #3)",
         "count: expected 1 missed, got 0",
     )
 
@@ -395,3 +397,79 @@ def test_removing_a_schedule_aborts_its_active_run_and_stops_it() -> None:
         changes=[{"at": "10m", "schedule": "hb", "set": {"schedule": "61 * * * *"}}],
     )
     assert bad.failures[0].startswith('change #1: schedule: "61 * * * *": minute field')
+
+
+def test_a_wake_is_listed_at_its_instant_not_when_it_ended() -> None:
+    # Woken at 09:10, its reply takes 40 minutes: it ends at 09:50, after the
+    # 09:30 slot fired; it is listed (and ordered) at 09:10, before that slot.
+    result = one(
+        prompt(timeout="2h", overlap="allow_all"),
+        base="2026-03-09T09:00:00Z",
+        until="55m",
+        replies={"hb": [{"output": "slow", "after": "40m"}, "fast"]},
+        wakes=[{"at": "10m", "schedule": "hb"}],
+    )
+    assert result.runs == (
+        "2026-03-09T09:10:00Z hb completed (wake)",
+        "2026-03-09T09:30:00Z hb completed",
+    )
+    [woken] = [r for r in result.records if r["triggered_by"] == "wake" and r["ended_at"]]
+    assert woken["at"] == "2026-03-09T09:50:00Z"
+
+
+def test_a_failed_expectation_lists_every_difference_up_to_ten() -> None:
+    every = nightly("0 * * * *", "UTC")
+    got = [f"2026-03-09T{h:02}:00:00Z n completed" for h in range(1, 24)]
+    wanted = list(got)
+    wanted[1] = wanted[1].replace("completed", "missed")  # #2 differs
+    del wanted[4]  # the 05:00 run is not expected
+    wanted.append("2026-03-10T00:30:00Z n completed")  # expected, never happens
+    wrong = one(every, base="2026-03-09T00:30:00Z", until="23h", expect={"runs": wanted})
+    assert wrong.failures == (  # as many runs as expected, but not the same ones
+        "runs: #2: expected '2026-03-09T02:00:00Z n missed', "
+        "got '2026-03-09T02:00:00Z n completed'",
+        "runs: also '2026-03-09T05:00:00Z n completed' (got #5)",
+        "runs: #23: missing '2026-03-10T00:30:00Z n completed'",
+    )
+    # Many differences: the first ten, then how many more.
+    shifted = [line.replace(":00:00Z", ":00:01Z") for line in got]
+    many = one(every, base="2026-03-09T00:30:00Z", until="23h", expect={"runs": shifted})
+    assert len(many.failures) == 11
+    assert many.failures[0] == f"runs: #1: expected {shifted[0]!r}, got {got[0]!r}"
+    assert many.failures[9] == f"runs: #10: expected {shifted[9]!r}, got {got[9]!r}"
+    assert many.failures[10] == "runs: and 13 more difference(s)"
+
+
+@pytest.mark.parametrize(
+    ("resume", "after"),
+    [
+        (None, ()),  # a retry due while paused is skipped, and the retries end there
+        ("50m", ()),  # resumed after it was due: it does not come back
+        ("35m", ("2026-03-09T09:30:00Z hb completed (retry)",)),  # resumed before: it runs
+    ],
+)
+def test_a_retry_due_while_paused_is_skipped_and_ends_the_retries(
+    resume: str | None, after: tuple[str, ...]
+) -> None:
+    # The 09:30 run fails at 09:32 after the pause at 09:31 (a run going is not
+    # stopped); its retry is due at 09:37.
+    changes: list[dict[str, object]] = [{"at": "31m", "schedule": "hb", "set": {"enabled": False}}]
+    if resume is not None:
+        changes.append({"at": resume, "schedule": "hb",
+                        "set": {"enabled": True}})  # fmt: skip
+    result = one(
+        prompt(timeout="5m", max_retries=2, retry_backoff="5m"),
+        base="2026-03-09T09:00:00Z",
+        until="55m",
+        replies={"hb": [{"status": "failed", "error": "down", "after": "2m"}, "fine"]},
+        changes=changes,
+    )
+    retried = () if after else ("2026-03-09T09:30:00Z hb skipped (retry)",)
+    assert result.runs == ("2026-03-09T09:30:00Z hb failed", *retried, *after)
+    if not after:
+        [skipped] = [r for r in result.records if r["triggered_by"] == "retry"]
+        assert (skipped["at"], skipped["attempt"], skipped["error"]) == (
+            "2026-03-09T09:37:00Z",
+            1,
+            "paused",
+        )

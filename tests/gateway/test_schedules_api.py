@@ -15,6 +15,7 @@ import httpx
 import orjson
 import pytest
 
+from stream.engine import home_partition
 from stream.gateway.schedules import ScheduleModel
 from topics import ScheduleRunRecord, Topics, encode
 
@@ -149,6 +150,8 @@ def test_a_schedule_is_created_listed_shown_paused_resumed_and_deleted(
     assert {a["by"] for a in audit} == {"ops-ada"}
     assert {a["target"] for a in audit} == {"schedule:lead-review"}
     assert audit[3]["detail"] == {"changed": ["name"]}
+    assert audit[1]["detail"] == {"enabled": False}  # pause
+    assert audit[2]["detail"] == {"enabled": True}  # resume
 
     # A gateway started later reads the same from the topics.
     later = start_gateway()
@@ -280,6 +283,45 @@ def test_a_wake_goes_to_the_inbox_once_per_request_id(lane: Lane, gateway: Gatew
     assert audit[0]["detail"]["run_id"] == woken["run_id"]
 
 
+def test_a_start_job_naming_no_registered_playbook_is_accepted_with_a_warning(
+    lane: Lane, gateway: GatewayProcess
+) -> None:
+    # The lane's playbooks (lead-qualification, onboarding, payment-reminders) are registered.
+    with gateway.client(gateway.token()) as client:
+        wait_for(
+            lambda: (
+                "onboarding" in {p["key"] for p in ok(client.get("/v1/playbooks"))["playbooks"]}
+            ),
+            what="the playbooks",
+        )
+        typo = {**REVIEW, "action": {"type": "start_job", "playbook_key": "onbaording"}}
+        # (the REVIEW action's lead-qualification is registered: no warning)
+        created = ok(client.post("/v1/schedules", json=typo), 201)
+        assert created["warnings"] == [
+            "action.playbook_key: no playbook 'onbaording' is registered (did you mean "
+            "'onboarding'?): until one is, each run's job.start is refused (the run is "
+            "recorded completed; the refusal is on decisions under the job key)"
+        ]
+        assert ok(client.get("/v1/schedules/lead-review"))["warnings"] == []
+        fixed = ok(
+            client.patch(
+                "/v1/schedules/lead-review",
+                json={"action": {"type": "start_job", "playbook_key": "onboarding"}},
+            )
+        )
+        assert fixed["warnings"] == []
+        other = {
+            **REVIEW,
+            "id": "prompt",
+            "action": {"type": "prompt", "agent": "x", "prompt": "y"},
+        }
+        assert ok(client.post("/v1/schedules", json=other), 201)["warnings"] == []
+    # Written as asked: a warning refuses nothing.
+    assert values(lane, "schedules", "lead-review")[0]["spec"]["action"]["playbook_key"] == (
+        "onbaording"
+    )
+
+
 def run_record(sid: str, rid: str, status: str, at: str, **more: Any) -> tuple[bytes, bytes]:
     record = ScheduleRunRecord(
         schedule_id=sid,
@@ -355,6 +397,11 @@ def test_runs_are_read_from_schedule_runs_newest_first_and_paged(
         error_of(
             client.get("/v1/schedules/heartbeat/runs", params={"limit": 0}), 422, "invalid_query"
         )
+        # A status that is no run status is refused, naming the ones there are.
+        bogus = client.get("/v1/schedules/heartbeat/runs", params={"status": "bogus"})
+        message = error_of(bogus, 422, "invalid_query")["message"]
+        assert message.startswith("status: 'bogus' is not a run status (pending, running, ")
+        assert "aborted" in message
 
 
 def test_the_read_model_keeps_its_bounds() -> None:
@@ -391,6 +438,43 @@ def test_the_read_model_keeps_its_bounds() -> None:
     # A record that does not decode is counted and skipped.
     model.apply(topics.schedule_runs, b"s2", b"{not json", 99)
     assert model.skipped == 1
+
+
+def test_a_definition_off_its_home_partition_is_not_a_schedule_here_either() -> None:
+    # The worker dead-letters it (docs/kafka.md, "schedules"); the read model
+    # must not serve it, nor let its offset hide the real one.
+    topics = Topics("misplaced.")
+    model = ScheduleModel(topics)
+    model.partitions = 4
+    spec = {"id": "s1", "name": "s1", "schedule": "hourly"}
+    record = encode({"type": "schedule", "spec": spec, "updated_at": "x", "by": "t"})
+    home = home_partition(b"s1", 4)
+    model.apply(topics.schedules, b"s1", record, 50, (home + 1) % 4)
+    assert model.get("s1") is None
+    assert model.skipped == 1
+    model.apply(topics.schedules, b"s1", record, 3, home)
+    assert model.listed == ["s1"]
+
+
+def test_runs_of_ids_never_defined_do_not_grow_the_read_model() -> None:
+    # Each id's runs are dropped for the bytes bound; what is left of such ids
+    # (their maps' entries and run counters) must go with them.
+    topics = Topics("ghosts.")
+    one = len(orjson.dumps({**orjson.loads(run_record("g0", "r", "completed", "a")[1]), "seq": 1}))
+    model = ScheduleModel(topics, runs_kept=1, runs_bytes=5 * one)
+    spec = {"id": "kept", "name": "kept", "schedule": "hourly"}
+    record = encode({"type": "schedule", "spec": spec, "updated_at": "x", "by": "t"})
+    model.apply(topics.schedules, b"kept", record, 0)
+    for n in range(3):
+        model.apply(topics.schedule_runs, *run_record("kept", f"k{n}", "completed", "a"), n)
+    assert [r["run_id"] for r in model.newest_runs("kept", 5)[0]] == ["k2"]
+    for n in range(1000):
+        model.apply(topics.schedule_runs, *run_record(f"g{n}", "r", "completed", "a"), n)
+    assert model.runs_held <= 5 * one
+    assert len(model.runs) <= 5
+    assert len(model._sizes) <= 5
+    assert len(model._seq) <= 6  # the held ids', and the defined schedule's counter
+    assert model._seq["kept"] == 3
 
 
 def test_a_wake_with_a_worker_starts_a_job_and_comes_back_as_a_run(

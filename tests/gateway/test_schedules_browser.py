@@ -111,7 +111,7 @@ def test_the_schedules_page_lists_next_runs_and_each_ones_history(
                 error="overlap: run sl-2 still running"),
             run("sl-4", "suppressed", "2026-12-01T09:30:00Z", slot="2026-12-01T09:30:00Z",
                 output="HEARTBEAT_OK", suppressed=True),
-            run("wk-1", "failed", "2026-12-01T09:45:00Z", triggered_by="wake",
+            run("wk-1", "failed", "2026-12-01T09:45:00.123456Z", triggered_by="wake",
                 error="model_error: the model did not answer", context={"why": "checking"}),
     ]  # fmt: skip
     # (in a thread of its own: Playwright's sync API holds this thread's event loop)
@@ -133,11 +133,25 @@ def test_the_schedules_page_lists_next_runs_and_each_ones_history(
     assert link.inner_text() == "job-1"
     chip = page.locator('#schedule-runs tr[data-run="sl-4"] .chip')
     assert "run-suppressed" in (chip.get_attribute("class") or "")
+    # A run's "at" as the next runs are shown: the schedule's wall time with its zone,
+    # then the UTC instant (to the second), not the browser's Tokyo time.
+    woken = page.locator('#schedule-runs tr[data-run="wk-1"] td').first
+    assert re.fullmatch(
+        r"2026-12-01 20:45:00 \S+ \(Australia/Lord_Howe\) · 2026-12-01T09:45:00Z",
+        woken.inner_text().strip(),
+    ), woken.inner_text()
+    assert woken.locator("time").get_attribute("datetime") == "2026-12-01T09:45:00Z"
+    legend = page.locator("#schedule-body .legend").inner_text()
+    assert "aborted" in legend
 
     # The list now says the last run.
     page.click("#schedule-view a[data-nav]")
     last = page.locator('tr[data-schedule="heartbeat"] .chip[data-status="failed"]')
     last.wait_for(timeout=30_000)
+    cell = page.locator('tr[data-schedule="heartbeat"] td').last.inner_text()
+    assert re.search(
+        r"2026-12-01 20:45:00 \S+ \(Australia/Lord_Howe\) · 2026-12-01T09:45:00Z", cell
+    )
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "ui-schedules.png"), full_page=True)
 

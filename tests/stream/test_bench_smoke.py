@@ -36,13 +36,20 @@ KEYS = (
     "schedule_rocksdb_mb_per_100k",
     "schedule_row_mb_per_100k",
     "schedule_rebuild_s_100k",
+    "bytes_per_event",
+    "stored_bytes_per_event",
+    "steady_bytes_per_event",
+    "steady_stored_bytes_per_event",
 )
+#: The topics the worker writes for every event (by name after the run's prefix).
+EVERY_EVENT = ("tasks", "decisions", "jobs", "engine-jobstate-changelog")
 
 
 def test_bench_quick_measures_every_figure(tmp_path: Path) -> None:
     out = tmp_path / "figures.json"
     env = dict(os.environ, LEMONGRAPH_PLAYBOOKS_DIR=str(ROOT / "playbooks"))
     env.pop("LEMONGRAPH_KAFKA_URL", None)  # its own embedded broker, as documented
+    env.pop("LEMONGRAPH_KAFKA_COMPRESSION", None)  # the default codec
     result = subprocess.run(
         [str(Path(sys.executable).parent / "lemongraph"), "bench", "--quick", "--json", str(out)],
         cwd=tmp_path,
@@ -67,6 +74,25 @@ def test_bench_quick_measures_every_figure(tmp_path: Path) -> None:
     assert figures["schedule_tick_ratio"] == pytest.approx(
         figures["schedule_tick_ms_100k"] / figures["schedule_tick_ms_100"]
     )
+    # Bytes per event: every topic the worker writes for an event is counted, the
+    # parts add up, and the default codec (zstd) stores fewer bytes than none on
+    # the same burst (the batches are compressed on the broker, not only sent so).
+    assert figures["compression"] == "zstd"
+    by_topic = figures["bytes_per_event_by_topic"]
+    for topic in EVERY_EVENT:
+        assert by_topic[topic] > 0, (topic, by_topic)
+        assert figures["stored_bytes_per_event_by_topic"][topic] > 0, topic
+        assert figures["records_per_event_by_topic"][topic] > 0, topic
+    assert sum(by_topic.values()) == pytest.approx(figures["bytes_per_event"], abs=1.0)
+    assert set(figures["codec_events_per_s"]) == {"none", "zstd"}
+    assert min(figures["codec_events_per_s"].values()) > 0
+    stored = figures["codec_stored_bytes_per_event"]
+    assert 0 < stored["zstd"] < stored["none"], stored
+    # CPU per event of the worker and of the embedded broker, for each codec.
+    for cpu in ("codec_worker_cpu_us_per_event", "codec_broker_cpu_us_per_event"):
+        assert set(figures[cpu]) == {"none", "zstd"}, figures[cpu]
+        assert min(figures[cpu].values()) > 0, (cpu, figures[cpu])
+    assert "bytes per event" in result.stdout
     assert "engine / framework" in result.stdout
     assert "schedules tick" in result.stdout
     assert "parameters:" in result.stdout

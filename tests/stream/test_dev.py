@@ -172,6 +172,18 @@ def test_the_dev_loop_of_the_readme_closes_offline(tmp_path: Path) -> None:
                 "the job to be done",
             )
             trail = client.get("/v1/jobs/job-1/decisions").json()["decisions"]
+            # The heartbeat dev runs (playbooks/schedules.yaml, queue-check), woken:
+            # the stand-in answers HEARTBEAT_OK, so the run is suppressed, no alert.
+            woken = client.post("/v1/schedules/queue-check/wake", json={"request_id": "dev-1"})
+            assert woken.status_code == 202, woken.text
+            run_id = woken.json()["run_id"]
+
+            def heartbeat_ended() -> Any:
+                runs = client.get("/v1/schedules/queue-check/runs").json().get("runs", [])
+                [run] = [r for r in runs if r["run_id"] == run_id] or [None]
+                return run if run and run["status"] not in ("pending", "running") else None
+
+            beat = until(heartbeat_ended, "the woken heartbeat's end")
         # Ctrl-C: everything stops cleanly, and the worker's stop deadline (armed by
         # the signal) does not fire afterwards while dev stops the rest.
         stopped_at = len(dev.lines)
@@ -183,6 +195,11 @@ def test_the_dev_loop_of_the_readme_closes_offline(tmp_path: Path) -> None:
         assert code == 0, after
     finally:
         dev.stop(signal.SIGKILL)
+    assert (beat["status"], beat["output"], beat["delivered_to"]) == (
+        "suppressed",
+        "HEARTBEAT_OK",
+        None,
+    ), beat
     settled = {m["id"]: m for m in done["milestones"]}
     assert {k: m["state"] for k, m in settled.items()} == {
         "collectIdentity": "done",

@@ -160,8 +160,14 @@ def test_schedules_are_added_listed_shown_paused_resumed_woken_and_removed(
     assert spec["name"] == "Leads"
     assert spec["overlap"] == "skip"
     assert "by cli" in shown
+    # The normalised cron, and the catch-up window in effect (the default: one period).
+    assert "\ncron: 30 9 * * 1-5  ('weekdays at 09:30' in America/New_York)\n" in shown
+    assert "\ncatch-up window: one period, the default " in shown
     assert shown.count("(America/New_York)") == 5
     assert "runs: 0" in shown
+    queue = lane.cli("schedule", "show", "queue-check").stdout
+    assert "\ncron: */30 * * * *  ('every 30m' in UTC)\n" in queue
+    assert "\ncatch-up window: one period (30m, the default)\n" in queue
 
     assert lane.cli("schedule", "pause", "lead-review").stdout.strip() == "lead-review: paused"
     assert "paused" in lane.cli("schedule", "list").stdout.splitlines()[0]
@@ -169,12 +175,32 @@ def test_schedules_are_added_listed_shown_paused_resumed_woken_and_removed(
     assert "already paused" in lane.cli("schedule", "pause", "lead-review").stdout
     resumed = lane.cli("schedule", "resume", "lead-review").stdout
     assert resumed.startswith("lead-review: resumed; next 20")
+    # --replace replaces the whole definition: a file without `enabled` resumes a
+    # paused schedule, and says so.
+    lane.cli("schedule", "pause", "lead-review")
+    again_resumed = lane.cli("schedule", "add", "--replace", str(path)).stdout
+    assert again_resumed.startswith("lead-review: resumed; next 20"), again_resumed
+    lane.cli("schedule", "pause", "lead-review")
+    path.write_text(
+        REVIEW.replace("name: Lead review", "name: Leads").replace(
+            "timezone: America/New_York", "timezone: America/New_York\n    timeout: 10m"
+        )
+    )
+    changed = lane.cli("schedule", "add", "--replace", str(path)).stdout
+    assert changed.startswith("lead-review: updated (timeout) and resumed; next 20"), changed
 
     woken = lane.cli(
         "schedule", "wake", "lead-review", "--context", '{"reason": "big lead"}',
         "--skip-if-running", "--request-id", "cli-wake-1",
     ).stdout  # fmt: skip
     assert woken.startswith("lead-review: woken (request cli-wake-1, run wk-")
+    # The same request id again is one wake: nothing sent, and said so.
+    twice = lane.cli("schedule", "wake", "lead-review", "--request-id", "cli-wake-1").stdout
+    run_id = woken.split("run ", 1)[1].split(",", 1)[0]
+    assert twice.startswith(
+        f"lead-review: duplicate: already woken with request id cli-wake-1 (run {run_id}, "
+    ), twice
+    assert twice.rstrip().endswith("by cli); nothing sent")
     bad = lane.cli("schedule", "wake", "lead-review", "--context", "[1]", check=False)
     assert bad.returncode == 2
     assert "must be a JSON object" in bad.stderr
@@ -183,7 +209,7 @@ def test_schedules_are_added_listed_shown_paused_resumed_woken_and_removed(
     runs = [
         ScheduleRunRecord(
             schedule_id="lead-review", run_id="sl-a", status="missed", triggered_by="schedule",
-            slot="2026-12-01T14:30:00Z", root_run_id="sl-a", at="2026-12-02T15:00:00Z",
+            slot="2026-12-01T14:30:00Z", root_run_id="sl-a", at="2026-12-02T15:00:00.996123Z",
         ),
         ScheduleRunRecord(
             schedule_id="lead-review", run_id="sl-b", status="completed",
@@ -196,6 +222,7 @@ def test_schedules_are_added_listed_shown_paused_resumed_woken_and_removed(
     lines = listed_runs.stdout.splitlines()
     assert [line.split()[1] for line in lines] == ["completed", "missed"]
     assert "job sl-b" in lines[0]
+    assert lines[1].startswith("2026-12-02T15:00:00.996Z  ")  # milliseconds at most
     assert "2 of 2 run(s)" in listed_runs.stderr
     one = lane.cli("schedule", "runs", "lead-review", "--limit", "1", "--json").stdout
     assert json.loads(one)["run_id"] == "sl-b"
@@ -213,12 +240,19 @@ def test_schedules_are_added_listed_shown_paused_resumed_woken_and_removed(
     # What went on the topics.
     records = definitions(lane, "lead-review")
     assert [r and (r["spec"]["name"], r["spec"]["enabled"]) for r in records] == [
-        ("Lead review", True), ("Leads", True), ("Leads", False), ("Leads", True), None,
+        ("Lead review", True), ("Leads", True), ("Leads", False), ("Leads", True),
+        ("Leads", False), ("Leads", True), ("Leads", False), ("Leads", True), None,
     ]  # fmt: skip
     assert {r["by"] for r in records if r} == {"cli"}
     audit = [r["value"] for r in lane.read("audit") if r["key"] == "lead-review"]
-    assert [a["action"] for a in audit] == ["create", "update", "pause", "resume", "wake", "delete"]
-    assert audit[4]["detail"]["request_id"] == "cli-wake-1"
+    assert [a["action"] for a in audit] == [
+        "create", "update", "pause", "resume", "pause", "resume", "pause", "update", "wake",
+        "delete",
+    ]  # fmt: skip
+    assert audit[2]["detail"] == {"enabled": False}
+    assert audit[3]["detail"] == {"enabled": True}
+    assert audit[7]["detail"] == {"changed": ["enabled", "timeout"]}
+    assert audit[8]["detail"]["request_id"] == "cli-wake-1"
     wakes = [r["value"] for r in lane.read("inbox") if r["key"] == "lead-review"]
     assert len(wakes) == 1
     assert wakes[0]["type"] == "schedule.wake"
@@ -228,12 +262,20 @@ def test_schedules_are_added_listed_shown_paused_resumed_woken_and_removed(
 
 @pytest.mark.broker
 @pytest.mark.timeout(300)
-def test_add_validates_everything_before_writing_and_reads_stdin(lane: Lane) -> None:
+def test_add_validates_everything_before_writing_and_reads_stdin(
+    lane: Lane, tmp_path: Path
+) -> None:
     action = {"type": "start_job", "playbook_key": "onboarding"}
     one = json.dumps({"id": "first", "name": "First", "schedule": "daily", "action": action})
     result = cli("schedule", "add", "-", stdin=one, env=lane.env())
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("first: created; next ")
+    # No playbook is registered: written, with a warning line.
+    assert result.stderr == (
+        "warning: first: action.playbook_key: no playbook 'onboarding' is registered: until "
+        "one is, each run's job.start is refused (the run is recorded completed; the refusal "
+        "is on decisions under the job key)\n"
+    )
     bad = """\
 - id: second
   name: Second
@@ -251,14 +293,32 @@ def test_add_validates_everything_before_writing_and_reads_stdin(lane: Lane) -> 
 """
     refused = cli("schedule", "add", "-", stdin=bad, env=lane.env())
     assert refused.returncode == 1
-    assert 'error: -[1]: schedule: "61 * * * *": minute field (position 1)' in refused.stderr
-    assert "error: -[2]: " in refused.stderr
+    # Each definition is named alike, with the line of the field at fault.
+    assert (
+        'error: <stdin>:7: [1] (third): schedule: "61 * * * *": minute field (position 1)'
+        in refused.stderr
+    )
+    assert "error: <stdin>:12: [2] (fourth): timezone: 'Mars/Base'" in refused.stderr
     assert refused.stdout == ""
     ids = {r["key"] for r in lane.read("schedules")}
     assert ids == {"first"}  # the valid "second" was not written either
     not_yaml = cli("schedule", "add", "-", stdin="a: [", env=lane.env())
     assert not_yaml.returncode == 1
-    assert "not YAML or JSON" in not_yaml.stderr
+    assert "error: <stdin>:1:" in not_yaml.stderr
+    assert "not YAML or JSON: while parsing a flow" in not_yaml.stderr
+    path = tmp_path / "bad.yaml"
+    path.write_text("schedules:\n  - id: x\n    schedule: [1, 2\n")
+    in_file = cli("schedule", "add", str(path), env=lane.env())
+    assert in_file.returncode == 1
+    assert in_file.stderr.startswith(f"error: {path}:4:1: not YAML or JSON: while parsing")
+    path.write_text("schedules:\n  - id: x\n    name: X\n    schedule: daily\n")
+    one = cli("schedule", "add", str(path), env=lane.env())
+    assert one.stderr.startswith(f"error: {path}:2: schedules[0] (x): action"), one.stderr
+    path.write_text('{"id": "y", "name": "Y", "schedule": "1 2 3 4", "action": {}}')
+    single = cli("schedule", "add", str(path), env=lane.env())
+    assert single.stderr.startswith(
+        f'error: {path}:1: definition (y): schedule: "1 2 3 4": position 8: expected 5 fields'
+    ), single.stderr
     gone = cli("schedule", "add", "/no/such/file.yaml", env=lane.env())
     assert gone.returncode == 1
     assert "cannot read" in gone.stderr

@@ -469,6 +469,16 @@ def test_schedules_yaml_is_registered_when_absent_or_different(lane: Lane) -> No
     latest = [r["value"] for r in lane.read("schedules") if r["key"] == "morning"][-1]
     assert (latest["by"], latest["spec"]["enabled"]) == ("test", False)
     assert len(lane.read("audit")) == 2
+    # The operator removes it: the file's definition is published again.
+    produce(lane, "schedules", [(b"morning", None, home("morning"), BASE)])
+    assert fourth.stop() == 0
+    fifth = start_worker(lane)
+    assert "1 published (morning)" in "".join(fifth.lines)
+    latest = [r["value"] for r in lane.read("schedules") if r["key"] == "morning"][-1]
+    assert latest is not None
+    assert (latest["by"], latest["spec"]["schedule"]) == ("schedules.yaml", "weekdays at 10:30")
+    assert [r["value"]["action"] for r in lane.read("audit")][-1] == "create"
+    assert fifth.stop() == 0
 
 
 # -- a second worker takes over -------------------------------------------------------------

@@ -98,6 +98,12 @@ class Lane:
         fresh.h.engine.assigned()
         return fresh
 
+    def waiting(self) -> int:
+        """How many schedules have a row in the due-time index."""
+        return sum(
+            1 for p in range(PARTITIONS) for _d, kind, _n in self.h.due_rows(p) if kind == "s"
+        )
+
     def next_due(self, schedule_id: str) -> int | None:
         """The schedule's due time in the table's due-time index (one row at most)."""
         rows = [
@@ -545,6 +551,70 @@ def test_a_wake_of_an_unknown_schedule_is_dead_lettered() -> None:
     lane = Lane()
     [letter] = letters(lane.run(lane.wake("ghost", T0, request_id="x")))
     assert letter.reason == "schedule.wake: no schedule 'ghost'"
+
+
+def test_a_catch_up_of_many_schedules_comes_a_tick_at_a_time() -> None:
+    # Down for 3 hours, each "every 1m" schedule has ~180 slots to decide: 100
+    # missed records, one for the rest and a fire. One tick must not put every
+    # schedule's records in one batch: past the budget the rest wait for the
+    # next tick, and in the end each schedule is decided once, as if alone.
+    lane = Lane()
+    p = 0
+    ids = [f"s{i}" for i in range(200) if home(f"s{i}") == p][:20]
+    spec = {"schedule": "every 1m", "action": {"type": "start_job", "playbook_key": "quick"}}
+    lane.run(*(lane.define({"id": i, "name": i, **spec}) for i in ids))
+    lane.schedules.tick_budget = 500
+    later = T0 + timedelta(hours=3)
+    lane.h.wall = later + timedelta(seconds=5)
+    decided: list[str] = []
+    sizes = []
+    for n in range(10):
+        batch = lane.run(lane.tick(later + timedelta(seconds=n), p))
+        sizes.append(len(batch.outputs))
+        decided += [r.schedule_id for r in runs(batch) if r.status == "completed"]
+        if len(decided) == len(ids):
+            break
+    assert sorted(decided) == sorted(ids)  # each fired once
+    assert len(sizes) > 1
+    assert max(sizes) <= 500 + 110, sizes  # the budget, and one schedule's records past it
+    assert lane.waiting() == len(ids)  # all back in the index, for their next slot
+
+
+def test_a_decision_whose_records_would_be_too_large_is_dead_lettered() -> None:
+    # A wake's context goes into its prompt task twice (the prompt and the
+    # field) and into the state while its run is active: past what a record may
+    # be, the broker would refuse the batch on every restart. The wake is
+    # dead-lettered instead, and nothing of it is written.
+    lane = Lane()
+    lane.run(lane.define(prompt_every_5m()))
+    p = home("check")
+    before = lane.store[(schedule_key("check"), p)]
+    big = {"blob": "x" * 600_000}
+    batch = lane.run(lane.wake("check", T0 + timedelta(seconds=1), request_id="w0", context=big))
+    [letter] = letters(batch)
+    assert "tasks record would be" in letter.reason, letter.reason
+    assert on(batch, "tasks") == []
+    assert runs(batch) == []
+    assert lane.store[(schedule_key("check"), p)] == before
+    # Active runs that together would make the state too large: the wake that
+    # would cross the line is refused; the earlier ones run.
+    half = {"blob": "x" * 400_000}
+    for n in range(2):
+        batch = lane.run(
+            lane.wake("check", T0 + timedelta(seconds=2 + n), request_id=f"w{n + 1}", context=half)
+        )
+        assert batch.deadletters == 0
+        assert len(on(batch, "tasks")) == 1
+    batch = lane.run(lane.wake("check", T0 + timedelta(seconds=5), request_id="w3", context=half))
+    [letter] = letters(batch)
+    assert "the schedule's state would be" in letter.reason, letter.reason
+    assert on(batch, "tasks") == []
+    # The worker goes on: the next slot is decided (skipped: the wakes' runs
+    # are still active).
+    batch = lane.run(lane.tick(T0 + timedelta(minutes=5), p))
+    assert [(r.status, r.run_id) for r in runs(batch)] == [
+        ("skipped", slot("check", T0 + timedelta(minutes=5)))
+    ]
 
 
 # -- the global switch --------------------------------------------------------------------

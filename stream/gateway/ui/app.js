@@ -7,7 +7,7 @@ const TOKEN_KEY = "lemongraph.token";
 // `view` counts page changes: work begun for an earlier page (a fetch still on its
 // way when the user moved on) sees that it is stale and stops.
 const state = { token: "", filter: "", cursor: null, source: null, job: null,
-  scheduleCursor: null, runsCursor: null, runsPaged: false,
+  scheduleCursor: null, runsCursor: null, runsPaged: false, scheduleZone: "UTC",
   decisions: [], journal: [], messages: [], questions: new Map(), listTimer: null, view: 0 };
 
 // -- small helpers ---------------------------------------------------------------------
@@ -654,6 +654,25 @@ function slotItem(slot) {
     h("time", { class: "utc", datetime: slot.utc }, slot.utc));
 }
 
+// An instant of a schedule (a run's "at", the last run) as its next runs are shown:
+// the wall time in the schedule's own zone with its abbreviation, then the UTC instant
+// (a <time>, to the second), whatever the browser's zone.
+function zoned(iso, timezone) {
+  const utc = iso ? utcInstant(iso) : null;
+  if (!utc) return iso ? String(iso) : "";
+  const tz = timezone || "UTC";
+  let local = utc;
+  try {
+    const parts = {};
+    for (const p of new Intl.DateTimeFormat("en-US", { timeZone: tz, hourCycle: "h23",
+      year: "numeric", month: "2-digit", day: "2-digit", hour: "2-digit", minute: "2-digit",
+      second: "2-digit", timeZoneName: "short" }).formatToParts(new Date(utc))) parts[p.type] = p.value;
+    local = `${parts.year}-${parts.month}-${parts.day} ${parts.hour}:${parts.minute}:${parts.second} ${parts.timeZoneName} (${tz})`;
+  } catch (e) { /* a zone this browser lacks: the UTC instant alone */ }
+  return h("span", { class: "zoned" }, h("span", { class: "local" }, local), " · ",
+    h("time", { class: "utc", datetime: utc, title: utc }, utc));
+}
+
 function runChip(run) {
   if (!run) return h("span", { class: "muted" }, "none yet");
   return h("span", { class: "chip run-" + run.status, "data-status": run.status }, run.status);
@@ -691,7 +710,7 @@ async function renderSchedules(append) {
       h("td", {}, h("span", { class: "badge schedule-" + stateName }, stateName)),
       h("td", {}, actionText(sch.spec.action)),
       h("td", {}, sch.next.length ? h("ul", { class: "slots" }, sch.next.map(slotItem)) : h("span", { class: "muted" }, "—")),
-      h("td", {}, runChip(sch.last_run), sch.last_run ? [" ", when(sch.last_run.at)] : null)));
+      h("td", {}, runChip(sch.last_run), sch.last_run ? [" ", zoned(sch.last_run.at, sch.timezone)] : null)));
   }
   state.scheduleCursor = page.next;
   document.getElementById("schedules-more").hidden = !page.next;
@@ -710,7 +729,7 @@ function runDetail(run) {
 
 function runRow(run) {
   return h("tr", { "data-run": run.run_id, "data-status": run.status },
-    h("td", {}, when(run.at)),
+    h("td", {}, zoned(run.at, state.scheduleZone)),
     h("td", {}, runChip(run), run.suppressed && run.status !== "suppressed" ? " (suppressed)" : null),
     h("td", {}, run.triggered_by + (run.attempt ? ` (attempt ${run.attempt})` : "")),
     h("td", {}, run.slot ? h("time", { datetime: run.slot }, run.slot) : ""),
@@ -755,6 +774,7 @@ async function showSchedule(sid, view, first) {
   try {
     sch = await api("/v1/schedules/" + encodeURIComponent(sid));
     if (view !== state.view) return;
+    state.scheduleZone = sch.timezone;
     // Once older runs were asked for, the refresh leaves the history as the reader paged it.
     if (first || !state.runsPaged) await renderScheduleRuns(sid, view, false);
   } catch (e) {
@@ -773,7 +793,7 @@ async function showSchedule(sid, view, first) {
   fill(document.getElementById("schedule-meta"),
     h("code", {}, whenText(sch)), ` in ${sch.timezone} · ${actionText(sch.spec.action)} · overlap ${sch.spec.overlap}`,
     sch.spec.meta && sch.spec.meta.heartbeat ? " · heartbeat" : null,
-    ` · deliver to ${sch.spec.deliver_to} · updated `, when(sch.updated_at), ` by ${sch.by}`);
+    ` · deliver to ${sch.spec.deliver_to} · updated `, zoned(sch.updated_at, sch.timezone), ` by ${sch.by}`);
   const next = document.getElementById("schedule-next");
   next.replaceChildren(...(sch.next.length ? sch.next.map(slotItem)
     : [h("li", { class: "muted" }, "none: the schedule is paused")]));
