@@ -206,3 +206,41 @@ def test_each_playbook_version_has_its_own_record_key_so_compaction_keeps_it(lan
         ("quick@v1", 1),
         ("quick@v2", 2),
     ]
+
+
+def test_a_table_stored_before_the_due_time_index_is_indexed_once_and_its_timers_fire(
+    lane: Lane,
+) -> None:
+    """A worker's table from before the due-time index (its jobs' due times only
+    in their headers): at the assignment the new worker indexes it once, through
+    the changelog, and the timer fires (docs/operations.md, "The due-time index")."""
+    import rocksdict
+
+    from stream.engine import home_partition
+    from stream.timers import DUE_PREFIX, INDEX_MARK
+
+    (lane.playbooks / "quick.yaml").write_text(
+        "key: quick\nversion: 1\nmilestones:\n"
+        "  - id: reply\n    condition: customer_replied WITHIN 6s\n"
+    )
+    worker = lane.start_worker()
+    lane.send(start("job-m", "quick"))
+    lane.wait_until("decisions", lambda rs: len(values(rs, "job-m")) >= 1, timeout=30)
+    assert worker.stop() == 0
+    # The partition's database as an older worker left it: no index rows, no mark.
+    partition = home_partition(b"job-m", 4)
+    [path] = [p for p in (lane.root / "data").rglob(f"*jobstate-{partition}.db") if p.is_dir()]
+    db = rocksdict.Rdict(str(path), options=rocksdict.Options(raw_mode=True))
+    try:
+        gone = [k for k, _v in db.items() if k.startswith(b"\x00due")]
+        assert INDEX_MARK.encode() in gone
+        assert any(k.startswith(DUE_PREFIX.encode()) and k.endswith(b"/job-m") for k in gone)
+        for key in gone:
+            del db[key]
+    finally:
+        db.close()
+    again = lane.start_worker()
+    again.wait_for("due-time index written for 1 timers", timeout=30)
+    tasks = lane.wait_until("tasks", lambda rs: len(values(rs, "job-m")) >= 2, timeout=30)
+    closed = values(tasks, "job-m")[1]
+    assert (closed["type"], closed["outcome"]) == ("task.closed", "timed_out")
