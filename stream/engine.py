@@ -8,6 +8,10 @@ states (``Batch.writes``) and only then lets the consumer commit. So:
 * an output is never lost: state is written only after its outputs are acked;
 * a re-delivered inbox record is recognised by the offset stored with its job
   and makes no second decision;
+* a job's (and a schedule's) due-time index row is moved in the same table
+  write as its state, and a tick reads only the rows due (stream/timers.py,
+  docs/operations.md "The due-time index"): nothing is rebuilt when partitions
+  are assigned;
 * a crash after the acks and before the state write re-decides the same records
   from the same state at the same ``now`` (a record's timestamp, a tick's ``at``):
   the re-emitted outputs are byte-identical, with the same ``task_id`` and
