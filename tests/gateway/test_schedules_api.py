@@ -169,6 +169,8 @@ def test_a_schedule_is_created_listed_shown_paused_resumed_and_deleted(
         ({"schedule": "61 * * * *"}, "schedule", 1, "minute field (position 1): 61"),
         ({"schedule": "30 9 * * 8"}, "schedule", 10, "day of week field (position 10)"),
         ({"schedule": "every 7m"}, "schedule", None, "divide"),
+        # A field missing: the end of the text, where it would start.
+        ({"schedule": "* * * *"}, "schedule", 8, '"* * * *": position 8: expected 5 fields'),
         ({"timezone": "Mars/Olympus_Mons"}, "timezone", None, "Mars/Olympus_Mons"),
         ({"overlap": "sometimes"}, "overlap", None, "sometimes"),
         ({"jitter": "soon"}, "jitter", None, "soon"),
