@@ -19,7 +19,6 @@ import sys
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from itertools import pairwise
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -217,20 +216,6 @@ def _changes(action: str, detail: dict[str, Any], spec: dict[str, Any]) -> str:
     return said
 
 
-def _catchup_line(spec: dict[str, Any]) -> str:
-    """The effective catch-up window: as set, or the default, one period of the
-    schedule (its length when the schedule is regular: ``one period (30m)``)."""
-    if spec.get("catchup_window"):
-        return str(spec["catchup_window"])
-    from compiler import format_offset
-
-    slots = ops.spec_slots({**spec, "enabled": True}, datetime.now(UTC), 8)
-    gaps = {b.utc - a.utc for a, b in pairwise(slots)}
-    if len(gaps) == 1:
-        return f"one period ({format_offset(gaps.pop())}, the default)"
-    return "one period, the default (the time back to the slot before: the newest slot due fires)"
-
-
 def _run_line(run: dict[str, Any]) -> str:
     parts = [
         _millis(run.get("at")),
@@ -420,7 +405,7 @@ def show(schedule_id: str, count: int) -> None:
     click.echo(f"updated {record.get('updated_at')} by {record.get('by')}")
     tz = spec.get("timezone") or "UTC"
     click.echo(f"cron: {ops.cron_of(spec)}  ({spec.get('schedule')!r} in {tz})")
-    click.echo(f"catch-up window: {_catchup_line(spec)}")
+    click.echo(f"catch-up window: {ops.catchup_window(spec)}")
     slots = ops.spec_slots(spec, datetime.now(UTC), count)
     click.echo("next:" if slots else "next: none (paused)")
     for slot in slots:

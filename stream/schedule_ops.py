@@ -16,6 +16,7 @@ import difflib
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from itertools import pairwise
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -38,6 +39,7 @@ __all__ = [
     "Slot",
     "Write",
     "audit",
+    "catchup_window",
     "change_action",
     "cron_of",
     "definition",
@@ -194,6 +196,21 @@ def spec_slots(spec: Mapping[str, Any], after: datetime, count: int) -> list[Slo
         return next_slots(str(spec["schedule"]), str(spec.get("timezone") or "UTC"), after, count)
     except (Invalid, KeyError):
         return []
+
+
+def catchup_window(spec: Mapping[str, Any]) -> str:
+    """The catch-up window in effect: as set, or the default, one period of the
+    schedule (its length when the schedule is regular: ``one period (30m, the
+    default)``). The stored definition leaves a default window out."""
+    if spec.get("catchup_window"):
+        return str(spec["catchup_window"])
+    from compiler import format_offset
+
+    slots = spec_slots({**spec, "enabled": True}, datetime.now(UTC), 8)
+    gaps = {b.utc - a.utc for a, b in pairwise(slots)}
+    if len(gaps) == 1:
+        return f"one period ({format_offset(gaps.pop())}, the default)"
+    return "one period, the default (the time back to the slot before: the newest slot due fires)"
 
 
 def merged(spec: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:

@@ -366,6 +366,9 @@ class ScheduleView(BaseModel):
     schedule: str  # as written (a shorthand, or cron)
     cron: str  # the same as 5-field cron
     timezone: str
+    #: The catch-up window in effect (``spec`` leaves the default out):
+    #: ``2h`` as set, or ``one period (30m, the default)``.
+    catchup_window_effective: str
     spec: dict[str, Any]
     updated_at: str
     by: str
@@ -485,6 +488,7 @@ def install_schedules(
             enabled=_enabled(spec),
             schedule=str(spec.get("schedule", "")),
             cron=ops.cron_of(spec),
+            catchup_window_effective=ops.catchup_window(spec),
             timezone=str(spec.get("timezone") or "UTC"),
             spec=spec,
             updated_at=entry.updated_at,

@@ -8,10 +8,11 @@ any other reply, and any failure, is an alert on the schedule's ``deliver_to``.
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
@@ -19,6 +20,7 @@ import pytest
 
 from agents.standin import StandinScript, build_standin
 from compiler import request_run_id
+from stream.kafka import producer
 from tests.agents.test_schedule_prompt import CATALOG
 from tests.lanes import Lane, WorkerProcess, wait_for
 
@@ -52,22 +54,24 @@ def heartbeat(
     }
 
 
-def define(lane: Lane, *specs: dict[str, Any]) -> None:
+def define(lane: Lane, *specs: dict[str, Any], ago: float = 0.0) -> None:
     """Definitions on ``schedules``, each at its home partition (murmur2 of its
-    id: the producer's default partitioner)."""
-    at = datetime.now(UTC).isoformat().replace("+00:00", "Z")
-    lane.produce(
-        [
-            (
-                spec["id"].encode(),
-                orjson.dumps(
-                    {"type": "schedule", "schema": 1, "spec": spec, "updated_at": at, "by": "test"}
-                ),
-            )
-            for spec in specs
-        ],
-        topic="schedules",
-    )
+    id: the producer's default partitioner), stamped ``ago`` seconds in the past
+    (a definition is decided at its record's timestamp, so its first slot can be
+    due already)."""
+    when = datetime.now(UTC) - timedelta(seconds=ago)
+    at = when.isoformat().replace("+00:00", "Z")
+    name = lane.topics.schedules
+    stamp = int(when.timestamp() * 1000)
+
+    async def go() -> None:
+        async with producer(lane.bootstrap) as client:
+            for spec in specs:
+                body = {"type": "schedule", "schema": 1, "spec": spec, "updated_at": at}
+                value = orjson.dumps({**body, "by": "test"})
+                await client.send_and_wait(name, value, key=spec["id"].encode(), timestamp_ms=stamp)
+
+    asyncio.run(go())
 
 
 def wake(lane: Lane, ids: list[str]) -> dict[str, str]:
@@ -210,14 +214,14 @@ def test_the_global_switch_stops_every_schedule_heartbeats_included(
     # An alert every minute, were it on: its reply is not HEARTBEAT_OK.
     minute = heartbeat("hb-minute", "case status", schedule="every 1m")
     minute["catchup_window"] = "5m"  # however long the restart below takes
-    define(lane, minute)
-    defined = time.time()
+    # Defined two minutes ago: its first slot is due at every tick from now on.
+    define(lane, minute, ago=120)
     [run] = wake(lane, ["hb-minute"]).values()
     [skipped] = [r["value"] for r in lane.read("schedule-runs") if r["value"]["run_id"] == run]
     assert skipped["status"] == "skipped"
     assert "LEMONGRAPH_SCHEDULES_ENABLED=0" in skipped["error"]
-    # A minute's slot passes while the switch is off: nothing fires.
-    time.sleep(max(0.0, 60 - defined % 60) + 3)
+    # Ticks come every second while the slot is due and the switch is off: nothing fires.
+    time.sleep(5)
     assert [r["value"] for r in lane.read("schedule-runs")] == [skipped]
     assert [r for r in lane.read("tasks") if r["value"]["type"] == "schedule.prompt"] == []
     assert lane.read("messages") == []

@@ -85,7 +85,12 @@ def test_a_schedule_is_created_listed_shown_paused_resumed_and_deleted(
         assert "PATCH" in error_of(again, 409, "schedule_exists")["message"]
         second = {**REVIEW, "name": "Queue Check!", "schedule": "every 30m"}
         del second["id"]
-        assert ok(client.post("/v1/schedules", json=second), 201)["id"] == "queue-check"
+        queue = ok(client.post("/v1/schedules", json=second), 201)
+        assert queue["id"] == "queue-check"
+        # The catch-up window in effect, which the stored spec leaves out when defaulted.
+        assert "catchup_window" not in queue["spec"]
+        assert queue["catchup_window_effective"] == "one period (30m, the default)"
+        assert created["catchup_window_effective"].startswith("one period, the default")
 
         listed = ok(client.get("/v1/schedules"))
         assert listed["total"] == 2
@@ -120,6 +125,8 @@ def test_a_schedule_is_created_listed_shown_paused_resumed_and_deleted(
         # A field set to null goes back to its default.
         changed = ok(client.patch("/v1/schedules/lead-review", json={"overlap": "buffer_one"}))
         assert changed["spec"]["overlap"] == "buffer_one"
+        windowed = client.patch("/v1/schedules/queue-check", json={"catchup_window": "2h"})
+        assert ok(windowed)["catchup_window_effective"] == "2h"
         reset = ok(client.patch("/v1/schedules/lead-review", json={"overlap": None}))
         assert reset["spec"]["overlap"] == "skip"
         # The id cannot change.
@@ -169,6 +176,8 @@ def test_a_schedule_is_created_listed_shown_paused_resumed_and_deleted(
         ({"schedule": "61 * * * *"}, "schedule", 1, "minute field (position 1): 61"),
         ({"schedule": "30 9 * * 8"}, "schedule", 10, "day of week field (position 10)"),
         ({"schedule": "every 7m"}, "schedule", None, "divide"),
+        # A field missing: the end of the text, where it would start.
+        ({"schedule": "* * * *"}, "schedule", 8, '"* * * *": position 8: expected 5 fields'),
         ({"timezone": "Mars/Olympus_Mons"}, "timezone", None, "Mars/Olympus_Mons"),
         ({"overlap": "sometimes"}, "overlap", None, "sometimes"),
         ({"jitter": "soon"}, "jitter", None, "soon"),

@@ -93,6 +93,8 @@ def test_next_defaults_to_five_slots_from_now() -> None:
             'schedule: "61 * * * *": minute field (position 1): 61 is out of range',
         ),
         (["every 7m"], 1, "schedule:"),
+        (["* * * *"], 1, 'schedule: "* * * *": position 8: expected 5 fields'),
+        ([""], 1, "error: schedule: is empty: write a 5-field cron expression or a shorthand"),
         (["weekdays 9am"], 1, "position"),
         (["hourly", "--tz", "europe/paris"], 1, "timezone: 'europe/paris'"),
         (["hourly", "--from", "2026-03-07T00:00:00"], 2, "no offset"),
