@@ -6,6 +6,8 @@ record batches (stream/produce.py)."""
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import logging
 import time
 from collections.abc import Iterable, Sequence
@@ -44,6 +46,8 @@ log = logging.getLogger("lemongraph.worker")
 #: while a batch is in flight held ~125 MB more (482 against 357 MB RSS for a
 #: worker with 100,000 jobs). Latency at low rates does not depend on it.
 BATCH_MAX = 5000
+#: Rows of the table read per part when a partition's due-time index is written.
+INDEX_PART = 20_000
 
 #: The exit code of a worker that found an inbox log reset under its state
 #: (EX_CONFIG: an operator must decide what the state should be).
@@ -212,21 +216,31 @@ def build_app(
 
     async def index_partition(partition: int) -> None:
         """Write the due-time index of a partition stored before it existed (or
-        a new one's mark), through the changelog like a batch's rows, once."""
+        a new one's mark), through the changelog like a batch's rows, once: a
+        part of the table at a time, so that the worker's loop (heartbeats
+        included) runs between parts, with the mark last."""
         began = time.monotonic()
-        rows = engine.index_rows(partition, table.partition_items(partition))
         changelog = table.changelog_topic
-        last = await produce_batches(
-            app.kafka_producer(),
-            [(changelog, p, key.encode(), raw, None, None) for key, p, raw in rows],
-        )
-        table.write(rows, {p: offset for (t, p), offset in last.items() if t == changelog})
-        if len(rows) > 1:
+        producer = app.kafka_producer()
+        stored = table.partition_items(partition)
+        timers = 0
+        while True:
+            part = list(itertools.islice(stored, INDEX_PART))
+            rows = engine.index_rows(partition, part, mark=len(part) < INDEX_PART)
+            last = await produce_batches(
+                producer, [(changelog, p, key.encode(), raw, None, None) for key, p, raw in rows]
+            )
+            table.write(rows, {p: offset for (t, p), offset in last.items() if t == changelog})
+            timers += sum(1 for key, _p, _raw in rows if key != INDEX_MARK)
+            if len(part) < INDEX_PART:
+                break
+            await asyncio.sleep(0)
+        if timers:
             log.warning(
                 "partition %d: due-time index written for %d timers stored before it existed "
                 "(%.1fs, once)",
                 partition,
-                len(rows) - 1,
+                timers,
                 time.monotonic() - began,
             )
 
@@ -253,13 +267,23 @@ def build_app(
             mine = [
                 tp.partition for tp in app.assignor.assigned_actives() if tp.topic == topics.inbox
             ]
-            late = await table.catch_up(bootstrap, mine, settings.kafka_security)
+            late, last_keys = await table.catch_up(bootstrap, mine, settings.kafka_security)
             if late:
                 log.warning("changelog: applied %d rows Faust's recovery had not", late)
             await check_logs(mine)
             engine.assigned()
             for partition in mine:
                 if table.get(INDEX_MARK, partition) is None:
+                    await index_partition(partition)
+                elif last_keys.get(partition, INDEX_MARK) != INDEX_MARK:
+                    # Written last by a worker that keeps no index (an older
+                    # version, rolled back to): its timers may be missing from it.
+                    log.warning(
+                        "partition %d: its changelog ends with %r, not the due-time index's "
+                        "mark: a worker without the index wrote to it; indexing it again",
+                        partition,
+                        last_keys[partition],
+                    )
                     await index_partition(partition)
             log.info("partitions assigned: %s", ", ".join(map(str, sorted(mine))) or "none")
         # Kafka orders records within a partition of one topic, not between

@@ -318,9 +318,16 @@ class Batch:
         (stream/timers.py): stale index rows deleted, the new index rows, every
         changed job, the other rows, the old index rows deleted, then each
         partition's watermarks — last, so a crash part-way leaves them behind
-        the states."""
+        the states — and each partition's index mark."""
         out: list[tuple[str, int, bytes | None]] = [(key, p, None) for key, p in self.stale]
-        moved = [(where, due) for where, due in self.timers.items() if due[0] != due[1]]
+        # Compared as their keys order them: two due times that clamp to one key
+        # (both before 1970, say) are one row, which must not be put and deleted.
+        moved = [
+            (where, due)
+            for where, due in self.timers.items()
+            if (None if due[0] is None else clamp_due(due[0]))
+            != (None if due[1] is None else clamp_due(due[1]))
+        ]
         out.extend(
             (due_key(kind, now, name), p, DUE_VALUE)
             for (p, kind, name), (_was, now) in moved
@@ -341,8 +348,18 @@ class Batch:
             for p, record in sorted(self.watermarks.items())
         )
         out.extend((key, p, raw) for (p, key), raw in sorted(self.marks.items()))
+        # Each partition's last row is the index's mark: a changelog whose last
+        # record is another row was written by a worker that keeps no index
+        # (an older version), and is indexed again (stream/timers.py).
+        out.extend((INDEX_MARK, p, DUE_VALUE) for p in sorted({p for _k, p, _r in out}))
         return out
 
+
+#: The most job timers one tick fires (see ``Engine.tick_budget``).
+TICK_BUDGET = 5_000
+
+#: The most timers the engine keeps parked (see ``Engine._parked``).
+PARKED_MAX = 10_000
 
 #: Keys of the table that are not jobs start with a control character, which a
 #: job key cannot contain (see topics.JobKey).
@@ -441,15 +458,25 @@ class Engine:
         self.wall_ms: Callable[[], int] = wall_ms if wall_ms is not None else _wall_ms
         #: The broker's cluster id, recorded in each partition's watermark.
         self.cluster = cluster
-        #: timer → the due time a tick failed to decide it at: not fired again
-        #: until the job (or schedule) is decided otherwise, or partitions are
-        #: reassigned (bounded by the jobs that fail)
-        self._parked: dict[TimerRef, int] = {}
+        #: timer → (the due time a tick could not decide it at, the registry's
+        #: size then, or -1 for a failure): not read again until the job (or
+        #: schedule) is decided otherwise, a playbook is registered (for a job
+        #: whose playbook was missing), or partitions are reassigned. Parked
+        #: timers do not hold the floor back. At most PARKED_MAX, the oldest
+        #: forgotten first (a forgotten one is read again after the next
+        #: assignment or registration).
+        self._parked: OrderedDict[TimerRef, tuple[int, int]] = OrderedDict()
+        #: The registry's size when ticks last read the index.
+        self._registered = len(registry)
         #: (partition, kind) → no row of the index is due before this: a tick
         #: reads from here, not over the deleted rows of the timers fired
         #: before (RocksDB tombstones, read until compaction drops them).
         #: Unknown after an assignment: the first tick reads from the start.
         self._floor: dict[tuple[int, str], int] = {}
+        #: The most jobs' timers one tick reads from the index (and fires): the
+        #: rest, still due, are the next tick's, so that a tick after downtime
+        #: with every job due is not one batch of every job's decisions.
+        self.tick_budget = TICK_BUDGET
         self._watermarks: dict[int, int] = {}
         #: partition → the last inbox offset seen since partitions were assigned
         self._seen: dict[int, int] = {}
@@ -487,12 +514,13 @@ class Engine:
             self.schedules.clear()
 
     def index_rows(
-        self, partition: int, stored: Iterable[tuple[str, bytes]]
+        self, partition: int, stored: Iterable[tuple[str, bytes]], mark: bool = True
     ) -> list[tuple[str, int, bytes | None]]:
         """The due-time index of a partition's table stored before the index
         existed, from every stored job's and schedule's header (the states are
-        not parsed), and ``INDEX_MARK``: rows to write once, through the
-        changelog, when a partition without the mark is assigned."""
+        not parsed), and (with ``mark``) ``INDEX_MARK``: rows to write once,
+        through the changelog, when a partition without the mark is assigned.
+        ``stored`` may be the table a part at a time, the mark with the last."""
         out: list[tuple[str, int, bytes | None]] = []
         schedules = self.schedules
         for key, raw in stored:
@@ -512,17 +540,25 @@ class Engine:
                 continue
             if due is not None:
                 out.append((due_key(JOBS, due, key), partition, DUE_VALUE))
-        out.append((INDEX_MARK, partition, DUE_VALUE))
+        if mark:
+            out.append((INDEX_MARK, partition, DUE_VALUE))
         return out
 
     def due(
-        self, partition: int, kind: str, now_ms: int, batch: Batch
+        self, partition: int, kind: str, now_ms: int, batch: Batch, limit: int = 0
     ) -> list[tuple[int, str, bool]]:
         """The timers of ``kind`` due at or before ``now_ms`` in ``partition``,
         as (due ms, name, read from the table), earliest first: the index rows
         of the table up to ``now_ms`` (only those are read), with this batch's
         own due times in place of the stored ones. Check each with
-        :meth:`fires` once its state is read."""
+        :meth:`fires` once its state is read. With ``limit``, at most that many
+        rows that are not parked are read: the rest stay due, and the floor
+        stays behind them."""
+        if len(self.registry) != self._registered:
+            # A playbook was registered: the timers parked for want of one
+            # (below every floor) are read again.
+            self._registered = len(self.registry)
+            self._floor.clear()
         low, high = due_range(kind, now_ms)
         floor = self._floor.get((partition, kind))
         if floor is not None:
@@ -530,10 +566,18 @@ class Engine:
         timers = batch.timers
         out: list[tuple[int, str, bool]] = []
         try:
+            read = 0
             for key, _value in self.scan(partition, low, high) if low < high else ():
                 due, name = parse_due_key(key)
-                if (partition, kind, name) not in timers:
-                    out.append((due, name, True))
+                if (partition, kind, name) in timers or self.parked(partition, kind, name, due):
+                    continue  # the batch's own due time (below), or parked
+                out.append((due, name, True))
+                read += 1
+                if read == limit:
+                    # Rows due after this one wait for the next tick.
+                    where = (partition, kind)
+                    batch.floors[where] = min(due, batch.floors.get(where, due))
+                    break
         except Exception as exc:
             raise StorageError(
                 f"cannot read the due-time index of partition {partition}: {exc}"
@@ -559,8 +603,10 @@ class Engine:
         (``committed`` lowers it again for every row the batch writes)."""
         floor = clamp_due(now_ms + 1)
         for due, name, _from_table in candidates:
+            if self.parked(partition, kind, name, due):
+                continue  # read again after what unparks it (see ``_parked``)
             entry = batch.timers.get((partition, kind, name))
-            if entry is None:  # not read (parked, or reading it failed): its row stays
+            if entry is None:  # not read: its row stays
                 floor = min(floor, due)
             elif entry[1] is not None:
                 floor = min(floor, clamp_due(entry[1]))
@@ -568,12 +614,23 @@ class Engine:
         batch.floors[where] = min(floor, batch.floors.get(where, floor))
 
     def parked(self, partition: int, kind: str, name: str, due: int) -> bool:
-        """Did a tick fail to decide this timer at this due time?"""
-        return self._parked.get((partition, kind, name)) == due
+        """Could a tick not decide this timer at this due time (and has nothing
+        that unparks it happened since)?"""
+        entry = self._parked.get((partition, kind, name))
+        if entry is None or entry[0] != due:
+            return False
+        return entry[1] in (-1, len(self.registry))
 
-    def park(self, partition: int, kind: str, name: str, due: int) -> None:
-        """A tick failed to decide this timer: leave it until it is decided otherwise."""
-        self._parked[(partition, kind, name)] = due
+    def park(
+        self, partition: int, kind: str, name: str, due: int, *, missing: bool = False
+    ) -> None:
+        """A tick failed to decide this timer (``missing``: its playbook is not
+        registered): leave it until it is decided otherwise (or registered)."""
+        parked = self._parked
+        parked[(partition, kind, name)] = (due, len(self.registry) if missing else -1)
+        parked.move_to_end((partition, kind, name))
+        while len(parked) > PARKED_MAX:
+            parked.popitem(last=False)
 
     def unpark(self, partition: int, kind: str, name: str) -> None:
         """The timer was decided otherwise: a tick may fire it again."""
@@ -880,7 +937,7 @@ class Engine:
             return
         origin = (record.partition, record.offset)
         partition = record.partition
-        candidates = self.due(partition, JOBS, now_ms, batch)
+        candidates = self.due(partition, JOBS, now_ms, batch, self.tick_budget)
         for due, key, from_table in candidates:
             if self.parked(partition, JOBS, key, due):
                 continue
@@ -895,6 +952,7 @@ class Engine:
                 if graph is None:
                     # Nothing can fire without the playbook (refused events say
                     # why); the timer stays, so it fires once it is registered.
+                    self.park(partition, JOBS, key, due, missing=True)
                     continue
                 step = graph.next(state, now, Tick())
                 self._decided(record, origin, ref, graph, state, applied, step, batch, None)

@@ -76,15 +76,19 @@ class JobTable:
 
     async def catch_up(
         self, bootstrap: str, partitions: Iterable[int], security: KafkaSecurity
-    ) -> int:
+    ) -> tuple[int, dict[int, str]]:
         """Apply whatever the changelog holds past each partition's persisted
         offset, reading up to the high watermark that fetches report.
 
         Faust's recovery stops at the end offset the broker's ListOffsets gives,
         and the embedded Tansu broker gives the start of its last batch: the
         last batch of state written by the previous owner of a partition would
-        be missing. On Apache Kafka this finds nothing to do. Returns the rows
-        applied.
+        be missing. On Apache Kafka this finds nothing to do.
+
+        Returns the rows applied, and the key of each partition's last changelog
+        record (read again from the persisted offset itself; a partition whose
+        changelog is empty has none): whoever wrote last, a batch of this
+        version ends with the due-time index's mark (``stream/engine.py``).
         """
         from aiokafka import AIOKafkaConsumer
         from aiokafka.structs import TopicPartition
@@ -92,23 +96,28 @@ class JobTable:
         from .kafka import caught_up, client_kwargs
 
         tps = [TopicPartition(self.changelog_topic, p) for p in sorted(partitions)]
+        last_keys: dict[int, str] = {}
         if not tps:
-            return 0
+            return 0, last_keys
         consumer = AIOKafkaConsumer(
             **client_kwargs(bootstrap, security), enable_auto_commit=False, fetch_max_wait_ms=50
         )
         await consumer.start()
         applied = 0
+        persisted = {tp.partition: self.persisted_offset(tp.partition) for tp in tps}
         try:
             consumer.assign(tps)
             for tp in tps:
-                consumer.seek(tp, self.persisted_offset(tp.partition) + 1)
+                consumer.seek(tp, max(persisted[tp.partition], 0))
             while True:
                 batches = await consumer.getmany(timeout_ms=200, max_records=5000)
                 rows: list[tuple[str, int, bytes | None]] = []
                 offsets: dict[int, int] = {}
                 for tp, records in batches.items():
                     for r in records:
+                        last_keys[tp.partition] = r.key.decode() if r.key is not None else ""
+                        if r.offset <= persisted[tp.partition]:
+                            continue  # applied already: read for its key only
                         if r.key is not None:  # a None value: a tombstone, deleted
                             rows.append((r.key.decode(), tp.partition, r.value))
                         offsets[tp.partition] = r.offset
@@ -116,7 +125,7 @@ class JobTable:
                     self.write(rows, offsets)
                     applied += len(rows)
                 if not batches and await caught_up(consumer, tps):
-                    return applied
+                    return applied, last_keys
         finally:
             await consumer.stop()
 

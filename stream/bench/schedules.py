@@ -41,6 +41,7 @@ from pathlib import Path
 import rocksdict
 
 from compiler import Define, ScheduleState, schedule_step, to_iso, validate_schedule
+from stream.bench.micro import rocks_table
 from stream.engine import Engine, Record
 from stream.registry import Registry
 from stream.schedules import Schedules, encode_schedule, schedule_key
@@ -133,19 +134,7 @@ def _fill(path: Path, total: int, due: int) -> None:
 
 def _engine(db: rocksdict.Rdict, hook: Schedules, wall_ms: int = 0) -> Engine:
     """An engine over ``db`` as a worker's table (one partition)."""
-
-    def load(key: str, _partition: int) -> bytes | None:
-        raw = db.get(key.encode())
-        return None if raw is None else bytes(raw)
-
-    def scan(_partition: int, low: str, high: str) -> Iterator[tuple[str, bytes]]:
-        options = rocksdict.ReadOptions()
-        options.set_iterate_upper_bound(high.encode())
-        for key, value in db.items(from_key=low.encode(), read_opt=options):
-            assert isinstance(key, bytes)
-            assert isinstance(value, bytes)
-            yield key.decode(), value
-
+    load, scan = rocks_table(db)
     return Engine(
         hook.names,
         Registry([]),

@@ -206,7 +206,9 @@ def test_a_partly_written_batch_is_recognised_by_the_jobs_own_offsets() -> None:
     writes = batch.writes()
     jobs_only = [w for w in writes if w[0] == "job-1"]
     assert len(jobs_only) == 1
-    assert len(writes) == 3  # the job's due-time index row, the job, the watermark
+    # the job's due-time index row, the job, the watermark, the index's mark
+    assert [k for k, _p, _r in writes][2:] == ["\x00inbox-watermark-0", "\x00due-index"]
+    assert len(writes) == 4
     for key, partition, raw in jobs_only:
         h.store[(key, partition)] = raw
     again = h.restart().run(records)
@@ -229,8 +231,8 @@ def test_a_crash_part_way_through_the_writes_loses_and_repeats_nothing() -> None
     clean.run(records)
     writes = Harness(reg, dict(base.store)).engine.process(records).writes()
     # job-1's and job-2's new due-time rows, the jobs, job-1's old row deleted,
-    # the watermark
-    assert len(writes) == 6
+    # the watermark, the index's mark
+    assert len(writes) == 7
     decided_clean = dict(clean.store)
     late = T0 + timedelta(days=30)  # past every timer of both jobs
     clean.run([clean.tick(late)])

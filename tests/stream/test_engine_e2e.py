@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
+from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
+from stream.kafka import producer
 from tests.lanes import Lane
 
 pytestmark = [pytest.mark.broker, pytest.mark.timeout(240)]
@@ -208,6 +211,30 @@ def test_each_playbook_version_has_its_own_record_key_so_compaction_keeps_it(lan
     ]
 
 
+def _stopped_with_a_pending_timer(lane: Lane, key: str) -> Path:
+    """A worker's table holding job ``key`` with a timer 6 s off, the worker
+    stopped: the path of the job's partition's RocksDB database."""
+    from stream.engine import home_partition
+
+    (lane.playbooks / "quick.yaml").write_text(
+        "key: quick\nversion: 1\nmilestones:\n"
+        "  - id: reply\n    condition: customer_replied WITHIN 6s\n"
+    )
+    worker = lane.start_worker()
+    lane.send(start(key, "quick"))
+    lane.wait_until("decisions", lambda rs: len(values(rs, key)) >= 1, timeout=30)
+    assert worker.stop() == 0
+    partition = home_partition(key.encode(), 4)
+    [path] = [p for p in (lane.root / "data").rglob(f"*jobstate-{partition}.db") if p.is_dir()]
+    return path
+
+
+def _timed_out(lane: Lane, key: str) -> None:
+    tasks = lane.wait_until("tasks", lambda rs: len(values(rs, key)) >= 2, timeout=30)
+    closed = values(tasks, key)[1]
+    assert (closed["type"], closed["outcome"]) == ("task.closed", "timed_out")
+
+
 def test_a_table_stored_before_the_due_time_index_is_indexed_once_and_its_timers_fire(
     lane: Lane,
 ) -> None:
@@ -216,20 +243,10 @@ def test_a_table_stored_before_the_due_time_index_is_indexed_once_and_its_timers
     the changelog, and the timer fires (docs/operations.md, "The due-time index")."""
     import rocksdict
 
-    from stream.engine import home_partition
     from stream.timers import DUE_PREFIX, INDEX_MARK
 
-    (lane.playbooks / "quick.yaml").write_text(
-        "key: quick\nversion: 1\nmilestones:\n"
-        "  - id: reply\n    condition: customer_replied WITHIN 6s\n"
-    )
-    worker = lane.start_worker()
-    lane.send(start("job-m", "quick"))
-    lane.wait_until("decisions", lambda rs: len(values(rs, "job-m")) >= 1, timeout=30)
-    assert worker.stop() == 0
+    path = _stopped_with_a_pending_timer(lane, "job-m")
     # The partition's database as an older worker left it: no index rows, no mark.
-    partition = home_partition(b"job-m", 4)
-    [path] = [p for p in (lane.root / "data").rglob(f"*jobstate-{partition}.db") if p.is_dir()]
     db = rocksdict.Rdict(str(path), options=rocksdict.Options(raw_mode=True))
     try:
         gone = [k for k, _v in db.items() if k.startswith(b"\x00due")]
@@ -241,6 +258,43 @@ def test_a_table_stored_before_the_due_time_index_is_indexed_once_and_its_timers
         db.close()
     again = lane.start_worker()
     again.wait_for("due-time index written for 1 timers", timeout=30)
-    tasks = lane.wait_until("tasks", lambda rs: len(values(rs, "job-m")) >= 2, timeout=30)
-    closed = values(tasks, "job-m")[1]
-    assert (closed["type"], closed["outcome"]) == ("task.closed", "timed_out")
+    _timed_out(lane, "job-m")
+
+
+def test_a_table_an_older_worker_wrote_to_last_is_indexed_again_and_its_timers_fire(
+    lane: Lane,
+) -> None:
+    """Rolled back to a worker without the due-time index and forward again: the
+    older worker moved a job's timer without moving its index row, and its
+    changelog record, not the index's mark, is the partition's last. The new
+    worker indexes the partition again at the assignment, and the timer fires
+    (docs/operations.md, "The due-time index")."""
+    import rocksdict
+
+    from stream.engine import home_partition
+    from stream.timers import DUE_PREFIX, INDEX_MARK
+
+    path = _stopped_with_a_pending_timer(lane, "job-r")
+    db = rocksdict.Rdict(str(path), options=rocksdict.Options(raw_mode=True))
+    try:
+        [row] = [k for k, _v in db.items() if k.startswith(DUE_PREFIX.encode())]
+        assert row.endswith(b"/job-r")
+        assert db.get(INDEX_MARK.encode()) is not None
+        # What the older worker left: the row at another due time than the
+        # header's (centuries on), and the job's state written after the mark.
+        del db[row]
+        db[row.replace(b"/0", b"/1", 1)] = b"1"
+        state = db[b"job-r"]
+    finally:
+        db.close()
+
+    async def older_worker_writes() -> None:
+        async with producer(lane.bootstrap) as client:
+            changelog = f"{lane.prefix}engine-jobstate-changelog"
+            partition = home_partition(b"job-r", 4)
+            await (await client.send(changelog, state, key=b"job-r", partition=partition))
+
+    asyncio.run(older_worker_writes())
+    again = lane.start_worker()
+    again.wait_for("a worker without the index wrote to it; indexing it again", timeout=30)
+    _timed_out(lane, "job-r")

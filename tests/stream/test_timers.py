@@ -14,7 +14,7 @@ from datetime import timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stream.engine import Record
+from stream.engine import Batch, Record
 from stream.store import peek_header
 from stream.timers import (
     DUE_PREFIX,
@@ -105,6 +105,19 @@ def test_a_decision_moves_the_jobs_row_in_the_same_write() -> None:
     assert index_of(h) == set() == headers_of(h)
 
 
+def test_two_due_times_that_share_one_key_are_not_moved() -> None:
+    """Due times before 1970 all clamp to the first key: a timer moving from one
+    to another keeps its row (a put and a delete of one key would lose it)."""
+    batch = Batch()
+    batch.timers[(0, JOBS, "old")] = (-5_000, -3_000)
+    batch.timers[(0, JOBS, "moved")] = (-5_000, 7)
+    rows = [(k, r) for k, _p, r in batch.writes() if k.startswith(DUE_PREFIX)]
+    assert rows == [
+        (due_key(JOBS, 7, "moved"), DUE_VALUE),
+        (due_key(JOBS, 0, "moved"), None),
+    ]
+
+
 def test_a_tick_reads_only_the_due_jobs() -> None:
     h = Harness(registry(QUICK))
     h.run([h.inbox(start(f"job-{i}", "quick"), at=T0 + timedelta(minutes=i)) for i in range(50)])
@@ -147,6 +160,56 @@ def test_a_stale_row_is_skipped_and_deleted_by_the_tick_that_reads_it() -> None:
     assert index_of(h) == headers_of(h)
     fired = h.run([h.tick(T0 + timedelta(hours=2))])
     assert [d.job_key for d in decisions(fired)] == ["job-1"]
+
+
+def test_a_job_whose_playbook_is_missing_is_parked_until_one_is_registered() -> None:
+    """A timer that cannot fire for want of its playbook is read once, does not
+    hold back where later ticks read from (it would be read and parsed on every
+    tick), and fires at the first tick after a playbook is registered."""
+    from compiler import load_playbook
+
+    h = Harness(registry(QUICK))
+    h.run([h.inbox(start("job-1", "quick"), at=T0)])
+    missing = Harness(registry(ONBOARD), h.store)  # a worker without "quick"
+    scans: list[str] = []
+    scan = missing.scan
+
+    def counting(partition: int, low: str, high: str) -> list[tuple[str, bytes]]:
+        scans.append(low)
+        return scan(partition, low, high)
+
+    missing.engine.scan = counting
+    at = T0 + timedelta(hours=3)
+    loads = len(missing.loads)
+    assert missing.run([missing.tick(at)]).decisions == 0
+    assert missing.loads[loads:] == [("job-1", 0)]
+    later = missing.run([missing.tick(at + timedelta(minutes=1))])
+    assert later.decisions == 0
+    assert missing.loads[loads:] == [("job-1", 0)]  # not read again
+    assert scans[1] == due_key(JOBS, ms(at) + 1, "")  # past the parked row
+    missing.registry.add(load_playbook(QUICK))
+    fired = missing.run([missing.tick(at + timedelta(minutes=2))])
+    assert [d.job_key for d in decisions(fired)] == ["job-1"]
+    assert index_of(missing) == headers_of(missing) == set()
+
+
+def test_a_tick_fires_at_most_its_budget_and_the_next_tick_the_rest() -> None:
+    """After downtime with every job due, one tick is not one batch of every
+    job's decisions: it reads and fires ``tick_budget`` timers, the next the rest."""
+    h = Harness(registry(QUICK))
+    h.run([h.inbox(start(f"job-{i:02}", "quick"), at=T0) for i in range(25)])
+    restarted = h.restart()
+    restarted.engine.tick_budget = 10
+    at = T0 + timedelta(hours=3)
+    fired = [
+        sorted(
+            d.job_key for d in decisions(restarted.run([restarted.tick(at + timedelta(seconds=n))]))
+        )
+        for n in range(4)
+    ]
+    assert [len(f) for f in fired] == [10, 10, 5, 0]
+    assert sorted(k for f in fired for k in f) == [f"job-{i:02}" for i in range(25)]
+    assert index_of(restarted) == headers_of(restarted) == set()
 
 
 def test_a_job_due_in_the_same_batch_is_fired_by_that_batchs_tick() -> None:
