@@ -25,6 +25,8 @@ from .engine import Engine, Mark, Record, watermark_key
 from .faust_tuning import (
     FETCH_MAX_WAIT_MS,
     FETCH_MAX_WAIT_MS_TANSU,
+    BoundedRocksDBOptions,
+    bound_rocksdb,
     common_settings,
     set_fetch_max_wait,
 )
@@ -159,9 +161,13 @@ def build_app(
             (topics.schedules, topics.schedule_runs, topics.inbox, topics.ticks)
         )
     }
-    table = JobTable(
-        app.Table("jobstate", partitions=settings.partitions, key_type=bytes, value_type=bytes)
+    faust_table = app.Table(
+        "jobstate", partitions=settings.partitions, key_type=bytes, value_type=bytes
     )
+    # One block cache and one memtable budget for every partition database
+    # (docs/operations.md, "Memory"), before any is opened.
+    bound_rocksdb(faust_table.data, BoundedRocksDBOptions(settings.rocksdb))
+    table = JobTable(faust_table)
     engine = Engine(
         topics,
         registry,

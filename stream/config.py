@@ -14,7 +14,7 @@ from .errors import ConfigError
 if TYPE_CHECKING:
     from .kafka import KafkaSecurity
 
-__all__ = ["ConfigError", "Settings", "read_dotenv"]
+__all__ = ["ConfigError", "RocksDBMemory", "Settings", "read_dotenv"]
 
 
 def read_dotenv(path: Path) -> dict[str, str]:
@@ -144,6 +144,44 @@ def _kafka_security(env: dict[str, str], url: str | None) -> KafkaSecurity:
 
 
 @dataclass(frozen=True)
+class RocksDBMemory:
+    """What RocksDB may hold in memory in one worker process (docs/operations.md,
+    "Memory"): every partition database of the job table shares one block cache
+    (data blocks, and the index and filter blocks of every table file) and one
+    budget for memtables; stream/faust_tuning.py hands them to Faust."""
+
+    #: The block cache shared by every partition database (MB).
+    block_cache_mb: int = 64
+    #: One memtable's size (MB) before it is flushed to a table file.
+    write_buffer_mb: int = 16
+    #: Memtables per partition database (the one written and those being flushed).
+    write_buffers: int = 2
+    #: Every memtable of every partition database together (MB): past it the
+    #: largest is flushed early.
+    memtables_mb: int = 64
+    #: Table files each partition database keeps open.
+    max_open_files: int = 256
+
+    @classmethod
+    def from_env(cls, env: dict[str, str]) -> RocksDBMemory:
+        """``LEMONGRAPH_ROCKSDB_*``; a memtable budget below one memtable is refused."""
+        memory = cls(
+            block_cache_mb=_int(env, "LEMONGRAPH_ROCKSDB_BLOCK_CACHE_MB", 64, high=1 << 20),
+            write_buffer_mb=_int(env, "LEMONGRAPH_ROCKSDB_WRITE_BUFFER_MB", 16, high=1 << 12),
+            write_buffers=_int(env, "LEMONGRAPH_ROCKSDB_WRITE_BUFFERS", 2, low=2, high=16),
+            memtables_mb=_int(env, "LEMONGRAPH_ROCKSDB_MEMTABLES_MB", 64, high=1 << 20),
+            max_open_files=_int(env, "LEMONGRAPH_ROCKSDB_MAX_OPEN_FILES", 256, low=16),
+        )
+        if memory.memtables_mb < memory.write_buffer_mb:
+            raise ConfigError(
+                f"LEMONGRAPH_ROCKSDB_MEMTABLES_MB={memory.memtables_mb} is less than one "
+                f"memtable (LEMONGRAPH_ROCKSDB_WRITE_BUFFER_MB={memory.write_buffer_mb}): "
+                "every write would flush; raise it or lower the write buffer"
+            )
+        return memory
+
+
+@dataclass(frozen=True)
 class Settings:
     """Everything lemongraph reads from its environment."""
 
@@ -191,6 +229,8 @@ class Settings:
     catalog: Path | None = None
     #: Whether the workers fire schedules (docs/schedules.md, "The global switch").
     schedules_enabled: bool = True
+    #: RocksDB's memory in a worker (LEMONGRAPH_ROCKSDB_*; docs/operations.md, "Memory").
+    rocksdb: RocksDBMemory = field(default_factory=RocksDBMemory)
 
     @property
     def catalog_file(self) -> Path:
@@ -246,4 +286,5 @@ class Settings:
             if env.get("LEMONGRAPH_CATALOG", "").strip()
             else None,
             schedules_enabled=_flag(env, "LEMONGRAPH_SCHEDULES_ENABLED", True),
+            rocksdb=RocksDBMemory.from_env(env),
         )

@@ -1,0 +1,277 @@
+"""Sleeping jobs through the real worker: its RSS holding many idle jobs, its
+restart to a first new decision with them in its local table, and a cold
+restore of that table from the changelog (issue 19).
+
+The jobs are written straight into the worker's own RocksDB databases (one per
+partition, where Faust keeps them) rather than through the broker: a real
+worker (``python -m stream worker``, what ``lemongraph worker`` runs) is started
+once on fresh topics, so that it creates its partitions' databases and writes
+each partition's due-time index mark, and is stopped; then each partition gets
+its share of the jobs, each stored as the engine stores it (``stream/store.py``:
+the header, then the state) with its due-time index row (``stream/timers.py``),
+due a week ahead. The worker measured is then started again on that table: from
+its start to the first new decision (an event for one of the stored jobs) is
+the restart's time, and its RSS once idle (a few ticks later) the memory.
+
+The rows so written are not in the changelog, which is what a restart on the
+same disk needs: a worker re-reads only the changelog's last record at an
+assignment (``JobTable.catch_up``), the index mark the first run wrote.
+
+A cold restore is measured apart: the same rows are produced to the table's
+changelog topic (the mark last in each partition, as a worker's batches end),
+and a worker with an empty data folder is started on them, so that Faust's
+recovery and ``catch_up`` rebuild the table from the changelog.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import rocksdict
+
+from compiler import Start
+from stream.engine import home_partition
+from stream.files import load_playbook_file
+from stream.registry import Registry
+from stream.store import next_due_ms
+from stream.timers import DUE_VALUE, INDEX_MARK, JOBS, due_key
+from topics import InboxEvent, JobStart, Topics, encode
+
+if TYPE_CHECKING:
+    from .run import Bench
+
+__all__ = ["IdleRun", "job_rows", "partition_databases", "write_jobs"]
+
+#: Rows per RocksDB write batch (and per produced chunk) when filling.
+CHUNK = 20_000
+#: Seconds the worker idles (ticks every second) before its RSS is read.
+IDLE_SECONDS = 6.0
+
+
+@dataclass
+class IdleRun:
+    """What one restart with ``jobs`` stored jobs measured."""
+
+    jobs: int
+    #: Seconds from the restarted worker's start to its first new decision.
+    recovery_s: float
+    #: The worker's RSS once idle after the restart (MB): the median of a few
+    #: reads a second apart, and the highest.
+    rss_mb: float
+    rss_mb_peak: float
+    #: Seconds to write the jobs into the databases (not the worker's).
+    fill_s: float
+    #: The databases' size on disk after the worker's run (MB).
+    disk_mb: float
+
+
+def job_rows(
+    playbooks: Path, jobs: int, partitions: int, now: datetime | None = None, prefix: str = "idle"
+) -> Iterator[tuple[int, bytes, bytes]]:
+    """``(partition, key, value)`` rows of ``jobs`` onboarding jobs started at
+    ``now`` (each waiting on its 7-day timer) and their due-time index rows, as
+    the engine stores them. Every job holds the same state but for its key."""
+    registry = Registry([load_playbook_file(playbooks / "onboarding.yaml")])
+    graph = registry.latest("onboarding")
+    assert graph is not None
+    state = graph.next(None, now or datetime.now(UTC), Start("template", "onboarding")).state
+    assert state is not None
+    due_ms = next_due_ms(state)
+    assert due_ms is not None
+    body = state.to_bytes()
+    assert body.count(b'"template"') == 1, "the key is expected once in the state"
+    before, after = body.split(b'"template"')
+    for i in range(jobs):
+        key = f"{prefix}-{i:07d}".encode()
+        p = home_partition(key, partitions)
+        yield p, key, b'LG2 %d %d -\n%s"%s"%s' % (p, due_ms, before, key, after)
+        yield p, due_key(JOBS, due_ms, key.decode()).encode(), DUE_VALUE
+
+
+def partition_databases(data: Path) -> dict[int, Path]:
+    """The job table's RocksDB databases under a worker's data folder, by partition."""
+    found = {}
+    for path in data.rglob("jobstate-*.db"):
+        found[int(path.name.removeprefix("jobstate-").removesuffix(".db"))] = path
+    return found
+
+
+def write_jobs(
+    databases: dict[int, Path], rows: Iterator[tuple[int, bytes, bytes]], flush: bool = True
+) -> int:
+    """Write ``rows`` into the databases (the worker must not be running) with
+    the worker's own RocksDB options (its bloom filters, block format and
+    memory: LEMONGRAPH_ROCKSDB_*); returns the rows written."""
+    from stream.config import RocksDBMemory
+    from stream.faust_tuning import BoundedRocksDBOptions
+
+    options = BoundedRocksDBOptions(RocksDBMemory.from_env(dict(os.environ)))
+    dbs = {
+        p: rocksdict.Rdict(str(path), options=options.as_options()) for p, path in databases.items()
+    }
+    try:
+        batches = {p: rocksdict.WriteBatch(raw_mode=True) for p in dbs}
+        pending = written = 0
+        for p, key, value in rows:
+            batches[p].put(key, value)
+            pending += 1
+            if pending >= CHUNK:
+                for q, batch in batches.items():
+                    dbs[q].write(batch)
+                batches = {q: rocksdict.WriteBatch(raw_mode=True) for q in dbs}
+                written += pending
+                pending = 0
+        for q, batch in batches.items():
+            dbs[q].write(batch)
+        written += pending
+        if flush:
+            for db in dbs.values():
+                db.flush()
+        for db in dbs.values():
+            if INDEX_MARK.encode() not in db:
+                raise RuntimeError("a partition's database has no due-time index mark")
+        return written
+    finally:
+        for db in dbs.values():
+            db.close()
+
+
+def _disk_mb(path: Path) -> float:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 1e6
+
+
+def _rss_samples(pid: int, seconds: float, read: Callable[[int], float]) -> list[float]:
+    samples = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        samples.append(read(pid))
+        time.sleep(1.0)
+    return samples
+
+
+class Idle:
+    """The idle jobs' figures of one bench run (``stream/bench/run.py``)."""
+
+    def __init__(self, bench: Bench) -> None:
+        self.bench = bench
+
+    def _start(self, env: dict[str, str]):  # type: ignore[no-untyped-def]
+        from .run import ChildProcess
+
+        return ChildProcess([sys.executable, "-m", "stream", "worker"], env, self.bench.workdir)
+
+    def _seed(self, name: str) -> tuple[Topics, dict[str, str], Path]:
+        """A worker on fresh topics decides one job start and stops: its
+        partitions' databases exist, each with the index mark."""
+        from .run import PARTITIONS, _produce
+
+        bench = self.bench
+        prefix = f"bench-{bench.run_id}-{name}."
+        topics = Topics(prefix)
+        data = bench.workdir / name
+        env = bench._env(prefix, data)
+        worker = self._start(env)
+        try:
+            worker.wait_for("ready", 120)
+            seed = encode(JobStart(key="seed", playbook_key="onboarding").compact())
+            asyncio.run(_produce(bench.bootstrap, topics.inbox, [(b"seed", seed)]))
+            bench._wait_decisions(topics.decisions, 1, 120)
+            time.sleep(1.5)  # the batch's writes stored, the offsets committed
+        finally:
+            worker.kill(signal.SIGTERM)
+        dbs = partition_databases(data)
+        if sorted(dbs) != list(range(PARTITIONS)):
+            raise RuntimeError(f"expected {PARTITIONS} partition databases, found {sorted(dbs)}")
+        return topics, env, data
+
+    def restart(self, name: str, jobs: int) -> IdleRun:
+        """Seed, write ``jobs`` jobs into the worker's databases, restart it and
+        measure (see the module)."""
+        from .run import PARTITIONS
+
+        topics, env, data = self._seed(name)
+        began = time.perf_counter()
+        rows = job_rows(self.bench.playbooks, jobs, PARTITIONS, prefix=name)
+        write_jobs(partition_databases(data), rows)
+        return self._measure(name, jobs, topics, env, data, time.perf_counter() - began, 300)
+
+    def cold_restore(self, name: str, jobs: int) -> IdleRun:
+        """Seed, drop the worker's data folder, produce the same rows to the
+        table's changelog (the index mark last in each partition) and start a
+        worker on the empty folder."""
+        from .run import PARTITIONS
+
+        topics, env, data = self._seed(name)
+        shutil.rmtree(data)
+        changelog = f"{env['LEMONGRAPH_TOPIC_PREFIX']}engine-jobstate-changelog"
+        began = time.perf_counter()
+        rows = list(job_rows(self.bench.playbooks, jobs, PARTITIONS, prefix=name))
+        rows.extend((p, INDEX_MARK.encode(), DUE_VALUE) for p in range(PARTITIONS))
+        asyncio.run(_produce_partitioned(self.bench.bootstrap, changelog, rows))
+        del rows
+        return self._measure(name, jobs, topics, env, data, time.perf_counter() - began, 1800)
+
+    def _measure(
+        self,
+        name: str,
+        jobs: int,
+        topics: Topics,
+        env: dict[str, str],
+        data: Path,
+        fill_s: float,
+        timeout: float,
+    ) -> IdleRun:
+        """Start the worker, time its first decision of an event for a stored
+        job, let it idle, read its RSS, stop it."""
+        from .run import _produce, _rss_mb
+
+        bench = self.bench
+        decided = bench._decisions_so_far(topics.decisions)
+        started = time.time()
+        worker = self._start(env)
+        try:
+            key = f"{name}-{jobs // 2:07d}"
+            probe = encode(InboxEvent(key=key, action="meeting_cancelled").compact())
+            asyncio.run(_produce(bench.bootstrap, topics.inbox, [(key.encode(), probe)]))
+            stamps = bench._wait_decisions(topics.decisions, decided + 1, timeout)
+            recovery = max(stamps) / 1000 - started
+            samples = _rss_samples(worker.proc.pid, IDLE_SECONDS, _rss_mb)
+        finally:
+            worker.kill(signal.SIGTERM)
+        run = IdleRun(
+            jobs,
+            recovery,
+            statistics.median(samples[len(samples) // 2 :]),
+            max(samples),
+            fill_s,
+            _disk_mb(data),
+        )
+        shutil.rmtree(data, ignore_errors=True)
+        return run
+
+
+async def _produce_partitioned(
+    bootstrap: str, topic: str, rows: list[tuple[int, bytes, bytes]]
+) -> None:
+    """Produce ``(partition, key, value)`` rows, each to its partition, and
+    wait for every acknowledgement."""
+    from stream.kafka import producer
+
+    async with producer(bootstrap) as client:
+        for start in range(0, len(rows), CHUNK):
+            futures = [
+                await client.send(topic, value, key=key, partition=p)
+                for p, key, value in rows[start : start + CHUNK]
+            ]
+            await asyncio.gather(*futures)
