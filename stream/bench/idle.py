@@ -49,9 +49,9 @@ from stream.timers import DUE_VALUE, INDEX_MARK, JOBS, due_key
 from topics import InboxEvent, JobStart, Topics, encode
 
 if TYPE_CHECKING:
-    from .run import Bench
+    from .run import Bench, ChildProcess
 
-__all__ = ["IdleRun", "job_rows", "partition_databases", "write_jobs"]
+__all__ = ["Idle", "IdleRun", "Seeded", "job_rows", "partition_databases", "write_jobs"]
 
 #: Rows per RocksDB write batch (and per produced chunk) when filling.
 CHUNK = 20_000
@@ -74,6 +74,8 @@ class IdleRun:
     fill_s: float
     #: The databases' size on disk after the worker's run (MB).
     disk_mb: float
+    #: What was produced to the changelog (cold restore; keys and values, MB).
+    produced_mb: float = 0.0
 
 
 def job_rows(
@@ -160,95 +162,106 @@ def _rss_samples(pid: int, seconds: float, read: Callable[[int], float]) -> list
     return samples
 
 
+@dataclass(frozen=True)
+class Seeded:
+    """A worker's topics and data folder, its partitions' databases created."""
+
+    name: str
+    topics: Topics
+    env: dict[str, str]
+    data: Path
+
+
 class Idle:
     """The idle jobs' figures of one bench run (``stream/bench/run.py``)."""
 
-    def __init__(self, bench: Bench) -> None:
+    def __init__(self, bench: Bench, idle_seconds: float = IDLE_SECONDS) -> None:
         self.bench = bench
+        self.idle_seconds = idle_seconds
 
-    def _start(self, env: dict[str, str]):  # type: ignore[no-untyped-def]
+    def _start(self, env: dict[str, str]) -> ChildProcess:
         from .run import ChildProcess
 
         return ChildProcess([sys.executable, "-m", "stream", "worker"], env, self.bench.workdir)
 
-    def _seed(self, name: str) -> tuple[Topics, dict[str, str], Path]:
-        """A worker on fresh topics decides one job start and stops: its
-        partitions' databases exist, each with the index mark."""
+    def seed(self, *names: str) -> list[Seeded]:
+        """A worker per name on fresh topics (all at once) decides one job
+        start and stops: its partitions' databases exist, each with the index
+        mark."""
         from .run import PARTITIONS, _produce
 
         bench = self.bench
-        prefix = f"bench-{bench.run_id}-{name}."
-        topics = Topics(prefix)
-        data = bench.workdir / name
-        env = bench._env(prefix, data)
-        worker = self._start(env)
+        seeded = []
+        for name in names:
+            prefix = f"bench-{bench.run_id}-{name}."
+            data = bench.workdir / name
+            seeded.append(Seeded(name, Topics(prefix), bench._env(prefix, data), data))
+        workers = [self._start(s.env) for s in seeded]
         try:
-            worker.wait_for("ready", 120)
-            seed = encode(JobStart(key="seed", playbook_key="onboarding").compact())
-            asyncio.run(_produce(bench.bootstrap, topics.inbox, [(b"seed", seed)]))
-            bench._wait_decisions(topics.decisions, 1, 120)
+            start = encode(JobStart(key="seed", playbook_key="onboarding").compact())
+            for worker, s in zip(workers, seeded, strict=True):
+                worker.wait_for("ready", 120)
+                asyncio.run(_produce(bench.bootstrap, s.topics.inbox, [(b"seed", start)]))
+            for s in seeded:
+                bench._wait_decisions(s.topics.decisions, 1, 120)
             time.sleep(1.5)  # the batch's writes stored, the offsets committed
         finally:
-            worker.kill(signal.SIGTERM)
-        dbs = partition_databases(data)
-        if sorted(dbs) != list(range(PARTITIONS)):
-            raise RuntimeError(f"expected {PARTITIONS} partition databases, found {sorted(dbs)}")
-        return topics, env, data
+            for worker in workers:
+                worker.kill(signal.SIGTERM)
+        for s in seeded:
+            dbs = partition_databases(s.data)
+            if sorted(dbs) != list(range(PARTITIONS)):
+                raise RuntimeError(
+                    f"{s.name}: expected {PARTITIONS} partition databases, found {sorted(dbs)}"
+                )
+        return seeded
 
-    def restart(self, name: str, jobs: int) -> IdleRun:
-        """Seed, write ``jobs`` jobs into the worker's databases, restart it and
+    def restart(self, seeded: Seeded, jobs: int) -> IdleRun:
+        """Write ``jobs`` jobs into a seeded worker's databases, restart it and
         measure (see the module)."""
         from .run import PARTITIONS
 
-        topics, env, data = self._seed(name)
         began = time.perf_counter()
-        rows = job_rows(self.bench.playbooks, jobs, PARTITIONS, prefix=name)
-        write_jobs(partition_databases(data), rows)
-        return self._measure(name, jobs, topics, env, data, time.perf_counter() - began, 300)
+        rows = job_rows(self.bench.playbooks, jobs, PARTITIONS, prefix=seeded.name)
+        write_jobs(partition_databases(seeded.data), rows)
+        return self._measure(seeded, jobs, time.perf_counter() - began, 300)
 
-    def cold_restore(self, name: str, jobs: int) -> IdleRun:
-        """Seed, drop the worker's data folder, produce the same rows to the
+    def cold_restore(self, seeded: Seeded, jobs: int) -> IdleRun:
+        """Drop a seeded worker's data folder, produce the same rows to the
         table's changelog (the index mark last in each partition) and start a
         worker on the empty folder."""
         from .run import PARTITIONS
 
-        topics, env, data = self._seed(name)
-        shutil.rmtree(data)
-        changelog = f"{env['LEMONGRAPH_TOPIC_PREFIX']}engine-jobstate-changelog"
+        shutil.rmtree(seeded.data)
+        changelog = f"{seeded.topics.prefix}engine-jobstate-changelog"
         began = time.perf_counter()
-        rows = list(job_rows(self.bench.playbooks, jobs, PARTITIONS, prefix=name))
+        rows = list(job_rows(self.bench.playbooks, jobs, PARTITIONS, prefix=seeded.name))
         rows.extend((p, INDEX_MARK.encode(), DUE_VALUE) for p in range(PARTITIONS))
         asyncio.run(_produce_partitioned(self.bench.bootstrap, changelog, rows))
+        produced = sum(len(key) + len(value) for _p, key, value in rows) / 1e6
         del rows
-        return self._measure(name, jobs, topics, env, data, time.perf_counter() - began, 1800)
+        run = self._measure(seeded, jobs, time.perf_counter() - began, 1800)
+        run.produced_mb = produced
+        return run
 
-    def _measure(
-        self,
-        name: str,
-        jobs: int,
-        topics: Topics,
-        env: dict[str, str],
-        data: Path,
-        fill_s: float,
-        timeout: float,
-    ) -> IdleRun:
+    def _measure(self, seeded: Seeded, jobs: int, fill_s: float, timeout: float) -> IdleRun:
         """Start the worker, time its first decision of an event for a stored
         job, let it idle, read its RSS, stop it."""
         from .run import _produce, _rss_mb
 
-        bench = self.bench
+        bench, topics, data = self.bench, seeded.topics, seeded.data
         decided = bench._decisions_so_far(topics.decisions)
         started = time.time()
-        worker = self._start(env)
+        worker = self._start(seeded.env)
         try:
-            key = f"{name}-{jobs // 2:07d}"
+            key = f"{seeded.name}-{jobs // 2:07d}"
             probe = encode(InboxEvent(key=key, action="meeting_cancelled").compact())
             asyncio.run(_produce(bench.bootstrap, topics.inbox, [(key.encode(), probe)]))
             stamps = bench._wait_decisions(topics.decisions, decided + 1, timeout)
             recovery = max(stamps) / 1000 - started
-            samples = _rss_samples(worker.proc.pid, IDLE_SECONDS, _rss_mb)
+            samples = _rss_samples(worker.proc.pid, self.idle_seconds, _rss_mb)
         finally:
-            worker.kill(signal.SIGTERM)
+            worker.kill()
         run = IdleRun(
             jobs,
             recovery,

@@ -1,4 +1,5 @@
-"""In-process figures: the pure core's decision rate and the cost of a tick."""
+"""In-process figures: the pure core's decision rate, the cost of a tick, and
+what one entry of the engine's state cache holds."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import shutil
 import statistics
 import tempfile
 import time
+import tracemalloc
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -13,16 +16,18 @@ from pathlib import Path
 import rocksdict
 
 from compiler import Event, JobGraph, Start, Tick, to_iso
+from stream.config import RocksDBMemory
 from stream.engine import Engine, Record, Scan
+from stream.faust_tuning import BoundedRocksDBOptions
 from stream.files import load_playbook_file
 from stream.registry import Registry
-from stream.store import NOTHING_APPLIED, encode_stored
+from stream.store import NOTHING_APPLIED, decode_stored, encode_stored
 from stream.timers import DUE_VALUE, JOBS, due_key
 from topics import JobStart, TickRecord, Topics, encode
 
 from .workload import onboarding_mix
 
-__all__ = ["core_decisions_per_s", "tick_cost_ms"]
+__all__ = ["core_decisions_per_s", "state_cache_bytes_per_entry", "tick_cost_ms"]
 
 T0 = datetime(2026, 1, 5, 9, tzinfo=UTC)
 
@@ -54,6 +59,37 @@ def core_decisions_per_s(playbooks: Path, jobs: int) -> float:
         states[key] = graph.next(state, late, Tick()).state  # type: ignore[arg-type]
     elapsed = time.perf_counter() - started
     return (len(mix) + len(states)) / elapsed
+
+
+def state_cache_bytes_per_entry(playbooks: Path, entries: int) -> float:
+    """The Python heap one entry of the engine's state cache holds (bytes,
+    tracemalloc): ``entries`` onboarding jobs taken through the bench's mix,
+    each stored as the engine stores it and decoded back, held as the cache
+    holds them (``Engine._cache``: job → applied positions, state, due time).
+    The worker holds at most LEMONGRAPH_STATE_CACHE of them."""
+    graph = JobGraph(load_playbook_file(playbooks / "onboarding.yaml"))
+    states: dict[str, object] = {}
+    for i, message in enumerate(onboarding_mix(entries, seed=3)):
+        now = T0 + timedelta(seconds=i)
+        if isinstance(message, JobStart):
+            step = graph.next(None, now, Start(message.key, "onboarding"))
+        else:
+            event = Event(message.action, None, message.properties or None, message.source)
+            step = graph.next(states[message.key], now, event)  # type: ignore[arg-type]
+        states[message.key] = step.state
+    raws = [encode_stored(0, NOTHING_APPLIED, state) for state in states.values()]  # type: ignore[arg-type]
+    del states
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        cache: OrderedDict[tuple[int, str], object] = OrderedDict()
+        for raw in raws:
+            stored = decode_stored(raw)
+            cache[(0, stored.state.key)] = (stored.applied, stored.state, stored.next_due_ms)
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    return held / len(cache)
 
 
 def rocks_table(
@@ -91,7 +127,9 @@ def tick_cost_ms(playbooks: Path, pending: int, due: int, repeats: int = 3) -> f
     samples = []
     for _ in range(repeats):
         path = Path(tempfile.mkdtemp(prefix="lemongraph-tick-"))
-        db = rocksdict.Rdict(str(path), options=rocksdict.Options(raw_mode=True))
+        # The worker's own RocksDB options (stream/faust_tuning.py): its cache,
+        # bloom filters and index blocks.
+        db = rocksdict.Rdict(str(path), options=BoundedRocksDBOptions(RocksDBMemory()).as_options())
         try:
             # The due jobs are real stored jobs; the others exist only as index
             # rows far in the future, which is all a tick may look at.

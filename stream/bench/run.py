@@ -2,7 +2,10 @@
 
 Order: raw aiokafka ceiling → Faust doing nothing → naive Faust (table write and
 send per event) → the engine end to end, and the bytes it produced per event by
-topic → latency at a steady rate → memory per idle job → recovery after SIGKILL →
+topic → latency at a steady rate → memory per idle job → recovery after SIGKILL → the worker
+idle with 10,000 and with 1,000,000 sleeping jobs written into its table, its
+restart with them, and a cold restore of such a table from the changelog
+(``stream/bench/idle.py``) →
 the engine's burst again under each batch codec, alternating (events/s and bytes
 stored per event; ``stream/bench/bytes.py``) → the pure core → tick cost → schedules (a
 tick among many stored schedules, and their memory; ``stream/bench/schedules.py``,
@@ -46,7 +49,8 @@ from stream.kafka import (
 from topics import InboxEvent, JobStart, Topics, encode
 
 from .bytes import TopicBytes, topic_bytes_under
-from .micro import core_decisions_per_s, tick_cost_ms
+from .idle import Idle, IdleRun
+from .micro import core_decisions_per_s, state_cache_bytes_per_entry, tick_cost_ms
 from .schedules import schedule_memory, schedule_tick_ms
 from .workload import onboarding_mix
 
@@ -79,6 +83,12 @@ class Parameters:
     #: how many times each, alternating; the configured codec is added.
     codecs: tuple[str, ...] = ("none", "lz4", "zstd")
     codec_rounds: int = 3
+    #: Sleeping jobs written straight into a real worker's table for its idle
+    #: RSS and restart (the ``*_10k`` and ``*_1m`` figures), and into the
+    #: changelog for the cold restore (stream/bench/idle.py).
+    idle_small: int = 10_000
+    idle_large: int = 1_000_000
+    cold_restore_jobs: int = 100_000
 
     @classmethod
     def for_run(cls, quick: bool) -> Parameters:
@@ -99,6 +109,9 @@ class Parameters:
                 4.0,
                 ("none",),
                 1,
+                1_000,
+                20_000,
+                5_000,
             )
         return cls(False, 100_000, 30_000, 10_000, 1_000, 10.0, 100_000, 3_000, 1_000_000, 1_000)
 
@@ -175,6 +188,32 @@ class Figures:
     codec_worker_cpu_us_per_event: dict[str, float] = field(default_factory=dict)
     codec_broker_cpu_us_per_event: dict[str, float] = field(default_factory=dict)
     codec_stored_bytes_per_event_by_topic: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: The real worker's RSS (MB), idle, holding idle_small and idle_large
+    #: sleeping jobs (written into its table, then the worker restarted; the
+    #: median of its last reads over a few idle seconds), and their ratio
+    #: (target: at most 1.5). ``--quick`` holds fewer (see ``parameters``).
+    rss_mb_idle_10k: float = 0.0
+    rss_mb_idle_1m: float = 0.0
+    rss_idle_ratio: float = 0.0
+    #: Seconds from starting the worker (a new process on the same data
+    #: folder) to its first new decision, with idle_large and idle_small jobs
+    #: in its local table (target with 1,000,000: at most 10 s).
+    recovery_s_1m_jobs: float = 0.0
+    recovery_s_10k_jobs: float = 0.0
+    #: The job table's databases on disk with idle_large jobs (MB).
+    disk_mb_idle_1m: float = 0.0
+    #: A cold restore: cold_restore_jobs jobs (and their index rows) in the
+    #: changelog, a worker started on an empty data folder: seconds to its
+    #: first new decision, its RSS after (MB), the changelog's bytes as
+    #: produced (MB), and the seconds per 100,000 jobs.
+    cold_restore_s: float = 0.0
+    cold_restore_rss_mb: float = 0.0
+    cold_restore_changelog_mb: float = 0.0
+    cold_restore_s_per_100k: float = 0.0
+    #: The Python heap one entry of the engine's state cache holds (KB,
+    #: tracemalloc; a decoded onboarding job): the cache holds at most
+    #: LEMONGRAPH_STATE_CACHE entries (10,000 by default).
+    state_cache_kb_per_entry: float = 0.0
     #: How the decision core ran (stream/native.py): compiled with mypyc or not.
     core: str = ""
     parameters: dict[str, Any] = field(default_factory=dict)
@@ -435,6 +474,43 @@ class Bench:
         finally:
             worker.kill()
 
+    def idle(self) -> None:
+        """Sleeping jobs through the real worker (stream/bench/idle.py): idle
+        RSS and restart with idle_small and idle_large jobs in its table, and a
+        cold restore of cold_restore_jobs from the changelog."""
+        f, params = self.figures, self.params
+        idle = Idle(self, idle_seconds=3.0 if params.quick else 6.0)
+        small_run, large_run, cold_run = idle.seed(
+            f"idle{params.idle_small}", f"idle{params.idle_large}", "cold"
+        )
+        runs: list[IdleRun] = []
+        for seeded, jobs in ((small_run, params.idle_small), (large_run, params.idle_large)):
+            run = idle.restart(seeded, jobs)
+            runs.append(run)
+            self.say(
+                f"idle: worker RSS {run.rss_mb:.0f} MB (peak {run.rss_mb_peak:.0f}) holding "
+                f"{jobs:,} sleeping jobs ({run.disk_mb:.0f} MB on disk, written in "
+                f"{run.fill_s:.1f}s); restart to first new decision {run.recovery_s:.1f}s"
+            )
+        small, large = runs
+        f.rss_mb_idle_10k, f.rss_mb_idle_1m = small.rss_mb, large.rss_mb
+        f.rss_idle_ratio = large.rss_mb / small.rss_mb
+        f.recovery_s_10k_jobs, f.recovery_s_1m_jobs = small.recovery_s, large.recovery_s
+        f.disk_mb_idle_1m = large.disk_mb
+        self.say(
+            f"idle: RSS {large.jobs:,} / {small.jobs:,} jobs = {f.rss_idle_ratio:.2f}x "
+            "(target <= 1.5x)"
+        )
+        cold = idle.cold_restore(cold_run, params.cold_restore_jobs)
+        f.cold_restore_s, f.cold_restore_rss_mb = cold.recovery_s, cold.rss_mb
+        f.cold_restore_changelog_mb = cold.produced_mb
+        f.cold_restore_s_per_100k = cold.recovery_s * 100_000 / cold.jobs
+        self.say(
+            f"cold restore: {cold.jobs:,} jobs ({cold.produced_mb:.0f} MB of changelog) into an "
+            f"empty data folder: first new decision {cold.recovery_s:.1f}s after the start, "
+            f"RSS {cold.rss_mb:.0f} MB (peak {cold.rss_mb_peak:.0f})"
+        )
+
     def _bytes(self, prefix: str) -> tuple[int, dict[str, int], dict[str, int], dict[str, int]]:
         """The inbox events under ``prefix``, and the bytes of every other topic
         there: (events, produced by topic, stored by topic, records by topic)."""
@@ -694,6 +770,7 @@ def run_bench(
         bench.figures.framework_events_per_s = bench.faust_baseline("noop", faust_records)
         bench.figures.naive_events_per_s = bench.faust_baseline("naive", faust_records)
         bench.engine()
+        bench.idle()
         bench.engine_two_workers()
         bench.codecs()
         f = bench.figures
@@ -701,6 +778,11 @@ def run_bench(
         f.engine_vs_framework = f.engine_events_per_s / f.framework_events_per_s
         f.core_decisions_per_s = core_decisions_per_s(playbooks, params.core_jobs)
         say(f"pure core: {f.core_decisions_per_s:,.0f} decisions/s")
+        f.state_cache_kb_per_entry = state_cache_bytes_per_entry(playbooks, params.core_jobs) / 1024
+        say(
+            f"state cache: {f.state_cache_kb_per_entry:.1f} KB per entry (tracemalloc, "
+            f"{params.core_jobs:,} decoded jobs; 10,000 entries by default)"
+        )
         f.tick_ms_1k_pending = tick_cost_ms(playbooks, params.tick_due, params.tick_due)
         f.tick_ms_1m_pending = tick_cost_ms(
             playbooks, params.tick_pending_large, params.tick_due, repeats=1 if quick else 3
@@ -748,6 +830,9 @@ def render_table(f: Figures) -> str:
     """The figures as a table with the targets beside them."""
     stored = int(f.parameters.get("schedules_total", 100_000))
     due = int(f.parameters.get("schedules_due", 100))
+    small = int(f.parameters.get("idle_small", 10_000))
+    large = int(f.parameters.get("idle_large", 1_000_000))
+    cold = int(f.parameters.get("cold_restore_jobs", 100_000))
     rows = [
         ("raw aiokafka produce", f"{f.raw_produce_per_s:,.0f} records/s", ""),
         ("raw aiokafka consume", f"{f.raw_consume_per_s:,.0f} records/s", ""),
@@ -769,6 +854,7 @@ def render_table(f: Figures) -> str:
         ("latency p50 (event → task)", f"{f.p50_latency_ms:.1f} ms", ""),
         ("latency p99 (event → task)", f"{f.p99_latency_ms:.1f} ms", "target < 100 ms"),
         ("pure core", f"{f.core_decisions_per_s:,.0f} decisions/s", ""),
+        ("state cache, per entry", f"{f.state_cache_kb_per_entry:.1f} KB", "tracemalloc"),
         ("tick, large pending set", f"{f.tick_ms_1m_pending:.1f} ms", "flat in pending"),
         ("tick, 1k pending", f"{f.tick_ms_1k_pending:.1f} ms", ""),
         ("bytes per event, as produced", f"{f.bytes_per_event:,.0f} B", "all topics"),
@@ -802,6 +888,21 @@ def render_table(f: Figures) -> str:
         ),
         ("recovery after SIGKILL", f"{f.recovery_s:.1f} s", "target ≤ 10 s"),
         ("memory per 100k idle jobs", f"{f.rss_mb_per_100k_jobs:.0f} MB RSS", ""),
+        (f"worker idle, {small:,} jobs", f"{f.rss_mb_idle_10k:.0f} MB RSS", ""),
+        (f"worker idle, {large:,} jobs", f"{f.rss_mb_idle_1m:.0f} MB RSS", ""),
+        (f"  {large:,} / {small:,}", f"{f.rss_idle_ratio:.2f}×", "target ≤ 1.5×"),
+        (
+            f"restart to first decision, {large:,} jobs",
+            f"{f.recovery_s_1m_jobs:.1f} s",
+            "target ≤ 10 s",
+        ),
+        (f"restart to first decision, {small:,} jobs", f"{f.recovery_s_10k_jobs:.1f} s", ""),
+        (
+            f"cold restore from the changelog, {cold:,} jobs",
+            f"{f.cold_restore_s:.1f} s",
+            f"{f.cold_restore_changelog_mb:.0f} MB of changelog, RSS "
+            f"{f.cold_restore_rss_mb:.0f} MB",
+        ),
         (
             f"schedules tick, {stored:,} stored, {due:,} due",
             f"{f.schedule_tick_ms_100k:.1f} ms",

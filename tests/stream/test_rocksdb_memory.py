@@ -174,3 +174,19 @@ def test_a_database_without_the_index_mark_is_refused(tmp_path: Path) -> None:
     rocksdict.Rdict(str(path), options=rocksdict.Options(raw_mode=True)).close()
     with pytest.raises(RuntimeError, match="no due-time index mark"):
         write_jobs({0: path}, iter([(0, b"k", b"v")]))
+
+
+def test_a_state_cache_entry_is_measured_and_the_quick_run_keeps_smaller_idle_figures() -> None:
+    from stream.bench.micro import state_cache_bytes_per_entry
+    from stream.bench.run import Parameters
+
+    per_entry = state_cache_bytes_per_entry(ROOT / "playbooks", 200)
+    assert 1_000 < per_entry < 100_000, per_entry  # a decoded job: kilobytes, not bytes or MB
+    quick, full = Parameters.for_run(True), Parameters.for_run(False)
+    assert (full.idle_small, full.idle_large, full.cold_restore_jobs) == (
+        10_000,
+        1_000_000,
+        100_000,
+    )
+    assert quick.idle_small < quick.idle_large < full.idle_large
+    assert quick.cold_restore_jobs < full.cold_restore_jobs
