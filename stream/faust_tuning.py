@@ -19,7 +19,7 @@ their index and filter blocks too, and one memtable budget
 
 With ``stream/table.py`` and ``stream/fetch.py`` this is one of the three
 places that reach into Faust's internals; tests/stream/test_stream_faust.py
-pins them.
+pins them (the RocksDB options: tests/stream/test_rocksdb_memory.py).
 """
 
 from __future__ import annotations
