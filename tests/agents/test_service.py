@@ -10,6 +10,7 @@ import base64
 import re
 import shutil
 import signal
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -115,9 +116,12 @@ def test_a_task_becomes_a_conversation_and_only_the_tool_result_counts(
         assert all("sk-test-secret-key" not in str(r["value"]) for r in lane.read(topic))
 
 
-def slow_calendar(slow: int = 1) -> FastAPI:
+def slow_calendar(slow: int = 1, gate: threading.Event | None = None) -> FastAPI:
     """Answers the first ``slow`` bookings only after a while (long enough to
-    kill the service mid-call), later ones at once."""
+    kill the service mid-call), later ones at once. With ``gate``, the first
+    booking is answered only once the gate is set (a minute at the most): a call
+    that stays out until the test has seen what it waits for, however slowly the
+    machine gets there."""
     app = FastAPI()
     app.state.calls = []
 
@@ -125,7 +129,11 @@ def slow_calendar(slow: int = 1) -> FastAPI:
     async def book(request: Request) -> dict[str, Any]:
         body = await request.json()
         app.state.calls.append(request.headers.get("idempotency-key"))
-        if len(app.state.calls) <= slow:
+        if gate is not None and len(app.state.calls) == 1:
+            deadline = time.monotonic() + 60
+            while not gate.is_set() and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+        elif len(app.state.calls) <= slow:
             await asyncio.sleep(4)
         return {"when": body["when"], "id": "B-1"}
 
@@ -324,7 +332,11 @@ def test_a_second_process_takes_over_a_run_from_the_changelog(
     is then killed (the second owns everything, and reads back what the first
     wrote). One fact, one key, and the run's paid model reply replayed."""
     with_catalog(lane)
-    app = slow_calendar(slow=2)
+    # The first call stays out until the first process stopped the run for the
+    # rebalance (it once took four seconds, and a second process slow to join
+    # found the run done and nothing to resume).
+    shared_out = threading.Event()
+    app = slow_calendar(slow=2, gate=shared_out)
     env = agents_env(serve, app)
     lane.start_worker()
     first = lane.start(["agents"], "agents: ready", **env)
@@ -334,6 +346,10 @@ def test_a_second_process_takes_over_a_run_from_the_changelog(
     second = lane.start(
         ["agents"], "agents: ready", LEMONGRAPH_DATA_DIR=str(lane.root / "data-2"), **env
     )
+    # (the first process's own word: with the second's assignment taken as the
+    # sign instead, the call was let go before the first stopped the run, twice)
+    first.wait_for("runs stopped", timeout=90)
+    shared_out.set()
     wait_calls(app, 2)  # the run was stopped and resumed by the partition's owner
     first.stop(signal.SIGKILL)
 
