@@ -21,6 +21,7 @@ queued on the track and consumed once.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -119,6 +120,11 @@ class FlowTrack:
     status: Literal["running", "waiting", "finished", "failed", "stopped"] = "running"
     #: Questions asked again under an id that had closed (a retried ``ask``).
     reasked: int = 0
+    #: Held while the run is stepped, journaled or ended (never while a call is
+    #: out): a ``task.closed`` read meanwhile (:meth:`FlowDriver.stop`, from the
+    #: service's consumer) waits for the step in hand instead of journaling its
+    #: nodes and its end beside it. In memory only.
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False, compare=False)
 
     @property
     def active(self) -> bool:
@@ -298,19 +304,42 @@ class FlowDriver:
 
     async def drive(self, conv: Any, track: FlowTrack) -> None:
         """Work the track until it waits (an interrupt, nothing queued) or ends."""
-        flow = self.flows.by_name.get(track.flow)
-        if flow is None:
-            await self._end(conv, track, "failed", error=f"flow {track.flow!r} is not loaded")
-            return
-        step = FlowRun(flow)
-        if track.state is None:
-            now = self.clock()
-            state, actions = step.start(track.run_id, track.inputs, now)
-            self._record(track, FlowStart(run_id=track.run_id, inputs=track.inputs), now)
-            track.state = _dump(state)
-            track.actions = [_dump(a) for a in actions]
-            await self.publish("journal", conv.job_key, self._flow_record(conv, track, "started"))
-            await self.save(conv)
+        async with track.lock:
+            flow = self.flows.by_name.get(track.flow)
+            if flow is None:
+                await self._end(conv, track, "failed", error=f"flow {track.flow!r} is not loaded")
+                return
+            step = FlowRun(flow)
+            if track.state is None and track.active:
+                now = self.clock()
+                state, actions = step.start(track.run_id, track.inputs, now)
+                self._record(track, FlowStart(run_id=track.run_id, inputs=track.inputs), now)
+                track.state = _dump(state)
+                track.actions = [_dump(a) for a in actions]
+                await self.publish(
+                    "journal", conv.job_key, self._flow_record(conv, track, "started")
+                )
+                await self.save(conv)
+        while True:
+            async with track.lock:
+                call = await self._advance(conv, track, step)
+            if call is None:
+                return
+            # The call is out without the lock: the task may close meanwhile.
+            assert self.execute is not None  # (a run without one failed in _advance)
+            result = await self.execute(
+                call, job_key=conv.job_key, flow=track.flow, run_id=track.run_id
+            )
+            async with track.lock:
+                if _ended(track):
+                    return  # the task closed meanwhile
+                track.actions.pop(0)
+                await self._step(conv, track, step, result)
+
+    async def _advance(self, conv: Any, track: FlowTrack, step: FlowRun) -> Action | None:
+        """With the lock: journal, ask, end and step what needs no call, until the
+        run waits or ends (None) or its next action is a call (returned, still
+        first of its actions)."""
         while track.active:
             await self._journal_nodes(conv, track)
             if track.actions:
@@ -321,23 +350,13 @@ class FlowDriver:
                     track.status = "waiting"
                     await self.save(conv)
                     continue
-                if isinstance(action, Finish):
-                    await self._end(conv, track, "finished", outputs=action.outputs)
-                    return
-                if isinstance(action, Fail):
-                    await self._end(conv, track, "failed", node=action.node, error=action.error)
-                    return
+                if isinstance(action, Finish | Fail):
+                    await self._conclude(conv, track, action)
+                    return None
                 if self.execute is None:
                     await self._end(conv, track, "failed", error="no flow executor")
-                    return
-                result = await self.execute(
-                    action, job_key=conv.job_key, flow=track.flow, run_id=track.run_id
-                )
-                if _ended(track):
-                    return  # the task closed meanwhile
-                track.actions.pop(0)
-                await self._step(conv, track, step, result)
-                continue
+                    return None
+                return action
             if track.queued:
                 given = flow_input_from_json(track.queued.pop(0))
                 if isinstance(given, Answer) and given.interrupt_id in track.closed:
@@ -345,7 +364,15 @@ class FlowDriver:
                     continue
                 await self._step(conv, track, step, given)
                 continue
-            return
+            return None
+        return None
+
+    async def _conclude(self, conv: Any, track: FlowTrack, action: Finish | Fail) -> None:
+        """The run's own end, as its step function said."""
+        if isinstance(action, Finish):
+            await self._end(conv, track, "finished", outputs=action.outputs)
+        else:
+            await self._end(conv, track, "failed", node=action.node, error=action.error)
 
     async def _step(self, conv: Any, track: FlowTrack, step: FlowRun, given: FlowInput) -> None:
         """Feed ``given`` to the step function; checkpoint; then say which
@@ -488,16 +515,25 @@ class FlowDriver:
         )
 
     async def stop(self, conv: Any, track: FlowTrack) -> None:
-        """The task closed: the run stops where it is (an open question is cancelled)."""
-        if not track.active:
-            return
-        state = track.flow_state()
-        open_one = track.open_interrupt()
-        if open_one is not None:
-            track.closed.append(open_one)
-        await self._end(conv, track, "stopped")
-        if open_one is not None and state is not None:
-            await self._journal_interrupt(conv, track, state.interrupt, "cancelled")
+        """The task closed: the run stops where it is (an open question is
+        cancelled). A run whose step function had already said it ends (its last
+        node's result stepped, often the very result that closed the task) ends
+        as it said, not cut short."""
+        async with track.lock:
+            if not track.active:
+                return
+            if track.actions:
+                last = action_from_json(track.actions[0])
+                if isinstance(last, Finish | Fail):
+                    await self._conclude(conv, track, last)
+                    return
+            state = track.flow_state()
+            open_one = track.open_interrupt()
+            if open_one is not None:
+                track.closed.append(open_one)
+            await self._end(conv, track, "stopped")
+            if open_one is not None and state is not None:
+                await self._journal_interrupt(conv, track, state.interrupt, "cancelled")
 
     async def _end(
         self,

@@ -10,7 +10,7 @@ at most ``MAX_REMEMBERED_KEYS`` idempotency keys.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
@@ -333,50 +333,70 @@ class JobState:
 
     def _json_from(self, base: JobState | None) -> dict[str, Any]:
         """The JSON form. Every part this state shares with ``base`` (the same
-        object) reuses ``base``'s JSON, when ``base`` has it; the rest is built."""
-        prev: Mapping[str, Any] = {}
-        if base is not None and base._json is not None:
-            prev = base._json
-        else:
-            base = None
-
-        def part(name: str, build: Callable[[], Any]) -> Any:
-            if base is not None and getattr(self, name) is getattr(base, name):
-                return prev[name]
-            return build()
-
-        old_milestones = base.milestones if base is not None else {}
-        old_tallies = base.tallies if base is not None else {}
+        object) reuses ``base``'s JSON, when ``base`` has it; the rest is built.
+        (Written out field by field, without closures or lookups by name: this
+        runs once per decision.)"""
+        prev = base._json if base is not None else None
+        if base is None or prev is None:
+            return {
+                "key": self.key,
+                "playbook_key": self.playbook_key,
+                "playbook_version": self.playbook_version,
+                "started_at": to_iso(self.started_at),
+                "status": self.status,
+                "seq": self.seq,
+                "updated_at": _opt_iso(self.updated_at),
+                "ended_at": _opt_iso(self.ended_at),
+                "events": self.events,
+                "subject": dict(self.subject),
+                "contacts": list(self.contacts),
+                "milestones": {k: v.json_from(None, None) for k, v in self.milestones.items()},
+                "tallies": {k: v.to_json() for k, v in self.tallies.items()},
+                "timers": [t.to_json() for t in self.timers],
+                "recent_keys": list(self.recent_keys),
+            }
+        old_milestones = base.milestones
+        prev_milestones: Mapping[str, Any] = prev["milestones"]
+        milestones: dict[str, Any] = {}
+        for k, v in self.milestones.items():
+            old = old_milestones.get(k)
+            if old is v:
+                milestones[k] = prev_milestones[k]
+            else:
+                milestones[k] = v.json_from(old, prev_milestones.get(k))
+        old_tallies = base.tallies
+        prev_tallies: Mapping[str, Any] = prev["tallies"]
+        tallies: dict[str, Any] = {}
+        for k, t in self.tallies.items():
+            tallies[k] = prev_tallies[k] if old_tallies.get(k) is t else t.to_json()
         # A timer is a value too: the same object has the same JSON.
-        old_timers: dict[int, Any] = (
-            {id(t): data for t, data in zip(base.timers, prev["timers"], strict=True)}
-            if base is not None
-            else {}
-        )
+        old_timers: dict[int, Any] = {
+            id(t): data for t, data in zip(base.timers, prev["timers"], strict=True)
+        }
+        timers: list[Any] = []
+        for entry in self.timers:
+            data = old_timers.get(id(entry))
+            timers.append(data if data is not None else entry.to_json())
         return {
             "key": self.key,
             "playbook_key": self.playbook_key,
             "playbook_version": self.playbook_version,
-            "started_at": part("started_at", lambda: to_iso(self.started_at)),
+            "started_at": prev["started_at"]
+            if self.started_at is base.started_at
+            else to_iso(self.started_at),
             "status": self.status,
             "seq": self.seq,
             "updated_at": _opt_iso(self.updated_at),
             "ended_at": _opt_iso(self.ended_at),
             "events": self.events,
-            "subject": part("subject", lambda: dict(self.subject)),
-            "contacts": part("contacts", lambda: list(self.contacts)),
-            "milestones": {
-                k: prev["milestones"][k]
-                if old_milestones.get(k) is v
-                else v.json_from(old_milestones.get(k), prev["milestones"].get(k) if prev else None)
-                for k, v in self.milestones.items()
-            },
-            "tallies": {
-                k: prev["tallies"][k] if old_tallies.get(k) is v else v.to_json()
-                for k, v in self.tallies.items()
-            },
-            "timers": [old_timers.get(id(t)) or t.to_json() for t in self.timers],
-            "recent_keys": part("recent_keys", lambda: list(self.recent_keys)),
+            "subject": prev["subject"] if self.subject is base.subject else dict(self.subject),
+            "contacts": prev["contacts"] if self.contacts is base.contacts else list(self.contacts),
+            "milestones": milestones,
+            "tallies": tallies,
+            "timers": timers,
+            "recent_keys": prev["recent_keys"]
+            if self.recent_keys is base.recent_keys
+            else list(self.recent_keys),
         }
 
     def to_bytes(self) -> bytes:

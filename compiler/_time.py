@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from functools import lru_cache
+from typing import Final
 
 __all__ = ["from_iso", "require_aware", "to_iso"]
 
@@ -17,13 +17,60 @@ def require_aware(now: datetime, what: str = "now") -> datetime:
     return now.astimezone(UTC)
 
 
-@lru_cache(maxsize=4096)
+#: Two-digit texts of 0-59: an instant's hour, minute and second.
+_TWO: Final[tuple[str, ...]] = tuple(f"{i:02d}" for i in range(60))
+#: How many days' texts :func:`to_iso` keeps (all are forgotten at once when
+#: it is full: a value, so forgetting changes nothing but the cost).
+DAYS_KEPT: Final = 4096
+#: Proleptic ordinal of a day → its text and the ``T``: ``2026-01-05T``.
+_DAYS: Final[dict[int, str]] = {}
+
+
+class _Last:
+    """The instant :func:`to_iso` formatted last, and its text."""
+
+    def __init__(self) -> None:
+        self.instant: datetime | None = None
+        self.text = ""
+
+
+_LAST: Final = _Last()
+
+
 def to_iso(instant: datetime) -> str:
-    """``2026-01-05T09:00:00Z`` (microseconds only when present). Cached: one
-    decision writes the same few instants dozens of times."""
+    """``2026-01-05T09:00:00Z`` (microseconds only when present): what
+    ``isoformat()`` writes for the instant in UTC, with ``Z`` for ``+00:00``.
+    One decision writes the same few instants dozens of times, most often the
+    one just written (the step's ``now``): that one is found by identity. The
+    rest are formatted from their fields with the day's text remembered, about
+    four times faster than ``isoformat()`` (which formats the offset through
+    ``utcoffset()`` every time), and faster than a cache by value, which hashes
+    an aware datetime by building two more."""
+    last = _LAST
+    if instant is last.instant:
+        return last.text
+    text = _format_iso(instant)
+    last.instant = instant
+    last.text = text
+    return text
+
+
+def _format_iso(instant: datetime) -> str:
     if instant.tzinfo is not UTC:
         instant = instant.astimezone(UTC)
-    return instant.isoformat().replace("+00:00", "Z")
+    ordinal = instant.toordinal()
+    day = _DAYS.get(ordinal)
+    if day is None:
+        if len(_DAYS) >= DAYS_KEPT:
+            _DAYS.clear()
+        day = instant.date().isoformat() + "T"
+        _DAYS[ordinal] = day
+    two = _TWO
+    text = day + two[instant.hour] + ":" + two[instant.minute] + ":" + two[instant.second]
+    micro = instant.microsecond
+    if micro:
+        return text + f".{micro:06d}Z"
+    return text + "Z"
 
 
 def from_iso(text: str) -> datetime:

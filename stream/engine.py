@@ -152,6 +152,11 @@ DEADLETTER_FORWARDED_FROM = "lemongraph.dlq.forwarded-from"
 #: 9999-12-31T23:59:59.999Z: the last instant a decision can be made at.
 MAX_INSTANT_MS = 253_402_300_799_999
 
+#: The most job keys whose home partition the engine remembers (a dict of
+#: key → partition, emptied when full): murmur2 is pure Python in aiokafka
+#: and a job's events come in a few at a time.
+HOMES_KEPT = 100_000
+
 
 def home_partition(key: bytes, partitions: int) -> int:
     """The partition a job lives on: murmur2 of its key, as the Java client's
@@ -448,6 +453,16 @@ class Engine:
         if partitions < 1:
             raise ValueError(f"partitions must be at least 1, not {partitions}")
         self.topics = topics
+        # The names the batch loop reads for every record and output (a Topics
+        # property formats its name on each read).
+        self._inbox_topic = topics.inbox
+        self._ticks_topic = topics.ticks
+        self._decisions_topic = topics.decisions
+        self._tasks_topic = topics.tasks
+        self._jobs_topic = topics.jobs
+        self._deadletter_topic = topics.deadletter
+        #: job key → its home partition (see HOMES_KEPT)
+        self._homes: dict[bytes, int] = {}
         self.registry = registry
         self.load = load
         #: Reads the due-time index (stream/timers.py); None: a table with no
@@ -497,7 +512,13 @@ class Engine:
 
     def home(self, key: bytes) -> int:
         """The partition job ``key`` lives on."""
-        return home_partition(key, self.partitions)
+        homes = self._homes
+        home = homes.get(key)
+        if home is None:
+            if len(homes) >= HOMES_KEPT:
+                homes.clear()
+            home = homes[key] = home_partition(key, self.partitions)
+        return home
 
     # -- the due-time index ----------------------------------------------------------
 
@@ -684,7 +705,7 @@ class Engine:
     def process(self, records: Sequence[Record]) -> Batch:
         """Decide every record of the batch, in order."""
         batch = Batch(cluster=self.cluster)
-        inbox, ticks = self.topics.inbox, self.topics.ticks
+        inbox, ticks = self._inbox_topic, self._ticks_topic
         seen = self._seen
         for record in records:
             if record.topic == inbox:
@@ -729,7 +750,7 @@ class Engine:
             except Exception as exc:  # the decision is made; only its read-model view is lost
                 log.error("job %r: no snapshot: %s", ref[1], _why(exc))
                 continue
-            batch.outputs.append(Output(self.topics.jobs, ref[1].encode(), snapshot, ref[0]))
+            batch.outputs.append(Output(self._jobs_topic, ref[1].encode(), snapshot, ref[0]))
         return batch
 
     def committed(self, batch: Batch) -> None:
@@ -898,7 +919,7 @@ class Engine:
         headers.append((FORWARDED_FROM_HEADER, b"p%d@%d" % (record.partition, record.offset)))
         timestamp = record.timestamp_ms if record.timestamp_ms >= 0 else None
         batch.outputs.append(
-            Output(self.topics.inbox, record.key, record.value, home, timestamp, headers)
+            Output(self._inbox_topic, record.key, record.value, home, timestamp, headers)
         )
         batch.forwarded += 1
 
@@ -996,7 +1017,7 @@ class Engine:
             batch.duplicates += 1
             return
         body = self._decision_body(record, origin, ref[1], graph, before, step, clock)
-        encoded = [Output(self.topics.decisions, ref[1].encode(), _dumps(body), ref[0])]
+        encoded = [Output(self._decisions_topic, ref[1].encode(), _dumps(body), ref[0])]
         # The effects' JSON is in the decision record already: task records reuse it.
         for effect, data in zip(step.effects, body["effects"], strict=True):
             if isinstance(effect, TaskOpened) and state is not None:
@@ -1005,11 +1026,11 @@ class Engine:
                 task = task_closed_record(data)
             else:
                 continue
-            encoded.append(Output(self.topics.tasks, ref[1].encode(), _dumps(task), ref[0]))
+            encoded.append(Output(self._tasks_topic, ref[1].encode(), _dumps(task), ref[0]))
         due = next_due_ms(state) if state is not None else None
         # -- nothing below can fail --
         if state is not None:
-            inbox = record.topic == self.topics.inbox
+            inbox = record.topic == self._inbox_topic
             batch.states[ref] = (applied.after(origin[0], origin[1]) if inbox else applied, state)
             batch.changed.add(ref)
             self.unpark(ref[0], JOBS, ref[1])
@@ -1058,7 +1079,7 @@ class Engine:
     ) -> None:
         step = Step(state, now, item, refused=reason)
         body = self._decision_body(record, origin, ref[1], None, state, step, clock)
-        output = Output(self.topics.decisions, ref[1].encode(), _dumps(body), ref[0])
+        output = Output(self._decisions_topic, ref[1].encode(), _dumps(body), ref[0])
         if state is not None:
             # Remember the offset, so a re-delivery is recognised without a
             # second decision.
@@ -1085,7 +1106,7 @@ class Engine:
         batch.deadletters += 1
         batch.outputs.append(
             Output(
-                self.topics.deadletter,
+                self._deadletter_topic,
                 record.key,
                 record.value,
                 record.partition,

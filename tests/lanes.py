@@ -101,6 +101,15 @@ class Lane:
         # "ready (group", not "topics: N ready"
         return self.start(["worker", "--loglevel", "warning"], ": ready (group", **extra)
 
+    def join_worker(self, *options: str, **extra: str) -> WorkerProcess:
+        """A worker joining the group of a worker already running: returned once
+        the group has rebalanced and it has recovered the tables of the partitions
+        it was given (Faust's "Worker ready", which it logs at info), not after a
+        guessed while."""
+        worker = self.start(["worker", *options, "--loglevel", "info"], ": ready (group", **extra)
+        worker.wait_for("Worker ready", timeout=90)
+        return worker
+
     def start(self, command: list[str], ready: str, **extra: str) -> WorkerProcess:
         """``lemongraph COMMAND`` in this lane, once it printed ``ready``; it is
         killed at the end of the test."""

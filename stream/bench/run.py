@@ -2,15 +2,16 @@
 
 Order: raw aiokafka ceiling → Faust doing nothing → naive Faust (table write and
 send per event) → the engine end to end, and the bytes it produced per event by
-topic → latency at a steady rate → memory per idle job → recovery after SIGKILL → the worker
-idle with 10,000 and with 1,000,000 sleeping jobs written into its table, its
-restart with them, and a cold restore of such a table from the changelog
-(``stream/bench/idle.py``) →
-the engine's burst again under each batch codec, alternating (events/s and bytes
-stored per event; ``stream/bench/bytes.py``) → the pure core → tick cost → schedules (a
-tick among many stored schedules, and their memory; ``stream/bench/schedules.py``,
-in-process on RocksDB). Everything runs against the same broker; each part gets
-its own topics (a fresh prefix).
+topic → naive Faust and the engine's burst again, alternating, ``throughput_rounds``
+in all (the figures are their medians) → latency at a steady rate → memory per idle
+job → recovery after SIGKILL → the worker idle with 10,000 and with 1,000,000
+sleeping jobs written into its table, its restart with them, and a cold restore of
+such a table from the changelog (``stream/bench/idle.py``) → the engine's burst again
+under each batch codec, alternating (events/s and bytes stored per event;
+``stream/bench/bytes.py``) → the pure core → tick cost → schedules (a tick among many
+stored schedules, and their memory; ``stream/bench/schedules.py``, in-process on
+RocksDB). Everything runs against the same broker; each part gets its own topics (a
+fresh prefix).
 """
 
 from __future__ import annotations
@@ -89,6 +90,10 @@ class Parameters:
     idle_small: int = 10_000
     idle_large: int = 1_000_000
     cold_restore_jobs: int = 100_000
+    #: Rounds of naive Faust and of the engine's burst (a fresh worker each),
+    #: alternating, so that both see the machine's load of the moment:
+    #: ``naive_events_per_s`` and ``engine_events_per_s`` are their medians.
+    throughput_rounds: int = 3
 
     @classmethod
     def for_run(cls, quick: bool) -> Parameters:
@@ -112,6 +117,7 @@ class Parameters:
                 1_000,
                 20_000,
                 5_000,
+                throughput_rounds=1,
             )
         return cls(False, 100_000, 30_000, 10_000, 1_000, 10.0, 100_000, 3_000, 1_000_000, 1_000)
 
@@ -127,6 +133,14 @@ class Figures:
     engine_events_per_s: float = 0.0
     engine_vs_naive: float = 0.0
     engine_vs_framework: float = 0.0
+    #: Each round's naive Faust and engine burst (events/s), in the order run
+    #: (``throughput_rounds``): the two figures above are their medians.
+    naive_events_per_s_rounds: list[float] = field(default_factory=list)
+    engine_events_per_s_rounds: list[float] = field(default_factory=list)
+    #: CPU µs per event of the engine's worker and of the embedded broker in each
+    #: round's burst (user + system, /proc; steadier than events/s).
+    engine_worker_cpu_us_per_event_rounds: list[float] = field(default_factory=list)
+    engine_broker_cpu_us_per_event_rounds: list[float] = field(default_factory=list)
     #: The same workload through two worker processes in one group (scale-out on
     #: this machine; the ratios above compare one process with one process).
     engine_2_workers_events_per_s: float = 0.0
@@ -361,11 +375,17 @@ class Bench:
         )
         return records
 
-    def faust_baseline(self, mode: str, records: list[tuple[bytes, bytes]]) -> float:
-        topic = f"bench-{self.run_id}-{mode}"
+    def faust_baseline(
+        self, mode: str, records: list[tuple[bytes, bytes]], round_: int = 0
+    ) -> float:
+        topic = f"bench-{self.run_id}-{mode}" + (f"-r{round_}" if round_ else "")
         asyncio.run(ensure_topics(self.bootstrap, {topic: PARTITIONS}, security=self.security))
         asyncio.run(_produce(self.bootstrap, topic, records))
-        data = self.workdir / f"faust-{mode}"
+        data = (
+            self.workdir / f"faust-{mode}"
+            if not round_
+            else self.workdir / f"faust-{mode}-r{round_}"
+        )
         child = ChildProcess(
             [
                 sys.executable,
@@ -402,8 +422,8 @@ class Bench:
             worker.wait_for("ready", 120)
             base_rss = _rss_mb(worker.proc.pid)
             # 1. Throughput: a burst of the onboarding mix for engine_jobs jobs.
-            rate, records, expected = self._burst(topics)
-            self.figures.engine_events_per_s = rate
+            rate, records, expected = self._burst(topics, cpu_of=self._cpu_pids(worker))
+            self._engine_round(rate, records)
             self.say(
                 f"engine: {rate:,.0f} events/s ({records:,} records, "
                 f"{self.params.engine_jobs:,} jobs, {expected:,} decisions)"
@@ -510,6 +530,59 @@ class Bench:
             f"empty data folder: first new decision {cold.recovery_s:.1f}s after the start, "
             f"RSS {cold.rss_mb:.0f} MB (peak {cold.rss_mb_peak:.0f})"
         )
+
+    def _cpu_pids(self, worker: ChildProcess) -> tuple[int, ...]:
+        """The worker's pid, and the embedded broker's (whose CPU is measured too)."""
+        return (worker.proc.pid,) + ((self.broker_pid,) if self.broker_pid else ())
+
+    def _engine_round(self, rate: float, records: int) -> None:
+        """Keep a burst's events/s and CPU µs per event (``burst_cpu_s``)."""
+        f = self.figures
+        f.engine_events_per_s_rounds.append(rate)
+        used = [1e6 * s / records for s in self.burst_cpu_s]
+        f.engine_worker_cpu_us_per_event_rounds.append(round(used[0], 1))
+        if len(used) > 1:
+            f.engine_broker_cpu_us_per_event_rounds.append(round(used[1], 1))
+        f.engine_events_per_s = statistics.median(f.engine_events_per_s_rounds)
+
+    def throughput_rounds(self, records: list[tuple[bytes, bytes]]) -> None:
+        """Naive Faust and the engine's burst (a fresh worker and topics each)
+        again, ``throughput_rounds`` in all with the first ones, alternating
+        which goes first: the machine's load moves both alike, so their medians
+        (and their ratio) move less than one run of each."""
+        f = self.figures
+        f.naive_events_per_s_rounds = [f.naive_events_per_s]
+        for round_ in range(1, self.params.throughput_rounds):
+            parts = [self._naive_round, self._engine_burst_round]
+            for part in parts if round_ % 2 == 0 else parts[::-1]:
+                part(round_, records)
+        f.naive_events_per_s = statistics.median(f.naive_events_per_s_rounds)
+        f.engine_events_per_s = statistics.median(f.engine_events_per_s_rounds)
+        self.say(
+            f"throughput, {len(f.engine_events_per_s_rounds)} rounds: engine "
+            + " / ".join(f"{r:,.0f}" for r in f.engine_events_per_s_rounds)
+            + f" events/s (median {f.engine_events_per_s:,.0f}; worker CPU µs per event "
+            + " / ".join(f"{c:,.0f}" for c in f.engine_worker_cpu_us_per_event_rounds)
+            + "), naive "
+            + " / ".join(f"{r:,.0f}" for r in f.naive_events_per_s_rounds)
+            + f" (median {f.naive_events_per_s:,.0f})"
+        )
+
+    def _naive_round(self, round_: int, records: list[tuple[bytes, bytes]]) -> None:
+        rate = self.faust_baseline("naive", records, round_)
+        self.figures.naive_events_per_s_rounds.append(rate)
+
+    def _engine_burst_round(self, round_: int, _records: list[tuple[bytes, bytes]]) -> None:
+        prefix = f"bench-{self.run_id}-engine-r{round_}."
+        env = self._env(prefix, self.workdir / f"engine-r{round_}")
+        worker = ChildProcess([sys.executable, "-m", "stream", "worker"], env, self.workdir)
+        try:
+            worker.wait_for("ready", 120)
+            rate, records, _decided = self._burst(Topics(prefix), cpu_of=self._cpu_pids(worker))
+        finally:
+            worker.kill()
+        self._engine_round(rate, records)
+        self.say(f"engine, round {round_ + 1}: {rate:,.0f} events/s ({records:,} records)")
 
     def _bytes(self, prefix: str) -> tuple[int, dict[str, int], dict[str, int], dict[str, int]]:
         """The inbox events under ``prefix``, and the bytes of every other topic
@@ -770,6 +843,7 @@ def run_bench(
         bench.figures.framework_events_per_s = bench.faust_baseline("noop", faust_records)
         bench.figures.naive_events_per_s = bench.faust_baseline("naive", faust_records)
         bench.engine()
+        bench.throughput_rounds(faust_records)
         bench.idle()
         bench.engine_two_workers()
         bench.codecs()

@@ -8,10 +8,11 @@ import asyncio
 import bisect
 import hmac
 import logging
+import re
 import time
 import uuid
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Annotated, Any
@@ -19,7 +20,7 @@ from typing import Annotated, Any
 import orjson
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
-from fastapi import Depends, FastAPI, Query, Request, Security
+from fastapi import Depends, FastAPI, Header, Query, Request, Security
 from fastapi.responses import HTMLResponse, Response, StreamingResponse
 from fastapi.security import HTTPBearer
 from pydantic import ValidationError
@@ -72,6 +73,9 @@ _BEARER = HTTPBearer(
     description="`lemongraph_sk_...` from `lemongraph token` (or the one `lemongraph dev` prints).",
 )
 _KEEPALIVE_SECONDS = 15.0
+#: A job stream's position: decisions, journal records and messages read for the job.
+_POSITION = r"^\s*\d{1,15}\.\d{1,15}\.\d{1,15}\s*$"
+_POSITION_RE = re.compile(_POSITION)
 #: Seconds a write waits for the broker before it is answered 503 (the producer
 #: itself would wait its request_timeout_ms, 15 s): LEMONGRAPH_GATEWAY_WRITE_TIMEOUT.
 SEND_TIMEOUT = 1.5
@@ -532,7 +536,8 @@ def build_api(gateway: Gateway) -> FastAPI:
         """The job's conversation, oldest first: every message in and out (channel,
         direction, contact, text, message id, task, when)."""
         newest, kept = newest_of(model.messages, key, limit)
-        return MessageList(key=key, messages=newest, kept=kept)
+        total = model.message_totals.get(key, 0)
+        return MessageList(key=key, messages=newest, kept=kept, total=total)
 
     @app.get("/v1/jobs", response_model=JobList, dependencies=secured, responses=_errors(422))
     async def list_jobs(
@@ -584,7 +589,8 @@ def build_api(gateway: Gateway) -> FastAPI:
         """The audit trail: the job's newest decisions (input, `now`, verdicts with
         explanations, transitions, effects, state hash), oldest first."""
         newest, kept = newest_of(model.decisions, key, limit)
-        return DecisionList(key=key, decisions=newest, kept=kept)
+        total = model.decision_totals.get(key, 0)
+        return DecisionList(key=key, decisions=newest, kept=kept, total=total)
 
     @app.get(
         "/v1/jobs/{key}/journal",
@@ -599,7 +605,8 @@ def build_api(gateway: Gateway) -> FastAPI:
         outcome), tool call (outcome, our idempotency key, the fact recorded)
         and run end, newest last."""
         newest, kept = newest_of(model.journal, key, limit)
-        return JournalList(key=key, records=newest, kept=kept)
+        total = model.journal_totals.get(key, 0)
+        return JournalList(key=key, records=newest, kept=kept, total=total)
 
     @app.get(
         "/v1/jobs/{key}/events",
@@ -616,15 +623,34 @@ def build_api(gateway: Gateway) -> FastAPI:
             str | None,
             Query(description="The token, for clients that cannot send headers (EventSource)."),
         ] = None,
+        after: Annotated[
+            str | None,
+            Query(
+                pattern=_POSITION,
+                description="Resume after `D.J.M`: the `total`s of the job's decisions, "
+                "journal and messages as read (the lists' `total`); what came after "
+                "them comes first. Without it, only what comes from now on.",
+            ),
+        ] = None,
+        last_event_id: Annotated[
+            str | None,
+            Header(
+                description="Where the stream was (each record's `id`, sent back by "
+                "EventSource when it reconnects): it resumes there, before `after`."
+            ),
+        ] = None,
     ) -> StreamingResponse:
         """Server-sent events as the job changes: `job` (the full view, first at
         once and then on every change), `decision` (each new decision) and
         `journal` (each new record of the agents' journal: model calls, tool
-        calls, run ends) and `message` (each new message of the conversation)."""
+        calls, run ends) and `message` (each new message of the conversation).
+        Each record's `id` is where the stream is (`D.J.M`); `after`, or
+        `Last-Event-ID` on a reconnect, resumes from such a position."""
         del access_token  # the guard read it
         visible(key)
+        start = _position(last_event_id) or _position(after)
         return StreamingResponse(
-            _follow(gateway, key),
+            _follow(gateway, key, start),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
@@ -692,21 +718,58 @@ def _newest(kept: Iterable[dict[str, Any]], count: int) -> list[dict[str, Any]]:
     return records[max(0, len(records) - count) :] if count > 0 else []
 
 
-def _sse(event: str, data: Any) -> bytes:
-    return b"event: " + event.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
+def _sse(event: str, data: Any, ident: str | None = None) -> bytes:
+    head = b"id: " + ident.encode() + b"\n" if ident is not None else b""
+    return head + b"event: " + event.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
 
 
-async def _follow(gateway: Gateway, key: str) -> AsyncIterator[bytes]:
+def _position(text: str | None) -> tuple[int, int, int] | None:
+    """``D.J.M`` (decisions, journal records and messages read for a job) as
+    numbers; None for none or for what is not one."""
+    if text is None or _POSITION_RE.fullmatch(text.strip()) is None:
+        return None
+    decisions, journal, messages = (int(part) for part in text.strip().split("."))
+    return decisions, journal, messages
+
+
+async def _follow(
+    gateway: Gateway, key: str, start: tuple[int, int, int] | None = None
+) -> AsyncIterator[bytes]:
+    """The job's stream. Its position counts the records read for the job, of
+    each kind; it starts at ``start`` (what the client has: a list's ``total``,
+    or the ``id`` of the last record it got), else at what is read now. Records
+    past it that are still kept come at once, so that nothing read between the
+    client's lists and its stream (or while it reconnected) is lost. A position
+    past what this gateway read (one still reading after a restart) waits for it."""
     model = gateway.model
     flag = model.watch(key)
+    kinds = (
+        ("decision", model.decisions, model.decision_totals),
+        ("journal", model.journal, model.journal_totals),
+        ("message", model.messages, model.message_totals),
+    )
+    at = list(start) if start is not None else [totals.get(key, 0) for _, _, totals in kinds]
+
+    def since() -> Iterator[bytes]:
+        for i, (event, kept, totals) in enumerate(kinds):
+            total = totals.get(key, 0)
+            records = _newest(kept.get(key, ()), total - at[i])
+            if total > at[i]:
+                at[i] = total
+            for n, record in enumerate(records):
+                # the position after this record (the ones before it of its kind
+                # counted, the later kinds not yet)
+                here = [*at]
+                here[i] = total - len(records) + n + 1
+                yield _sse(event, record, ".".join(map(str, here)))
+
     try:
-        sent = model.decision_totals.get(key, 0)
-        noted = model.journal_totals.get(key, 0)
-        said = model.message_totals.get(key, 0)
         yield b"retry: 2000\n\n"
         entry = model.jobs.get(key)
         if entry is not None:
             yield _sse("job", _view(model, entry).model_dump(mode="json"))
+        for chunk in since():
+            yield chunk
         while not gateway.stopping.is_set():
             try:
                 await asyncio.wait_for(flag.wait(), timeout=_KEEPALIVE_SECONDS)
@@ -716,18 +779,8 @@ async def _follow(gateway: Gateway, key: str) -> AsyncIterator[bytes]:
             flag.clear()
             if gateway.stopping.is_set():
                 break
-            total = model.decision_totals.get(key, 0)
-            for record in _newest(model.decisions.get(key, ()), total - sent):
-                yield _sse("decision", record)
-            sent = total
-            total = model.journal_totals.get(key, 0)
-            for record in _newest(model.journal.get(key, ()), total - noted):
-                yield _sse("journal", record)
-            noted = total
-            total = model.message_totals.get(key, 0)
-            for record in _newest(model.messages.get(key, ()), total - said):
-                yield _sse("message", record)
-            said = total
+            for chunk in since():
+                yield chunk
             entry = model.jobs.get(key)
             if entry is not None:
                 yield _sse("job", _view(model, entry).model_dump(mode="json"))

@@ -184,6 +184,9 @@ class MessageList(BaseModel):
     key: str
     messages: list[dict[str, Any]]
     kept: int
+    #: How many were read for the job so far (kept or not): where its event
+    #: stream resumes after these (``GET /v1/jobs/{key}/events?after=``).
+    total: int
 
 
 class Accepted(BaseModel):
@@ -316,6 +319,9 @@ class DecisionList(BaseModel):
     key: str
     decisions: list[dict[str, Any]]
     kept: int
+    #: How many were read for the job so far (kept or not): where its event
+    #: stream resumes after these (``GET /v1/jobs/{key}/events?after=``).
+    total: int
 
 
 class JournalList(BaseModel):
@@ -326,6 +332,9 @@ class JournalList(BaseModel):
     key: str
     records: list[dict[str, Any]]
     kept: int
+    #: How many were read for the job so far (kept or not): where its event
+    #: stream resumes after these (``GET /v1/jobs/{key}/events?after=``).
+    total: int
 
 
 class PlaybookView(BaseModel):

@@ -33,7 +33,7 @@ from agents.mail import MailSettings
 from stream.config import Settings
 from stream.errors import GatewayStartError
 from stream.files import load_playbooks_dir
-from stream.kafka import bootstrap_of, client_kwargs
+from stream.kafka import bootstrap_of, client_kwargs, compression_type
 from topics import Topics
 
 from .api import Gateway, build_api
@@ -177,8 +177,14 @@ async def serve(
         pending_ttl=settings.gateway_pending_ttl, jobs_kept=settings.gateway_jobs,
         job_bytes=settings.gateway_job_bytes, memory_bytes=settings.gateway_memory,
     )  # fmt: skip
+    # Everything the gateway writes (the inbox, schedules, messages, the journal)
+    # is compressed like every other producer's: LEMONGRAPH_KAFKA_COMPRESSION
+    # (docs/kafka.md, "Compression").
     producer = AIOKafkaProducer(
-        **client_kwargs(bootstrap, settings.kafka_security), acks="all", request_timeout_ms=15000
+        **client_kwargs(bootstrap, settings.kafka_security),
+        acks="all",
+        request_timeout_ms=15000,
+        compression_type=compression_type(settings.kafka_compression),
     )
     await producer.start()
     guard = Guard(

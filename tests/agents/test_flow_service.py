@@ -192,6 +192,100 @@ def test_a_flow_run_suspends_on_ask_and_resumes_from_its_checkpoint() -> None:
     asyncio.run(go())
 
 
+def _racing_driver() -> tuple[FlowDriver, list[tuple[str, Any]], list[str]]:
+    """The refund flow's driver in process, its writes acknowledged after a
+    moment (as the broker's are), so that a ``task.closed`` read meanwhile
+    (``stop``, from the service's consumer) can come between them; what it
+    published and the ids of the calls it made."""
+    published: list[tuple[str, Any]] = []
+    calls: list[str] = []
+    catalog = load_catalog(CATALOG, "catalog.yaml")
+    flow = load_flow(FLOW, "flows/refund.yaml", "refund", tools=flow_tools(catalog))
+    flows = Flows({"refund": flow}, {("orders", "resolve"): "refund"})
+
+    async def publish(topic: str, key: str, record: BaseModel) -> None:
+        published.append((topic, record.model_dump(mode="json", by_alias=True)))
+        await asyncio.sleep(0.01)
+
+    async def save(conv: Conversation) -> None:
+        await asyncio.sleep(0.01)
+
+    async def execute(action: Any, *, job_key: str, flow: str, run_id: str) -> FlowInput:
+        calls.append(action.call_id)
+        await asyncio.sleep(0.05)
+        if isinstance(action, CallTool):
+            return ToolResult(call_id=action.call_id, ok=True, result={"id": "A-1"})
+        return ModelReply(call_id=action.call_id, text='{"action": "refund"}')
+
+    return FlowDriver(flows, execute, publish, save), published, calls
+
+
+async def _answered_yes(driver: FlowDriver) -> tuple[Conversation, Any, asyncio.Task[None]]:
+    """The refund run, waiting on its question, answered "yes": the conversation,
+    its track and the drive that goes on from the answer (a task, under way)."""
+    conv = Conversation("o-1")
+    conv.open_flow(opened({"order_id": "A-1"}), "refund", {"order_id": "A-1"})
+    track = conv.owed_flow()
+    assert track is not None
+    await driver.drive(conv, track)
+    assert track.status == "waiting"
+    track.queued.append(answer_input("o-1/resolve#1/confirm/1", "yes"))
+    return conv, track, asyncio.create_task(driver.drive(conv, track))
+
+
+def _flow_events(published: list[tuple[str, Any]]) -> list[str]:
+    return [
+        r["node"] if r["event"] == "node" else r["event"]
+        for t, r in published
+        if t == "journal" and r["type"] == "journal.flow"
+    ]
+
+
+def test_the_task_closing_on_the_flows_own_result_ends_the_run_once_as_finished() -> None:
+    """The refund's fact closes the task while the driver is still journaling
+    the pay node and the run's end (its writes take a moment): ``task.closed``
+    waits for the step in hand, the pay node is journaled once and the run ends
+    ``finished``, as its step function said, not ``stopped`` beside it."""
+    driver, published, calls = _racing_driver()
+
+    async def go() -> None:
+        conv, track, running = await _answered_yes(driver)
+        # the pay call is out, then its result is stepped and checkpointed: the
+        # task closes on it while the driver writes what follows
+        while "pay" not in ((track.state or {}).get("trail") or []):
+            await asyncio.sleep(0.001)
+        await asyncio.gather(running, driver.stop(conv, track))
+        assert track.status == "finished"
+        assert _flow_events(published) == ["started", *NODES, "finished"]
+        assert calls[-1] == "o-1/resolve#1/pay/1/1"
+        assert len(calls) == 3
+        await driver.stop(conv, track)  # a re-delivered task.closed: nothing more
+        assert _flow_events(published) == ["started", *NODES, "finished"]
+
+    asyncio.run(go())
+
+
+def test_the_task_closing_while_a_call_is_out_stops_the_run_where_it_is() -> None:
+    """``task.closed`` read while the pay call is out: the run stops at once
+    (journaled ``stopped``, the node not completed), and the call's result,
+    when it comes, is not stepped; the call is made once."""
+    driver, published, calls = _racing_driver()
+
+    async def go() -> None:
+        conv, track, running = await _answered_yes(driver)
+        while len(calls) < 3:
+            await asyncio.sleep(0.001)
+        await driver.stop(conv, track)  # while the call is out: not held up by it
+        assert track.status == "stopped"
+        assert not running.done()
+        await running
+        assert track.status == "stopped"
+        assert _flow_events(published) == ["started", "lookup", "decide", "confirm", "stopped"]
+        assert calls[-1] == "o-1/resolve#1/pay/1/1"
+
+    asyncio.run(go())
+
+
 async def _refund_run() -> dict[str, Any]:
     """The refund flow run in process to its end ("yes"): the conversation's JSON."""
     catalog = load_catalog(CATALOG, "catalog.yaml")

@@ -10,6 +10,7 @@ import base64
 import re
 import shutil
 import signal
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -38,9 +39,13 @@ SCRIPT = StandinScript.model_validate(
 )  # fmt: skip
 
 
-def with_catalog(lane: Lane) -> None:
-    """The bundled catalog (and its skills) in the lane's playbooks folder."""
-    shutil.copy(ROOT / "playbooks" / "catalog.yaml", lane.playbooks / "catalog.yaml")
+def with_catalog(lane: Lane, booking_timeout: float | None = None) -> None:
+    """The bundled catalog (and its skills) in the lane's playbooks folder; with
+    ``booking_timeout``, schedule_meeting's timeout is that many seconds."""
+    catalog = yaml.safe_load((ROOT / "playbooks" / "catalog.yaml").read_text())
+    if booking_timeout is not None:
+        catalog["tools"]["schedule_meeting"]["http"]["timeout"] = booking_timeout
+    (lane.playbooks / "catalog.yaml").write_text(yaml.safe_dump(catalog))
     shutil.copytree(ROOT / "playbooks" / "skills", lane.playbooks / "skills")
 
 
@@ -115,9 +120,12 @@ def test_a_task_becomes_a_conversation_and_only_the_tool_result_counts(
         assert all("sk-test-secret-key" not in str(r["value"]) for r in lane.read(topic))
 
 
-def slow_calendar(slow: int = 1) -> FastAPI:
+def slow_calendar(slow: int = 1, gate: threading.Event | None = None) -> FastAPI:
     """Answers the first ``slow`` bookings only after a while (long enough to
-    kill the service mid-call), later ones at once."""
+    kill the service mid-call), later ones at once. With ``gate``, the first
+    booking is answered only once the gate is set (55 s at the most): a call
+    that stays out until the test has seen what it waits for, however slowly the
+    machine gets there."""
     app = FastAPI()
     app.state.calls = []
 
@@ -125,7 +133,11 @@ def slow_calendar(slow: int = 1) -> FastAPI:
     async def book(request: Request) -> dict[str, Any]:
         body = await request.json()
         app.state.calls.append(request.headers.get("idempotency-key"))
-        if len(app.state.calls) <= slow:
+        if gate is not None and len(app.state.calls) == 1:
+            deadline = time.monotonic() + 55
+            while not gate.is_set() and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+        elif len(app.state.calls) <= slow:
             await asyncio.sleep(4)
         return {"when": body["when"], "id": "B-1"}
 
@@ -258,10 +270,7 @@ def flaky_tools() -> FastAPI:
 def test_failures_are_told_and_retried_a_delegate_activates_and_a_bad_task_is_dead_lettered(
     lane: Lane, serve: Callable[[Any], str]
 ) -> None:
-    catalog = yaml.safe_load((ROOT / "playbooks" / "catalog.yaml").read_text())
-    catalog["tools"]["schedule_meeting"]["http"]["timeout"] = 1
-    (lane.playbooks / "catalog.yaml").write_text(yaml.safe_dump(catalog))
-    shutil.copytree(ROOT / "playbooks" / "skills", lane.playbooks / "skills")
+    with_catalog(lane, booking_timeout=1)
     (lane.playbooks / "desk.yaml").write_text(DESK)
     tools = flaky_tools()
     url = serve(tools)
@@ -323,8 +332,13 @@ def test_a_second_process_takes_over_a_run_from_the_changelog(
     stopped where it was and resumed by whichever now owns its partition), and
     is then killed (the second owns everything, and reads back what the first
     wrote). One fact, one key, and the run's paid model reply replayed."""
-    with_catalog(lane)
-    app = slow_calendar(slow=2)
+    # The first call stays out until the first process stopped the run for the
+    # rebalance (it once took four seconds, and a second process slow to join
+    # found the run done and nothing to resume); the tool waits for it as long
+    # (its 10 s timeout once ended the call first, on a busy machine).
+    with_catalog(lane, booking_timeout=60)
+    shared_out = threading.Event()
+    app = slow_calendar(slow=2, gate=shared_out)
     env = agents_env(serve, app)
     lane.start_worker()
     first = lane.start(["agents"], "agents: ready", **env)
@@ -334,6 +348,10 @@ def test_a_second_process_takes_over_a_run_from_the_changelog(
     second = lane.start(
         ["agents"], "agents: ready", LEMONGRAPH_DATA_DIR=str(lane.root / "data-2"), **env
     )
+    # (the first process's own word: with the second's assignment taken as the
+    # sign instead, the call was let go before the first stopped the run, twice)
+    first.wait_for("runs stopped", timeout=90)
+    shared_out.set()
     wait_calls(app, 2)  # the run was stopped and resumed by the partition's owner
     first.stop(signal.SIGKILL)
 

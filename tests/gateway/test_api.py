@@ -322,6 +322,69 @@ def test_job_changes_arrive_as_server_sent_events(lane: Lane, gateway: GatewayPr
         assert "decision" in kinds
 
 
+def _decisions_on_stream(
+    gateway: GatewayProcess, token: str, count: int, **options: Any
+) -> list[tuple[str, int]]:
+    """The first ``count`` decisions of job j's event stream: (id, seq) each."""
+    found: list[tuple[str, int]] = []
+    ident = event = ""
+    with httpx.stream(
+        "GET", f"{gateway.api}/v1/jobs/j/events", timeout=30,
+        params={"access_token": token, **options.get("params", {})},
+        headers=options.get("headers", {}),
+    ) as stream:  # fmt: skip
+        assert stream.status_code == 200
+        for line in stream.iter_lines():
+            if line.startswith("id: "):
+                ident = line[len("id: ") :]
+            elif line.startswith("event: "):
+                event = line[len("event: ") :]
+            elif line.startswith("data: ") and event == "decision":
+                found.append((ident, orjson.loads(line[len("data: ") :])["seq"]))
+                if len(found) == count:
+                    break
+            elif not line:
+                ident = event = ""
+    return found
+
+
+def test_the_event_stream_resumes_after_the_lists_or_its_last_event_id(
+    lane: Lane, gateway: GatewayProcess
+) -> None:
+    """What was read before a stream opened is not lost: ``after`` (the lists'
+    totals) and ``Last-Event-ID`` (a record's id, as EventSource sends it back on
+    a reconnect) resume the stream there, the records since coming first."""
+    token = gateway.token()
+    lane.start_worker()
+    with gateway.client(token) as client:
+        assert (
+            client.post("/v1/jobs", json={"key": "j", "playbook_key": "onboarding"}).status_code
+            == 202
+        )
+        posted = client.post("/v1/events", json={"key": "j", "action": "id_uploaded"})
+        assert posted.status_code == 202
+        trail = wait_for(
+            lambda: (t := client.get("/v1/jobs/j/decisions").json())["total"] == 2 and t,
+            what="two decisions",
+        )
+        assert trail["kept"] == 2
+        assert client.get("/v1/jobs/j/journal").json()["total"] == 0
+        assert client.get("/v1/jobs/j/messages").json()["total"] == 0
+    assert _decisions_on_stream(gateway, token, 2, params={"after": "0.0.0"}) == [
+        ("1.0.0", 1),
+        ("2.0.0", 2),
+    ]
+    assert _decisions_on_stream(gateway, token, 1, params={"after": "1.0.0"}) == [("2.0.0", 2)]
+    # a reconnect's Last-Event-ID is where the stream was: it comes before `after`
+    resumed = _decisions_on_stream(
+        gateway, token, 1, params={"after": "0.0.0"}, headers={"Last-Event-ID": "1.0.0"}
+    )
+    assert resumed == [("2.0.0", 2)]
+    with gateway.client(token) as client:
+        bad = client.get("/v1/jobs/j/events", params={"after": "1.x"})
+        assert bad.status_code == 422
+
+
 def test_healthz_and_the_docs_need_no_token(gateway: GatewayProcess) -> None:
     health = httpx.get(f"{gateway.api}/healthz").json()
     assert health["status"] == "ok"

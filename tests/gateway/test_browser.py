@@ -19,7 +19,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
-from playwright.sync_api import Browser, Page, Request, sync_playwright
+from playwright.sync_api import Browser, Page, Request, Route, sync_playwright
 
 from agents.demo_tools import build_demo_tools
 from agents.standin import build_standin
@@ -457,6 +457,52 @@ def test_the_job_page_says_what_is_settled_held_claimed_and_when(
         assert "." not in when[1], when  # ...and no microseconds
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "ui-job-held.png"), full_page=True)
+    assert not problems, problems
+
+
+def test_a_decision_between_the_pages_lists_and_its_stream_is_shown(
+    lane: Lane, gateway: GatewayProcess, browser: Browser
+) -> None:
+    """The job page reads its lists, then opens its stream: a decision that lands
+    in between (here the stream is held back until it did) comes first on the
+    stream, which resumes from the lists' totals; it is shown once."""
+    lane.start_worker()
+    token = gateway.token(name="browser")
+    problems: list[str] = []
+    page = _page(browser, problems)
+    held: list[Route] = []
+    page.route(re.compile(r"/events\?"), lambda route: held.append(route))
+    with gateway.client(token) as client:
+        started = client.post("/v1/jobs", json={"key": "gap-1", "playbook_key": "onboarding"})
+        assert started.status_code == 202
+        wait_for(
+            lambda: client.get("/v1/jobs/gap-1/decisions").json().get("total") == 1,
+            what="the start decided",
+        )
+        page.goto(f"{gateway.ui}/jobs/gap-1#token={token}")
+        for _ in range(600):
+            if held:
+                break
+            page.wait_for_timeout(50)
+        assert len(held) == 1, "the page never asked for its stream"
+        assert _seqs(page) == ["1"]  # the lists are read and shown
+        sent = client.post(
+            "/v1/events", json={"key": "gap-1", "action": "id_uploaded", "idempotency_key": "g-up"}
+        )
+        assert sent.status_code == 202
+        wait_for(
+            lambda: client.get("/v1/jobs/gap-1/decisions").json().get("total") == 2,
+            what="the event decided",
+        )
+    held[0].continue_()
+    page.wait_for_selector("#job-live:has-text('live')", timeout=30_000)
+    page.wait_for_selector('#decisions tr[data-seq="2"]', timeout=30_000)
+    assert "&after=1.0.0" in held[0].request.url  # from the lists' totals
+    page.wait_for_selector(
+        '#graph [data-milestone="collectIdentity"][data-state="done"]', timeout=30_000
+    )
+    page.wait_for_timeout(300)
+    assert _seqs(page) == ["2", "1"]  # newest first, each once
     assert not problems, problems
 
 

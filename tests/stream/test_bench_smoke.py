@@ -4,6 +4,7 @@ to the JSON file. Speed is not asserted here (benchmarks print figures)."""
 from __future__ import annotations
 
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -80,6 +81,17 @@ def test_bench_quick_measures_every_figure(tmp_path: Path) -> None:
     assert figures["engine_vs_naive"] == pytest.approx(
         figures["engine_events_per_s"] / figures["naive_events_per_s"]
     )
+    # The throughput figures are the medians of their rounds, one CPU figure
+    # per engine round (worker and broker).
+    rounds = figures["parameters"]["throughput_rounds"]
+    for name in ("engine", "naive"):
+        each = figures[f"{name}_events_per_s_rounds"]
+        assert len(each) == rounds, (name, each)
+        assert figures[f"{name}_events_per_s"] == pytest.approx(statistics.median(each))
+    for name in ("worker", "broker"):
+        cpu = figures[f"engine_{name}_cpu_us_per_event_rounds"]
+        assert len(cpu) == rounds, (name, cpu)
+        assert min(cpu) > 0, (name, cpu)
     assert figures["schedule_tick_ratio"] == pytest.approx(
         figures["schedule_tick_ms_100k"] / figures["schedule_tick_ms_100"]
     )

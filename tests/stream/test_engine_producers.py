@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 import pytest
 
-from stream.engine import MAX_INSTANT_MS, Record, StorageError, home_partition
+from stream.engine import HOMES_KEPT, MAX_INSTANT_MS, Record, StorageError, home_partition
 from topics import FORWARDED_FROM_HEADER
 
 from .engine_harness import (
@@ -56,6 +56,18 @@ def forwarded_copy(h: Harness, forward: Any) -> Record:
 
 
 # -- partitioning -----------------------------------------------------------------------
+
+
+def test_the_engine_s_home_partitions_are_murmur2_s_and_it_remembers_a_bounded_number() -> None:
+    h = Harness(registry(ONBOARD), partitions=4)
+    engine = h.engine
+    # Written out above: job-2 on partition 2, job-1 on 0; asked twice (the
+    # second answer is the remembered one).
+    assert [engine.home(b"job-2"), engine.home(b"job-1")] * 2 == [2, 0, 2, 0]
+    keys = [b"job-%d" % i for i in range(HOMES_KEPT + 10)]
+    assert [engine.home(k) for k in keys] == [home_partition(k, 4) for k in keys]
+    assert len(engine._homes) <= HOMES_KEPT
+    assert [engine.home(k) for k in keys[:100]] == [home_partition(k, 4) for k in keys[:100]]
 
 
 def test_a_record_on_the_wrong_partition_is_forwarded_home_and_decided_there_once() -> None:

@@ -29,8 +29,10 @@ from typing import Any
 import orjson
 import pytest
 
+from stream.config import Settings
 from stream.engine import home_partition
 from stream.kafka import producer
+from stream.worker import register_schedules
 from tests.lanes import Lane, WorkerProcess
 
 pytestmark = [pytest.mark.broker, pytest.mark.timeout(300)]
@@ -430,6 +432,16 @@ schedules:
 """
 
 
+def register(lane: Lane) -> str:
+    """What a worker starting in the lane says of its schedules.yaml, as it
+    registers it first thing (``register_schedules``, here in process: the
+    worker starts of the test below prove that a start runs it)."""
+    said: list[str] = []
+    settings = Settings.from_env(lane.env(), dotenv=lane.root / "no.env")
+    asyncio.run(register_schedules(settings, said.append))
+    return "\n".join(said)
+
+
 def test_schedules_yaml_is_registered_when_absent_or_different(lane: Lane) -> None:
     path = lane.playbooks / "schedules.yaml"
     path.write_text(YAML.format(schedule="weekdays at 09:30"))
@@ -439,11 +451,9 @@ def test_schedules_yaml_is_registered_when_absent_or_different(lane: Lane) -> No
     assert "1 published (morning)" in said
     assert 'schedules.yaml:6: schedules[1] (broken): schedule: "61 * * * *": minute field' in said
     assert first.stop() == 0
-    second = start_worker(lane)  # the same file: nothing to publish
-    assert "none changed" in "".join(second.lines)
-    assert second.stop() == 0
+    assert "none changed" in register(lane)  # the same file: nothing to publish
     path.write_text(YAML.format(schedule="weekdays at 10:00"))
-    third = start_worker(lane)
+    second = start_worker(lane)
     definitions = lane.read("schedules")
     assert [(r["key"], r["partition"]) for r in definitions] == [("morning", home("morning"))] * 2
     assert [r["value"]["spec"]["schedule"] for r in definitions] == [
@@ -459,10 +469,9 @@ def test_schedules_yaml_is_registered_when_absent_or_different(lane: Lane) -> No
     assert {r["value"]["by"] for r in audit} == {"schedules.yaml"}
     # An operator pauses it: the file, edited since, does not undo the pause.
     define(lane, {**definitions[-1]["value"]["spec"], "enabled": False})
-    assert third.stop() == 0
+    assert second.stop() == 0
     path.write_text(YAML.format(schedule="weekdays at 10:30"))
-    fourth = start_worker(lane)
-    said = "".join(fourth.lines)
+    said = register(lane)
     assert "'morning' of " in said
     assert "was changed by 'test' at 2026-" in said
     assert "none changed" in said
@@ -471,14 +480,13 @@ def test_schedules_yaml_is_registered_when_absent_or_different(lane: Lane) -> No
     assert len(lane.read("audit")) == 2
     # The operator removes it: the file's definition is published again.
     produce(lane, "schedules", [(b"morning", None, home("morning"), BASE)])
-    assert fourth.stop() == 0
-    fifth = start_worker(lane)
-    assert "1 published (morning)" in "".join(fifth.lines)
+    third = start_worker(lane)
+    assert "1 published (morning)" in "".join(third.lines)
     latest = [r["value"] for r in lane.read("schedules") if r["key"] == "morning"][-1]
     assert latest is not None
     assert (latest["by"], latest["spec"]["schedule"]) == ("schedules.yaml", "weekdays at 10:30")
     assert [r["value"]["action"] for r in lane.read("audit")][-1] == "create"
-    assert fifth.stop() == 0
+    assert third.stop() == 0
 
 
 # -- a second worker takes over -------------------------------------------------------------
@@ -503,8 +511,7 @@ def test_a_second_worker_takes_over_schedules_with_their_state(lane: Lane) -> No
     define(lane, gone)
     produce(lane, "schedules", [(b"gone", None, home("gone"), at(3.5))])
     probe(lane, "schedules", home("gone"))
-    second = start_worker(lane, LEMONGRAPH_DATA_DIR=str(lane.root / "data-b"))
-    time.sleep(8)  # let the group rebalance and the second worker recover its table
+    second = lane.join_worker("--no-ticker", LEMONGRAPH_DATA_DIR=str(lane.root / "data-b"))
     tick(lane, set(ids), at(4), at(5), at(6))
     for schedule_id in ids.values():
         records = wait_runs(lane, schedule_id, lambda rs: len(statuses(rs)) >= 6, timeout=90)

@@ -4,7 +4,6 @@ pure core decides."""
 
 from __future__ import annotations
 
-import time
 from collections import defaultdict
 from datetime import UTC, datetime
 from typing import Any
@@ -32,8 +31,7 @@ def test_a_second_worker_takes_over_partitions_with_their_state(lane: Lane) -> N
         *[{"type": "event", "key": f"job-{i:03d}", "action": "id_uploaded"} for i in range(JOBS)]
     )
     lane.wait_until("decisions", lambda rs: len(rs) >= 2 * JOBS)
-    second = lane.start_worker(LEMONGRAPH_DATA_DIR=str(lane.root / "data-b"))
-    time.sleep(8)  # let the group rebalance and the second worker recover its tables
+    second = lane.join_worker(LEMONGRAPH_DATA_DIR=str(lane.root / "data-b"))
     lane.send(
         *[
             {"type": "event", "key": f"job-{i:03d}", "action": "self_service_completed"}

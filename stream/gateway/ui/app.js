@@ -602,7 +602,13 @@ async function showJob(key, view) {
   renderQuestions();
   renderDevMail(key, view);
   closeStream();
-  const source = new EventSource("/v1/jobs/" + encodeURIComponent(key) + "/events?access_token=" + encodeURIComponent(state.token));
+  // The stream resumes where the lists were read (their totals): a decision, a
+  // journal record or a message that came between the lists and the stream comes
+  // first on it. On a reconnect EventSource sends the last record's id, from which
+  // the gateway resumes likewise.
+  const after = [trail.total, journal.total, talk.total].map((n) => n || 0).join(".");
+  const source = new EventSource("/v1/jobs/" + encodeURIComponent(key) + "/events?access_token=" +
+    encodeURIComponent(state.token) + "&after=" + after);
   state.source = source;
   source.addEventListener("open", () => { live.textContent = "● live"; });
   source.addEventListener("error", () => { live.textContent = "○ reconnecting…"; });
