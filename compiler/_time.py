@@ -27,11 +27,12 @@ _DAYS: Final[dict[int, str]] = {}
 
 
 class _Last:
-    """The instant :func:`to_iso` formatted last, and its text."""
+    """The instant :func:`to_iso` formatted last, with its text: one tuple, set
+    in one assignment, so that a thread never reads one's instant with
+    another's text."""
 
     def __init__(self) -> None:
-        self.instant: datetime | None = None
-        self.text = ""
+        self.pair: tuple[datetime | None, str] = (None, "")
 
 
 _LAST: Final = _Last()
@@ -46,12 +47,11 @@ def to_iso(instant: datetime) -> str:
     four times faster than ``isoformat()`` (which formats the offset through
     ``utcoffset()`` every time), and faster than a cache by value, which hashes
     an aware datetime by building two more."""
-    last = _LAST
-    if instant is last.instant:
-        return last.text
+    pair = _LAST.pair
+    if pair[0] is instant:
+        return pair[1]
     text = _format_iso(instant)
-    last.instant = instant
-    last.text = text
+    _LAST.pair = (instant, text)
     return text
 
 

@@ -6,6 +6,7 @@ a state hash)."""
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime, timedelta, timezone
 
 from hypothesis import given
@@ -63,3 +64,23 @@ def test_to_iso_forgets_days_without_changing_a_text() -> None:
     days = [start + timedelta(days=i, seconds=i) for i in range(DAYS_KEPT + 10)]
     for instant in days + days[:20]:
         assert to_iso(instant) == _reference(instant)
+
+
+def test_to_iso_from_several_threads_at_once() -> None:
+    # The instant formatted last is remembered for the next call: a thread must
+    # never get another thread's text.
+    start = datetime(2026, 1, 5, 9, tzinfo=UTC)
+    wrong: list[str] = []
+
+    def work(offset: int) -> None:
+        instants = [start + timedelta(minutes=offset, seconds=i) for i in range(2000)]
+        for instant in instants * 3:
+            if to_iso(instant) != _reference(instant):
+                wrong.append(to_iso(instant))
+
+    threads = [threading.Thread(target=work, args=(n * 100,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert wrong == []
