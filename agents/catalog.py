@@ -20,6 +20,7 @@ from compiler import LemongraphError, Playbook, field_problem, load_located
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from topics import APPROVERS_DEFAULT, Approver
 
 __all__ = [
     "CONVERSATION",
@@ -109,6 +110,8 @@ class AgentSpec(_Spec):
 
 
 class _CatalogSpec(_Spec):
+    #: Who answers an approval whose flow node names no ``approvers``.
+    approvers: tuple[Approver, ...] = Field(APPROVERS_DEFAULT, min_length=1)
     integrations: dict[str, IntegrationSpec] = Field(default_factory=dict)
     agents: dict[str, AgentSpec] = Field(default_factory=dict)
     tools: dict[str, ToolSpec] = Field(default_factory=dict)
@@ -124,6 +127,9 @@ class Catalog:
     agents: Mapping[str, AgentSpec]
     tools: Mapping[str, ToolSpec]
     skills: Mapping[str, str]
+    #: Who answers an approval whose flow node names no ``approvers``
+    #: (docs/agents.md, "Who approves").
+    approvers: tuple[str, ...] = APPROVERS_DEFAULT
 
     def grants(self, integrations: Iterable[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """(tools, delegate agents) that ``integrations`` grant, each once, in
@@ -265,7 +271,9 @@ def load_catalog(text: str, source: str = "<catalog>", base: Path | None = None)
             problem(("skills", name), f"skills.{name}: cannot read {file}: {why}")
     if problems:
         raise CatalogError(problems)
-    return Catalog(source, spec.integrations, spec.agents, spec.tools, skills)
+    return Catalog(
+        source, spec.integrations, spec.agents, spec.tools, skills, approvers=spec.approvers
+    )
 
 
 def check_playbooks(catalog: Catalog, playbooks: Iterable[Playbook]) -> list[str]:

@@ -33,6 +33,7 @@ import orjson
 from compiler import (
     Action,
     Answer,
+    ApprovalNode,
     Ask,
     AwaitApproval,
     Fail,
@@ -52,7 +53,7 @@ from compiler import (
     to_iso,
 )
 from pydantic import BaseModel
-from topics import JournalFlow, JournalInterrupt, MessageRecord
+from topics import APPROVERS_DEFAULT, Answerer, JournalFlow, JournalInterrupt, MessageRecord
 
 from .catalog import Catalog
 
@@ -120,6 +121,12 @@ class FlowTrack:
     status: Literal["running", "waiting", "finished", "failed", "stopped"] = "running"
     #: Questions asked again under an id that had closed (a retried ``ask``).
     reasked: int = 0
+    #: The contact the open question went to (None: to nobody on a channel, an
+    #: approval the operators answer): only they answer it on their channel.
+    asked_of: str | None = None
+    #: Who gave the answer queued or stepped last (an Answerer's JSON), for the
+    #: ``answered`` journal record.
+    answered_by: dict[str, Any] | None = None
     #: Held while the run is stepped, journaled or ended (never while a call is
     #: out): a ``task.closed`` read meanwhile (:meth:`FlowDriver.stop`, from the
     #: service's consumer) waits for the step in hand instead of journaling its
@@ -175,6 +182,8 @@ class FlowTrack:
             "closed": self.closed,
             "status": self.status,
             "reasked": self.reasked,
+            "asked_of": self.asked_of,
+            "answered_by": self.answered_by,
         }
 
     @classmethod
@@ -195,6 +204,8 @@ class FlowTrack:
             closed=list(data.get("closed") or []),
             status=data.get("status", "running"),
             reasked=int(data.get("reasked", 0)),
+            asked_of=data.get("asked_of"),
+            answered_by=data.get("answered_by"),
         )
 
 
@@ -205,9 +216,22 @@ class Flows:
 
     by_name: dict[str, Flow] = field(default_factory=dict)
     by_milestone: dict[tuple[str, str], str] = field(default_factory=dict)
+    #: Who answers an approval whose node names no ``approvers`` (the catalog's).
+    approvers: tuple[str, ...] = APPROVERS_DEFAULT
 
     def of(self, playbook_key: str, milestone: str) -> str | None:
         return self.by_milestone.get((playbook_key, milestone))
+
+    def approvers_of(self, name: str, node: str) -> tuple[str, ...]:
+        """Who may answer the approval ``node`` of flow ``name`` (docs/flows.md,
+        "Who approves"): the node's ``approvers``, else the catalog's."""
+        flow = self.by_name.get(name)
+        found = next(
+            (n.approvers for n in (flow.spec.nodes if flow else ()) if n.id == node
+             and isinstance(n, ApprovalNode)),
+            (),
+        )  # fmt: skip
+        return tuple(found) or self.approvers
 
     def inputs(
         self,
@@ -246,7 +270,7 @@ def load_flows(folder: Path, catalog: Catalog | None, say: Callable[[str], None]
     from stream.files import load_playbooks_dir
     from stream.flows import find_flow, flow_tools, milestone_context
 
-    found = Flows()
+    found = Flows(approvers=catalog.approvers if catalog is not None else APPROVERS_DEFAULT)
     if not folder.is_dir():
         return found
     playbooks = load_playbooks_dir(folder)
@@ -432,13 +456,21 @@ class FlowDriver:
             # A retry of the node asks again under the same id (the same visit).
             track.closed.remove(action.interrupt_id)
             track.reasked += 1
+        contact = _contact(conv)
+        approvers: tuple[str, ...] = ()
         if isinstance(action, Ask):
             question = action.question
             answers = list(action.answers)
             if answers:
                 question += f" (answer {', '.join(answers)})"
             show: dict[str, Any] = {}
+            text, asked_of, asking = question, contact, True
         else:
+            # An approval goes to its approvers (docs/flows.md, "Who approves"):
+            # to the contact only when the contact is one; otherwise the contact
+            # is told it waits for an approval, and the operators answer it in
+            # the UI or through the API.
+            approvers = self.flows.approvers_of(track.flow, action.node)
             question = action.question or f"May I go ahead with {action.before}?"
             answers = []
             show = dict(action.show)
@@ -446,7 +478,9 @@ class FlowDriver:
                 shown = "; ".join(f"{k}: {orjson.dumps(v).decode()}" for k, v in show.items())
                 question += f" ({shown})"
             question += " (answer yes or no)"
-        contact = _contact(conv)
+            approving = approves(approvers, contact, conv.contacts)
+            asked_of, asking = (contact if approving else None), approving
+            text = question if approving else _WAITING.format(ask=action.question or "")
         channel = conv.last_channel or ("email" if contact and "@" in contact else self.channel)
         task = conv.tasks.get(track.milestone)
         await self.publish(
@@ -461,12 +495,14 @@ class FlowDriver:
                 agent=f"flow:{track.flow}",
                 contact=contact,
                 task_id=task.task_id if task is not None else track.task_id,
-                text=question,
+                text=" ".join(text.split()),
                 at=self._now(),
-                interrupt_id=action.interrupt_id,
+                # The note to a contact who does not approve answers nothing.
+                interrupt_id=action.interrupt_id if asking else None,
             ),
         )
         track.asked = action.interrupt_id
+        track.asked_of = asked_of
         await self._journal_interrupt(
             conv,
             track,
@@ -480,6 +516,7 @@ class FlowDriver:
                 expires_at=action.expires_at,
             ),
             "open",
+            approvers=approvers,
         )
 
     async def _journal_interrupt(
@@ -489,11 +526,15 @@ class FlowDriver:
         found: Interrupt | None,
         status: Literal["open", "answered", "expired", "cancelled"],
         answer: Any = None,
+        approvers: Sequence[str] = (),
     ) -> None:
-        """A ``journal.interrupt``: the question opened or closed."""
+        """A ``journal.interrupt``: the question opened (with who may answer it)
+        or closed (answered: by whom)."""
         if found is None:
             return
         expires = found.expires_at
+        opening = status == "open"
+        by = track.answered_by if status == "answered" else None
         await self.publish(
             "journal",
             conv.job_key,
@@ -511,6 +552,9 @@ class FlowDriver:
                 expires_at=to_iso(expires) if expires is not None and status == "open" else None,
                 show=dict(found.show) if status == "open" else {},
                 answer=answer,
+                approvers=list(approvers) if opening else [],
+                asked_of=track.asked_of if opening else None,
+                by=Answerer.model_validate(by) if by is not None else None,
             ),
         )
 
@@ -609,6 +653,36 @@ def tick_input() -> dict[str, Any]:
 
 def answer_input(interrupt_id: str, answer: Any) -> dict[str, Any]:
     return _dump(Answer(interrupt_id=interrupt_id, answer=answer))
+
+
+#: What a contact who is not an approver is told while an approval waits.
+_WAITING = (
+    "That needs an approval first ({ask}). I have asked for it and will write again "
+    "as soon as it is decided."
+)
+
+
+def address(contact: Any) -> str | None:
+    """A contact's address, normalised for comparison (lower case, no
+    surrounding space or angle brackets); None when it has none."""
+    if isinstance(contact, dict):
+        contact = contact.get("email") or contact.get("id") or contact.get("name")
+    if not isinstance(contact, str):
+        return None
+    found = contact.strip().strip("<>").strip().lower()
+    return found or None
+
+
+def approves(approvers: Sequence[str], contact: str | None, contacts: Sequence[Any]) -> bool:
+    """Whether ``contact`` (a person writing on a channel) may answer an
+    approval of ``approvers``: named by address, or ``contacts`` and one of the
+    job's contacts. ``operators`` answer through the API, never on a channel."""
+    who = address(contact)
+    if who is None:
+        return False
+    if who in {address(a) for a in approvers if a not in ("operators", "contacts")}:
+        return True
+    return "contacts" in approvers and who in {address(c) for c in contacts}
 
 
 def _contact(conv: Any) -> str | None:

@@ -45,6 +45,7 @@ from stream.faust_tuning import (
 )
 from stream.kafka import bootstrap_of, read_topic
 from topics import (
+    Answerer,
     DeadLetter,
     Headers,
     InboxEvent,
@@ -63,8 +64,11 @@ from .flowservice import (
     Execute,
     FlowDriver,
     Flows,
+    FlowTrack,
+    address,
     answer_input,
     answer_of,
+    approves,
     load_flows,
     tick_input,
 )
@@ -349,19 +353,52 @@ class AgentService:
         if record.interrupt_id is None and conv.waiting_flow() is None:
             return None
         track = conv.waiting_flow(record.interrupt_id)
+        by = self._answerer(conv, track, record)
+        if by is None and record.interrupt_id is None:
+            return None  # not theirs to answer: a message for the conversation agent
         conv.received.append(record.message_id)
         del conv.received[:-200]
-        if track is None:
-            log.info("agents: %s: an answer to %s, not open: ignored", conv.job_key,
-                     record.interrupt_id)  # fmt: skip
+        if track is None or by is None:
+            log.info("agents: %s: an answer to %s, not open or not theirs: ignored",
+                     conv.job_key, record.interrupt_id)  # fmt: skip
             return False
         interrupt = track.open_interrupt()
         assert interrupt is not None
         if any(q.get("interrupt_id") == interrupt for q in track.queued):
             return False  # answered already (queued): consumed once
         conv.last_channel = record.channel
+        track.answered_by = by.model_dump(mode="json")
         track.queued.append(answer_input(interrupt, answer_of(record)))
         return True
+
+    def _answerer(
+        self, conv: Conversation, track: FlowTrack | None, record: MessageRecord
+    ) -> Answerer | None:
+        """Who answers ``track``'s open interrupt with ``record``, or None when
+        they may not (docs/api.md, "Approvals"). Through the API (``by``, as the
+        gateway verified the token): a ``world`` token answers a question, an
+        approver's an approval its approvers let operators answer. On a channel:
+        a question only from the contact it was asked of, an approval only from
+        a contact its approvers name."""
+        interrupt = track.interrupt() if track is not None else None
+        if track is None or interrupt is None:
+            return None
+        approval = interrupt.get("kind") == "approval"
+        approvers = self.flows.approvers_of(track.flow, str(interrupt.get("node")))
+        if record.interrupt_id is not None:
+            by = record.by
+            if by is None or by.source != "world":
+                return None
+            if approval and not (by.approver and "operators" in approvers):
+                return None
+            return by
+        if approval:
+            allowed = approves(approvers, record.contact, conv.contacts)
+        else:
+            allowed = address(record.contact) == address(track.asked_of)
+        if not allowed:
+            return None
+        return Answerer(contact=record.contact, channel=record.channel)
 
     async def tick(self, now: datetime | None = None) -> int:
         """Time passed: a flow run whose open question expired is stepped with a

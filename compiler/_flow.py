@@ -24,6 +24,7 @@ from pydantic import (
     Tag,
     ValidationError,
 )
+from topics import Approver
 
 from ._durations import parse_duration
 from ._errors import LemongraphError
@@ -203,6 +204,9 @@ class ApprovalNode(_NodeSpec):
     show: tuple[str, ...] = ()
     on_reject: str = Field(alias="onReject")
     expires: str | None = None
+    #: Who may answer (docs/flows.md, "Who approves"); empty: the catalog's
+    #: ``approvers``, by default the operators.
+    approvers: tuple[Approver, ...] = ()
 
 
 class FanoutNode(_NodeSpec):

@@ -568,10 +568,15 @@ def dev(broker_port: int, loglevel: str) -> None:
         )
         gateway.start()
         _say(addresses(settings))
+        # The developer at the UI is the operator: the dev token answers approvals.
         dev_token = mint_token(
-            settings.api_token_secret, now=time.time(), name="dev", ttl_seconds=7 * 86400
+            settings.api_token_secret,
+            now=time.time(),
+            name="dev",
+            ttl_seconds=7 * 86400,
+            approver=True,
         )
-        _say(f"gateway: dev token (source world, 7 days): {dev_token}")
+        _say(f"gateway: dev token (source world, approver, 7 days): {dev_token}")
         helpers += _start_agents(settings, catcher.url if catcher is not None else None)
         code = run_worker(
             settings,
@@ -1407,7 +1412,12 @@ def gateway() -> None:
 @click.option(
     "--name", default="cli", show_default=True, help="Who it is for (shown in status lines)."
 )
-def token(source: str, ttl: str, name: str) -> None:
+@click.option(
+    "--approver",
+    is_flag=True,
+    help="The holder answers approvals (a world token only; docs/api.md, 'Approvals').",
+)
+def token(source: str, ttl: str, name: str, approver: bool) -> None:
     """Mint an API token signed with API_TOKEN_SECRET (when it is unset: with the
     secret a running `lemongraph dev` made up, from LEMONGRAPH_DATA_DIR); it is
     printed alone on the last line."""
@@ -1441,13 +1451,17 @@ def token(source: str, ttl: str, name: str) -> None:
             raise click.BadParameter(str(exc), param_hint="--ttl") from None
         if seconds <= 0:
             raise click.BadParameter("must be more than zero", param_hint="--ttl")
+    if approver and source != "world":
+        raise click.BadParameter("only a world token can be an approver's", param_hint="--approver")
     minted = mint_token(
         secret,
         now=time.time(),
         source=source,  # type: ignore[arg-type]  # click.Choice checked it
         name=name,
         ttl_seconds=seconds,
+        approver=approver,
     )
     expiry = "never expires" if seconds is None else f"valid for {ttl}"
-    click.echo(f"token for {name!r}, source {source}, {expiry}:", err=True)
+    role = ", approver" if approver else ""
+    click.echo(f"token for {name!r}, source {source}{role}, {expiry}:", err=True)
     click.echo(minted)

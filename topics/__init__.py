@@ -18,10 +18,13 @@ from ._codec import RecordError, decode_inbox, encode
 from ._keys import MAX_KEY_LENGTH, JobKey, JobKeyError, check_key
 from ._limits import MAX_DEPTH, MAX_RECORD_BYTES, LimitError, plain_json
 from ._messages import (
+    APPROVERS_DEFAULT,
     DEADLETTER_HEADERS,
     FORWARDED_FROM_HEADER,
     SCHEDULE_HEADER,
     SCHEDULE_RUN_HEADER,
+    Answerer,
+    Approver,
     AtomVerdict,
     AuditRecord,
     ClockBound,
@@ -86,6 +89,7 @@ from ._vocab import (
 )
 
 __all__ = [
+    "APPROVERS_DEFAULT",
     "DEADLETTER_HEADERS",
     "FORWARDED_FROM_HEADER",
     "MAX_DEPTH",
@@ -96,6 +100,8 @@ __all__ = [
     "SCHEMA",
     "SOURCES",
     "TOPIC_NAMES",
+    "Answerer",
+    "Approver",
     "AtomVerdict",
     "AuditRecord",
     "ClockBound",

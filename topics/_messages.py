@@ -12,10 +12,13 @@ from ._keys import JobKey
 from ._vocab import SCHEMA, JobStatus, MilestoneStatus, Source, TaskOutcome, TimerKind
 
 __all__ = [
+    "APPROVERS_DEFAULT",
     "DEADLETTER_HEADERS",
     "FORWARDED_FROM_HEADER",
     "SCHEDULE_HEADER",
     "SCHEDULE_RUN_HEADER",
+    "Answerer",
+    "Approver",
     "AtomVerdict",
     "AuditRecord",
     "ClockBound",
@@ -483,6 +486,35 @@ class DecisionRecord(_Message):
 # -- the conversation and the journal (docs/agents.md) -----------------------------------
 
 
+class Answerer(BaseModel):
+    """Who answered a flow's question or approval (docs/api.md, "Approvals"):
+    a token holder through ``POST /v1/jobs/{key}/answers`` (``source``, the
+    token's ``name``, whether it holds the ``approver`` role), or a contact on
+    their channel (``contact``, ``channel``). Stamped by the ingress, never by
+    the body."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    source: Source = "world"
+    name: str = ""
+    approver: bool = False
+    contact: str | None = None
+    channel: str | None = None
+
+
+#: One who may answer an approval (docs/api.md, "Approvals"): ``operators``
+#: (a ``world`` token with the ``approver`` role, through the API or the UI),
+#: ``contacts`` (any contact of the job, on their own channel) or one contact's
+#: address.
+Approver = Annotated[
+    str, StringConstraints(pattern=r"^(operators|contacts|[^@\s]+@[^@\s]+)$", max_length=254)
+]
+
+#: Who answers an approval when neither its flow node nor the catalog says:
+#: operators holding a ``world`` token with the ``approver`` role.
+APPROVERS_DEFAULT: tuple[str, ...] = ("operators",)
+
+
 class MessageRecord(_Message):
     """One message of a job's conversation (messages topic). ``message_id`` is
     derived from our own data, so a re-run writes the same id again."""
@@ -503,6 +535,9 @@ class MessageRecord(_Message):
     #: as it was given (``text`` is its text).
     interrupt_id: str | None = None
     answer: Any = None
+    #: On an answer written by ``POST /v1/jobs/{key}/answers``: who answered,
+    #: as the gateway verified the token (the agents service checks it again).
+    by: Answerer | None = None
 
 
 #: The opening of an inbound message that its ``message_received`` event keeps.
@@ -652,8 +687,11 @@ class JournalInterrupt(_Message):
     """A flow's question (``ask``) or approval, as it opens and as it closes:
     ``open`` (asked; ``answers`` the allowed ones, empty for any), ``answered``
     (the answer consumed), ``expired`` (a tick past ``expires_at``) or
-    ``cancelled`` (the task closed). The gateway answers
-    ``POST /v1/jobs/{key}/answers`` from these."""
+    ``cancelled`` (the task closed), or ``refused`` (an answer from someone
+    who may not give it: the interrupt stays open, ``by`` says who tried). The
+    gateway answers ``POST /v1/jobs/{key}/answers`` from these. ``approvers``
+    (approvals) and ``asked_of`` (the contact the question went to, if any) say
+    who may answer (docs/api.md, "Approvals")."""
 
     type: Literal["journal.interrupt"] = "journal.interrupt"
     job_key: str
@@ -663,13 +701,19 @@ class JournalInterrupt(_Message):
     interrupt_id: str
     at: str
     kind: Literal["ask", "approval"]
-    status: Literal["open", "answered", "expired", "cancelled"]
+    status: Literal["open", "answered", "expired", "cancelled", "refused"]
     question: str = ""
     answers: list[str] = Field(default_factory=list)
     expires_at: str | None = None
     #: For approvals: the ``show`` channels' values (nothing else of the run).
     show: dict[str, Any] = Field(default_factory=dict)
     answer: Any = None
+    #: For approvals: who approves (``operators``, ``contacts``, or addresses).
+    approvers: list[str] = Field(default_factory=list)
+    #: The contact the question was sent to (None: to nobody but the operators).
+    asked_of: str | None = None
+    #: On ``answered`` and ``refused``: who answered (or tried to).
+    by: Answerer | None = None
 
 
 class JournalMail(_Message):

@@ -27,8 +27,11 @@ from pydantic import ValidationError
 
 from agents.mail import MailSettings, inbound_message_id, received, sender_of
 from topics import (
+    APPROVERS_DEFAULT,
+    Answerer,
     InboxEvent,
     JobStart,
+    JournalInterrupt,
     JournalMail,
     MessageRecord,
     encode,
@@ -37,6 +40,7 @@ from topics import (
 )
 from topics.replies import ReplyTokenError, read_reply_address
 
+from .capabilities import require
 from .docs import install_docs
 from .errors import ApiError, error_responses, install_handlers
 from .guard import Guard, GuardMiddleware, principal_of
@@ -192,6 +196,36 @@ class Gateway:
         return self.broker_ok
 
 
+async def _may_answer(
+    gateway: Gateway, asked: Mapping[str, Any] | None, by: Answerer, principal: Principal
+) -> None:
+    """Nothing when the token holder may answer the open interrupt ``asked``:
+    a question with a ``world`` token, an approval (whose ``approvers`` name
+    ``operators``) with an approver's (docs/api.md, "Approvals"). Else the
+    refusal is journaled when the interrupt is open (a ``journal.interrupt``
+    ``refused``, the interrupt left open) and raised as 403. An ``agent`` or
+    ``tool`` token is refused whether or not the interrupt is open."""
+    approval = asked is not None and asked.get("kind") == "approval"
+    approvers = list((asked or {}).get("approvers") or APPROVERS_DEFAULT)
+    try:
+        require(principal, "answer_approval" if approval else "answer_question")
+        if approval and "operators" not in approvers:
+            raise ApiError(
+                403, "not_an_approver",
+                f"this approval is answered by {', '.join(approvers)} on their own channel, "
+                "not through the API (docs/api.md, 'Approvals')",
+            )  # fmt: skip
+    except ApiError:
+        if asked is not None:
+            fields = ("job_key", "run_id", "flow", "node", "interrupt_id", "kind")
+            refusal = JournalInterrupt(
+                **{k: asked[k] for k in fields}, at=_now_iso(), status="refused",
+                approvers=approvers if approval else [], by=by,
+            )  # fmt: skip
+            await gateway.send(gateway.model.topics.journal, refusal.job_key, encode(refusal))
+        raise
+
+
 def _principal(request: Request) -> Principal:
     return principal_of(request.scope)
 
@@ -262,12 +296,13 @@ def build_api(gateway: Gateway) -> FastAPI:
         status_code=202,
         response_model=Accepted,
         dependencies=secured,
-        responses=_errors(400, 404, 409, 413, 422, 503),
+        responses=_errors(400, 403, 404, 409, 413, 422, 503),
     )
     async def start_job(body: StartJobBody, principal: PrincipalDep) -> Accepted:
         """Start a job: a `job.start` on the inbox, acknowledged before the 202.
-        A key in use answers 409, an unknown playbook 404."""
-        del principal
+        A key in use answers 409, an unknown playbook 404; a token whose source is
+        not `world` 403 `source_not_allowed`."""
+        require(principal, "start_job")
         if model.playbook(body.playbook_key) is None:
             raise ApiError(404, "playbook_not_found", f"no playbook {body.playbook_key!r}")
         gateway.room()
@@ -295,6 +330,7 @@ def build_api(gateway: Gateway) -> FastAPI:
     async def send_event(body: EventBody, principal: PrincipalDep) -> Accepted:
         """Send an event to a job. Its source is the token's. A retried
         `idempotency_key` answers 202 again and is applied once."""
+        require(principal, "send_event")
         async with gateway.lock(body.key):
             entry = model.entry(body.key)
             if entry is None:
@@ -336,13 +372,15 @@ def build_api(gateway: Gateway) -> FastAPI:
         status_code=202,
         response_model=MessageAccepted,
         dependencies=secured,
-        responses=_errors(400, 404, 413, 422, 503),
+        responses=_errors(400, 403, 404, 413, 422, 503),
     )
-    async def post_message(key: str, body: MessageBody) -> MessageAccepted:
+    async def post_message(key: str, body: MessageBody, principal: PrincipalDep) -> MessageAccepted:
         """A person's message in the job's conversation (the web channel): it goes
         on `messages`, where the agents read it, and as a `message_received` event
         (`source: world`) on the inbox. The event proves that someone wrote, never
-        what the text claims. A retried `message_id` answers 202 again, once."""
+        what the text claims. A retried `message_id` answers 202 again, once. Only a
+        `world` token writes a person's message (403 `source_not_allowed`)."""
+        require(principal, "write_message")
         async with gateway.lock(key):
             entry = model.entry(key)
             if entry is None or not entry.visible:
@@ -375,19 +413,25 @@ def build_api(gateway: Gateway) -> FastAPI:
         status_code=202,
         response_model=AnswerAccepted,
         dependencies=secured,
-        responses=_errors(400, 404, 409, 413, 422, 503),
+        responses=_errors(400, 403, 404, 409, 413, 422, 503),
     )
-    async def post_answer(key: str, body: AnswerBody) -> AnswerAccepted:
-        """The person's answer to a flow's open question or approval: it goes on
-        `messages` (inbound, with the interrupt id), where the agents service
+    async def post_answer(key: str, body: AnswerBody, principal: PrincipalDep) -> AnswerAccepted:
+        """The answer to a flow's open question or approval: it goes on `messages`
+        (inbound, with the interrupt id and who answered), where the agents service
         takes it once and resumes the flow. An interrupt that is not open (unknown,
         answered already, expired) answers 409 `interrupt_not_open` and writes
-        nothing; an answer a question does not allow, 422 `answer_not_allowed`."""
+        nothing; an answer a question does not allow, 422 `answer_not_allowed`. A
+        question is answered with a `world` token, an approval only by an approver
+        (403 `source_not_allowed` or `not_an_approver`, journaled, nothing else
+        written)."""
         async with gateway.lock(key):
             entry = model.entry(key)
             if entry is None or not entry.visible:
                 raise ApiError(404, "job_not_found", f"no job {key!r}")
             asked = model.interrupts.get(key, {}).get(body.interrupt_id)
+            by = Answerer(source=principal.source, name=principal.name,
+                          approver=principal.approver)  # fmt: skip
+            await _may_answer(gateway, asked, by, principal)
             if asked is None:
                 raise ApiError(
                     409,
@@ -416,6 +460,7 @@ def build_api(gateway: Gateway) -> FastAPI:
                 at=_now_iso(),
                 interrupt_id=body.interrupt_id,
                 answer=body.answer,
+                by=by,
             )
             meta = await gateway.send(model.topics.messages, key, encode(record))
             model.answered(key, body.interrupt_id)  # a second answer is refused from now

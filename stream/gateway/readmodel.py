@@ -608,10 +608,13 @@ class ReadModel:
         self._add(key, kind, size or _size(record))
 
     def _interrupt(self, record: JournalInterrupt) -> None:
-        """Track a flow's question: open, or closed (answered, expired, cancelled)."""
+        """Track a flow's question: open, or closed (answered, expired, cancelled);
+        a refused answer leaves it open."""
         held = self.interrupts.setdefault(record.job_key, {})
         if record.status == "open":
             held[record.interrupt_id] = record.dump()
+        elif record.status == "refused":
+            pass  # an answer from someone who may not give it: still open
         else:
             held.pop(record.interrupt_id, None)
         if not held:

@@ -46,6 +46,7 @@ from stream.engine import home_partition
 from stream.kafka import KafkaSecurity, caught_up, client_kwargs
 from topics import ScheduleRecord, ScheduleRunRecord, Topics
 
+from .capabilities import require
 from .errors import ApiError, error_responses
 from .guard import principal_of
 from .models import _Body
@@ -460,12 +461,7 @@ def install_schedules(
 
     def writer(request: Request) -> Principal:
         principal = principal_of(request.scope)
-        if principal.source != "world":
-            raise ApiError(
-                403, "source_not_allowed",
-                f"schedules are written with a world token (an operator's); this token's "
-                f"source is {principal.source}",
-            )  # fmt: skip
+        require(principal, "write_schedules")
         if not model.caught_up:
             raise ApiError(
                 503, "schedules_loading",

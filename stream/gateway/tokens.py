@@ -4,11 +4,13 @@ A token reads ``lemongraph_sk_<payload>.<signature>``, both parts base64url
 without padding. The payload is compact JSON::
 
     {"v": 1, "src": "world", "name": "ops", "iat": 1767600000, "exp": 1767686400,
-     "nonce": "9f2c..."}
+     "nonce": "9f2c...", "roles": ["approver"]}
 
 ``src`` is the source stamped on every event the token sends (docs/api.md, 'Tokens': the
-ingress decides it, never the body). ``exp`` is absent for a token that does not
-expire. The signature covers the payload's base64 text exactly as sent, and is
+ingress decides it, never the body); what each source may do is
+``stream/gateway/capabilities.py``. ``roles`` is absent or a list: ``approver`` lets a
+``world`` token answer approvals (docs/api.md, "Approvals"). ``exp`` is absent for a
+token that does not expire. The signature covers the payload's base64 text exactly as sent, and is
 compared in constant time. Time is an argument (``now``, seconds since the epoch).
 """
 
@@ -29,6 +31,7 @@ from topics import SOURCES, Source
 from .errors import ApiError
 
 __all__ = [
+    "APPROVER",
     "PREFIX",
     "SOURCES",
     "Principal",
@@ -40,6 +43,8 @@ __all__ = [
 
 PREFIX = "lemongraph_sk_"
 _VERSION = 1
+#: The role that answers approvals.
+APPROVER = "approver"
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +56,9 @@ class Principal:
     nonce: str
     issued_at: int
     expires_at: int | None
+    #: Whether the token holder may answer approvals (the ``approver`` role;
+    #: only a ``world`` token can hold it).
+    approver: bool = False
 
     @property
     def ident(self) -> str:
@@ -83,12 +91,16 @@ def mint_token(
     source: Source = "world",
     name: str = "default",
     ttl_seconds: float | None = None,
+    approver: bool = False,
 ) -> str:
-    """A new signed token. ``ttl_seconds`` None: it never expires."""
+    """A new signed token. ``ttl_seconds`` None: it never expires. ``approver``:
+    the holder answers approvals (a ``world`` token only)."""
     if not secret:
         raise ValueError("API_TOKEN_SECRET is empty: set it before minting tokens")
     if source not in SOURCES:
         raise ValueError(f"source must be one of {', '.join(SOURCES)}, not {source!r}")
+    if approver and source != "world":
+        raise ValueError("only a world token can be an approver's (docs/api.md, 'Approvals')")
     claims: dict[str, Any] = {
         "v": _VERSION,
         "src": source,
@@ -98,6 +110,8 @@ def mint_token(
     }
     if ttl_seconds is not None:
         claims["exp"] = int(now + ttl_seconds)
+    if approver:
+        claims["roles"] = [APPROVER]
     payload = _b64(orjson.dumps(claims))
     return f"{PREFIX}{payload}.{_sign(secret, payload)}"
 
@@ -144,8 +158,13 @@ def verify_token(secret: str, token: str | None, *, now: float) -> Principal:
     # ``exp`` is absent or an integer (a bool, "", [] or 0.0 is not: checked as
     # given, never through ``or``, which would let a falsy one through).
     claimed = (issued,) if expires is None else (issued, expires)
-    if source not in SOURCES or not all(
-        isinstance(t, int) and not isinstance(t, bool) for t in claimed
+    roles = claims.get("roles", [])
+    if (
+        source not in SOURCES
+        or not all(isinstance(t, int) and not isinstance(t, bool) for t in claimed)
+        or not isinstance(roles, list)
+        or not all(isinstance(r, str) for r in roles)
+        or (APPROVER in roles and source != "world")
     ):
         raise _unauthorized("token_malformed", "the token's claims are invalid")
     if expires is not None and now >= expires:
@@ -156,4 +175,5 @@ def verify_token(secret: str, token: str | None, *, now: float) -> Principal:
         nonce=str(claims.get("nonce", "")),
         issued_at=issued,
         expires_at=expires,
+        approver=APPROVER in roles,
     )

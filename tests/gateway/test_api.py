@@ -445,7 +445,7 @@ def test_a_persons_message_goes_on_messages_and_the_inbox_once(
     lane: Lane, gateway: GatewayProcess
 ) -> None:
     lane.start_worker()
-    with gateway.client(gateway.token(source="tool")) as client:
+    with gateway.client(gateway.token()) as client:
         started = client.post(
             "/v1/jobs",
             json={"key": "job-m", "playbook_key": "onboarding",
@@ -476,7 +476,7 @@ def test_a_persons_message_goes_on_messages_and_the_inbox_once(
         assert (message["direction"], message["channel"], message["contact"], message["text"]) == (
             "in", "web", "ada@example.com", text,
         )  # fmt: skip
-        # the event: a world event (whatever the token's source), applied once
+        # the event: a world event (only a world token writes a person's message), once
         view = wait_for(
             lambda: (v := client.get("/v1/jobs/job-m").json())["events"] >= 1 and v,
             what="the event decided",
