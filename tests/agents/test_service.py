@@ -67,7 +67,7 @@ def calendar() -> FastAPI:
     async def book(request: Request) -> dict[str, Any]:
         body = await request.json()
         app.state.calls.append((request.headers.get("idempotency-key"), body))
-        return {"when": body["when"], "id": "B-1"}
+        return {"status": "confirmed", "when": body["when"], "id": "B-1"}
 
     return app
 
@@ -139,7 +139,7 @@ def slow_calendar(slow: int = 1, gate: threading.Event | None = None) -> FastAPI
                 await asyncio.sleep(0.05)
         elif len(app.state.calls) <= slow:
             await asyncio.sleep(4)
-        return {"when": body["when"], "id": "B-1"}
+        return {"status": "confirmed", "when": body["when"], "id": "B-1"}
 
     return app
 
@@ -262,7 +262,7 @@ def flaky_tools() -> FastAPI:
             return JSONResponse({"error": "calendar down"}, status_code=500)
         if name == "book" and tries == 2:
             await asyncio.sleep(3)  # the tool's timeout is 1 s
-        return {"when": body.get("when"), "active": True}
+        return {"status": "confirmed", "when": body.get("when"), "active": True}
 
     return app
 
