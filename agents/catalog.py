@@ -19,7 +19,7 @@ from typing import Any, Literal
 from compiler import LemongraphError, Playbook, field_problem, load_located
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from topics import APPROVERS_DEFAULT, Approver
 
 __all__ = [
@@ -31,6 +31,7 @@ __all__ = [
     "HttpAction",
     "IntegrationSpec",
     "Records",
+    "Success",
     "ToolSpec",
     "catalog_path",
     "check_playbooks",
@@ -68,6 +69,42 @@ class Records(_Spec):
     value: str | None = None
 
 
+class Success(_Spec):
+    """What a tool's 2xx JSON answer must say to confirm the call, instead of
+    the default rule (docs/agents.md, "What success is"): the value at ``path``
+    ``equals`` one value, is ``in`` a list, or ``exists`` (or, ``false``, is
+    absent). Exactly one of the three."""
+
+    path: str
+    equals: Any = None
+    in_: tuple[Any, ...] | None = Field(None, alias="in", min_length=1)
+    exists: bool | None = None
+
+    @field_validator("equals")
+    @classmethod
+    def _scalar(cls, value: Any) -> Any:
+        if not isinstance(value, str | int | float | bool | None):
+            raise ValueError("must be a string, number, true, false or null")
+        return value
+
+    @field_validator("in_")
+    @classmethod
+    def _scalars(cls, values: tuple[Any, ...] | None) -> tuple[Any, ...] | None:
+        for value in values or ():
+            cls._scalar(value)
+        return values
+
+    @model_validator(mode="after")
+    def _one_condition(self) -> Success:
+        given = [name for name in ("equals", "in_", "exists") if name in self.model_fields_set]
+        if len(given) != 1:
+            said = f" (it says {', '.join(g.rstrip('_') for g in given)})" if given else ""
+            raise ValueError(f"says exactly one of equals, in and exists{said}")
+        if given != ["equals"] and getattr(self, given[0]) is None:
+            raise ValueError(f"{given[0].rstrip('_')} cannot be null")
+        return self
+
+
 class ToolSpec(_Spec):
     """A tool: what the model is told, the schema of its arguments, what
     trusted code does, and what it records on success."""
@@ -77,6 +114,8 @@ class ToolSpec(_Spec):
     http: HttpAction | None = None
     idempotent: bool = False
     records: Records | None = None
+    #: What a 2xx answer must say to confirm the call (None: the default rule).
+    success: Success | None = None
     #: Whether a call changes something (flows warn about a write with no
     #: approval before it, docs/flows.md); a tool writes unless it says not.
     writes: bool = True
@@ -253,14 +292,18 @@ def load_catalog(text: str, source: str = "<catalog>", base: Path | None = None)
             )
         if tool.http is None:
             problem(("tools", name), f"tools.{name}: says nothing for trusted code to do (http)")
+        paths: list[tuple[tuple[str, ...], str]] = []
         if tool.records is not None:
-            for prop, ref in tool.records.properties.items():
-                if not ref.startswith("$"):
-                    problem(
-                        ("tools", name, "records", "properties", prop),
-                        f"tools.{name}.records.properties.{prop}: {ref!r} is not a "
-                        "response path ($ or $.field)",
-                    )
+            props = tool.records.properties.items()
+            paths += [(("records", "properties", prop), ref) for prop, ref in props]
+        if tool.success is not None:
+            paths.append((("success", "path"), tool.success.path))
+        for at, ref in paths:
+            if not ref.startswith("$"):
+                problem(
+                    ("tools", name, *at),
+                    f"tools.{name}.{'.'.join(at)}: {ref!r} is not a response path ($ or $.field)",
+                )
     skills: dict[str, str] = {}
     for name, file in spec.skills.items():
         path = (base or Path(".")) / file

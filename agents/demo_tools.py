@@ -7,6 +7,11 @@ shop tools of the example flows (docs/flows.md).
 They behave as a careful real endpoint would: an ``Idempotency-Key`` seen before
 gets the first answer again, and nothing happens twice. They keep what they did
 in memory (``app.state.done``) and forget it when the process stops.
+
+Their answers pass the bundled catalog's success rules (docs/agents.md, "What
+success is"), and two of them can decline with a 200 that says so, as real
+endpoints do: the calendar has no slot on a Sunday, and an order whose id starts
+with ``final`` is a final sale that is not refunded.
 """
 
 from __future__ import annotations
@@ -39,7 +44,13 @@ def build_demo_tools() -> FastAPI:
     @app.post("/calendar/book")
     async def book(request: Request) -> dict[str, Any]:
         body = await request.json()
-        return await once(request, {"when": str(body.get("when", "")), "id": f"M-{next(numbers)}"})
+        when = str(body.get("when", ""))
+        if "sunday" in when.lower():
+            declined = {"ok": False, "status": "declined", "error": "no free slot on a Sunday"}
+            return await once(request, declined)
+        return await once(
+            request, {"status": "confirmed", "when": when, "id": f"M-{next(numbers)}"}
+        )
 
     @app.post("/crm/activate")
     async def activate(request: Request) -> dict[str, Any]:
@@ -67,7 +78,12 @@ def build_demo_tools() -> FastAPI:
     @app.post("/billing/refunds")
     async def refund(request: Request) -> dict[str, Any]:
         body = await request.json()
-        return await once(request, {"order": body.get("id"), "id": f"R-{next(numbers)}"})
+        order = body.get("id")
+        if str(order).lower().startswith("final"):
+            declined = {"ok": False, "order": order, "error": "a final sale is not refunded"}
+            return await once(request, declined)
+        answer = {"status": "refunded", "order": order, "id": f"R-{next(numbers)}"}
+        return await once(request, answer)
 
     @app.post("/billing/trials")
     async def trial(request: Request) -> dict[str, Any]:

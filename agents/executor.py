@@ -3,7 +3,8 @@
 
 It refuses a tool the open tasks do not grant and arguments that fail the
 tool's schema; runs the tool's ``http`` call (an idempotent tool gets our
-derived key as ``Idempotency-Key``); and on a confirmed success returns the fact
+derived key as ``Idempotency-Key``); and on a confirmed success — a 2xx whose
+JSON body passes the tool's success rule (agents/success.py) — returns the fact
 the tool records, as an inbox event with ``source: tool`` and that same key as
 its idempotency key. The key is derived from our own data — task id, tool,
 canonical arguments and occurrence — never from the model's call id, so a
@@ -25,11 +26,14 @@ from jsonschema import Draft202012Validator
 from topics import InboxEvent
 
 from .catalog import Catalog, ToolSpec, expand_env
+from .success import Verdict, judge, response_path
 
 __all__ = ["Executor", "Outcome", "derived_key", "redact_url", "response_path"]
 
 #: How much of a tool's response the model is shown.
 RESULT_EXCERPT = 2000
+#: How much of a body that is not a success the model and the journal are shown.
+BODY_EXCERPT = 300
 
 
 def derived_key(task_id: str, tool: str, arguments: Any, occurrence: int) -> str:
@@ -53,30 +57,16 @@ def redact_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
 
 
-def response_path(data: Any, path: str) -> tuple[bool, Any]:
-    """(found, value) at ``$`` or ``$.a.b`` in JSON data."""
-    if path == "$":
-        return True, data
-    value = data
-    for part in path.removeprefix("$.").split("."):
-        if isinstance(value, dict) and part in value:
-            value = value[part]
-        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
-            value = value[int(part)]
-        else:
-            return False, None
-    return True, value
-
-
 @dataclass(frozen=True)
 class Outcome:
     """What happened to one tool call.
 
-    ``status``: ``done`` (confirmed; ``fact`` is what it records, if anything),
-    ``failed`` (nothing happened, or an idempotent tool may be retried with the
-    same key), ``refused`` (not run), ``outcome_unknown`` (a non-idempotent call
-    that may have taken effect: never repeated blindly). ``output`` is what the
-    model is told; ``url`` the endpoint, redacted.
+    ``status``: ``done`` (a 2xx whose JSON body passes the tool's success rule;
+    ``fact`` is what it records, if anything), ``failed`` (the endpoint said it
+    did not happen, or an idempotent tool may be retried with the same key),
+    ``refused`` (not run), ``outcome_unknown`` (a non-idempotent call that may
+    have taken effect: never repeated blindly). ``output`` is what the model is
+    told; ``url`` the endpoint, redacted.
     """
 
     status: Literal["done", "failed", "refused", "outcome_unknown"]
@@ -86,7 +76,7 @@ class Outcome:
     http_status: int | None = None
     url: str | None = None
     seconds: float = 0.0
-    #: The response's JSON (or text) on ``done``, whole (``output`` is an excerpt).
+    #: The response's JSON on ``done``, whole (``output`` is an excerpt).
     data: Any = None
 
 
@@ -161,43 +151,49 @@ class Executor:
             seconds = time.monotonic() - started
             return self._unanswered(tool, key, shown, seconds, f"{type(exc).__name__}")
         seconds = time.monotonic() - started
-        if not 200 <= response.status_code < 300:
-            excerpt = response.text[:200]
-            return Outcome(
-                "failed",
-                _tell(False, f"HTTP {response.status_code}: {excerpt}"),
-                key,
-                http_status=response.status_code,
-                url=shown,
-                seconds=seconds,
-            )
-        try:
-            data: Any = response.json() if response.content else None
-        except ValueError:
-            data = response.text
-        fact = self._fact(tool, job_key, key, data)
+        status = response.status_code
+        if not 200 <= status < 300:
+            why = f"HTTP {status}: {_opening(response.content)}"
+            return Outcome("failed", _tell(False, why), key, None, status, shown, seconds)
+        # A 2xx is not enough: the body must say the call happened
+        # (docs/agents.md, "What success is").
+        judged = judge(tool.success, response.content)
+        why = f"HTTP {status}, but {judged.why}: {_opening(response.content)}"
+        if judged.verdict is Verdict.FAILED:
+            return Outcome("failed", _tell(False, why), key, None, status, shown, seconds)
+        if judged.verdict is Verdict.UNSAID:
+            return self._unanswered(tool, key, shown, seconds, why, status)
+        fact = self._fact(tool, job_key, key, judged.data)
         return Outcome(
             "done",
-            _tell(True, data),
+            _tell(True, judged.data),
             key,
             fact=fact,
-            http_status=response.status_code,
+            http_status=status,
             url=shown,
             seconds=seconds,
-            data=data,
+            data=judged.data,
         )
 
     def _unanswered(
-        self, tool: ToolSpec, key: str, url: str, seconds: float, reason: str
+        self,
+        tool: ToolSpec,
+        key: str,
+        url: str,
+        seconds: float,
+        reason: str,
+        http_status: int | None = None,
     ) -> Outcome:
-        # The request may have reached the endpoint. An idempotent tool is safe
-        # to call again with the same key; any other is not.
+        # The request may have reached the endpoint, and no answer says what it
+        # did (none came, or a 2xx body that does not say). An idempotent tool
+        # is safe to call again with the same key; any other is not.
         if tool.idempotent:
-            return Outcome("failed", _tell(False, reason), key, url=url, seconds=seconds)
+            return Outcome("failed", _tell(False, reason), key, None, http_status, url, seconds)
         return Outcome(
             "outcome_unknown",
             _tell(False, f"{reason}; it may or may not have taken effect: do not repeat it"),
             key,
+            http_status=http_status,
             url=url,
             seconds=seconds,
         )
@@ -227,6 +223,14 @@ def _params(args: Any) -> dict[str, str]:
     if not isinstance(args, dict):
         return {}
     return {k: v if isinstance(v, str) else orjson.dumps(v).decode() for k, v in args.items()}
+
+
+def _opening(body: bytes) -> str:
+    """The first characters of a response body, for the model and the journal."""
+    if not body:
+        return "(no body)"
+    text = body[: BODY_EXCERPT * 4].decode("utf-8", "replace")
+    return text if len(text) <= BODY_EXCERPT else text[: BODY_EXCERPT - 3] + "..."
 
 
 def _tell(ok: bool, detail: Any) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -108,3 +109,58 @@ def test_check_names_an_integration_the_catalog_lacks(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stdout
     assert "ok: 2 file(s) valid" in done.stdout
+
+
+def with_success(rule: str) -> str:
+    """GOOD with ``rule`` as schedule_meeting's ``success:`` (line 14)."""
+    records = 'records: {fact: meeting_scheduled, properties: {when: "$.when"}}\n'
+    return GOOD.replace(records, f"{records}    success: {rule}\n")
+
+
+@pytest.mark.parametrize(
+    ("rule", "path", "value"),
+    [
+        ('{path: "$.status", equals: confirmed}', "$.status", "confirmed"),
+        ('{path: "$.status", in: [confirmed, booked]}', "$.status", ("confirmed", "booked")),
+        ('{path: "$.booking.id", exists: true}', "$.booking.id", True),
+        ('{path: "$.errors", exists: false}', "$.errors", False),
+        ('{path: "$.left", equals: null}', "$.left", None),
+    ],
+)
+def test_a_success_rule_loads(rule: str, path: str, value: Any) -> None:
+    success = load_catalog(with_success(rule), "c.yaml").tools["schedule_meeting"].success
+    assert success is not None
+    assert success.path == path
+    assert value in (success.equals, success.in_, success.exists)
+
+
+@pytest.mark.parametrize(
+    ("rule", "column", "words"),
+    [
+        ('{path: "$.status"}', 14,
+         "tools.schedule_meeting.success: says exactly one of equals, in and exists"),
+        ('{path: "$.status", equals: confirmed, exists: true}', 14,
+         "says exactly one of equals, in and exists (it says equals, exists)"),
+        ('{path: "$.status", in: []}', 37, "tools.schedule_meeting.success.in: "),
+        ('{path: "$.status", in: confirmed}', 37, "tools.schedule_meeting.success.in: "),
+        ('{path: "$.status", in: [a, [b]]}', 37,
+         "success.in: must be a string, number, true, false or null"),
+        ('{path: "$.status", equals: {a: 1}}', 41,
+         "success.equals: must be a string, number, true, false or null"),
+        ('{path: "$.status", exists: null}', 14, "success: exists cannot be null"),
+        ('{path: "$.status", exists: maybe}', 41, "success.exists: "),
+        ('{path: status, equals: confirmed}', 21,
+         "tools.schedule_meeting.success.path: 'status' is not a response path"),
+        ('{equals: confirmed}', 14, "tools.schedule_meeting.success.path: this field is required"),
+        ('{path: "$.s", equal: confirmed}', 35, "success.equal: unknown field 'equal'"),
+        ('{path: "$.s", in_: [confirmed]}', 33, "success.in_: unknown field 'in_'"),
+        ("confirmed", 14, "tools.schedule_meeting.success: "),
+    ],
+)  # fmt: skip
+def test_a_bad_success_rule_is_named_with_file_line_and_column(
+    rule: str, column: int, words: str
+) -> None:
+    with pytest.raises(CatalogError) as caught:
+        load_catalog(with_success(rule), "c.yaml")
+    problems = caught.value.problems
+    assert any(p.startswith(f"c.yaml:14:{column}: ") and words in p for p in problems), problems

@@ -1,5 +1,7 @@
 """The trusted executor against a real local HTTP endpoint: refusals, schema
-checks, the derived key, the recorded fact, failures and unknown outcomes."""
+checks, the derived key, the recorded fact, failures and unknown outcomes, and
+what success is: a 2xx whose JSON body passes the tool's rule (docs/agents.md,
+"What success is")."""
 
 from __future__ import annotations
 
@@ -8,9 +10,10 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 from agents.catalog import load_catalog
 from agents.executor import Executor, Outcome, derived_key, redact_url, response_path
@@ -18,7 +21,7 @@ from agents.executor import Executor, Outcome, derived_key, redact_url, response
 CATALOG = load_catalog(
     """\
 integrations:
-  calendar: {tools: [schedule_meeting, flaky, slow_book, slow_charge]}
+  calendar: {tools: [schedule_meeting, flaky, slow_book, slow_charge, book, charge, confirm]}
 agents:
   conversation: {instructions: Help.}
 tools:
@@ -47,10 +50,44 @@ tools:
     http: {url: "${TOOLS_URL}/slow", timeout: 0.3}
     idempotent: false
     records: {fact: never}
+  book:
+    description: Answers with the canned reply named by REPLY, safe to retry.
+    http: {url: "${TOOLS_URL}/reply/${REPLY}"}
+    idempotent: true
+    records: {fact: meeting_scheduled, properties: {when: "$.when"}}
+  charge:
+    description: Answers with the canned reply named by REPLY, not safe to retry.
+    http: {url: "${TOOLS_URL}/reply/${REPLY}"}
+    records: {fact: charged}
+  confirm:
+    description: Answers with the canned reply named by REPLY; confirmed only by its status.
+    http: {url: "${TOOLS_URL}/reply/${REPLY}"}
+    idempotent: true
+    records: {fact: meeting_scheduled, properties: {when: "$.when"}}
+    success: {path: "$.status", in: [confirmed, booked]}
 """,
     "c.yaml",
 )
-GRANTED = {"schedule_meeting", "flaky", "slow_book", "slow_charge"}
+GRANTED = {"schedule_meeting", "flaky", "slow_book", "slow_charge", "book", "charge", "confirm"}
+HTML = "<!DOCTYPE html><html><head><title>502 Bad Gateway</title></head><body>" + "x" * 5000
+#: What /reply/{name} answers, each with HTTP 200 (204 for "empty").
+REPLIES: dict[str, Any] = {
+    "html": HTML,
+    "ok_false": {"ok": False},
+    "declined": {"ok": False, "error": "declined"},
+    "error": {"error": "declined"},
+    "error_object": {"when": "10:00", "error": {"code": 7}},
+    "list": [{"when": "10:00"}],
+    "string": "booked",
+    "number": 1,
+    "null": None,
+    "empty": b"",
+    "plain": {"when": "10:00"},
+    "null_error": {"when": "10:00", "ok": True, "error": None},
+    "confirmed": {"status": "confirmed", "when": "10:00", "error": "a warning"},
+    "booked": {"status": "booked", "when": "10:00"},
+    "pending": {"status": "pending", "when": "10:00"},
+}
 
 
 def endpoint() -> FastAPI:
@@ -72,6 +109,16 @@ def endpoint() -> FastAPI:
         await asyncio.sleep(2)
         return {}
 
+    @app.post("/reply/{name}", response_model=None)
+    async def reply(name: str) -> Response:
+        app.state.seen.append(name)
+        answer = REPLIES[name]
+        if answer == b"":
+            return Response(status_code=204)
+        if isinstance(answer, str) and answer.startswith("<"):
+            return Response(answer, media_type="text/html")
+        return JSONResponse(answer)
+
     return app
 
 
@@ -81,10 +128,16 @@ def run(serve: Callable[[Any], str]) -> Callable[..., tuple[Outcome, FastAPI]]:
     base = serve(app)
     env = {"TOOLS_URL": base, "TOOLS_TOKEN": "s3cret", "TEAM": "blue"}
 
-    def call(name: str, arguments: str, granted: set[str] = GRANTED, occurrence: int = 1) -> Any:
+    def call(
+        name: str,
+        arguments: str,
+        granted: set[str] = GRANTED,
+        occurrence: int = 1,
+        reply: str = "",
+    ) -> Any:
         async def go() -> Outcome:
             async with httpx.AsyncClient() as client:
-                executor = Executor(CATALOG, client, env)
+                executor = Executor(CATALOG, client, {**env, "REPLY": reply})
                 return await executor.run(
                     job_key="job-1",
                     task_id="job-1/bookCall",
@@ -184,3 +237,103 @@ def test_redaction_and_response_paths() -> None:
     assert response_path(data, "$.booking.slots.1") == (True, "y")
     assert response_path(data, "$.nope") == (False, None)
     assert response_path(data, "$") == (True, data)
+
+
+def told(outcome: Outcome) -> str:
+    """The error the model was told."""
+    body = orjson.loads(outcome.output)
+    assert body["ok"] is False
+    return str(body["error"])
+
+
+@pytest.mark.parametrize(
+    ("reply", "why"),
+    [
+        ("html", "the answer is not JSON: <!DOCTYPE html><html><head><title>502 Bad Gateway"),
+        ("ok_false", 'the answer says "ok": false: {"ok":false}'),
+        ("declined", 'the answer says "ok": false: {"ok":false,"error":"declined"}'),
+        ("error", 'the answer carries an error: "declined": {"error":"declined"}'),
+        ("error_object", 'the answer carries an error: {"code":7}: '),
+        ("list", 'the answer is not a JSON object: [{"when":"10:00"}]'),
+        ("string", 'the answer is not a JSON object: "booked"'),
+        ("number", "the answer is not a JSON object: 1"),
+        ("null", "the answer is not a JSON object: null"),
+        ("empty", "the answer is not JSON: (no body)"),
+    ],
+)
+def test_a_2xx_that_does_not_say_it_happened_records_nothing(
+    run: Any, reply: str, why: str
+) -> None:
+    outcome, app = run("book", "{}", reply=reply)
+    assert app.state.seen == [reply]
+    assert (outcome.status, outcome.fact, outcome.data) == ("failed", None, None)
+    status = 204 if reply == "empty" else 200
+    assert outcome.http_status == status
+    assert told(outcome).startswith(f"HTTP {status}, but {why}"), told(outcome)
+    assert "do not repeat" not in outcome.output  # an idempotent call may be retried
+
+
+def test_the_opening_of_the_body_is_bounded(run: Any) -> None:
+    outcome, _ = run("book", "{}", reply="html")
+    body = told(outcome).split("not JSON: ", 1)[1]
+    assert body.startswith("<!DOCTYPE html>")
+    assert len(body) == 300
+    assert body.endswith("xxx...")
+
+
+@pytest.mark.parametrize(
+    ("reply", "status"),
+    [
+        # The body says it did not happen: a failure, as for any tool.
+        ("declined", "failed"),
+        ("error", "failed"),
+        # The body says nothing readable: like a timeout, it may have happened.
+        ("html", "outcome_unknown"),
+        ("list", "outcome_unknown"),
+        ("empty", "outcome_unknown"),
+    ],
+)
+def test_a_non_idempotent_tool_fails_when_told_and_is_unknown_when_not(
+    run: Any, reply: str, status: str
+) -> None:
+    outcome, _ = run("charge", "{}", reply=reply)
+    assert (outcome.status, outcome.fact) == (status, None)
+    assert told(outcome).endswith("do not repeat it") == (status == "outcome_unknown")
+
+
+@pytest.mark.parametrize("reply", ["plain", "null_error"])
+def test_the_default_rule_passes_an_object_that_says_no_failure(run: Any, reply: str) -> None:
+    outcome, _ = run("book", "{}", reply=reply)
+    assert outcome.status == "done"
+    assert outcome.fact is not None
+    assert (outcome.fact.action, outcome.fact.properties) == (
+        "meeting_scheduled",
+        {"when": "10:00"},
+    )
+    assert outcome.data == REPLIES[reply]
+
+
+@pytest.mark.parametrize("reply", ["confirmed", "booked"])
+def test_a_success_rule_that_passes_confirms_whatever_else_the_body_says(
+    run: Any, reply: str
+) -> None:
+    # "confirmed" also carries an error: a tool with `success:` is judged by it only.
+    outcome, _ = run("confirm", "{}", reply=reply)
+    assert outcome.status == "done"
+    assert outcome.fact is not None
+    assert outcome.fact.properties == {"when": "10:00"}
+
+
+@pytest.mark.parametrize(
+    ("reply", "why"),
+    [
+        ("pending", '$.status is "pending", not one of ["confirmed","booked"]'),
+        ("plain", "the answer has no $.status"),
+        ("declined", 'the answer says "ok": false'),
+        ("html", "the answer is not JSON"),
+    ],
+)
+def test_a_success_rule_that_fails_records_nothing(run: Any, reply: str, why: str) -> None:
+    outcome, _ = run("confirm", "{}", reply=reply)
+    assert (outcome.status, outcome.fact, outcome.http_status) == ("failed", None, 200)
+    assert told(outcome).startswith(f"HTTP 200, but {why}: "), told(outcome)

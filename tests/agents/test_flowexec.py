@@ -179,6 +179,21 @@ def test_a_failed_tool_call_is_not_ok_with_the_reason(rig: Any) -> None:
     assert "HTTP 404" in (result.error or "")
 
 
+def test_a_declined_200_fails_the_node_and_records_nothing(rig: Any) -> None:
+    # The same success rule as the agents' calls (docs/agents.md, "What success
+    # is"): the demo billing answers 200 {"ok": false, ...} for a final sale.
+    r = rig()
+    action = CallTool(call_id="j/f/1/r/1/1", node="r", tool="refund_order", args={"id": "final-1"})
+    result = asyncio.run(r.run(lambda ex: ex.execute(action, job_key="j", flow="refunds")))
+    assert not result.ok
+    assert 'the answer says "ok": false: {"ok":false' in (result.error or "")
+    assert [t for t, _, _ in r.published] == ["journal"]  # no fact in the inbox
+    [record] = r.journal()
+    assert isinstance(record, JournalToolCall)
+    assert (record.outcome, record.http_status, record.fact) == ("failed", 200, None)
+    assert "a final sale is not refunded" in record.result
+
+
 def test_an_unanswered_idempotent_tool_is_tried_again_with_the_same_key(rig: Any) -> None:
     r = rig()
     r.env["CRM_URL"] = "http://127.0.0.1:9/crm"  # nothing listens there

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
 from agents.catalog import load_catalog
@@ -83,7 +83,9 @@ def opened(milestone: str, integrations: list[str], frontier: list[str]) -> Task
     )
 
 
-def tools_endpoint(fail: bool = False) -> FastAPI:
+def tools_endpoint(fail: bool = False, answer: Response | None = None) -> FastAPI:
+    """Every tool confirms; with ``fail``, each answers 500; with ``answer``,
+    each answers that."""
     app = FastAPI()
     app.state.calls = []
 
@@ -93,6 +95,8 @@ def tools_endpoint(fail: bool = False) -> FastAPI:
         app.state.calls.append((name, request.headers.get("idempotency-key"), body))
         if fail:
             return JSONResponse({"error": "down"}, status_code=500)
+        if answer is not None:
+            return answer
         return {"when": body.get("when"), "stage": "qualified"}
 
     return app
@@ -101,10 +105,16 @@ def tools_endpoint(fail: bool = False) -> FastAPI:
 class Lane:
     """A stand-in with a script, a tool endpoint, and what runs published."""
 
-    def __init__(self, serve: Callable[[Any], str], rules: list[dict[str, Any]], fail: bool):
+    def __init__(
+        self,
+        serve: Callable[[Any], str],
+        rules: list[dict[str, Any]],
+        fail: bool,
+        answer: Response | None = None,
+    ):
         self.model = build_standin(StandinScript.model_validate({"rules": rules}))
         self.model_url = serve(self.model)
-        self.tools = tools_endpoint(fail)
+        self.tools = tools_endpoint(fail, answer)
         self.tools_url = serve(self.tools)
         self.published: list[tuple[str, str, BaseModel]] = []
         self.saves: list[dict[str, Any]] = []
@@ -136,7 +146,7 @@ class Lane:
 
 @pytest.fixture
 def lane(serve: Callable[[Any], str]) -> Callable[..., Lane]:
-    return lambda rules, fail=False: Lane(serve, rules, fail)
+    return lambda rules, fail=False, answer=None: Lane(serve, rules, fail, answer)
 
 
 def booking_job() -> Conversation:
@@ -208,6 +218,46 @@ def test_a_failed_endpoint_records_nothing_and_the_model_is_told(lane: Any) -> N
     assert "HTTP 500" in tool.result
     # the model's next call answered the tool result (the failure it was told)
     assert [m.text for m in run.of(MessageRecord)] == ["Your meeting is booked."]
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        Response("<html><body>Bad Gateway</body></html>", media_type="text/html"),
+        JSONResponse({"ok": False, "error": "declined"}),
+    ],
+)
+def test_a_200_that_does_not_confirm_records_nothing_and_is_journaled(
+    lane: Any, answer: Response
+) -> None:
+    # docs/agents.md, "What success is"
+    run = lane(BOOK, answer=answer)
+    end = run.run(booking_job())
+    assert end.reason == "done"
+    assert run.facts() == []
+    [tool] = run.of(JournalToolCall)
+    assert (tool.outcome, tool.http_status, tool.fact) == ("failed", 200, None)
+    assert tool.result.startswith('{"ok":false,"error":"HTTP 200, but the answer ')
+    assert bytes(answer.body).decode().replace('"', '\\"') in tool.result  # its opening
+    # the model was told, and said so (its rule answers a tool result)
+    assert [m.text for m in run.of(MessageRecord)] == ["Your meeting is booked."]
+
+
+def test_a_non_idempotent_call_answered_by_an_html_200_is_unknown_and_not_repeated(
+    lane: Any,
+) -> None:
+    run = lane(
+        [{"call": {"tool": "charge", "args": {}}}],
+        answer=Response("<html>Bad Gateway</html>", media_type="text/html"),
+    )
+    conv = Conversation("job-1")
+    conv.apply(opened("pay", ["billing"], ["pay"]))
+    end = run.run(conv)
+    assert end.reason == "max_tool_calls"
+    assert len(run.tools.state.calls) == 1  # the model asked three times; called once
+    assert [t.outcome for t in run.of(JournalToolCall)] == ["outcome_unknown"] * 3
+    assert run.facts() == []
+    assert "<html>Bad Gateway</html>" in run.of(JournalToolCall)[0].result
 
 
 def test_a_tool_outside_the_frontier_is_refused_and_never_offered(lane: Any) -> None:

@@ -67,7 +67,7 @@ def calendar() -> FastAPI:
     async def book(request: Request) -> dict[str, Any]:
         body = await request.json()
         app.state.calls.append((request.headers.get("idempotency-key"), body))
-        return {"when": body["when"], "id": "B-1"}
+        return {"status": "confirmed", "when": body["when"], "id": "B-1"}
 
     return app
 
@@ -139,7 +139,7 @@ def slow_calendar(slow: int = 1, gate: threading.Event | None = None) -> FastAPI
                 await asyncio.sleep(0.05)
         elif len(app.state.calls) <= slow:
             await asyncio.sleep(4)
-        return {"when": body["when"], "id": "B-1"}
+        return {"status": "confirmed", "when": body["when"], "id": "B-1"}
 
     return app
 
@@ -262,7 +262,7 @@ def flaky_tools() -> FastAPI:
             return JSONResponse({"error": "calendar down"}, status_code=500)
         if name == "book" and tries == 2:
             await asyncio.sleep(3)  # the tool's timeout is 1 s
-        return {"when": body.get("when"), "active": True}
+        return {"status": "confirmed", "when": body.get("when"), "active": True}
 
     return app
 
@@ -365,3 +365,55 @@ def test_a_second_process_takes_over_a_run_from_the_changelog(
     )
     assert any(r["value"].get("replayed") == 1 for r in journal)
     assert any(re.search(r", [1-9]\d* runs resumed", line) for line in second.lines), second.lines
+
+
+def test_a_declined_booking_answered_with_a_200_records_no_meeting(
+    lane: Lane, serve: Callable[[Any], str]
+) -> None:
+    """The red team's case (issue 27): the calendar answers HTTP 200 with
+    ``{"ok": false, "error": "declined"}``. Nothing is recorded, the milestone
+    stays open, and the journal says the call failed with what the calendar said
+    (docs/agents.md, "What success is")."""
+    with_catalog(lane)
+    app = FastAPI()
+    app.state.calls = []
+
+    @app.post("/book")
+    async def book(request: Request) -> dict[str, Any]:
+        app.state.calls.append(request.headers.get("idempotency-key"))
+        return {"ok": False, "error": "declined"}
+
+    script = StandinScript.model_validate(
+        {
+            "rules": [
+                {"when": {"tool_failed": "schedule_meeting"}, "say": "The calendar declined."},
+                *SCRIPT.model_dump(exclude_none=True, by_alias=True)["rules"],
+            ]
+        }
+    )
+    start_loop(lane, serve, script, CALENDAR_URL=serve(app))
+    onboard(lane, "c-9")
+
+    def told(records: list[dict[str, Any]]) -> bool:
+        return any(r["value"]["text"] == "The calendar declined." for r in records)
+
+    lane.wait_until("messages", told, timeout=120)
+    runs = lane.wait_until(
+        "journal", lambda rs: any(r["value"]["type"] == "journal.run" for r in rs)
+    )
+    tools = [r["value"] for r in runs if r["value"]["type"] == "journal.tool_call"]
+    assert tools
+    for tool in tools:
+        assert (tool["tool"], tool["outcome"], tool["http_status"], tool["fact"]) == (
+            "schedule_meeting",
+            "failed",
+            200,
+            None,
+        )
+        assert '\\"error\\":\\"declined\\"' in tool["result"]
+    time.sleep(2)  # a fact, had one been made, is published right after its journal record
+    assert [r for r in lane.read("inbox") if r["value"].get("source") == "tool"] == []
+    assert applied(lane.read("decisions")) == []
+    assert app.state.calls
+    said = [m["value"]["text"] for m in lane.read("messages")]
+    assert "Your meeting is booked." not in said
