@@ -140,9 +140,12 @@ def outbound_email(record: MessageRecord, settings: MailSettings, now: datetime)
 
 
 def bounce_address(record: MessageRecord, settings: MailSettings, now: datetime) -> str:
-    """The envelope sender (it becomes the ``Return-Path``): bounces come back here."""
+    """The envelope sender (it becomes the ``Return-Path``): bounces come back here,
+    under a bounce token (never good as a reply address)."""
     expires = int(now.timestamp()) + settings.reply_ttl
-    token = reply_token(settings.reply_secret, record.job_key, record.contact or "", expires)
+    token = reply_token(
+        settings.reply_secret, record.job_key, record.contact or "", expires, "bounce"
+    )
     return reply_address(token, settings.reply_domain, "bounce")
 
 

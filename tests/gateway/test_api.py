@@ -569,8 +569,15 @@ def test_the_inbound_email_webhook_takes_signed_verified_replies_only(
             assert error_of(refused)["code"] == "reply_refused"
             assert why in error_of(refused)["message"]
         assert error_of(post(anonymous, {"to": address, "text": 5}))["code"] == "invalid_body"
-        bounce = {"to": address.replace("reply+", "bounce+"), "message_id": "<b1@mx>",
-                  "reason": "5.1.1 user unknown"}  # fmt: skip
+        bounce_token = reply_token("reply-secret", "job-w", "ada@example.com", now + 600, "bounce")
+        bounce = {"to": reply_address(bounce_token, "reply.test", "bounce"),
+                  "message_id": "<b1@mx>", "reason": "5.1.1 user unknown"}  # fmt: skip
+        # a reply token is no bounce address, a bounce token no reply address
+        for crossed in (address.replace("reply+", "bounce+"),
+                        bounce["to"].replace("bounce+", "reply+")):  # fmt: skip
+            refused = post(anonymous, dict(bounce, to=crossed))
+            assert error_of(refused)["code"] == "reply_refused"
+            assert "wrong_kind" in error_of(refused)["message"]
         assert post(anonymous, bounce).json()["kind"] == "bounce"
         anonymous.close()
         talk = wait_for(
@@ -594,4 +601,4 @@ def test_the_inbound_email_webhook_takes_signed_verified_replies_only(
             == "inbound_not_configured"
         )
     refusals = [r["value"] for r in lane.read("journal") if r["value"].get("outcome") == "refused"]
-    assert len(refusals) == 2
+    assert len(refusals) == 4
