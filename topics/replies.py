@@ -4,7 +4,8 @@
 An email the agents send carries ``Reply-To: reply+<token>@REPLY_DOMAIN``. The
 token names the job, the contact it was sent to and when it expires, signed
 with HMAC-SHA256 under ``REPLY_TOKEN_SECRET``; the mail ingress (and the inbound
-webhook) take a reply only when the token verifies. A bounce comes back to
+webhook) take a reply only when the token verifies, and only from the contact it
+names (:func:`normal_address`). A bounce comes back to
 ``bounce+<token>@REPLY_DOMAIN`` (the message's Return-Path) with a token of its
 own kind: a bounce token is never a reply address, nor a reply token a bounce
 address.
@@ -27,6 +28,7 @@ __all__ = [
     "REPLY_TOKEN_VERSION",
     "ReplyRoute",
     "ReplyTokenError",
+    "normal_address",
     "read_reply_address",
     "read_reply_token",
     "reply_address",
@@ -134,3 +136,10 @@ def read_reply_address(secret: str, address: str, domain: str, now: int) -> Repl
     if not plus or kind.lower() not in ("reply", "bounce"):
         raise ReplyTokenError("unsigned", f"{address!r} is not a reply+ or bounce+ address")
     return read_reply_token(secret, token, now, kind.lower())
+
+
+def normal_address(address: str) -> str:
+    """An address as a reply's sender is compared with the contact its token
+    names: without surrounding whitespace and angle brackets, lower-case. Nothing
+    else: an alias, a ``+tag`` variant or another mailbox is another address."""
+    return address.strip().strip("<>").strip().lower()

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from topics.replies import (
     ReplyRoute,
     ReplyTokenError,
+    normal_address,
     read_reply_address,
     read_reply_token,
     reply_address,
@@ -94,3 +95,9 @@ def test_a_bounce_token_is_no_reply_address_and_a_reply_token_no_bounce_address(
     with pytest.raises(ReplyTokenError) as caught:
         read_reply_token(SECRET, relabelled, NOW, "bounce")
     assert caught.value.reason == "tampered"
+
+
+def test_an_address_is_compared_without_case_space_or_brackets_and_nothing_else() -> None:
+    assert normal_address(" <Ada@Example.COM> ") == "ada@example.com"
+    for other in ("ada+jobs@example.com", "a.da@example.com", "ada@mail.example.com"):
+        assert normal_address(other) != normal_address("ada@example.com")
