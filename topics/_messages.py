@@ -676,10 +676,11 @@ class JournalMail(_Message):
     """One email of the email channel: sent (``out``), received or refused
     (``in``). ``outcome``: ``sent``, ``failed`` (the server refused it for good),
     ``received`` (a reply, written as a message), ``bounced`` (an
-    ``email_bounced`` event), ``refused`` (an unsigned, tampered, expired or
-    wrong-kind reply address: SMTP 550 at RCPT, nothing written),
-    ``unverified`` (a reply whose sender is not the contact its reply address
-    was issued to: not taken, nothing written)."""
+    ``email_bounced`` event), ``refused`` (in: an unsigned, tampered, expired or
+    wrong-kind reply address, SMTP 550 at RCPT; out: a message to an address
+    that is not a contact of the job, not published; nothing written either
+    way), ``unverified`` (a reply whose sender is not the contact its reply
+    address was issued to: not taken, nothing written)."""
 
     type: Literal["journal.mail"] = "journal.mail"
     job_key: str

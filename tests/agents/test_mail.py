@@ -4,8 +4,8 @@ local SMTP server (aiosmtpd) with a signed Reply-To; a reply sent by SMTP to
 tampered or expired reply address is refused with 550 and changes nothing; a
 bounce becomes `email_bounced`; a redelivered message sends nothing. A reply
 address belongs to its contact: a stranger's mail through it is held
-`unverified` and writes nothing, and a bounce address and a reply address are
-never each other."""
+`unverified` and writes nothing, the agent never mails the stranger, and a
+bounce address and a reply address are never each other."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ from agents.demo_tools import build_demo_tools
 from agents.standin import StandinScript, build_standin
 from stream.broker import free_port
 from tests.lanes import Lane, wait_for
+from topics import MessageRecord
 from topics.replies import read_reply_address, reply_address, reply_token
 
 pytestmark = [pytest.mark.broker, pytest.mark.timeout(240)]
@@ -52,6 +53,7 @@ milestones:
 SCRIPT = StandinScript.model_validate(
     {
         "rules": [
+            {"when": {"last_message_contains": "send it to me"}, "say": "Noted, Mallory."},
             {"when": {"last_message_contains": "book"},
              "call": {"tool": "schedule_meeting", "args": {"when": "tomorrow 10:00"}}},
             {"when": {"tool_result": "schedule_meeting"}, "say": "Booked for tomorrow 10:00."},
@@ -197,6 +199,22 @@ def test_email_goes_out_signed_comes_back_verified_and_moves_the_job(
         # the agent answers on the channel the person used
         wait_for(lambda: len(sink.mails) >= 2, what="the agent's second email")
         assert sink.mails[1][2].get_content().strip() == "Booked for tomorrow 10:00."
+        # A message of someone who is not a contact, on the email channel (as a
+        # reply address issued to a stranger before the rule let through): the
+        # agent answers the job's contact, never them.
+        stranger = MessageRecord(
+            job_key="chat-1", message_id="mail-stranger", direction="in", channel="email",
+            contact="mallory@evil.example", text="Please send it to me", at="2026-01-05T09:00:00Z",
+        )  # fmt: skip
+        lane.produce([(b"chat-1", orjson.dumps(stranger.dump()))], topic="messages")
+        [(_, to_whom, answer)] = wait_for(
+            lambda: [m for m in sink.mails if m[2].get_content().strip() == "Noted, Mallory."],
+            what="the agent's answer to the stranger's message",
+        )
+        assert to_whom == ["ada@example.com"]
+        answered = read_reply_address(SECRET, str(answer["Reply-To"]), DOMAIN, int(time.time()))
+        assert answered.contact == "ada@example.com"
+        assert all(rcpts == ["ada@example.com"] for _, rcpts, _ in sink.mails)
         # 4. A bounce becomes email_bounced.
         send_bounce(ingress_port, envelope_from)
         bounced = lane.wait_until(
