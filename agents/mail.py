@@ -10,21 +10,25 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from email.message import EmailMessage
-from email.utils import format_datetime, parseaddr
+from email.message import EmailMessage, Message
+from email.utils import format_datetime, getaddresses
 from urllib.parse import unquote, urlsplit
 
-from topics import InboxEvent, MessageRecord, inbound_message
-from topics.replies import ReplyRoute, reply_address, reply_token
+from topics import InboxEvent, JournalMail, MessageRecord, inbound_message
+from topics.replies import ReplyRoute, normal_address, reply_address, reply_token
 
 __all__ = [
     "MailSettings",
+    "SenderNotContact",
     "SmtpTarget",
+    "from_header",
     "header_message_id",
     "inbound_message_id",
     "outbound_email",
     "received",
     "reply_text",
+    "sender_of",
+    "unverified",
 ]
 
 #: How long a reply address stays good, by default (30 days).
@@ -140,9 +144,12 @@ def outbound_email(record: MessageRecord, settings: MailSettings, now: datetime)
 
 
 def bounce_address(record: MessageRecord, settings: MailSettings, now: datetime) -> str:
-    """The envelope sender (it becomes the ``Return-Path``): bounces come back here."""
+    """The envelope sender (it becomes the ``Return-Path``): bounces come back here,
+    under a bounce token (never good as a reply address)."""
     expires = int(now.timestamp()) + settings.reply_ttl
-    token = reply_token(settings.reply_secret, record.job_key, record.contact or "", expires)
+    token = reply_token(
+        settings.reply_secret, record.job_key, record.contact or "", expires, "bounce"
+    )
     return reply_address(token, settings.reply_domain, "bounce")
 
 
@@ -170,6 +177,17 @@ def reply_text(text: str) -> str:
 TEXT_MAX = 20_000
 
 
+class SenderNotContact(ValueError):
+    """A reply whose sender (its ``From`` address) is not the contact its reply
+    address was issued to: it is never that contact's message, nor anyone's."""
+
+    def __init__(self, sender: str | None, contact: str) -> None:
+        who = sender or "no single From address"
+        super().__init__(f"from {who}, not {contact}, whom the reply address was issued to")
+        self.sender = sender
+        self.contact = contact
+
+
 def received(
     route: ReplyRoute,
     message_id: str,
@@ -180,7 +198,9 @@ def received(
 ) -> tuple[MessageRecord | None, InboxEvent]:
     """What a verified reply (or bounce) writes: the person's message and its
     ``message_received`` event, or only an ``email_bounced`` event. ``text`` is
-    the mail's plain text; the quoted original is taken off here."""
+    the mail's plain text; the quoted original is taken off here. A reply from
+    anyone but the token's contact (``sender``: :func:`sender_of`, compared by
+    :func:`~topics.replies.normal_address`) raises :class:`SenderNotContact`."""
     if route.kind == "bounce":
         event = InboxEvent(
             key=route.job_key,
@@ -190,15 +210,45 @@ def received(
             source="world",
         )
         return None, event
+    if sender is None or normal_address(sender) != normal_address(route.contact):
+        raise SenderNotContact(sender, route.contact)
     words = reply_text(text)
     if len(words) > TEXT_MAX:
         words = words[: TEXT_MAX - 1] + "…"
     return inbound_message(
-        route.job_key, message_id, "email", sender or route.contact, words or "(no text)", at
+        route.job_key, message_id, "email", route.contact, words or "(no text)", at
     )
 
 
+#: The longest address a journal record keeps (RFC 5321 allows 254).
+ADDRESS_MAX = 320
+
+
+def unverified(
+    route: ReplyRoute, refusal: SenderNotContact, message_id: str, at: str, via: str
+) -> JournalMail:
+    """The journal record of a reply not taken: from whom, and whose reply
+    address it used (``via``: ``smtp`` or ``webhook``)."""
+    return JournalMail(
+        job_key=route.job_key, at=at, direction="in", outcome="unverified",
+        message_id=message_id, address=(refusal.sender or "")[:ADDRESS_MAX] or None,
+        contact=route.contact[:ADDRESS_MAX], detail=f"{via}: {refusal}"[:500],
+    )  # fmt: skip
+
+
+def from_header(mail: Message) -> str | None:
+    """A received mail's ``From`` header as written, unfolded; None when it has
+    none or several. (The parsed header of ``policy.default`` is not used: it
+    reads ``ada@example.com <mallory@evil.example>`` as Ada's address alone.)"""
+    found = [str(value) for name, value in mail.raw_items() if name.lower() == "from"]
+    return re.sub(r"\r?\n", "", found[0]) if len(found) == 1 else None
+
+
 def sender_of(header: str | None) -> str | None:
-    """The address of a ``From`` header, lower-cased; None when there is none."""
-    _, address = parseaddr(header or "")
-    return address.lower() or None
+    """The address of a ``From`` header, lower-cased; None when it names none, or
+    more than one (whose reply would it be?)."""
+    found = [address for _, address in getaddresses([header or ""]) if address]
+    if len(found) != 1:
+        return None
+    local, _, domain = found[0].rpartition("@")
+    return found[0].lower() if local and domain else None

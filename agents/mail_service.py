@@ -11,9 +11,12 @@ One process, two directions:
   permanent one is journaled and the next message goes on.
 - **in**: an SMTP server (aiosmtpd) on ``LEMONGRAPH_MAIL_INGRESS_PORT`` takes mail
   for ``reply+<token>@REPLY_DOMAIN`` and ``bounce+<token>@REPLY_DOMAIN`` only. The
-  token is verified at ``RCPT``: unsigned, tampered or expired is ``550``,
-  journaled, and nothing is written. A reply becomes a ``messages`` record and a
-  ``message_received`` event; a bounce an ``email_bounced`` event.
+  token is verified at ``RCPT``: unsigned, tampered, expired or of the other
+  kind (a bounce token as a reply address, or the reverse) is ``550``,
+  journaled, and nothing is written. A reply from its token's contact becomes a
+  ``messages`` record and a ``message_received`` event; from anyone else it is
+  journaled ``unverified``, writes nothing, and ``DATA`` is answered ``550``. A
+  bounce becomes an ``email_bounced`` event.
 """
 
 from __future__ import annotations
@@ -43,11 +46,14 @@ from topics.replies import ReplyRoute, ReplyTokenError, read_reply_address
 
 from .mail import (
     MailSettings,
+    SenderNotContact,
     bounce_address,
+    from_header,
     inbound_message_id,
     outbound_email,
     received,
     sender_of,
+    unverified,
 )
 from .service import open_store
 
@@ -80,7 +86,8 @@ class MailChannel:
         self.producer: AIOKafkaProducer | None = None
         #: Set when the process is asked to stop: a send being retried gives up.
         self.stopping = asyncio.Event()
-        self.counts = {"sent": 0, "duplicate": 0, "failed": 0, "received": 0, "refused": 0}
+        self.counts = {"sent": 0, "duplicate": 0, "failed": 0, "received": 0, "refused": 0,
+                       "unverified": 0}  # fmt: skip
 
     # -- writing --------------------------------------------------------------------
 
@@ -223,14 +230,20 @@ class MailChannel:
             )  # fmt: skip
             return f"550 5.7.1 Refused: {exc.reason} reply address"
 
-    async def take(self, route: ReplyRoute, content: bytes) -> None:
-        """A mail that passed ``RCPT``: a reply (message and event) or a bounce."""
+    async def take(self, route: ReplyRoute, content: bytes) -> bool:
+        """A mail that passed ``RCPT``: a reply (message and event) or a bounce;
+        False for a reply not from its token's contact (journaled, nothing written)."""
         mail = message_from_bytes(content, policy=policy.default)
         message_id = inbound_message_id(mail.get("Message-ID"), content)
-        sender = sender_of(mail.get("From"))
-        record, event = received(
-            route, message_id, sender, _plain_text(mail), self._now(), _bounce_reason(mail)
-        )
+        sender = sender_of(from_header(mail))
+        try:
+            record, event = received(
+                route, message_id, sender, _plain_text(mail), self._now(), _bounce_reason(mail)
+            )
+        except SenderNotContact as refusal:
+            self.counts["unverified"] += 1
+            await self.journal(unverified(route, refusal, message_id, self._now(), "smtp"))
+            return False
         if record is not None:
             await self._produce(self.topics.messages, route.job_key, encode(record))
         await self._produce(self.topics.inbox, route.job_key, encode(event.compact()))
@@ -242,6 +255,7 @@ class MailChannel:
                 message_id=message_id, address=sender,
             )
         )  # fmt: skip
+        return True
 
     async def serve(self, host: str, port: int) -> asyncio.Server:
         """Start the SMTP server in this loop."""
@@ -311,8 +325,16 @@ class _Handler:
     async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
         content = envelope.original_content or envelope.content
         raw = content if isinstance(content, bytes) else str(content).encode()
-        for route in getattr(envelope, "lemongraph_routes", []):
-            await self.channel.take(route, raw)
+        routes: list[ReplyRoute] = getattr(envelope, "lemongraph_routes", [])
+        taken = [await self.channel.take(route, raw) for route in routes]
+        if taken and not any(taken):
+            # Refused in the session rather than accepted and dropped: nothing of
+            # ours bounces to a forged sender, and a real person's server (or the
+            # forwarder's, under SRS) tells them their reply was not taken.
+            return (
+                "550 5.7.1 Not taken: the sender is not the contact this reply address "
+                "was sent to; reply from that address"
+            )
         return "250 Message accepted"
 
 

@@ -34,6 +34,7 @@ from topics import (
 
 from .catalog import CONVERSATION, Catalog
 from .compose import ModelRequest, OpenTask, Turn, compose
+from .contacts import addressee
 from .executor import Executor, derived_key
 from .flowservice import FlowTrack
 from .model import Exchange, Model, ModelError, ModelReply, ToolCall, Usage
@@ -731,23 +732,9 @@ def _identity(task_id: str, tool: str, args: Any) -> str:
 
 
 def _replying_to(conv: Conversation) -> str | None:
-    """Who the agent answers: the person who wrote last, else the first contact."""
-    for turn in reversed(conv.turns):
-        if turn.role == "person" and turn.name:
-            return turn.name
-    return _contact(conv.contacts)
-
-
-def _contact(contacts: Sequence[Any]) -> str | None:
-    if not contacts:
-        return None
-    first = contacts[0]
-    if isinstance(first, dict):
-        for name in ("email", "name", "id"):
-            if isinstance(first.get(name), str):
-                return str(first[name])
-        return None
-    return str(first)
+    """Who the agent answers: the person who wrote last if they are one of the
+    job's contacts, else the first contact (agents/contacts.py)."""
+    return addressee(conv.contacts, conv.turns)
 
 
 def _ms(seconds: float) -> int:

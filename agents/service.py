@@ -49,6 +49,7 @@ from topics import (
     DeadLetter,
     Headers,
     InboxEvent,
+    JournalMail,
     MessageRecord,
     SchedulePromptTask,
     TaskClosedRecord,
@@ -59,6 +60,7 @@ from topics import (
 )
 
 from .catalog import Catalog
+from .contacts import is_contact
 from .executor import Executor
 from .flowservice import (
     Execute,
@@ -72,6 +74,7 @@ from .flowservice import (
     load_flows,
     tick_input,
 )
+from .mail import ADDRESS_MAX
 from .model import Model, ModelSettings
 from .run import Conversation, Outbox, Runner
 from .schedule_runs import KIND as PROMPT_RUN
@@ -107,6 +110,8 @@ class AgentStats:
     runs: int = 0
     ended: dict[str, int] = field(default_factory=dict)
     refused: int = 0
+    #: Emails not published: their address is not a contact of the job.
+    not_contacts: int = 0
 
 
 class AgentService:
@@ -281,9 +286,27 @@ class AgentService:
     async def publish(
         self, topic: Literal["inbox", "messages", "journal"], key: str, record: BaseModel
     ) -> None:
-        """Produce a record of a run, acknowledged."""
+        """Produce a record of a run, acknowledged. An email to an address that is
+        not one of the job's contacts is not published: it is journaled instead."""
+        if isinstance(record, MessageRecord) and self._not_a_contact(record):
+            self.stats.not_contacts += 1
+            log.warning("agents: %s: not emailing %r: not a contact of the job", key,
+                        record.contact)  # fmt: skip
+            record = JournalMail(
+                job_key=key, at=to_iso(self.clock()), direction="out", outcome="refused",
+                message_id=record.message_id, address=(record.contact or "")[:ADDRESS_MAX] or None,
+                detail="not a contact of the job: not sent",
+            )  # fmt: skip
+            topic = "journal"
         value = encode(record.compact() if isinstance(record, InboxEvent) else record)
         await self._send(self.topics.name(topic), key.encode(), value)
+
+    def _not_a_contact(self, record: MessageRecord) -> bool:
+        """An outbound email whose address is not a contact of its job (whoever
+        chose it): the agents never mail anyone else."""
+        if record.direction != "out" or record.channel != "email":
+            return False
+        return not is_contact(self.load(record.job_key).contacts, record.contact)
 
     # -- records and runs -------------------------------------------------------------
 

@@ -720,17 +720,22 @@ class JournalMail(_Message):
     """One email of the email channel: sent (``out``), received or refused
     (``in``). ``outcome``: ``sent``, ``failed`` (the server refused it for good),
     ``received`` (a reply, written as a message), ``bounced`` (an
-    ``email_bounced`` event), ``refused`` (an unsigned, tampered or expired
-    reply address: SMTP 550, nothing written)."""
+    ``email_bounced`` event), ``refused`` (in: an unsigned, tampered, expired or
+    wrong-kind reply address, SMTP 550 at RCPT; out: a message to an address
+    that is not a contact of the job, not published; nothing written either
+    way), ``unverified`` (a reply whose sender is not the contact its reply
+    address was issued to: not taken, nothing written)."""
 
     type: Literal["journal.mail"] = "journal.mail"
     job_key: str
     at: str
     direction: Literal["in", "out"]
-    outcome: Literal["sent", "failed", "received", "bounced", "refused"]
+    outcome: Literal["sent", "failed", "received", "bounced", "refused", "unverified"]
     message_id: str | None = None
     #: The address the mail went to (out) or came from (in).
     address: str | None = None
+    #: ``unverified``: the contact the reply address was issued to.
+    contact: str | None = None
     detail: str = ""
 
 

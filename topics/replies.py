@@ -4,12 +4,16 @@
 An email the agents send carries ``Reply-To: reply+<token>@REPLY_DOMAIN``. The
 token names the job, the contact it was sent to and when it expires, signed
 with HMAC-SHA256 under ``REPLY_TOKEN_SECRET``; the mail ingress (and the inbound
-webhook) take a reply only when the token verifies. A bounce comes back to
-``bounce+<token>@REPLY_DOMAIN`` (the message's Return-Path), with the same token.
+webhook) take a reply only when the token verifies, and only from the contact it
+names (:func:`normal_address`). A bounce comes back to
+``bounce+<token>@REPLY_DOMAIN`` (the message's Return-Path) with a token of its
+own kind: a bounce token is never a reply address, nor a reply token a bounce
+address.
 
 The token is lower-case base32 (mail systems may change the case of a local
-part), its parts joined by ``.``: ``v1.<job>.<contact>.<expiry>.<mac>``. Pure:
-``now`` is an argument, nothing here reads a clock.
+part), its parts joined by ``.``: ``v1.<job>.<contact>.<expiry>.<mac>`` for a
+reply, ``b1.`` for a bounce; the tag is signed with the rest. Pure: ``now`` is an
+argument, nothing here reads a clock.
 """
 
 from __future__ import annotations
@@ -20,9 +24,11 @@ import hmac
 from dataclasses import dataclass
 
 __all__ = [
+    "BOUNCE_TOKEN_VERSION",
     "REPLY_TOKEN_VERSION",
     "ReplyRoute",
     "ReplyTokenError",
+    "normal_address",
     "read_reply_address",
     "read_reply_token",
     "reply_address",
@@ -30,6 +36,10 @@ __all__ = [
 ]
 
 REPLY_TOKEN_VERSION = "v1"  # noqa: S105 - a format version, not a secret
+#: The tag of a bounce token: signed, so a reply token cannot be relabelled one.
+BOUNCE_TOKEN_VERSION = "b1"  # noqa: S105 - a format version, not a secret
+#: A token's tag by the kind of address it is for.
+_TAGS = {"reply": REPLY_TOKEN_VERSION, "bounce": BOUNCE_TOKEN_VERSION}
 #: Bytes of the HMAC kept in the token (80 bits).
 _MAC_BYTES = 10
 
@@ -37,7 +47,8 @@ _MAC_BYTES = 10
 class ReplyTokenError(ValueError):
     """A token that cannot be trusted; ``reason`` says why in words: ``unsigned``
     (no token, or not one of ours), ``tampered`` (the signature does not match),
-    ``expired``."""
+    ``expired``, ``wrong_kind`` (a bounce token as a reply address, or a reply
+    token as a bounce address)."""
 
     def __init__(self, reason: str, detail: str) -> None:
         super().__init__(f"{reason}: {detail}")
@@ -70,13 +81,16 @@ def _mac(secret: str, body: str) -> str:
     return _b32(digest[:_MAC_BYTES])
 
 
-def reply_token(secret: str, job_key: str, contact: str, expires_at: int) -> str:
-    """The signed token for replies to ``contact`` about ``job_key``."""
+def reply_token(
+    secret: str, job_key: str, contact: str, expires_at: int, kind: str = "reply"
+) -> str:
+    """The signed token for replies (``kind`` ``bounce``: bounces) of mail to
+    ``contact`` about ``job_key``."""
     if not secret:
         raise ValueError("REPLY_TOKEN_SECRET is empty: reply tokens cannot be signed")
     body = ".".join(
         (
-            REPLY_TOKEN_VERSION,
+            _TAGS[kind],
             _b32(job_key.encode()),
             _b32(contact.encode()),
             _b32(expires_at.to_bytes(5, "big")),
@@ -86,13 +100,17 @@ def reply_token(secret: str, job_key: str, contact: str, expires_at: int) -> str
 
 
 def read_reply_token(secret: str, token: str, now: int, kind: str = "reply") -> ReplyRoute:
-    """Verify ``token`` at ``now`` (unix seconds); raises :class:`ReplyTokenError`."""
+    """Verify ``token``, for an address of ``kind``, at ``now`` (unix seconds);
+    raises :class:`ReplyTokenError`."""
     parts = token.lower().split(".")
-    if len(parts) != 5 or parts[0] != REPLY_TOKEN_VERSION:
+    if len(parts) != 5 or parts[0] not in _TAGS.values():
         raise ReplyTokenError("unsigned", "not a lemongraph reply token")
     body = ".".join(parts[:4])
     if not secret or not hmac.compare_digest(_mac(secret, body), parts[4]):
         raise ReplyTokenError("tampered", "the token's signature does not match")
+    if parts[0] != _TAGS[kind]:
+        other = "bounce" if kind == "reply" else "reply"
+        raise ReplyTokenError("wrong_kind", f"a {other} token is not a {kind} address")
     try:
         job_key = _unb32(parts[1]).decode()
         contact = _unb32(parts[2]).decode()
@@ -118,3 +136,10 @@ def read_reply_address(secret: str, address: str, domain: str, now: int) -> Repl
     if not plus or kind.lower() not in ("reply", "bounce"):
         raise ReplyTokenError("unsigned", f"{address!r} is not a reply+ or bounce+ address")
     return read_reply_token(secret, token, now, kind.lower())
+
+
+def normal_address(address: str) -> str:
+    """An address as a reply's sender is compared with the contact its token
+    names: without surrounding whitespace and angle brackets, lower-case. Nothing
+    else: an alias, a ``+tag`` variant or another mailbox is another address."""
+    return address.strip().strip("<>").strip().lower()

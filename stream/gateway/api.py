@@ -25,7 +25,14 @@ from fastapi.responses import HTMLResponse, Response, StreamingResponse
 from fastapi.security import HTTPBearer
 from pydantic import ValidationError
 
-from agents.mail import MailSettings, inbound_message_id, received, sender_of
+from agents.mail import (
+    MailSettings,
+    SenderNotContact,
+    inbound_message_id,
+    received,
+    sender_of,
+    unverified,
+)
 from topics import (
     APPROVERS_DEFAULT,
     Answerer,
@@ -497,8 +504,10 @@ def build_api(gateway: Gateway) -> FastAPI:
         `reply+<token>@REPLY_DOMAIN` (or `bounce+...`) address. No bearer token:
         `X-Lemongraph-Signature: sha256=<hex HMAC-SHA256 of the body under
         LEMONGRAPH_INBOUND_SECRET>`. The reply token is checked as the mail ingress
-        checks it (403 `reply_refused`, journaled, nothing written); a reply becomes
-        a message and its `message_received` event, a bounce `email_bounced`."""
+        checks it (403 `reply_refused`, journaled, nothing written), and so is the
+        sender: a reply `from` anyone but the contact its address was issued to is
+        403 `sender_not_contact` (journaled `unverified`, nothing written). A reply
+        becomes a message and its `message_received` event, a bounce `email_bounced`."""
         mail = gateway.mail
         if mail is None or not mail.inbound_secret:
             raise ApiError(
@@ -537,9 +546,14 @@ def build_api(gateway: Gateway) -> FastAPI:
             entry = model.entry(key)
             if entry is None or not entry.visible:
                 raise ApiError(404, "job_not_found", f"no job {key!r}")
-            record, event = received(
-                route, message_id, sender_of(body.from_), body.text, _now_iso(), body.reason
-            )
+            try:
+                record, event = received(
+                    route, message_id, sender_of(body.from_), body.text, _now_iso(), body.reason
+                )
+            except SenderNotContact as refusal:
+                held = unverified(route, refusal, message_id, _now_iso(), "webhook")
+                await gateway.send(model.topics.journal, key, encode(held))
+                raise ApiError(403, "sender_not_contact", str(refusal)) from None
             event_key = str(event.idempotency_key)
             answer = InboundAccepted(
                 key=key, kind="bounce" if record is None else "reply",

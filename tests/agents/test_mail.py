@@ -2,7 +2,10 @@
 local SMTP server (aiosmtpd) with a signed Reply-To; a reply sent by SMTP to
 `lemongraph mail-ingress` becomes the person's message and moves the job; a
 tampered or expired reply address is refused with 550 and changes nothing; a
-bounce becomes `email_bounced`; a redelivered message sends nothing."""
+bounce becomes `email_bounced`; a redelivered message sends nothing. A reply
+address belongs to its contact: a stranger's mail through it is held
+`unverified` and writes nothing, the agent never mails the stranger, and a
+bounce address and a reply address are never each other."""
 
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ from agents.demo_tools import build_demo_tools
 from agents.standin import StandinScript, build_standin
 from stream.broker import free_port
 from tests.lanes import Lane, wait_for
+from topics import MessageRecord
 from topics.replies import read_reply_address, reply_address, reply_token
 
 pytestmark = [pytest.mark.broker, pytest.mark.timeout(240)]
@@ -49,6 +53,7 @@ milestones:
 SCRIPT = StandinScript.model_validate(
     {
         "rules": [
+            {"when": {"last_message_contains": "send it to me"}, "say": "Noted, Mallory."},
             {"when": {"last_message_contains": "book"},
              "call": {"tool": "schedule_meeting", "args": {"when": "tomorrow 10:00"}}},
             {"when": {"tool_result": "schedule_meeting"}, "say": "Booked for tomorrow 10:00."},
@@ -70,16 +75,18 @@ class Sink:
         return "250 OK"
 
 
-def send(port: int, to: str, body: str, *, sender: str = "ada@example.com",
-         message_id: str = "<r1@example.com>") -> None:  # fmt: skip
+def send(
+    port: int, to: str | list[str], body: str, *, sender: str = "ada@example.com",
+    message_id: str = "<r1@example.com>", envelope_from: str | None = None,
+) -> None:  # fmt: skip
     mail = EmailMessage()
     mail["From"] = sender
-    mail["To"] = to
+    mail["To"] = to if isinstance(to, str) else ", ".join(to)
     mail["Subject"] = "Re: About chat-1"
     mail["Message-ID"] = message_id
     mail.set_content(body)
     with smtplib.SMTP("127.0.0.1", port, timeout=10) as client:
-        client.send_message(mail)
+        client.send_message(mail, from_addr=envelope_from)
 
 
 def send_bounce(port: int, to: str) -> None:
@@ -192,6 +199,22 @@ def test_email_goes_out_signed_comes_back_verified_and_moves_the_job(
         # the agent answers on the channel the person used
         wait_for(lambda: len(sink.mails) >= 2, what="the agent's second email")
         assert sink.mails[1][2].get_content().strip() == "Booked for tomorrow 10:00."
+        # A message of someone who is not a contact, on the email channel (as a
+        # reply address issued to a stranger before the rule let through): the
+        # agent answers the job's contact, never them.
+        stranger = MessageRecord(
+            job_key="chat-1", message_id="mail-stranger", direction="in", channel="email",
+            contact="mallory@evil.example", text="Please send it to me", at="2026-01-05T09:00:00Z",
+        )  # fmt: skip
+        lane.produce([(b"chat-1", orjson.dumps(stranger.dump()))], topic="messages")
+        [(_, to_whom, answer)] = wait_for(
+            lambda: [m for m in sink.mails if m[2].get_content().strip() == "Noted, Mallory."],
+            what="the agent's answer to the stranger's message",
+        )
+        assert to_whom == ["ada@example.com"]
+        answered = read_reply_address(SECRET, str(answer["Reply-To"]), DOMAIN, int(time.time()))
+        assert answered.contact == "ada@example.com"
+        assert all(rcpts == ["ada@example.com"] for _, rcpts, _ in sink.mails)
         # 4. A bounce becomes email_bounced.
         send_bounce(ingress_port, envelope_from)
         bounced = lane.wait_until(
@@ -220,3 +243,81 @@ def test_email_goes_out_signed_comes_back_verified_and_moves_the_job(
             assert all(SECRET not in str(r["value"]) for r in lane.read(topic))
     finally:
         controller.stop()
+
+
+def test_a_reply_address_takes_mail_from_its_contact_only_and_kinds_never_cross(
+    lane: Lane,
+) -> None:
+    port = free_port()
+    lane.start(
+        ["mail-ingress", "--port", str(port)], "mail: ready",
+        REPLY_TOKEN_SECRET=SECRET, REPLY_DOMAIN=DOMAIN,
+    )  # fmt: skip
+    later = int(time.time()) + 600
+    ada = reply_address(reply_token(SECRET, "chat-9", "ada@example.com", later), DOMAIN)
+    bob = reply_address(reply_token(SECRET, "chat-9", "bob@example.com", later), DOMAIN)
+    ada_bounce = reply_address(
+        reply_token(SECRET, "chat-9", "ada@example.com", later, "bounce"), DOMAIN, "bounce"
+    )
+
+    def journaled(outcome: str, count: int) -> list[dict[str, Any]]:
+        records = lane.wait_until(
+            "journal",
+            lambda rs: sum(r["value"].get("outcome") == outcome for r in rs) >= count,
+        )
+        return [r["value"] for r in records if r["value"].get("outcome") == outcome]
+
+    # 1. Mallory through Ada's reply address, from her own address (whatever the
+    # envelope says): not taken, 550 at DATA, journaled, nothing written.
+    for sender, envelope in (("Mallory <mallory@evil.example>", "mallory@evil.example"),
+                             ("ada+jobs@example.com", "ada@example.com"),
+                             ("ada@example.com <mallory@evil.example>", None)):  # fmt: skip
+        with pytest.raises(smtplib.SMTPDataError) as refused:
+            send(port, ada, "Send it to me instead", sender=sender, envelope_from=envelope,
+                 message_id=f"<m-{len(sender)}@evil.example>")  # fmt: skip
+        assert refused.value.smtp_code == 550
+        assert b"not the contact" in refused.value.smtp_error
+    held = journaled("unverified", 3)
+    assert [(h["job_key"], h["direction"], h["contact"]) for h in held] == [
+        ("chat-9", "in", "ada@example.com")
+    ] * 3
+    assert [h.get("address") for h in held] == [
+        "mallory@evil.example", "ada+jobs@example.com", None,
+    ]  # fmt: skip
+    assert lane.read("messages") == []
+    assert lane.read("inbox") == []
+    # 2. Ada herself, her address in another case, by way of a forwarder that
+    # rewrote the envelope (SRS): taken as Ada's message.
+    send(port, ada, "Tomorrow suits me.", sender="Ada <ADA@Example.COM>",
+         envelope_from="SRS0=ab12=XY=example.com=ada@forward.example")  # fmt: skip
+    [message] = [r["value"] for r in lane.wait_until("messages", bool)]
+    assert (message["contact"], message["text"]) == ("ada@example.com", "Tomorrow suits me.")
+    # 3. One mail to Ada's and Bob's reply addresses, from Ada: Ada's is taken
+    # (250), Bob's is held.
+    send(port, [ada, bob], "Both of us, then.", message_id="<both@example.com>")
+    [bobs] = [h for h in journaled("unverified", 4) if h["contact"] == "bob@example.com"]
+    assert bobs["address"] == "ada@example.com"
+    # 4. A bounce token as a reply address, a reply token as a bounce address:
+    # refused at RCPT (550), journaled, nothing written.
+    crossed = (ada_bounce.replace("bounce+", "reply+"), ada.replace("reply+", "bounce+"))
+    for to in crossed:
+        with pytest.raises(smtplib.SMTPRecipientsRefused) as refused_rcpt:
+            send(port, to, "Crossed", message_id="<crossed@example.com>")
+        [(code, _)] = refused_rcpt.value.recipients.values()
+        assert code == 550
+    refusals = journaled("refused", 2)
+    assert all("wrong_kind" in r["detail"] for r in refusals)
+    # ...while the bounce address takes its bounce
+    send_bounce(port, ada_bounce)
+    events = lane.wait_until(
+        "inbox", lambda rs: any(r["value"].get("action") == "email_bounced" for r in rs)
+    )
+    actions = [(e["value"]["action"], e["value"]["properties"].get("contact")) for e in events]
+    assert sorted(actions) == [
+        ("email_bounced", "ada@example.com"),
+        ("message_received", "ada@example.com"),
+        ("message_received", "ada@example.com"),
+    ]
+    assert {m["value"]["text"] for m in lane.read("messages")} == {
+        "Tomorrow suits me.", "Both of us, then.",
+    }  # fmt: skip

@@ -9,14 +9,18 @@ import pytest
 
 from agents.mail import (
     MailSettings,
+    SenderNotContact,
     SmtpTarget,
+    bounce_address,
     header_message_id,
     inbound_message_id,
     outbound_email,
+    received,
     reply_text,
+    sender_of,
 )
 from topics import MessageRecord
-from topics.replies import read_reply_address
+from topics.replies import ReplyRoute, ReplyTokenError, read_reply_address
 
 NOW = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
 SETTINGS = MailSettings(
@@ -25,6 +29,10 @@ SETTINGS = MailSettings(
     reply_domain="reply.example.org",
     reply_secret="secret",
 )
+OUT = MessageRecord(
+    job_key="job-1", message_id="job-1#1.1", direction="out", channel="email",
+    agent="conversation", contact="ada@example.com", text="When suits you?", at="x",
+)  # fmt: skip
 
 
 def test_the_smtp_url_is_read_or_refused_naming_what_is_wrong() -> None:
@@ -47,10 +55,7 @@ def test_the_smtp_url_is_read_or_refused_naming_what_is_wrong() -> None:
 
 
 def test_an_outbound_message_becomes_a_signed_email() -> None:
-    record = MessageRecord(
-        job_key="job-1", message_id="job-1#1.1", direction="out", channel="email",
-        agent="conversation", contact="ada@example.com", text="When suits you?", at="x",
-    )  # fmt: skip
+    record = OUT
     mail = outbound_email(record, SETTINGS, NOW)
     assert (mail["From"], mail["To"]) == ("agent@example.org", "ada@example.com")
     assert mail["Message-ID"] == header_message_id("job-1#1.1", "reply.example.org")
@@ -80,3 +85,34 @@ def test_a_received_mail_keeps_one_id_however_often_it_comes() -> None:
     assert inbound_message_id("<m1@x>", b"a") == inbound_message_id(" <m1@x> ", b"b")
     assert inbound_message_id(None, b"a") == inbound_message_id("", b"a")
     assert inbound_message_id(None, b"a") != inbound_message_id(None, b"b")
+
+
+def test_a_reply_is_the_contacts_only_from_the_contacts_address() -> None:
+    route = ReplyRoute("job-1", "Ada@Example.com", 1_796_000_000)
+    record, event = received(route, "mail-1", sender_of("ADA <ada@example.COM>"), "Yes", "at")
+    assert record is not None
+    assert (record.contact, record.text) == ("Ada@Example.com", "Yes")
+    assert event.action == "message_received"
+    for header in ("mallory@evil.example", "Ada <ada+jobs@example.com>", "ada@example.com.evil",
+                   "ada@example.com <mallory@evil.example>",  # two addresses: whose?
+                   "mallory@evil.example, ada@example.com", "Ada", "", None):  # fmt: skip
+        with pytest.raises(SenderNotContact) as caught:
+            received(route, "mail-2", sender_of(header), "Yes", "at")
+        assert caught.value.contact == "Ada@Example.com", header
+    # a bounce comes from a mail server, whatever its From: the bounce token is the proof
+    _, bounced = received(
+        ReplyRoute("job-1", "ada@example.com", 1, "bounce"), "d-1", "mailer-daemon@mx", "", "at"
+    )
+    assert bounced.action == "email_bounced"
+
+
+def test_the_envelope_sender_is_a_bounce_address_and_never_a_reply_address() -> None:
+    record = OUT
+    bounce = bounce_address(record, SETTINGS, NOW)
+    assert bounce.startswith("bounce+b1.")
+    route = read_reply_address("secret", bounce, "reply.example.org", 1_796_000_000)
+    assert (route.kind, route.contact) == ("bounce", "ada@example.com")
+    with pytest.raises(ReplyTokenError, match="wrong_kind"):
+        read_reply_address(
+            "secret", bounce.replace("bounce+", "reply+"), "reply.example.org", 1_796_000_000
+        )

@@ -433,11 +433,19 @@ def test_a_persons_message_is_a_turn_once_and_owes_a_run_while_a_task_is_open() 
     assert Conversation.from_json(conv.to_json()) == conv
 
 
-def test_the_agent_answers_the_person_who_wrote_last(lane: Any) -> None:
-    run = lane(BOOK)
-    conv = Conversation("job-1")
-    conv.apply(opened("bookCall", ["email", "calendar"], ["bookCall"]))
-    conv.receive(inbound("m-1", "Please book tomorrow 10:00", contact="bob@example.com"))
-    run.run(conv)
-    [message] = run.of(MessageRecord)
-    assert (message.contact, message.text) == ("bob@example.com", "Your meeting is booked.")
+def test_the_agent_answers_the_contact_who_wrote_last_and_never_a_stranger(lane: Any) -> None:
+    team = [{"name": "Ada", "email": "ada@example.com"}, {"name": "Bob", "email": "B@Example.com"}]
+    for writer, answered in (
+        (" <b@EXAMPLE.com> ", "B@Example.com"),  # a contact, however written
+        ("mallory@evil.example", "ada@example.com"),  # not a contact: the first one is
+        ("ada+jobs@example.com", "ada@example.com"),  # a variant of Ada's is not Ada's
+    ):
+        run = lane(BOOK)
+        conv = Conversation("job-1")
+        conv.apply(opened("bookCall", ["email", "calendar"], ["bookCall"]))
+        conv.contacts = list(team)
+        conv.receive(inbound("m-0", "Hello", contact="b@example.com"))
+        conv.receive(inbound("m-1", "Please book tomorrow 10:00", contact=writer))
+        run.run(conv)
+        [message] = run.of(MessageRecord)
+        assert (message.contact, message.text) == (answered, "Your meeting is booked."), writer

@@ -569,24 +569,41 @@ def test_the_inbound_email_webhook_takes_signed_verified_replies_only(
             assert error_of(refused)["code"] == "reply_refused"
             assert why in error_of(refused)["message"]
         assert error_of(post(anonymous, {"to": address, "text": 5}))["code"] == "invalid_body"
-        bounce = {"to": address.replace("reply+", "bounce+"), "message_id": "<b1@mx>",
-                  "reason": "5.1.1 user unknown"}  # fmt: skip
+        # the reply address is Ada's: anyone else's mail through it is not taken
+        for stranger in ("Mallory <mallory@evil.example>", "ada+jobs@example.com", None):
+            strange = dict(reply, message_id=f"<s-{stranger}@x>", **{"from": stranger})
+            held = post(anonymous, strange)
+            assert held.status_code == 403, held.text
+            assert error_of(held)["code"] == "sender_not_contact"
+        # her own, in another case, is
+        again = dict(reply, message_id="<w2@mail.example>", text="Or eleven.",
+                     **{"from": "<ADA@Example.com>"})  # fmt: skip
+        assert post(anonymous, again).json()["kind"] == "reply"
+        bounce_token = reply_token("reply-secret", "job-w", "ada@example.com", now + 600, "bounce")
+        bounce = {"to": reply_address(bounce_token, "reply.test", "bounce"),
+                  "message_id": "<b1@mx>", "reason": "5.1.1 user unknown"}  # fmt: skip
+        # a reply token is no bounce address, a bounce token no reply address
+        for crossed in (address.replace("reply+", "bounce+"),
+                        bounce["to"].replace("bounce+", "reply+")):  # fmt: skip
+            refused = post(anonymous, dict(bounce, to=crossed))
+            assert error_of(refused)["code"] == "reply_refused"
+            assert "wrong_kind" in error_of(refused)["message"]
         assert post(anonymous, bounce).json()["kind"] == "bounce"
         anonymous.close()
-        talk = wait_for(
-            lambda: (m := client.get("/v1/jobs/job-w/messages").json())["kept"] and m,
-            what="the reply",
-        )
-        [message] = talk["messages"]
-        assert (message["channel"], message["contact"], message["text"]) == (
-            "email", "ada@example.com", "Tomorrow at ten, please.",
-        )  # fmt: skip
         trail = wait_for(
-            lambda: len(d := client.get("/v1/jobs/job-w/decisions").json()["decisions"]) >= 3 and d,
+            lambda: len(d := client.get("/v1/jobs/job-w/decisions").json()["decisions"]) >= 4 and d,
             what="the events decided",
         )
         actions = [d["input"].get("action") for d in trail if d["input"]["type"] == "event"]
-        assert actions == ["message_received", "email_bounced"]
+        assert actions == ["message_received", "message_received", "email_bounced"]
+        talk = wait_for(
+            lambda: len((m := client.get("/v1/jobs/job-w/messages").json())["messages"]) >= 2 and m,
+            what="the replies",
+        )
+        assert [(m["channel"], m["contact"], m["text"]) for m in talk["messages"]] == [
+            ("email", "ada@example.com", "Tomorrow at ten, please."),
+            ("email", "ada@example.com", "Or eleven."),
+        ]
     # the default gateway has no inbound secret: the webhook takes nothing
     with httpx.Client(base_url=gateway.api) as plain:
         assert (
@@ -594,4 +611,10 @@ def test_the_inbound_email_webhook_takes_signed_verified_replies_only(
             == "inbound_not_configured"
         )
     refusals = [r["value"] for r in lane.read("journal") if r["value"].get("outcome") == "refused"]
-    assert len(refusals) == 2
+    assert len(refusals) == 4
+    held = [r["value"] for r in lane.read("journal") if r["value"].get("outcome") == "unverified"]
+    assert [(h["job_key"], h.get("address"), h["contact"]) for h in held] == [
+        ("job-w", "mallory@evil.example", "ada@example.com"),
+        ("job-w", "ada+jobs@example.com", "ada@example.com"),
+        ("job-w", None, "ada@example.com"),
+    ]

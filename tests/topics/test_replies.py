@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from topics.replies import (
     ReplyRoute,
     ReplyTokenError,
+    normal_address,
     read_reply_address,
     read_reply_token,
     reply_address,
@@ -56,10 +57,13 @@ def test_a_reply_address_is_read_for_its_domain_only() -> None:
     assert address.startswith("reply+v1.")
     route = read_reply_address(SECRET, f"<{address.upper()}>", "reply.example.org", NOW)
     assert (route.job_key, route.kind) == ("job-1", "reply")
+    bounce_token = reply_token(SECRET, "job-1", "ada@example.com", NOW + 60, "bounce")
+    assert bounce_token.startswith("b1.")
     bounce = read_reply_address(
-        SECRET, reply_address(token, "reply.example.org", "bounce"), "reply.example.org", NOW
-    )
-    assert bounce.kind == "bounce"
+        SECRET, reply_address(bounce_token, "reply.example.org", "bounce"), "reply.example.org",
+        NOW,
+    )  # fmt: skip
+    assert (bounce.job_key, bounce.contact, bounce.kind) == ("job-1", "ada@example.com", "bounce")
     for wrong in (
         address.replace("reply.example.org", "evil.example"),
         address.replace("reply+", "other+"),
@@ -75,3 +79,25 @@ def test_no_secret_signs_nothing() -> None:
         reply_token("", "job-1", "ada", NOW)
     token = reply_token(SECRET, "job-1", "ada", NOW + 60)
     assert reason("", token) == "tampered"
+
+
+def test_a_bounce_token_is_no_reply_address_and_a_reply_token_no_bounce_address() -> None:
+    domain = "reply.example.org"
+    reply = reply_token(SECRET, "job-1", "ada@example.com", NOW + 60)
+    bounce = reply_token(SECRET, "job-1", "ada@example.com", NOW + 60, "bounce")
+    for token, kind in ((bounce, "reply"), (reply, "bounce")):
+        with pytest.raises(ReplyTokenError) as caught:
+            read_reply_address(SECRET, reply_address(token, domain, kind), domain, NOW)
+        assert caught.value.reason == "wrong_kind"
+    # the tag is signed: relabelling one kind as the other breaks the signature
+    relabelled = "b1." + reply.split(".", 1)[1]
+    assert reason(SECRET, relabelled) == "tampered"
+    with pytest.raises(ReplyTokenError) as caught:
+        read_reply_token(SECRET, relabelled, NOW, "bounce")
+    assert caught.value.reason == "tampered"
+
+
+def test_an_address_is_compared_without_case_space_or_brackets_and_nothing_else() -> None:
+    assert normal_address(" <Ada@Example.COM> ") == "ada@example.com"
+    for other in ("ada+jobs@example.com", "a.da@example.com", "ada@mail.example.com"):
+        assert normal_address(other) != normal_address("ada@example.com")
