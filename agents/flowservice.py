@@ -205,9 +205,25 @@ class Flows:
 
     by_name: dict[str, Flow] = field(default_factory=dict)
     by_milestone: dict[tuple[str, str], str] = field(default_factory=dict)
+    #: Milestones whose flow is not run because it walks around another flow's
+    #: approval (APPROVAL_BYPASS): what it guards stays guarded.
+    refused: dict[tuple[str, str], str] = field(default_factory=dict)
 
     def of(self, playbook_key: str, milestone: str) -> str | None:
         return self.by_milestone.get((playbook_key, milestone))
+
+    def guarded(self, playbook_key: str) -> dict[str, frozenset[str]]:
+        """By tool, the flows of the playbook's milestones that guard it with an
+        approval: only they call it; no agent is offered it (docs/flows.md, "An
+        approval cannot be walked around")."""
+        from stream.flows import approval_guards
+
+        named = {**self.refused, **self.by_milestone}
+        return approval_guards(
+            self.by_name[name]
+            for (playbook, _), name in named.items()
+            if playbook == playbook_key and name in self.by_name
+        )
 
     def inputs(
         self,
@@ -244,7 +260,7 @@ def load_flows(folder: Path, catalog: Catalog | None, say: Callable[[str], None]
     is said and skipped (`lemongraph check` names its problems); its milestone
     is then worked by the conversation agent."""
     from stream.files import load_playbooks_dir
-    from stream.flows import find_flow, flow_tools, milestone_context
+    from stream.flows import approval_bypasses, find_flow, flow_tools, milestone_context
 
     found = Flows()
     if not folder.is_dir():
@@ -273,6 +289,21 @@ def load_flows(folder: Path, catalog: Catalog | None, say: Callable[[str], None]
                     say(f"agents: flow {path} does not load: {exc}")
                     continue
             found.by_milestone[(playbook.key, milestone.id)] = name
+        # A flow that calls a tool another flow of the playbook guards, with no
+        # approval of its own, is not run (`lemongraph check`: APPROVAL_BYPASS).
+        flows = {
+            m.id: found.by_name[name]
+            for m in playbook.milestones
+            if (name := found.by_milestone.get((playbook.key, m.id))) is not None
+        }
+        for bypass in approval_bypasses(playbook, flows, None):
+            where = (playbook.key, bypass.milestone)
+            if where in found.by_milestone:
+                found.refused[where] = found.by_milestone.pop(where)
+                say(
+                    f"agents: flow {found.refused[where]!r} of {playbook.key}/{bypass.milestone} "
+                    f"is not run: {bypass.message}"
+                )
     return found
 
 

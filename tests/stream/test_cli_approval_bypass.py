@@ -12,33 +12,48 @@ import pytest
 
 from tests.stream.test_cli_simulate_check import run
 
+#: Also the agents' tests' (tests/agents/test_approval_bypass.py, against the demo tools).
 CATALOG = """\
 integrations:
   email: {}
   shop: {tools: [get_order, refund_order]}
   lookup: {tools: [get_order]}
-  billing: {delegate: billing_agent}
+  billing: {delegate: refunder}
+  ledger: {delegate: bookkeeper}
 agents:
-  conversation: {instructions: Help the customer.}
-  billing_agent:
-    instructions: You do the billing.
-    delegates: [refunder]
+  conversation:
+    instructions: Help the customer.
+    bounds: {max_turns: 4, max_tool_calls: 3}
   refunder:
-    instructions: You refund.
+    description: Refunds orders.
+    instructions: You refund orders.
     tools: [refund_order]
+    bounds: {max_turns: 2, max_tool_calls: 1}
+  bookkeeper:
+    instructions: You keep the books.
+    delegates: [refunder]
 tools:
   get_order:
     description: Look an order up.
-    parameters: {type: object, properties: {id: {type: string}}, required: [id]}
-    http: {url: "${SHOP_URL}/orders", method: GET}
+    parameters:
+      type: object
+      properties: {id: {type: string}}
+      required: [id]
+      additionalProperties: false
+    http: {url: "${CRM_URL}/orders", method: GET}
+    idempotent: true
     writes: false
-    records: {fact: order_found}
+    records: {fact: order_found, properties: {status: "$.status"}}
   refund_order:
     description: Refund an order.
-    parameters: {type: object, properties: {id: {type: string}}, required: [id]}
-    http: {url: "${SHOP_URL}/refunds", method: POST}
+    parameters:
+      type: object
+      properties: {id: {type: string}}
+      required: [id]
+      additionalProperties: false
+    http: {url: "${BILLING_URL}/refunds", method: POST}
     idempotent: true
-    records: {fact: refunded}
+    records: {fact: refunded, properties: {refund: "$.id"}}
 """
 
 #: The bundled approve-refund flow, as the red team ran it.
@@ -112,8 +127,9 @@ def folder(tmp_path: Path, integration: str = "shop") -> Path:
     ("integration", "how"),
     [
         ("shop", "integration shop grants its agent"),
-        # Through the integration's delegate agent, and that agent's delegate.
+        # Through the integration's delegate agent, and through that agent's delegate.
         ("billing", "integration billing's delegate agent refunder has"),
+        ("ledger", "integration ledger's delegate agent refunder has"),
     ],
 )
 def test_check_refuses_a_sibling_milestone_granting_the_guarded_tool(
