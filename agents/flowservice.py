@@ -47,6 +47,7 @@ from compiler import (
     Interrupt,
     LemongraphError,
     action_from_json,
+    check_flow,
     flow_input_from_json,
     load_flow,
     to_iso,
@@ -205,9 +206,11 @@ class Flows:
 
     by_name: dict[str, Flow] = field(default_factory=dict)
     by_milestone: dict[tuple[str, str], str] = field(default_factory=dict)
-    #: Milestones whose flow is not run because it walks around another flow's
-    #: approval (APPROVAL_BYPASS): what it guards stays guarded.
-    refused: dict[tuple[str, str], str] = field(default_factory=dict)
+    #: Milestones whose flow is not run, with the flow as far as it could be
+    #: compiled: it does not load with the catalog and the milestone, or it walks
+    #: around another flow's approval (APPROVAL_BYPASS). What it guards stays
+    #: guarded (its milestone is worked by the conversation agent).
+    refused: dict[tuple[str, str], Flow] = field(default_factory=dict)
 
     def of(self, playbook_key: str, milestone: str) -> str | None:
         return self.by_milestone.get((playbook_key, milestone))
@@ -218,12 +221,13 @@ class Flows:
         approval cannot be walked around")."""
         from stream.flows import approval_guards
 
-        named = {**self.refused, **self.by_milestone}
-        return approval_guards(
+        flows = [
             self.by_name[name]
-            for (playbook, _), name in named.items()
+            for (playbook, _), name in self.by_milestone.items()
             if playbook == playbook_key and name in self.by_name
-        )
+        ]
+        flows += [f for (playbook, _), f in self.refused.items() if playbook == playbook_key]
+        return approval_guards(flows)
 
     def inputs(
         self,
@@ -287,24 +291,34 @@ def load_flows(folder: Path, catalog: Catalog | None, say: Callable[[str], None]
                     )
                 except (FlowError, LemongraphError, OSError, UnicodeDecodeError) as exc:
                     say(f"agents: flow {path} does not load: {exc}")
+                    unchecked = _unchecked(path, name)
+                    if unchecked is not None:
+                        found.refused[(playbook.key, milestone.id)] = unchecked
                     continue
             found.by_milestone[(playbook.key, milestone.id)] = name
         # A flow that calls a tool another flow of the playbook guards, with no
         # approval of its own, is not run (`lemongraph check`: APPROVAL_BYPASS).
-        flows = {
-            m.id: found.by_name[name]
-            for m in playbook.milestones
-            if (name := found.by_milestone.get((playbook.key, m.id))) is not None
-        }
+        flows = {m: f for (key, m), f in found.refused.items() if key == playbook.key}
+        flows.update(
+            (m, found.by_name[name]) for (key, m), name in found.by_milestone.items()
+            if key == playbook.key
+        )  # fmt: skip
         for bypass in approval_bypasses(playbook, flows, None):
             where = (playbook.key, bypass.milestone)
             if where in found.by_milestone:
-                found.refused[where] = found.by_milestone.pop(where)
-                say(
-                    f"agents: flow {found.refused[where]!r} of {playbook.key}/{bypass.milestone} "
-                    f"is not run: {bypass.message}"
-                )
+                name = found.by_milestone.pop(where)
+                found.refused[where] = found.by_name[name]
+                say(f"agents: flow {name!r} of {'/'.join(where)} is not run: {bypass.message}")
     return found
+
+
+def _unchecked(path: Path, name: str) -> Flow | None:
+    """The flow compiled without the catalog and its milestone (so that what
+    it guards is known), or None when even that fails."""
+    try:
+        return check_flow(path.read_text(encoding="utf-8"), str(path), name).flow
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 def answer_of(record: MessageRecord) -> Any:

@@ -105,6 +105,22 @@ def test_a_flow_calling_a_guarded_tool_with_no_approval_is_not_run(tmp_path: Pat
     assert flows.guarded("refunds") == {"refund_order": frozenset({"approve-refund"})}
 
 
+def test_a_guarding_flow_that_does_not_load_still_guards(tmp_path: Path) -> None:
+    # The flow's milestone does not grant get_order: the flow does not load for
+    # it, and the milestone is worked by the conversation agent, which is not
+    # offered refund_order (neither is the sibling's).
+    folder = playbooks(tmp_path)
+    text = PLAYBOOK.replace("integrations: [shop]\n    flow:", "integrations: [email]\n    flow:")
+    (folder / "refunds.yaml").write_text(text, encoding="utf-8")
+    said: list[str] = []
+    flows = load_flows(folder, load_catalog(CATALOG, "catalog.yaml"), said.append)
+    assert flows.of("refunds", "refund") is None
+    [line] = said
+    assert "does not load" in line
+    assert "TOOL_NOT_IN_INTEGRATIONS" in line
+    assert flows.guarded("refunds") == {"refund_order": frozenset({"approve-refund"})}
+
+
 class Rig:
     """The stand-in, the demo tools, and what was published."""
 
