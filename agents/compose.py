@@ -12,7 +12,7 @@ script rules match on them (docs/agents.md, "The stand-in model").
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -99,6 +99,7 @@ def compose(
     history: int = 20,
     agent: str = CONVERSATION,
     request: str | None = None,
+    withheld: Collection[str] = (),
 ) -> ModelRequest:
     """The model request for ``agent`` on a job.
 
@@ -106,7 +107,9 @@ def compose(
     step. The conversation agent is offered exactly the tools and delegates the
     tasks' integrations grant; a delegate (``agent`` another catalog agent,
     ``request`` what it was asked) only its own. The last ``history`` turns are
-    sent; the earlier ones are summarised as a count.
+    sent; the earlier ones are summarised as a count. No agent is offered a
+    tool in ``withheld``: a flow of the job's playbook guards it with an
+    approval, and only that flow calls it (docs/flows.md).
     """
     spec = catalog.agents[agent]
     lines = [f"Agent: {agent}", spec.instructions.strip()]
@@ -143,7 +146,7 @@ def compose(
     offers = [
         ToolOffer(name, catalog.tools[name].description, catalog.tools[name].parameters)
         for name in tool_names
-        if name in catalog.tools
+        if name in catalog.tools and name not in withheld
     ]
     offers.extend(
         ToolOffer(

@@ -34,6 +34,8 @@ __all__ = ["Executor", "Outcome", "derived_key", "redact_url", "response_path"]
 RESULT_EXCERPT = 2000
 #: How much of a body that is not a success the model and the journal are shown.
 BODY_EXCERPT = 300
+#: No tool is guarded by a flow's approval (a call from a flow, or no flows).
+_UNGUARDED: Mapping[str, Collection[str]] = {}
 
 
 def derived_key(task_id: str, tool: str, arguments: Any, occurrence: int) -> str:
@@ -93,8 +95,22 @@ class Executor:
             name: Draft202012Validator(tool.parameters) for name, tool in catalog.tools.items()
         }
 
-    def check(self, name: str, arguments: str, granted: Collection[str]) -> tuple[Any, str | None]:
-        """(parsed arguments, why the call is refused or None)."""
+    def check(
+        self,
+        name: str,
+        arguments: str,
+        granted: Collection[str],
+        guarded: Mapping[str, Collection[str]] = _UNGUARDED,
+    ) -> tuple[Any, str | None]:
+        """(parsed arguments, why the call is refused or None). ``guarded``: by
+        tool, the flows that guard it with an approval, when an agent calls
+        (only those flows call it: docs/flows.md)."""
+        if name in guarded:
+            flows = sorted(guarded[name])
+            one = len(flows) == 1
+            which = f"flow {flows[0]}" if one else f"flows {', '.join(flows)}"
+            only = "that flow calls" if one else "those flows call"
+            return None, f"{name} is guarded by an approval in {which}: only {only} it"
         if name not in granted or name not in self.catalog.tools:
             return None, f"the tool {name!r} is not granted to this agent by its open tasks"
         try:
@@ -118,11 +134,12 @@ class Executor:
         granted: Collection[str],
         occurrence: int,
         key: str | None = None,
+        guarded: Mapping[str, Collection[str]] = _UNGUARDED,
     ) -> Outcome:
         """Check, run and interpret one call. ``key``, when given, is the
         idempotency key instead of the derived one (a flow's call id, which is
         made from our own data too: docs/flows.md, "Ids")."""
-        args, refused = self.check(name, arguments, granted)
+        args, refused = self.check(name, arguments, granted, guarded)
         if key is None:
             key = derived_key(task_id, name, args, occurrence)
         if refused is not None:

@@ -48,6 +48,7 @@ from compiler import (
     Interrupt,
     LemongraphError,
     action_from_json,
+    check_flow,
     flow_input_from_json,
     load_flow,
     to_iso,
@@ -218,6 +219,11 @@ class Flows:
     by_milestone: dict[tuple[str, str], str] = field(default_factory=dict)
     #: Who answers an approval whose node names no ``approvers`` (the catalog's).
     approvers: tuple[str, ...] = APPROVERS_DEFAULT
+    #: Milestones whose flow is not run, with the flow as far as it could be
+    #: compiled: it does not load with the catalog and the milestone, or it walks
+    #: around another flow's approval (APPROVAL_BYPASS). What it guards stays
+    #: guarded (its milestone is worked by the conversation agent).
+    refused: dict[tuple[str, str], Flow] = field(default_factory=dict)
 
     def of(self, playbook_key: str, milestone: str) -> str | None:
         return self.by_milestone.get((playbook_key, milestone))
@@ -226,12 +232,25 @@ class Flows:
         """Who may answer the approval ``node`` of flow ``name`` (docs/flows.md,
         "Who approves"): the node's ``approvers``, else the catalog's."""
         flow = self.by_name.get(name)
-        found = next(
-            (n.approvers for n in (flow.spec.nodes if flow else ()) if n.id == node
-             and isinstance(n, ApprovalNode)),
-            (),
-        )  # fmt: skip
-        return tuple(found) or self.approvers
+        nodes = flow.spec.nodes if flow is not None else ()
+        for n in nodes:
+            if n.id == node and isinstance(n, ApprovalNode) and n.approvers:
+                return tuple(n.approvers)
+        return self.approvers
+
+    def guarded(self, playbook_key: str) -> dict[str, frozenset[str]]:
+        """By tool, the flows of the playbook's milestones that guard it with an
+        approval: only they call it; no agent is offered it (docs/flows.md, "An
+        approval cannot be walked around")."""
+        from stream.flows import approval_guards
+
+        flows = [
+            self.by_name[name]
+            for (playbook, _), name in self.by_milestone.items()
+            if playbook == playbook_key and name in self.by_name
+        ]
+        flows += [f for (playbook, _), f in self.refused.items() if playbook == playbook_key]
+        return approval_guards(flows)
 
     def inputs(
         self,
@@ -268,7 +287,7 @@ def load_flows(folder: Path, catalog: Catalog | None, say: Callable[[str], None]
     is said and skipped (`lemongraph check` names its problems); its milestone
     is then worked by the conversation agent."""
     from stream.files import load_playbooks_dir
-    from stream.flows import find_flow, flow_tools, milestone_context
+    from stream.flows import approval_bypasses, find_flow, flow_tools, milestone_context
 
     found = Flows(approvers=catalog.approvers if catalog is not None else APPROVERS_DEFAULT)
     if not folder.is_dir():
@@ -295,9 +314,34 @@ def load_flows(folder: Path, catalog: Catalog | None, say: Callable[[str], None]
                     )
                 except (FlowError, LemongraphError, OSError, UnicodeDecodeError) as exc:
                     say(f"agents: flow {path} does not load: {exc}")
+                    unchecked = _unchecked(path, name)
+                    if unchecked is not None:
+                        found.refused[(playbook.key, milestone.id)] = unchecked
                     continue
             found.by_milestone[(playbook.key, milestone.id)] = name
+        # A flow that calls a tool another flow of the playbook guards, with no
+        # approval of its own, is not run (`lemongraph check`: APPROVAL_BYPASS).
+        flows = {m: f for (key, m), f in found.refused.items() if key == playbook.key}
+        flows.update(
+            (m, found.by_name[name]) for (key, m), name in found.by_milestone.items()
+            if key == playbook.key
+        )  # fmt: skip
+        for bypass in approval_bypasses(playbook, flows, None):
+            where = (playbook.key, bypass.milestone)
+            if where in found.by_milestone:
+                name = found.by_milestone.pop(where)
+                found.refused[where] = found.by_name[name]
+                say(f"agents: flow {name!r} of {'/'.join(where)} is not run: {bypass.message}")
     return found
+
+
+def _unchecked(path: Path, name: str) -> Flow | None:
+    """The flow compiled without the catalog and its milestone (so that what
+    it guards is known), or None when even that fails."""
+    try:
+        return check_flow(path.read_text(encoding="utf-8"), str(path), name).flow
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 def answer_of(record: MessageRecord) -> Any:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -345,6 +345,7 @@ class Runner:
         history: int = 20,
         channel: str = "web",
         clock: Callable[[], datetime] | None = None,
+        guarded: Callable[[str], Mapping[str, frozenset[str]]] | None = None,
     ) -> None:
         self.catalog = catalog
         self.model = model
@@ -352,6 +353,9 @@ class Runner:
         self.history = history
         self.channel = channel
         self.clock = clock or (lambda: datetime.now(UTC))
+        #: By playbook key: the tools its flows guard with an approval, each
+        #: with those flows; no agent is offered or runs them (docs/flows.md).
+        self.guarded = guarded or (lambda playbook_key: {})
 
     async def run(self, conv: Conversation, outbox: Outbox) -> RunEnd:
         """One run of the conversation agent on ``conv`` (mutated), then journaled.
@@ -432,6 +436,7 @@ class Runner:
                 history=self.history,
                 agent=agent,
                 request=request_text,
+                withheld=self.guarded(conv.playbook_key),
             )
             replayed = tape.replay("model", agent)
             if replayed is not None:
@@ -577,8 +582,9 @@ class Runner:
                 await outbox.publish("inbox", conv.job_key, InboxEvent.model_validate(step["fact"]))
             return str(step["output"])
         granted = [t.name for t in request.tools if t.kind == "tool"]
+        guarded = self.guarded(conv.playbook_key)
         started = time.monotonic()
-        parsed, refused = self.executor.check(call.name, call.arguments, granted)
+        parsed, refused = self.executor.check(call.name, call.arguments, granted, guarded)
         args: Any = parsed if parsed is not None else call.arguments
         identity = _identity(task_id, call.name, args)
         occurrence = conv.done_calls.get(identity, 0) + 1
@@ -607,6 +613,7 @@ class Runner:
             arguments=call.arguments,
             granted=granted,
             occurrence=occurrence,
+            guarded=guarded,
         )
         fact = outcome.fact
         if outcome.status == "done":

@@ -487,7 +487,9 @@ class AgentService:
         if self._client is None:
             self._client = httpx.AsyncClient()
         executor = Executor(self.catalog, self._client, self.tool_env)
-        return Runner(self.catalog, self._model, executor, history=self.history)
+        return Runner(
+            self.catalog, self._model, executor, history=self.history, guarded=self.flows.guarded
+        )
 
     def flow_driver(self) -> FlowDriver:
         """What runs a flow's actions and steps it (docs/flows.md, "Flows in the

@@ -98,6 +98,8 @@ FLOW_RULES: Mapping[str, str] = {
     "UNKNOWN_ROUTER": "a router that is not registered",
     "TOOL_NOT_IN_INTEGRATIONS": "a flow tool its milestone's integrations do not grant",
     "FLOW_NOT_FOUND": "a milestone names a flow there is no file for",
+    "APPROVAL_BYPASS": "a tool a flow guards with an approval, granted to another milestone's "
+    "agent or called by another flow of the playbook",
 }
 
 #: Every readiness warning (docs/flows.md, "Readiness warnings"), by code.
@@ -406,6 +408,23 @@ class Flow:
     @property
     def tools(self) -> tuple[str, ...]:
         return self.spec.tools
+
+    @property
+    def guarded(self) -> frozenset[str]:
+        """The tools this flow guards with an approval: those of the nodes an
+        approval node stands ``before`` (a ``tools`` node's: its whole
+        contract). In a playbook, only the flows that guard a tool call it
+        (docs/flows.md, "An approval cannot be walked around")."""
+        before = {n.before for n in self.spec.nodes if isinstance(n, ApprovalNode)}
+        found: set[str] = set()
+        for node in self.spec.nodes:
+            if node.id not in before:
+                continue
+            if isinstance(node, ToolNode):
+                found.add(node.tool)
+            elif isinstance(node, ToolsNode):
+                found.update(self.spec.tools)
+        return frozenset(found)
 
     def to_json(self) -> dict[str, Any]:
         """The spec as JSON-ready data, in the file's own field names."""

@@ -208,8 +208,9 @@ def test_each_rule_is_refused_with_its_position(
 
 
 def test_every_rule_has_a_case() -> None:
-    # FLOW_NOT_FOUND is the shell's (a file that is not there): tests/stream/test_cli_flows.py.
-    assert {c[0] for c in CASES} == set(FLOW_RULES) - {"FLOW_NOT_FOUND"}
+    # FLOW_NOT_FOUND is the shell's (a file that is not there) and APPROVAL_BYPASS the
+    # playbook's (its milestones and flows together): tests/stream/test_cli_flows.py.
+    assert {c[0] for c in CASES} == set(FLOW_RULES) - {"FLOW_NOT_FOUND", "APPROVAL_BYPASS"}
 
 
 def test_load_flow_raises_with_every_problem_in_file_order() -> None:
@@ -283,3 +284,40 @@ edges:
   - {from: confirm, to: spread}
   - {from: review, to: END}
 """  # noqa: E501 (the issue's text as written)
+
+
+GUARDED = """\
+version: "1"
+state:
+  order_id: {type: string, default: A-1}
+  order: {type: object}
+  calls: {type: list, default: []}
+  done: {type: list, reducer: append, default: []}
+tools: [get_order, refund_order, note_order]
+start: lookup
+nodes:
+  - {id: lookup, type: tool, tool: get_order, args: {id: "{{order_id}}"}, output: order}
+  - {id: ok, type: approval, before: pay, show: [order], onReject: END}
+  - {id: pay, type: tool, tool: refund_order, args: {id: "{{order_id}}"}, output: order}
+  - {id: more, type: tools, calls: calls, output: done}
+edges:
+  - {from: lookup, to: ok}
+  - {from: pay, to: more}
+  - {from: more, to: END}
+"""
+
+
+def test_the_tools_a_flow_guards_are_those_an_approval_stands_before() -> None:
+    # An approval before a tool node guards its tool; the tools node after it is
+    # not guarded, and get_order before it neither.
+    assert load_flow(GUARDED, "flows/g.yaml").guarded == {"refund_order"}
+    # An approval before a tools node guards its whole contract.
+    before_more = (
+        GUARDED.replace("before: pay", "before: more")
+        .replace("- {from: lookup, to: ok}", "- {from: lookup, to: pay}")
+        .replace("- {from: pay, to: more}", "- {from: pay, to: ok}")
+    )
+    assert load_flow(before_more, "flows/g.yaml").guarded == {
+        "get_order", "refund_order", "note_order"
+    }  # fmt: skip
+    assert load_flow(PINNED, "flows/pinned.yaml").guarded == frozenset()
