@@ -14,7 +14,7 @@ from topics.replies import normal_address
 
 from .compose import Turn
 
-__all__ = ["addressee", "first_contact", "is_contact", "named"]
+__all__ = ["addressee", "approves", "first_contact", "is_contact", "named", "same_contact"]
 
 #: A contact's fields that name it, in the order the agents write to them.
 _NAMED_BY = ("email", "name", "id")
@@ -64,3 +64,26 @@ def addressee(contacts: Sequence[Any], turns: Sequence[Turn]) -> str | None:
                 return found
             break  # a stranger wrote last: they are not answered
     return first_contact(contacts)
+
+
+def same_contact(contacts: Iterable[Any], one: str | None, other: str | None) -> bool:
+    """``one`` and ``other`` name the same person: the same address (as
+    :func:`named` compares them), or two names of one of ``contacts`` (its email
+    and its name, say). Never when either is missing."""
+    if not one or not other or not one.strip() or not other.strip():
+        return False
+    if normal_address(one) == normal_address(other):
+        return True
+    wanted = {normal_address(one), normal_address(other)}
+    return any(wanted <= {normal_address(n) for n in _names(c)} for c in contacts)
+
+
+def approves(approvers: Sequence[str], who: str | None, contacts: Sequence[Any]) -> bool:
+    """Whether ``who`` (a person writing on a channel) may answer an approval
+    whose ``approvers`` are given (docs/flows.md, "Who approves"): an address
+    named there, or any of the job's contacts when ``contacts`` is. ``operators``
+    answer through the API, never on a channel."""
+    named_ones = [a for a in approvers if a not in ("operators", "contacts")]
+    if any(same_contact(contacts, who, a) for a in named_ones):
+        return True
+    return "contacts" in approvers and is_contact(contacts, who)

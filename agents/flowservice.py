@@ -57,6 +57,7 @@ from pydantic import BaseModel
 from topics import APPROVERS_DEFAULT, Answerer, JournalFlow, JournalInterrupt, MessageRecord
 
 from .catalog import Catalog
+from .contacts import approves
 
 __all__ = [
     "Execute",
@@ -704,29 +705,6 @@ _WAITING = (
     "That needs an approval first ({ask}). I have asked for it and will write again "
     "as soon as it is decided."
 )
-
-
-def address(contact: Any) -> str | None:
-    """A contact's address, normalised for comparison (lower case, no
-    surrounding space or angle brackets); None when it has none."""
-    if isinstance(contact, dict):
-        contact = contact.get("email") or contact.get("id") or contact.get("name")
-    if not isinstance(contact, str):
-        return None
-    found = contact.strip().strip("<>").strip().lower()
-    return found or None
-
-
-def approves(approvers: Sequence[str], contact: str | None, contacts: Sequence[Any]) -> bool:
-    """Whether ``contact`` (a person writing on a channel) may answer an
-    approval of ``approvers``: named by address, or ``contacts`` and one of the
-    job's contacts. ``operators`` answer through the API, never on a channel."""
-    who = address(contact)
-    if who is None:
-        return False
-    if who in {address(a) for a in approvers if a not in ("operators", "contacts")}:
-        return True
-    return "contacts" in approvers and who in {address(c) for c in contacts}
 
 
 def _contact(conv: Any) -> str | None:

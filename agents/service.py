@@ -60,17 +60,15 @@ from topics import (
 )
 
 from .catalog import Catalog
-from .contacts import is_contact
+from .contacts import approves, is_contact, same_contact
 from .executor import Executor
 from .flowservice import (
     Execute,
     FlowDriver,
     Flows,
     FlowTrack,
-    address,
     answer_input,
     answer_of,
-    approves,
     load_flows,
     tick_input,
 )
@@ -401,8 +399,9 @@ class AgentService:
         they may not (docs/api.md, "Approvals"). Through the API (``by``, as the
         gateway verified the token): a ``world`` token answers a question, an
         approver's an approval its approvers let operators answer. On a channel:
-        a question only from the contact it was asked of, an approval only from
-        a contact its approvers name."""
+        a question only from the contact it was asked of (from anyone who writes
+        when it was asked of no one), an approval only from a contact its
+        approvers name."""
         interrupt = track.interrupt() if track is not None else None
         if track is None or interrupt is None:
             return None
@@ -418,7 +417,10 @@ class AgentService:
         if approval:
             allowed = approves(approvers, record.contact, conv.contacts)
         else:
-            allowed = address(record.contact) == address(track.asked_of)
+            # asked of no one (the job has no contacts): any person's message
+            allowed = track.asked_of is None or same_contact(
+                conv.contacts, record.contact, track.asked_of
+            )
         if not allowed:
             return None
         return Answerer(contact=record.contact, channel=record.channel)

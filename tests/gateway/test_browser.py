@@ -712,7 +712,7 @@ def test_a_flows_journal_records_show_with_their_flow_and_node(
 def test_an_open_question_is_answered_on_the_page(
     lane: Lane, gateway: GatewayProcess, browser: Browser
 ) -> None:
-    token = gateway.token(name="browser")
+    token = gateway.token(name="browser", approver=True)
     _flow_job(lane, gateway, token)
     _publish(
         lane, "journal",
@@ -752,6 +752,23 @@ def test_an_open_question_is_answered_on_the_page(
     free.wait_for(timeout=30_000)
     assert free.locator("button.answer").count() == 0
     assert free.locator("input.q-text").count() == 1
+
+    # a clerk (a world token without the approver role) cannot approve: 403, said as
+    # text, the question stays open on both pages, and the journal names who tried
+    clerk = _page(browser, problems)
+    clerk.goto(f"{gateway.ui}/jobs/flow-1#token={gateway.token(name='clerk')}")
+    clerk_approval = clerk.locator(f'#questions li[data-interrupt-id="{APPROVAL}"]')
+    clerk_approval.wait_for(timeout=30_000)
+    with clerk.expect_response(lambda r: r.url.endswith("/answers")) as forbidden:
+        clerk_approval.locator("button", has_text="Approve").click()
+    assert forbidden.value.status == 403
+    clerk_approval.locator(".q-status", has_text="403 not_an_approver").wait_for(timeout=10_000)
+    assert clerk_approval.get_attribute("data-state") == "error"
+    refused = page.locator('#journal tr[data-kind="journal.interrupt"][data-outcome="refused"]')
+    refused.wait_for(timeout=30_000)
+    assert "refused from world token clerk" in refused.inner_text()
+    assert APPROVAL in _asked(gateway, token)  # still open
+    assert approval.locator("button:disabled").count() == 0
 
     # Approve: the page sends yes, the gateway answers 202 and no longer takes it
     with page.expect_response(lambda r: r.url.endswith("/v1/jobs/flow-1/answers")) as answered:

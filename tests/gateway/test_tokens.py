@@ -181,3 +181,34 @@ def test_the_write_timeout_is_a_setting() -> None:
     assert timed.gateway_write_timeout == pytest.approx(0.7)
     with pytest.raises(ConfigError, match="LEMONGRAPH_GATEWAY_WRITE_TIMEOUT"):
         Settings.from_env({"LEMONGRAPH_GATEWAY_WRITE_TIMEOUT": "0"}, absent)
+
+
+def test_the_approver_role_is_a_world_tokens_and_signed_like_its_other_claims() -> None:
+    approver = verify_token("s3cret", mint_token("s3cret", now=NOW, approver=True), now=NOW)
+    assert (approver.source, approver.approver) == ("world", True)
+    assert not verify_token("s3cret", mint_token("s3cret", now=NOW), now=NOW).approver
+    with pytest.raises(ValueError, match="only a world token"):
+        mint_token("s3cret", now=NOW, source="agent", approver=True)
+    # an agent token claiming the role, signed (a leaked secret aside): malformed
+    claimed = forged("s3cret", v=1, src="agent", name="x", iat=1, nonce="n", roles=["approver"])
+    assert code_of("s3cret", claimed) == "token_malformed"
+    for roles in ("approver", [1], {"approver": True}):
+        assert code_of("s3cret", forged("s3cret", v=1, src="world", iat=1, roles=roles)) == (
+            "token_malformed"
+        )
+    # the role added to a minted token breaks its signature
+    payload, signature = mint_token("s3cret", now=NOW)[len("lemongraph_sk_") :].split(".")
+    claims = orjson.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    grown = base64.urlsafe_b64encode(orjson.dumps({**claims, "roles": ["approver"]}))
+    tampered = f"lemongraph_sk_{grown.rstrip(b'=').decode()}.{signature}"
+    assert code_of("s3cret", tampered) == "token_invalid"
+
+
+def test_the_token_command_mints_an_approvers_token_with_approver() -> None:
+    result = run_token("--approver", "--name", "ops-lead", secret=CLI_SECRET)
+    assert result.returncode == 0, result.stderr
+    principal = verify_token(CLI_SECRET, result.stdout.strip().splitlines()[-1], now=time.time())
+    assert (principal.source, principal.name, principal.approver) == ("world", "ops-lead", True)
+    refused = run_token("--approver", "--source", "agent", secret=CLI_SECRET)
+    assert refused.returncode != 0
+    assert "world" in refused.stderr

@@ -303,6 +303,13 @@ function flowLabel(r) {
   return [r.flow ? "flow " + r.flow : null, r.node ? "node " + r.node : null].filter(Boolean).join(" · ");
 }
 
+// Who answered (or tried to) a flow's question: a token's source and name, or a
+// contact on their channel (docs/api.md, "Approvals").
+function answererText(by) {
+  if (by.contact) return `${by.contact} (${by.channel || "channel"})`;
+  return `${by.source} token ${by.name || "(unnamed)"}` + (by.approver ? ", approver" : "");
+}
+
 function journalRow(r) {
   let what, outcome, detail;
   const label = flowLabel(r);
@@ -318,6 +325,8 @@ function journalRow(r) {
     detail = [r.question || null, r.answers && r.answers.length ? "answers: " + r.answers.join(", ") : null,
       r.show && Object.keys(r.show).length ? "shows " + entriesText(r.show) : null,
       r.status === "answered" ? "answer: " + valueText(r.answer) : null,
+      r.by ? (r.status === "refused" ? "refused from " : "by ") + answererText(r.by) : null,
+      r.approvers && r.approvers.length ? "approvers: " + r.approvers.join(", ") : null,
       r.expires_at ? "expires " + r.expires_at : null, `run ${r.run_id}`, `id ${r.interrupt_id}`]
       .filter(Boolean).join(" · ");
   } else if (r.type === "journal.handler_call") {
@@ -634,7 +643,8 @@ async function showJob(key, view) {
   source.addEventListener("journal", (ev) => {
     const r = JSON.parse(ev.data);
     if (r.type === "journal.interrupt") {
-      if (r.status === "open") openQuestion(r); else closeQuestion(r.interrupt_id);
+      // a refused answer (not an approver, docs/api.md "Approvals") leaves it open
+      if (r.status === "open") openQuestion(r); else if (r.status !== "refused") closeQuestion(r.interrupt_id);
     }
     state.journal.push(r);
     if (state.journal.length > 200) state.journal.shift();
