@@ -12,7 +12,7 @@ RUN apt-get update \
  && pip install --no-cache-dir . \
  && apt-get purge -y gcc libc6-dev && apt-get autoremove -y \
  && rm -rf /var/lib/apt/lists/* build
-COPY playbooks ./playbooks
+COPY examples ./playbooks
 # An unprivileged user owns /data (a volume mounted there starts with this
 # ownership) and runs every command; nothing under /app is writable by it.
 RUN groupadd --system --gid 10001 lemongraph \

@@ -2,7 +2,7 @@
 
 Two measurements, both in-process and without I/O (no Kafka, no RocksDB):
 
-1. **onboarding** — ``playbooks/onboarding.yaml`` driven by a realistic mix over many
+1. **onboarding** — ``examples/onboarding.yaml`` driven by a realistic mix over many
    jobs: a start, world and tool events that move the job (ID upload, self-service or
    a booked call, activation), agent chatter, unrelated events, redelivered
    duplicates and daily ticks from the tick topic. Inputs of all jobs are
@@ -42,7 +42,7 @@ from compiler import Event, Input, JobGraph, JobState, Start, Tick, compile_play
 from stream.files import load_playbook_file
 
 ROOT = Path(__file__).resolve().parent.parent
-ONBOARDING = ROOT / "playbooks" / "onboarding.yaml"
+ONBOARDING = ROOT / "examples" / "onboarding.yaml"
 BASE = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 SCALES = (1, 10, 50, 200)
 

@@ -56,7 +56,7 @@ from topics import TickRecord, Topics, encode
 
 PARTITIONS = 4
 T0 = datetime(2026, 1, 5, 9, tzinfo=UTC)
-PLAYBOOKS = Path(__file__).resolve().parent.parent / "playbooks"
+PLAYBOOKS = Path(__file__).resolve().parent.parent / "examples"
 
 
 def _rss_mb() -> float:

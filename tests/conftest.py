@@ -61,7 +61,7 @@ def lane(kafka_url: str, tmp_path: Path) -> Iterator[Lane]:
     lane = Lane(kafka_url, prefix, tmp_path)
     lane.playbooks.mkdir()
     for name in ("onboarding.yaml", "payment-reminders.yaml", "lead-qualification.yaml"):
-        shutil.copy(ROOT / "playbooks" / name, lane.playbooks / name)
+        shutil.copy(ROOT / "examples" / name, lane.playbooks / name)
     yield lane
     for worker in lane.workers:
         worker.stop(signal.SIGKILL)

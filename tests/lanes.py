@@ -82,7 +82,7 @@ class Lane:
 
     @property
     def playbooks(self) -> Path:
-        return self.root / "playbooks"
+        return self.root / "examples"
 
     def env(self, **extra: str) -> dict[str, str]:
         env = dict(os.environ)

@@ -819,7 +819,7 @@ def run_bench(
 ) -> Figures:
     """Run every part and return the figures."""
     params = Parameters.for_run(quick)
-    playbooks = (playbooks or Path(__file__).resolve().parents[2] / "playbooks").resolve()
+    playbooks = (playbooks or Path(__file__).resolve().parents[2] / "examples").resolve()
     if not (playbooks / "onboarding.yaml").is_file():
         raise BenchError(
             f"the benchmark runs the onboarding playbook: {playbooks / 'onboarding.yaml'} is "

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_bench_agents_measures_every_figure(tmp_path: Path) -> None:
     out = tmp_path / "agents.json"
-    env = dict(os.environ, LEMONGRAPH_PLAYBOOKS_DIR=str(ROOT / "playbooks"))
+    env = dict(os.environ, LEMONGRAPH_PLAYBOOKS_DIR=str(ROOT / "examples"))
     env.pop("LEMONGRAPH_KAFKA_URL", None)  # its own embedded broker, as documented
     result = subprocess.run(
         [str(Path(sys.executable).parent / "lemongraph"), "bench-agents", "--jobs", "20",

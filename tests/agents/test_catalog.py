@@ -37,16 +37,16 @@ tools:
 
 
 def test_the_bundled_catalog_is_valid_and_covers_the_bundled_playbooks() -> None:
-    catalog = load_catalog_file(ROOT / "playbooks" / "catalog.yaml")
+    catalog = load_catalog_file(ROOT / "examples" / "catalog.yaml")
     assert "conversation" in catalog.agents
     assert catalog.skills["tone"].startswith("Write as a helpful colleague")
-    found = load_playbooks_dir(ROOT / "playbooks")
+    found = load_playbooks_dir(ROOT / "examples")
     assert not found.problems
     assert check_playbooks(catalog, found.by_key.values()) == []
 
 
 def test_the_catalog_is_not_read_as_a_playbook() -> None:
-    assert ROOT / "playbooks" / "catalog.yaml" not in playbook_files(ROOT / "playbooks")
+    assert ROOT / "examples" / "catalog.yaml" not in playbook_files(ROOT / "examples")
 
 
 def test_the_pinned_shape_loads_and_grants_what_it_says() -> None:
@@ -91,7 +91,7 @@ def test_a_problem_is_named_with_file_line_and_column(
 
 def test_check_names_an_integration_the_catalog_lacks(tmp_path: Path) -> None:
     (tmp_path / "catalog.yaml").write_text(GOOD)
-    playbook = (ROOT / "playbooks" / "onboarding.yaml").read_text()
+    playbook = (ROOT / "examples" / "onboarding.yaml").read_text()
     (tmp_path / "onboarding.yaml").write_text(playbook)
     done = subprocess.run(
         [str(LEMONGRAPH), "check", str(tmp_path)], capture_output=True, text=True, check=False

@@ -50,7 +50,7 @@ def test_the_bundled_tools_succeed_on_the_demo_answers_and_declines_record_nothi
     passes its success rule; the two declines are 200s that fail it."""
     base = serve(build_demo_tools())
     env = {name: base + path for name, path in TOOL_URLS.items()}
-    catalog = load_catalog_file(ROOT / "playbooks" / "catalog.yaml")
+    catalog = load_catalog_file(ROOT / "examples" / "catalog.yaml")
     calls = {
         "schedule_meeting": {"when": "Monday 10:00"},
         "schedule_demo": {"when": "Monday 11:00"},

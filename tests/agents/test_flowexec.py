@@ -39,7 +39,7 @@ from stream.flowterm import drive
 from topics import InboxEvent, JournalHandlerCall, JournalModelCall, JournalToolCall
 
 ROOT = Path(__file__).resolve().parents[2]
-CATALOG = ROOT / "playbooks" / "catalog.yaml"
+CATALOG = ROOT / "examples" / "catalog.yaml"
 
 SCHEMA = {
     "type": "object",

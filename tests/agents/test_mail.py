@@ -111,8 +111,8 @@ def send_bounce(port: int, to: str) -> None:
 def test_email_goes_out_signed_comes_back_verified_and_moves_the_job(
     lane: Lane, serve: Callable[[Any], str]
 ) -> None:
-    shutil.copy(ROOT / "playbooks" / "catalog.yaml", lane.playbooks / "catalog.yaml")
-    shutil.copytree(ROOT / "playbooks" / "skills", lane.playbooks / "skills")
+    shutil.copy(ROOT / "examples" / "catalog.yaml", lane.playbooks / "catalog.yaml")
+    shutil.copytree(ROOT / "examples" / "skills", lane.playbooks / "skills")
     (lane.playbooks / "chat.yaml").write_text(CHAT)
     sink = Sink()
     controller = Controller(sink, hostname="127.0.0.1", port=free_port())

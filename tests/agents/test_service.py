@@ -42,11 +42,11 @@ SCRIPT = StandinScript.model_validate(
 def with_catalog(lane: Lane, booking_timeout: float | None = None) -> None:
     """The bundled catalog (and its skills) in the lane's playbooks folder; with
     ``booking_timeout``, schedule_meeting's timeout is that many seconds."""
-    catalog = yaml.safe_load((ROOT / "playbooks" / "catalog.yaml").read_text())
+    catalog = yaml.safe_load((ROOT / "examples" / "catalog.yaml").read_text())
     if booking_timeout is not None:
         catalog["tools"]["schedule_meeting"]["http"]["timeout"] = booking_timeout
     (lane.playbooks / "catalog.yaml").write_text(yaml.safe_dump(catalog))
-    shutil.copytree(ROOT / "playbooks" / "skills", lane.playbooks / "skills")
+    shutil.copytree(ROOT / "examples" / "skills", lane.playbooks / "skills")
 
 
 def start_loop(

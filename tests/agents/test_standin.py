@@ -300,15 +300,15 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_the_builtin_policy_answers_a_heartbeat_with_heartbeat_ok(
     api: str, serve: Callable[[Any], str]
 ) -> None:
-    """`lemongraph dev`'s heartbeat (playbooks/schedules.yaml, queue-check) on the
-    built-in policy, as the agents service composes it from playbooks/catalog.yaml:
+    """`lemongraph dev`'s heartbeat (examples/schedules.yaml, queue-check) on the
+    built-in policy, as the agents service composes it from examples/catalog.yaml:
     asked to answer HEARTBEAT_OK when nothing needs a person, the stand-in (which
     sees nothing) answers exactly that, so the run is suppressed, not an alert."""
     from agents.catalog import load_catalog_file
     from agents.compose import OpenTask, Turn, compose
 
-    catalog = load_catalog_file(ROOT / "playbooks" / "catalog.yaml")
-    schedules = yaml.safe_load((ROOT / "playbooks" / "schedules.yaml").read_text())
+    catalog = load_catalog_file(ROOT / "examples" / "catalog.yaml")
+    schedules = yaml.safe_load((ROOT / "examples" / "schedules.yaml").read_text())
     [check] = [s for s in schedules["schedules"] if s.get("id") == "queue-check"]
     prompt = check["action"]["prompt"]
     base = serve(build_standin())
@@ -351,14 +351,14 @@ def test_the_builtin_policy_answers_a_heartbeat_with_heartbeat_ok(
 
 def test_the_heartbeat_examples_of_docs_agents_md_are_the_catalogs_and_run() -> None:
     """docs/agents.md, "Scheduled prompts and heartbeats": its catalog block is
-    playbooks/catalog.yaml's queue_watcher, and its script alerts on a wake's
+    examples/catalog.yaml's queue_watcher, and its script alerts on a wake's
     context and fails on "fail", leaving the rest to the built-in HEARTBEAT_OK."""
     from agents.standin import policy
 
     page = (ROOT / "docs" / "agents.md").read_text(encoding="utf-8")
     section = page.split("## Scheduled prompts and heartbeats", 1)[1].split("\n## ", 1)[0]
     agents_block, script_block = re.findall(r"```yaml norun\n(.*?)```", section, re.S)[:2]
-    catalog = yaml.safe_load((ROOT / "playbooks" / "catalog.yaml").read_text())
+    catalog = yaml.safe_load((ROOT / "examples" / "catalog.yaml").read_text())
     shown = yaml.safe_load(agents_block)["agents"]
     assert shown == {"queue_watcher": catalog["agents"]["queue_watcher"]}
     script = StandinScript.model_validate(yaml.safe_load(script_block))

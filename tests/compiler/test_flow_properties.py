@@ -62,7 +62,7 @@ NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 
 FLOWS: dict[str, tuple[str, dict[str, Any]]] = {
     "pinned": (ex.PINNED, {"order_id": "A1"}),
-    "lookup": ((ex.ROOT / "playbooks/flows/lookup-then-ask.yaml").read_text(), {"order_id": "A1"}),
+    "lookup": ((ex.ROOT / "examples/flows/lookup-then-ask.yaml").read_text(), {"order_id": "A1"}),
     "structured": (ex.STRUCTURED, {}),
     "tool": (ex.TOOL, {"n": 2}),
     "tools": (ex.TOOLS, {}),

@@ -66,7 +66,7 @@ class Driver:
 
 
 def test_the_shipped_example_runs_end_to_end() -> None:
-    path = ROOT / "playbooks" / "flows" / "lookup-then-ask.yaml"
+    path = ROOT / "examples" / "flows" / "lookup-then-ask.yaml"
     run = Driver(load_flow(path.read_text(), str(path)), "job-7/understand", {"order_id": "A1"})
     assert run.actions == [
         CallTool(
@@ -106,7 +106,7 @@ def test_the_shipped_example_runs_end_to_end() -> None:
 
 
 def test_the_shipped_example_finishes_at_nothing_without_asking() -> None:
-    path = ROOT / "playbooks" / "flows" / "lookup-then-ask.yaml"
+    path = ROOT / "examples" / "flows" / "lookup-then-ask.yaml"
     run = Driver(load_flow(path.read_text(), str(path)), "r", {"order_id": "A1"})
     run(ToolResult(call_id="r/lookup/1/1", ok=True, result={"id": "A1"}))
     assert run(ModelReply(call_id="r/decide/1/1", text='{"action": "nothing"}')) == [

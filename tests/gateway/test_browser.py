@@ -188,8 +188,8 @@ milestones:
 def test_a_person_answers_in_the_browser_and_the_tools_move_the_job(
     lane: Lane, gateway: GatewayProcess, browser: Browser, serve: Callable[[Any], str]
 ) -> None:
-    shutil.copy(ROOT / "playbooks" / "catalog.yaml", lane.playbooks / "catalog.yaml")
-    shutil.copytree(ROOT / "playbooks" / "skills", lane.playbooks / "skills")
+    shutil.copy(ROOT / "examples" / "catalog.yaml", lane.playbooks / "catalog.yaml")
+    shutil.copytree(ROOT / "examples" / "skills", lane.playbooks / "skills")
     (lane.playbooks / "chat.yaml").write_text(CHAT)
     tools = serve(build_demo_tools())
     lane.start_worker()

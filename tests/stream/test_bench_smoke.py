@@ -57,7 +57,7 @@ EVERY_EVENT = ("tasks", "decisions", "jobs", "engine-jobstate-changelog")
 
 def test_bench_quick_measures_every_figure(tmp_path: Path) -> None:
     out = tmp_path / "figures.json"
-    env = dict(os.environ, LEMONGRAPH_PLAYBOOKS_DIR=str(ROOT / "playbooks"))
+    env = dict(os.environ, LEMONGRAPH_PLAYBOOKS_DIR=str(ROOT / "examples"))
     env.pop("LEMONGRAPH_KAFKA_URL", None)  # its own embedded broker, as documented
     env.pop("LEMONGRAPH_KAFKA_COMPRESSION", None)  # the default codec
     result = subprocess.run(

@@ -30,7 +30,7 @@ def lemongraph(*args: str, cwd: Path, **env: str) -> tuple[subprocess.CompletedP
     clean = {k: v for k, v in os.environ.items() if not k.startswith("LEMONGRAPH_")}
     clean.pop("API_TOKEN_SECRET", None)
     clean.update(
-        LEMONGRAPH_PLAYBOOKS_DIR=str(ROOT / "playbooks"),
+        LEMONGRAPH_PLAYBOOKS_DIR=str(ROOT / "examples"),
         LEMONGRAPH_DATA_DIR=str(cwd / "data"),
         LEMONGRAPH_API_PORT=str(free_port()),
         LEMONGRAPH_UI_PORT=str(free_port()),

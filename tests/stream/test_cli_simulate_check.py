@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-PLAYBOOKS = ROOT / "playbooks"
+PLAYBOOKS = ROOT / "examples"
 LEMONGRAPH = Path(sys.executable).parent / "lemongraph"
 
 PLAYBOOK = """\
@@ -137,7 +137,7 @@ def test_simulate_json_structure() -> None:
         assert result["file"].endswith(".scenario.yaml")
         assert all(isinstance(v, str) for v in result["milestones"].values())
     by_name = {r["scenario"]: r for r in data["results"]}
-    # From playbooks/onboarding.scenario.yaml, read by hand.
+    # From examples/onboarding.scenario.yaml, read by hand.
     assert by_name["self-service-path"]["milestones"] == {
         "collectIdentity": "done",
         "bookCall": "dropped",

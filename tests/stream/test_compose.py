@@ -32,7 +32,7 @@ def test_compose_services_use_real_commands_and_known_settings() -> None:
     text = "".join(path.read_text() for path in sources)
     known = set(re.findall(r'"((?:LEMONGRAPH|API|OPENAI|REPLY|MAIL)_[A-Z_]+)"', text))
     # and the ${VAR}s the bundled catalog's tools read
-    known |= set(re.findall(r"\$\{([A-Z_]+)\}", (ROOT / "playbooks" / "catalog.yaml").read_text()))
+    known |= set(re.findall(r"\$\{([A-Z_]+)\}", (ROOT / "examples" / "catalog.yaml").read_text()))
     runner = CliRunner()
     for name in ("worker", "ticker", "gateway", "agents", "standin", "demo-tools", "mail"):
         service = services[name]

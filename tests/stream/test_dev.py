@@ -30,7 +30,7 @@ def start_dev(cwd: Path, broker_port: int, **extra: str) -> WorkerProcess:
                  "REPLY_TOKEN_SECRET", "API_TOKEN_SECRET"):  # fmt: skip
         env.pop(name, None)  # the stand-in, demo tools and mail catcher, as on a fresh machine
     env.update(
-        LEMONGRAPH_PLAYBOOKS_DIR=str(ROOT / "playbooks"),
+        LEMONGRAPH_PLAYBOOKS_DIR=str(ROOT / "examples"),
         LEMONGRAPH_API_PORT=str(free_port()),
         LEMONGRAPH_UI_PORT=str(free_port()),
         LEMONGRAPH_TICK_INTERVAL="0.5",
@@ -172,7 +172,7 @@ def test_the_dev_loop_of_the_readme_closes_offline(tmp_path: Path) -> None:
                 "the job to be done",
             )
             trail = client.get("/v1/jobs/job-1/decisions").json()["decisions"]
-            # The heartbeat dev runs (playbooks/schedules.yaml, queue-check), woken:
+            # The heartbeat dev runs (examples/schedules.yaml, queue-check), woken:
             # the stand-in answers HEARTBEAT_OK, so the run is suppressed, no alert.
             woken = client.post("/v1/schedules/queue-check/wake", json={"request_id": "dev-1"})
             assert woken.status_code == 202, woken.text

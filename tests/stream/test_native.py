@@ -45,7 +45,7 @@ from topics import Topics, encode
 import compiler._jobgraph, stream.engine
 
 registry = Registry()
-for path in playbook_files(root / "playbooks"):
+for path in playbook_files(root / "examples"):
     registry.add(load_playbook_file(path))
 topics = Topics("digest.")
 records = [

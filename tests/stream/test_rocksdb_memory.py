@@ -136,7 +136,7 @@ def test_the_worker_app_opens_its_table_with_the_settings(tmp_path: Path) -> Non
 
 def test_sleeping_jobs_are_written_as_the_engine_stores_them(tmp_path: Path) -> None:
     now = datetime(2026, 1, 5, 9, tzinfo=UTC)
-    rows = list(job_rows(ROOT / "playbooks", 40, 4, now=now, prefix="idle"))
+    rows = list(job_rows(ROOT / "examples", 40, 4, now=now, prefix="idle"))
     assert len(rows) == 80  # a job and its due-time index row each
     jobs = {key: (p, value) for p, key, value in rows if not key.startswith(b"\x00")}
     index = [(p, key.decode()) for p, key, _value in rows if key.startswith(b"\x00")]
@@ -180,7 +180,7 @@ def test_a_state_cache_entry_is_measured_and_the_quick_run_keeps_smaller_idle_fi
     from stream.bench.micro import state_cache_bytes_per_entry
     from stream.bench.run import Parameters
 
-    per_entry = state_cache_bytes_per_entry(ROOT / "playbooks", 200)
+    per_entry = state_cache_bytes_per_entry(ROOT / "examples", 200)
     assert 1_000 < per_entry < 100_000, per_entry  # a decoded job: kilobytes, not bytes or MB
     quick, full = Parameters.for_run(True), Parameters.for_run(False)
     assert (full.idle_small, full.idle_large, full.cold_restore_jobs) == (

@@ -1,6 +1,6 @@
 """``lemongraph simulate`` and ``check`` on scenario files that declare schedules
 (docs/schedules.md, "Proving schedules on a virtual clock"), through the real
-console script; and the shipped playbooks/schedules.scenario.yaml."""
+console script; and the shipped examples/schedules.scenario.yaml."""
 
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ from stream.registry import Registry
 from topics import InboxEvent, JobStart, Topics
 
 HERE = Path(__file__).resolve().parent
-PLAYBOOKS = HERE.parents[2] / "playbooks"
+PLAYBOOKS = HERE.parents[2] / "examples"
 TOPICS = Topics("golden.")
 PARTITIONS = 4
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
