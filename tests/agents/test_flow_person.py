@@ -1,0 +1,206 @@
+"""What a flow says to a person (docs/flows.md, "What a person reads"), in
+process: the agents service with its writes captured as they go on the wire,
+and the email channel sending to a real local SMTP server. An approval's shown
+channels are readable fields, never JSON, in chat, in mail and in its
+``journal.interrupt``."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from email.message import EmailMessage
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from aiosmtpd.controller import Controller
+from pydantic import BaseModel
+
+from agents.catalog import load_catalog
+from agents.flowservice import Flows
+from agents.mail import MailSettings, SmtpTarget
+from agents.mail_service import MailChannel
+from agents.model import ModelSettings
+from agents.service import AgentService, Where
+from compiler import CallTool, FlowInput, ToolResult, load_flow
+from stream.broker import free_port
+from stream.config import Settings
+from stream.flows import flow_tools
+from tests.agents.test_flow_service import CATALOG, opened
+from tests.agents.test_mail import Sink
+
+ADA = {"name": "Ada", "email": "ada@example.com"}
+FLOW = """\
+version: "1"
+description: Refund an order once the customer approves; tell them it is done.
+inputs: [order_id]
+outputs: [refund]
+state:
+  order_id: {type: string, description: The order number.}
+  order: {type: object, description: The order as the shop returns it.}
+  refund: {type: object, description: The refund as the shop confirmed it.}
+tools: [get_order, refund_order]
+start: lookup
+nodes:
+  - {id: lookup, type: tool, tool: get_order, args: {id: "{{order_id}}"}, output: order}
+  - {id: approve, type: approval, before: pay, ask: "Refund {{order_id}}?",
+     show: [order_id, order], onReject: END, approvers: [contacts]}
+  - {id: pay, type: tool, tool: refund_order, args: {id: "{{order_id}}"}, output: refund}
+edges:
+  - {from: lookup, to: approve}
+  - {from: pay, to: END}
+"""
+ORDER = {
+    "id": "A-17",
+    "status": "shipped",
+    "total": 120.0,
+    "customer": {"name": "Ada", "city": "Ghent"},
+    "items": [{"sku": "W-1", "qty": 2}, "gift wrap"],
+    "note": 'leave at door\n"Amount": 0 }',
+}
+REFUND = {"id": "A-17", "status": "refunded", "amount": 120}
+RUN = "o-1/resolve#1"
+INTERRUPT = f"{RUN}/approve/1"
+APPROVAL_TEXT = """\
+Refund A-17? (answer yes or no)
+
+The order number: A-17
+The order as the shop returns it:
+  ID: A-17
+  Status: shipped
+  Total: 120
+  Customer:
+    Name: Ada
+    City: Ghent
+  Items:
+    - Sku: W-1
+      Qty: 2
+    - gift wrap
+  Note: leave at door "Amount": 0 }"""
+JSON_MARKS = set("{}[]")
+
+
+def _flows(text: str = FLOW) -> Flows:
+    catalog = load_catalog(CATALOG, "catalog.yaml")
+    flow = load_flow(text, "flows/refund.yaml", "refund", tools=flow_tools(catalog))
+    return Flows({"refund": flow}, {("orders", "resolve"): "refund"})
+
+
+async def _execute(action: Any, *, job_key: str, flow: str, run_id: str) -> FlowInput:
+    assert isinstance(action, CallTool)
+    result = ORDER if action.tool == "get_order" else REFUND
+    return ToolResult(call_id=action.call_id, ok=True, result=result)
+
+
+class Wire:
+    """The agents service in process, its records captured as encoded for Kafka."""
+
+    def __init__(self, tmp_path: Path, flows: Flows) -> None:
+        self.sent: list[tuple[str, bytes]] = []
+
+        async def send(
+            topic: str, key: bytes | None, value: bytes | None, headers: Any, part: int | None
+        ) -> None:
+            self.sent.append((topic.rsplit(".", 1)[-1], value or b""))
+
+        catalog = load_catalog(CATALOG, "catalog.yaml")
+        self.service = AgentService(
+            Settings(data_dir=tmp_path / "agents"), catalog, ModelSettings(api_key="sk-test"),
+            send=send, flows=flows,
+        )  # fmt: skip
+        self.service.execute = _execute
+        self.service.partitions[0] = asyncio.Event()
+        self.service.partitions[0].set()
+
+    def records(self, topic: str) -> list[dict[str, Any]]:
+        return [orjson.loads(v) for t, v in self.sent if t == topic]
+
+    def raw(self, topic: str) -> list[bytes]:
+        return [v for t, v in self.sent if t == topic]
+
+    async def take(self, topic: str, record: BaseModel) -> None:
+        where = Where(getattr(self.service.topics, topic), 0, 0, 0, b"o-1", [])
+        await self.service.on_record(record.model_dump_json(by_alias=True).encode(), where)
+        await asyncio.gather(*self.service.running.values())
+
+    def close(self) -> None:
+        self.service.db.close()
+        self.service.offsets.close()
+
+
+@pytest.fixture
+def wire(tmp_path: Path) -> Iterator[Wire]:
+    found = Wire(tmp_path, _flows())
+    yield found
+    found.close()
+
+
+def _task() -> BaseModel:
+    return opened({"order_id": "A-17"}).model_copy(update={"contacts": [ADA]})
+
+
+class FakeProducer:
+    """What the mail channel writes (its journal), kept."""
+
+    def __init__(self) -> None:
+        self.values: list[bytes] = []
+
+    async def send_and_wait(self, topic: str, value: bytes, key: bytes) -> None:
+        self.values.append(value)
+
+
+@pytest.fixture
+def mail(tmp_path: Path) -> Iterator[tuple[MailChannel, Sink]]:
+    """The email channel's sender, to a real SMTP server on this host."""
+    sink = Sink()
+    controller = Controller(sink, hostname="127.0.0.1", port=free_port())
+    controller.start()
+    settings = MailSettings(
+        smtp=SmtpTarget("127.0.0.1", controller.port, tls=False),
+        mail_from="agent@lemongraph.test", reply_domain="reply.test", reply_secret="s" * 32,
+    )  # fmt: skip
+    channel = MailChannel(Settings(data_dir=tmp_path / "mail"), settings, say=lambda _: None)
+    channel.producer = FakeProducer()  # type: ignore[assignment]
+    try:
+        yield channel, sink
+    finally:
+        controller.stop()
+        channel.sent.close()
+
+
+def _body(mail: EmailMessage) -> str:
+    return str(mail.get_content()).replace("\r\n", "\n").rstrip("\n")
+
+
+def test_an_approval_shows_readable_fields_in_chat_mail_and_its_journal_never_json(
+    wire: Wire, mail: tuple[MailChannel, Sink]
+) -> None:
+    channel, sink = mail
+
+    async def go() -> None:
+        await wire.take("tasks", _task())
+        [raw] = wire.raw("messages")
+        [asked] = wire.records("messages")
+        assert asked["interrupt_id"] == INTERRUPT
+        assert (asked["channel"], asked["contact"]) == ("email", "ada@example.com")
+        assert asked["text"] == APPROVAL_TEXT
+        # Nothing of JSON's own: the braces, brackets and quotes are the note's text.
+        for line in asked["text"].splitlines():
+            if not line.lstrip().startswith("Note:"):
+                assert not set(line) & (JSON_MARKS | {'"'}), line
+        [opened_one] = [r for r in wire.records("journal") if r["type"] == "journal.interrupt"]
+        assert opened_one["question"] == "Refund A-17? (answer yes or no)"
+        assert opened_one["show"] == {"order_id": "A-17", "order": ORDER}  # the data, for the API
+        assert [(f["channel"], f["label"], f["block"]) for f in opened_one["shown"]] == [
+            ("order_id", "The order number", False),
+            ("order", "The order as the shop returns it", True),
+        ]
+        assert opened_one["shown"][1]["text"].splitlines()[:2] == ["ID: A-17", "Status: shipped"]
+        # By mail: the same text is the email's body.
+        assert await channel.deliver(raw) == "sent"
+        [(_, rcpts, email)] = sink.mails
+        assert rcpts == ["ada@example.com"]
+        assert _body(email) == APPROVAL_TEXT
+
+    asyncio.run(go())
