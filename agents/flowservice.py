@@ -51,6 +51,7 @@ from compiler import (
     fields_text,
     flow_input_from_json,
     load_flow,
+    readable,
     shown_fields,
     to_iso,
 )
@@ -65,6 +66,7 @@ from topics import (
 )
 
 from .catalog import Catalog
+from .compose import Turn
 from .contacts import approves
 
 __all__ = [
@@ -659,6 +661,8 @@ class FlowDriver:
         """The run's end, checkpointed, then journaled. The milestone does not
         advance on it: only the evidence its tools recorded counts."""
         await self._journal_nodes(conv, track)
+        if how == "finished":
+            await self._reply(conv, track, outputs or {})
         track.status = how
         track.actions = []
         track.queued = []
@@ -670,6 +674,41 @@ class FlowDriver:
             conv.job_key,
             self._flow_record(conv, track, how, node, outputs=outputs, error=error),
         )
+
+    async def _reply(self, conv: Any, track: FlowTrack, outputs: Mapping[str, Any]) -> None:
+        """The run finished: the output its flow names as the ``reply`` goes to
+        the person on the job's channel, as its questions do (docs/flows.md, "A
+        reply to the person"). Written before the end is checkpointed, under an
+        id from the run's: a resume that ends the run again writes the same
+        message, which a channel delivers once; nothing when it is empty."""
+        flow = self.flows.by_name.get(track.flow)
+        name = flow.spec.reply if flow is not None else None
+        value = outputs.get(name) if name is not None else None
+        if flow is None or name is None or value in (None, "", [], {}):
+            return
+        spec = flow.channels.get(name)
+        text = readable(value, "" if isinstance(value, str) or spec is None else spec.description)
+        if not text:
+            return
+        contact = _contact(conv)
+        await self.publish(
+            "messages",
+            conv.job_key,
+            MessageRecord(
+                job_key=conv.job_key,
+                message_id=f"reply:{track.run_id}",
+                direction="out",
+                channel=self._channel(conv, contact),
+                agent=f"flow:{track.flow}",
+                contact=contact,
+                task_id=track.task_id,
+                text=text,
+                at=self._now(),
+            ),
+        )
+        # What the person was told is a turn of the conversation (checkpointed
+        # with the end), so that the agents composed after it know it.
+        conv.add_turn(Turn("agent", text))
 
     def _channel(self, conv: Any, contact: str | None) -> str:
         """Where the person is written to: the channel they last wrote on, else

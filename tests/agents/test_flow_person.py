@@ -1,13 +1,16 @@
-"""What a flow says to a person (docs/flows.md, "What a person reads"), in
-process: the agents service with its writes captured as they go on the wire,
-and the email channel sending to a real local SMTP server. An approval's shown
-channels are readable fields, never JSON, in chat, in mail and in its
-``journal.interrupt``."""
+"""What a flow says to a person (docs/flows.md, "What a person reads" and "A
+reply to the person"), in process: the agents service with its writes
+captured as they go on the wire, and the email channel sending to a real local
+SMTP server. An approval's shown channels are readable fields, never JSON, in
+chat, in mail and in its ``journal.interrupt``; the flow's ``reply`` reaches
+the person once when the run finishes, and a resume from any checkpoint, a
+re-delivered ``task.closed`` or a re-delivered message never sends it twice."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from email.message import EmailMessage
 from pathlib import Path
 from typing import Any
@@ -18,17 +21,20 @@ from aiosmtpd.controller import Controller
 from pydantic import BaseModel
 
 from agents.catalog import load_catalog
-from agents.flowservice import Flows
+from agents.flowservice import FlowDriver, Flows, answer_input
 from agents.mail import MailSettings, SmtpTarget
 from agents.mail_service import MailChannel
 from agents.model import ModelSettings
+from agents.run import Conversation
 from agents.service import AgentService, Where
 from compiler import CallTool, FlowInput, ToolResult, load_flow
 from stream.broker import free_port
 from stream.config import Settings
 from stream.flows import flow_tools
+from stream.gateway.readmodel import ReadModel
 from tests.agents.test_flow_service import CATALOG, opened
 from tests.agents.test_mail import Sink
+from topics import MessageRecord, TaskClosedRecord, Topics
 
 ADA = {"name": "Ada", "email": "ada@example.com"}
 FLOW = """\
@@ -36,6 +42,7 @@ version: "1"
 description: Refund an order once the customer approves; tell them it is done.
 inputs: [order_id]
 outputs: [refund]
+reply: refund
 state:
   order_id: {type: string, description: The order number.}
   order: {type: object, description: The order as the shop returns it.}
@@ -78,6 +85,11 @@ The order as the shop returns it:
       Qty: 2
     - gift wrap
   Note: leave at door "Amount": 0 }"""
+REPLY_TEXT = """\
+The refund as the shop confirmed it:
+  ID: A-17
+  Status: refunded
+  Amount: 120"""
 JSON_MARKS = set("{}[]")
 
 
@@ -138,6 +150,13 @@ def wire(tmp_path: Path) -> Iterator[Wire]:
 
 def _task() -> BaseModel:
     return opened({"order_id": "A-17"}).model_copy(update={"contacts": [ADA]})
+
+
+def _answer(message_id: str, text: str) -> MessageRecord:
+    return MessageRecord(
+        job_key="o-1", message_id=message_id, direction="in", channel="email",
+        contact="ada@example.com", text=text, at="2026-01-05T09:05:00Z",
+    )  # fmt: skip
 
 
 class FakeProducer:
@@ -204,3 +223,128 @@ def test_an_approval_shows_readable_fields_in_chat_mail_and_its_journal_never_js
         assert _body(email) == APPROVAL_TEXT
 
     asyncio.run(go())
+
+
+def test_the_flows_reply_reaches_the_person_once_when_the_run_finishes(
+    wire: Wire, mail: tuple[MailChannel, Sink]
+) -> None:
+    channel, sink = mail
+
+    async def go() -> None:
+        await wire.take("tasks", _task())
+        await wire.take("messages", _answer("mail-1", "yes"))  # Ada approves by email
+        [end] = [r for r in wire.records("journal") if r["type"] == "journal.flow"
+                 and r["event"] == "finished"]  # fmt: skip
+        assert end["outputs"] == {"refund": REFUND}
+        out = [m for m in wire.records("messages") if m["direction"] == "out"]
+        assert [m["message_id"] for m in out] == [f"ask:{INTERRUPT}", f"reply:{RUN}"]
+        reply = out[1]
+        assert reply["text"] == REPLY_TEXT
+        assert (reply["channel"], reply["contact"]) == ("email", "ada@example.com")
+        assert (reply["agent"], reply["task_id"], reply["interrupt_id"]) == (
+            "flow:refund", "o-1/resolve", None,
+        )  # fmt: skip
+        # the conversation knows what the person was told
+        assert wire.service.load("o-1").turns[-1].text == REPLY_TEXT
+        # The task closes on the refund, and is re-delivered; the person's
+        # answer is re-delivered: nothing more is said.
+        task_closed = TaskClosedRecord(
+            task_id="o-1/resolve", job_key="o-1", milestone="resolve",
+            at="2026-01-05T09:06:00Z", outcome="done",
+        )  # fmt: skip
+        for record in (task_closed, task_closed):
+            await wire.take("tasks", record)
+        await wire.take("messages", _answer("mail-1", "yes"))
+        assert [m["message_id"] for m in wire.records("messages") if m["direction"] == "out"] == [
+            f"ask:{INTERRUPT}", f"reply:{RUN}",
+        ]  # fmt: skip
+        # By mail, once, even when its record comes twice.
+        for raw in wire.raw("messages"):
+            await channel.deliver(raw)
+        assert await channel.deliver(wire.raw("messages")[1]) == "duplicate"
+        assert [_body(m) for _, _, m in sink.mails] == [APPROVAL_TEXT, REPLY_TEXT]
+
+    asyncio.run(go())
+
+
+def test_a_resume_from_any_checkpoint_never_says_the_reply_twice() -> None:
+    """The run driven to its end, then resumed from each checkpoint it wrote (a
+    crash after it): a checkpoint taken after the reply resumes silent; one
+    taken before it says it again under the same message id, which the web
+    channel's read model keeps once, so the person is told exactly once."""
+    flows = _flows()
+    saved: list[bytes] = []
+    said: list[MessageRecord] = []
+
+    async def publish(topic: str, key: str, record: BaseModel) -> None:
+        if isinstance(record, MessageRecord):
+            said.append(record)
+
+    async def save(conv: Conversation) -> None:
+        saved.append(orjson.dumps(conv.to_json()))
+
+    now = datetime(2026, 1, 5, 9, tzinfo=UTC)
+    driver = FlowDriver(flows, _execute, publish, save, clock=lambda: now)
+
+    async def finish(conv: Conversation) -> None:
+        track = conv.flows["resolve"]
+        await driver.drive(conv, track)
+        if track.status == "waiting" and not track.queued:
+            track.queued.append(answer_input(INTERRUPT, "yes"))  # the answer, re-delivered
+            await driver.drive(conv, track)
+        assert track.status == "finished"
+
+    async def go() -> None:
+        conv = Conversation("o-1")
+        task = _task()
+        conv.apply(task)  # type: ignore[arg-type]
+        conv.open_flow(task, "refund", {"order_id": "A-17"})  # type: ignore[arg-type]
+        await finish(conv)
+        first = [m.message_id for m in said]
+        assert first == [f"ask:{INTERRUPT}", f"reply:{RUN}"]
+        checkpoints = list(saved)
+        for checkpoint in checkpoints:
+            said_before = len(said)
+            await finish(Conversation.from_json(orjson.loads(checkpoint)))
+            again = [m for m in said[said_before:] if m.message_id.startswith("reply:")]
+            finished = orjson.loads(checkpoint)["flows"]["resolve"]["status"] == "finished"
+            assert len(again) == (0 if finished else 1), (checkpoint, again)
+            assert all(m.message_id == f"reply:{RUN}" and m.text == REPLY_TEXT for m in again)
+        # The web channel shows a message id once, however often it is written.
+        model = ReadModel(Topics("t."), {})
+        for record in said:
+            model.apply("t.messages", b"o-1", record.model_dump_json(by_alias=True).encode())
+        shown = [m for m in model.messages["o-1"] if m["message_id"].startswith("reply:")]
+        assert [m["text"] for m in shown] == [REPLY_TEXT]
+
+    asyncio.run(go())
+
+
+@pytest.mark.parametrize("value", [None, "", {}, []])
+def test_a_reply_left_empty_says_nothing(value: Any) -> None:
+    said: list[MessageRecord] = []
+
+    async def publish(topic: str, key: str, record: BaseModel) -> None:
+        if isinstance(record, MessageRecord) and record.message_id.startswith("reply:"):
+            said.append(record)
+
+    async def save(conv: Conversation) -> None:
+        pass
+
+    async def execute(action: Any, *, job_key: str, flow: str, run_id: str) -> FlowInput:
+        assert isinstance(action, CallTool)
+        result = ORDER if action.tool == "get_order" else value
+        return ToolResult(call_id=action.call_id, ok=True, result=result)
+
+    async def go() -> None:
+        conv = Conversation("o-1")
+        conv.open_flow(_task(), "refund", {"order_id": "A-17"})  # type: ignore[arg-type]
+        track = conv.flows["resolve"]
+        driver = FlowDriver(_flows(), execute, publish, save)
+        await driver.drive(conv, track)
+        track.queued.append(answer_input(INTERRUPT, "yes"))
+        await driver.drive(conv, track)
+        assert track.status == "finished"
+
+    asyncio.run(go())
+    assert said == []
