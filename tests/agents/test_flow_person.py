@@ -9,7 +9,7 @@ re-delivered ``task.closed`` or a re-delivered message never sends it twice."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from email.message import EmailMessage
 from pathlib import Path
@@ -27,14 +27,19 @@ from agents.mail_service import MailChannel
 from agents.model import ModelSettings
 from agents.run import Conversation
 from agents.service import AgentService, Where
+from agents.standin import build_standin
 from compiler import CallTool, FlowInput, ToolResult, load_flow
 from stream.broker import free_port
 from stream.config import Settings
 from stream.flows import flow_tools
 from stream.gateway.readmodel import ReadModel
-from tests.agents.test_flow_service import CATALOG, opened
+from tests.agents.test_flow_service import CATALOG, SCRIPT, folder, opened, shop
 from tests.agents.test_mail import Sink
+from tests.gateway.conftest import GatewayProcess, start_gateway
+from tests.lanes import Lane, wait_for
 from topics import MessageRecord, TaskClosedRecord, Topics
+
+__all__ = ["start_gateway"]  # the fixture, shared
 
 ADA = {"name": "Ada", "email": "ada@example.com"}
 FLOW = """\
@@ -348,3 +353,66 @@ def test_a_reply_left_empty_says_nothing(value: Any) -> None:
 
     asyncio.run(go())
     assert said == []
+
+
+# -- against a real broker -------------------------------------------------------------
+
+OPERATORS_FLOW = FLOW.replace(", approvers: [contacts]", "")
+
+
+@pytest.mark.broker
+@pytest.mark.timeout(300)
+def test_the_reply_is_in_the_jobs_conversation_once_the_operators_approval_is_done(
+    lane: Lane, serve: Callable[[Any], str], start_gateway: Callable[..., GatewayProcess]
+) -> None:
+    """The worker, ``lemongraph agents`` and the gateway: the operators approve
+    the refund on the API; the flow's reply is on ``messages`` once, readable,
+    when the run is journaled finished, and the job's conversation shows it."""
+    folder(lane)
+    (lane.playbooks / "flows" / "refund.yaml").write_text(OPERATORS_FLOW)
+    tools = shop()
+    lane.start_worker()
+    lane.start(
+        ["agents"], "agents: ready", OPENAI_BASE_URL=f"{serve(build_standin(SCRIPT))}/v1",
+        OPENAI_API_KEY="sk-test", SHOP_URL=serve(tools),
+    )  # fmt: skip
+    gateway = start_gateway()
+    lane.send(
+        {"type": "job.start", "key": "o-1", "playbook_key": "orders",
+         "subject": {"order_id": "A-1"}},
+    )  # fmt: skip
+    with gateway.client(gateway.token(approver=True)) as client:
+        [asked] = wait_for(
+            lambda: client.get("/v1/jobs/o-1/interrupts").json().get("interrupts"),
+            timeout=120,
+            what="the approval",
+        )
+        assert [f["label"] for f in asked["shown"]] == [
+            "The order number",
+            "The order as the shop returns it",
+        ]
+        assert asked["shown"][1]["text"] == "ID: A-1\nStatus: paid"
+        answered = client.post(
+            "/v1/jobs/o-1/answers", json={"interrupt_id": asked["interrupt_id"], "answer": "yes"}
+        )
+        assert answered.status_code == 202, answered.text
+        lane.wait_until(
+            "journal",
+            lambda rs: any(r["value"]["type"] == "journal.flow"
+                           and r["value"]["event"] == "finished" for r in rs),
+            timeout=120,
+        )  # fmt: skip
+        # The reply is written before the end is journaled: it is there now.
+        said = [m["value"] for m in lane.read("messages") if m["value"]["direction"] == "out"]
+        assert [m["message_id"] for m in said] == [f"ask:{INTERRUPT}", f"reply:{RUN}"]
+        # (the first: the note that it waits for the operators' approval)
+        assert (said[1]["channel"], said[1]["text"]) == (
+            "web", "The refund as the shop confirmed it:\n  ID: A-1\n  Status: paid",
+        )  # fmt: skip
+        shown = wait_for(
+            lambda: [m for m in client.get("/v1/jobs/o-1/messages").json()["messages"]
+                     if m["message_id"].startswith("reply:")],
+            what="the reply in the job's conversation",
+        )  # fmt: skip
+        assert [m["text"] for m in shown] == [said[1]["text"]]
+    assert [name for name, _ in tools.state.calls] == ["orders", "refund"]
