@@ -29,7 +29,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-import orjson
 from compiler import (
     Action,
     Answer,
@@ -49,14 +48,25 @@ from compiler import (
     LemongraphError,
     action_from_json,
     check_flow,
+    fields_text,
     flow_input_from_json,
     load_flow,
+    readable,
+    shown_fields,
     to_iso,
 )
 from pydantic import BaseModel
-from topics import APPROVERS_DEFAULT, Answerer, JournalFlow, JournalInterrupt, MessageRecord
+from topics import (
+    APPROVERS_DEFAULT,
+    Answerer,
+    JournalFlow,
+    JournalInterrupt,
+    MessageRecord,
+    ShownField,
+)
 
 from .catalog import Catalog
+from .compose import Turn
 from .contacts import approves
 
 __all__ = [
@@ -228,6 +238,13 @@ class Flows:
 
     def of(self, playbook_key: str, milestone: str) -> str | None:
         return self.by_milestone.get((playbook_key, milestone))
+
+    def descriptions(self, name: str) -> dict[str, str]:
+        """The ``description`` of each of flow ``name``'s channels that has one:
+        the labels of what it shows a person."""
+        flow = self.by_name.get(name)
+        channels = flow.channels if flow is not None else {}
+        return {k: c.description for k, c in channels.items() if c.description}
 
     def approvers_of(self, name: str, node: str) -> tuple[str, ...]:
         """Who may answer the approval ``node`` of flow ``name`` (docs/flows.md,
@@ -509,7 +526,8 @@ class FlowDriver:
             if answers:
                 question += f" (answer {', '.join(answers)})"
             show: dict[str, Any] = {}
-            text, asked_of, asking = question, contact, True
+            shown: list[ShownField] = []
+            text, asked_of, asking = _one_line(question), contact, True
         else:
             # An approval goes to its approvers (docs/flows.md, "Who approves"):
             # to the contact only when the contact is one; otherwise the contact
@@ -517,16 +535,19 @@ class FlowDriver:
             # the UI or through the API.
             approvers = self.flows.approvers_of(track.flow, action.node)
             question = action.question or f"May I go ahead with {action.before}?"
+            question += " (answer yes or no)"
             answers = []
             show = dict(action.show)
-            if show:
-                shown = "; ".join(f"{k}: {orjson.dumps(v).decode()}" for k, v in show.items())
-                question += f" ({shown})"
-            question += " (answer yes or no)"
+            # What it shows, as a person reads it: never JSON (docs/flows.md,
+            # "What a person reads").
+            shown = shown_fields(show, self.flows.descriptions(track.flow))
             approving = approves(approvers, contact, conv.contacts)
             asked_of, asking = (contact if approving else None), approving
-            text = question if approving else _WAITING.format(ask=action.question or "")
-        channel = conv.last_channel or ("email" if contact and "@" in contact else self.channel)
+            if approving:
+                text = _one_line(question) + (f"\n\n{fields_text(shown)}" if shown else "")
+            else:
+                text = _one_line(_WAITING.format(ask=action.question or ""))
+        channel = self._channel(conv, contact)
         task = conv.tasks.get(track.milestone)
         await self.publish(
             "messages",
@@ -540,7 +561,7 @@ class FlowDriver:
                 agent=f"flow:{track.flow}",
                 contact=contact,
                 task_id=task.task_id if task is not None else track.task_id,
-                text=" ".join(text.split()),
+                text=text,
                 at=self._now(),
                 # The note to a contact who does not approve answers nothing.
                 interrupt_id=action.interrupt_id if asking else None,
@@ -562,6 +583,7 @@ class FlowDriver:
             ),
             "open",
             approvers=approvers,
+            shown=shown,
         )
 
     async def _journal_interrupt(
@@ -572,6 +594,7 @@ class FlowDriver:
         status: Literal["open", "answered", "expired", "cancelled"],
         answer: Any = None,
         approvers: Sequence[str] = (),
+        shown: Sequence[ShownField] = (),
     ) -> None:
         """A ``journal.interrupt``: the question opened (with who may answer it)
         or closed (answered: by whom)."""
@@ -596,6 +619,7 @@ class FlowDriver:
                 answers=list(found.answers),
                 expires_at=to_iso(expires) if expires is not None and status == "open" else None,
                 show=dict(found.show) if status == "open" else {},
+                shown=list(shown) if opening else [],
                 answer=answer,
                 approvers=list(approvers) if opening else [],
                 asked_of=track.asked_of if opening else None,
@@ -637,6 +661,8 @@ class FlowDriver:
         """The run's end, checkpointed, then journaled. The milestone does not
         advance on it: only the evidence its tools recorded counts."""
         await self._journal_nodes(conv, track)
+        if how == "finished":
+            await self._reply(conv, track, outputs or {})
         track.status = how
         track.actions = []
         track.queued = []
@@ -648,6 +674,47 @@ class FlowDriver:
             conv.job_key,
             self._flow_record(conv, track, how, node, outputs=outputs, error=error),
         )
+
+    async def _reply(self, conv: Any, track: FlowTrack, outputs: Mapping[str, Any]) -> None:
+        """The run finished: the output its flow names as the ``reply`` goes to
+        the person on the job's channel, as its questions do (docs/flows.md, "A
+        reply to the person"). Written before the end is checkpointed, under an
+        id from the run's: a resume that ends the run again writes the same
+        message, which a channel delivers once; nothing when it is empty."""
+        flow = self.flows.by_name.get(track.flow)
+        name = flow.spec.reply if flow is not None else None
+        value = outputs.get(name) if name is not None else None
+        if flow is None or name is None or value in (None, "", [], {}):
+            return
+        spec = flow.channels.get(name)
+        text = readable(value, "" if isinstance(value, str) or spec is None else spec.description)
+        if not text:
+            return
+        contact = _contact(conv)
+        await self.publish(
+            "messages",
+            conv.job_key,
+            MessageRecord(
+                job_key=conv.job_key,
+                message_id=f"reply:{track.run_id}",
+                direction="out",
+                channel=self._channel(conv, contact),
+                agent=f"flow:{track.flow}",
+                contact=contact,
+                task_id=track.task_id,
+                text=text,
+                at=self._now(),
+            ),
+        )
+        # What the person was told is a turn of the conversation (checkpointed
+        # with the end), so that the agents composed after it know it.
+        conv.add_turn(Turn("agent", text))
+
+    def _channel(self, conv: Any, contact: str | None) -> str:
+        """Where the person is written to: the channel they last wrote on, else
+        email to an address, else the service's default."""
+        found: str = conv.last_channel or ("email" if contact and "@" in contact else self.channel)
+        return found
 
     def _remember(self, conv: Any, track: FlowTrack) -> None:
         """A run that finished or failed leaves its ``remembers`` channels'
@@ -705,6 +772,10 @@ _WAITING = (
     "That needs an approval first ({ask}). I have asked for it and will write again "
     "as soon as it is decided."
 )
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
 
 
 def _contact(conv: Any) -> str | None:

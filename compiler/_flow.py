@@ -92,6 +92,7 @@ FLOW_RULES: Mapping[str, str] = {
     "LIMIT_UNKNOWN_ROUTE": "a limit on, or a then naming, a route the edge lacks",
     "UNREACHABLE_NODE": "a node no path from start reaches",
     "DEAD_END": "a node with no way out (no edge; END must be said)",
+    "REPLY_NOT_AN_OUTPUT": "the reply names a channel that is not one of the flow's outputs",
     "TOOL_OUTSIDE_CONTRACT": "a tool node names a tool not in the flow's tools",
     "UNKNOWN_TOOL": "a tool the catalog does not have",
     "UNKNOWN_HANDLER": "a handler that is not registered",
@@ -287,6 +288,9 @@ class FlowSpec(_Spec):
     description: str = ""
     inputs: tuple[str, ...] = ()
     outputs: tuple[str, ...] = ()
+    #: The output the person is told when the run finishes (docs/flows.md,
+    #: "A reply to the person"): one of ``outputs``.
+    reply: str | None = None
     #: The flow is a conversation with the person (readiness reads it).
     conversation: StrictBool = False
     state: dict[str, ChannelSpec] = Field(default_factory=dict)
@@ -690,6 +694,16 @@ class _Checker:
         for key in ("inputs", "outputs"):
             for j, name in enumerate(getattr(spec, key)):
                 channel_ref(name, (key, j), None, key[:-1])
+        if spec.reply is not None:
+            channel_ref(spec.reply, ("reply",), None, "reply")
+            if spec.reply in channels and spec.reply not in spec.outputs:
+                listed = ", ".join(spec.outputs) or "none"
+                self.at(
+                    "REPLY_NOT_AN_OUTPUT",
+                    f"reply {spec.reply!r} is not one of the flow's outputs ({listed}): "
+                    f"add it to outputs",
+                    ("reply",),
+                )
         by_id = {n.id: n for n in spec.nodes}
         for i, node in enumerate(spec.nodes):
             here: Path = ("nodes", i)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+from collections.abc import Callable
 from datetime import datetime
 from typing import Annotated, Any, Literal, TypeAlias
 
@@ -46,6 +47,7 @@ from ._flow import (
     ToolsNode,
 )
 from ._flowschema import check_schema, value_kind
+from ._readable import readable_inline
 
 __all__ = [
     "Action",
@@ -490,12 +492,19 @@ class _Step:
             names = (*self.flow.channels, "conversation", "last_error")
         return {name: self.read(name, branch) for name in names}
 
-    def render(self, text: str, branch: Branch | None) -> str:
+    def render(
+        self, text: str, branch: Branch | None, inline: Callable[[Any], str] | None = None
+    ) -> str:
+        """``text`` with its templates filled: a string as it stands, anything
+        else as JSON (for a model or a tool), or by ``inline`` (for a person)."""
+
         def one(match: re.Match[str]) -> str:
             value = _walk(self.read(match.group(1), branch), match.group(2).split(".")[1:])
             if value is None:
                 return ""
-            return value if isinstance(value, str) else _json_text(value)
+            if isinstance(value, str):
+                return value
+            return inline(value) if inline is not None else _json_text(value)
 
         return TEMPLATE.sub(one, text)
 
@@ -676,7 +685,9 @@ class _Step:
                 continue
             iid = interrupt_id(self.run_id, node.id, branch.visit, branch.item)
             expires = self.now + parse_duration(node.expires) if node.expires is not None else None
-            question = self.render(node.ask, branch)
+            # Words for a person: a value that is not a string reads as words, never
+            # as JSON (docs/flows.md, "Templates").
+            question = self.render(node.ask, branch, readable_inline)
             ask = isinstance(node, AskNode)
             asked = Interrupt(
                 interrupt_id=iid,

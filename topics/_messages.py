@@ -53,6 +53,7 @@ __all__ = [
     "ScheduleRunRecord",
     "ScheduleRunsRecord",
     "ScheduleWake",
+    "ShownField",
     "StartInput",
     "TaskClosedEffect",
     "TaskClosedRecord",
@@ -502,6 +503,20 @@ class Answerer(BaseModel):
     channel: str | None = None
 
 
+class ShownField(BaseModel):
+    """One channel an approval shows, as a person reads it (docs/flows.md, "What
+    a person reads"): its ``label`` (the channel's description, else its name in
+    words) and its value as ``text``, never JSON. ``block``: the text is lines
+    under the label (an object or a list), not one value beside it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    channel: str
+    label: str
+    text: str
+    block: bool = False
+
+
 #: One who may answer an approval (docs/api.md, "Approvals"): ``operators``
 #: (a ``world`` token with the ``approver`` role, through the API or the UI),
 #: ``contacts`` (any contact of the job, on their own channel) or one contact's
@@ -707,6 +722,8 @@ class JournalInterrupt(_Message):
     expires_at: str | None = None
     #: For approvals: the ``show`` channels' values (nothing else of the run).
     show: dict[str, Any] = Field(default_factory=dict)
+    #: For approvals: the same channels as a person reads them, in ``show``'s order.
+    shown: list[ShownField] = Field(default_factory=list)
     answer: Any = None
     #: For approvals: who approves (``operators``, ``contacts``, or addresses).
     approvers: list[str] = Field(default_factory=list)

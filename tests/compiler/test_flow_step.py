@@ -92,7 +92,7 @@ def test_the_shipped_example_runs_end_to_end() -> None:
         Ask(
             interrupt_id="job-7/understand/confirm/1",
             node="confirm",
-            question='Shall I go ahead with {"action": "refund"}?',
+            question="Shall I go ahead with action: refund?",  # words, not JSON
         )
     ]
     assert run.state.status == "waiting"
@@ -148,7 +148,7 @@ def test_the_pinned_example_runs_end_to_end() -> None:
         Ask(
             interrupt_id="r/confirm/1",
             node="confirm",
-            question='Shall I go ahead with {"action": "refund"}?',
+            question="Shall I go ahead with action: refund?",  # words, not JSON
         )
     ]
     assert run.state.limit_counts == {"decide/act": 1}

@@ -164,6 +164,13 @@ CASES: list[tuple[str, str, int, int, dict[str, object]]] = [
         {},
     ),
     ("DEAD_END", BASE.replace("  - {from: summarise, to: reply}\n", ""), 22, 10, {}),
+    (
+        "REPLY_NOT_AN_OUTPUT",
+        BASE.replace("outputs: [answer, summaries]", "outputs: [answer, summaries]\nreply: kind"),
+        5,
+        8,
+        {},
+    ),
     ("TOOL_OUTSIDE_CONTRACT", BASE.replace("tools: [lookup]", "tools: [search]"), 20, 35, {}),
     ("UNKNOWN_TOOL", BASE, 12, 9, {"tools": {}}),
     ("UNKNOWN_HANDLER", BASE, 22, 45, {"handlers": {"other"}}),
@@ -211,6 +218,23 @@ def test_every_rule_has_a_case() -> None:
     # FLOW_NOT_FOUND is the shell's (a file that is not there) and APPROVAL_BYPASS the
     # playbook's (its milestones and flows together): tests/stream/test_cli_flows.py.
     assert {c[0] for c in CASES} == set(FLOW_RULES) - {"FLOW_NOT_FOUND", "APPROVAL_BYPASS"}
+
+
+def test_a_reply_names_one_of_the_outputs() -> None:
+    with_reply = BASE.replace(
+        "outputs: [answer, summaries]", "outputs: [answer, summaries]\nreply: answer"
+    )
+    flow = load_flow(with_reply, "f.yaml", tools=LOOKUP, handlers={"summarise"})
+    assert flow.spec.reply == "answer"
+    unknown = check_flow(with_reply.replace("reply: answer", "reply: anwser"), "f.yaml")
+    assert [str(p) for p in unknown.errors] == [
+        "f.yaml:5:8: error UNKNOWN_CHANNEL: reply 'anwser' is not a declared channel"
+    ]
+    outside = check_flow(with_reply.replace("reply: answer", "reply: kind"), "f.yaml")
+    assert [str(p) for p in outside.errors] == [
+        "f.yaml:5:8: error REPLY_NOT_AN_OUTPUT: reply 'kind' is not one of the flow's outputs "
+        "(answer, summaries): add it to outputs"
+    ]
 
 
 def test_load_flow_raises_with_every_problem_in_file_order() -> None:

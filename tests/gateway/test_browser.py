@@ -684,7 +684,7 @@ def test_a_flows_journal_records_show_with_their_flow_and_node(
     node = page.locator('#journal tr[data-kind="journal.flow"][data-outcome="node"]')
     assert "flow resolve · node draft" in node.inner_text()
     finished = page.locator('#journal tr[data-outcome="finished"]').inner_text()
-    assert '"size":3' in finished
+    assert f"outputs summary: {HOSTILE}; size: 3" in finished  # in words, not JSON
     failed = page.locator('#journal tr[data-outcome="failed"]').inner_text()
     assert "node lookup" in failed
     assert f"error: tool failed: {HOSTILE}" in failed

@@ -288,10 +288,45 @@ function tokens(t) {
   return `tokens ${t.input} in / ${t.output} out` + (t.cached ? ` (${t.cached} cached)` : "") + ` = ${t.total}`;
 }
 
-// A value of a flow (its outputs, an approval's `show`, an answer) as text.
-function valueText(v) {
-  if (v === null || v === undefined) return "";
-  return typeof v === "string" ? v : JSON.stringify(v);
+// A value of a flow (its outputs, an approval's `show`, an answer) as words on one
+// line: an object as "key: value, …" (a nested one in parentheses), a list as "a, b";
+// never JSON.
+function valueText(v, depth = 0) {
+  if (v === null || v === undefined) return depth ? "none" : "";
+  if (typeof v === "boolean") return v ? "yes" : "no";
+  if (typeof v !== "object") return String(v);
+  const items = Array.isArray(v) ? v.map((x) => valueText(x, depth + 1))
+    : Object.entries(v).map(([k, x]) => `${k}: ${valueText(x, depth + 1)}`);
+  if (!items.length) return "none";
+  return depth ? `(${items.join(", ")})` : items.join(", ");
+}
+
+// What an approval shows, for a person: the service writes it readable and labelled
+// (`shown`: docs/flows.md, "What a person reads"); a record without it (written before)
+// gets its `show` values as lines here, never JSON.
+function shownFields(rec) {
+  if (rec.shown && rec.shown.length) return rec.shown.map((f) => [f.label, f.text]);
+  return Object.entries(rec.show || {}).map(([k, v]) => [k, readableLines(v, 0).join("\n")]);
+}
+
+function readableLines(v, depth) {
+  if (v === null || v === undefined) return ["none"];
+  if (typeof v === "boolean") return [v ? "yes" : "no"];
+  if (typeof v !== "object") return [String(v).replace(/\s+/g, " ").trim()];
+  const list = Array.isArray(v);
+  const items = list ? v.map((x) => [null, x]) : Object.entries(v);
+  if (!items.length) return ["none"];
+  if (depth > 3) return ["…"];
+  const lines = [];
+  for (const [k, x] of items.slice(0, 20)) {
+    const inner = readableLines(x, depth + 1);
+    const nested = x !== null && typeof x === "object" && inner[0] !== "none";
+    if (list) lines.push("- " + inner[0], ...inner.slice(1).map((l) => "  " + l));
+    else if (nested) lines.push(k + ":", ...inner.map((l) => "  " + l));
+    else lines.push(`${k}: ${inner[0]}`);
+  }
+  if (items.length > 20) lines.push(`… and ${items.length - 20} more`);
+  return lines;
 }
 
 function entriesText(obj) {
@@ -317,7 +352,7 @@ function journalRow(r) {
     what = "flow " + r.flow + (r.node ? " · node " + r.node : "");
     outcome = r.event;
     detail = [`run ${r.run_id}`, r.task_id ? "task " + r.task_id : null,
-      r.outputs ? "outputs " + JSON.stringify(r.outputs) : null,
+      r.outputs ? "outputs " + entriesText(r.outputs) : null,
       r.error ? "error: " + r.error : null].filter(Boolean).join(" · ");
   } else if (r.type === "journal.interrupt") {
     what = (r.kind === "approval" ? "approval" : "question") + " · " + label;
@@ -408,7 +443,7 @@ function questionItem(rec) {
       if (input.value.trim()) send(input.value);
     });
   }
-  const shown = Object.entries(rec.show || {});
+  const shown = shownFields(rec);
   item.el = h("li", { class: "question", "data-interrupt-id": rec.interrupt_id, "data-kind": rec.kind,
     "data-state": "open" },
     h("div", { class: "who" }, h("span", { class: "chip question" }, rec.kind === "approval" ? "approval" : "question"),
@@ -416,7 +451,7 @@ function questionItem(rec) {
       rec.expires_at ? h("span", { class: "muted" }, " · expires ",
         h("span", { class: "countdown", "data-deadline": rec.expires_at }, countdown(rec.expires_at))) : null),
     h("div", { class: "q-text-asked" }, rec.question),
-    shown.length ? h("dl", { class: "q-show" }, shown.map(([k, v]) => [h("dt", {}, k), h("dd", {}, valueText(v))])) : null,
+    shown.length ? h("dl", { class: "q-show" }, shown.map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)])) : null,
     answerBox, status);
   return item;
 }
