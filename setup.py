@@ -14,7 +14,7 @@ as plain Python when they are not compiled, with the same results:
 An editable install (``pip install -e .``, which scripts/setup runs) puts the
 compiled modules next to their sources. Python prefers them over the ``.py``
 files, so after editing one of the modules below, install again (scripts/setup
-does when a source changed since it was compiled); ``stream.native`` refuses to
+does when a source changed since it was compiled); ``stream.runtime.native`` refuses to
 run a stale build.
 """
 
@@ -35,20 +35,20 @@ NATIVE_MODULES = [
     "topics/build.py",
     "compiler/_time.py",
     "compiler/_durations.py",
-    "compiler/_verdict.py",
-    "compiler/_facts.py",
-    "compiler/_ast.py",
-    "compiler/_condition.py",
-    "compiler/_inputs.py",
-    "compiler/_state.py",
-    "compiler/_effects.py",
-    "compiler/_jobgraph.py",
-    "stream/timers.py",
-    "stream/store.py",
-    "stream/engine.py",
+    "compiler/conditions/_verdict.py",
+    "compiler/conditions/_facts.py",
+    "compiler/conditions/_ast.py",
+    "compiler/conditions/_condition.py",
+    "compiler/jobs/_inputs.py",
+    "compiler/jobs/_state.py",
+    "compiler/jobs/_effects.py",
+    "compiler/jobs/_jobgraph.py",
+    "stream/engine/timers.py",
+    "stream/engine/store.py",
+    "stream/engine/engine.py",
 ]
-#: Where setup.py records what it compiled (read by stream/native.py).
-MANIFEST = "stream/native_build.json"
+#: Where setup.py records what it compiled (read by stream/runtime/native.py).
+MANIFEST = "stream/runtime/native_build.json"
 #: setuptools commands that build; the others (metadata) need no compiling.
 BUILD_COMMANDS = {"build", "build_ext", "bdist_wheel", "editable_wheel", "develop", "install"}
 #: Commands that put compiled modules into the source tree.
@@ -67,7 +67,7 @@ def _pure_requested() -> bool:
 def _clean_in_place() -> None:
     """Remove compiled modules an earlier in-place build left in the tree, so
     that none outlives its source or a change to the list above."""
-    for pattern in ("*/*.so", "*/*.pyd", "lemongraph_native__mypyc*"):
+    for pattern in ("*/*.so", "*/*/*.so", "*/*.pyd", "*/*/*.pyd", "lemongraph_native__mypyc*"):
         for path in ROOT.glob(pattern):
             path.unlink()
     (ROOT / MANIFEST).unlink(missing_ok=True)

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import orjson
 
-from .catalog import CONVERSATION, Catalog
+from agents.catalog import CONVERSATION, Catalog
 
 __all__ = [
     "DELEGATE_PARAMETERS",

@@ -12,7 +12,7 @@ from typing import Any
 
 from topics.replies import normal_address
 
-from .compose import Turn
+from agents.compose import Turn
 
 __all__ = ["addressee", "approves", "first_contact", "is_contact", "named", "same_contact"]
 

@@ -25,8 +25,8 @@ import orjson
 from jsonschema import Draft202012Validator
 from topics import InboxEvent
 
-from .catalog import Catalog, ToolSpec, expand_env
-from .success import Verdict, judge, response_path
+from agents.catalog import Catalog, ToolSpec, expand_env
+from agents.success import Verdict, judge, response_path
 
 __all__ = ["Executor", "Outcome", "derived_key", "redact_url", "response_path"]
 

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import openai
 
-from .compose import ModelRequest
+from agents.compose import ModelRequest
 
 __all__ = ["Exchange", "Model", "ModelError", "ModelReply", "ModelSettings", "ToolCall", "Usage"]
 

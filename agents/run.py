@@ -32,12 +32,12 @@ from topics import (
     Tokens,
 )
 
-from .catalog import CONVERSATION, Catalog
-from .compose import ModelRequest, OpenTask, Turn, compose
-from .contacts import addressee
-from .executor import Executor, derived_key
-from .flowservice import FlowTrack
-from .model import Exchange, Model, ModelError, ModelReply, ToolCall, Usage
+from agents.catalog import CONVERSATION, Catalog
+from agents.compose import ModelRequest, OpenTask, Turn, compose
+from agents.contacts import addressee
+from agents.executor import Executor, derived_key
+from agents.flows.service import FlowTrack
+from agents.model import Exchange, Model, ModelError, ModelReply, ToolCall, Usage
 
 __all__ = ["Conversation", "Outbox", "RunEnd", "Runner", "excerpt"]
 
@@ -93,7 +93,7 @@ class Conversation:
     #: The channel the person last wrote on (the agent answers there).
     last_channel: str | None = None
     #: Flow runs by milestone (a milestone whose playbook names a flow is run by
-    #: it, not by the conversation agent: agents/flowservice.py), and how many
+    #: it, not by the conversation agent: agents/flows/service.py), and how many
     #: were opened (run ids count them).
     flows: dict[str, FlowTrack] = field(default_factory=dict)
     flow_runs: int = 0

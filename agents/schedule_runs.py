@@ -39,11 +39,11 @@ from compiler import to_iso
 from pydantic import BaseModel
 from topics import JournalModelCall, SchedulePromptTask, ScheduleReport, encode
 
-from .compose import OpenTask, Turn
-from .run import Conversation, Outbox, RunEnd, Runner, _Budget, _Tape
+from agents.compose import OpenTask, Turn
+from agents.run import Conversation, Outbox, RunEnd, Runner, _Budget, _Tape
 
 if TYPE_CHECKING:
-    from .service import AgentService
+    from agents.service import AgentService
 
 __all__ = ["KIND", "PromptRun", "PromptRuns", "run_key"]
 

@@ -35,15 +35,15 @@ import orjson
 from compiler import Action, CallHandler, CallModel, CallRouter, CallTool, FlowInput, to_iso
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from rocksdict import Rdict
-from stream.config import Settings
-from stream.errors import StorageError
-from stream.faust_tuning import (
+from stream.runtime.config import Settings
+from stream.runtime.errors import StorageError
+from stream.runtime.faust_tuning import (
     FETCH_MAX_WAIT_MS,
     FETCH_MAX_WAIT_MS_TANSU,
     common_settings,
     set_fetch_max_wait,
 )
-from stream.kafka import bootstrap_of, read_topic
+from stream.runtime.kafka import bootstrap_of, read_topic
 from topics import (
     Answerer,
     DeadLetter,
@@ -58,11 +58,12 @@ from topics import (
     Topics,
     encode,
 )
+from topics.mail import ADDRESS_MAX
 
-from .catalog import Catalog
-from .contacts import approves, is_contact, same_contact
-from .executor import Executor
-from .flowservice import (
+from agents.catalog import Catalog
+from agents.contacts import approves, is_contact, same_contact
+from agents.executor import Executor
+from agents.flows.service import (
     Execute,
     FlowDriver,
     Flows,
@@ -72,11 +73,10 @@ from .flowservice import (
     load_flows,
     tick_input,
 )
-from .mail import ADDRESS_MAX
-from .model import Model, ModelSettings
-from .run import Conversation, Outbox, Runner
-from .schedule_runs import KIND as PROMPT_RUN
-from .schedule_runs import PromptRuns
+from agents.model import Model, ModelSettings
+from agents.run import Conversation, Outbox, Runner
+from agents.schedule_runs import KIND as PROMPT_RUN
+from agents.schedule_runs import PromptRuns
 
 __all__ = ["AgentService", "AgentStats", "build_service"]
 
@@ -130,7 +130,7 @@ class AgentService:
         self.settings = settings
         #: The flows milestones name (docs/flows.md, "Flows in the agents service").
         self.flows = flows or Flows()
-        #: Carries out a flow's calls (agents/flowexec.py); made on first use.
+        #: Carries out a flow's calls (agents/flows/executor.py); made on first use.
         self.execute: Execute | None = None
         #: Jobs with an open flow question that expires, and when (the soonest).
         self.expiring: dict[str, datetime] = {}
@@ -501,8 +501,8 @@ class AgentService:
         return FlowDriver(self.flows, self.execute, self.publish, self.save, clock=self.clock)
 
     def _flow_executor(self) -> Execute:
-        from .flowexec import FlowExecutor
-        from .handlers import load_registry
+        from agents.flows.executor import FlowExecutor
+        from agents.flows.handlers import load_registry
 
         if self._model is None:
             self._model = Model(self.model_settings)
@@ -544,7 +544,7 @@ def build_service(
     say: Callable[[str], None] = print,
 ) -> tuple[faust.App, AgentService]:
     """The Faust app that runs the service."""
-    # Tansu holds a fetch for its whole wait: keep it short there (stream/faust_tuning.py).
+    # Tansu holds a fetch for its whole wait: keep it short there (stream/runtime/faust_tuning.py).
     set_fetch_max_wait(FETCH_MAX_WAIT_MS_TANSU if tansu else FETCH_MAX_WAIT_MS)
     options = common_settings(
         settings.kafka_url,

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from .catalog import Success
+from agents.catalog import Success
 
 __all__ = ["Judgement", "Verdict", "judge", "response_path"]
 

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from compiler import Event, Input, JobGraph, JobState, Start, Tick, compile_playbook
-from stream.files import load_playbook_file
+from stream.runtime.files import load_playbook_file
 
 ROOT = Path(__file__).resolve().parent.parent
 ONBOARDING = ROOT / "examples" / "onboarding.yaml"

@@ -1,6 +1,6 @@
 """Recovery and tick cost of the timer index, old (an in-memory heap rebuilt
 from every stored job's header on assignment) against new (the durable due-time
-index, stream/timers.py), on the same machine in the same run.
+index, stream/engine/timers.py), on the same machine in the same run.
 
     python benchmarks/due_index.py --jobs 100000 --code new|old [--json]
 
@@ -8,7 +8,7 @@ Run it once per code version: ``--code old`` with ``PYTHONPATH`` pointing at a
 checkout of the old code (its engine has ``rebuild_timers``). It
 
 * writes ``--jobs`` onboarding jobs straight into a Faust RocksDB table
-  (``stream/table.py``'s ``JobTable``, 4 partitions, each job stored as the
+  (``stream/engine/table.py``'s ``JobTable``, 4 partitions, each job stored as the
   worker stores it, due in 7 days; ``--due`` of them due at the first tick),
   and with ``--code new`` their due-time index rows as the migration writes
   them (``Engine.index_rows``, timed: the one-time cost of an old table);
@@ -47,11 +47,11 @@ import faust
 import rocksdict
 
 from compiler import Start, to_iso
-from stream.engine import Engine, Record, home_partition
-from stream.files import load_playbook_file
-from stream.registry import Registry
-from stream.store import next_due_ms
-from stream.table import JobTable
+from stream.engine.engine import Engine, Record, home_partition
+from stream.engine.registry import Registry
+from stream.engine.store import next_due_ms
+from stream.engine.table import JobTable
+from stream.runtime.files import load_playbook_file
 from topics import TickRecord, Topics, encode
 
 PARTITIONS = 4
@@ -117,8 +117,8 @@ def first_tick(engine: Engine, topics: Topics, table: JobTable) -> tuple[int, fl
 def tombstones(dead: int, due_count: int, idle: int = 500_000) -> dict[str, Any]:
     """Ticks over ``dead`` deleted index rows (see the module's docstring)."""
     from stream.bench.micro import rocks_table
-    from stream.store import NOTHING_APPLIED, encode_stored
-    from stream.timers import DUE_VALUE, JOBS, due_key
+    from stream.engine.store import NOTHING_APPLIED, encode_stored
+    from stream.engine.timers import DUE_VALUE, JOBS, due_key
 
     registry = Registry([load_playbook_file(PLAYBOOKS / "onboarding.yaml")])
     graph = registry.latest("onboarding")
@@ -187,7 +187,7 @@ def tombstones(dead: int, due_count: int, idle: int = 500_000) -> dict[str, Any]
 def index_bytes(jobs: int = 5000, partitions: int = 4) -> dict[str, Any]:
     """The index's share of the table rows written per inbox event."""
     from stream.bench.workload import onboarding_mix
-    from stream.timers import DUE_PREFIX
+    from stream.engine.timers import DUE_PREFIX
 
     registry = Registry([load_playbook_file(PLAYBOOKS / "onboarding.yaml")])
     topics = Topics("bench.")
@@ -275,7 +275,7 @@ def main() -> None:
         fill(table, registry, args.jobs, args.due)
         out["fill_s"] = time.perf_counter() - began
         if args.code == "new":
-            from stream.timers import INDEX_MARK
+            from stream.engine.timers import INDEX_MARK
 
             engine = Engine(topics, registry, table.get, partitions=PARTITIONS, scan=table.scan)
             began = time.perf_counter()

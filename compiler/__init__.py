@@ -7,7 +7,7 @@ data (text, events, ``now``), get data back. A lint rule (``compiler/ruff.toml``
 keeps it that way.
 
 Compiled: the modules on a decision's path are compiled with mypyc at install
-time (``setup.py``; ``stream/native.py`` says whether they are). The source is
+time (``setup.py``; ``stream/runtime/native.py`` says whether they are). The source is
 plain, typed Python and runs unchanged when not compiled. Two habits serve the
 compiled build: the value classes a decision makes many of spell out their
 ``__init__`` (mypyc compiles what is written; the methods ``dataclass``
@@ -17,8 +17,23 @@ and code states its types exactly, because a compiled function checks them
 copied with ``copy`` or pickled; nothing here does either.
 """
 
-from ._ast import And, Atom, Compare, Count, Exists, Expr, FactRef, Member, Not, Or
-from ._condition import (
+from compiler._durations import format_offset, parse_duration
+from compiler._errors import ConditionError, GraphMismatch, LemongraphError
+from compiler._source import Located, SourceError, field_problem, load_located
+from compiler._time import from_iso, to_iso
+from compiler.conditions._ast import (
+    And,
+    Atom,
+    Compare,
+    Count,
+    Exists,
+    Expr,
+    FactRef,
+    Member,
+    Not,
+    Or,
+)
+from compiler.conditions._condition import (
     AtomReport,
     Condition,
     Explanation,
@@ -26,32 +41,10 @@ from ._condition import (
     Tally,
     compile_condition,
 )
-from ._cron import (
-    SHORTHANDS,
-    Cron,
-    ScheduleError,
-    count_slots,
-    next_slot,
-    parse_cron,
-    period_ms,
-    previous_slot,
-    slots_between,
-)
-from ._durations import format_offset, parse_duration
-from ._effects import (
-    Effect,
-    JobFinished,
-    Step,
-    TaskClosed,
-    TaskOpened,
-    TimerCancelled,
-    TimerSet,
-    Transition,
-    task_id,
-)
-from ._errors import ConditionError, GraphMismatch, LemongraphError
-from ._facts import Fact
-from ._flow import (
+from compiler.conditions._facts import Fact
+from compiler.conditions._parser import DEFAULT_WINDOW, MAX_WINDOW, Duration
+from compiler.conditions._verdict import Verdict
+from compiler.flows._flow import (
     BUILTIN_CHANNELS,
     END,
     FLOW_RULES,
@@ -67,7 +60,7 @@ from ._flow import (
     check_flow,
     load_flow,
 )
-from ._flowrun import (
+from compiler.flows._flowrun import (
     Action,
     Answer,
     Ask,
@@ -95,12 +88,23 @@ from ._flowrun import (
     call_id,
     interrupt_id,
 )
-from ._flowrun import input_from_json as flow_input_from_json
-from ._flowschema import check_schema
-from ._inputs import Event, Input, Source, Start, Tick, input_from_json
-from ._jobgraph import JobGraph, refusal
-from ._parser import DEFAULT_WINDOW, MAX_WINDOW, Duration
-from ._playbook import (
+from compiler.flows._flowrun import input_from_json as flow_input_from_json
+from compiler.flows._flowschema import check_schema
+from compiler.flows._readable import fields_text, label_of, readable, readable_inline, shown_fields
+from compiler.jobs._effects import (
+    Effect,
+    JobFinished,
+    Step,
+    TaskClosed,
+    TaskOpened,
+    TimerCancelled,
+    TimerSet,
+    Transition,
+    task_id,
+)
+from compiler.jobs._inputs import Event, Input, Source, Start, Tick, input_from_json
+from compiler.jobs._jobgraph import JobGraph, refusal
+from compiler.jobs._playbook import (
     Milestone,
     MilestoneSpec,
     Playbook,
@@ -110,8 +114,41 @@ from ._playbook import (
     compile_playbook,
     load_playbook,
 )
-from ._readable import fields_text, label_of, readable, readable_inline, shown_fields
-from ._schedule import (
+from compiler.jobs._state import (
+    MAX_REMEMBERED_KEYS,
+    JobState,
+    MilestoneState,
+    Timer,
+    canonical_json,
+)
+from compiler.scenarios._schedule_scenarios import (
+    ScheduleScenarioResult,
+    run_schedule_scenario,
+    schedule_run_line,
+)
+from compiler.scenarios._simulate import (
+    Coverage,
+    Expectation,
+    Scenario,
+    ScenarioError,
+    ScenarioEvent,
+    ScenarioFile,
+    ScenarioResult,
+    parse_scenarios,
+    run_scenario,
+)
+from compiler.schedules._cron import (
+    SHORTHANDS,
+    Cron,
+    ScheduleError,
+    count_slots,
+    next_slot,
+    parse_cron,
+    period_ms,
+    previous_slot,
+    slots_between,
+)
+from compiler.schedules._schedule import (
     ActiveRun,
     Define,
     Deliver,
@@ -136,22 +173,6 @@ from ._schedule import (
     slot_id,
     validate_schedule,
 )
-from ._schedule_scenarios import ScheduleScenarioResult, run_schedule_scenario, schedule_run_line
-from ._simulate import (
-    Coverage,
-    Expectation,
-    Scenario,
-    ScenarioError,
-    ScenarioEvent,
-    ScenarioFile,
-    ScenarioResult,
-    parse_scenarios,
-    run_scenario,
-)
-from ._source import Located, SourceError, field_problem, load_located
-from ._state import MAX_REMEMBERED_KEYS, JobState, MilestoneState, Timer, canonical_json
-from ._time import from_iso, to_iso
-from ._verdict import Verdict
 
 __all__ = [
     "BUILTIN_CHANNELS",

@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 from pydantic_core import ErrorDetails
 
-from ._errors import LemongraphError
+from compiler._errors import LemongraphError
 
 __all__ = ["Located", "Position", "SourceError", "did_you_mean", "field_problem", "load_located"]
 

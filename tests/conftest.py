@@ -12,16 +12,16 @@ from typing import Any
 
 import pytest
 
-from agents.serving import AppThread
-from stream.broker import EmbeddedBroker, free_port
-from stream.native import StaleBuild, check
+from agents.dev.serving import AppThread
+from stream.runtime.broker import EmbeddedBroker, free_port
+from stream.runtime.native import StaleBuild, check
 
 from .lanes import ROOT, Lane
 
 
 def pytest_configure(config: pytest.Config) -> None:
     # Test what runs: a compiled module older than its source would be tested
-    # in its old form (see stream/native.py).
+    # in its old form (see stream/runtime/native.py).
     try:
         check()
     except StaleBuild as exc:

@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from stream.kafka import bootstrap_of, producer, read_topic
+from stream.runtime.kafka import bootstrap_of, producer, read_topic
 from topics import DeadLetter, Topics
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -26,19 +26,19 @@ RUFF = Path(sys.executable).parent / "ruff"
 #: package → (a module that breaks its rule, the banned names ruff must report)
 BROKEN = {
     "compiler": (
-        "import stream\nfrom stream.engine import Engine\nfrom agents import x\n"
+        "import stream\nfrom stream.engine.engine import Engine\nfrom agents import x\n"
         "import topics\nprint(stream, Engine, x, topics)\n",
         ["`stream`", "`agents`"],
     ),
     "topics": (
-        "from compiler import JobGraph\nimport stream.kafka\nfrom agents import x\n"
+        "from compiler import JobGraph\nimport stream.runtime.kafka\nfrom agents import x\n"
         "import faust\nimport aiokafka\nprint(JobGraph, stream, x, faust, aiokafka)\n",
         ["`compiler`", "`stream`", "`agents`", "`faust`", "`aiokafka`"],
     ),
     "agents": (
-        "from stream.engine import Engine\nfrom stream import app\nimport stream.store\n"
-        "print(Engine, app, stream)\n",
-        ["`stream.engine`", "`stream.app`", "`stream.store`"],
+        "from stream.engine.engine import Engine\nfrom stream.engine import app\n"
+        "import stream.engine.store\nprint(Engine, app, stream)\n",
+        ["`stream.engine.engine`", "`stream.engine.app`", "`stream.engine.store`"],
     ),
 }
 
@@ -47,7 +47,7 @@ ALLOWED = {
     "compiler": "import topics\nfrom topics import Topics\nprint(topics, Topics)\n",
     "topics": "import orjson\nfrom pydantic import BaseModel\nprint(orjson, BaseModel)\n",
     "agents": (
-        "import topics\nfrom compiler import JobGraph\nfrom stream.kafka import producer\n"
+        "import topics\nfrom compiler import JobGraph\nfrom stream.runtime.kafka import producer\n"
         "print(topics, JobGraph, producer)\n"
     ),
 }

@@ -13,11 +13,11 @@ data with exactly each model's fields, proven to agree with the models by
 This package imports nothing of ours (``topics/ruff.toml`` makes that a lint rule).
 """
 
-from . import build, replies
-from ._codec import RecordError, decode_inbox, encode
-from ._keys import MAX_KEY_LENGTH, JobKey, JobKeyError, check_key
-from ._limits import MAX_DEPTH, MAX_RECORD_BYTES, LimitError, plain_json
-from ._messages import (
+from topics import build, mail, replies
+from topics._codec import RecordError, decode_inbox, encode
+from topics._keys import MAX_KEY_LENGTH, JobKey, JobKeyError, check_key
+from topics._limits import MAX_DEPTH, MAX_RECORD_BYTES, LimitError, plain_json
+from topics._messages import (
     APPROVERS_DEFAULT,
     DEADLETTER_HEADERS,
     FORWARDED_FROM_HEADER,
@@ -77,8 +77,8 @@ from ._messages import (
     VerdictRecord,
     inbound_message,
 )
-from ._names import TOPIC_NAMES, Topics
-from ._vocab import (
+from topics._names import TOPIC_NAMES, Topics
+from topics._vocab import (
     SCHEMA,
     SOURCES,
     JobStatus,
@@ -169,6 +169,7 @@ __all__ = [
     "encode",
     "event_id",
     "inbound_message",
+    "mail",
     "plain_json",
     "replies",
 ]

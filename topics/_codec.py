@@ -7,8 +7,8 @@ from typing import Any
 import orjson
 from pydantic import TypeAdapter, ValidationError
 
-from ._limits import MAX_RECORD_BYTES, LimitError, exact_numbers, plain_json
-from ._messages import InboxEvent, InboxMessage, JobStart, ScheduleWake
+from topics._limits import MAX_RECORD_BYTES, LimitError, exact_numbers, plain_json
+from topics._messages import InboxEvent, InboxMessage, JobStart, ScheduleWake
 
 __all__ = ["RecordError", "decode_inbox", "encode"]
 

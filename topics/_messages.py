@@ -8,8 +8,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, StringConstraints
 
-from ._keys import JobKey
-from ._vocab import SCHEMA, JobStatus, MilestoneStatus, Source, TaskOutcome, TimerKind
+from topics._keys import JobKey
+from topics._vocab import SCHEMA, JobStatus, MilestoneStatus, Source, TaskOutcome, TimerKind
 
 __all__ = [
     "APPROVERS_DEFAULT",

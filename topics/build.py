@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ._vocab import SCHEMA
+from topics._vocab import SCHEMA
 
 __all__ = [
     "decision_body",

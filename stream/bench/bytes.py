@@ -20,8 +20,8 @@ from aiokafka.protocol.fetch import FetchRequest
 from aiokafka.record.default_records import DefaultRecordBatch
 from aiokafka.structs import TopicPartition
 
-from stream.errors import BenchError
-from stream.kafka import KafkaSecurity, client_kwargs
+from stream.runtime.errors import BenchError
+from stream.runtime.kafka import KafkaSecurity, client_kwargs
 
 __all__ = ["CODECS", "TopicBytes", "topic_bytes"]
 

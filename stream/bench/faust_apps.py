@@ -17,7 +17,7 @@ from typing import Any
 
 import faust
 
-from stream.kafka import configured_security
+from stream.runtime.kafka import configured_security
 
 
 def build(mode: str, broker: str, topic: str, datadir: str, expect: int, partitions: int) -> Any:

@@ -7,8 +7,8 @@ partition, where Faust keeps them) rather than through the broker: a real
 worker (``python -m stream worker``, what ``lemongraph worker`` runs) is started
 once on fresh topics, so that it creates its partitions' databases and writes
 each partition's due-time index mark, and is stopped; then each partition gets
-its share of the jobs, each stored as the engine stores it (``stream/store.py``:
-the header, then the state) with its due-time index row (``stream/timers.py``),
+its share of the jobs, each stored as the engine stores it (``stream/engine/store.py``:
+the header, then the state) with its due-time index row (``stream/engine/timers.py``),
 due a week ahead. The worker measured is then started again on that table: from
 its start to the first new decision (an event for one of the stored jobs) is
 the restart's time, and its RSS once idle (a few ticks later) the memory.
@@ -41,15 +41,15 @@ from typing import TYPE_CHECKING
 import rocksdict
 
 from compiler import Start
-from stream.engine import home_partition
-from stream.files import load_playbook_file
-from stream.registry import Registry
-from stream.store import next_due_ms
-from stream.timers import DUE_VALUE, INDEX_MARK, JOBS, due_key
+from stream.engine.engine import home_partition
+from stream.engine.registry import Registry
+from stream.engine.store import next_due_ms
+from stream.engine.timers import DUE_VALUE, INDEX_MARK, JOBS, due_key
+from stream.runtime.files import load_playbook_file
 from topics import InboxEvent, JobStart, Topics, encode
 
 if TYPE_CHECKING:
-    from .run import Bench, ChildProcess
+    from stream.bench.run import Bench, ChildProcess
 
 __all__ = ["Idle", "IdleRun", "Seeded", "job_rows", "partition_databases", "write_jobs"]
 
@@ -115,8 +115,8 @@ def write_jobs(
     """Write ``rows`` into the databases (the worker must not be running) with
     the worker's own RocksDB options (its bloom filters, block format and
     memory: LEMONGRAPH_ROCKSDB_*); returns the rows written."""
-    from stream.config import RocksDBMemory
-    from stream.faust_tuning import BoundedRocksDBOptions
+    from stream.runtime.config import RocksDBMemory
+    from stream.runtime.faust_tuning import BoundedRocksDBOptions
 
     options = BoundedRocksDBOptions(RocksDBMemory.from_env(dict(os.environ)))
     dbs = {
@@ -180,7 +180,7 @@ class Idle:
         self.idle_seconds = idle_seconds
 
     def _start(self, env: dict[str, str]) -> ChildProcess:
-        from .run import ChildProcess
+        from stream.bench.run import ChildProcess
 
         return ChildProcess([sys.executable, "-m", "stream", "worker"], env, self.bench.workdir)
 
@@ -188,7 +188,7 @@ class Idle:
         """A worker per name on fresh topics (all at once) decides one job
         start and stops: its partitions' databases exist, each with the index
         mark."""
-        from .run import PARTITIONS, _produce
+        from stream.bench.run import PARTITIONS, _produce
 
         bench = self.bench
         seeded = []
@@ -219,7 +219,7 @@ class Idle:
     def restart(self, seeded: Seeded, jobs: int) -> IdleRun:
         """Write ``jobs`` jobs into a seeded worker's databases, restart it and
         measure (see the module)."""
-        from .run import PARTITIONS
+        from stream.bench.run import PARTITIONS
 
         began = time.perf_counter()
         rows = job_rows(self.bench.playbooks, jobs, PARTITIONS, prefix=seeded.name)
@@ -230,7 +230,7 @@ class Idle:
         """Drop a seeded worker's data folder, produce the same rows to the
         table's changelog (the index mark last in each partition) and start a
         worker on the empty folder."""
-        from .run import PARTITIONS
+        from stream.bench.run import PARTITIONS
 
         shutil.rmtree(seeded.data)
         changelog = f"{seeded.topics.prefix}engine-jobstate-changelog"
@@ -247,7 +247,7 @@ class Idle:
     def _measure(self, seeded: Seeded, jobs: int, fill_s: float, timeout: float) -> IdleRun:
         """Start the worker, time its first decision of an event for a stored
         job, let it idle, read its RSS, stop it."""
-        from .run import _produce, _rss_mb
+        from stream.bench.run import _produce, _rss_mb
 
         bench, topics, data = self.bench, seeded.topics, seeded.data
         decided = bench._decisions_so_far(topics.decisions)
@@ -279,7 +279,7 @@ async def _produce_partitioned(
 ) -> None:
     """Produce ``(partition, key, value)`` rows, each to its partition, and
     wait for every acknowledgement."""
-    from stream.kafka import producer
+    from stream.runtime.kafka import producer
 
     async with producer(bootstrap) as client:
         for start in range(0, len(rows), CHUNK):

@@ -16,16 +16,15 @@ from pathlib import Path
 import rocksdict
 
 from compiler import Event, JobGraph, Start, Tick, to_iso
-from stream.config import RocksDBMemory
-from stream.engine import Engine, Record, Scan
-from stream.faust_tuning import BoundedRocksDBOptions
-from stream.files import load_playbook_file
-from stream.registry import Registry
-from stream.store import NOTHING_APPLIED, decode_stored, encode_stored
-from stream.timers import DUE_VALUE, JOBS, due_key
+from stream.bench.workload import onboarding_mix
+from stream.engine.engine import Engine, Record, Scan
+from stream.engine.registry import Registry
+from stream.engine.store import NOTHING_APPLIED, decode_stored, encode_stored
+from stream.engine.timers import DUE_VALUE, JOBS, due_key
+from stream.runtime.config import RocksDBMemory
+from stream.runtime.faust_tuning import BoundedRocksDBOptions
+from stream.runtime.files import load_playbook_file
 from topics import JobStart, TickRecord, Topics, encode
-
-from .workload import onboarding_mix
 
 __all__ = ["core_decisions_per_s", "state_cache_bytes_per_entry", "tick_cost_ms"]
 
@@ -95,7 +94,7 @@ def state_cache_bytes_per_entry(playbooks: Path, entries: int) -> float:
 def rocks_table(
     db: rocksdict.Rdict,
 ) -> tuple[Callable[[str, int], bytes | None], Scan]:
-    """``load`` and ``scan`` over one RocksDB database, as ``stream/table.py``
+    """``load`` and ``scan`` over one RocksDB database, as ``stream/engine/table.py``
     reads a partition's."""
 
     def load(key: str, _partition: int) -> bytes | None:
@@ -116,7 +115,7 @@ def rocks_table(
 def tick_cost_ms(playbooks: Path, pending: int, due: int, repeats: int = 3) -> float:
     """Milliseconds for the engine to handle one tick that finds ``due`` jobs due
     among ``pending`` jobs waiting on timers (median of ``repeats``), on a
-    RocksDB database that holds the due-time index (stream/timers.py) as a
+    RocksDB database that holds the due-time index (stream/engine/timers.py) as a
     worker's table does."""
     topics = Topics("bench.")
     playbook = load_playbook_file(playbooks / "onboarding.yaml")
@@ -127,7 +126,7 @@ def tick_cost_ms(playbooks: Path, pending: int, due: int, repeats: int = 3) -> f
     samples = []
     for _ in range(repeats):
         path = Path(tempfile.mkdtemp(prefix="lemongraph-tick-"))
-        # The worker's own RocksDB options (stream/faust_tuning.py): its cache,
+        # The worker's own RocksDB options (stream/runtime/faust_tuning.py): its cache,
         # bloom filters and index blocks.
         db = rocksdict.Rdict(str(path), options=BoundedRocksDBOptions(RocksDBMemory()).as_options())
         try:

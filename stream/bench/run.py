@@ -36,10 +36,15 @@ import orjson
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
 
-from stream import native
-from stream.broker import EmbeddedBroker, ensure_topics
-from stream.errors import BenchError
-from stream.kafka import (
+from stream.bench.bytes import TopicBytes, topic_bytes_under
+from stream.bench.idle import Idle, IdleRun
+from stream.bench.micro import core_decisions_per_s, state_cache_bytes_per_entry, tick_cost_ms
+from stream.bench.schedules import schedule_memory, schedule_tick_ms
+from stream.bench.workload import onboarding_mix
+from stream.runtime import native
+from stream.runtime.broker import EmbeddedBroker, ensure_topics
+from stream.runtime.errors import BenchError
+from stream.runtime.kafka import (
     bootstrap_of,
     client_kwargs,
     configured_compression,
@@ -48,12 +53,6 @@ from stream.kafka import (
     read_topic,
 )
 from topics import InboxEvent, JobStart, Topics, encode
-
-from .bytes import TopicBytes, topic_bytes_under
-from .idle import Idle, IdleRun
-from .micro import core_decisions_per_s, state_cache_bytes_per_entry, tick_cost_ms
-from .schedules import schedule_memory, schedule_tick_ms
-from .workload import onboarding_mix
 
 __all__ = ["Figures", "Parameters", "run_bench"]
 
@@ -161,7 +160,7 @@ class Figures:
     schedule_tick_ratio: float = 0.0
     #: The worker's in-memory structures per 100,000 schedules after an
     #: assignment and a first tick (tracemalloc, MB; the due-time index is in
-    #: RocksDB, stream/timers.py).
+    #: RocksDB, stream/engine/timers.py).
     schedule_mb_per_100k: float = 0.0
     #: A fresh process's RSS growth doing the same, per 100,000 schedules (MB).
     schedule_rss_mb_per_100k: float = 0.0
@@ -228,7 +227,7 @@ class Figures:
     #: tracemalloc; a decoded onboarding job): the cache holds at most
     #: LEMONGRAPH_STATE_CACHE entries (10,000 by default).
     state_cache_kb_per_entry: float = 0.0
-    #: How the decision core ran (stream/native.py): compiled with mypyc or not.
+    #: How the decision core ran (stream/runtime/native.py): compiled with mypyc or not.
     core: str = ""
     parameters: dict[str, Any] = field(default_factory=dict)
 

@@ -2,10 +2,10 @@
 schedules that are not due, and the memory a schedule costs.
 
 Both go through the worker's own parts, with no broker: the engine
-(``stream/engine.py``) with its schedules hook (``stream/schedules.py``), the
+(``stream/engine/engine.py``) with its schedules hook (``stream/engine/schedules.py``), the
 state of every schedule stored as the worker stores it in a real RocksDB
-database (raw mode, one WriteBatch per tick, as ``stream/table.py`` writes),
-the due-time index stored beside them (stream/timers.py: rows of the same
+database (raw mode, one WriteBatch per tick, as ``stream/engine/table.py`` writes),
+the due-time index stored beside them (stream/engine/timers.py: rows of the same
 database, read by a tick up to its ``now``), and tick records decided by
 ``Engine.process``.
 
@@ -42,10 +42,10 @@ import rocksdict
 
 from compiler import Define, ScheduleState, schedule_step, to_iso, validate_schedule
 from stream.bench.micro import rocks_table
-from stream.engine import Engine, Record
-from stream.registry import Registry
-from stream.schedules import Schedules, encode_schedule, schedule_key
-from stream.timers import DUE_VALUE, SCHEDULES, due_key, due_range
+from stream.engine.engine import Engine, Record
+from stream.engine.registry import Registry
+from stream.engine.schedules import Schedules, encode_schedule, schedule_key
+from stream.engine.timers import DUE_VALUE, SCHEDULES, due_key, due_range
 from topics import TickRecord, Topics, encode
 
 __all__ = ["ScheduleMemory", "schedule_memory", "schedule_tick_ms"]

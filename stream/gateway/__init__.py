@@ -8,9 +8,9 @@ and response bodies), ``api`` (the routes), ``docs`` (the offline docs page),
 ``server`` (uvicorn, API and UI ports, the thread ``lemongraph dev`` uses).
 """
 
-from .errors import ApiError
-from .server import GatewayThread, addresses, run_gateway, serve
-from .tokens import PREFIX, SOURCES, Principal, mint_token, new_secret, verify_token
+from stream.gateway.errors import ApiError
+from stream.gateway.server import GatewayThread, addresses, run_gateway, serve
+from stream.gateway.tokens import PREFIX, SOURCES, Principal, mint_token, new_secret, verify_token
 
 __all__ = [
     "PREFIX",

@@ -25,33 +25,11 @@ from fastapi.responses import HTMLResponse, Response, StreamingResponse
 from fastapi.security import HTTPBearer
 from pydantic import ValidationError
 
-from agents.mail import (
-    MailSettings,
-    SenderNotContact,
-    inbound_message_id,
-    received,
-    sender_of,
-    unverified,
-)
-from topics import (
-    APPROVERS_DEFAULT,
-    Answerer,
-    InboxEvent,
-    JobStart,
-    JournalInterrupt,
-    JournalMail,
-    MessageRecord,
-    encode,
-    event_id,
-    inbound_message,
-)
-from topics.replies import ReplyTokenError, read_reply_address
-
-from .capabilities import require
-from .docs import install_docs
-from .errors import ApiError, error_responses, install_handlers
-from .guard import Guard, GuardMiddleware, principal_of
-from .models import (
+from stream.gateway.capabilities import require
+from stream.gateway.docs import install_docs
+from stream.gateway.errors import ApiError, error_responses, install_handlers
+from stream.gateway.guard import Guard, GuardMiddleware, principal_of
+from stream.gateway.models import (
     Accepted,
     AnswerAccepted,
     AnswerBody,
@@ -72,10 +50,31 @@ from .models import (
     PlaybookView,
     StartJobBody,
 )
-from .readmodel import AcceptedWrite, JobEntry, ReadModel, idem
-from .schedules import ScheduleModel, install_schedules
-from .tokens import Principal
-from .views import job_summary, job_view
+from stream.gateway.readmodel import AcceptedWrite, JobEntry, ReadModel, idem
+from stream.gateway.schedules import ScheduleModel, install_schedules
+from stream.gateway.tokens import Principal
+from stream.gateway.views import job_summary, job_view
+from topics import (
+    APPROVERS_DEFAULT,
+    Answerer,
+    InboxEvent,
+    JobStart,
+    JournalInterrupt,
+    JournalMail,
+    MessageRecord,
+    encode,
+    event_id,
+    inbound_message,
+)
+from topics.mail import (
+    MailSettings,
+    SenderNotContact,
+    inbound_message_id,
+    received,
+    sender_of,
+    unverified,
+)
+from topics.replies import ReplyTokenError, read_reply_address
 
 __all__ = ["Gateway", "build_api"]
 

@@ -17,10 +17,9 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Literal, TypeAlias
 
+from stream.gateway.errors import ApiError
+from stream.gateway.tokens import Principal
 from topics import Source
-
-from .errors import ApiError
-from .tokens import Principal
 
 __all__ = ["ALLOWED", "WHAT", "Capability", "require"]
 

@@ -11,7 +11,7 @@ from fastapi import FastAPI
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import FileResponse, HTMLResponse
 
-from .errors import ApiError
+from stream.gateway.errors import ApiError
 
 __all__ = ["install_docs", "swagger_assets"]
 

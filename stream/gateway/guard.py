@@ -23,9 +23,9 @@ from urllib.parse import parse_qs
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .errors import ApiError, error_response
-from .ratelimit import RateLimiter
-from .tokens import Principal, verify_token
+from stream.gateway.errors import ApiError, error_response
+from stream.gateway.ratelimit import RateLimiter
+from stream.gateway.tokens import Principal, verify_token
 
 __all__ = ["Guard", "GuardMiddleware", "principal_of"]
 

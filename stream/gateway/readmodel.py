@@ -56,7 +56,7 @@ from aiokafka.structs import TopicPartition
 from pydantic import TypeAdapter, ValidationError
 
 from compiler import LemongraphError, Playbook, compile_playbook
-from stream.kafka import KafkaSecurity, caught_up, client_kwargs
+from stream.runtime.kafka import KafkaSecurity, caught_up, client_kwargs
 from topics import (
     JobSnapshot,
     JournalInterrupt,

@@ -41,20 +41,19 @@ from aiokafka import AIOKafkaConsumer
 from fastapi import Body, FastAPI, Header, Query, Request
 from pydantic import BaseModel, Field, StrictBool, StrictStr, ValidationError
 
-from stream import schedule_ops as ops
-from stream.engine import home_partition
-from stream.kafka import KafkaSecurity, caught_up, client_kwargs
+from stream.engine.engine import home_partition
+from stream.gateway import schedule_ops as ops
+from stream.gateway.capabilities import require
+from stream.gateway.errors import ApiError, error_responses
+from stream.gateway.guard import principal_of
+from stream.gateway.models import _Body
+from stream.gateway.readmodel import assign_from_start
+from stream.gateway.tokens import Principal
+from stream.runtime.kafka import KafkaSecurity, caught_up, client_kwargs
 from topics import ScheduleRecord, ScheduleRunRecord, Topics
 
-from .capabilities import require
-from .errors import ApiError, error_responses
-from .guard import principal_of
-from .models import _Body
-from .readmodel import assign_from_start
-from .tokens import Principal
-
 if TYPE_CHECKING:
-    from .api import Gateway
+    from stream.gateway.api import Gateway
 
 __all__ = ["ScheduleModel", "install_schedules"]
 

@@ -29,18 +29,17 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from agents.mail import MailSettings
-from stream.config import Settings
-from stream.errors import GatewayStartError
-from stream.files import load_playbooks_dir
-from stream.kafka import bootstrap_of, client_kwargs, compression_type
+from stream.gateway.api import Gateway, build_api
+from stream.gateway.guard import Guard
+from stream.gateway.protocol import GatewayConfig, quiet_accept_errors, quiet_uvicorn
+from stream.gateway.ratelimit import RateLimiter
+from stream.gateway.readmodel import ReadModel
+from stream.runtime.config import Settings
+from stream.runtime.errors import GatewayStartError
+from stream.runtime.files import load_playbooks_dir
+from stream.runtime.kafka import bootstrap_of, client_kwargs, compression_type
 from topics import Topics
-
-from .api import Gateway, build_api
-from .guard import Guard
-from .protocol import GatewayConfig, quiet_accept_errors, quiet_uvicorn
-from .ratelimit import RateLimiter
-from .readmodel import ReadModel
+from topics.mail import MailSettings
 
 __all__ = ["GatewayThread", "addresses", "build_ui", "run_gateway", "serve"]
 

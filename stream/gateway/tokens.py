@@ -26,9 +26,8 @@ from typing import Any, cast
 
 import orjson
 
+from stream.gateway.errors import ApiError
 from topics import SOURCES, Source
-
-from .errors import ApiError
 
 __all__ = [
     "APPROVER",

@@ -7,9 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import topics
-from topics import ExplanationRecord
-
-from .models import (
+from stream.gateway.models import (
     EvidenceEvent,
     JobStatus,
     JobSummary,
@@ -18,7 +16,8 @@ from .models import (
     PendingWrite,
     TimerView,
 )
-from .readmodel import AcceptedWrite, JobEntry, ReadModel
+from stream.gateway.readmodel import AcceptedWrite, JobEntry, ReadModel
+from topics import ExplanationRecord
 
 __all__ = ["job_summary", "job_view"]
 
@@ -97,7 +96,7 @@ def job_view(model: ReadModel, entry: JobEntry) -> JobView:
     spec = model.playbook(playbook_key, version) or {}
     if version is None and spec:
         version = int(spec.get("version", 0)) or None
-    # Rank, depth and goals are the core's (compiler/_playbook.py), never worked
+    # Rank, depth and goals are the core's (compiler/jobs/_playbook.py), never worked
     # out again here.
     playbook = model.compiled(playbook_key, version)
     frontier = list(snapshot.frontier) if snapshot is not None else []

@@ -18,14 +18,14 @@ from pydantic import BaseModel
 
 from agents.catalog import load_catalog
 from agents.compose import OpenTask, compose
-from agents.demo_tools import build_demo_tools
+from agents.dev.demo_tools import build_demo_tools
+from agents.dev.standin import StandinScript, build_standin
 from agents.executor import Executor
-from agents.flowexec import FlowExecutor
-from agents.flowservice import FlowDriver, Flows, answer_input, load_flows
-from agents.handlers import Registry
+from agents.flows.executor import FlowExecutor
+from agents.flows.handlers import Registry
+from agents.flows.service import FlowDriver, Flows, answer_input, load_flows
 from agents.model import Model, ModelSettings
 from agents.run import Conversation, Outbox, Runner
-from agents.standin import StandinScript, build_standin
 from tests.stream.test_cli_approval_bypass import APPROVE_REFUND, CATALOG, QUICK_REFUND, SIBLING
 from topics import InboxEvent, JournalToolCall, TaskOpenedRecord
 

@@ -28,8 +28,8 @@ import pytest
 from aiosmtpd.controller import Controller
 from fastapi import FastAPI
 
-from agents.standin import StandinScript, build_standin
-from stream.broker import free_port
+from agents.dev.standin import StandinScript, build_standin
+from stream.runtime.broker import free_port
 from tests.agents.test_approvers import FLOW
 from tests.agents.test_flow_service import CATALOG, shop
 from tests.agents.test_mail import DOMAIN, SECRET, Sink, send

@@ -15,13 +15,13 @@ from pydantic import BaseModel
 
 from agents.catalog import load_catalog
 from agents.contacts import approves, same_contact
-from agents.flowservice import FlowDriver, Flows
+from agents.flows.files import flow_tools
+from agents.flows.service import FlowDriver, Flows
 from agents.model import ModelSettings
 from agents.run import Conversation
 from agents.service import AgentService
 from compiler import FlowInput, ToolResult, load_flow
-from stream.config import Settings
-from stream.flows import flow_tools
+from stream.runtime.config import Settings
 from topics import Answerer, MessageRecord, TaskOpenedRecord
 
 from .test_flow_service import CATALOG

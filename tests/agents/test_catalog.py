@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from agents.catalog import CatalogError, check_playbooks, load_catalog, load_catalog_file
-from stream.files import load_playbooks_dir, playbook_files
+from stream.runtime.files import load_playbooks_dir, playbook_files
 
 ROOT = Path(__file__).resolve().parents[2]
 LEMONGRAPH = Path(sys.executable).parent / "lemongraph"

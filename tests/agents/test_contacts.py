@@ -16,7 +16,7 @@ from agents.compose import Turn
 from agents.contacts import addressee, first_contact, is_contact, named
 from agents.model import ModelSettings
 from agents.service import AgentService
-from stream.config import Settings
+from stream.runtime.config import Settings
 from topics import MessageRecord
 
 ADA = {"name": "Ada", "email": "ada@example.com"}

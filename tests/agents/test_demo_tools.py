@@ -14,7 +14,7 @@ import httpx
 import orjson
 
 from agents.catalog import load_catalog_file
-from agents.demo_tools import TOOL_URLS, build_demo_tools
+from agents.dev.demo_tools import TOOL_URLS, build_demo_tools
 from agents.executor import Executor, Outcome
 
 ROOT = Path(__file__).resolve().parents[2]

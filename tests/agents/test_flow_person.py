@@ -21,23 +21,23 @@ from aiosmtpd.controller import Controller
 from pydantic import BaseModel
 
 from agents.catalog import load_catalog
-from agents.flowservice import FlowDriver, Flows, answer_input
-from agents.mail import MailSettings, SmtpTarget
-from agents.mail_service import MailChannel
+from agents.channels.mail_service import MailChannel
+from agents.dev.standin import build_standin
+from agents.flows.files import flow_tools
+from agents.flows.service import FlowDriver, Flows, answer_input
 from agents.model import ModelSettings
 from agents.run import Conversation
 from agents.service import AgentService, Where
-from agents.standin import build_standin
 from compiler import CallTool, FlowInput, ToolResult, load_flow
-from stream.broker import free_port
-from stream.config import Settings
-from stream.flows import flow_tools
 from stream.gateway.readmodel import ReadModel
+from stream.runtime.broker import free_port
+from stream.runtime.config import Settings
 from tests.agents.test_flow_service import CATALOG, SCRIPT, folder, opened, shop
 from tests.agents.test_mail import Sink
 from tests.gateway.conftest import GatewayProcess, start_gateway
 from tests.lanes import Lane, wait_for
 from topics import MessageRecord, TaskClosedRecord, Topics
+from topics.mail import MailSettings, SmtpTarget
 
 __all__ = ["start_gateway"]  # the fixture, shared
 

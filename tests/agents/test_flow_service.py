@@ -24,15 +24,15 @@ from fastapi import FastAPI, Request
 from pydantic import BaseModel
 
 from agents.catalog import load_catalog
-from agents.flowservice import FlowDriver, Flows, answer_input
+from agents.dev.standin import StandinScript, build_standin
+from agents.flows.files import flow_tools
+from agents.flows.service import FlowDriver, Flows, answer_input
 from agents.model import ModelSettings
 from agents.run import Conversation
 from agents.service import AgentService, Where
-from agents.standin import StandinScript, build_standin
 from compiler import CallTool, FlowInput, ModelReply, ToolResult, load_flow
-from stream.config import Settings
-from stream.flows import flow_tools
 from stream.gateway.readmodel import ReadModel
+from stream.runtime.config import Settings
 from tests.gateway.conftest import GatewayProcess, start_gateway
 from tests.lanes import Lane, wait_for
 from topics import MessageRecord, TaskOpenedRecord, Topics
@@ -321,7 +321,7 @@ def test_a_service_run_replays_from_its_conversation_with_no_call(tmp_path: Path
     the topic holds it, stepped again; a changed flow names the difference."""
     from io import StringIO
 
-    from stream.flowterm import replay_job
+    from stream.cli.flowterm import replay_job
 
     conversation = asyncio.run(_refund_run())
     (tmp_path / "flows").mkdir()

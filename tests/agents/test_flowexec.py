@@ -1,6 +1,6 @@
-"""The flow action executor (agents/flowexec.py) against the real stand-in model
+"""The flow action executor (agents/flows/executor.py) against the real stand-in model
 and the real demo tools, each over HTTP on a free port, and the handler
-registry (agents/handlers.py)."""
+registry (agents/flows/handlers.py)."""
 
 from __future__ import annotations
 
@@ -16,14 +16,14 @@ import httpx
 import pytest
 from pydantic import BaseModel
 
-from agents import demo_handlers
 from agents.catalog import load_catalog_file
-from agents.demo_tools import build_demo_tools
+from agents.dev import demo_handlers
+from agents.dev.demo_tools import build_demo_tools
+from agents.dev.standin import StandinScript, build_standin
 from agents.executor import Executor
-from agents.flowexec import FlowExecutor, json_schema_of
-from agents.handlers import Registry, RegistryError, handler, load_registry, router
+from agents.flows.executor import FlowExecutor, json_schema_of
+from agents.flows.handlers import Registry, RegistryError, handler, load_registry, router
 from agents.model import Model, ModelSettings
-from agents.standin import StandinScript, build_standin
 from compiler import (
     CallHandler,
     CallModel,
@@ -35,7 +35,7 @@ from compiler import (
     ToolResult,
     load_flow,
 )
-from stream.flowterm import drive
+from stream.cli.flowterm import drive
 from topics import InboxEvent, JournalHandlerCall, JournalModelCall, JournalToolCall
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -271,7 +271,8 @@ def test_a_raising_or_async_handler() -> None:
 
 def test_the_registry_reads_entry_points_and_the_setting(tmp_path: Path, monkeypatch: Any) -> None:
     (tmp_path / "mine_flowexec.py").write_text(
-        "from agents.handlers import handler\n\n@handler('mine')\ndef mine(view):\n    return 1\n",
+        "from agents.flows.handlers import handler\n\n"
+        "@handler('mine')\ndef mine(view):\n    return 1\n",
         encoding="utf-8",
     )
     monkeypatch.syspath_prepend(str(tmp_path))

@@ -18,9 +18,9 @@ from typing import Any
 import orjson
 import pytest
 
-from agents.standin import StandinScript, build_standin
+from agents.dev.standin import StandinScript, build_standin
 from compiler import request_run_id
-from stream.kafka import producer
+from stream.runtime.kafka import producer
 from tests.agents.test_schedule_prompt import CATALOG
 from tests.lanes import Lane, WorkerProcess, wait_for
 

@@ -23,9 +23,9 @@ import orjson
 import pytest
 from aiosmtpd.controller import Controller
 
-from agents.demo_tools import build_demo_tools
-from agents.standin import StandinScript, build_standin
-from stream.broker import free_port
+from agents.dev.demo_tools import build_demo_tools
+from agents.dev.standin import StandinScript, build_standin
+from stream.runtime.broker import free_port
 from tests.lanes import Lane, wait_for
 from topics import MessageRecord
 from topics.replies import read_reply_address, reply_address, reply_token

@@ -7,7 +7,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from agents.mail import (
+from topics import MessageRecord
+from topics.mail import (
     MailSettings,
     SenderNotContact,
     SmtpTarget,
@@ -19,7 +20,6 @@ from agents.mail import (
     reply_text,
     sender_of,
 )
-from topics import MessageRecord
 from topics.replies import ReplyRoute, ReplyTokenError, read_reply_address
 
 NOW = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)

@@ -20,13 +20,13 @@ import pytest
 from fastapi import FastAPI, Request
 
 from agents.catalog import load_catalog
+from agents.dev.standin import StandinScript, build_standin
 from agents.model import ModelSettings
 from agents.schedule_runs import run_key
 from agents.service import AgentService, Where
-from agents.standin import StandinScript, build_standin
-from stream.config import Settings
-from stream.kafka import bootstrap_of, producer, read_topic
-from stream.worker import ensure_all_topics
+from stream.engine.worker import ensure_all_topics
+from stream.runtime.config import Settings
+from stream.runtime.kafka import bootstrap_of, producer, read_topic
 from tests.lanes import Lane, wait_for
 from topics import Headers, Topics
 

@@ -21,7 +21,7 @@ import yaml
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from agents.standin import StandinScript, build_standin
+from agents.dev.standin import StandinScript, build_standin
 from tests.lanes import Lane, WorkerProcess
 
 pytestmark = [pytest.mark.broker, pytest.mark.timeout(240)]

@@ -12,9 +12,9 @@ from typing import Any
 from agents.catalog import load_catalog
 from agents.model import ModelSettings
 from agents.service import AgentService
-from stream.config import Settings
-from stream.kafka import bootstrap_of, producer, read_topic
-from stream.worker import ensure_all_topics
+from stream.engine.worker import ensure_all_topics
+from stream.runtime.config import Settings
+from stream.runtime.kafka import bootstrap_of, producer, read_topic
 from topics import Headers, TaskOpenedRecord, Topics
 
 CATALOG = load_catalog(

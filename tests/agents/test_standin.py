@@ -22,9 +22,9 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from agents.compose import DELEGATE_PARAMETERS, TOOL_TURN, ModelRequest, ToolOffer
+from agents.dev.standin import StandinScript, _seen, build_standin, load_script
 from agents.model import Exchange, Model, ModelError, ModelSettings, ToolCall
-from agents.standin import StandinScript, _seen, build_standin, load_script
-from stream.broker import free_port
+from stream.runtime.broker import free_port
 
 LEMONGRAPH = Path(sys.executable).parent / "lemongraph"
 BOOK = ToolOffer(
@@ -353,7 +353,7 @@ def test_the_heartbeat_examples_of_docs_agents_md_are_the_catalogs_and_run() -> 
     """docs/agents.md, "Scheduled prompts and heartbeats": its catalog block is
     examples/catalog.yaml's queue_watcher, and its script alerts on a wake's
     context and fails on "fail", leaving the rest to the built-in HEARTBEAT_OK."""
-    from agents.standin import policy
+    from agents.dev.standin import policy
 
     page = (ROOT / "docs" / "agents.md").read_text(encoding="utf-8")
     section = page.split("## Scheduled prompts and heartbeats", 1)[1].split("\n## ", 1)[0]

@@ -34,7 +34,7 @@ from compiler import (
     Verdict,
     compile_condition,
 )
-from compiler._printer import print_atom, print_expr
+from compiler.conditions._printer import print_atom, print_expr
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -21,7 +21,7 @@ from compiler import (
     previous_slot,
     slots_between,
 )
-from compiler._cron import zone
+from compiler.schedules._cron import zone
 
 
 def utc(text: str) -> datetime:

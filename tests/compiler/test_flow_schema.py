@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from compiler import check_schema
-from compiler._flowschema import schema_problems
+from compiler.flows._flowschema import schema_problems
 
 DECISION: dict[str, Any] = {
     "type": "object",

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from compiler import PlaybookError, PlaybookProblem, compile_playbook, load_playbook
-from stream.files import load_playbook_file
+from stream.runtime.files import load_playbook_file
 
 HEAD = "key: p\nversion: 1\n"
 

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from compiler import fields_text, label_of, readable, readable_inline, shown_fields
-from compiler._readable import DEPTH, INLINE_CHARS, ITEMS, TEXT_CHARS, VALUE_CHARS
+from compiler.flows._readable import DEPTH, INLINE_CHARS, ITEMS, TEXT_CHARS, VALUE_CHARS
 
 INVOICE = {
     "id": "A-17",

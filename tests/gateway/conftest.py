@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
-from stream.broker import free_port
 from stream.gateway import mint_token
+from stream.runtime.broker import free_port
 from tests.lanes import LEMONGRAPH, Lane, wait_for
 
 __all__ = ["SECRET", "GatewayProcess", "Lane", "wait_for"]

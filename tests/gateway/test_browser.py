@@ -21,8 +21,8 @@ from zoneinfo import ZoneInfo
 import pytest
 from playwright.sync_api import Browser, Page, Request, Route, sync_playwright
 
-from agents.demo_tools import build_demo_tools
-from agents.standin import build_standin
+from agents.dev.demo_tools import build_demo_tools
+from agents.dev.standin import build_standin
 from tests.lanes import wait_for
 from topics import (
     JournalFlow,

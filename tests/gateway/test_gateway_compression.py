@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 
 from stream.bench.bytes import topic_bytes
-from stream.kafka import KafkaSecurity
+from stream.runtime.kafka import KafkaSecurity
 
 from .conftest import GatewayProcess, Lane
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from stream.config import ConfigError, Settings
 from stream.gateway.protocol import OncePer, quiet_accept_errors
+from stream.runtime.config import ConfigError, Settings
 
 
 def test_accept_errors_are_reported_once_per_interval_with_a_count() -> None:

@@ -1,5 +1,5 @@
 """The gateway's read model and its views, without Kafka: the records a real
-engine wrote (``stream.engine.Engine`` over a dict table) applied to a
+engine wrote (``stream.engine.engine.Engine`` over a dict table) applied to a
 ``ReadModel`` as its consumer would, then read back as the API answers.
 
 Rank, depth and goals come from the compiled playbook (the core's rules), so a
@@ -13,10 +13,10 @@ import orjson
 import yaml
 
 from compiler import compile_playbook
-from stream.engine import Engine, Record
+from stream.engine.engine import Engine, Record
+from stream.engine.registry import Registry
 from stream.gateway.readmodel import ReadModel
 from stream.gateway.views import job_summary, job_view
-from stream.registry import Registry
 from topics import JournalRun, PlaybookRecord, Topics, encode
 
 TOPICS = Topics("rm.")

@@ -1,5 +1,5 @@
 """What the gateway's read model lets go of, without Kafka: the records a real
-engine wrote (``stream.engine.Engine`` over a dict table) applied as the
+engine wrote (``stream.engine.engine.Engine`` over a dict table) applied as the
 model's consumer would, and the writes the gateway accepted, interleaved as
 they can be in a running system."""
 
@@ -12,10 +12,10 @@ from typing import Any
 import orjson
 
 from compiler import compile_playbook
-from stream.engine import Engine, Record
+from stream.engine.engine import Engine, Record
+from stream.engine.registry import Registry
 from stream.gateway.readmodel import AcceptedWrite, ReadModel, idem
 from stream.gateway.views import job_view
-from stream.registry import Registry
 from topics import PlaybookRecord, Topics, encode
 
 TOPICS = Topics("rmb.")

@@ -14,7 +14,7 @@ import httpx
 import orjson
 import pytest
 
-from stream.broker import EmbeddedBroker
+from stream.runtime.broker import EmbeddedBroker
 from topics import JobKeyError, check_key
 
 from .conftest import GatewayProcess, Lane, wait_for

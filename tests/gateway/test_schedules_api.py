@@ -15,7 +15,7 @@ import httpx
 import orjson
 import pytest
 
-from stream.engine import home_partition
+from stream.engine.engine import home_partition
 from stream.gateway.schedules import ScheduleModel
 from topics import ScheduleRunRecord, Topics, encode
 

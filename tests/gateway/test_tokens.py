@@ -14,9 +14,9 @@ import orjson
 import pytest
 
 import stream.gateway
-from stream.config import ConfigError, Settings
 from stream.gateway import ApiError, mint_token, verify_token
 from stream.gateway.ratelimit import RateLimiter
+from stream.runtime.config import ConfigError, Settings
 
 LEMONGRAPH = Path(sys.executable).parent / "lemongraph"
 NOW = 1_800_000_000.0

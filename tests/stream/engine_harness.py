@@ -1,6 +1,6 @@
 """The engine without a broker, for unit tests: a dict stands in for the
 RocksDB table, and :class:`Harness` commits each batch the way the Faust layer
-does (stream/app.py): it keeps the outputs, writes ``Batch.writes()`` into the
+does (stream/engine/app.py): it keeps the outputs, writes ``Batch.writes()`` into the
 dict, then calls ``engine.committed(batch)``. Helpers read the outputs back
 through the topics models."""
 
@@ -15,9 +15,9 @@ from typing import Any
 import orjson
 
 from compiler import load_playbook
-from stream.engine import Batch, Engine, Output, Record, home_partition
-from stream.registry import Registry
-from stream.timers import DUE_PREFIX, parse_due_key
+from stream.engine.engine import Batch, Engine, Output, Record, home_partition
+from stream.engine.registry import Registry
+from stream.engine.timers import DUE_PREFIX, parse_due_key
 from topics import (
     DeadLetter,
     DecisionRecord,

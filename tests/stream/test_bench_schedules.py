@@ -34,7 +34,7 @@ def test_a_tick_that_fires_fewer_than_due_fails_the_run(
 def test_memory_of_stored_schedules(tmp_path: Path) -> None:
     memory = schedule_memory(2_000, tmp_path)
     assert memory.count == 2_000
-    # The due-time index is rows of the table (stream/timers.py): the worker
+    # The due-time index is rows of the table (stream/engine/timers.py): the worker
     # holds nothing per schedule (less than the 20 bytes a key of its own
     # would cost); the rows are the encoded states and the index rows.
     assert memory.index_bytes < 2_000 * 20

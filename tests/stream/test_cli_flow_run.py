@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from agents.demo_tools import build_demo_tools
-from agents.standin import build_standin
+from agents.dev.demo_tools import build_demo_tools
+from agents.dev.standin import build_standin
 from tests.stream.test_cli_simulate_check import LEMONGRAPH, PLAYBOOKS, ROOT
 
 FLOWS = PLAYBOOKS / "flows"

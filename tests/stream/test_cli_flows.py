@@ -44,7 +44,7 @@ edges:
 
 #: A module of handlers the flows above name (docs/flows.md, "Handlers and routers").
 HANDLERS = """\
-from agents.handlers import handler
+from agents.flows.handlers import handler
 
 
 @handler("h")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from stream.broker import free_port
+from stream.runtime.broker import free_port
 from tests.lanes import LEMONGRAPH, ROOT
 
 
@@ -106,8 +106,8 @@ def test_a_server_command_names_a_taken_port(taken: int, tmp_path: Path, command
 
 def test_the_embedded_broker_names_a_taken_port_without_its_panic(taken: int) -> None:
     # What `lemongraph dev` says when the port is taken after its check.
-    from stream.broker import EmbeddedBroker
-    from stream.errors import BrokerStartError
+    from stream.runtime.broker import EmbeddedBroker
+    from stream.runtime.errors import BrokerStartError
 
     with pytest.raises(BrokerStartError) as info:
         EmbeddedBroker(taken).start()

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from stream.broker import free_port
+from stream.runtime.broker import free_port
 from tests.lanes import LEMONGRAPH
 
 from .test_dev import exit_within, start_dev

@@ -11,7 +11,7 @@ import yaml
 from click.testing import CliRunner
 
 from stream.cli import main
-from stream.kafka import SECURITY_VARIABLES
+from stream.runtime.kafka import SECURITY_VARIABLES
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,11 +23,11 @@ def test_compose_services_use_real_commands_and_known_settings() -> None:
         services
     )
     sources = [
-        ROOT / "stream" / "config.py",
-        ROOT / "stream" / "kafka.py",
-        ROOT / "stream" / "cli.py",
+        ROOT / "stream" / "runtime" / "config.py",
+        ROOT / "stream" / "runtime" / "kafka.py",
+        ROOT / "stream" / "cli" / "__init__.py",
         ROOT / "agents" / "model.py",
-        ROOT / "agents" / "mail.py",
+        ROOT / "topics" / "mail.py",
     ]
     text = "".join(path.read_text() for path in sources)
     known = set(re.findall(r'"((?:LEMONGRAPH|API|OPENAI|REPLY|MAIL)_[A-Z_]+)"', text))

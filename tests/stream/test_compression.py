@@ -1,5 +1,5 @@
 """LEMONGRAPH_KAFKA_COMPRESSION: the setting, and each codec against the real
-broker through the engine's produce path (stream/produce.py) and the
+broker through the engine's produce path (stream/runtime/produce.py) and the
 ``producer`` helper: the records come back as they were given, and the broker
 holds the batches compressed (read with raw fetches, stream/bench/bytes.py)."""
 
@@ -14,10 +14,10 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from stream.bench.bytes import topic_bytes
-from stream.broker import ensure_topics
-from stream.config import ConfigError, Settings
-from stream.faust_tuning import common_settings
-from stream.kafka import (
+from stream.runtime.broker import ensure_topics
+from stream.runtime.config import ConfigError, Settings
+from stream.runtime.faust_tuning import common_settings
+from stream.runtime.kafka import (
     COMPRESSIONS,
     DEFAULT_COMPRESSION,
     KafkaSecurity,
@@ -27,7 +27,7 @@ from stream.kafka import (
     producer,
     read_topic,
 )
-from stream.produce import Produced, produce_batches
+from stream.runtime.produce import Produced, produce_batches
 
 NO_DOTENV = Path("/nonexistent/.env")
 

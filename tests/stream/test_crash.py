@@ -25,7 +25,7 @@ from compiler import (
     input_from_json,
     to_iso,
 )
-from stream.files import load_playbook_file
+from stream.runtime.files import load_playbook_file
 from tests.lanes import Lane
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow, pytest.mark.timeout(420)]

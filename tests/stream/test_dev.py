@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from stream.broker import free_port
+from stream.runtime.broker import free_port
 from tests.lanes import LEMONGRAPH, ROOT, WorkerProcess
 
 pytestmark = [pytest.mark.broker, pytest.mark.timeout(240)]

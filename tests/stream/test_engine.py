@@ -1,7 +1,7 @@
-"""``stream.engine.Engine`` without a broker: records in, outputs and state writes out.
+"""``stream.engine.engine.Engine`` without a broker: records in, outputs and state writes out.
 
 A dict stands in for the RocksDB table. After each ``process`` the test does what
-the Faust layer does (stream/app.py): it "produces" the outputs (keeps them),
+the Faust layer does (stream/engine/app.py): it "produces" the outputs (keeps them),
 writes ``Batch.writes()`` into the dict, then calls ``engine.committed(batch)``.
 
 Every expected value is written out by hand from docs/decisions.md, docs/kafka.md and the playbooks
@@ -15,7 +15,7 @@ from datetime import timedelta
 import orjson
 import pytest
 
-from stream.engine import Record
+from stream.engine.engine import Record
 from topics import (
     TaskClosedRecord,
     TaskOpenedRecord,

@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 import pytest
 
-from stream.engine import HOMES_KEPT, MAX_INSTANT_MS, Record, StorageError, home_partition
+from stream.engine.engine import HOMES_KEPT, MAX_INSTANT_MS, Record, StorageError, home_partition
 from topics import FORWARDED_FROM_HEADER
 
 from .engine_harness import (

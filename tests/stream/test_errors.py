@@ -1,4 +1,4 @@
-"""One error root in the shell (stream/errors.py): every error the shell raises
+"""One error root in the shell (stream/runtime/errors.py): every error the shell raises
 on purpose is a ``ShellError`` carrying its exit code, the CLI reports each as
 one line with that code, and it catches nothing broader."""
 
@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from stream import errors
 from stream.cli import main
-from stream.errors import ShellError, StopWorker
+from stream.runtime import errors
+from stream.runtime.errors import ShellError, StopWorker
 
 ROOT = Path(__file__).resolve().parents[2]
 LEMONGRAPH = Path(sys.executable).parent / "lemongraph"
@@ -65,7 +65,7 @@ def test_a_bad_setting_is_one_line_naming_the_variable() -> None:
 
 
 def test_the_cli_catches_nothing_broader_than_the_roots() -> None:
-    tree = ast.parse((ROOT / "stream" / "cli.py").read_text())
+    tree = ast.parse((ROOT / "stream" / "cli" / "__init__.py").read_text())
     broad = [
         node.lineno
         for node in ast.walk(tree)

@@ -1,4 +1,4 @@
-"""stream/fetch.py: a batch's messages are acknowledged (and so may be
+"""stream/runtime/fetch.py: a batch's messages are acknowledged (and so may be
 committed) only after the handler has handled all of them; a failed batch
 stops the process with none acknowledged.
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from stream.fetch import BatchConsumer
+from stream.runtime.fetch import BatchConsumer
 
 
 class Exited(Exception):
@@ -50,7 +50,7 @@ def test_a_failed_batch_exits_with_70_and_acknowledges_nothing(
         codes.append(code)
         raise Exited
 
-    monkeypatch.setattr("stream.fetch.os._exit", exit_)
+    monkeypatch.setattr("stream.runtime.fetch.os._exit", exit_)
 
     async def handler(messages: Sequence[Any]) -> None:
         raise RuntimeError("the broker refused a batch")

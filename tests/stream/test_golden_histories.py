@@ -1,5 +1,5 @@
 """Golden histories (tests/golden/histories): decision logs recorded by the real
-engine, replayed through ``stream/replay.py`` without a broker. Every state hash
+engine, replayed through ``stream/cli/replay.py`` without a broker. Every state hash
 and effect must match; each history, recorded again today, must come out byte
 for byte the same; and a tampered history must fail, naming the record.
 
@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 import pytest
 
-from stream.replay import replay_decisions
+from stream.cli.replay import replay_decisions
 from tests.golden.histories.record import HERE, HISTORIES, encode, registry
 
 #: history → (decisions replayed, byte-identical re-emissions skipped)

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from compiler import TaskClosed, TaskOpened
-from stream.files import scenario_files
-from stream.simulate import SimulationRun, simulate_files
+from stream.cli.simulate import SimulationRun, simulate_files
+from stream.runtime.files import scenario_files
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 

@@ -14,9 +14,9 @@ import faust
 import pytest
 from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
 
-from stream.app import faust_settings
-from stream.config import ConfigError, Settings
-from stream.kafka import KafkaSecurity, client_kwargs
+from stream.engine.app import faust_settings
+from stream.runtime.config import ConfigError, Settings
+from stream.runtime.kafka import KafkaSecurity, client_kwargs
 
 ROOT = Path(__file__).resolve().parents[2]
 URL = "kafka://broker:9093"
@@ -221,11 +221,11 @@ def test_the_clients_of_the_gateway_worker_and_cli_need_the_security() -> None:
     # its producer used the settings').
     import inspect
 
-    from stream.broker import cluster_id, ensure_topics
+    from stream.cli.outcome import send_and_wait
+    from stream.engine.resets import ClusterWatch, find_resets
+    from stream.engine.table import JobTable
     from stream.gateway.readmodel import ReadModel
-    from stream.outcome import send_and_wait
-    from stream.resets import ClusterWatch, find_resets
-    from stream.table import JobTable
+    from stream.runtime.broker import cluster_id, ensure_topics
 
     for function in (
         ReadModel.follow, send_and_wait, find_resets, ClusterWatch.__init__,

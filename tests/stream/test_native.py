@@ -1,4 +1,4 @@
-"""The compiled decision core (setup.py, stream/native.py): it is what runs,
+"""The compiled decision core (setup.py, stream/runtime/native.py): it is what runs,
 it decides exactly as the plain Python source does, and a stale build is refused."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from stream import native
+from stream.runtime import native
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,7 +24,7 @@ from pathlib import Path
 
 root = Path(sys.argv[2])
 if sys.argv[1] == "source":
-    built = json.loads((root / "stream" / "native_build.json").read_text())["modules"]
+    built = json.loads((root / "stream" / "runtime" / "native_build.json").read_text())["modules"]
 
     class FromSource(importlib.abc.MetaPathFinder):
         def find_spec(self, name, path=None, target=None):
@@ -38,11 +38,11 @@ if sys.argv[1] == "source":
 
 import orjson
 from stream.bench.workload import onboarding_mix
-from stream.engine import Engine, Record, home_partition
-from stream.files import load_playbook_file, playbook_files
-from stream.registry import Registry
+from stream.engine.engine import Engine, Record, home_partition
+from stream.runtime.files import load_playbook_file, playbook_files
+from stream.engine.registry import Registry
 from topics import Topics, encode
-import compiler._jobgraph, stream.engine
+import compiler.jobs._jobgraph, stream.engine.engine
 
 registry = Registry()
 for path in playbook_files(root / "examples"):
@@ -73,7 +73,10 @@ for start in range(0, len(records), 250):
         store[key] = raw
         digest.update(repr((key, partition, raw)).encode())
     engine.committed(batch)
-print(compiler._jobgraph.__file__.rsplit(".", 1)[-1], stream.engine.__file__.rsplit(".", 1)[-1])
+print(
+    compiler.jobs._jobgraph.__file__.rsplit(".", 1)[-1],
+    stream.engine.engine.__file__.rsplit(".", 1)[-1],
+)
 print(len(records), digest.hexdigest())
 """
 
@@ -97,8 +100,8 @@ def test_the_installed_core_runs_compiled() -> None:
     # The build falls back to plain Python when it cannot compile; this says so
     # here instead of as a slower benchmark.
     current = native.status()
-    assert "compiler._jobgraph" in current.compiled, current.describe()
-    assert "stream.engine" in current.compiled, current.describe()
+    assert "compiler.jobs._jobgraph" in current.compiled, current.describe()
+    assert "stream.engine.engine" in current.compiled, current.describe()
     assert current.stale == ()
     assert "compiled with mypyc" in current.describe()
 
@@ -120,29 +123,33 @@ def test_a_source_changed_after_the_build_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     built = json.loads(native.MANIFEST.read_text(encoding="utf-8"))["modules"]
-    built["compiler._jobgraph"] = "0" * 64  # as if the source changed since
+    built["compiler.jobs._jobgraph"] = "0" * 64  # as if the source changed since
     manifest = tmp_path / "native_build.json"
     manifest.write_text(json.dumps({"modules": built}), encoding="utf-8")
     monkeypatch.setattr(native, "MANIFEST", manifest)
 
-    assert native.status().stale == ("compiler._jobgraph",)
-    with pytest.raises(native.StaleBuild, match=r"compiler\._jobgraph.*scripts/setup"):
+    assert native.status().stale == ("compiler.jobs._jobgraph",)
+    with pytest.raises(native.StaleBuild, match=r"compiler\.jobs\._jobgraph.*scripts/setup"):
         native.check()
-    assert "STALE: compiler._jobgraph" in native.status().describe()
+    assert "STALE: compiler.jobs._jobgraph" in native.status().describe()
 
 
 def test_modules_built_but_gone_call_for_a_rebuild(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # As if compiler._printer had been compiled and its module then removed.
-    built = {"compiler._printer": native._sha256(ROOT / "compiler" / "_printer.py")}
+    # As if compiler.conditions._printer had been compiled and its module then removed.
+    built = {
+        "compiler.conditions._printer": native._sha256(
+            ROOT / "compiler" / "conditions" / "_printer.py"
+        )
+    }
     manifest = tmp_path / "native_build.json"
     manifest.write_text(json.dumps({"modules": built}), encoding="utf-8")
     monkeypatch.setattr(native, "MANIFEST", manifest)
 
     current = native.check()  # runs: what is there is not stale
     assert current.compiled == ()
-    assert current.incomplete == ("compiler._printer",)
+    assert current.incomplete == ("compiler.conditions._printer",)
     assert native.main(["--check"]) == 1  # but scripts/setup rebuilds
     assert native.main([]) == 0
     assert "plain Python" in capsys.readouterr().out
@@ -158,7 +165,7 @@ def test_without_a_manifest_nothing_counts_as_compiled(
 
 def test_the_status_command_exits_1_only_on_a_stale_build() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "stream.native", "--check"],
+        [sys.executable, "-m", "stream.runtime.native", "--check"],
         capture_output=True,
         text=True,
         timeout=60,

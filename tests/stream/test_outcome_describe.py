@@ -1,9 +1,9 @@
-"""The lines `start-job` and `send-event` print for a decision (stream/outcome.py
+"""The lines `start-job` and `send-event` print for a decision (stream/cli/outcome.py
 `describe`), without a broker: a refusal names the job like the other lines do."""
 
 from __future__ import annotations
 
-from stream.outcome import Sent, describe
+from stream.cli.outcome import Sent, describe
 
 WHERE = "events partition 0 offset 7"
 

@@ -1,4 +1,4 @@
-"""stream.produce: record batches per topic-partition, against the real broker."""
+"""stream.runtime.produce: record batches per topic-partition, against the real broker."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from collections.abc import Sequence
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from stream.broker import ensure_topics
-from stream.kafka import KafkaSecurity, bootstrap_of, read_topic
-from stream.produce import Produced, ProduceError, produce_batches
+from stream.runtime.broker import ensure_topics
+from stream.runtime.kafka import KafkaSecurity, bootstrap_of, read_topic
+from stream.runtime.produce import Produced, ProduceError, produce_batches
 
 
 def _run(url: str, topic: str, records: Sequence[Produced]) -> object:

@@ -21,7 +21,7 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from stream.engine import home_partition
+from stream.engine.engine import home_partition
 from tests.lanes import Lane
 
 pytestmark = [pytest.mark.broker, pytest.mark.timeout(300)]
@@ -195,7 +195,7 @@ def test_poison_records_are_dead_letters_and_the_worker_decides_what_follows(
     # The dead letter of the 1 MiB record is that record, byte for byte, plus
     # headers of under 1 KB.
     async def sizes() -> list[tuple[int, int]]:
-        from stream.kafka import read_topic
+        from stream.runtime.kafka import read_topic
 
         out = []
         async for r in read_topic(lane.bootstrap, lane.topics.deadletter, idle=0.5):
@@ -254,7 +254,7 @@ def test_a_future_stamped_event_and_a_future_tick_fail_no_job(lane: Lane) -> Non
 def test_sigterm_stops_a_worker_whose_broker_is_gone_within_seconds(
     lane: Lane, tmp_path: Any
 ) -> None:
-    from stream.broker import EmbeddedBroker
+    from stream.runtime.broker import EmbeddedBroker
 
     with EmbeddedBroker() as broker:
         mine = Lane(broker.url, lane.prefix, tmp_path / "own")
@@ -293,9 +293,9 @@ def test_a_broker_that_comes_back_empty_stops_the_worker_and_fails_healthz(
 
     import httpx
 
-    from stream.broker import EmbeddedBroker, free_port
-    from stream.config import Settings
-    from stream.worker import ensure_all_topics
+    from stream.engine.worker import ensure_all_topics
+    from stream.runtime.broker import EmbeddedBroker, free_port
+    from stream.runtime.config import Settings
     from tests.lanes import LEMONGRAPH
 
     broker = EmbeddedBroker()

@@ -12,8 +12,8 @@ from pathlib import Path
 import orjson
 
 from compiler import load_playbook
-from stream.registry import Registry
-from stream.replay import replay_decisions
+from stream.cli.replay import replay_decisions
+from stream.engine.registry import Registry
 
 RECORDED = Path(__file__).resolve().parents[1] / "recorded"
 

@@ -16,12 +16,12 @@ import rocksdict
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
 from stream.bench.idle import job_rows, partition_databases, write_jobs
-from stream.config import ConfigError, RocksDBMemory, Settings
-from stream.engine import home_partition
-from stream.faust_tuning import BoundedRocksDBOptions, bound_rocksdb, rocksdb_memory
-from stream.store import decode_stored, peek_header
-from stream.table import JobTable
-from stream.timers import DUE_VALUE, INDEX_MARK, JOBS, due_range, parse_due_key
+from stream.engine.engine import home_partition
+from stream.engine.store import decode_stored, peek_header
+from stream.engine.table import JobTable
+from stream.engine.timers import DUE_VALUE, INDEX_MARK, JOBS, due_range, parse_due_key
+from stream.runtime.config import ConfigError, RocksDBMemory, Settings
+from stream.runtime.faust_tuning import BoundedRocksDBOptions, bound_rocksdb, rocksdb_memory
 
 ROOT = Path(__file__).resolve().parents[2]
 MB = 1 << 20
@@ -111,8 +111,8 @@ def test_a_store_with_open_databases_is_not_rebound(tmp_path: Path) -> None:
 
 
 def test_the_worker_app_opens_its_table_with_the_settings(tmp_path: Path) -> None:
-    from stream.app import build_app
-    from stream.registry import Registry
+    from stream.engine.app import build_app
+    from stream.engine.registry import Registry
 
     settings = Settings.from_env(
         {
@@ -122,7 +122,7 @@ def test_the_worker_app_opens_its_table_with_the_settings(tmp_path: Path) -> Non
         },
         Path("/nonexistent/.env"),
     )
-    # build_app patches Faust's consumer factory (stream/faust_tuning.py): put it back.
+    # build_app patches Faust's consumer factory (stream/runtime/faust_tuning.py): put it back.
     factory = faust_aiokafka.AIOKafkaConsumerThread._create_worker_consumer
     try:
         running = build_app(settings, Registry([]), ticker=False)

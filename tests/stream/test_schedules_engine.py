@@ -20,15 +20,15 @@ import pytest
 from click.testing import CliRunner
 
 from stream.cli import main
-from stream.config import ConfigError, Settings
-from stream.engine import Engine, Record, home_partition
-from stream.files import load_schedules_file, playbook_files, schedules_file
-from stream.schedules import (
+from stream.engine.engine import Engine, Record, home_partition
+from stream.engine.schedules import (
     SCHEDULE_PREFIX,
     Schedules,
     peek_schedule,
     schedule_key,
 )
+from stream.runtime.config import ConfigError, Settings
+from stream.runtime.files import load_schedules_file, playbook_files, schedules_file
 from topics import (
     FORWARDED_FROM_HEADER,
     SCHEDULE_HEADER,

@@ -1,5 +1,6 @@
-"""``stream.store`` (how a job is stored), ``stream.registry`` (playbook versions),
-``stream.config`` (settings from the environment) and ``stream.kafka.bootstrap_of``."""
+"""``stream.engine.store`` (how a job is stored), ``stream.engine.registry`` (playbook
+versions), ``stream.runtime.config`` (settings from the environment) and
+``stream.runtime.kafka.bootstrap_of``."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from compiler import Event, JobGraph, JobState, Start, load_playbook
-from stream.config import ConfigError, Settings, read_dotenv
-from stream.kafka import bootstrap_of
-from stream.registry import Registry
-from stream.store import Applied, decode_stored, encode_stored, next_due_ms, peek_header
+from stream.engine.registry import Registry
+from stream.engine.store import Applied, decode_stored, encode_stored, next_due_ms, peek_header
+from stream.runtime.config import ConfigError, Settings, read_dotenv
+from stream.runtime.kafka import bootstrap_of
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 

@@ -1,11 +1,11 @@
 """The places lemongraph reaches into Faust's internals, pinned: if a Faust
 upgrade moves them, these tests fail before a worker misbehaves.
 
-* stream/table.py writes the job table as Faust's recovery does (per-partition
+* stream/engine/table.py writes the job table as Faust's recovery does (per-partition
   RocksDB databases, WriteBatch, persisted changelog offsets);
-* stream/faust_tuning.py lowers the fetch wait Faust hard-codes;
-* stream/fetch.py replaces the per-record delivery of the engine's topics with
-  batches, and hands Faust's aiokafka producer to stream/produce.py.
+* stream/runtime/faust_tuning.py lowers the fetch wait Faust hard-codes;
+* stream/runtime/fetch.py replaces the per-record delivery of the engine's topics with
+  batches, and hands Faust's aiokafka producer to stream/runtime/produce.py.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import pytest
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
-from stream.faust_tuning import set_fetch_max_wait
-from stream.table import JobTable
-from stream.timers import DUE_VALUE, JOBS, SCHEDULES, due_key, due_range, parse_due_key
+from stream.engine.table import JobTable
+from stream.engine.timers import DUE_VALUE, JOBS, SCHEDULES, due_key, due_range, parse_due_key
+from stream.runtime.faust_tuning import set_fetch_max_wait
 
 
 def test_job_table_writes_batches_and_persists_changelog_offsets(tmp_path: Path) -> None:
@@ -52,7 +52,7 @@ def test_job_table_writes_batches_and_persists_changelog_offsets(tmp_path: Path)
 def test_the_due_time_index_is_scanned_in_order_and_restored_by_faust_recovery(
     tmp_path: Path,
 ) -> None:
-    """The index rows are rows of the table (stream/timers.py): a scan reads a
+    """The index rows are rows of the table (stream/engine/timers.py): a scan reads a
     partition's range in key order and nothing past its bound, and Faust's
     changelog recovery on another machine (``apply_changelog_batch``, the
     records as they were produced) restores them like any other row."""
@@ -110,7 +110,7 @@ def test_the_fetch_wait_patch_reaches_the_consumer_faust_creates() -> None:
             return made[-1]
 
         faust_aiokafka.AIOKafkaConsumerThread._create_worker_consumer = fake  # type: ignore[method-assign]
-        import stream.faust_tuning as tuning
+        import stream.runtime.faust_tuning as tuning
 
         tuning._ORIGINAL = fake
         set_fetch_max_wait(20)
@@ -130,7 +130,7 @@ def test_aiokafka_reads_the_fetch_wait_attribute_when_it_starts() -> None:
 
 
 def test_the_batch_app_makes_a_batch_consumer_for_its_topics(tmp_path: Path) -> None:
-    from stream.fetch import BatchApp, BatchConsumer
+    from stream.runtime.fetch import BatchApp, BatchConsumer
 
     async def handler(messages: object) -> None:
         return None
@@ -152,7 +152,9 @@ def test_faust_still_drains_and_produces_the_way_stream_fetch_mirrors() -> None:
 
     drain = inspect.getsource(FaustConsumer._drain_messages)
     for step in ("getmany(timeout=1.0)", "_read_offset", "_add_gap", "_commit_every", "callback"):
-        assert step in drain, f"Faust's drain loop no longer has {step!r}: re-read stream/fetch.py"
+        assert step in drain, (
+            f"Faust's drain loop no longer has {step!r}: re-read stream/runtime/fetch.py"
+        )
     assert "create_consumer" in inspect.getsource(faust.App._new_consumer)
     assert "self._new_transport()" in inspect.getsource(faust.App.transport.fget)  # type: ignore[attr-defined]
     assert callable(faust_aiokafka.Producer._ensure_producer)

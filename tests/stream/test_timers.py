@@ -1,4 +1,4 @@
-"""The due-time index (``stream/timers.py``): its keys order timers by due time,
+"""The due-time index (``stream/engine/timers.py``): its keys order timers by due time,
 a tick reads the range up to its ``now`` and nothing else, and the index stays
 exact: after every committed batch its rows are exactly the due times in the
 stored jobs' and schedules' headers.
@@ -14,9 +14,9 @@ from datetime import timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stream.engine import Batch, Record
-from stream.store import peek_header
-from stream.timers import (
+from stream.engine.engine import Batch, Record
+from stream.engine.store import peek_header
+from stream.engine.timers import (
     DUE_PREFIX,
     DUE_VALUE,
     INDEX_MARK,

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from compiler import Event, JobGraph, JobState, Start, input_from_json
-from stream.files import load_playbook_file
+from stream.runtime.files import load_playbook_file
 from tests.lanes import Lane
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow, pytest.mark.timeout(300)]

@@ -1,12 +1,12 @@
 """Records the golden decision histories in this folder, with the real engine
-(``stream.engine.Engine``) over a dict standing in for the RocksDB table,
+(``stream.engine.engine.Engine``) over a dict standing in for the RocksDB table,
 committed as a worker commits (outputs, then state, then ``committed``).
 
     .venv/bin/python -m tests.golden.histories.record      # rewrite the files
 
 Each history is the ``decisions`` topic of one run, one JSON record a line, in
 the order a worker would have produced them. ``tests/stream/test_golden_histories.py``
-replays each through ``stream/replay.py`` without a broker and requires every
+replays each through ``stream/cli/replay.py`` without a broker and requires every
 state hash and effect to match; it also re-records each and requires the same
 bytes, so a change to the core or the engine that alters a decision fails there
 first. Rewrite them only for a change that is meant to alter decisions, and say
@@ -24,9 +24,9 @@ from typing import Any
 import orjson
 
 from stream.bench.workload import onboarding_mix
-from stream.engine import Engine, Record, home_partition
-from stream.files import load_playbook_file, playbook_files
-from stream.registry import Registry
+from stream.engine.engine import Engine, Record, home_partition
+from stream.engine.registry import Registry
+from stream.runtime.files import load_playbook_file, playbook_files
 from topics import InboxEvent, JobStart, Topics
 
 HERE = Path(__file__).resolve().parent
@@ -60,7 +60,7 @@ class Run:
         self.decisions: list[bytes] = []
 
     def scan(self, partition: int, low: str, high: str) -> list[tuple[str, bytes]]:
-        """The due-time index's rows, as the table reads them (stream/timers.py)."""
+        """The due-time index's rows, as the table reads them (stream/engine/timers.py)."""
         return sorted(
             (k, raw) for (k, p), raw in self.store.items() if p == partition and low <= k < high
         )

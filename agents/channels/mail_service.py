@@ -1,0 +1,412 @@
+"""``lemongraph mail-ingress``: the email channel (docs/agents.md, "Email").
+
+One process, two directions:
+
+- **out**: it reads ``messages`` in its own consumer group (``<prefix>mail``) and
+  sends every ``direction: out``, ``channel: email`` message over SMTP
+  (``LEMONGRAPH_SMTP_URL``), once per ``message_id``: the ids sent are kept in a
+  RocksDB store, so a re-delivered record sends nothing; a crash between the send
+  and the store sends again with the same ``Message-ID``, which the receiving side
+  recognises. A temporary SMTP failure is retried (the partition waits); a
+  permanent one is journaled and the next message goes on.
+- **in**: an SMTP server (aiosmtpd) on ``LEMONGRAPH_MAIL_INGRESS_PORT`` takes mail
+  for ``reply+<token>@REPLY_DOMAIN`` and ``bounce+<token>@REPLY_DOMAIN`` only. The
+  token is verified at ``RCPT``: unsigned, tampered, expired or of the other
+  kind (a bounce token as a reply address, or the reverse) is ``550``,
+  journaled, and nothing is written. A reply from its token's contact becomes a
+  ``messages`` record and a ``message_received`` event; from anyone else it is
+  journaled ``unverified``, writes nothing, and ``DATA`` is answered ``550``. A
+  bounce becomes an ``email_bounced`` event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import smtplib
+import ssl
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from email import message_from_bytes, policy
+from email.message import EmailMessage
+from typing import Any
+
+import orjson
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiosmtpd.smtp import SMTP, Envelope, Session
+from compiler import to_iso
+from stream.runtime.config import Settings
+from stream.runtime.kafka import bootstrap_of, client_kwargs, compression_type
+from topics import JournalMail, MessageRecord, Topics, encode
+from topics.mail import (
+    MailSettings,
+    SenderNotContact,
+    bounce_address,
+    from_header,
+    inbound_message_id,
+    outbound_email,
+    received,
+    sender_of,
+    unverified,
+)
+from topics.replies import ReplyRoute, ReplyTokenError, read_reply_address
+
+from agents.service import open_store
+
+__all__ = ["MailCatcher", "MailChannel"]
+
+log = logging.getLogger(__name__)
+
+#: Seconds between tries while the SMTP server is unreachable or says "later".
+RETRY_SECONDS = (1, 2, 5, 10, 30)
+
+
+class MailChannel:
+    """The email channel: outbound sender and inbound SMTP server."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        mail: MailSettings,
+        say: Callable[[str], None] = print,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.mail = mail
+        self.say = say
+        self.clock = clock or (lambda: datetime.now(UTC))
+        self.topics = Topics(settings.topic_prefix)
+        folder = settings.data_dir / "mail"
+        folder.mkdir(parents=True, exist_ok=True)
+        self.sent = open_store(folder / "sent", "mail-ingress")
+        self.producer: AIOKafkaProducer | None = None
+        #: Set when the process is asked to stop: a send being retried gives up.
+        self.stopping = asyncio.Event()
+        self.counts = {"sent": 0, "duplicate": 0, "failed": 0, "received": 0, "refused": 0,
+                       "unverified": 0}  # fmt: skip
+
+    # -- writing --------------------------------------------------------------------
+
+    async def _produce(self, topic: str, key: str, value: bytes) -> None:
+        assert self.producer is not None
+        await self.producer.send_and_wait(topic, value, key=key.encode())
+
+    async def journal(self, entry: JournalMail) -> None:
+        """A record of the channel on ``journal``."""
+        await self._produce(self.topics.journal, entry.job_key, encode(entry))
+
+    def _now(self) -> str:
+        return to_iso(self.clock())
+
+    # -- out ------------------------------------------------------------------------
+
+    async def deliver(self, value: bytes | None) -> str:
+        """Send one ``messages`` record if it is an outbound email not sent yet;
+        what happened (``sent``, ``duplicate``, ``failed``, ``skipped``, or
+        ``stopped``: asked to stop while the server was unreachable)."""
+        try:
+            record = MessageRecord.model_validate_json(value or b"")
+        except ValueError:
+            return "skipped"  # not a message (the agents service dead-letters it)
+        if record.direction != "out" or record.channel != "email":
+            return "skipped"
+        key = record.message_id.encode()
+        if key in self.sent:
+            self.counts["duplicate"] += 1
+            return "duplicate"
+        if self.mail.smtp is None:
+            raise RuntimeError("no LEMONGRAPH_SMTP_URL: outbound email cannot be sent")
+        now = self.clock()
+        try:
+            email = outbound_email(record, self.mail, now)
+        except ValueError as exc:
+            return await self._failed(record, str(exc))
+        envelope_from = bounce_address(record, self.mail, now)
+        attempt = 0
+        while True:
+            try:
+                await asyncio.to_thread(self._send, email, envelope_from, str(record.contact))
+                break
+            except (smtplib.SMTPRecipientsRefused, smtplib.SMTPDataError) as exc:
+                code = _code(exc)
+                if code is not None and code >= 500:
+                    return await self._failed(record, f"refused by the server: {exc}")
+                problem = f"said to try later: {exc}"
+            except (OSError, smtplib.SMTPException) as exc:
+                problem = f"unreachable: {exc}"
+            # A server that is down or busy is no reason to drop the mail: wait and
+            # try again (this partition waits with it).
+            wait = RETRY_SECONDS[min(attempt, len(RETRY_SECONDS) - 1)]
+            log.warning("mail: %s %s; again in %ds", self.mail.smtp.shown(), problem, wait)
+            attempt += 1
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stopping.wait(), wait)
+            if self.stopping.is_set():
+                return "stopped"  # not sent, not committed: the next run sends it
+        self.sent[key] = orjson.dumps({"message_id": email["Message-ID"], "at": to_iso(now)})
+        self.counts["sent"] += 1
+        await self.journal(
+            JournalMail(
+                job_key=record.job_key, at=self._now(), direction="out", outcome="sent",
+                message_id=record.message_id, address=record.contact,
+                detail=str(email["Message-ID"]),
+            )
+        )  # fmt: skip
+        return "sent"
+
+    async def _failed(self, record: MessageRecord, why: str) -> str:
+        self.sent[record.message_id.encode()] = orjson.dumps({"failed": why})
+        self.counts["failed"] += 1
+        await self.journal(
+            JournalMail(
+                job_key=record.job_key, at=self._now(), direction="out", outcome="failed",
+                message_id=record.message_id, address=record.contact, detail=why[:500],
+            )
+        )  # fmt: skip
+        return "failed"
+
+    def _send(self, email: EmailMessage, envelope_from: str, to: str) -> None:
+        target = self.mail.smtp
+        assert target is not None
+        client: smtplib.SMTP
+        if target.tls:
+            client = smtplib.SMTP_SSL(target.host, target.port, timeout=30,
+                                      context=ssl.create_default_context())  # fmt: skip
+        else:
+            client = smtplib.SMTP(target.host, target.port, timeout=30)
+        with client:
+            client.ehlo()
+            if not target.tls and client.has_extn("starttls"):
+                client.starttls(context=ssl.create_default_context())
+                client.ehlo()
+            if target.username:
+                client.login(target.username, target.password or "")
+            client.send_message(email, from_addr=envelope_from, to_addrs=[to])
+
+    async def follow(self, stopping: asyncio.Event) -> None:
+        """Send what ``messages`` holds for email, committing as it goes."""
+        consumer = AIOKafkaConsumer(
+            self.topics.messages,
+            **client_kwargs(
+                bootstrap_of(self.settings.kafka_url or ""), self.settings.kafka_security
+            ),
+            group_id=f"{self.settings.topic_prefix}mail",
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+        )
+        await consumer.start()
+        try:
+            while not stopping.is_set():
+                batches = await consumer.getmany(timeout_ms=500, max_records=100)
+                for records in batches.values():
+                    for r in records:
+                        if await self.deliver(r.value) == "stopped":
+                            return  # this batch is not committed: what was sent is in the store
+                if batches:
+                    await consumer.commit()
+        finally:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(consumer.stop(), 5)
+
+    # -- in -------------------------------------------------------------------------
+
+    async def check_recipient(self, address: str, mail_from: str | None) -> ReplyRoute | str:
+        """The route of a reply or bounce address, or the SMTP refusal (journaled)."""
+        try:
+            return read_reply_address(
+                self.mail.reply_secret, address, self.mail.reply_domain, int(time.time())
+            )
+        except ReplyTokenError as exc:
+            self.counts["refused"] += 1
+            await self.journal(
+                JournalMail(
+                    job_key="", at=self._now(), direction="in", outcome="refused",
+                    address=mail_from, detail=f"{exc.reason}: to {address}: {exc}"[:500],
+                )
+            )  # fmt: skip
+            return f"550 5.7.1 Refused: {exc.reason} reply address"
+
+    async def take(self, route: ReplyRoute, content: bytes) -> bool:
+        """A mail that passed ``RCPT``: a reply (message and event) or a bounce;
+        False for a reply not from its token's contact (journaled, nothing written)."""
+        mail = message_from_bytes(content, policy=policy.default)
+        message_id = inbound_message_id(mail.get("Message-ID"), content)
+        sender = sender_of(from_header(mail))
+        try:
+            record, event = received(
+                route, message_id, sender, _plain_text(mail), self._now(), _bounce_reason(mail)
+            )
+        except SenderNotContact as refusal:
+            self.counts["unverified"] += 1
+            await self.journal(unverified(route, refusal, message_id, self._now(), "smtp"))
+            return False
+        if record is not None:
+            await self._produce(self.topics.messages, route.job_key, encode(record))
+        await self._produce(self.topics.inbox, route.job_key, encode(event.compact()))
+        self.counts["received"] += 1
+        await self.journal(
+            JournalMail(
+                job_key=route.job_key, at=self._now(), direction="in",
+                outcome="received" if record is not None else "bounced",
+                message_id=message_id, address=sender,
+            )
+        )  # fmt: skip
+        return True
+
+    async def serve(self, host: str, port: int) -> asyncio.Server:
+        """Start the SMTP server in this loop."""
+        handler = _Handler(self)
+        loop = asyncio.get_running_loop()
+        return await loop.create_server(
+            lambda: SMTP(handler, hostname=self.mail.reply_domain, data_size_limit=10_000_000),
+            host,
+            port,
+        )
+
+    # -- running --------------------------------------------------------------------
+
+    async def run(self, stopping: asyncio.Event, host: str = "127.0.0.1") -> None:
+        """Both directions until ``stopping`` is set."""
+        self.stopping = stopping
+        self.producer = AIOKafkaProducer(
+            **client_kwargs(
+                bootstrap_of(self.settings.kafka_url or ""), self.settings.kafka_security
+            ),
+            linger_ms=5,
+            compression_type=compression_type(self.settings.kafka_compression),
+        )
+        await self.producer.start()
+        server = await self.serve(host, self.mail.ingress_port)
+        bound = server.sockets[0].getsockname()[1] if server.sockets else self.mail.ingress_port
+        out = self.mail.smtp.shown() if self.mail.smtp else "nowhere (no LEMONGRAPH_SMTP_URL)"
+        self.say(
+            f"mail: ready: replies to reply+...@{self.mail.reply_domain} on SMTP port {bound}; "
+            f"outbound to {out}"
+        )
+        try:
+            if self.mail.smtp is not None:
+                await self.follow(stopping)
+            else:
+                await stopping.wait()
+        finally:
+            server.close()
+            # A broker that is gone must not hold the stop up (a dead broker is
+            # often why this process is being stopped).
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(server.wait_closed(), 5)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.producer.stop(), 5)
+            self.sent.close()
+
+
+class _Handler:
+    """aiosmtpd's hooks: refuse at RCPT what is not ours, take the mail at DATA."""
+
+    def __init__(self, channel: MailChannel) -> None:
+        self.channel = channel
+
+    async def handle_RCPT(
+        self, server: SMTP, session: Session, envelope: Envelope, address: str,
+        rcpt_options: list[str],
+    ) -> str:  # fmt: skip
+        route = await self.channel.check_recipient(address, envelope.mail_from)
+        if isinstance(route, str):
+            return route
+        envelope.rcpt_tos.append(address)
+        routes: list[ReplyRoute] = getattr(envelope, "lemongraph_routes", [])
+        routes.append(route)
+        envelope.lemongraph_routes = routes  # type: ignore[attr-defined]
+        return "250 OK"
+
+    async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
+        content = envelope.original_content or envelope.content
+        raw = content if isinstance(content, bytes) else str(content).encode()
+        routes: list[ReplyRoute] = getattr(envelope, "lemongraph_routes", [])
+        taken = [await self.channel.take(route, raw) for route in routes]
+        if taken and not any(taken):
+            # Refused in the session rather than accepted and dropped: nothing of
+            # ours bounces to a forged sender, and a real person's server (or the
+            # forwarder's, under SRS) tells them their reply was not taken.
+            return (
+                "550 5.7.1 Not taken: the sender is not the contact this reply address "
+                "was sent to; reply from that address"
+            )
+        return "250 Message accepted"
+
+
+def _plain_text(mail: Any) -> str:
+    body = mail.get_body(preferencelist=("plain", "html"))
+    if body is None:
+        return ""
+    text = str(body.get_content())
+    if body.get_content_type() == "text/html":
+        text = re.sub(r"<[^>]+>", " ", text)
+    return text
+
+
+def _bounce_reason(mail: Any) -> str:
+    for part in mail.walk():
+        if part.get_content_type() == "message/delivery-status":
+            payload = part.get_payload()
+            if isinstance(payload, list):
+                return " ".join(str(p).strip().replace("\n", " ") for p in payload)
+            return str(payload)
+    return str(mail.get("Subject") or "bounced")
+
+
+def _code(exc: Exception) -> int | None:
+    if isinstance(exc, smtplib.SMTPRecipientsRefused):
+        codes = [code for code, _ in exc.recipients.values()]
+        return max(codes) if codes else None
+    return getattr(exc, "smtp_code", None)
+
+
+class MailCatcher:
+    """A local SMTP server that keeps what it is sent, in memory (the newest 200):
+    ``lemongraph dev``'s outbound mail goes here when no LEMONGRAPH_SMTP_URL is
+    set, and the gateway shows it at ``GET /v1/dev/mail``."""
+
+    KEPT = 200
+
+    def __init__(self, host: str, port: int) -> None:
+        from aiosmtpd.controller import Controller
+
+        self.caught: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self.controller = Controller(self, hostname=host, port=port)
+        self.url = f"smtp://{host}:{port}"
+
+    async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
+        content = envelope.original_content or envelope.content
+        raw = content if isinstance(content, bytes) else str(content).encode()
+        mail = message_from_bytes(raw, policy=policy.default)
+        entry = {
+            "at": to_iso(datetime.now(UTC)),
+            "envelope_from": envelope.mail_from,
+            "to": list(envelope.rcpt_tos),
+            "subject": str(mail.get("Subject") or ""),
+            "reply_to": str(mail.get("Reply-To") or ""),
+            "message_id": str(mail.get("Message-ID") or ""),
+            "job_key": str(mail.get("X-Lemongraph-Job") or ""),
+            "text": _plain_text(mail).strip(),
+        }
+        with self._lock:
+            self.caught.append(entry)
+            del self.caught[: -self.KEPT]
+        return "250 OK"
+
+    def mails(self) -> list[dict[str, Any]]:
+        """What was caught, oldest first."""
+        with self._lock:
+            return list(self.caught)
+
+    def start(self) -> MailCatcher:
+        self.controller.start()
+        return self
+
+    def stop(self) -> None:
+        self.controller.stop()

@@ -1,0 +1,2 @@
+"""For development: the stand-in model, demo tools and handlers, in-process serving,
+the agents bench."""

@@ -1,0 +1,1 @@
+"""The condition language: grammar, parser, AST, evaluation (docs/conditions.md)."""

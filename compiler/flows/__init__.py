@@ -1,0 +1,1 @@
+"""Flows: definitions, their step function, schemas, readable values (docs/flows.md)."""

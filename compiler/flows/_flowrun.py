@@ -1,0 +1,1077 @@
+"""The step function of flows: its state, its inputs and its actions, as values
+(docs/flows.md, "Running a flow").
+
+``FlowRun(flow).next(state, input, now)`` is pure: it reads no clock (``now`` is
+an argument), calls no model, tool or registered function, and draws no random
+number. It returns the new state and the actions the runtime must carry out;
+the runtime feeds each action's result back as the next input. Registered
+functions (handlers, routers) are run by the runtime too, so a replay reads
+their recorded results and never calls them again.
+
+Every model is frozen and JSON-serialisable: ``x.model_dump(mode="json", by_alias=True)`` and
+``Model.model_validate(data)`` round-trip it (``input_from_json`` and
+``action_from_json`` read the unions by their ``kind``).
+
+Ids (docs/flows.md, "Ids") come from our own data only, never from a model's
+output: a call is ``{run_id}/{node}/{visit}/{attempt}``, with ``/{item}`` after
+it for a fan-out copy (the item's 0-based index); an interrupt is
+``{run_id}/{node}/{visit}``; a router's call is its edge's ``from`` node's call
+id plus ``/route``; a ``tools`` node's calls are its call id plus ``/{index}``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from collections.abc import Callable
+from datetime import datetime
+from typing import Annotated, Any, Literal, TypeAlias
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from compiler._durations import parse_duration
+from compiler.flows._flow import (
+    END,
+    TEMPLATE,
+    AnyNode,
+    ApprovalNode,
+    AskNode,
+    ConditionalEdge,
+    FanoutNode,
+    Flow,
+    HandlerNode,
+    LlmNode,
+    PlainEdge,
+    ToolNode,
+    ToolsNode,
+)
+from compiler.flows._flowschema import check_schema, value_kind
+from compiler.flows._readable import readable_inline
+
+__all__ = [
+    "Action",
+    "Answer",
+    "Ask",
+    "AwaitApproval",
+    "Branch",
+    "CallHandler",
+    "CallModel",
+    "CallRouter",
+    "CallTool",
+    "Fail",
+    "Finish",
+    "FlowFailure",
+    "FlowInput",
+    "FlowRun",
+    "FlowStart",
+    "FlowState",
+    "FlowTick",
+    "HandlerResult",
+    "Interrupt",
+    "Join",
+    "ModelReply",
+    "RouterResult",
+    "ToolResult",
+    "action_from_json",
+    "call_id",
+    "input_from_json",
+    "interrupt_id",
+]
+
+
+class _Value(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def call_id(run_id: str, node: str, visit: int, attempt: int, item: int | None = None) -> str:
+    """The id of one call a node makes: ``{run_id}/{node}/{visit}/{attempt}``,
+    plus ``/{item}`` for a fan-out copy. ``visit`` and ``attempt`` are 1-based."""
+    base = f"{run_id}/{node}/{visit}/{attempt}"
+    return base if item is None else f"{base}/{item}"
+
+
+def interrupt_id(run_id: str, node: str, visit: int, item: int | None = None) -> str:
+    """The id of one question or approval: ``{run_id}/{node}/{visit}`` (plus
+    ``/{item}`` for a fan-out copy): a second visit asks anew, with a new id."""
+    base = f"{run_id}/{node}/{visit}"
+    return base if item is None else f"{base}/{item}"
+
+
+# ---------------------------------------------------------------------------
+# State
+
+
+class Branch(_Value):
+    """One place the run is at: a node about to run, running, or waiting.
+
+    A run has one branch, except while a fan-out's copies run (one branch per
+    item, ``fanout`` and ``item`` set).
+    """
+
+    node: str
+    #: How many times this node has been entered in this run, this one included
+    #: (1-based; fan-out copies of one spread share the visit).
+    visit: int = Field(ge=1)
+    #: The attempt at the node (1-based; ``retry.max_attempts`` bounds it).
+    attempt: int = Field(1, ge=1)
+    #: The fan-out node that made this copy, and the copy's item index (0-based).
+    fanout: str | None = None
+    item: int | None = None
+    #: The value of the fan-out's ``as`` channel for this copy.
+    item_value: Any = None
+    #: The call this branch waits on (``CallModel``/``CallTool``/``CallHandler``/
+    #: ``CallRouter``), or None while it is not waiting on a call.
+    call_id: str | None = None
+    #: What the branch waits on when ``call_id`` is set.
+    waiting: Literal["model", "tool", "handler", "router"] | None = None
+    #: A ``tools`` node: each call it made, in order, as ``{call_id, id, name,
+    #: done, result, error}`` (``call_id`` is ours: ``{call_id}/{index}``).
+    calls: tuple[dict[str, Any], ...] = ()
+
+
+class Join(_Value):
+    """A fan-out in progress: ``items`` copies of ``target``; the node after
+    ``target`` runs once, when every index is in ``done``."""
+
+    fanout: str
+    visit: int = Field(ge=1)
+    target: str
+    items: int = Field(ge=0)
+    done: tuple[int, ...] = ()
+    #: The copies whose target failed (past its retries) into its ``onError``:
+    #: once every copy is done, the run goes to that ``onError`` instead of on.
+    failed: tuple[int, ...] = ()
+
+
+class Interrupt(_Value):
+    """The question or approval the run is suspended on (one at a time)."""
+
+    interrupt_id: str
+    node: str
+    kind: Literal["ask", "approval"]
+    question: str
+    #: The allowed answers (empty: any answer).
+    answers: tuple[str, ...] = ()
+    #: Approval only: the node that runs on yes, and the ``show`` channels' values.
+    before: str | None = None
+    show: dict[str, Any] = Field(default_factory=dict)
+    expires_at: datetime | None = None
+    #: The fan-out item of the branch that asked, if any.
+    item: int | None = None
+
+
+class FlowFailure(_Value):
+    """Why a node failed (also the value of the built-in ``last_error`` channel)."""
+
+    node: str
+    message: str
+
+
+class FlowState(_Value):
+    """Everything a flow run is: what ``next`` reads and returns.
+
+    Treat the dicts as read-only: ``next`` returns a new state, never edits one.
+    """
+
+    #: The flow's name, version and digest (``Flow.digest``, a hash of its
+    #: canonical spec): a state is only ever stepped by the flow it started on.
+    flow: str
+    version: str
+    digest: str
+    run_id: str
+    #: Channel values by name (declared channels, ``conversation``, ``last_error``).
+    channels: dict[str, Any] = Field(default_factory=dict)
+    #: Where the run is (empty once finished or failed).
+    branches: tuple[Branch, ...] = ()
+    #: Fan-outs whose copies are still running.
+    joins: tuple[Join, ...] = ()
+    #: Times each node has been entered in this run (ids use it as ``visit``).
+    visits: dict[str, int] = Field(default_factory=dict)
+    #: Route limits: ``"{from}/{route}"`` → times the route was taken since the
+    #: run started or since the limit's ``per`` node last ran.
+    limit_counts: dict[str, int] = Field(default_factory=dict)
+    #: The attempt each node is on (1-based; a success resets it).
+    attempts: dict[str, int] = Field(default_factory=dict)
+    #: Call ids issued and not yet answered (a result for any other id is stale).
+    pending: tuple[str, ...] = ()
+    #: The suspended question or approval, if any.
+    interrupt: Interrupt | None = None
+    #: The nodes that completed, in order (what a replay compares).
+    trail: tuple[str, ...] = ()
+    status: Literal["running", "waiting", "finished", "failed"] = "running"
+    #: Set when finished: the ``outputs`` channels' values.
+    outputs: dict[str, Any] | None = None
+    #: Set when failed.
+    failure: FlowFailure | None = None
+
+
+# ---------------------------------------------------------------------------
+# Inputs
+
+
+class FlowStart(_Value):
+    """Start run ``run_id`` with the flow's ``inputs`` (channel name → value)."""
+
+    kind: Literal["start"] = "start"
+    run_id: str
+    inputs: dict[str, Any] = Field(default_factory=dict)
+
+
+class ModelReply(_Value):
+    """The model's answer to ``CallModel`` ``call_id`` (the raw text), or the
+    ``error`` the call ended with."""
+
+    kind: Literal["model_reply"] = "model_reply"
+    call_id: str
+    text: str
+    #: The model call failed (no reply): the node fails with it (retry, onError).
+    error: str | None = None
+
+
+class ToolResult(_Value):
+    """The result of ``CallTool`` ``call_id``: ``result`` when ``ok``, else ``error``."""
+
+    kind: Literal["tool_result"] = "tool_result"
+    call_id: str
+    ok: bool
+    result: Any = None
+    error: str | None = None
+
+
+class HandlerResult(_Value):
+    """The result of ``CallHandler`` ``call_id`` (the value written to the
+    node's ``output``), or the error it raised."""
+
+    kind: Literal["handler_result"] = "handler_result"
+    call_id: str
+    ok: bool
+    result: Any = None
+    error: str | None = None
+
+
+class RouterResult(_Value):
+    """The route a registered router chose for ``CallRouter`` ``call_id``."""
+
+    kind: Literal["router_result"] = "router_result"
+    call_id: str
+    route: str
+
+
+class Answer(_Value):
+    """The person's answer to the interrupt ``interrupt_id`` (ask or approval)."""
+
+    kind: Literal["answer"] = "answer"
+    interrupt_id: str
+    answer: Any
+
+
+class FlowTick(_Value):
+    """Time passed (``now`` is the argument of ``next``): expiries are checked."""
+
+    kind: Literal["tick"] = "tick"
+
+
+FlowInput: TypeAlias = Annotated[
+    FlowStart | ModelReply | ToolResult | HandlerResult | RouterResult | Answer | FlowTick,
+    Field(discriminator="kind"),
+]
+
+
+# ---------------------------------------------------------------------------
+# Actions
+
+
+class CallModel(_Value):
+    """Ask the model ``prompt`` (already rendered) for node ``node``; with
+    ``schema`` the answer must fit it (docs/flows.md, "Schemas")."""
+
+    kind: Literal["call_model"] = "call_model"
+    call_id: str
+    node: str
+    prompt: str
+    schema_: dict[str, Any] | None = Field(None, alias="schema")
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class CallTool(_Value):
+    """Call catalog tool ``tool`` with ``args`` (templates already filled)."""
+
+    kind: Literal["call_tool"] = "call_tool"
+    call_id: str
+    node: str
+    tool: str
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+class CallHandler(_Value):
+    """Run the registered handler ``handler`` on ``view`` (the channels it reads)."""
+
+    kind: Literal["call_handler"] = "call_handler"
+    call_id: str
+    node: str
+    handler: str
+    view: dict[str, Any] = Field(default_factory=dict)
+
+
+class CallRouter(_Value):
+    """Run the registered router ``router`` of the conditional edge from
+    ``edge_from`` on ``view`` (the channels); it returns a route name."""
+
+    kind: Literal["call_router"] = "call_router"
+    call_id: str
+    edge_from: str
+    router: str
+    view: dict[str, Any] = Field(default_factory=dict)
+
+
+class Ask(_Value):
+    """Put ``question`` to the person; the run waits for an ``Answer``."""
+
+    kind: Literal["ask"] = "ask"
+    interrupt_id: str
+    node: str
+    question: str
+    answers: tuple[str, ...] = ()
+    expires_at: datetime | None = None
+
+
+class AwaitApproval(_Value):
+    """Ask the person to approve running node ``before``, showing only the
+    ``show`` channels; the run waits for an ``Answer``."""
+
+    kind: Literal["await_approval"] = "await_approval"
+    interrupt_id: str
+    node: str
+    before: str
+    question: str = ""
+    show: dict[str, Any] = Field(default_factory=dict)
+    expires_at: datetime | None = None
+
+
+class Finish(_Value):
+    """The run reached END: the flow's ``outputs`` channels' values."""
+
+    kind: Literal["finish"] = "finish"
+    outputs: dict[str, Any] = Field(default_factory=dict)
+
+
+class Fail(_Value):
+    """The run failed at ``node`` (no retry or ``onError`` left)."""
+
+    kind: Literal["fail"] = "fail"
+    node: str
+    error: str
+
+
+Action: TypeAlias = Annotated[
+    CallModel | CallTool | CallHandler | CallRouter | Ask | AwaitApproval | Finish | Fail,
+    Field(discriminator="kind"),
+]
+
+_INPUTS: TypeAdapter[FlowInput] = TypeAdapter(FlowInput)
+_ACTIONS: TypeAdapter[Action] = TypeAdapter(Action)
+
+
+def input_from_json(data: Any) -> FlowInput:
+    """An input from its JSON form (``kind`` says which)."""
+    return _INPUTS.validate_python(data)
+
+
+def action_from_json(data: Any) -> Action:
+    """An action from its JSON form (``kind`` says which)."""
+    return _ACTIONS.validate_python(data)
+
+
+# ---------------------------------------------------------------------------
+# The step function
+
+#: An approval's answers that mean yes (compared trimmed and case-folded).
+APPROVAL_YES = frozenset({"yes", "y", "approve", "ok", "true"})
+#: More node entries than this in one step means the flow loops without ever
+#: waiting on anything (a fan-out over an empty list whose onError is itself).
+_MAX_ENTRIES_PER_STEP = 10_000
+_FENCE = re.compile(r"^```[A-Za-z0-9_-]*\s*\n(.*?)\n?```$", re.DOTALL)
+
+
+def approval_says_yes(answer: Any) -> bool:
+    """``yes``, ``y``, ``approve``, ``ok``, ``true`` (any case, trimmed), the
+    boolean ``true`` or ``{approved: true}``; anything else is no."""
+    if answer is True:
+        return True
+    if isinstance(answer, str):
+        return answer.strip().casefold() in APPROVAL_YES
+    if isinstance(answer, dict):
+        return answer.get("approved") is True
+    return False
+
+
+def _json_text(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def _walk(value: Any, path: list[str]) -> Any:
+    for part in path:
+        if isinstance(value, dict):
+            value = value.get(part)
+        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]
+        else:
+            return None
+    return value
+
+
+def _output_of(node: AnyNode) -> str | None:
+    if isinstance(node, LlmNode | ToolsNode | AskNode | ToolNode | HandlerNode):
+        return node.output
+    return None
+
+
+class _Step:
+    """One step's working copy of a state: edited in place, frozen at the end."""
+
+    def __init__(self, flow: Flow, state: FlowState, now: datetime) -> None:
+        self.flow = flow
+        self.state = state
+        self.now = now
+        self.run_id = state.run_id
+        self.channels = dict(state.channels)
+        self.branches = list(state.branches)
+        self.joins = list(state.joins)
+        self.visits = dict(state.visits)
+        self.limit_counts = dict(state.limit_counts)
+        self.attempts = dict(state.attempts)
+        self.pending = list(state.pending)
+        self.interrupt = state.interrupt
+        self.trail = list(state.trail)
+        self.status = state.status
+        self.outputs = state.outputs
+        self.failure = state.failure
+        self.actions: list[Action] = []
+        self.entries = 0
+
+    @property
+    def over(self) -> bool:
+        return self.status in ("finished", "failed")
+
+    def freeze(self) -> FlowState:
+        status = self.status
+        if not self.over:
+            status = "waiting" if self.interrupt is not None else "running"
+        return FlowState(
+            flow=self.state.flow,
+            version=self.state.version,
+            digest=self.state.digest,
+            run_id=self.run_id,
+            channels=self.channels,
+            branches=tuple(self.branches),
+            joins=tuple(self.joins),
+            visits=self.visits,
+            limit_counts=self.limit_counts,
+            attempts=self.attempts,
+            pending=tuple(self.pending),
+            interrupt=self.interrupt,
+            trail=tuple(self.trail),
+            status=status,
+            outputs=self.outputs,
+            failure=self.failure,
+        )
+
+    # -- channels ---------------------------------------------------------
+
+    def read(self, name: str, branch: Branch | None) -> Any:
+        if branch is not None and branch.fanout is not None and branch.item is not None:
+            fanout = self.flow.nodes[branch.fanout]
+            if isinstance(fanout, FanoutNode) and fanout.as_ == name:
+                return branch.item_value
+        return self.channels.get(name)
+
+    def view(self, names: tuple[str, ...] | None, branch: Branch | None) -> dict[str, Any]:
+        if names is None:
+            names = (*self.flow.channels, "conversation", "last_error")
+        return {name: self.read(name, branch) for name in names}
+
+    def render(
+        self, text: str, branch: Branch | None, inline: Callable[[Any], str] | None = None
+    ) -> str:
+        """``text`` with its templates filled: a string as it stands, anything
+        else as JSON (for a model or a tool), or by ``inline`` (for a person)."""
+
+        def one(match: re.Match[str]) -> str:
+            value = _walk(self.read(match.group(1), branch), match.group(2).split(".")[1:])
+            if value is None:
+                return ""
+            if isinstance(value, str):
+                return value
+            return inline(value) if inline is not None else _json_text(value)
+
+        return TEMPLATE.sub(one, text)
+
+    def render_value(self, value: Any, branch: Branch | None) -> Any:
+        if isinstance(value, str):
+            whole = TEMPLATE.fullmatch(value)
+            if whole is not None:
+                return _walk(self.read(whole.group(1), branch), whole.group(2).split(".")[1:])
+            return self.render(value, branch)
+        if isinstance(value, dict):
+            return {k: self.render_value(v, branch) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self.render_value(v, branch) for v in value]
+        return value
+
+    def write(self, name: str, value: Any) -> str | None:
+        """Write ``value`` to channel ``name`` through its reducer; the reason
+        when it cannot be written."""
+        spec = self.flow.channels.get(name)
+        reducer = spec.reducer if spec is not None else None
+        current = self.channels.get(name)
+        if reducer == "append":
+            items = list(current) if isinstance(current, list) else []
+            self.channels[name] = [*items, copy.deepcopy(value)]
+        elif reducer == "merge":
+            if not isinstance(value, dict):
+                return f"{name} merges objects, and the value is {value_kind(value)}"
+            base = dict(current) if isinstance(current, dict) else {}
+            self.channels[name] = {**base, **copy.deepcopy(value)}
+        else:
+            self.channels[name] = copy.deepcopy(value)
+        return None
+
+    # -- branches ---------------------------------------------------------
+
+    def put(self, branch: Branch) -> None:
+        self.branches.append(branch)
+
+    def drop(self, branch: Branch) -> None:
+        self.branches = [b for b in self.branches if b is not branch]
+        waited = {branch.call_id, *(c["call_id"] for c in branch.calls)}
+        self.pending = [p for p in self.pending if p not in waited]
+
+    def wait_call(self, branch: Branch, cid: str, waiting: str, action: Action) -> None:
+        self.put(branch.model_copy(update={"call_id": cid, "waiting": waiting}))
+        self.pending.append(cid)
+        self.actions.append(action)
+
+    def cid(self, branch: Branch) -> str:
+        return call_id(self.run_id, branch.node, branch.visit, branch.attempt, branch.item)
+
+    # -- entering nodes ---------------------------------------------------
+
+    def count_visit(self, node: str) -> int:
+        visit = self.visits.get(node, 0) + 1
+        self.visits[node] = visit
+        for edge in self.flow.edges.values():
+            if isinstance(edge, ConditionalEdge):
+                for route, limit in edge.limits.items():
+                    if limit.per == node:
+                        self.limit_counts.pop(f"{edge.from_}/{route}", None)
+        return visit
+
+    def enter(
+        self,
+        node_id: str,
+        *,
+        visit: int | None = None,
+        attempt: int = 1,
+        fanout: str | None = None,
+        item: int | None = None,
+        item_value: Any = None,
+    ) -> None:
+        if self.over:
+            return
+        self.entries += 1
+        if self.entries > _MAX_ENTRIES_PER_STEP:
+            self.fail_run(node_id, "the flow goes round without waiting on anything")
+            return
+        if node_id == END:
+            self.finish()
+            return
+        node = self.flow.nodes[node_id]
+        if visit is None:
+            visit = self.count_visit(node_id)
+        where = {"fanout": fanout, "item": item, "item_value": item_value}
+        branch = Branch(node=node_id, visit=visit, attempt=attempt, **where)
+        if item is None:
+            self.attempts[node_id] = attempt
+        call = self.call_of(node, branch)
+        if call is not None:
+            self.wait_call(branch, *call)
+        elif isinstance(node, ToolsNode):
+            self.enter_tools(node, branch)
+        elif isinstance(node, AskNode | ApprovalNode):
+            self.put(branch)
+            self.ask_next()
+        elif isinstance(node, FanoutNode):
+            self.spread(node, branch)
+
+    def call_of(self, node: AnyNode, branch: Branch) -> tuple[str, str, Action] | None:
+        """The call an llm, tool or handler node makes: its id, kind and action."""
+        cid = self.cid(branch)
+        action: Action
+        if isinstance(node, LlmNode):
+            prompt = self.render(node.prompt, branch)
+            action = CallModel(call_id=cid, node=node.id, prompt=prompt, schema_=node.schema_)
+            return cid, "model", action
+        if isinstance(node, ToolNode):
+            args = self.render_value(node.args, branch)
+            return cid, "tool", CallTool(call_id=cid, node=node.id, tool=node.tool, args=args)
+        if isinstance(node, HandlerNode):
+            view = self.view(node.reads, branch)
+            action = CallHandler(call_id=cid, node=node.id, handler=node.handler, view=view)
+            return cid, "handler", action
+        return None
+
+    def enter_tools(self, node: ToolsNode, branch: Branch) -> None:
+        calls = self.read(node.calls, branch)
+        if not isinstance(calls, list):
+            kind = value_kind(calls)
+            self.fail(branch, f"{node.calls} must be a list of calls, and it is {kind}")
+            return
+        base = self.cid(branch)
+        records: list[dict[str, Any]] = []
+        actions: list[Action] = []
+        for index, call in enumerate(calls):
+            cid = f"{base}/{index}"
+            given = call if isinstance(call, dict) else {}
+            name, args = given.get("name"), given.get("args")
+            record: dict[str, Any] = {
+                "call_id": cid,
+                "id": given.get("id"),
+                "name": name,
+                "done": True,
+                "result": None,
+                "error": None,
+            }
+            if not isinstance(name, str) or not isinstance(args, dict | None):
+                record["error"] = "not a call: a call is {name, args, id}"
+            elif name not in self.flow.tools:
+                record["error"] = f"tool {name!r} is not in the flow's tools"
+            else:
+                record["done"] = False
+                actions.append(CallTool(call_id=cid, node=node.id, tool=name, args=args or {}))
+            records.append(record)
+        done = {"call_id": base, "waiting": "tool", "calls": tuple(records)}
+        branch = branch.model_copy(update=done)
+        if not actions:
+            self.complete(branch, [_tool_record(r) for r in records])
+            return
+        self.put(branch)
+        self.pending.extend(a.call_id for a in actions if isinstance(a, CallTool))
+        self.actions.extend(actions)
+
+    def spread(self, node: FanoutNode, branch: Branch) -> None:
+        items = self.read(node.over, branch)
+        if not isinstance(items, list):
+            self.fail(branch, f"{node.over} must be a list, and it is {value_kind(items)}")
+            return
+        if not items:
+            self.fail(branch, f"{node.over} is empty: the fan-out has nothing to spread over")
+            return
+        self.trail.append(node.id)
+        self.attempts.pop(node.id, None)
+        visit = self.count_visit(node.to)
+        self.joins.append(Join(fanout=node.id, visit=visit, target=node.to, items=len(items)))
+        for index, value in enumerate(items):
+            self.enter(node.to, visit=visit, fanout=node.id, item=index, item_value=value)
+
+    def ask_next(self) -> None:
+        """Put the next question or approval waiting its turn (one at a time)."""
+        if self.interrupt is not None or self.over:
+            return
+        for branch in self.branches:
+            node = self.flow.nodes[branch.node]
+            if branch.call_id is not None or not isinstance(node, AskNode | ApprovalNode):
+                continue
+            iid = interrupt_id(self.run_id, node.id, branch.visit, branch.item)
+            expires = self.now + parse_duration(node.expires) if node.expires is not None else None
+            # Words for a person: a value that is not a string reads as words, never
+            # as JSON (docs/flows.md, "Templates").
+            question = self.render(node.ask, branch, readable_inline)
+            ask = isinstance(node, AskNode)
+            asked = Interrupt(
+                interrupt_id=iid,
+                node=node.id,
+                kind="ask" if ask else "approval",
+                question=question,
+                answers=node.answers if isinstance(node, AskNode) else (),
+                before=node.before if isinstance(node, ApprovalNode) else None,
+                show=self.view(node.show, branch) if isinstance(node, ApprovalNode) else {},
+                expires_at=expires,
+                item=branch.item,
+            )
+            self.interrupt = asked
+            self.actions.append(_interrupt_action(asked))
+            return
+
+    # -- leaving nodes ----------------------------------------------------
+
+    def complete(self, branch: Branch, value: Any, *, write: bool = True) -> None:
+        """``branch``'s node succeeded with ``value`` (written to its output)."""
+        node = self.flow.nodes[branch.node]
+        self.drop(branch)
+        out = _output_of(node)
+        if write and out is not None:
+            problem = self.write(out, value)
+            if problem is not None:
+                self.fail(branch, problem)
+                return
+        self.trail.append(node.id)
+        if branch.item is not None:
+            self.copy_done(branch, failed=False)
+            return
+        self.attempts.pop(node.id, None)
+        last = self.channels.get("last_error")
+        if isinstance(last, dict) and last.get("node") == node.id:
+            self.channels["last_error"] = None
+        self.follow(branch)
+
+    def copy_done(self, branch: Branch, *, failed: bool) -> None:
+        join = next(j for j in self.joins if j.fanout == branch.fanout)
+        join = join.model_copy(
+            update={
+                "done": (*join.done, branch.item),
+                "failed": (*join.failed, branch.item) if failed else join.failed,
+            }
+        )
+        self.joins = [join if j.fanout == join.fanout else j for j in self.joins]
+        if len(join.done) < join.items:
+            return
+        self.joins = [j for j in self.joins if j.fanout != join.fanout]
+        target = self.flow.nodes[join.target]
+        self.attempts.pop(target.id, None)
+        if join.failed and target.on_error is not None:
+            self.enter(target.on_error)
+            return
+        after = Branch(node=target.id, visit=join.visit, fanout=join.fanout)
+        self.follow(after)
+
+    def follow(self, branch: Branch) -> None:
+        """Take the edge out of ``branch``'s node (which is done)."""
+        edge = self.flow.edges.get(branch.node)
+        if isinstance(edge, PlainEdge):
+            self.enter(edge.to)
+        elif isinstance(edge, ConditionalEdge) and edge.router is not None:
+            cid = f"{self.cid(branch)}/route"
+            view = self.view(edge.reads, None)
+            self.wait_call(
+                branch,
+                cid,
+                "router",
+                CallRouter(call_id=cid, edge_from=edge.from_, router=edge.router, view=view),
+            )
+        elif isinstance(edge, ConditionalEdge):
+            assert edge.when is not None
+            name, *path = edge.when.split(".")
+            value = _walk(self.channels.get(name), path)
+            route = _route_of(value)
+            if route not in edge.routes:
+                if "else" not in edge.routes:
+                    self.fail(
+                        branch,
+                        f"{edge.when} is {route!r} (routes: {', '.join(edge.routes)}) "
+                        "and the edge has no else route",
+                    )
+                    return
+                route = "else"
+            self.take(branch, edge, route)
+        else:
+            self.fail_run(branch.node, f"node {branch.node!r} has no edge out")
+
+    def take(self, branch: Branch, edge: ConditionalEdge, route: str) -> None:
+        seen: set[str] = set()
+        while route in edge.limits:
+            limit = edge.limits[route]
+            if self.limit_counts.get(f"{edge.from_}/{route}", 0) < limit.max:
+                break
+            seen.add(route)
+            route = limit.then
+            if route in seen:
+                self.fail(branch, "every route of the edge is over its limit", retry=False)
+                return
+        if route in edge.limits:
+            key = f"{edge.from_}/{route}"
+            self.limit_counts[key] = self.limit_counts.get(key, 0) + 1
+        self.enter(edge.routes[route])
+
+    def fail(self, branch: Branch, message: str, *, retry: bool = True) -> None:
+        """``branch``'s node failed: again while ``retry`` allows, then its
+        ``onError``, else the run fails."""
+        node = self.flow.nodes[branch.node]
+        self.drop(branch)
+        most = node.retry.max_attempts if node.retry is not None else 1
+        after_join = branch.fanout is not None and branch.item is None
+        if retry and not after_join and branch.attempt < most:
+            self.enter(
+                node.id,
+                visit=branch.visit,
+                attempt=branch.attempt + 1,
+                fanout=branch.fanout,
+                item=branch.item,
+                item_value=branch.item_value,
+            )
+            return
+        if node.on_error is None:
+            self.fail_run(node.id, message)
+            return
+        self.channels["last_error"] = {"node": node.id, "message": message}
+        if branch.item is not None:
+            self.copy_done(branch, failed=True)
+            return
+        self.attempts.pop(node.id, None)
+        self.enter(node.on_error)
+
+    def fail_run(self, node: str, message: str) -> None:
+        self.status = "failed"
+        self.failure = FlowFailure(node=node, message=message)
+        self.stop()
+        self.actions.append(Fail(node=node, error=message))
+
+    def finish(self) -> None:
+        self.status = "finished"
+        self.outputs = {name: self.channels.get(name) for name in self.flow.spec.outputs}
+        self.stop()
+        self.actions.append(Finish(outputs=self.outputs))
+
+    def stop(self) -> None:
+        self.branches, self.joins, self.pending = [], [], []
+        self.interrupt = None
+        self.attempts = {}
+
+    # -- inputs -----------------------------------------------------------
+
+    def begin(self, given: FlowStart) -> bool:
+        state = self.state
+        if state.visits or state.trail or state.branches or given.run_id != state.run_id:
+            return False
+        spec = self.flow.spec
+        allowed = {*spec.inputs, "conversation"} | {k for k, v in spec.state.items() if v.remembers}
+        unknown = sorted(set(given.inputs) - allowed)
+        if unknown:
+            raise ValueError(
+                f"flow {self.flow.name}: {', '.join(unknown)} is not an input "
+                f"(inputs: {', '.join(spec.inputs) or 'none'}; or a channel that remembers)"
+            )
+        channels: dict[str, Any] = {"conversation": [], "last_error": None}
+        for name, channel in spec.state.items():
+            if channel.default is not None:
+                channels[name] = copy.deepcopy(channel.default)
+        channels.update(copy.deepcopy(given.inputs))
+        self.channels = channels
+        self.enter(self.flow.start)
+        return True
+
+    def waiting(self, cid: str, kind: str) -> Branch | None:
+        if cid not in self.pending:
+            return None
+        for branch in self.branches:
+            if branch.waiting != kind:
+                continue
+            if branch.call_id == cid or any(c["call_id"] == cid for c in branch.calls):
+                return branch
+        return None
+
+    def result(self, given: ModelReply | ToolResult | HandlerResult | RouterResult) -> bool:
+        """A call's result: the branch that waits on it goes on (False when stale)."""
+        kinds = {"model_reply": "model", "tool_result": "tool", "handler_result": "handler"}
+        branch = self.waiting(given.call_id, kinds.get(given.kind, "router"))
+        if branch is None:
+            return False
+        if isinstance(given, ModelReply):
+            self.model_reply(branch, given)
+        elif isinstance(given, RouterResult):
+            self.router_result(branch, given)
+        elif branch.calls:
+            self.tools_result(branch, given)
+        elif given.ok:
+            self.complete(branch, given.result)
+        else:
+            self.fail(branch, given.error or f"the {branch.waiting} call failed")
+        return True
+
+    def model_reply(self, branch: Branch, given: ModelReply) -> None:
+        node = self.flow.nodes[branch.node]
+        assert isinstance(node, LlmNode)
+        if given.error is not None:
+            self.fail(branch, given.error)
+            return
+        text = given.text.strip()
+        channel = self.flow.channels.get(node.output)
+        if node.schema_ is None and (channel is None or channel.type == "string"):
+            self.complete(branch, text)
+            return
+        fenced = _FENCE.match(text)
+        try:
+            value = json.loads(fenced.group(1) if fenced else text)
+        except ValueError:
+            if node.schema_ is None and channel is not None and channel.reducer == "append":
+                self.complete(branch, text)
+            else:
+                self.fail(branch, f"{node.output}: the answer is not JSON")
+            return
+        if node.schema_ is not None:
+            problems = check_schema(value, node.schema_, node.output)
+            if problems:
+                self.fail(branch, "; ".join(problems))
+                return
+        elif (
+            channel is not None
+            and channel.reducer is None
+            and channel.type != "file"
+            and check_schema(value, {"type": channel.type})
+        ):
+            self.fail(
+                branch,
+                f"{node.output} is a {channel.type} channel, and the answer is {value_kind(value)}",
+            )
+            return
+        self.complete(branch, value)
+
+    def tools_result(self, branch: Branch, given: ToolResult | HandlerResult) -> None:
+        calls = [
+            {**c, "done": True, "result": given.result if given.ok else None}
+            | {"error": None if given.ok else (given.error or "the tool call failed")}
+            if c["call_id"] == given.call_id
+            else c
+            for c in branch.calls
+        ]
+        self.pending.remove(given.call_id)
+        updated = branch.model_copy(update={"calls": tuple(calls)})
+        self.branches = [updated if b is branch else b for b in self.branches]
+        if all(c["done"] for c in calls):
+            self.complete(updated, [_tool_record(c) for c in calls])
+
+    def router_result(self, branch: Branch, given: RouterResult) -> None:
+        edge = self.flow.edges[branch.node]
+        assert isinstance(edge, ConditionalEdge)
+        self.drop(branch)
+        if given.route not in edge.routes:
+            self.fail(
+                branch,
+                f"router {edge.router} chose route {given.route!r}, which the edge does not "
+                f"have (routes: {', '.join(edge.routes)})",
+            )
+            return
+        self.take(branch, edge, given.route)
+
+    def answer(self, given: Answer) -> bool:
+        asked = self.interrupt
+        if asked is None or given.interrupt_id != asked.interrupt_id:
+            return False
+        branch = self.asking(asked)
+        if asked.kind == "ask":
+            value = given.answer
+            if asked.answers:
+                said = value.strip().casefold() if isinstance(value, str) else None
+                chosen = [a for a in asked.answers if a.strip().casefold() == said]
+                if not chosen:
+                    return False
+                value = chosen[0]
+            self.interrupt = None
+            self.complete(branch, value)
+        else:
+            self.interrupt = None
+            self.decide(branch, approval_says_yes(given.answer))
+        self.ask_next()
+        return True
+
+    def asking(self, asked: Interrupt) -> Branch:
+        return next(
+            b
+            for b in self.branches
+            if b.node == asked.node and b.item == asked.item and b.call_id is None
+        )
+
+    def decide(self, branch: Branch, yes: bool) -> None:
+        node = self.flow.nodes[branch.node]
+        assert isinstance(node, ApprovalNode)
+        self.drop(branch)
+        self.trail.append(node.id)
+        self.attempts.pop(node.id, None)
+        self.enter(node.before if yes else node.on_reject)
+
+    def tick(self) -> bool:
+        asked = self.interrupt
+        if asked is None or asked.expires_at is None or self.now < asked.expires_at:
+            return False
+        branch = self.asking(asked)
+        self.interrupt = None
+        if asked.kind == "approval":
+            self.decide(branch, False)
+        else:
+            self.fail(branch, f"no answer by {asked.expires_at.isoformat()}")
+        self.ask_next()
+        return True
+
+
+def _interrupt_action(asked: Interrupt) -> Action:
+    common = asked.model_dump(include={"interrupt_id", "node", "question", "expires_at"})
+    if asked.kind == "ask":
+        return Ask(**common, answers=asked.answers)
+    assert asked.before is not None
+    return AwaitApproval(**common, before=asked.before, show=asked.show)
+
+
+def _tool_record(call: dict[str, Any]) -> dict[str, Any]:
+    return {k: call[k] for k in ("id", "name", "result", "error")}
+
+
+def _route_of(value: Any) -> str:
+    """The route name a ``when`` value chooses (docs/flows.md, "Edges")."""
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list | dict):
+        return "nonempty" if value else "empty"
+    return json.dumps(value)
+
+
+class FlowRun:
+    """Runs one compiled :class:`~compiler.Flow`, one pure step at a time."""
+
+    def __init__(self, flow: Flow) -> None:
+        self.flow = flow
+
+    def start(
+        self, run_id: str, inputs: dict[str, Any], now: datetime
+    ) -> tuple[FlowState, list[Action]]:
+        """A new run: the same as ``next`` on an empty state with ``FlowStart``."""
+        state = FlowState(
+            flow=self.flow.name,
+            version=self.flow.version,
+            digest=self.flow.digest,
+            run_id=run_id,
+        )
+        return self.next(state, FlowStart(run_id=run_id, inputs=inputs), now)
+
+    def next(
+        self, state: FlowState, input: FlowInput, now: datetime
+    ) -> tuple[FlowState, list[Action]]:
+        """The state after ``input`` and the actions to carry out, in order.
+
+        A result whose id is not pending, an answer to another interrupt, and
+        anything given to a finished or failed run change nothing (the state is
+        returned as it was, with no action).
+        """
+        if state.digest != self.flow.digest:
+            raise ValueError(
+                f"the state is of flow {state.flow} (digest {state.digest}), not of this one "
+                f"({self.flow.name}, digest {self.flow.digest})"
+            )
+        if state.status in ("finished", "failed"):
+            return state, []
+        step = _Step(self.flow, state, now)
+        if isinstance(input, FlowStart):
+            moved = step.begin(input)
+        elif isinstance(input, ModelReply | ToolResult | HandlerResult | RouterResult):
+            moved = step.result(input)
+        elif isinstance(input, Answer):
+            moved = step.answer(input)
+        else:
+            moved = step.tick()
+        if not moved:
+            return state, []
+        return step.freeze(), step.actions

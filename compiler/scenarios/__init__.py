@@ -1,0 +1,1 @@
+"""Scenarios on a virtual clock, run through the pure core (docs/playbooks.md)."""

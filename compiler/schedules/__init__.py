@@ -1,0 +1,1 @@
+"""Schedule definitions and cron (docs/schedules.md)."""

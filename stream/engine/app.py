@@ -1,0 +1,376 @@
+"""The Faust app: ``inbox``, ``ticks``, ``schedules`` and ``schedule-runs``
+(co-partitioned: every lemongraph topic has the inbox's partition count) consumed in batches
+(stream/runtime/fetch.py), job state in a RocksDB-backed table, a leader-only ticker,
+and the engine between. A batch's outputs and changelog records are produced as
+record batches (stream/runtime/produce.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import faust
+
+from compiler import to_iso
+from stream.engine.engine import Engine, Mark, Record, watermark_key
+from stream.engine.registry import Registry
+from stream.engine.resets import ClusterWatch, find_resets
+from stream.engine.schedules import Schedules
+from stream.engine.table import JobTable
+from stream.engine.timers import INDEX_MARK
+from stream.runtime.config import Settings
+from stream.runtime.faust_tuning import (
+    FETCH_MAX_WAIT_MS,
+    FETCH_MAX_WAIT_MS_TANSU,
+    BoundedRocksDBOptions,
+    bound_rocksdb,
+    common_settings,
+    set_fetch_max_wait,
+)
+from stream.runtime.fetch import BatchApp, BatchConsumer, StopWorker
+from stream.runtime.kafka import bootstrap_of
+from stream.runtime.produce import Produced, produce_batches
+from topics import TickRecord, Topics, encode
+
+__all__ = ["EXIT_LOG_RESET", "EngineApp", "EngineStats", "build_app"]
+
+log = logging.getLogger("lemongraph.worker")
+
+#: How many records one batch (and one fetch) may hold. Measured on the
+#: onboarding burst: 5,000 decided ~15% more events/s than 2,000, and its peak
+#: while a batch is in flight held ~125 MB more (482 against 357 MB RSS for a
+#: worker with 100,000 jobs). Latency at low rates does not depend on it.
+BATCH_MAX = 5000
+#: Rows of the table read per part when a partition's due-time index is written.
+INDEX_PART = 20_000
+
+#: The exit code of a worker that found an inbox log reset under its state
+#: (EX_CONFIG: an operator must decide what the state should be).
+EXIT_LOG_RESET = 78
+
+
+@dataclass
+class EngineStats:
+    """Counters a status line can show."""
+
+    started: float = field(default_factory=time.monotonic)
+    batches: int = 0
+    records: int = 0
+    decisions: int = 0
+    deadletters: int = 0
+    skipped: int = 0
+    duplicates: int = 0
+    forwarded: int = 0
+    bounded: int = 0
+    ticks_sent: int = 0
+    #: Seconds spent per phase of a batch, and waiting between batches.
+    seconds: dict[str, float] = field(
+        default_factory=lambda: dict.fromkeys(("wait", "decide", "produce", "store"), 0.0)
+    )
+    last_end: float | None = None
+    first_start: float | None = None
+
+    def rate(self) -> str:
+        """Records per second from the first batch's start to the last's end."""
+        if self.first_start is None or self.last_end is None:
+            return "no batches"
+        span = self.last_end - self.first_start
+        return f"{self.records / span:,.0f} records/s over {span:.1f}s" if span > 0 else "-"
+
+    def phases(self) -> str:
+        """Where the time went, as percentages."""
+        total = sum(self.seconds.values()) or 1.0
+        return ", ".join(f"{k} {v:.1f}s ({100 * v / total:.0f}%)" for k, v in self.seconds.items())
+
+
+@dataclass(frozen=True)
+class EngineApp:
+    """The Faust app and the parts a runner or a test looks at."""
+
+    app: faust.App
+    engine: Engine
+    stats: EngineStats
+    table: JobTable
+
+
+def faust_settings(settings: Settings, tansu: bool) -> dict[str, Any]:
+    """Faust settings that work against both Apache Kafka and the embedded broker."""
+    options = common_settings(
+        settings.kafka_url,
+        settings.data_dir / "faust",
+        settings.partitions,
+        tansu,
+        settings.kafka_security,
+    )
+    options.update(
+        {
+            "store": "rocksdb://",
+            "table_standby_replicas": 0,
+            "producer_linger_ms": 5,
+            # A fetch hands the engine at most one batch: holding a whole prefetch
+            # (megabytes per partition) as messages cost ~80 MB of peak memory.
+            "broker_max_poll_records": BATCH_MAX,
+            # A batch of decisions produces thousands of records at once; with the
+            # default 16 KB batches every send waited for the broker (measured: a
+            # third of a worker's time).
+            "producer_max_batch_size": 1 << 20,
+            "producer_max_request_size": 4 << 20,
+        }
+    )
+    return options
+
+
+def build_app(
+    settings: Settings,
+    registry: Registry,
+    *,
+    app_id: str | None = None,
+    tansu: bool = False,
+    ticker: bool = True,
+    stats: EngineStats | None = None,
+    cluster: str = "",
+) -> EngineApp:
+    """A Faust app that runs the engine. ``settings.kafka_url`` must be set;
+    ``cluster`` is the broker's cluster id as it was when the worker started
+    (empty: not checked)."""
+    topics = Topics(settings.topic_prefix)
+    # Apache Kafka answers a fetch when data is there; Tansu waits out the whole
+    # fetch wait, so keep it short there (see stream/runtime/faust_tuning.py).
+    set_fetch_max_wait(FETCH_MAX_WAIT_MS_TANSU if tansu else FETCH_MAX_WAIT_MS)
+    app = BatchApp(app_id or f"{settings.topic_prefix}engine", **faust_settings(settings, tansu))
+    stats = stats if stats is not None else EngineStats()
+    source = app.topic(
+        topics.inbox,
+        topics.ticks,
+        topics.schedules,
+        topics.schedule_runs,
+        key_type=bytes,
+        value_type=bytes,
+    )
+    #: The order in which one fetch's records are decided, by topic (see handle).
+    rank = {
+        name: i
+        for i, name in enumerate(
+            (topics.schedules, topics.schedule_runs, topics.inbox, topics.ticks)
+        )
+    }
+    faust_table = app.Table(
+        "jobstate", partitions=settings.partitions, key_type=bytes, value_type=bytes
+    )
+    # One block cache and one memtable budget for every partition database
+    # (docs/operations.md, "Memory"), before any is opened.
+    bound_rocksdb(faust_table.data, BoundedRocksDBOptions(settings.rocksdb))
+    table = JobTable(faust_table)
+    engine = Engine(
+        topics,
+        registry,
+        table.get,
+        partitions=settings.partitions,
+        cache_size=settings.state_cache,
+        max_skew_ms=round(settings.max_clock_skew * 1000),
+        cluster=cluster,
+        schedules=Schedules(topics, enabled=settings.schedules_enabled),
+        scan=table.scan,
+    )
+    watch = ClusterWatch(bootstrap_of(settings.kafka_url or ""), cluster, settings.kafka_security)
+    bootstrap = bootstrap_of(settings.kafka_url or "")
+
+    async def check_logs(partitions: Iterable[int]) -> None:
+        """Stop the worker (nothing of the batch acknowledged) when the inbox log
+        of one of ``partitions`` is not the one the state applied
+        (stream/engine/resets.py)."""
+        marks = {}
+        for partition in partitions:
+            raw = table.get(watermark_key(partition), partition)
+            if raw is not None:
+                marks[partition] = Mark.decode(raw)
+        resets = await find_resets(
+            bootstrap, topics.inbox, marks, cluster, security=settings.kafka_security
+        )
+        if resets:
+            raise StopWorker("\n".join(f"worker: stopped: {r}" for r in resets), EXIT_LOG_RESET)
+
+    async def check_rewinds(records: list[Record]) -> None:
+        """Offsets that went back since the last assignment: a reset log, or
+        (rarely) a re-delivery the broker can vouch for."""
+        rewinds = engine.rewound(records)
+        consumer = app.consumer
+        dropped = consumer.rewound if isinstance(consumer, BatchConsumer) else {}
+        for (topic, partition), seen in list(dropped.items()):
+            del dropped[(topic, partition)]
+            if topic == topics.inbox:
+                rewinds.setdefault(partition, seen)
+        if not rewinds:
+            return
+        await check_logs(rewinds)
+        for partition, (before, now) in sorted(rewinds.items()):
+            log.warning(
+                "inbox partition %d went back from offset %d to %d; its log is the one "
+                "applied, so that is a re-delivery",
+                partition,
+                before,
+                now,
+            )
+        engine.forget_seen(rewinds)
+
+    async def index_partition(partition: int) -> None:
+        """Write the due-time index of a partition stored before it existed (or
+        a new one's mark), through the changelog like a batch's rows, once: a
+        part of the table at a time, so that the worker's loop (heartbeats
+        included) runs between parts, with the mark last."""
+        began = time.monotonic()
+        changelog = table.changelog_topic
+        producer = app.kafka_producer()
+        stored = table.partition_items(partition)
+        timers = 0
+        while True:
+            part = list(itertools.islice(stored, INDEX_PART))
+            rows = engine.index_rows(partition, part, mark=len(part) < INDEX_PART)
+            last = await produce_batches(
+                producer, [(changelog, p, key.encode(), raw, None, None) for key, p, raw in rows]
+            )
+            table.write(rows, {p: offset for (t, p), offset in last.items() if t == changelog})
+            timers += sum(1 for key, _p, _raw in rows if key != INDEX_MARK)
+            if len(part) < INDEX_PART:
+                break
+            await asyncio.sleep(0)
+        if timers:
+            log.warning(
+                "partition %d: due-time index written for %d timers stored before it existed "
+                "(%.1fs, once)",
+                partition,
+                timers,
+                time.monotonic() - began,
+            )
+
+    # [assignments seen, assignments the engine has reset for]
+    generation = [1, 0]
+
+    def on_assigned(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
+        generation[0] += 1
+
+    app.on_partitions_assigned.connect(on_assigned)
+
+    async def handle(messages: Sequence[Any]) -> None:
+        started = time.monotonic()
+        if stats.last_end is not None:
+            stats.seconds["wait"] += started - stats.last_end
+        else:
+            stats.first_start = started
+        if generation[0] != generation[1]:
+            # Partitions were (re)assigned since the last batch: another worker may
+            # have decided for them meanwhile, and Faust has recovered their table
+            # from the changelog. Drop what is cached; the due-time index is in
+            # the table (stream/engine/timers.py), restored with it.
+            generation[1] = generation[0]
+            mine = [
+                tp.partition for tp in app.assignor.assigned_actives() if tp.topic == topics.inbox
+            ]
+            late, last_keys = await table.catch_up(bootstrap, mine, settings.kafka_security)
+            if late:
+                log.warning("changelog: applied %d rows Faust's recovery had not", late)
+            await check_logs(mine)
+            engine.assigned()
+            for partition in mine:
+                if table.get(INDEX_MARK, partition) is None:
+                    await index_partition(partition)
+                elif last_keys.get(partition, INDEX_MARK) != INDEX_MARK:
+                    # Written last by a worker that keeps no index (an older
+                    # version, rolled back to): its timers may be missing from it.
+                    log.warning(
+                        "partition %d: its changelog ends with %r, not the due-time index's "
+                        "mark: a worker without the index wrote to it; indexing it again",
+                        partition,
+                        last_keys[partition],
+                    )
+                    await index_partition(partition)
+            log.info("partitions assigned: %s", ", ".join(map(str, sorted(mine))) or "none")
+        # Kafka orders records within a partition of one topic, not between
+        # topics. Of what one fetch brought, definitions are decided first, then
+        # reports, then the inbox, then ticks (a stable sort: each partition's
+        # order is kept), so that a wake or a tick fetched with the definition
+        # written before it sees that definition (docs/schedules.md, "Order
+        # between topics").
+        records = [
+            # Faust keeps the timestamp in seconds; round back to the record's ms.
+            Record(
+                m.topic,
+                m.partition,
+                m.offset,
+                m.key,
+                m.value,
+                round(m.timestamp * 1000),
+                _headers(m.headers),
+            )
+            for m in sorted(messages, key=lambda m: rank.get(m.topic, len(rank)))
+        ]
+        other = await watch.changed()
+        if other is not None:
+            raise StopWorker(
+                f"worker: stopped: the broker is now cluster {other!r}, not {cluster!r} (the "
+                "one this worker started against): it was reset or replaced, and its logs "
+                "are not the ones this worker's state applied. Nothing of it is decided: see "
+                "docs/operations.md, 'When the broker was reset'",
+                EXIT_LOG_RESET,
+            )
+        await check_rewinds(records)
+        batch = engine.process(records)
+        rows = batch.writes()
+        changelog = table.changelog_topic
+        produce: list[Produced] = [
+            (o.topic, o.partition, o.key, o.value, o.timestamp_ms, o.headers) for o in batch.outputs
+        ]
+        produce.extend(
+            (changelog, partition, key.encode(), raw, None, None) for key, partition, raw in rows
+        )
+        decided = time.monotonic()
+        # Outputs and the state's changelog first, acknowledged; then the state
+        # in RocksDB; then (after this batch) the consumer may commit. See
+        # stream/engine/engine.py for why this order.
+        last = await produce_batches(app.kafka_producer(), produce)
+        acked = time.monotonic()
+        table.write(rows, {p: offset for (t, p), offset in last.items() if t == changelog})
+        engine.committed(batch)
+        stats.last_end = ended = time.monotonic()
+        stats.seconds["decide"] += decided - started
+        stats.seconds["produce"] += acked - decided
+        stats.seconds["store"] += ended - acked
+        stats.batches += 1
+        stats.records += len(records)
+        stats.decisions += batch.decisions
+        stats.deadletters += batch.deadletters
+        stats.skipped += batch.skipped
+        stats.duplicates += batch.duplicates
+        stats.forwarded += batch.forwarded
+        stats.bounded += batch.bounded
+
+    app.consume_in_batches(source, handle, BATCH_MAX)
+
+    if ticker:
+        ticks = app.topic(
+            topics.ticks, partitions=settings.partitions, key_type=bytes, value_type=bytes
+        )
+
+        @app.timer(settings.tick_interval, on_leader=True, name="ticker")  # type: ignore[untyped-decorator]
+        async def tick() -> None:
+            at = to_iso(datetime.now(UTC))
+            for partition in range(settings.partitions):
+                record = TickRecord(partition=partition, at=at)
+                await ticks.send(key=b"tick", value=encode(record), partition=partition)
+            stats.ticks_sent += settings.partitions
+
+    return EngineApp(app, engine, stats, table)
+
+
+def _headers(headers: Any) -> list[tuple[str, bytes]]:
+    """A Faust message's headers as (name, value) pairs (Faust may hand a mapping)."""
+    if not headers:
+        return []
+    items = headers.items() if hasattr(headers, "items") else headers
+    return [(str(name), bytes(value or b"")) for name, value in items]

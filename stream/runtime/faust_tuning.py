@@ -1,0 +1,178 @@
+"""Settings Faust does not expose.
+
+Faust creates its worker consumer with ``fetch_max_wait_ms=1500`` written into
+the code. Apache Kafka answers a fetch as soon as one byte is there, so the
+value only bounds idle polls; the embedded Tansu broker holds every fetch for
+the whole wait, which put ~0.4 s of latency on each batch (measured: a record's
+delivery took a median 363 ms with 1500 ms, 4 ms with 50 ms). This module lowers
+the wait for the consumers Faust creates in this process.
+
+Faust also opens each partition's RocksDB database with options of its own
+(``faust.stores.rocksdb.RocksDBOptions``, which takes no app setting for them
+and builds them anew per database): a 2 GiB block cache *per partition
+database*, 3 memtables of 64 MiB each per database, and the index and filter
+blocks of every table file held outside any cache, so growing with the rows
+stored. :func:`bound_rocksdb` replaces a store's options before any database is
+opened: one block cache for every partition database of the process, holding
+their index and filter blocks too, and one memtable budget
+(docs/operations.md, "Memory").
+
+With ``stream/engine/table.py`` and ``stream/runtime/fetch.py`` this is one of the three
+places that reach into Faust's internals; tests/stream/test_stream_faust.py
+pins them (the RocksDB options: tests/stream/test_rocksdb_memory.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import rocksdict
+from faust.stores import rocksdb as faust_rocksdb
+from faust.transport.drivers import aiokafka as faust_aiokafka
+
+from stream.runtime.config import RocksDBMemory
+from stream.runtime.kafka import KafkaSecurity, compression_type, configured_security
+
+__all__ = [
+    "FETCH_MAX_WAIT_MS",
+    "FETCH_MAX_WAIT_MS_TANSU",
+    "BoundedRocksDBOptions",
+    "bound_rocksdb",
+    "common_settings",
+    "rocksdb_memory",
+    "set_fetch_max_wait",
+]
+
+#: How long a fetch may wait for data (see the module docstring): Apache Kafka
+#: answers as soon as data is there; Tansu waits out the whole wait.
+FETCH_MAX_WAIT_MS = 500
+FETCH_MAX_WAIT_MS_TANSU = 20
+
+
+def common_settings(
+    kafka_url: str | None,
+    datadir: Path,
+    partitions: int,
+    tansu: bool,
+    security: KafkaSecurity | None = None,
+    compression: str | None = None,
+) -> dict[str, Any]:
+    """Faust settings every lemongraph app uses, on Apache Kafka and on the
+    embedded broker alike (the engine adds its batch settings to these);
+    ``security``, and ``compression`` (a codec of ``stream.runtime.kafka.COMPRESSIONS``):
+    the environment's when None."""
+    chosen = security if security is not None else configured_security()
+    options: dict[str, Any] = {
+        "broker": kafka_url,
+        "broker_credentials": chosen.faust_credentials(),
+        "datadir": str(datadir),
+        "web_enabled": False,
+        "topic_partitions": partitions,
+        "topic_replication_factor": 1,
+        "consumer_auto_offset_reset": "earliest",
+        "broker_commit_interval": 1.0,
+        "key_serializer": "raw",
+        "value_serializer": "raw",
+        # Kafka's own batch compression, for everything the app produces: its
+        # sends, its changelogs, and the engine's record batches (stream/runtime/produce.py
+        # builds them with this producer's codec). docs/kafka.md, "Compression".
+        "producer_compression_type": compression_type(compression),
+        # Rejoining a group waits about the rebalance timeout; Faust's defaults
+        # (tens of seconds) make every start slow.
+        "broker_rebalance_timeout": 3.0,
+        "broker_session_timeout": 6.0,
+        "broker_heartbeat_interval": 1.0,
+    }
+    if tansu:
+        # Tansu reports the end offset of a partition as the base offset of its
+        # last batch + 1, which trips Faust's recovery consistency check.
+        options["recovery_consistency_check"] = False
+    return options
+
+
+_ORIGINAL = faust_aiokafka.AIOKafkaConsumerThread._create_worker_consumer
+
+
+def set_fetch_max_wait(milliseconds: int) -> None:
+    """Make Faust's worker consumers (created from now on) wait at most this long
+    for a fetch to fill."""
+
+    def create(self: Any, transport: Any) -> Any:
+        consumer = _ORIGINAL(self, transport)
+        consumer._fetch_max_wait_ms = milliseconds  # read when the consumer starts
+        return consumer
+
+    faust_aiokafka.AIOKafkaConsumerThread._create_worker_consumer = create  # type: ignore[method-assign]
+
+
+_MB = 1 << 20
+
+
+class BoundedRocksDBOptions(faust_rocksdb.RocksDBOptions):
+    """Faust's RocksDB options with the memory of :class:`RocksDBMemory`: every
+    database opened with one instance (every partition of a table; every table
+    given the same instance) shares its block cache and memtable budget."""
+
+    def __init__(self, memory: RocksDBMemory) -> None:
+        super().__init__(
+            max_open_files=memory.max_open_files,
+            write_buffer_size=memory.write_buffer_mb * _MB,
+            max_write_buffer_number=memory.write_buffers,
+            block_cache_size=memory.block_cache_mb * _MB,
+            use_rocksdict=True,
+        )
+        self.memory = memory
+        #: Shared by every database opened with these options.
+        self.cache = rocksdict.Cache(memory.block_cache_mb * _MB)
+        self.write_buffers = rocksdict.WriteBufferManager(memory.memtables_mb * _MB, False)
+
+    def as_options(self) -> Any:
+        """Faust's options (raw keys, 3-bit bloom filters, binary-search index)
+        with the shared cache and memtable budget; index and filter blocks live
+        in the cache (bounded by it), the first level's pinned there."""
+        options = rocksdict.Options(raw_mode=True)
+        options.create_if_missing(True)
+        options.set_max_open_files(self.memory.max_open_files)
+        options.set_write_buffer_size(self.write_buffer_size)
+        options.set_target_file_size_base(self.target_file_size_base)
+        options.set_max_write_buffer_number(self.max_write_buffer_number)
+        options.set_write_buffer_manager(self.write_buffers)
+        table = rocksdict.BlockBasedOptions()
+        table.set_bloom_filter(self.bloom_filter_size, block_based=True)
+        table.set_block_cache(self.cache)
+        table.set_cache_index_and_filter_blocks(True)
+        table.set_pin_l0_filter_and_index_blocks_in_cache(True)
+        table.set_index_type(rocksdict.BlockBasedIndexType.binary_search())
+        options.set_block_based_table_factory(table)
+        return options
+
+
+def bound_rocksdb(store: Any, options: BoundedRocksDBOptions) -> None:
+    """Open ``store``'s databases (a Faust RocksDB store with the rocksdict
+    driver, none open yet) with ``options``."""
+    if not isinstance(store, faust_rocksdb.Store) or not store.use_rocksdict:
+        raise TypeError(f"not a Faust RocksDB store on rocksdict: {store!r}")
+    if store._dbs:
+        raise RuntimeError("the store has opened databases already: bound it before")
+    store.rocksdb_options = options
+
+
+def rocksdb_memory(store: Any) -> dict[str, int]:
+    """What RocksDB holds in memory for ``store``'s open databases, in bytes
+    (RocksDB's own counters): memtables, table readers (outside the cache),
+    block cache usage and its pinned part."""
+    dbs = list(store._dbs.values())
+    out = {"memtables": 0, "table_readers": 0}
+    for db in dbs:
+        out["memtables"] += db.property_int_value("rocksdb.cur-size-all-mem-tables") or 0
+        out["table_readers"] += db.property_int_value("rocksdb.estimate-table-readers-mem") or 0
+    options = store.rocksdb_options
+    if isinstance(options, BoundedRocksDBOptions):
+        out["block_cache"] = options.cache.get_usage()
+        out["block_cache_pinned"] = options.cache.get_pinned_usage()
+    elif dbs:
+        out["block_cache"] = sum(
+            db.property_int_value("rocksdb.block-cache-usage") or 0 for db in dbs
+        )
+    return out

@@ -1,0 +1,398 @@
+"""Small aiokafka helpers for the operator commands, and how every Kafka client
+lemongraph makes connects: :func:`client_kwargs` for aiokafka clients and
+:meth:`KafkaSecurity.faust_credentials` for the Faust apps, from the
+``LEMONGRAPH_KAFKA_SECURITY_PROTOCOL`` / ``_SASL_*`` / ``_SSL_*`` settings
+(docs/operations.md, "Kafka security"); and which codec producers compress their
+record batches with, ``LEMONGRAPH_KAFKA_COMPRESSION`` (:func:`compression_type`;
+docs/kafka.md, "Compression")."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import ssl
+import time
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.errors import KafkaError
+from aiokafka.structs import TopicPartition
+
+from stream.runtime.errors import ConfigError, KafkaUnavailable
+
+__all__ = [
+    "ConsumedRecord",
+    "KafkaSecurity",
+    "KafkaUnavailable",
+    "bootstrap_of",
+    "caught_up",
+    "client_kwargs",
+    "compression_from_env",
+    "compression_type",
+    "configured_compression",
+    "producer",
+    "read_topic",
+    "run",
+    "topic_partitions",
+]
+
+
+def bootstrap_of(url: str) -> str:
+    """``kafka://h1:9092;h2:9092`` → ``h1:9092,h2:9092``."""
+    rest = url.split("://", 1)[1] if "://" in url else url
+    return ",".join(part.strip() for part in rest.replace(";", ",").split(",") if part.strip())
+
+
+#: The variables :meth:`KafkaSecurity.from_env` reads.
+SECURITY_VARIABLES = (
+    "LEMONGRAPH_KAFKA_SECURITY_PROTOCOL",
+    "LEMONGRAPH_KAFKA_SASL_MECHANISM",
+    "LEMONGRAPH_KAFKA_SASL_USERNAME",
+    "LEMONGRAPH_KAFKA_SASL_PASSWORD",
+    "LEMONGRAPH_KAFKA_SSL_CAFILE",
+    "LEMONGRAPH_KAFKA_SSL_CERTFILE",
+    "LEMONGRAPH_KAFKA_SSL_KEYFILE",
+)
+PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+@dataclass(frozen=True)
+class KafkaSecurity:
+    """How lemongraph's Kafka clients authenticate and encrypt."""
+
+    protocol: str = "PLAINTEXT"
+    sasl_mechanism: str = "PLAIN"
+    sasl_username: str = ""
+    sasl_password: str = ""
+    ssl_cafile: str = ""  # empty: the system's certificate authorities
+    ssl_certfile: str = ""  # a client certificate (mutual TLS), with its key
+    ssl_keyfile: str = ""
+
+    @property
+    def sasl(self) -> bool:
+        return self.protocol.startswith("SASL_")
+
+    @property
+    def tls(self) -> bool:
+        return self.protocol in ("SSL", "SASL_SSL")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> KafkaSecurity:
+        """Read ``LEMONGRAPH_KAFKA_SECURITY_PROTOCOL`` and the settings it needs;
+        raises :class:`ConfigError` for a combination that cannot connect."""
+
+        def get(name: str) -> str:
+            return env.get(f"LEMONGRAPH_KAFKA_{name}", "").strip()
+
+        protocol = get("SECURITY_PROTOCOL").upper() or "PLAINTEXT"
+        if protocol not in PROTOCOLS:
+            raise ConfigError(
+                f"LEMONGRAPH_KAFKA_SECURITY_PROTOCOL={protocol!r} must be one of "
+                + ", ".join(PROTOCOLS)
+            )
+        mechanism = get("SASL_MECHANISM").upper()
+        found = cls(
+            protocol=protocol,
+            sasl_mechanism=mechanism or "PLAIN",
+            sasl_username=get("SASL_USERNAME"),
+            sasl_password=env.get("LEMONGRAPH_KAFKA_SASL_PASSWORD", ""),
+            ssl_cafile=get("SSL_CAFILE"),
+            ssl_certfile=get("SSL_CERTFILE"),
+            ssl_keyfile=get("SSL_KEYFILE"),
+        )
+        sasl_given = [n for n in ("SASL_MECHANISM", "SASL_USERNAME", "SASL_PASSWORD") if get(n)]
+        ssl_given = [n for n in ("SSL_CAFILE", "SSL_CERTFILE", "SSL_KEYFILE") if get(n)]
+        if sasl_given and not found.sasl:
+            raise ConfigError(
+                f"LEMONGRAPH_KAFKA_{sasl_given[0]} is set but "
+                f"LEMONGRAPH_KAFKA_SECURITY_PROTOCOL is {protocol}: use SASL_SSL "
+                "(or SASL_PLAINTEXT on a network you trust)"
+            )
+        if ssl_given and not found.tls:
+            raise ConfigError(
+                f"LEMONGRAPH_KAFKA_{ssl_given[0]} is set but "
+                f"LEMONGRAPH_KAFKA_SECURITY_PROTOCOL is {protocol}: use SSL or SASL_SSL"
+            )
+        if found.sasl:
+            if found.sasl_mechanism not in MECHANISMS:
+                raise ConfigError(
+                    f"LEMONGRAPH_KAFKA_SASL_MECHANISM={mechanism!r} must be one of "
+                    + ", ".join(MECHANISMS)
+                )
+            if not found.sasl_username or not found.sasl_password:
+                raise ConfigError(
+                    f"LEMONGRAPH_KAFKA_SECURITY_PROTOCOL={protocol} needs "
+                    "LEMONGRAPH_KAFKA_SASL_USERNAME and LEMONGRAPH_KAFKA_SASL_PASSWORD"
+                )
+        if bool(found.ssl_certfile) != bool(found.ssl_keyfile):
+            raise ConfigError(
+                "LEMONGRAPH_KAFKA_SSL_CERTFILE and LEMONGRAPH_KAFKA_SSL_KEYFILE go together "
+                "(a client certificate and its key)"
+            )
+        for name in ssl_given:
+            if not Path(get(name)).is_file():
+                raise ConfigError(f"LEMONGRAPH_KAFKA_{name}={get(name)!r}: no such file")
+        if found.tls:
+            try:
+                found.ssl_context()
+            except (ssl.SSLError, OSError) as exc:
+                raise ConfigError(f"LEMONGRAPH_KAFKA_SSL_*: cannot use them: {exc}") from None
+        return found
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The TLS context (verifying the broker's certificate and host name)."""
+        if not self.tls:
+            return None
+        context = ssl.create_default_context(cafile=self.ssl_cafile or None)
+        if self.ssl_certfile:
+            context.load_cert_chain(self.ssl_certfile, self.ssl_keyfile)
+        return context
+
+    def aiokafka_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments every aiokafka client takes for this."""
+        options: dict[str, Any] = {"security_protocol": self.protocol}
+        if self.tls:
+            options["ssl_context"] = self.ssl_context()
+        if self.sasl:
+            options["sasl_mechanism"] = self.sasl_mechanism
+            options["sasl_plain_username"] = self.sasl_username
+            options["sasl_plain_password"] = self.sasl_password
+        return options
+
+    def faust_credentials(self) -> Any:
+        """Faust's ``broker_credentials`` for this (None for PLAINTEXT)."""
+        import faust  # here: the operator commands never load Faust
+
+        if self.sasl:
+            return faust.SASLCredentials(
+                username=self.sasl_username,
+                password=self.sasl_password,
+                mechanism=self.sasl_mechanism,
+                ssl_context=self.ssl_context(),
+            )
+        if self.tls:
+            return faust.SSLCredentials(self.ssl_context())
+        return None
+
+
+def configured_security() -> KafkaSecurity:
+    """What the environment (and ``.env``) configures."""
+    from stream.runtime.config import read_dotenv  # here: config imports this module
+
+    env = read_dotenv(Path(".env"))
+    env.update(os.environ)
+    return KafkaSecurity.from_env(env)
+
+
+def client_kwargs(bootstrap: str, security: KafkaSecurity | None = None) -> dict[str, Any]:
+    """``bootstrap_servers`` and the security settings, for any aiokafka client:
+    every one lemongraph makes is given these (``security``: the environment's
+    when None)."""
+    chosen = security if security is not None else configured_security()
+    return {"bootstrap_servers": bootstrap, **chosen.aiokafka_kwargs()}
+
+
+#: The codecs ``LEMONGRAPH_KAFKA_COMPRESSION`` names (Kafka's own batch codecs).
+COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
+#: What producers use when the variable is unset: on the benchmark's workload zstd
+#: stores the fewest bytes (about 5 % of the records'), for less CPU than aiokafka's
+#: lz4 (benchmarks/README.md, "Bytes per event"); every Apache Kafka since 2.1 and the
+#: embedded broker take it.
+DEFAULT_COMPRESSION = "zstd"
+
+
+def compression_from_env(env: Mapping[str, str]) -> str:
+    """``LEMONGRAPH_KAFKA_COMPRESSION`` (one of :data:`COMPRESSIONS`); raises
+    :class:`ConfigError` for another value, or for a codec aiokafka has no
+    library for (lz4, snappy and zstd need ``cramjam``)."""
+    raw = env.get("LEMONGRAPH_KAFKA_COMPRESSION", "").strip().lower()
+    name = raw or DEFAULT_COMPRESSION
+    if name not in COMPRESSIONS:
+        raise ConfigError(
+            f"LEMONGRAPH_KAFKA_COMPRESSION={raw!r} must be one of " + ", ".join(COMPRESSIONS)
+        )
+    from aiokafka import codec  # here: aiokafka decides which codecs it can use
+
+    available = {"snappy": codec.has_snappy, "lz4": codec.has_lz4, "zstd": codec.has_zstd}
+    if name in available and not available[name]():
+        raise ConfigError(
+            f"LEMONGRAPH_KAFKA_COMPRESSION={name}: aiokafka has no {name} codec here "
+            "(install cramjam, a dependency of lemongraph), or choose none or gzip"
+        )
+    return name
+
+
+def configured_compression() -> str:
+    """The codec the environment (and ``.env``) configures."""
+    from stream.runtime.config import read_dotenv  # here: config imports this module
+
+    env = read_dotenv(Path(".env"))
+    env.update(os.environ)
+    return compression_from_env(env)
+
+
+def compression_type(name: str | None = None) -> str | None:
+    """aiokafka's ``compression_type`` (and Faust's ``producer_compression_type``)
+    for a codec of :data:`COMPRESSIONS`: None for ``none``; ``name`` None: the
+    environment's."""
+    chosen = name if name is not None else configured_compression()
+    return None if chosen == "none" else chosen
+
+
+@asynccontextmanager
+async def producer(
+    bootstrap: str,
+    *,
+    security: KafkaSecurity | None = None,
+    compression: str | None = None,
+    **options: Any,
+) -> AsyncIterator[AIOKafkaProducer]:
+    """A started producer that is flushed and stopped on exit (``security``
+    and ``compression``, a codec of :data:`COMPRESSIONS`: the caller's
+    settings'; the environment's when None)."""
+    options.setdefault("linger_ms", 5)
+    options.setdefault("compression_type", compression_type(compression))
+    client = AIOKafkaProducer(**client_kwargs(bootstrap, security), **options)
+    try:
+        await client.start()
+    except BaseException:
+        await client.stop()
+        raise
+    try:
+        yield client
+        await client.flush()
+    finally:
+        await client.stop()
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumedRecord:
+    """One record read back."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+
+async def _start(consumer: AIOKafkaConsumer) -> None:
+    try:
+        await consumer.start()
+    except BaseException:
+        await consumer.stop()
+        raise
+
+
+async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> list[int]:
+    # A consumer without a group stopped right after it started can raise
+    # CancelledError from its never-scheduled housekeeping task: let it run once.
+    await asyncio.sleep(0)
+    await consumer.topics()  # fresh metadata for every topic
+    return sorted(consumer.partitions_for_topic(topic) or ())
+
+
+async def topic_partitions(
+    bootstrap: str, topic: str, security: KafkaSecurity | None = None
+) -> list[int]:
+    """The partitions of ``topic`` (empty when it does not exist)."""
+    consumer = AIOKafkaConsumer(**client_kwargs(bootstrap, security), enable_auto_commit=False)
+    await _start(consumer)
+    try:
+        return await _partitions(consumer, topic)
+    finally:
+        await consumer.stop()
+
+
+async def caught_up(consumer: AIOKafkaConsumer, tps: list[TopicPartition]) -> bool:
+    """Has ``consumer`` read every partition up to its high watermark, as fetch
+    responses report it? (The embedded broker's ListOffsets answer is off by up to
+    a batch, so end_offsets() cannot be used for this.)"""
+    for tp in tps:
+        high = consumer.highwater(tp)
+        if high is None or await consumer.position(tp) < high:
+            return False
+    return True
+
+
+async def read_topic(
+    bootstrap: str,
+    topic: str,
+    *,
+    follow: bool = False,
+    idle: float = 1.5,
+    timeout: float | None = None,
+    start: Mapping[int, int] | None = None,
+    security: KafkaSecurity | None = None,
+) -> AsyncIterator[ConsumedRecord]:
+    """Every record of ``topic`` from the beginning, in order per partition
+    (with ``start``: only those partitions, each from the offset given; an
+    offset the log no longer holds reads from its beginning).
+
+    Without ``follow`` it stops once every partition has been read up to its
+    high watermark (as the fetch reports it: the embedded broker's ListOffsets
+    answer is off by up to a batch) and nothing new arrived for ``idle`` seconds.
+    ``security``: the caller's settings' (the environment's when None).
+    """
+    consumer = AIOKafkaConsumer(
+        **client_kwargs(bootstrap, security),
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+    )
+    await _start(consumer)
+    try:
+        partitions = await _partitions(consumer, topic)
+        if start is not None:
+            partitions = [p for p in partitions if p in start]
+        if not partitions:
+            return
+        tps = [TopicPartition(topic, p) for p in partitions]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        for tp in tps:
+            if start is not None and start[tp.partition] > 0:
+                consumer.seek(tp, start[tp.partition])
+        started = last = time.monotonic()
+        while True:
+            batches = await consumer.getmany(timeout_ms=200, max_records=5000)
+            for tp, records in batches.items():
+                for r in records:
+                    yield ConsumedRecord(
+                        tp.topic,
+                        tp.partition,
+                        r.offset,
+                        r.timestamp,
+                        r.key,
+                        r.value,
+                        tuple(r.headers or ()),
+                    )
+                if records:
+                    last = time.monotonic()
+            now = time.monotonic()
+            if timeout is not None and now - started > timeout:
+                return
+            if follow:
+                continue
+            if await caught_up(consumer, tps) and now - last >= min(idle, 0.3):
+                return
+            # Without a high watermark for every partition yet, give the broker
+            # longer before deciding that the topic has nothing more.
+            if now - last >= max(idle, 5.0):
+                return
+    finally:
+        await consumer.stop()
+
+
+def run(coro: Any) -> Any:
+    """``asyncio.run`` for the CLI: Kafka errors become :class:`KafkaUnavailable`."""
+    try:
+        return asyncio.run(coro)
+    except KafkaError as exc:
+        raise KafkaUnavailable(str(exc)) from None
