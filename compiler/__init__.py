@@ -121,6 +121,7 @@ from compiler.jobs._state import (
     Timer,
     canonical_json,
 )
+from compiler.scenarios._scenario import Expectation, Scenario, ScenarioEvent
 from compiler.scenarios._schedule_scenarios import (
     ScheduleScenarioResult,
     run_schedule_scenario,
@@ -128,10 +129,7 @@ from compiler.scenarios._schedule_scenarios import (
 )
 from compiler.scenarios._simulate import (
     Coverage,
-    Expectation,
-    Scenario,
     ScenarioError,
-    ScenarioEvent,
     ScenarioFile,
     ScenarioResult,
     parse_scenarios,
