@@ -44,22 +44,7 @@ from compiler.conditions._condition import (
 from compiler.conditions._facts import Fact
 from compiler.conditions._parser import DEFAULT_WINDOW, MAX_WINDOW, Duration
 from compiler.conditions._verdict import Verdict
-from compiler.flows._flow import (
-    BUILTIN_CHANNELS,
-    END,
-    FLOW_RULES,
-    FLOW_WARNINGS,
-    ApprovalNode,
-    Flow,
-    FlowError,
-    FlowMilestone,
-    FlowProblem,
-    FlowReport,
-    FlowSpec,
-    FlowTool,
-    check_flow,
-    load_flow,
-)
+from compiler.flows._flow import check_flow, load_flow
 from compiler.flows._flowrun import (
     Action,
     Answer,
@@ -90,6 +75,20 @@ from compiler.flows._flowrun import (
 )
 from compiler.flows._flowrun import input_from_json as flow_input_from_json
 from compiler.flows._flowschema import check_schema
+from compiler.flows._flowspec import (
+    BUILTIN_CHANNELS,
+    END,
+    FLOW_RULES,
+    FLOW_WARNINGS,
+    ApprovalNode,
+    Flow,
+    FlowError,
+    FlowMilestone,
+    FlowProblem,
+    FlowReport,
+    FlowSpec,
+    FlowTool,
+)
 from compiler.flows._readable import fields_text, label_of, readable, readable_inline, shown_fields
 from compiler.jobs._effects import (
     Effect,

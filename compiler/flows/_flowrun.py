@@ -31,7 +31,8 @@ from typing import Annotated, Any, Literal, TypeAlias
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from compiler._durations import parse_duration
-from compiler.flows._flow import (
+from compiler.flows._flowschema import check_schema, value_kind
+from compiler.flows._flowspec import (
     END,
     TEMPLATE,
     AnyNode,
@@ -46,7 +47,6 @@ from compiler.flows._flow import (
     ToolNode,
     ToolsNode,
 )
-from compiler.flows._flowschema import check_schema, value_kind
 from compiler.flows._readable import readable_inline
 
 __all__ = [
