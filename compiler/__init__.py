@@ -145,7 +145,18 @@ from compiler.schedules._cron import (
     previous_slot,
     slots_between,
 )
-from compiler.schedules._schedule import (
+from compiler.schedules._definition import (
+    Schedule,
+    render_key,
+    validate_schedule,
+)
+from compiler.schedules._ids import (
+    jitter_ms,
+    request_run_id,
+    retry_id,
+    slot_id,
+)
+from compiler.schedules._runstate import (
     ActiveRun,
     Define,
     Deliver,
@@ -155,20 +166,15 @@ from compiler.schedules._schedule import (
     Report,
     RetryDue,
     RunRecorded,
-    Schedule,
     ScheduleEffect,
     ScheduleInput,
     ScheduleState,
     ScheduleStep,
     ScheduleTick,
     Wake,
-    jitter_ms,
-    render_key,
-    request_run_id,
-    retry_id,
+)
+from compiler.schedules._schedule import (
     schedule_step,
-    slot_id,
-    validate_schedule,
 )
 
 __all__ = [

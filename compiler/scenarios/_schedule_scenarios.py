@@ -20,20 +20,24 @@ from compiler._durations import parse_duration
 from compiler._errors import LemongraphError
 from compiler._time import to_iso
 from compiler.scenarios._scenario import Scenario, ScenarioChange, ScriptedReply
-from compiler.schedules._schedule import (
+from compiler.schedules._definition import (
+    Schedule,
+    validate_schedule,
+)
+from compiler.schedules._runstate import (
     Define,
     Deliver,
     Dispatch,
     Remove,
     Report,
     RunRecorded,
-    Schedule,
     ScheduleInput,
     ScheduleState,
     ScheduleTick,
     Wake,
+)
+from compiler.schedules._schedule import (
     schedule_step,
-    validate_schedule,
 )
 
 __all__ = [
