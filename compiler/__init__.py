@@ -46,34 +46,8 @@ from compiler.conditions._parser import DEFAULT_WINDOW, MAX_WINDOW, Duration
 from compiler.conditions._verdict import Verdict
 from compiler.flows._flow import check_flow, load_flow
 from compiler.flows._flowrun import (
-    Action,
-    Answer,
-    Ask,
-    AwaitApproval,
-    Branch,
-    CallHandler,
-    CallModel,
-    CallRouter,
-    CallTool,
-    Fail,
-    Finish,
-    FlowFailure,
-    FlowInput,
     FlowRun,
-    FlowStart,
-    FlowState,
-    FlowTick,
-    HandlerResult,
-    Interrupt,
-    Join,
-    ModelReply,
-    RouterResult,
-    ToolResult,
-    action_from_json,
-    call_id,
-    interrupt_id,
 )
-from compiler.flows._flowrun import input_from_json as flow_input_from_json
 from compiler.flows._flowschema import check_schema
 from compiler.flows._flowspec import (
     BUILTIN_CHANNELS,
@@ -89,6 +63,34 @@ from compiler.flows._flowspec import (
     FlowSpec,
     FlowTool,
 )
+from compiler.flows._flowvalues import (
+    Action,
+    Answer,
+    Ask,
+    AwaitApproval,
+    Branch,
+    CallHandler,
+    CallModel,
+    CallRouter,
+    CallTool,
+    Fail,
+    Finish,
+    FlowFailure,
+    FlowInput,
+    FlowStart,
+    FlowState,
+    FlowTick,
+    HandlerResult,
+    Interrupt,
+    Join,
+    ModelReply,
+    RouterResult,
+    ToolResult,
+    action_from_json,
+    call_id,
+    interrupt_id,
+)
+from compiler.flows._flowvalues import input_from_json as flow_input_from_json
 from compiler.flows._readable import fields_text, label_of, readable, readable_inline, shown_fields
 from compiler.jobs._effects import (
     Effect,
