@@ -236,19 +236,7 @@ def _validate(data: object) -> Schedule:
     assert name is not None
     if len(name) > 200:
         raise ScheduleError("name", "at most 200 characters")
-    given = data.get("id")
-    if given is None:
-        ident = slugify(name)
-        if not ident:
-            raise ScheduleError("id", f"cannot be derived from the name {name!r}: give an id")
-    elif not isinstance(given, str) or not _ID.fullmatch(given):
-        raise ScheduleError(
-            "id",
-            f"{given!r} is not a schedule id: 1-64 characters of letters, digits, '.', '_' "
-            "and '-', starting with a letter or digit",
-        )
-    else:
-        ident = given
+    ident = _id_of(data.get("id"), name)
     if "schedule" not in data or data["schedule"] is None:
         raise ScheduleError("schedule", "this field is required")
     cron = parse_cron(data["schedule"])
@@ -270,18 +258,7 @@ def _validate(data: object) -> Schedule:
         raise ScheduleError("overlap", f"must be one of {', '.join(OVERLAPS)}, got {overlap!r}")
     deliver_to = data.get("deliver_to", "none")
     _deliver_to(deliver_to)
-    meta = data.get("meta", {})
-    if meta is None:
-        meta = {}
-    if not isinstance(meta, Mapping):
-        raise ScheduleError("meta", "must be an object")
-    heartbeat = meta.get("heartbeat")
-    if heartbeat is not None and not isinstance(heartbeat, bool):
-        raise ScheduleError("meta.heartbeat", f"must be true or false, got {heartbeat!r}")
-    if heartbeat and action["type"] != "prompt":
-        raise ScheduleError(
-            "meta.heartbeat", "a heartbeat is a prompt schedule: action.type must be prompt"
-        )
+    meta = _meta(data.get("meta", {}), action)
     catchup = None
     if data.get("catchup_window") is not None:
         catchup = _ms_of(data, "catchup_window", 0, 60_000)
@@ -308,6 +285,38 @@ def _validate(data: object) -> Schedule:
         except JobKeyError as exc:
             raise ScheduleError("action.key", str(exc)) from None
     return schedule
+
+
+def _id_of(given: object, name: str) -> str:
+    """The schedule's id: as given, else derived from its name."""
+    if given is None:
+        ident = slugify(name)
+        if not ident:
+            raise ScheduleError("id", f"cannot be derived from the name {name!r}: give an id")
+        return ident
+    if not isinstance(given, str) or not _ID.fullmatch(given):
+        raise ScheduleError(
+            "id",
+            f"{given!r} is not a schedule id: 1-64 characters of letters, digits, '.', '_' "
+            "and '-', starting with a letter or digit",
+        )
+    return given
+
+
+def _meta(meta: object, action: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``meta`` (None: empty), whose ``heartbeat`` only a prompt schedule may set."""
+    if meta is None:
+        meta = {}
+    if not isinstance(meta, Mapping):
+        raise ScheduleError("meta", "must be an object")
+    heartbeat = meta.get("heartbeat")
+    if heartbeat is not None and not isinstance(heartbeat, bool):
+        raise ScheduleError("meta.heartbeat", f"must be true or false, got {heartbeat!r}")
+    if heartbeat and action["type"] != "prompt":
+        raise ScheduleError(
+            "meta.heartbeat", "a heartbeat is a prompt schedule: action.type must be prompt"
+        )
+    return meta
 
 
 def _deliver_to(target: object) -> None:

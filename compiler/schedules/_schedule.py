@@ -413,7 +413,24 @@ class _Decision:
             if len(window) == MAX_RECORDS:
                 start = window[-1]
             window.reverse()
-        # Missed: [first, start).
+        cursor = self.missed(first, start)
+        if fire is None:
+            self.next_slot_ms = _to_ms(cursor)
+            return
+        for slot in window:
+            if schedule.overlap == "allow_all":
+                self.fire_slot(_to_ms(slot))
+            else:
+                self.slot_record(_to_ms(slot), "skipped", "coalesced")
+        self.fire_slot(_to_ms(fire))
+        self.last_slot_ms = _to_ms(fire)
+        self.next_slot_ms = _to_ms(next_slot(cron, tz, fire))
+
+    def missed(self, first: datetime, start: datetime) -> datetime:
+        """Record the slots in [first, start) missed: one record each, at most
+        :data:`MAX_RECORDS`, then one record for the rest. Returns the first
+        slot not missed."""
+        cron, tz = self.schedule.cron, self.schedule.timezone
         cursor = first
         count = 0
         while cursor < start and count < MAX_RECORDS:
@@ -434,17 +451,7 @@ class _Decision:
             )
             self.last_slot_ms = _to_ms(last)
             cursor = next_slot(cron, tz, last)
-        if fire is None:
-            self.next_slot_ms = _to_ms(cursor)
-            return
-        for slot in window:
-            if schedule.overlap == "allow_all":
-                self.fire_slot(_to_ms(slot))
-            else:
-                self.slot_record(_to_ms(slot), "skipped", "coalesced")
-        self.fire_slot(_to_ms(fire))
-        self.last_slot_ms = _to_ms(fire)
-        self.next_slot_ms = _to_ms(next_slot(cron, tz, fire))
+        return cursor
 
 
 def _canonical(value: Any) -> str:
