@@ -44,7 +44,12 @@ from compiler.conditions._condition import (
 from compiler.conditions._facts import Fact
 from compiler.conditions._parser import DEFAULT_WINDOW, MAX_WINDOW, Duration
 from compiler.conditions._verdict import Verdict
-from compiler.flows._flow import (
+from compiler.flows._flow import check_flow, load_flow
+from compiler.flows._flowrun import (
+    FlowRun,
+)
+from compiler.flows._flowschema import check_schema
+from compiler.flows._flowspec import (
     BUILTIN_CHANNELS,
     END,
     FLOW_RULES,
@@ -57,10 +62,8 @@ from compiler.flows._flow import (
     FlowReport,
     FlowSpec,
     FlowTool,
-    check_flow,
-    load_flow,
 )
-from compiler.flows._flowrun import (
+from compiler.flows._flowvalues import (
     Action,
     Answer,
     Ask,
@@ -74,7 +77,6 @@ from compiler.flows._flowrun import (
     Finish,
     FlowFailure,
     FlowInput,
-    FlowRun,
     FlowStart,
     FlowState,
     FlowTick,
@@ -88,8 +90,7 @@ from compiler.flows._flowrun import (
     call_id,
     interrupt_id,
 )
-from compiler.flows._flowrun import input_from_json as flow_input_from_json
-from compiler.flows._flowschema import check_schema
+from compiler.flows._flowvalues import input_from_json as flow_input_from_json
 from compiler.flows._readable import fields_text, label_of, readable, readable_inline, shown_fields
 from compiler.jobs._effects import (
     Effect,
@@ -121,6 +122,7 @@ from compiler.jobs._state import (
     Timer,
     canonical_json,
 )
+from compiler.scenarios._scenario import Expectation, Scenario, ScenarioEvent
 from compiler.scenarios._schedule_scenarios import (
     ScheduleScenarioResult,
     run_schedule_scenario,
@@ -128,10 +130,7 @@ from compiler.scenarios._schedule_scenarios import (
 )
 from compiler.scenarios._simulate import (
     Coverage,
-    Expectation,
-    Scenario,
     ScenarioError,
-    ScenarioEvent,
     ScenarioFile,
     ScenarioResult,
     parse_scenarios,
@@ -148,7 +147,18 @@ from compiler.schedules._cron import (
     previous_slot,
     slots_between,
 )
-from compiler.schedules._schedule import (
+from compiler.schedules._definition import (
+    Schedule,
+    render_key,
+    validate_schedule,
+)
+from compiler.schedules._ids import (
+    jitter_ms,
+    request_run_id,
+    retry_id,
+    slot_id,
+)
+from compiler.schedules._runstate import (
     ActiveRun,
     Define,
     Deliver,
@@ -158,20 +168,15 @@ from compiler.schedules._schedule import (
     Report,
     RetryDue,
     RunRecorded,
-    Schedule,
     ScheduleEffect,
     ScheduleInput,
     ScheduleState,
     ScheduleStep,
     ScheduleTick,
     Wake,
-    jitter_ms,
-    render_key,
-    request_run_id,
-    retry_id,
+)
+from compiler.schedules._schedule import (
     schedule_step,
-    slot_id,
-    validate_schedule,
 )
 
 __all__ = [

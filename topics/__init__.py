@@ -15,31 +15,44 @@ This package imports nothing of ours (``topics/ruff.toml`` makes that a lint rul
 
 from topics import build, mail, replies
 from topics._codec import RecordError, decode_inbox, encode
-from topics._keys import MAX_KEY_LENGTH, JobKey, JobKeyError, check_key
-from topics._limits import MAX_DEPTH, MAX_RECORD_BYTES, LimitError, plain_json
-from topics._messages import (
-    APPROVERS_DEFAULT,
+from topics._deadletter import (
     DEADLETTER_HEADERS,
-    FORWARDED_FROM_HEADER,
-    SCHEDULE_HEADER,
-    SCHEDULE_RUN_HEADER,
-    Answerer,
-    Approver,
-    AtomVerdict,
-    AuditRecord,
-    ClockBound,
     DeadLetter,
+    Headers,
+)
+from topics._decisions import (
+    FORWARDED_FROM_HEADER,
+    AtomVerdict,
+    ClockBound,
     DecisionInput,
     DecisionRecord,
     Effect,
     EventInput,
     ExplanationRecord,
-    Headers,
-    InboxEvent,
-    InboxMessage,
     JobFinishedEffect,
     JobSnapshot,
-    JobStart,
+    MilestoneSnapshot,
+    PlaybookRecord,
+    RecordForward,
+    RecordOrigin,
+    SchedulePromptTask,
+    StartInput,
+    TaskClosedEffect,
+    TaskClosedRecord,
+    TaskOpenedEffect,
+    TaskOpenedRecord,
+    TaskRecord,
+    TickInput,
+    TimerCancelledEffect,
+    TimerRecord,
+    TimerSetEffect,
+    TransitionRecord,
+    VerdictRecord,
+)
+from topics._journal import (
+    APPROVERS_DEFAULT,
+    Answerer,
+    Approver,
     JournalFlow,
     JournalHandlerCall,
     JournalInterrupt,
@@ -49,35 +62,30 @@ from topics._messages import (
     JournalRun,
     JournalToolCall,
     MessageRecord,
-    MilestoneSnapshot,
-    PlaybookRecord,
-    RecordForward,
-    RecordOrigin,
+    ShownField,
+    Tokens,
+    inbound_message,
+)
+from topics._keys import MAX_KEY_LENGTH, JobKey, JobKeyError, check_key
+from topics._limits import MAX_DEPTH, MAX_RECORD_BYTES, LimitError, plain_json
+from topics._messages import (
+    InboxEvent,
+    InboxMessage,
+    JobStart,
     ScheduleId,
-    SchedulePromptTask,
+    ScheduleWake,
+    TickRecord,
+)
+from topics._names import TOPIC_NAMES, Topics
+from topics._schedules import (
+    SCHEDULE_HEADER,
+    SCHEDULE_RUN_HEADER,
+    AuditRecord,
     ScheduleRecord,
     ScheduleReport,
     ScheduleRunRecord,
     ScheduleRunsRecord,
-    ScheduleWake,
-    ShownField,
-    StartInput,
-    TaskClosedEffect,
-    TaskClosedRecord,
-    TaskOpenedEffect,
-    TaskOpenedRecord,
-    TaskRecord,
-    TickInput,
-    TickRecord,
-    TimerCancelledEffect,
-    TimerRecord,
-    TimerSetEffect,
-    Tokens,
-    TransitionRecord,
-    VerdictRecord,
-    inbound_message,
 )
-from topics._names import TOPIC_NAMES, Topics
 from topics._vocab import (
     SCHEMA,
     SOURCES,

@@ -1,7 +1,7 @@
 """Fast builders: the records the decision core and the engine write, as plain
 JSON-ready data, without validating our own output on the hot path.
 
-Each builder makes exactly the fields of one model in ``_messages.py`` (the
+Each builder makes exactly the fields of one model of ``topics`` (the
 model named in its docstring), in the order they go on the wire, so a
 re-decided record is byte-identical. ``tests/topics/test_builders.py`` proves
 that every builder and its model agree on every field: the model accepts what

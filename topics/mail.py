@@ -14,7 +14,8 @@ from email.message import EmailMessage, Message
 from email.utils import format_datetime, getaddresses
 from urllib.parse import unquote, urlsplit
 
-from topics._messages import InboxEvent, JournalMail, MessageRecord, inbound_message
+from topics._journal import JournalMail, MessageRecord, inbound_message
+from topics._messages import InboxEvent
 from topics.replies import ReplyRoute, normal_address, reply_address, reply_token
 
 __all__ = [

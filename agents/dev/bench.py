@@ -40,9 +40,9 @@ from typing import Any
 import httpx
 import orjson
 from fastapi import FastAPI, Request
-from stream.bench.run import ChildProcess
 from stream.runtime.broker import EmbeddedBroker, free_port
 from stream.runtime.kafka import bootstrap_of, producer, read_topic
+from stream.runtime.processes import ChildProcess
 from topics import TaskOpenedRecord, Topics, encode
 
 from agents.catalog import Catalog, load_catalog, load_catalog_file

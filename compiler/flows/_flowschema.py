@@ -33,6 +33,16 @@ def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+#: The keywords each type takes besides type and description.
+_APPLIES: dict[str, set[str]] = {
+    "object": {"properties", "required"},
+    "list": {"items"},
+    "string": {"enum", "minLength", "maxLength"},
+    "number": {"enum", "minimum", "maximum"},
+    "boolean": set(),
+}
+
+
 def schema_problems(schema: Any, path: Path = ()) -> list[tuple[Path, str]]:
     """Every way ``schema`` leaves the subset, as (path inside the schema, what)."""
     if not isinstance(schema, dict):
@@ -61,13 +71,7 @@ def schema_problems(schema: Any, path: Path = ()) -> list[tuple[Path, str]]:
         return out
     if "description" in schema and not isinstance(schema["description"], str):
         out.append(((*path, "description"), "description must be text"))
-    allowed = {
-        "object": {"properties", "required"},
-        "list": {"items"},
-        "string": {"enum", "minLength", "maxLength"},
-        "number": {"enum", "minimum", "maximum"},
-        "boolean": set(),
-    }[kind]
+    allowed = _APPLIES[kind]
     for key in ("properties", "required", "items", "enum", "minimum", "maximum"):
         if key in schema and key not in allowed:
             out.append(((*path, key), f"{key!r} does not apply to type {kind!r}"))
@@ -75,24 +79,40 @@ def schema_problems(schema: Any, path: Path = ()) -> list[tuple[Path, str]]:
         if key in schema and key not in allowed:
             out.append(((*path, key), f"{key!r} does not apply to type {kind!r}"))
     if kind == "object":
-        props = schema.get("properties", {})
-        if not isinstance(props, dict):
-            out.append(((*path, "properties"), "properties must map names to schemas"))
-            props = {}
-        for name, sub in props.items():
-            out.extend(schema_problems(sub, (*path, "properties", str(name))))
-        required = schema.get("required", [])
-        if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
-            out.append(((*path, "required"), "required must be a list of property names"))
-        else:
-            for j, name in enumerate(required):
-                if name not in props:
-                    out.append(((*path, "required", j), f"required names no property {name!r}"))
+        out.extend(_object_problems(schema, path))
     if kind == "list":
         if "items" not in schema:
             out.append((path, "a list must say what its items are (items)"))
         else:
             out.extend(schema_problems(schema["items"], (*path, "items")))
+    out.extend(_bound_problems(schema, kind, allowed, path))
+    return out
+
+
+def _object_problems(schema: dict[str, Any], path: Path) -> list[tuple[Path, str]]:
+    """An object schema's properties (each a schema) and required names."""
+    out: list[tuple[Path, str]] = []
+    props = schema.get("properties", {})
+    if not isinstance(props, dict):
+        out.append(((*path, "properties"), "properties must map names to schemas"))
+        props = {}
+    for name, sub in props.items():
+        out.extend(schema_problems(sub, (*path, "properties", str(name))))
+    required = schema.get("required", [])
+    if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+        out.append(((*path, "required"), "required must be a list of property names"))
+    else:
+        for j, name in enumerate(required):
+            if name not in props:
+                out.append(((*path, "required", j), f"required names no property {name!r}"))
+    return out
+
+
+def _bound_problems(
+    schema: dict[str, Any], kind: str, allowed: set[str], path: Path
+) -> list[tuple[Path, str]]:
+    """The enum, minimum, maximum, minLength and maxLength a type takes."""
+    out: list[tuple[Path, str]] = []
     if "enum" in schema and "enum" in allowed:
         enum = schema["enum"]
         want = str if kind == "string" else None

@@ -14,38 +14,34 @@ import difflib
 from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from typing import Any
 
 from compiler._durations import parse_duration
 from compiler._errors import LemongraphError
 from compiler._time import to_iso
-from compiler.schedules._schedule import (
+from compiler.scenarios._scenario import Scenario, ScenarioChange, ScriptedReply
+from compiler.schedules._definition import (
+    Schedule,
+    validate_schedule,
+)
+from compiler.schedules._runstate import (
     Define,
     Deliver,
     Dispatch,
     Remove,
     Report,
     RunRecorded,
-    Schedule,
     ScheduleInput,
     ScheduleState,
     ScheduleTick,
     Wake,
+)
+from compiler.schedules._schedule import (
     schedule_step,
-    validate_schedule,
 )
 
-if TYPE_CHECKING:
-    from compiler.scenarios._simulate import Scenario
-
 __all__ = [
-    "DownSpan",
-    "ScenarioChange",
-    "ScenarioWake",
     "ScheduleScenarioResult",
-    "ScriptedReply",
     "run_schedule_scenario",
     "schedule_run_line",
 ]
@@ -53,82 +49,6 @@ __all__ = [
 #: The most decisions one scenario may take (a guard against a clock that
 #: stops advancing; a year of a one-minute schedule is ~525,000).
 MAX_STEPS = 2_000_000
-
-
-def _duration(value: str) -> str:
-    parse_duration(value)
-    return value
-
-
-class DownSpan(BaseModel):
-    """The worker is down from ``from`` to ``to`` (offsets from ``base``)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-
-    start: str = Field(alias="from")
-    to: str
-
-    _check = field_validator("start", "to")(_duration)
-
-    @model_validator(mode="after")
-    def _ordered(self) -> DownSpan:
-        if parse_duration(self.to) <= parse_duration(self.start):
-            raise ValueError(f"to ({self.to}) must be after from ({self.start})")
-        return self
-
-
-class ScriptedReply(BaseModel):
-    """How one prompt run ends: its reply (``output``) or its failure, ``after``
-    it started; ``never``: it does not report (it times out). ``repeat``: this
-    reply answers every later run too."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    output: str = ""
-    status: Literal["completed", "failed"] = "completed"
-    error: str | None = None
-    after: str = "0s"
-    never: bool = False
-    repeat: bool = False
-
-    _check = field_validator("after")(_duration)
-
-
-class ScenarioWake(BaseModel):
-    """A wake command at ``at`` (docs/schedules.md, "Wake")."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    at: str
-    schedule: str = Field(min_length=1)
-    request_id: str | None = None
-    context: dict[str, Any] | None = None
-    skip_if_running: bool = False
-
-    _check = field_validator("at")(_duration)
-
-
-class ScenarioChange(BaseModel):
-    """An operator's change at ``at``: fields of the definition replaced
-    (``set``: ``{enabled: false}`` pauses, ``{enabled: true}`` resumes), or the
-    schedule removed (docs/schedules.md, "Downtime and catch-up")."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    at: str
-    schedule: str = Field(min_length=1)
-    set: dict[str, Any] = Field(default_factory=dict)
-    remove: bool = False
-
-    _check = field_validator("at")(_duration)
-
-    @model_validator(mode="after")
-    def _one(self) -> ScenarioChange:
-        if self.remove == bool(self.set):
-            raise ValueError("a change either sets fields or removes the schedule")
-        if "id" in self.set:
-            raise ValueError("a change cannot set id")
-        return self
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from typing import Any, Literal
+from datetime import datetime
+from typing import Any
 
 from pydantic import (
     BaseModel,
@@ -18,15 +18,12 @@ from pydantic import (
     Field,
     PrivateAttr,
     ValidationError,
-    field_validator,
     model_validator,
 )
-from topics import Source
 
 from compiler._durations import parse_duration
 from compiler._errors import LemongraphError
 from compiler._source import Located, did_you_mean, load_located
-from compiler._time import require_aware
 from compiler.conditions._ast import And, Expr, Not, Or
 from compiler.conditions._condition import evaluate_expr
 from compiler.conditions._printer import print_expr
@@ -36,19 +33,11 @@ from compiler.jobs._inputs import Event, Start, Tick
 from compiler.jobs._jobgraph import JobGraph
 from compiler.jobs._playbook import Playbook, compile_playbook
 from compiler.jobs._state import JobState
-from compiler.scenarios._schedule_scenarios import (
-    DownSpan,
-    ScenarioChange,
-    ScenarioWake,
-    ScriptedReply,
-)
+from compiler.scenarios._scenario import Expectation, Scenario, ScenarioEvent
 
 __all__ = [
     "Coverage",
-    "Expectation",
-    "Scenario",
     "ScenarioError",
-    "ScenarioEvent",
     "ScenarioFile",
     "ScenarioResult",
     "parse_scenarios",
@@ -62,84 +51,10 @@ class ScenarioError(LemongraphError):
     code = "invalid_scenario"
 
 
-def _offset(value: str) -> str:
-    parse_duration(value)
-    return value
-
-
-class ScenarioEvent(BaseModel):
-    """One scripted event, ``at`` an offset from the scenario's base."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    at: str
-    action: str = Field(min_length=1)
-    value: str | int | float | bool | None = None
-    properties: dict[str, Any] = Field(default_factory=dict)
-    source: Source = "world"
-    idempotency_key: str | None = None
-
-    _check_at = field_validator("at")(_offset)
-
-    @property
-    def offset(self) -> timedelta:
-        """``at`` as a timedelta."""
-        return parse_duration(self.at)
-
-
-class Expectation(BaseModel):
-    """Where the job should land. Lists compare as sets; ``tasks`` in order."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    status: Literal["running", "done", "failed"] | None = None
-    done: list[str] | None = None
-    knocked: list[str] | None = None
-    dropped: list[str] | None = None
-    open: list[str] | None = None
-    pending: list[str] | None = None
-    unreachable: list[str] | None = None
-    tasks: list[str] | None = None
-    #: Schedule scenarios (docs/schedules.md): every run, in order, and runs per status.
-    runs: list[str] | None = None
-    #: schedule id → that schedule's runs only, in order
-    runs_of: dict[str, list[str]] | None = None
-    count: dict[str, int] | None = None
-
-
 #: A scenario's fields that only a scenario over schedules has.
 _SCHEDULE_FIELDS = ("down", "replies", "wakes", "changes")
 #: The expectations about a job, which a schedule scenario cannot have.
 _JOB_EXPECT = ("status", "done", "knocked", "dropped", "open", "pending", "unreachable", "tasks")
-
-
-class Scenario(BaseModel):
-    """A named event script and its expectation."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    name: str = Field(min_length=1)
-    base: datetime
-    events: list[ScenarioEvent] = Field(default_factory=list)
-    until: str | None = None
-    subject: dict[str, Any] = Field(default_factory=dict)
-    expect: Expectation = Field(default_factory=Expectation)
-    #: Schedule scenarios only (docs/schedules.md, "Proving schedules on a virtual clock").
-    down: list[DownSpan] = Field(default_factory=list)
-    replies: dict[str, list[str | ScriptedReply]] = Field(default_factory=dict)
-    wakes: list[ScenarioWake] = Field(default_factory=list)
-    changes: list[ScenarioChange] = Field(default_factory=list)
-
-    _check_until = field_validator("until")(lambda v: v if v is None else _offset(v))
-
-    @field_validator("base")
-    @classmethod
-    def _aware(cls, value: datetime) -> datetime:
-        if value.tzinfo is None or value.utcoffset() is None:
-            raise ValueError(
-                f"base must have a time zone, e.g. {value.strftime('%Y-%m-%dT%H:%M:%S')}Z"
-            )
-        return require_aware(value, "base")
 
 
 class ScenarioFile(BaseModel):

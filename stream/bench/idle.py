@@ -30,26 +30,24 @@ import os
 import shutil
 import signal
 import statistics
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import rocksdict
 
 from compiler import Start
+from stream.bench.cluster import PARTITIONS, Cluster, produce
 from stream.engine.engine import home_partition
 from stream.engine.registry import Registry
 from stream.engine.store import next_due_ms
 from stream.engine.timers import DUE_VALUE, INDEX_MARK, JOBS, due_key
 from stream.runtime.files import load_playbook_file
+from stream.runtime.kafka import producer
+from stream.runtime.processes import rss_mb
 from topics import InboxEvent, JobStart, Topics, encode
-
-if TYPE_CHECKING:
-    from stream.bench.run import Bench, ChildProcess
 
 __all__ = ["Idle", "IdleRun", "Seeded", "job_rows", "partition_databases", "write_jobs"]
 
@@ -175,35 +173,28 @@ class Seeded:
 class Idle:
     """The idle jobs' figures of one bench run (``stream/bench/run.py``)."""
 
-    def __init__(self, bench: Bench, idle_seconds: float = IDLE_SECONDS) -> None:
+    def __init__(self, bench: Cluster, idle_seconds: float = IDLE_SECONDS) -> None:
         self.bench = bench
         self.idle_seconds = idle_seconds
-
-    def _start(self, env: dict[str, str]) -> ChildProcess:
-        from stream.bench.run import ChildProcess
-
-        return ChildProcess([sys.executable, "-m", "stream", "worker"], env, self.bench.workdir)
 
     def seed(self, *names: str) -> list[Seeded]:
         """A worker per name on fresh topics (all at once) decides one job
         start and stops: its partitions' databases exist, each with the index
         mark."""
-        from stream.bench.run import PARTITIONS, _produce
-
         bench = self.bench
         seeded = []
         for name in names:
             prefix = f"bench-{bench.run_id}-{name}."
             data = bench.workdir / name
-            seeded.append(Seeded(name, Topics(prefix), bench._env(prefix, data), data))
-        workers = [self._start(s.env) for s in seeded]
+            seeded.append(Seeded(name, Topics(prefix), bench.worker_env(prefix, data), data))
+        workers = [self.bench.start_worker(s.env) for s in seeded]
         try:
             start = encode(JobStart(key="seed", playbook_key="onboarding").compact())
             for worker, s in zip(workers, seeded, strict=True):
                 worker.wait_for("ready", 120)
-                asyncio.run(_produce(bench.bootstrap, s.topics.inbox, [(b"seed", start)]))
+                asyncio.run(produce(bench.bootstrap, s.topics.inbox, [(b"seed", start)]))
             for s in seeded:
-                bench._wait_decisions(s.topics.decisions, 1, 120)
+                bench.wait_decisions(s.topics.decisions, 1, 120)
             time.sleep(1.5)  # the batch's writes stored, the offsets committed
         finally:
             for worker in workers:
@@ -219,8 +210,6 @@ class Idle:
     def restart(self, seeded: Seeded, jobs: int) -> IdleRun:
         """Write ``jobs`` jobs into a seeded worker's databases, restart it and
         measure (see the module)."""
-        from stream.bench.run import PARTITIONS
-
         began = time.perf_counter()
         rows = job_rows(self.bench.playbooks, jobs, PARTITIONS, prefix=seeded.name)
         write_jobs(partition_databases(seeded.data), rows)
@@ -230,8 +219,6 @@ class Idle:
         """Drop a seeded worker's data folder, produce the same rows to the
         table's changelog (the index mark last in each partition) and start a
         worker on the empty folder."""
-        from stream.bench.run import PARTITIONS
-
         shutil.rmtree(seeded.data)
         changelog = f"{seeded.topics.prefix}engine-jobstate-changelog"
         began = time.perf_counter()
@@ -247,19 +234,17 @@ class Idle:
     def _measure(self, seeded: Seeded, jobs: int, fill_s: float, timeout: float) -> IdleRun:
         """Start the worker, time its first decision of an event for a stored
         job, let it idle, read its RSS, stop it."""
-        from stream.bench.run import _produce, _rss_mb
-
         bench, topics, data = self.bench, seeded.topics, seeded.data
-        decided = bench._decisions_so_far(topics.decisions)
+        decided = bench.decisions_so_far(topics.decisions)
         started = time.time()
-        worker = self._start(seeded.env)
+        worker = self.bench.start_worker(seeded.env)
         try:
             key = f"{seeded.name}-{jobs // 2:07d}"
             probe = encode(InboxEvent(key=key, action="meeting_cancelled").compact())
-            asyncio.run(_produce(bench.bootstrap, topics.inbox, [(key.encode(), probe)]))
-            stamps = bench._wait_decisions(topics.decisions, decided + 1, timeout)
+            asyncio.run(produce(bench.bootstrap, topics.inbox, [(key.encode(), probe)]))
+            stamps = bench.wait_decisions(topics.decisions, decided + 1, timeout)
             recovery = max(stamps) / 1000 - started
-            samples = _rss_samples(worker.proc.pid, self.idle_seconds, _rss_mb)
+            samples = _rss_samples(worker.proc.pid, self.idle_seconds, rss_mb)
         finally:
             worker.kill()
         run = IdleRun(
@@ -279,8 +264,6 @@ async def _produce_partitioned(
 ) -> None:
     """Produce ``(partition, key, value)`` rows, each to its partition, and
     wait for every acknowledgement."""
-    from stream.runtime.kafka import producer
-
     async with producer(bootstrap) as client:
         for start in range(0, len(rows), CHUNK):
             futures = [

@@ -19,24 +19,22 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
-import uuid
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from functools import cached_property
 from pathlib import Path
-from typing import Any
 
 import orjson
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
 
 from stream.bench.bytes import TopicBytes, topic_bytes_under
+from stream.bench.cluster import PARTITIONS, Cluster, produce
+from stream.bench.figures import Figures, Parameters, figures_json, render_table
 from stream.bench.idle import Idle, IdleRun
 from stream.bench.micro import core_decisions_per_s, state_cache_bytes_per_entry, tick_cost_ms
 from stream.bench.schedules import schedule_memory, schedule_tick_ms
@@ -45,249 +43,16 @@ from stream.runtime import native
 from stream.runtime.broker import EmbeddedBroker, ensure_topics
 from stream.runtime.errors import BenchError
 from stream.runtime.kafka import (
-    bootstrap_of,
     client_kwargs,
     configured_compression,
     configured_security,
     producer,
     read_topic,
 )
+from stream.runtime.processes import ChildProcess, cpu_s, rss_mb
 from topics import InboxEvent, JobStart, Topics, encode
 
-__all__ = ["Figures", "Parameters", "run_bench"]
-
-PARTITIONS = 4
-
-
-@dataclass(frozen=True)
-class Parameters:
-    """What a run measures with."""
-
-    quick: bool
-    raw_records: int
-    faust_records: int
-    engine_jobs: int
-    latency_rate: int
-    latency_seconds: float
-    recovery_jobs: int
-    core_jobs: int
-    tick_pending_large: int
-    tick_due: int
-    #: Schedules stored in the large run of the schedules tick and in its memory
-    #: figure (docs/schedules.md); ``schedules_due`` of them due at each tick.
-    schedules_total: int = 100_000
-    schedules_due: int = 100
-    #: Seconds to let a group of two new workers settle before their burst.
-    settle_seconds: float = 8.0
-    #: The codecs whose bursts are compared (docs/kafka.md, "Compression"), and
-    #: how many times each, alternating; the configured codec is added.
-    codecs: tuple[str, ...] = ("none", "lz4", "zstd")
-    codec_rounds: int = 3
-    #: Sleeping jobs written straight into a real worker's table for its idle
-    #: RSS and restart (the ``*_10k`` and ``*_1m`` figures), and into the
-    #: changelog for the cold restore (stream/bench/idle.py).
-    idle_small: int = 10_000
-    idle_large: int = 1_000_000
-    cold_restore_jobs: int = 100_000
-    #: Rounds of naive Faust and of the engine's burst (a fresh worker each),
-    #: alternating, so that both see the machine's load of the moment:
-    #: ``naive_events_per_s`` and ``engine_events_per_s`` are their medians.
-    throughput_rounds: int = 3
-
-    @classmethod
-    def for_run(cls, quick: bool) -> Parameters:
-        if quick:
-            return cls(
-                True,
-                20_000,
-                5_000,
-                1_000,
-                1_000,
-                3.0,
-                5_000,
-                500,
-                100_000,
-                200,
-                20_000,
-                100,
-                4.0,
-                ("none",),
-                1,
-                1_000,
-                20_000,
-                5_000,
-                throughput_rounds=1,
-            )
-        return cls(False, 100_000, 30_000, 10_000, 1_000, 10.0, 100_000, 3_000, 1_000_000, 1_000)
-
-
-@dataclass
-class Figures:
-    """Every figure of one run (the keys of ``--json``)."""
-
-    raw_produce_per_s: float = 0.0
-    raw_consume_per_s: float = 0.0
-    framework_events_per_s: float = 0.0
-    naive_events_per_s: float = 0.0
-    engine_events_per_s: float = 0.0
-    engine_vs_naive: float = 0.0
-    engine_vs_framework: float = 0.0
-    #: Each round's naive Faust and engine burst (events/s), in the order run
-    #: (``throughput_rounds``): the two figures above are their medians.
-    naive_events_per_s_rounds: list[float] = field(default_factory=list)
-    engine_events_per_s_rounds: list[float] = field(default_factory=list)
-    #: CPU µs per event of the engine's worker and of the embedded broker in each
-    #: round's burst (user + system, /proc; steadier than events/s).
-    engine_worker_cpu_us_per_event_rounds: list[float] = field(default_factory=list)
-    engine_broker_cpu_us_per_event_rounds: list[float] = field(default_factory=list)
-    #: The same workload through two worker processes in one group (scale-out on
-    #: this machine; the ratios above compare one process with one process).
-    engine_2_workers_events_per_s: float = 0.0
-    p50_latency_ms: float = 0.0
-    p99_latency_ms: float = 0.0
-    #: The rate the latency run's events were actually produced at (events/s).
-    latency_rate_achieved: float = 0.0
-    core_decisions_per_s: float = 0.0
-    tick_ms_1m_pending: float = 0.0
-    tick_ms_1k_pending: float = 0.0
-    recovery_s: float = 0.0
-    rss_mb_per_100k_jobs: float = 0.0
-    #: A tick with schedules_total stored schedules and with schedules_due, the
-    #: same schedules_due due in both (ms, median of 11 alternating ticks).
-    schedule_tick_ms_100k: float = 0.0
-    schedule_tick_ms_100: float = 0.0
-    #: schedule_tick_ms_100k / schedule_tick_ms_100: flat is about 1.
-    schedule_tick_ratio: float = 0.0
-    #: The worker's in-memory structures per 100,000 schedules after an
-    #: assignment and a first tick (tracemalloc, MB; the due-time index is in
-    #: RocksDB, stream/engine/timers.py).
-    schedule_mb_per_100k: float = 0.0
-    #: A fresh process's RSS growth doing the same, per 100,000 schedules (MB).
-    schedule_rss_mb_per_100k: float = 0.0
-    #: RocksDB's live SST bytes of 100,000 stored schedules (MB), and their rows'
-    #: own key + value bytes (MB).
-    schedule_rocksdb_mb_per_100k: float = 0.0
-    schedule_row_mb_per_100k: float = 0.0
-    #: Seconds from a partition assignment to its first tick decided, per
-    #: 100,000 stored schedules (the key kept from when the index was rebuilt
-    #: on assignment; nothing is rebuilt now).
-    schedule_rebuild_s_100k: float = 0.0
-    #: Bytes the engine's burst produced per inbox event (key + value + header
-    #: names and values), all output topics together and by topic (the name
-    #: after the run's prefix; the jobstate changelog is Faust's
-    #: ``engine-jobstate-changelog``).
-    bytes_per_event: float = 0.0
-    bytes_per_event_by_topic: dict[str, float] = field(default_factory=dict)
-    #: The same records as the broker stores and serves them: record batches,
-    #: compressed with ``compression`` (LEMONGRAPH_KAFKA_COMPRESSION).
-    stored_bytes_per_event: float = 0.0
-    stored_bytes_per_event_by_topic: dict[str, float] = field(default_factory=dict)
-    compression: str = ""
-    #: Records per inbox event by topic (a job's snapshot and changelog row are
-    #: written once per batch, so these depend on how many of a job's events
-    #: one batch holds).
-    records_per_event_by_topic: dict[str, float] = field(default_factory=dict)
-    #: The latency run's job starts at ``latency_rate`` (small batches, so less
-    #: for the codec to share between records): stored and produced bytes per event.
-    steady_stored_bytes_per_event: float = 0.0
-    steady_bytes_per_event: float = 0.0
-    #: The burst again through one fresh worker per codec, alternating
-    #: (``codec_rounds`` times each): median events/s and stored bytes per event,
-    #: by codec, and stored bytes per event by codec and topic.
-    codec_events_per_s: dict[str, float] = field(default_factory=dict)
-    codec_stored_bytes_per_event: dict[str, float] = field(default_factory=dict)
-    #: CPU µs per event of the worker and of the embedded broker during the burst
-    #: (user + system, /proc; steadier than events/s on a shared machine).
-    codec_worker_cpu_us_per_event: dict[str, float] = field(default_factory=dict)
-    codec_broker_cpu_us_per_event: dict[str, float] = field(default_factory=dict)
-    codec_stored_bytes_per_event_by_topic: dict[str, dict[str, float]] = field(default_factory=dict)
-    #: The real worker's RSS (MB), idle, holding idle_small and idle_large
-    #: sleeping jobs (written into its table, then the worker restarted; the
-    #: median of its last reads over a few idle seconds), and their ratio
-    #: (target: at most 1.5). ``--quick`` holds fewer (see ``parameters``).
-    rss_mb_idle_10k: float = 0.0
-    rss_mb_idle_1m: float = 0.0
-    rss_idle_ratio: float = 0.0
-    #: Seconds from starting the worker (a new process on the same data
-    #: folder) to its first new decision, with idle_large and idle_small jobs
-    #: in its local table (target with 1,000,000: at most 10 s).
-    recovery_s_1m_jobs: float = 0.0
-    recovery_s_10k_jobs: float = 0.0
-    #: The job table's databases on disk with idle_large jobs (MB).
-    disk_mb_idle_1m: float = 0.0
-    #: A cold restore: cold_restore_jobs jobs (and their index rows) in the
-    #: changelog, a worker started on an empty data folder: seconds to its
-    #: first new decision, its RSS after (MB), the changelog's bytes as
-    #: produced (MB), and the seconds per 100,000 jobs.
-    cold_restore_s: float = 0.0
-    cold_restore_rss_mb: float = 0.0
-    cold_restore_changelog_mb: float = 0.0
-    cold_restore_s_per_100k: float = 0.0
-    #: The Python heap one entry of the engine's state cache holds (KB,
-    #: tracemalloc; a decoded onboarding job): the cache holds at most
-    #: LEMONGRAPH_STATE_CACHE entries (10,000 by default).
-    state_cache_kb_per_entry: float = 0.0
-    #: How the decision core ran (stream/runtime/native.py): compiled with mypyc or not.
-    core: str = ""
-    parameters: dict[str, Any] = field(default_factory=dict)
-
-
-def _cpu_s(pid: int) -> float:
-    """The CPU seconds (user + system) a process has used so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
-class ChildProcess:
-    """A child process whose output lines are collected."""
-
-    def __init__(self, args: list[str], env: dict[str, str], cwd: Path) -> None:
-        self.proc = subprocess.Popen(  # noqa: S603 - our own interpreter and entry points
-            args, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
-        self.lines: list[str] = []
-        assert self.proc.stdout is not None
-        out = self.proc.stdout
-        self.reader = threading.Thread(target=lambda: self.lines.extend(out), daemon=True)
-        self.reader.start()
-
-    def wait_for(self, text: str, timeout: float) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for line in list(self.lines):
-                if text in line:
-                    return line
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.02)
-        raise BenchError(f"never saw {text!r}; output:\n" + "".join(self.lines[-30:]))
-
-    def kill(self, sig: int = signal.SIGKILL) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            self.proc.wait(30)
-        self.reader.join(5)
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
-
-
-async def _produce(
-    bootstrap: str, topic: str, records: list[tuple[bytes, bytes]], compression: str | None = None
-) -> float:
-    """Produce and wait for every ack; returns the elapsed seconds (``compression``:
-    the environment's codec when None)."""
-    async with producer(bootstrap, compression=compression) as client:
-        started = time.perf_counter()
-        futures = [await client.send(topic, value, key=key) for key, value in records]
-        await asyncio.gather(*futures)
-        return time.perf_counter() - started
+__all__ = ["Bench", "Figures", "Parameters", "figures_json", "render_table", "run_bench"]
 
 
 async def _consume_all(bootstrap: str, topic: str, count: int) -> float:
@@ -313,49 +78,16 @@ async def _consume_all(bootstrap: str, topic: str, count: int) -> float:
         await consumer.stop()
 
 
-async def _count(bootstrap: str, topic: str) -> tuple[int, list[tuple[int, int]]]:
-    """Records of a topic, and each record's (timestamp, partition)."""
-    stamps = [(r.timestamp_ms, r.partition) async for r in read_topic(bootstrap, topic, idle=0.3)]
-    return len(stamps), stamps
-
-
-class Bench:
+class Bench(Cluster):
     """One run."""
 
-    def __init__(
-        self,
-        url: str,
-        params: Parameters,
-        say: Callable[[str], None],
-        playbooks: Path,
-        workdir: Path,
-    ) -> None:
-        self.url = url
-        self.bootstrap = bootstrap_of(url)
-        #: The environment's Kafka security (the bench's workers read it too).
-        self.security = configured_security()
-        self.params = params
-        self.say = say
-        self.playbooks = playbooks
-        self.workdir = workdir
-        self.figures = Figures(parameters=asdict(params))
-        self.run_id = uuid.uuid4().hex[:8]
-        #: The embedded broker's process (None: another broker), whose CPU the
-        #: codec comparison measures; and what the last ``_burst`` measured.
-        self.broker_pid: int | None = None
-        self.burst_cpu_s: list[float] = []
+    #: The CPU seconds of each process the last ``_burst`` measured.
+    burst_cpu_s: Sequence[float] = ()
 
-    def _env(self, prefix: str, data: Path) -> dict[str, str]:
-        env = dict(os.environ)
-        env.update(
-            LEMONGRAPH_KAFKA_URL=self.url,
-            LEMONGRAPH_TOPIC_PREFIX=prefix,
-            LEMONGRAPH_PARTITIONS=str(PARTITIONS),
-            LEMONGRAPH_DATA_DIR=str(data),
-            LEMONGRAPH_PLAYBOOKS_DIR=str(self.playbooks),
-            LEMONGRAPH_TICK_INTERVAL="1",
-        )
-        return env
+    @cached_property
+    def figures(self) -> Figures:
+        """Every figure of this run, filled in part by part."""
+        return Figures(parameters=asdict(self.params))
 
     # -- raw and framework ceilings ----------------------------------------------------
 
@@ -364,7 +96,7 @@ class Bench:
         mix = onboarding_mix(self.params.raw_records // 3 + 1, seed=5)[: self.params.raw_records]
         records = [(m.key.encode(), encode(m.compact())) for m in mix]
         asyncio.run(ensure_topics(self.bootstrap, {topic: PARTITIONS}, security=self.security))
-        produce_s = asyncio.run(_produce(self.bootstrap, topic, records))
+        produce_s = asyncio.run(produce(self.bootstrap, topic, records))
         consume_s = asyncio.run(_consume_all(self.bootstrap, topic, len(records)))
         self.figures.raw_produce_per_s = len(records) / produce_s
         self.figures.raw_consume_per_s = len(records) / consume_s
@@ -379,7 +111,7 @@ class Bench:
     ) -> float:
         topic = f"bench-{self.run_id}-{mode}" + (f"-r{round_}" if round_ else "")
         asyncio.run(ensure_topics(self.bootstrap, {topic: PARTITIONS}, security=self.security))
-        asyncio.run(_produce(self.bootstrap, topic, records))
+        asyncio.run(produce(self.bootstrap, topic, records))
         data = (
             self.workdir / f"faust-{mode}"
             if not round_
@@ -415,11 +147,11 @@ class Bench:
         prefix = f"bench-{self.run_id}-engine."
         topics = Topics(prefix)
         data = self.workdir / "engine"
-        env = self._env(prefix, data)
-        worker = ChildProcess([sys.executable, "-m", "stream", "worker"], env, self.workdir)
+        env = self.worker_env(prefix, data)
+        worker = self.start_worker(env)
         try:
             worker.wait_for("ready", 120)
-            base_rss = _rss_mb(worker.proc.pid)
+            base_rss = rss_mb(worker.proc.pid)
             # 1. Throughput: a burst of the onboarding mix for engine_jobs jobs.
             rate, records, expected = self._burst(topics, cpu_of=self._cpu_pids(worker))
             self._engine_round(rate, records)
@@ -465,12 +197,12 @@ class Bench:
                 )
                 for i in range(more)
             ]
-            done_before = self._decisions_so_far(topics.decisions)
-            asyncio.run(_produce(self.bootstrap, topics.inbox, starts))
-            self._wait_decisions(topics.decisions, done_before + more, 900)
+            done_before = self.decisions_so_far(topics.decisions)
+            asyncio.run(produce(self.bootstrap, topics.inbox, starts))
+            self.wait_decisions(topics.decisions, done_before + more, 900)
             time.sleep(1.5)  # let the last batch's writes and commit settle
             jobs = have + more
-            rss = _rss_mb(worker.proc.pid)
+            rss = rss_mb(worker.proc.pid)
             self.figures.rss_mb_per_100k_jobs = (rss - base_rss) * 100_000 / jobs
             self.say(
                 f"memory: worker RSS {base_rss:.0f} MB empty, {rss:.0f} MB with "
@@ -478,12 +210,12 @@ class Bench:
             )
             # 4. Recovery: SIGKILL, restart, first new decision.
             worker.kill()
-            decided = self._decisions_so_far(topics.decisions)
+            decided = self.decisions_so_far(topics.decisions)
             restarted = time.time()
-            worker = ChildProcess([sys.executable, "-m", "stream", "worker"], env, self.workdir)
+            worker = self.start_worker(env)
             probe = InboxEvent(key="tp-000001", action="meeting_cancelled").compact()
-            asyncio.run(_produce(self.bootstrap, topics.inbox, [(b"tp-000001", encode(probe))]))
-            stamps = self._wait_decisions(topics.decisions, decided + 1, 300)
+            asyncio.run(produce(self.bootstrap, topics.inbox, [(b"tp-000001", encode(probe))]))
+            stamps = self.wait_decisions(topics.decisions, decided + 1, 300)
             first_new = max(stamps) / 1000
             self.figures.recovery_s = first_new - restarted
             self.say(
@@ -573,8 +305,8 @@ class Bench:
 
     def _engine_burst_round(self, round_: int, _records: list[tuple[bytes, bytes]]) -> None:
         prefix = f"bench-{self.run_id}-engine-r{round_}."
-        env = self._env(prefix, self.workdir / f"engine-r{round_}")
-        worker = ChildProcess([sys.executable, "-m", "stream", "worker"], env, self.workdir)
+        env = self.worker_env(prefix, self.workdir / f"engine-r{round_}")
+        worker = self.start_worker(env)
         try:
             worker.wait_for("ready", 120)
             rate, records, _decided = self._burst(Topics(prefix), cpu_of=self._cpu_pids(worker))
@@ -609,9 +341,9 @@ class Bench:
             shift = round_ % len(codecs)
             for codec in codecs[shift:] + codecs[:shift]:
                 prefix = f"bench-{self.run_id}-codec{round_}-{codec}."
-                env = self._env(prefix, self.workdir / f"codec{round_}-{codec}")
+                env = self.worker_env(prefix, self.workdir / f"codec{round_}-{codec}")
                 env["LEMONGRAPH_KAFKA_COMPRESSION"] = codec
-                worker = ChildProcess([sys.executable, "-m", "stream", "worker"], env, self.workdir)
+                worker = self.start_worker(env)
                 pids = (worker.proc.pid,) + ((self.broker_pid,) if self.broker_pid else ())
                 try:
                     worker.wait_for("ready", 120)
@@ -658,11 +390,7 @@ class Bench:
         prefix = f"bench-{self.run_id}-engine2."
         topics = Topics(prefix)
         workers = [
-            ChildProcess(
-                [sys.executable, "-m", "stream", "worker"],
-                self._env(prefix, self.workdir / f"engine2-{i}"),
-                self.workdir,
-            )
+            self.start_worker(self.worker_env(prefix, self.workdir / f"engine2-{i}"))
             for i in range(2)
         ]
         try:
@@ -733,33 +461,21 @@ class Bench:
         The CPU seconds each process of ``cpu_of`` used from the warm-up's decision
         to the last decision seen go to ``burst_cpu_s``."""
         warm_up = encode(JobStart(key="warm-up", playbook_key="onboarding").compact())
-        asyncio.run(_produce(self.bootstrap, topics.inbox, [(b"warm-up", warm_up)], compression))
-        self._wait_decisions(topics.decisions, 1, 120)
-        cpu = [_cpu_s(pid) for pid in cpu_of]
+        asyncio.run(produce(self.bootstrap, topics.inbox, [(b"warm-up", warm_up)], compression))
+        self.wait_decisions(topics.decisions, 1, 120)
+        cpu = [cpu_s(pid) for pid in cpu_of]
         mix = onboarding_mix(self.params.engine_jobs, seed=11, prefix="tp")
         records = [(m.key.encode(), encode(m.compact())) for m in mix]
-        asyncio.run(_produce(self.bootstrap, topics.inbox, records, compression))
+        asyncio.run(produce(self.bootstrap, topics.inbox, records, compression))
         expected = _expected_decisions(mix)
-        stamps = self._wait_decisions(topics.decisions, expected + 1, 600)
-        self.burst_cpu_s = [_cpu_s(pid) - was for pid, was in zip(cpu_of, cpu, strict=True)]
+        stamps = self.wait_decisions(topics.decisions, expected + 1, 600)
+        self.burst_cpu_s = [cpu_s(pid) - was for pid, was in zip(cpu_of, cpu, strict=True)]
         refused = asyncio.run(_refusals(self.bootstrap, topics.decisions))
         if refused:
             raise BenchError(f"the engine refused {len(refused)} inputs, e.g. {refused[:3]}")
         first = asyncio.run(_first_stamp(self.bootstrap, topics.inbox, b"tp-"))
         span = (max(stamps) - first) / 1000
         return (len(records) / span if span > 0 else 0.0), len(records), expected
-
-    def _decisions_so_far(self, topic: str) -> int:
-        return asyncio.run(_count(self.bootstrap, topic))[0]
-
-    def _wait_decisions(self, topic: str, expected: int, timeout: float) -> list[int]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            count, stamps = asyncio.run(_count(self.bootstrap, topic))
-            if count >= expected:
-                return [t for t, _ in stamps]
-            time.sleep(0.5)
-        raise BenchError(f"{topic}: {count} of {expected} decisions after {timeout}s")
 
 
 async def _task_arrivals(bootstrap: str, topic: str, key_prefix: str) -> dict[str, float]:
@@ -834,8 +550,8 @@ def run_bench(
             url = broker.url
         say(f"parameters: {', '.join(f'{k}={v}' for k, v in asdict(params).items())}")
         say(f"broker: {url}{' (embedded Tansu)' if broker else ''}; cores: {os.cpu_count()}")
-        bench = Bench(url, params, say, playbooks, workdir)
-        bench.broker_pid = broker.pid if broker is not None else None
+        broker_pid = broker.pid if broker is not None else None
+        bench = Bench(url, params, say, playbooks, workdir, broker_pid=broker_pid)
         bench.figures.core = native.check().describe()
         records = bench.raw()
         faust_records = records[: params.faust_records]
@@ -897,103 +613,3 @@ def bench_schedules(
         f"{f.schedule_rocksdb_mb_per_100k:.1f} MB of SST ({f.schedule_row_mb_per_100k:.1f} MB "
         f"of rows); assignment to first tick {f.schedule_rebuild_s_100k:.2f} s (nothing rebuilt)"
     )
-
-
-def render_table(f: Figures) -> str:
-    """The figures as a table with the targets beside them."""
-    stored = int(f.parameters.get("schedules_total", 100_000))
-    due = int(f.parameters.get("schedules_due", 100))
-    small = int(f.parameters.get("idle_small", 10_000))
-    large = int(f.parameters.get("idle_large", 1_000_000))
-    cold = int(f.parameters.get("cold_restore_jobs", 100_000))
-    rows = [
-        ("raw aiokafka produce", f"{f.raw_produce_per_s:,.0f} records/s", ""),
-        ("raw aiokafka consume", f"{f.raw_consume_per_s:,.0f} records/s", ""),
-        (
-            "Faust agent doing nothing (framework ceiling)",
-            f"{f.framework_events_per_s:,.0f} events/s",
-            "",
-        ),
-        ("Faust table write + send per event (naive)", f"{f.naive_events_per_s:,.0f} events/s", ""),
-        ("lemongraph engine end to end", f"{f.engine_events_per_s:,.0f} events/s", ""),
-        ("  engine / naive", f"{f.engine_vs_naive:.2f}×", "target ≥ 3×"),
-        ("  engine / framework", f"{f.engine_vs_framework:.2f}×", "target ≥ 0.6×"),
-        (
-            "engine end to end, 2 worker processes",
-            f"{f.engine_2_workers_events_per_s:,.0f} events/s",
-            "",
-        ),
-        ("latency run: events produced at", f"{f.latency_rate_achieved:,.0f} events/s", ""),
-        ("latency p50 (event → task)", f"{f.p50_latency_ms:.1f} ms", ""),
-        ("latency p99 (event → task)", f"{f.p99_latency_ms:.1f} ms", "target < 100 ms"),
-        ("pure core", f"{f.core_decisions_per_s:,.0f} decisions/s", ""),
-        ("state cache, per entry", f"{f.state_cache_kb_per_entry:.1f} KB", "tracemalloc"),
-        ("tick, large pending set", f"{f.tick_ms_1m_pending:.1f} ms", "flat in pending"),
-        ("tick, 1k pending", f"{f.tick_ms_1k_pending:.1f} ms", ""),
-        ("bytes per event, as produced", f"{f.bytes_per_event:,.0f} B", "all topics"),
-        *(
-            (f"  {name}", f"{value:,.0f} B", "")
-            for name, value in f.bytes_per_event_by_topic.items()
-        ),
-        (
-            f"bytes per event, stored ({f.compression} batches)",
-            f"{f.stored_bytes_per_event:,.0f} B",
-            "target ≤ 2 KB",
-        ),
-        *(
-            (f"  {name}", f"{value:,.0f} B", "")
-            for name, value in f.stored_bytes_per_event_by_topic.items()
-        ),
-        (
-            f"bytes per event at the latency run's rate, stored ({f.compression})",
-            f"{f.steady_stored_bytes_per_event:,.0f} B",
-            f"{f.steady_bytes_per_event:,.0f} B as produced",
-        ),
-        *(
-            (
-                f"engine burst, {codec} batches",
-                f"{rate:,.0f} events/s",
-                f"{f.codec_stored_bytes_per_event.get(codec, 0):,.0f} B stored per event, CPU "
-                f"µs per event: worker {f.codec_worker_cpu_us_per_event.get(codec, 0):,.0f}, "
-                f"broker {f.codec_broker_cpu_us_per_event.get(codec, 0):,.0f}",
-            )
-            for codec, rate in f.codec_events_per_s.items()
-        ),
-        ("recovery after SIGKILL", f"{f.recovery_s:.1f} s", "target ≤ 10 s"),
-        ("memory per 100k idle jobs", f"{f.rss_mb_per_100k_jobs:.0f} MB RSS", ""),
-        (f"worker idle, {small:,} jobs", f"{f.rss_mb_idle_10k:.0f} MB RSS", ""),
-        (f"worker idle, {large:,} jobs", f"{f.rss_mb_idle_1m:.0f} MB RSS", ""),
-        (f"  {large:,} / {small:,}", f"{f.rss_idle_ratio:.2f}×", "target ≤ 1.5×"),
-        (
-            f"restart to first decision, {large:,} jobs",
-            f"{f.recovery_s_1m_jobs:.1f} s",
-            "target ≤ 10 s",
-        ),
-        (f"restart to first decision, {small:,} jobs", f"{f.recovery_s_10k_jobs:.1f} s", ""),
-        (
-            f"cold restore from the changelog, {cold:,} jobs",
-            f"{f.cold_restore_s:.1f} s",
-            f"{f.cold_restore_changelog_mb:.0f} MB of changelog, RSS "
-            f"{f.cold_restore_rss_mb:.0f} MB",
-        ),
-        (
-            f"schedules tick, {stored:,} stored, {due:,} due",
-            f"{f.schedule_tick_ms_100k:.1f} ms",
-            "",
-        ),
-        (f"schedules tick, {due:,} stored, {due:,} due", f"{f.schedule_tick_ms_100:.1f} ms", ""),
-        (f"  {stored:,} / {due:,}", f"{f.schedule_tick_ratio:.2f}×", "flat: about 1×"),
-        ("schedules in memory per 100k", f"{f.schedule_mb_per_100k:.1f} MB", "tracemalloc"),
-        ("  RSS per 100k", f"{f.schedule_rss_mb_per_100k:.1f} MB", ""),
-        ("schedules in RocksDB per 100k", f"{f.schedule_rocksdb_mb_per_100k:.1f} MB", "SST"),
-        ("  assignment to first tick", f"{f.schedule_rebuild_s_100k:.2f} s", "nothing rebuilt"),
-        (f.core, "", ""),
-    ]
-    width = max(len(r[0]) for r in rows)
-    value_width = max(len(r[1]) for r in rows)
-    return "\n".join(f"{a:<{width}}  {b:>{value_width}}  {c}".rstrip() for a, b, c in rows)
-
-
-def figures_json(f: Figures) -> bytes:
-    """The figures as one JSON object."""
-    return orjson.dumps(asdict(f), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)

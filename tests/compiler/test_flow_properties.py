@@ -47,8 +47,9 @@ from compiler import (
     ToolResult,
     load_flow,
 )
-from compiler.flows._flow import ConditionalEdge
-from compiler.flows._flowrun import APPROVAL_YES, Action, FlowInput
+from compiler.flows._flowrun import APPROVAL_YES
+from compiler.flows._flowspec import ConditionalEdge
+from compiler.flows._flowvalues import Action, FlowInput
 
 from . import test_flow_step as ex
 from .test_flow_readiness import SPREAD, SPREAD_GUARDED

@@ -30,7 +30,7 @@ from compiler import (
     ToolResult,
     load_flow,
 )
-from compiler.flows._flowrun import Action, FlowInput
+from compiler.flows._flowvalues import Action, FlowInput
 
 from .test_flow_readiness import SPREAD
 from .test_flow_validation import PINNED  # the pinned example of issue 17, as written

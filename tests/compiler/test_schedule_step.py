@@ -30,7 +30,7 @@ from compiler import (
     slot_id,
     validate_schedule,
 )
-from compiler.schedules._schedule import Schedule
+from compiler.schedules._definition import Schedule
 from topics import ScheduleRunRecord
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
@@ -629,7 +629,7 @@ def test_the_longest_durations_step_without_leaving_the_calendar() -> None:
 
 
 def test_runs_active_at_once_are_bounded() -> None:
-    from compiler.schedules._schedule import MAX_ACTIVE
+    from compiler.schedules._runstate import MAX_ACTIVE
 
     state = define(make(timeout="1h", overlap="allow_all"))
     for n in range(MAX_ACTIVE):

@@ -1,0 +1,318 @@
+"""A valid flow's readiness warnings (docs/flows.md, "Readiness warnings"):
+what does not refuse a flow but will likely surprise its author.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any, Protocol
+
+from compiler.flows._flowspec import (
+    BUILTIN_CHANNELS,
+    END,
+    AnyNode,
+    ApprovalNode,
+    AskNode,
+    ConditionalEdge,
+    FanoutNode,
+    Flow,
+    FlowMilestone,
+    FlowSpec,
+    FlowTool,
+    HandlerNode,
+    LlmNode,
+    Path,
+    PlainEdge,
+    ToolNode,
+    ToolsNode,
+    output_of,
+    reachable,
+    successors,
+    template_reads,
+)
+
+__all__ = ["Readiness", "Warner"]
+
+
+class Warner(Protocol):
+    """Where a warning goes (the flow's checker)."""
+
+    def warn(self, rule: str, message: str, path: Path, node: str | None = None) -> None: ...
+
+
+class Readiness:
+    """The warnings of a valid flow (docs/flows.md, "Readiness warnings")."""
+
+    def __init__(
+        self,
+        checker: Warner,
+        flow: Flow,
+        tools: Mapping[str, FlowTool] | None,
+        milestone: FlowMilestone | None,
+    ) -> None:
+        self.c = checker
+        self.flow = flow
+        self.tools = tools
+        self.milestone = milestone
+        self.index = {n.id: i for i, n in enumerate(flow.spec.nodes)}
+
+    def run(self) -> None:
+        self.write_without_approval()
+        self.conversation_unread()
+        self.fanout_tail()
+        self.channels()
+        self.claim_only()
+
+    def where(self, node: str) -> Path:
+        return ("nodes", self.index[node], "id")
+
+    def write_without_approval(self) -> None:
+        if self.tools is None:
+            return  # whether a tool writes is in the catalog
+        flow = self.flow
+        for node in flow.spec.nodes:
+            if isinstance(node, ToolNode):
+                names: tuple[str, ...] = (node.tool,)
+            elif isinstance(node, ToolsNode):
+                names = flow.tools
+            else:
+                continue
+            writes = [t for t in names if t in self.tools and self.tools[t].writes]
+            if not writes:
+                continue
+            guards = {
+                n.id for n in flow.spec.nodes if isinstance(n, ApprovalNode) and n.before == node.id
+            }
+            if node.id == flow.start or self._reaches_around(node.id, guards):
+                self.c.warn(
+                    "WRITE_WITHOUT_APPROVAL",
+                    f"{node.id} calls {', '.join(writes)}, which writes, and a path reaches it "
+                    f"with no approval before it (an approval node with before: {node.id})",
+                    self.where(node.id),
+                    node.id,
+                )
+
+    def _reaches_around(self, target: str, guards: set[str]) -> bool:
+        """Whether ``target`` is entered from anything but one of ``guards``."""
+        flow = self.flow
+        seen = reachable(flow.start, flow.nodes, flow.edges, skip={target})
+        for here in seen:
+            if here in guards:
+                node = flow.nodes[here]
+                assert isinstance(node, ApprovalNode)
+                if node.on_reject == target or node.on_error == target:
+                    return True
+                continue
+            if target in successors(flow.nodes[here], flow.edges):
+                return True
+        return False
+
+    def conversation_unread(self) -> None:
+        spec = self.flow.spec
+        llms = [n for n in spec.nodes if isinstance(n, LlmNode)]
+        talks = spec.conversation or any(isinstance(n, AskNode) for n in spec.nodes)
+        if not llms or not talks:
+            return
+        if any(name == "conversation" for n in llms for name, _ in template_reads(n.prompt)):
+            return
+        self.c.warn(
+            "CONVERSATION_UNREAD",
+            "this flow talks with the person, and no llm prompt reads {{conversation}} "
+            f"(llm nodes: {', '.join(n.id for n in llms)}): the model will not know what "
+            "was said",
+            self.where(llms[0].id),
+            llms[0].id,
+        )
+
+    def fanout_tail(self) -> None:
+        flow = self.flow
+        for node in flow.spec.nodes:
+            if not isinstance(node, FanoutNode):
+                continue
+            guarded = node.id != flow.start
+            for other in flow.spec.nodes:
+                if node.id not in set(successors(other, flow.edges)):
+                    continue
+                edge = flow.edges.get(other.id)
+                around = isinstance(edge, ConditionalEdge) and any(
+                    t != node.id for t in edge.routes.values()
+                )
+                enters_otherwise = (
+                    other.on_error == node.id
+                    or isinstance(other, ApprovalNode | FanoutNode)
+                    or isinstance(edge, PlainEdge)
+                )
+                if not around or enters_otherwise:
+                    guarded = False
+            if not guarded:
+                self.c.warn(
+                    "FANOUT_MAY_SILENCE_THE_TAIL",
+                    f"{node.id} spreads over {node.over!r}; when it is empty no copy runs and "
+                    f"nothing after {node.to} does either. Route around it from the node before "
+                    f"(a conditional edge with a route for the empty case)",
+                    self.where(node.id),
+                    node.id,
+                )
+
+    def channels(self) -> None:
+        flow = self.flow
+        spec = flow.spec
+        reads_all = any(isinstance(n, HandlerNode) and n.reads is None for n in spec.nodes) or any(
+            isinstance(e, ConditionalEdge) and e.router and e.reads is None for e in spec.edges
+        )
+        reads = _reads(spec)
+        writes: dict[str, set[str]] = {}
+        for node in spec.nodes:
+            out = output_of(node)
+            if isinstance(node, FanoutNode):
+                out = node.as_
+            if out is not None:
+                writes.setdefault(out, set()).add(node.id)
+        filled = set(spec.inputs) | {
+            k for k, v in spec.state.items() if v.default is not None or v.remembers
+        }
+        for name in spec.state:
+            if name in writes or name in filled:
+                continue
+            shown = [n for n in spec.nodes if isinstance(n, ApprovalNode) and name in n.show]
+            if shown:
+                self.c.warn(
+                    "VIEW_NEVER_SHOWN",
+                    f"{shown[0].id} shows {name!r}, which nothing fills (no node writes it, "
+                    "it is no input and has no default): the person sees nothing there",
+                    ("nodes", self.index[shown[0].id], "show", shown[0].show.index(name)),
+                    shown[0].id,
+                )
+            elif name in reads:
+                self.c.warn(
+                    "CHANNEL_NEVER_WRITTEN",
+                    f"{name!r} is read ({', '.join(sorted(reads[name]))}) and nothing fills it "
+                    "(no node writes it, it is no input and has no default)",
+                    ("state", name),
+                )
+        for name in spec.state:
+            if name in reads or name in spec.outputs or reads_all:
+                continue
+            self.c.warn(
+                "CHANNEL_NEVER_READ",
+                f"{name!r} is declared and nothing reads it (no template, when, fan-out, "
+                "view or handler) and it is not an output",
+                ("state", name),
+            )
+        self.forgets(reads, writes, filled)
+
+    def forgets(
+        self, reads: Mapping[str, set[str]], writes: Mapping[str, set[str]], filled: set[str]
+    ) -> None:
+        flow = self.flow
+        spec = flow.spec
+        # Forward analysis: the channels that may still be unwritten on entry to
+        # each node (some path from start reaches it without a write).
+        candidates = {
+            k
+            for k, v in spec.state.items()
+            if k not in filled and k in writes and v.reducer is None
+        }
+        if not candidates:
+            return
+        unwritten: dict[str, set[str]] = {spec.start: set(candidates)}
+        stack = [spec.start]
+        while stack:
+            here = stack.pop()
+            node = flow.nodes[here]
+            out = unwritten[here] - {output_of(node) or "", getattr(node, "as_", "")}
+            for nxt in successors(node, flow.edges):
+                if nxt == END:
+                    continue
+                if nxt == getattr(node, "to", None) and isinstance(node, FanoutNode):
+                    out = out - {node.as_}
+                before = unwritten.get(nxt)
+                merged = out if before is None else before | out
+                if before is None or merged != before:
+                    unwritten[nxt] = set(merged)
+                    stack.append(nxt)
+        for node in spec.nodes:
+            for name in sorted(_node_reads(node) & unwritten.get(node.id, set())):
+                self.c.warn(
+                    "CHANNEL_FORGETS_BETWEEN_TURNS",
+                    f"{node.id} reads {name!r}, and a path reaches it before anything in the run "
+                    "writes it; a run starts from defaults and inputs, so without remembers "
+                    "(or a default) it is empty there",
+                    self.where(node.id),
+                    node.id,
+                )
+
+    def claim_only(self) -> None:
+        if self.milestone is None or self.tools is None:
+            return
+        flow = self.flow
+        facts: dict[str, str] = {}
+        for node in flow.spec.nodes:
+            names: tuple[str, ...] = ()
+            if isinstance(node, ToolNode):
+                names = (node.tool,)
+            elif isinstance(node, ToolsNode):
+                names = flow.tools
+            for tool in names:
+                fact = self.tools[tool].fact if tool in self.tools else None
+                if fact is not None:
+                    facts[fact] = tool
+        if facts.keys() & self.milestone.facts:
+            return
+        wanted = ", ".join(sorted(self.milestone.facts)) or "none"
+        self.c.warn(
+            "CLAIM_ONLY_PATH",
+            f"milestone {self.milestone.milestone} is done on {wanted}, and no tool this flow "
+            "calls records any of them: only what the model says could get it there, and "
+            "what the model says is never evidence",
+            ("tools",) if flow.spec.tools else ("start",),
+        )
+
+
+def _node_reads(node: AnyNode) -> set[str]:
+    out: set[str] = set()
+    texts: list[str] = []
+    if isinstance(node, LlmNode):
+        texts.append(node.prompt)
+    elif isinstance(node, ToolNode):
+        texts.extend(_strings(node.args))
+    elif isinstance(node, AskNode | ApprovalNode):
+        texts.append(node.ask)
+        if isinstance(node, ApprovalNode):
+            out.update(node.show)
+    elif isinstance(node, FanoutNode):
+        out.add(node.over)
+    elif isinstance(node, ToolsNode):
+        out.add(node.calls)
+    elif isinstance(node, HandlerNode):
+        out.update(node.reads or ())
+    for text in texts:
+        out.update(name for name, _ in template_reads(text))
+    return out - set(BUILTIN_CHANNELS)
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings(v)
+
+
+def _reads(spec: FlowSpec) -> dict[str, set[str]]:
+    """Channel → the nodes (and edges) that read it."""
+    out: dict[str, set[str]] = {}
+    for node in spec.nodes:
+        for name in _node_reads(node):
+            out.setdefault(name, set()).add(node.id)
+    for edge in spec.edges:
+        if isinstance(edge, ConditionalEdge):
+            names = set(edge.reads or ())
+            if edge.when is not None:
+                names.add(edge.when.split(".")[0])
+            for name in names:
+                out.setdefault(name, set()).add(f"edge from {edge.from_}")
+    return out

@@ -1,0 +1,411 @@
+"""Schedule definitions and their validation (docs/schedules.md, "A
+schedule's fields").
+
+Pure: :func:`validate_schedule` turns what a user wrote (an API body, a
+``schedules.yaml`` item, a ``schedules`` record's ``spec``) into a frozen
+:class:`Schedule`, or raises :class:`ScheduleError` naming the field path.
+``Schedule.to_json()`` gives the definition back, normalised (defaults filled,
+durations in their compound form), and ``validate_schedule`` of it is the same
+schedule.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+from topics import JobKeyError, check_key
+
+from compiler._durations import format_offset, parse_duration
+from compiler._source import did_you_mean
+from compiler.schedules._cron import (
+    Cron,
+    ScheduleError,
+    parse_cron,
+    zone,
+)
+from compiler.schedules._ids import slot_id
+
+__all__ = [
+    "MAX_DURATION_MS",
+    "OVERLAPS",
+    "PLACEHOLDER",
+    "Overlap",
+    "Schedule",
+    "duration_text",
+    "plain_data",
+    "render_key",
+    "slugify",
+    "validate_schedule",
+]
+
+Overlap = Literal["skip", "buffer_one", "allow_all"]
+OVERLAPS: tuple[Overlap, ...] = ("skip", "buffer_one", "allow_all")
+ACTION_TYPES = ("start_job", "send_event", "prompt")
+
+#: the longest jitter, timeout, retry_backoff or catchup_window (366 days)
+MAX_DURATION_MS = 366 * 86_400_000
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+_FIELDS = (
+    "id",
+    "name",
+    "schedule",
+    "timezone",
+    "action",
+    "enabled",
+    "jitter",
+    "timeout",
+    "max_retries",
+    "retry_backoff",
+    "overlap",
+    "catchup_window",
+    "deliver_to",
+    "meta",
+)
+_ACTION_FIELDS = {
+    "start_job": ("type", "playbook_key", "subject", "key"),
+    "send_event": ("type", "job_key", "event"),
+    "prompt": ("type", "agent", "prompt"),
+}
+_EVENT_FIELDS = ("action", "value", "properties")
+_SYNONYMS = {
+    "cron": "schedule",
+    "expression": "schedule",
+    "tz": "timezone",
+    "time_zone": "timezone",
+    "zone": "timezone",
+    "retries": "max_retries",
+    "backoff": "retry_backoff",
+    "catchup": "catchup_window",
+    "catch_up_window": "catchup_window",
+    "deliver": "deliver_to",
+    "playbook": "playbook_key",
+    "job": "job_key",
+    "text": "prompt",
+    "message": "prompt",
+}
+_PLACEHOLDERS = ("slot", "schedule", "date", "time", "instant")
+#: A ``{placeholder}`` of a key template (render_key fills them).
+PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
+#: the longest a run's key template may make a slot id look (a sample render)
+_SAMPLE = datetime(2026, 1, 5, 9, 30, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A valid schedule definition. Durations are in milliseconds;
+    ``catchup_window_ms`` is None for the default (one period: the newest slot
+    due catches up, older ones are missed). ``action`` is the normalised action
+    object (``{"type": "start_job", "playbook_key": ..., "subject"?, "key"?}``,
+    ``{"type": "send_event", "job_key": ..., "event": {...}}`` or
+    ``{"type": "prompt", "agent": ..., "prompt": ...}``)."""
+
+    id: str
+    name: str
+    cron: Cron
+    timezone: str
+    action: Mapping[str, Any]
+    enabled: bool = True
+    jitter_ms: int = 0
+    timeout_ms: int = 300_000
+    max_retries: int = 0
+    retry_backoff_ms: int = 30_000
+    overlap: Overlap = "skip"
+    catchup_window_ms: int | None = None
+    deliver_to: str = "none"
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def action_type(self) -> str:
+        return str(self.action["type"])
+
+    @property
+    def heartbeat(self) -> bool:
+        return self.meta.get("heartbeat") is True
+
+    def to_json(self) -> dict[str, Any]:
+        """The normalised definition (the ``schedules`` record's ``spec``)."""
+        out: dict[str, Any] = {
+            "id": self.id,
+            "name": self.name,
+            "schedule": self.cron.source,
+            "timezone": self.timezone,
+            "action": plain_data(self.action),
+            "enabled": self.enabled,
+            "jitter": duration_text(self.jitter_ms),
+            "timeout": duration_text(self.timeout_ms),
+            "max_retries": self.max_retries,
+            "retry_backoff": duration_text(self.retry_backoff_ms),
+            "overlap": self.overlap,
+            "deliver_to": self.deliver_to,
+            "meta": plain_data(self.meta),
+        }
+        if self.catchup_window_ms is not None:
+            out["catchup_window"] = duration_text(self.catchup_window_ms)
+        return out
+
+
+def plain_data(value: Any) -> Any:
+    """``value`` with every mapping a dict with text keys and every sequence a list."""
+    if isinstance(value, Mapping):
+        return {str(k): plain_data(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain_data(v) for v in value]
+    return value
+
+
+def duration_text(ms: int) -> str:
+    """Whole seconds as a compound duration (``1h30m``)."""
+    if ms % 1000:
+        raise ValueError(f"{ms} ms is not a whole number of seconds")  # pragma: no cover
+    return format_offset(timedelta(milliseconds=ms))
+
+
+def slugify(name: str) -> str:
+    """The default id of a schedule named ``name``: lower case, runs of other
+    characters than ``[a-z0-9]`` as one ``-``, at most 64 characters."""
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+    return slug[:64].rstrip("-")
+
+
+def _unknown(data: Mapping[str, Any], known: tuple[str, ...], prefix: str) -> None:
+    for key in data:
+        if key not in known:
+            near = _SYNONYMS.get(str(key).lower())
+            if near not in known:
+                near = did_you_mean(str(key), known)
+            raise ScheduleError(
+                f"{prefix}{key}",
+                f"unknown field {key!r}" + (f" (did you mean {near!r}?)" if near else ""),
+            )
+
+
+def _text(data: Mapping[str, Any], name: str, path: str, required: bool = True) -> str | None:
+    value = data.get(name)
+    if value is None:
+        if required:
+            raise ScheduleError(path, "this field is required")
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise ScheduleError(path, "must be a non-empty string")
+    return value
+
+
+def _ms_of(data: Mapping[str, Any], name: str, default: int, minimum: int) -> int:
+    value = data.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise ScheduleError(name, f"must be a duration such as 30s, 5m or 2h, got {value!r}")
+    try:
+        delta = parse_duration(value)
+    except ValueError as exc:
+        raise ScheduleError(name, str(exc)) from None
+    except OverflowError:  # more days than a timedelta holds
+        delta = timedelta.max
+    ms = int(delta.total_seconds()) * 1000
+    if ms < minimum:
+        raise ScheduleError(name, f"must be at least {duration_text(minimum)}, got {value!r}")
+    if ms > MAX_DURATION_MS:
+        # Longer ones put instants past what a datetime holds (a tick would fail).
+        raise ScheduleError(
+            name, f"must be at most {duration_text(MAX_DURATION_MS)}, got {value!r}"
+        )
+    return ms
+
+
+def validate_schedule(data: object, source: str = "<schedule>") -> Schedule:
+    """``data`` (a definition) → :class:`Schedule`, or :class:`ScheduleError`
+    whose ``field`` is the path at fault and whose message starts with it.
+    ``source`` names the document (kept on the error as ``error.source``)."""
+    try:
+        return _validate(data)
+    except ScheduleError as exc:
+        exc.source = source  # type: ignore[attr-defined]
+        raise
+
+
+def _validate(data: object) -> Schedule:
+    if not isinstance(data, Mapping):
+        raise ScheduleError("schedule", "a schedule definition must be an object")
+    _unknown(data, _FIELDS, "")
+    name = _text(data, "name", "name")
+    assert name is not None
+    if len(name) > 200:
+        raise ScheduleError("name", "at most 200 characters")
+    ident = _id_of(data.get("id"), name)
+    if "schedule" not in data or data["schedule"] is None:
+        raise ScheduleError("schedule", "this field is required")
+    cron = parse_cron(data["schedule"])
+    timezone = data.get("timezone", "UTC")
+    if timezone is None:
+        timezone = "UTC"
+    if not isinstance(timezone, str):
+        raise ScheduleError("timezone", f"must be an IANA time zone name, got {timezone!r}")
+    zone(timezone)
+    action = _action(data.get("action"))
+    enabled = data.get("enabled", True)
+    if not isinstance(enabled, bool):
+        raise ScheduleError("enabled", f"must be true or false, got {enabled!r}")
+    retries = data.get("max_retries", 0)
+    if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= 100:
+        raise ScheduleError("max_retries", f"must be a whole number 0-100, got {retries!r}")
+    overlap = data.get("overlap", "skip")
+    if overlap not in OVERLAPS:
+        raise ScheduleError("overlap", f"must be one of {', '.join(OVERLAPS)}, got {overlap!r}")
+    deliver_to = data.get("deliver_to", "none")
+    _deliver_to(deliver_to)
+    meta = _meta(data.get("meta", {}), action)
+    catchup = None
+    if data.get("catchup_window") is not None:
+        catchup = _ms_of(data, "catchup_window", 0, 60_000)
+    schedule = Schedule(
+        id=ident,
+        name=name,
+        cron=cron,
+        timezone=timezone,
+        action=action,
+        enabled=enabled,
+        jitter_ms=_ms_of(data, "jitter", 0, 0),
+        timeout_ms=_ms_of(data, "timeout", 300_000, 1000),
+        max_retries=retries,
+        retry_backoff_ms=_ms_of(data, "retry_backoff", 30_000, 0),
+        overlap=overlap,
+        catchup_window_ms=catchup,
+        deliver_to=deliver_to,
+        meta=plain_data(meta),
+    )
+    template = action.get("key")
+    if isinstance(template, str):
+        try:
+            check_key(render_key(template, schedule, _SAMPLE), "the rendered key")
+        except JobKeyError as exc:
+            raise ScheduleError("action.key", str(exc)) from None
+    return schedule
+
+
+def _id_of(given: object, name: str) -> str:
+    """The schedule's id: as given, else derived from its name."""
+    if given is None:
+        ident = slugify(name)
+        if not ident:
+            raise ScheduleError("id", f"cannot be derived from the name {name!r}: give an id")
+        return ident
+    if not isinstance(given, str) or not _ID.fullmatch(given):
+        raise ScheduleError(
+            "id",
+            f"{given!r} is not a schedule id: 1-64 characters of letters, digits, '.', '_' "
+            "and '-', starting with a letter or digit",
+        )
+    return given
+
+
+def _meta(meta: object, action: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``meta`` (None: empty), whose ``heartbeat`` only a prompt schedule may set."""
+    if meta is None:
+        meta = {}
+    if not isinstance(meta, Mapping):
+        raise ScheduleError("meta", "must be an object")
+    heartbeat = meta.get("heartbeat")
+    if heartbeat is not None and not isinstance(heartbeat, bool):
+        raise ScheduleError("meta.heartbeat", f"must be true or false, got {heartbeat!r}")
+    if heartbeat and action["type"] != "prompt":
+        raise ScheduleError(
+            "meta.heartbeat", "a heartbeat is a prompt schedule: action.type must be prompt"
+        )
+    return meta
+
+
+def _deliver_to(target: object) -> None:
+    if target == "none":
+        return
+    if isinstance(target, str):
+        kind, sep, rest = target.partition(":")
+        if sep and kind == "web":
+            try:
+                check_key(rest, "the job key")
+            except JobKeyError as exc:
+                raise ScheduleError("deliver_to", f"{target!r}: {exc}") from None
+            return
+        if sep and kind == "email" and re.fullmatch(r"[^@\s]+@[^@\s]+\.[^@\s]+", rest):
+            return
+    raise ScheduleError(
+        "deliver_to", f"must be none, web:<job key> or email:<address>, got {target!r}"
+    )
+
+
+def _action(raw: object) -> dict[str, Any]:
+    if raw is None:
+        raise ScheduleError("action", "this field is required")
+    if not isinstance(raw, Mapping):
+        raise ScheduleError("action", "must be an object with a type")
+    kind = raw.get("type")
+    if kind not in ACTION_TYPES:
+        raise ScheduleError(
+            "action.type", f"must be one of {', '.join(ACTION_TYPES)}, got {kind!r}"
+        )
+    _unknown(raw, _ACTION_FIELDS[kind], "action.")
+    out: dict[str, Any] = {"type": kind}
+    if kind == "start_job":
+        out["playbook_key"] = _text(raw, "playbook_key", "action.playbook_key")
+        subject = raw.get("subject")
+        if subject is not None:
+            if not isinstance(subject, Mapping):
+                raise ScheduleError("action.subject", "must be an object")
+            out["subject"] = plain_data(subject)
+        key = _text(raw, "key", "action.key", required=False)
+        if key is not None:
+            for match in PLACEHOLDER.finditer(key):
+                if match.group(1) not in _PLACEHOLDERS:
+                    raise ScheduleError(
+                        "action.key",
+                        f"unknown placeholder {match.group()!r} at position "
+                        f"{match.start() + 1} (known: "
+                        + ", ".join("{" + p + "}" for p in _PLACEHOLDERS)
+                        + ")",
+                    )
+            out["key"] = key
+    elif kind == "send_event":
+        job_key = _text(raw, "job_key", "action.job_key")
+        assert job_key is not None
+        try:
+            check_key(job_key, "the job key")
+        except JobKeyError as exc:
+            raise ScheduleError("action.job_key", str(exc)) from None
+        out["job_key"] = job_key
+        event = raw.get("event")
+        if not isinstance(event, Mapping):
+            raise ScheduleError("action.event", "must be an object with an action")
+        _unknown(event, _EVENT_FIELDS, "action.event.")
+        item: dict[str, Any] = {"action": _text(event, "action", "action.event.action")}
+        if "value" in event and event["value"] is not None:
+            item["value"] = plain_data(event["value"])
+        properties = event.get("properties")
+        if properties is not None:
+            if not isinstance(properties, Mapping):
+                raise ScheduleError("action.event.properties", "must be an object")
+            item["properties"] = plain_data(properties)
+        out["event"] = item
+    else:
+        out["agent"] = _text(raw, "agent", "action.agent")
+        out["prompt"] = _text(raw, "prompt", "action.prompt")
+    return out
+
+
+def render_key(template: str, schedule: Schedule, nominal: datetime) -> str:
+    """A ``start_job`` key template with its placeholders filled: ``{slot}``,
+    ``{schedule}``, ``{date}`` (local YYYY-MM-DD of the nominal instant),
+    ``{time}`` (local HHMM), ``{instant}`` (UTC YYYYMMDDTHHMMZ)."""
+    utc = nominal.astimezone(UTC)
+    local = utc.astimezone(zone(schedule.timezone))
+    values = {
+        "slot": slot_id(schedule.id, utc),
+        "schedule": schedule.id,
+        "date": local.strftime("%Y-%m-%d"),
+        "time": local.strftime("%H%M"),
+        "instant": utc.strftime("%Y%m%dT%H%MZ"),
+    }
+    return PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group()), template)

@@ -1,0 +1,342 @@
+"""A decision and what it produces (docs/kafka.md): its input, verdicts,
+transitions and effects, where its record was read, the tasks on the tasks
+topic, a job's snapshot and a registered playbook.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from topics._messages import Scalar, TopicRecord
+from topics._vocab import JobStatus, MilestoneStatus, Source, TaskOutcome, TimerKind
+
+__all__ = [
+    "FORWARDED_FROM_HEADER",
+    "AtomVerdict",
+    "ClockBound",
+    "DecisionInput",
+    "DecisionRecord",
+    "Effect",
+    "EventInput",
+    "ExplanationRecord",
+    "JobFinishedEffect",
+    "JobSnapshot",
+    "MilestoneSnapshot",
+    "PlaybookRecord",
+    "RecordForward",
+    "RecordOrigin",
+    "SchedulePromptTask",
+    "StartInput",
+    "TaskClosedEffect",
+    "TaskClosedRecord",
+    "TaskOpenedEffect",
+    "TaskOpenedRecord",
+    "TaskRecord",
+    "TickInput",
+    "TimerCancelledEffect",
+    "TimerRecord",
+    "TimerSetEffect",
+    "TransitionRecord",
+    "VerdictRecord",
+]
+
+
+# -- a decision's parts ------------------------------------------------------------
+
+
+class _Part(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class StartInput(_Part):
+    """A decision's input: the job.start it applied (the record key is the job key)."""
+
+    type: Literal["job.start"] = "job.start"
+    key: str
+    playbook_key: str
+    subject: dict[str, Any]
+    contacts: list[Any]
+
+
+class EventInput(_Part):
+    """A decision's input: an event. ``id`` names the occurrence in verdicts
+    (its inbox position, ``p<partition>@<offset>``, when it has no idempotency key)."""
+
+    type: Literal["event"] = "event"
+    action: str
+    value: Scalar = None
+    properties: dict[str, Any]
+    source: Source
+    idempotency_key: str | None = None
+    id: str | None = None
+
+
+class TickInput(_Part):
+    """A decision's input: the clock moved."""
+
+    type: Literal["tick"] = "tick"
+
+
+DecisionInput = Annotated[StartInput | EventInput | TickInput, Field(discriminator="type")]
+
+
+class TimerRecord(_Part):
+    """A job timer: ``settle`` closes a milestone's window, ``due`` emits its task."""
+
+    at: str
+    kind: TimerKind
+    milestone: str
+
+
+class AtomVerdict(_Part):
+    """One atom's part in a verdict: its verdict, its match count, the evidence ids."""
+
+    atom: str
+    verdict: Literal["TRUE", "FALSE", "UNKNOWN"]
+    count: int
+    evidence: list[str]
+
+
+class ExplanationRecord(_Part):
+    """Why a condition said what it said (``closed``: at its window's close)."""
+
+    condition: str
+    verdict: Literal["TRUE", "FALSE", "UNKNOWN"]
+    closed: bool
+    atoms: list[AtomVerdict]
+
+
+class VerdictRecord(ExplanationRecord):
+    """What one open milestone's condition said at one instant."""
+
+    milestone: str
+    at: str
+
+
+class TransitionRecord(_Part):
+    """A milestone moved from one status to another, and why."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    milestone: str
+    from_: MilestoneStatus = Field(alias="from")
+    to: MilestoneStatus
+    at: str
+    reason: str
+
+
+class TaskOpenedEffect(_Part):
+    """A milestone's task is open; ``frontier`` is every open milestone in rank order."""
+
+    type: Literal["task.opened"] = "task.opened"
+    task_id: str
+    job_key: str
+    milestone: str
+    at: str
+    instructions: str
+    playbook_instructions: str
+    integrations: list[str]
+    deadline: str
+    frontier: list[str]
+
+
+class TaskClosedEffect(_Part):
+    """A task is over."""
+
+    type: Literal["task.closed"] = "task.closed"
+    task_id: str
+    job_key: str
+    milestone: str
+    at: str
+    outcome: TaskOutcome
+
+
+class TimerSetEffect(TimerRecord):
+    """Remember to wake the job at ``at``."""
+
+    type: Literal["timer.set"] = "timer.set"
+
+
+class TimerCancelledEffect(TimerRecord):
+    """Forget a timer that was set."""
+
+    type: Literal["timer.cancelled"] = "timer.cancelled"
+
+
+class JobFinishedEffect(_Part):
+    """The job is over."""
+
+    type: Literal["job.finished"] = "job.finished"
+    job_key: str
+    status: Literal[JobStatus.DONE, JobStatus.FAILED]
+    at: str
+
+
+Effect = Annotated[
+    TaskOpenedEffect | TaskClosedEffect | TimerSetEffect | TimerCancelledEffect | JobFinishedEffect,
+    Field(discriminator="type"),
+]
+
+
+# -- tasks ----------------------------------------------------------------------
+
+
+class TaskOpenedRecord(TaskOpenedEffect, TopicRecord):
+    """The task.opened effect on the tasks topic, with what a channel service
+    needs to talk to the job's contacts."""
+
+    playbook_key: str
+    subject: dict[str, Any] = Field(default_factory=dict)
+    contacts: list[Any] = Field(default_factory=list)
+
+
+class TaskClosedRecord(TaskClosedEffect, TopicRecord):
+    """The task.closed effect on the tasks topic."""
+
+
+class SchedulePromptTask(TopicRecord):
+    """A prompt schedule's run for the agents service (docs/schedules.md): run
+    ``agent`` on ``prompt`` once per ``run_id`` and report on ``schedule-runs``
+    (:class:`ScheduleReport`) by ``deadline``. The record key is the schedule id."""
+
+    type: Literal["schedule.prompt"] = "schedule.prompt"
+    schedule_id: str
+    run_id: str
+    agent: str
+    prompt: str
+    context: dict[str, Any] | None = None
+    slot: str | None = None  # the nominal slot (ISO UTC); None: a wake run
+    attempt: int = 0
+    deadline: str
+    triggered_by: Literal["schedule", "manual", "wake", "retry"] = "schedule"
+    at: str | None = None  # when it was dispatched
+
+
+TaskRecord = Annotated[
+    TaskOpenedRecord | TaskClosedRecord | SchedulePromptTask, Field(discriminator="type")
+]
+
+
+# -- decisions --------------------------------------------------------------------
+
+
+#: The header a worker puts on an inbox record it forwards to the record's home
+#: partition (its key's murmur2 partition): ``p<partition>@<offset>``, where
+#: the producer's client put it. See docs/kafka.md, "Partitioning".
+FORWARDED_FROM_HEADER = "lemongraph.forwarded-from"
+
+
+class RecordForward(BaseModel):
+    """Where the forwarded copy of an inbox record was read (its home partition)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    partition: int
+    offset: int
+
+
+class RecordOrigin(BaseModel):
+    """Where a decision's input was produced: the topic, partition and offset the
+    producer's client wrote it to. When that was not the record's home
+    partition, ``forwarded`` says where the worker's copy of it was read."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    topic: str
+    partition: int
+    offset: int
+    forwarded: RecordForward | None = None
+
+
+class ClockBound(BaseModel):
+    """A decision whose ``now`` is not its record's timestamp, and why: the
+    timestamp was ahead of the worker's clock by more than the allowed skew
+    (``worker_clock``), behind the job's own clock (``job_clock``), or missing
+    (``no_timestamp``: the worker's clock was used)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    record_timestamp: int  # epoch ms, as the record carried it
+    bound: Literal["worker_clock", "job_clock", "no_timestamp"]
+
+
+class DecisionRecord(TopicRecord):
+    """One decision: enough to replay it through the pure core and compare."""
+
+    type: Literal["decision"] = "decision"
+    job_key: str
+    playbook_key: str | None
+    playbook_version: int | None
+    origin: RecordOrigin | None
+    now: str
+    input: DecisionInput
+    outcome: Literal["applied", "duplicate", "refused", "noop"]
+    refused: str | None = None
+    seq: int | None = None
+    fired: list[TimerRecord] = Field(default_factory=list)
+    verdicts: list[VerdictRecord] = Field(default_factory=list)
+    transitions: list[TransitionRecord] = Field(default_factory=list)
+    effects: list[Effect] = Field(default_factory=list)
+    frontier: list[str] = Field(default_factory=list)
+    status: JobStatus | None = None
+    state_hash: str | None = None
+    prev_state_hash: str | None = None
+    clock: ClockBound | None = None
+
+
+# -- jobs -------------------------------------------------------------------------
+
+
+class MilestoneSnapshot(BaseModel):
+    """One milestone in a job snapshot."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    state: MilestoneStatus
+    opened_at: str | None = None
+    deadline: str | None = None
+    task_at: str | None = None
+    settled_at: str | None = None
+    outcome: TaskOutcome | None = None
+    explanation: ExplanationRecord | None = None
+
+
+class JobSnapshot(TopicRecord):
+    """A job as read models see it. ``milestones`` maps id → state."""
+
+    type: Literal["job.snapshot"] = "job.snapshot"
+    key: str
+    status: JobStatus
+    playbook_key: str
+    playbook_version: int
+    seq: int
+    started_at: str
+    updated_at: str | None
+    ended_at: str | None = None
+    events: int = 0
+    milestones: dict[str, MilestoneStatus]
+    detail: dict[str, MilestoneSnapshot]
+    frontier: list[str]
+    timers: list[TimerRecord]
+    state_hash: str
+
+
+# -- playbooks ----------------------------------------------------------------------
+
+
+class PlaybookRecord(TopicRecord):
+    """A registered playbook version (the spec as validated)."""
+
+    type: Literal["playbook"] = "playbook"
+    key: str
+    version: int
+    spec: dict[str, Any]
+
+    @property
+    def record_key(self) -> bytes:
+        """The Kafka key, ``KEY@vN``: one per version, so that compaction of the
+        ``playbooks`` topic keeps every version a job may be pinned to
+        (docs/kafka.md). ``@`` is not allowed in playbook keys."""
+        return f"{self.key}@v{self.version}".encode()

@@ -1,0 +1,107 @@
+"""The schedules' records (docs/schedules.md): a definition, a run as it
+stands, a prompt run's report, an operator's action, and the headers of an inbox
+record a schedule's run dispatched.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
+
+from topics._messages import TopicRecord
+
+__all__ = [
+    "SCHEDULE_HEADER",
+    "SCHEDULE_RUN_HEADER",
+    "AuditRecord",
+    "ScheduleRecord",
+    "ScheduleReport",
+    "ScheduleRunRecord",
+    "ScheduleRunsRecord",
+]
+
+
+#: The headers of an inbox record a schedule's run dispatched (a ``job.start``
+#: or an ``event``): the schedule id and the run id.
+SCHEDULE_HEADER = "lemongraph.schedule"
+SCHEDULE_RUN_HEADER = "lemongraph.run"
+
+RunStatus = Literal[
+    "pending",
+    "running",
+    "completed",
+    "failed",
+    "timeout",
+    "aborted",
+    "suppressed",
+    "missed",
+    "skipped",
+]
+
+
+class ScheduleRecord(TopicRecord):
+    """A schedule's definition on the compacted ``schedules`` topic (key: the
+    schedule id; a tombstone deletes it). ``spec`` is the definition as
+    validated (``compiler.validate_schedule``), its ``id`` the record key."""
+
+    type: Literal["schedule"] = "schedule"
+    spec: dict[str, Any]
+    updated_at: str
+    by: str
+
+
+class ScheduleRunRecord(TopicRecord):
+    """One run of a schedule, as it stands (``schedule-runs``, key: the schedule
+    id), written by the worker only: a run that starts and then ends has two
+    records with the same ``run_id``. ``missed`` records with ``missed_count``
+    stand for a span of slots, ``slot`` to ``slot_last``."""
+
+    type: Literal["schedule.run"] = "schedule.run"
+    schedule_id: str
+    run_id: str
+    status: RunStatus
+    triggered_by: Literal["schedule", "manual", "wake", "retry"]
+    slot: str | None = None
+    slot_last: str | None = None
+    missed_count: int | None = None
+    attempt: int = 0
+    root_run_id: str
+    started_at: str | None = None
+    ended_at: str | None = None
+    at: str
+    output: str | None = Field(None, max_length=2000)
+    error: str | None = None
+    suppressed: bool = False
+    context: dict[str, Any] | None = None
+    job_key: str | None = None
+    delivered_to: str | None = None
+
+
+class ScheduleReport(TopicRecord):
+    """How a prompt run ended (``schedule-runs``, key: the schedule id), written
+    by the agents service; the worker reads it and records the run's end."""
+
+    type: Literal["schedule.report"] = "schedule.report"
+    schedule_id: str
+    run_id: str
+    status: Literal["completed", "failed"]
+    output: str = ""
+    error: str | None = None
+    at: str
+
+
+ScheduleRunsRecord = Annotated[ScheduleRunRecord | ScheduleReport, Field(discriminator="type")]
+
+
+class AuditRecord(TopicRecord):
+    """An operator's action on a schedule (``audit``, key: the schedule id),
+    written by whoever performed it: the gateway, the CLI, or the worker
+    registering ``schedules.yaml`` (``by: "schedules.yaml"``)."""
+
+    type: Literal["audit"] = "audit"
+    action: Literal["create", "update", "pause", "resume", "delete", "wake", "abort"]
+    target: str  # "schedule:<id>"
+    by: str
+    at: str
+    detail: dict[str, Any] = Field(default_factory=dict)
