@@ -19,7 +19,7 @@ import openai
 
 from agents.compose import ModelRequest
 
-__all__ = ["Exchange", "Model", "ModelError", "ModelReply", "ModelSettings", "ToolCall", "Usage"]
+__all__ = ["Completion", "Exchange", "Model", "ModelError", "ModelSettings", "ToolCall", "Usage"]
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ class Usage:
 
 
 @dataclass(frozen=True)
-class ModelReply:
+class Completion:
     """Text for the person, or tool calls (or both), with usage and latency."""
 
     text: str | None
@@ -123,7 +123,7 @@ class Model:
         exchanges: Sequence[Exchange] = (),
         *,
         output_schema: Mapping[str, Any] | None = None,
-    ) -> ModelReply:
+    ) -> Completion:
         """One model call. Raises :class:`ModelError`. With ``output_schema`` (a
         JSON Schema) the answer is asked for as JSON of that shape, through the
         API's structured output (a flow's llm node with a ``schema``)."""
@@ -142,7 +142,7 @@ class Model:
         text, calls, usage = reply
         if not text and not calls:
             raise ModelError("garbage", "the reply has neither text nor a tool call")
-        return ModelReply(text or None, calls, usage, time.monotonic() - started)
+        return Completion(text or None, calls, usage, time.monotonic() - started)
 
     async def _responses(
         self,

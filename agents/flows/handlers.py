@@ -38,7 +38,7 @@ from compiler import CallHandler, CallRouter, HandlerResult, LemongraphError, Ro
 
 __all__ = [
     "ENTRY_POINTS",
-    "Registry",
+    "HandlerRegistry",
     "RegistryError",
     "handler",
     "load_registry",
@@ -95,7 +95,7 @@ def registered_in(module: ModuleType) -> list[tuple[Kind, str, Callable[..., Any
 
 
 @dataclass
-class Registry:
+class HandlerRegistry:
     """Handlers and routers by name, and the module each came from."""
 
     handlers: dict[str, Callable[..., Any]] = field(default_factory=dict)
@@ -175,12 +175,12 @@ def load_registry(
     *,
     modules: Iterable[str] = (),
     use_entry_points: bool = True,
-) -> Registry:
+) -> HandlerRegistry:
     """The registry of the installed entry points (group ``lemongraph.handlers``),
     of ``LEMONGRAPH_HANDLERS`` and of ``modules``. Raises :class:`RegistryError`
     naming a module that cannot be imported."""
     values = os.environ if env is None else env
-    registry = Registry()
+    registry = HandlerRegistry()
     names: list[tuple[str, str]] = []
     if use_entry_points:
         for point in sorted(entry_points(group=ENTRY_POINTS), key=lambda p: p.name):
