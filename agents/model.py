@@ -18,6 +18,7 @@ from typing import Any, Literal
 import openai
 
 from agents.compose import ModelRequest
+from agents.errors import AgentsError
 
 __all__ = ["Completion", "Exchange", "Model", "ModelError", "ModelSettings", "ToolCall", "Usage"]
 
@@ -90,7 +91,7 @@ class Completion:
     seconds: float
 
 
-class ModelError(Exception):
+class ModelError(AgentsError):
     """A model call that gave no usable reply. ``kind``: ``status`` (an HTTP
     error after the retries), ``transport`` (no answer), ``garbage`` (an answer
     that is no reply)."""

@@ -155,6 +155,56 @@ def test_the_real_tree_passes_every_layer_rule() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+#: package (or layer) → the error roots its own exceptions hang under
+#: (docs/operations.md, "Errors"); the longest matching prefix wins.
+ERROR_ROOTS = {
+    "topics": ("topics.ContractError",),
+    "compiler": ("compiler.LemongraphError",),
+    "stream": ("stream.runtime.errors.ShellError",),
+    "stream.gateway": ("stream.gateway.errors.ApiError", "stream.runtime.errors.ShellError"),
+    # A command that agents/ registers reports like every command (a ShellError).
+    "agents": ("agents.errors.AgentsError", "stream.runtime.errors.ShellError"),
+}
+
+
+def _resolve(dotted: str) -> type[BaseException]:
+    module, _, name = dotted.rpartition(".")
+    root = getattr(importlib.import_module(module), name)
+    assert isinstance(root, type), dotted
+    assert issubclass(root, BaseException), dotted
+    return root
+
+
+def _our_modules() -> list[str]:
+    names = []
+    for package in ("topics", "compiler", "stream", "agents"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            if parts[-1] == "__main__":
+                continue
+            names.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return names
+
+
+def test_every_error_hangs_under_its_layers_root() -> None:
+    # One vocabulary: no exception class of ours is a stray root.
+    strays = []
+    for name in _our_modules():
+        module = importlib.import_module(name)
+        layer = max((p for p in ERROR_ROOTS if name == p or name.startswith(p + ".")), key=len)
+        roots = tuple(_resolve(root) for root in ERROR_ROOTS[layer])
+        for value in vars(module).values():
+            if (
+                isinstance(value, type)
+                and issubclass(value, BaseException)
+                and value.__module__ == name
+                and value not in roots
+                and not issubclass(value, roots)
+            ):
+                strays.append(f"{name}.{value.__name__}")
+    assert strays == []
+
+
 #: ``from compiler._time import ...``, ``import topics._codec``, ``from stream.x import _y``
 _PRIVATE = re.compile(
     r"^\s*(?:from|import)\s+(compiler|topics|stream|agents)((?:\.\w+)*)"

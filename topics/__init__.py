@@ -15,6 +15,7 @@ This package imports nothing of ours (``topics/ruff.toml`` makes that a lint rul
 
 from topics import build, mail, replies
 from topics._codec import RecordError, decode_inbox, encode
+from topics._contract import ContractError
 from topics._keys import MAX_KEY_LENGTH, JobKey, JobKeyError, check_key
 from topics._limits import MAX_DEPTH, MAX_RECORD_BYTES, LimitError, plain_json
 from topics._messages import (
@@ -106,6 +107,7 @@ __all__ = [
     "AtomVerdict",
     "AuditRecord",
     "ClockBound",
+    "ContractError",
     "DeadLetter",
     "DecisionInput",
     "DecisionRecord",

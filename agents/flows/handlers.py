@@ -36,6 +36,8 @@ from typing import Any, Literal, TypeVar
 import orjson
 from compiler import CallHandler, CallRouter, HandlerResult, LemongraphError, RouterResult
 
+from agents.errors import AgentsError
+
 __all__ = [
     "ENTRY_POINTS",
     "HandlerRegistry",
@@ -78,7 +80,7 @@ def router(name: str) -> Callable[[F], F]:
     return _mark("router", name)
 
 
-class RegistryError(LemongraphError):
+class RegistryError(AgentsError, LemongraphError):
     """A module that cannot be imported, or one name registered twice."""
 
     code = "invalid_handlers"

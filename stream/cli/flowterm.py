@@ -47,6 +47,7 @@ from compiler import (
     load_flow,
     to_iso,
 )
+from stream.runtime.errors import ShellError
 
 __all__ = ["BadInput", "Recording", "parse_inputs", "replay_flow", "replay_job", "run_flow"]
 
@@ -56,8 +57,10 @@ Question = Ask | AwaitApproval
 _SHOWN = 160
 
 
-class BadInput(Exception):
+class BadInput(ShellError):
     """The command cannot run: a bad flow, input, answer file or recording (exit 2)."""
+
+    exit_code = 2
 
 
 # -- the loop shared by run and replay ----------------------------------------------
@@ -559,7 +562,7 @@ class Recording:
         return cls(head, steps, end)
 
 
-class _Differs(Exception):
+class _Differs(ShellError):
     pass
 
 
