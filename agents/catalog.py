@@ -22,6 +22,8 @@ from jsonschema.exceptions import SchemaError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from topics import APPROVERS_DEFAULT, Approver
 
+from agents.errors import AgentsError
+
 __all__ = [
     "CONVERSATION",
     "AgentSpec",
@@ -185,7 +187,7 @@ class Catalog:
         return tuple(tools), tuple(delegates)
 
 
-class CatalogError(LemongraphError):
+class CatalogError(AgentsError, LemongraphError):
     """A catalog that is refused. ``problems`` has one line per problem,
     ``file:line:column: what``."""
 

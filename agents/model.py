@@ -18,8 +18,9 @@ from typing import Any, Literal
 import openai
 
 from agents.compose import ModelRequest
+from agents.errors import AgentsError
 
-__all__ = ["Exchange", "Model", "ModelError", "ModelReply", "ModelSettings", "ToolCall", "Usage"]
+__all__ = ["Completion", "Exchange", "Model", "ModelError", "ModelSettings", "ToolCall", "Usage"]
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,7 @@ class Usage:
 
 
 @dataclass(frozen=True)
-class ModelReply:
+class Completion:
     """Text for the person, or tool calls (or both), with usage and latency."""
 
     text: str | None
@@ -90,7 +91,7 @@ class ModelReply:
     seconds: float
 
 
-class ModelError(Exception):
+class ModelError(AgentsError):
     """A model call that gave no usable reply. ``kind``: ``status`` (an HTTP
     error after the retries), ``transport`` (no answer), ``garbage`` (an answer
     that is no reply)."""
@@ -123,7 +124,7 @@ class Model:
         exchanges: Sequence[Exchange] = (),
         *,
         output_schema: Mapping[str, Any] | None = None,
-    ) -> ModelReply:
+    ) -> Completion:
         """One model call. Raises :class:`ModelError`. With ``output_schema`` (a
         JSON Schema) the answer is asked for as JSON of that shape, through the
         API's structured output (a flow's llm node with a ``schema``)."""
@@ -142,7 +143,7 @@ class Model:
         text, calls, usage = reply
         if not text and not calls:
             raise ModelError("garbage", "the reply has neither text nor a tool call")
-        return ModelReply(text or None, calls, usage, time.monotonic() - started)
+        return Completion(text or None, calls, usage, time.monotonic() - started)
 
     async def _responses(
         self,

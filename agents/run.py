@@ -37,7 +37,7 @@ from agents.compose import ModelRequest, OpenTask, Turn, compose
 from agents.contacts import addressee
 from agents.executor import Executor, derived_key
 from agents.flows.service import FlowTrack
-from agents.model import Exchange, Model, ModelError, ModelReply, ToolCall, Usage
+from agents.model import Completion, Exchange, Model, ModelError, ToolCall, Usage
 
 __all__ = ["Conversation", "Outbox", "RunEnd", "Runner", "excerpt"]
 
@@ -301,7 +301,7 @@ class _Tape:
         self.steps.append(step)
 
 
-def _model_step(agent: str, reply: ModelReply) -> dict[str, Any]:
+def _model_step(agent: str, reply: Completion) -> dict[str, Any]:
     u = reply.usage
     return {
         "kind": "model",
@@ -313,9 +313,9 @@ def _model_step(agent: str, reply: ModelReply) -> dict[str, Any]:
     }
 
 
-def _reply_of(step: dict[str, Any]) -> ModelReply:
+def _reply_of(step: dict[str, Any]) -> Completion:
     usage = step.get("usage")
-    return ModelReply(
+    return Completion(
         text=step.get("text"),
         calls=tuple(ToolCall(i, n, a) for i, n, a in step.get("calls", [])),
         usage=Usage(*usage) if usage else None,
@@ -441,7 +441,7 @@ class Runner:
             replayed = tape.replay("model", agent)
             if replayed is not None:
                 step, unpublished = replayed
-                reply: ModelReply | None = _reply_of(step)
+                reply: Completion | None = _reply_of(step)
             else:
                 unpublished = True
                 reply = await self._model_call(conv, outbox, run_id, request, exchanges)
@@ -478,11 +478,11 @@ class Runner:
         run_id: str,
         request: ModelRequest,
         exchanges: Sequence[Exchange],
-    ) -> ModelReply | None:
+    ) -> Completion | None:
         """One model call, journaled whatever its outcome; None when it failed."""
         started = time.monotonic()
         sent = request.messages[-1][1] if request.messages else ""
-        reply: ModelReply | None = None
+        reply: Completion | None = None
         tokens: Tokens | None = None
         try:
             reply = await self.model.call(request, exchanges)

@@ -15,6 +15,7 @@ This package imports nothing of ours (``topics/ruff.toml`` makes that a lint rul
 
 from topics import build, mail, replies
 from topics._codec import RecordError, decode_inbox, encode
+from topics._contract import ContractError
 from topics._deadletter import (
     DEADLETTER_HEADERS,
     DeadLetter,
@@ -114,6 +115,7 @@ __all__ = [
     "AtomVerdict",
     "AuditRecord",
     "ClockBound",
+    "ContractError",
     "DeadLetter",
     "DecisionInput",
     "DecisionRecord",

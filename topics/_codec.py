@@ -7,6 +7,7 @@ from typing import Any
 import orjson
 from pydantic import TypeAdapter, ValidationError
 
+from topics._contract import ContractError
 from topics._limits import MAX_RECORD_BYTES, LimitError, exact_numbers, plain_json
 from topics._messages import InboxEvent, InboxMessage, JobStart, ScheduleWake
 
@@ -15,7 +16,7 @@ __all__ = ["RecordError", "decode_inbox", "encode"]
 _INBOX: TypeAdapter[Any] = TypeAdapter(InboxMessage)
 
 
-class RecordError(ValueError):
+class RecordError(ContractError):
     """A record that cannot be used; ``reason`` says why, in words."""
 
     def __init__(self, reason: str) -> None:

@@ -31,6 +31,8 @@ from typing import Annotated
 from pydantic import AfterValidator, Field, StrictStr
 from pydantic_core import PydanticCustomError
 
+from topics._contract import ContractError
+
 __all__ = ["MAX_KEY_LENGTH", "JobKey", "JobKeyError", "check_key"]
 
 MAX_KEY_LENGTH = 200
@@ -77,7 +79,7 @@ def _invisible(char: str) -> bool:
     return any(low <= code <= high for low, high in _INVISIBLE)
 
 
-class JobKeyError(ValueError):
+class JobKeyError(ContractError):
     """A key that breaks the rule; the message names the character and position."""
 
 

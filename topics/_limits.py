@@ -18,6 +18,8 @@ import math
 import re
 from typing import Any
 
+from topics._contract import ContractError
+
 __all__ = [
     "INT64_MAX",
     "INT64_MIN",
@@ -37,7 +39,7 @@ INT64_MAX = 2**63 - 1
 _LONG_DIGITS = re.compile(rb"\d{19}")
 
 
-class LimitError(ValueError):
+class LimitError(ContractError):
     """A value beyond the limits; the message names where (``properties.a.b``)."""
 
 

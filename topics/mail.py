@@ -14,6 +14,7 @@ from email.message import EmailMessage, Message
 from email.utils import format_datetime, getaddresses
 from urllib.parse import unquote, urlsplit
 
+from topics._contract import ContractError
 from topics._journal import JournalMail, MessageRecord, inbound_message
 from topics._messages import InboxEvent
 from topics.replies import ReplyRoute, normal_address, reply_address, reply_token
@@ -178,7 +179,7 @@ def reply_text(text: str) -> str:
 TEXT_MAX = 20_000
 
 
-class SenderNotContact(ValueError):
+class SenderNotContact(ContractError):
     """A reply whose sender (its ``From`` address) is not the contact its reply
     address was issued to: it is never that contact's message, nor anyone's."""
 

@@ -23,6 +23,8 @@ import hashlib
 import hmac
 from dataclasses import dataclass
 
+from topics._contract import ContractError
+
 __all__ = [
     "BOUNCE_TOKEN_VERSION",
     "REPLY_TOKEN_VERSION",
@@ -44,7 +46,7 @@ _TAGS = {"reply": REPLY_TOKEN_VERSION, "bounce": BOUNCE_TOKEN_VERSION}
 _MAC_BYTES = 10
 
 
-class ReplyTokenError(ValueError):
+class ReplyTokenError(ContractError):
     """A token that cannot be trusted; ``reason`` says why in words: ``unsigned``
     (no token, or not one of ours), ``tampered`` (the signature does not match),
     ``expired``, ``wrong_kind`` (a bounce token as a reply address, or a reply

@@ -52,8 +52,8 @@ from agents.compose import TOOL_TURN
 from agents.dev.serving import AppThread
 
 __all__ = [
-    "Answer",
     "Seen",
+    "StandinReply",
     "StandinScript",
     "StandinThread",
     "build_standin",
@@ -161,7 +161,7 @@ class Seen:
 
 
 @dataclass(frozen=True)
-class Answer:
+class StandinReply:
     """Text, or one tool call."""
 
     say: str | None = None
@@ -200,22 +200,22 @@ def _matches(when: _When, seen: Seen) -> bool:
     return True
 
 
-def policy(seen: Seen, script: StandinScript | None = None) -> Answer:
+def policy(seen: Seen, script: StandinScript | None = None) -> StandinReply:
     """The answer to one call: the first matching rule, else the built-in policy."""
     if script is not None:
         for rule in script.rules:
             if _matches(rule.when, seen):
                 if rule.call is not None:
-                    return Answer(tool=rule.call.tool, args=dict(rule.call.args))
+                    return StandinReply(tool=rule.call.tool, args=dict(rule.call.args))
                 if rule.fail is not None:
-                    return Answer(fail=rule.fail)
+                    return StandinReply(fail=rule.fail)
                 if "json_" in rule.model_fields_set:
-                    return Answer(say=json.dumps(rule.json_, sort_keys=True))
-                return Answer(say=rule.say)
+                    return StandinReply(say=json.dumps(rule.json_, sort_keys=True))
+                return StandinReply(say=rule.say)
     if seen.schema is not None:
-        return Answer(say=json.dumps(smallest(seen.schema), sort_keys=True))
+        return StandinReply(say=json.dumps(smallest(seen.schema), sort_keys=True))
     if seen.node is not None:
-        return Answer(say=f"The stand-in's answer for {seen.node}.")
+        return StandinReply(say=f"The stand-in's answer for {seen.node}.")
     return _builtin(seen)
 
 
@@ -239,7 +239,7 @@ def smallest(schema: Mapping[str, Any]) -> Any:
     return None
 
 
-def _builtin(seen: Seen) -> Answer:
+def _builtin(seen: Seen) -> StandinReply:
     """Good enough for the bundled playbooks (docs/agents.md, "The stand-in
     model"): after a tool result, say it is done; when the person asks to book
     and a booking tool is offered, book what they said; when the person answers
@@ -250,22 +250,22 @@ def _builtin(seen: Seen) -> Answer:
     if it has one."""
     if seen.heartbeat:
         if seen.tool_result is None and seen.tools and seen.agent not in (None, "conversation"):
-            return Answer(tool=seen.tools[0], args={})
-        return Answer(say=HEARTBEAT_OK)
+            return StandinReply(tool=seen.tools[0], args={})
+        return StandinReply(say=HEARTBEAT_OK)
     if seen.tool_result is not None:
-        return Answer(say=f"Done: {seen.tool_result} confirmed it.")
+        return StandinReply(say=f"Done: {seen.tool_result} confirmed it.")
     said = (seen.last_message or "").strip()
     if seen.answering:
         for tool in seen.tools:
             if tool.startswith("schedule_") and re.search(r"\b(book|schedule|meet)", said, re.I):
-                return Answer(tool=tool, args={"when": said})
+                return StandinReply(tool=tool, args={"when": said})
         if seen.agent in (None, "conversation") and seen.delegates:
-            return Answer(tool=seen.delegates[0], args={"request": said})
+            return StandinReply(tool=seen.delegates[0], args={"request": said})
     if seen.agent not in (None, "conversation") and seen.tools:
-        return Answer(tool=seen.tools[0], args={})
+        return StandinReply(tool=seen.tools[0], args={})
     if seen.next_step:
-        return Answer(say=f"Hello! Let us work on {seen.next_step} together.")
-    return Answer(say="Hello! How can I help?")
+        return StandinReply(say=f"Hello! Let us work on {seen.next_step} together.")
+    return StandinReply(say="Hello! How can I help?")
 
 
 # -- reading requests -----------------------------------------------------------------

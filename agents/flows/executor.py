@@ -42,7 +42,7 @@ from topics import JournalHandlerCall, JournalModelCall, JournalToolCall, Tokens
 
 from agents.compose import ModelRequest
 from agents.executor import Executor, Outcome
-from agents.flows.handlers import Registry
+from agents.flows.handlers import HandlerRegistry
 from agents.model import Model, ModelError
 
 __all__ = ["FLOW_AGENT", "FlowExecutor", "Publish", "flow_instructions", "json_schema_of"]
@@ -106,7 +106,7 @@ class FlowExecutor:
         self,
         model: Model | None,
         tools: Executor | None,
-        registry: Registry,
+        registry: HandlerRegistry,
         publish: Publish | None = None,
         *,
         clock: Callable[[], datetime] | None = None,

@@ -36,9 +36,11 @@ from typing import Any, Literal, TypeVar
 import orjson
 from compiler import CallHandler, CallRouter, HandlerResult, LemongraphError, RouterResult
 
+from agents.errors import AgentsError
+
 __all__ = [
     "ENTRY_POINTS",
-    "Registry",
+    "HandlerRegistry",
     "RegistryError",
     "handler",
     "load_registry",
@@ -78,7 +80,7 @@ def router(name: str) -> Callable[[F], F]:
     return _mark("router", name)
 
 
-class RegistryError(LemongraphError):
+class RegistryError(AgentsError, LemongraphError):
     """A module that cannot be imported, or one name registered twice."""
 
     code = "invalid_handlers"
@@ -95,7 +97,7 @@ def registered_in(module: ModuleType) -> list[tuple[Kind, str, Callable[..., Any
 
 
 @dataclass
-class Registry:
+class HandlerRegistry:
     """Handlers and routers by name, and the module each came from."""
 
     handlers: dict[str, Callable[..., Any]] = field(default_factory=dict)
@@ -175,12 +177,12 @@ def load_registry(
     *,
     modules: Iterable[str] = (),
     use_entry_points: bool = True,
-) -> Registry:
+) -> HandlerRegistry:
     """The registry of the installed entry points (group ``lemongraph.handlers``),
     of ``LEMONGRAPH_HANDLERS`` and of ``modules``. Raises :class:`RegistryError`
     naming a module that cannot be imported."""
     values = os.environ if env is None else env
-    registry = Registry()
+    registry = HandlerRegistry()
     names: list[tuple[str, str]] = []
     if use_entry_points:
         for point in sorted(entry_points(group=ENTRY_POINTS), key=lambda p: p.name):

@@ -47,6 +47,7 @@ from compiler import (
     load_flow,
     to_iso,
 )
+from stream.runtime.errors import ShellError
 
 __all__ = ["BadInput", "Recording", "parse_inputs", "replay_flow", "replay_job", "run_flow"]
 
@@ -56,15 +57,17 @@ Question = Ask | AwaitApproval
 _SHOWN = 160
 
 
-class BadInput(Exception):
+class BadInput(ShellError):
     """The command cannot run: a bad flow, input, answer file or recording (exit 2)."""
+
+    exit_code = 2
 
 
 # -- the loop shared by run and replay ----------------------------------------------
 
 
 @dataclass
-class Step:
+class ActionTaken:
     """One action carried out and the input it gave back."""
 
     n: int
@@ -107,16 +110,16 @@ async def drive(
     inputs: dict[str, Any],
     perform: Perform,
     respond: Respond,
-    on_step: Callable[[Step], None],
+    on_step: Callable[[ActionTaken], None],
     clock: Callable[[], datetime],
-) -> tuple[FlowState, list[Step]]:
+) -> tuple[FlowState, list[ActionTaken]]:
     """Run ``flow`` to its end: each action carried out (``perform`` a call,
     ``respond`` to a question: the answer), its input fed back. An answer that
     changes nothing (not one of an ``ask``'s ``answers``) is asked again."""
     runner = FlowRun(flow)
     state, actions = runner.start(run_id, inputs, clock())
     queue = deque(actions)
-    steps: list[Step] = []
+    steps: list[ActionTaken] = []
     tries: dict[str, int] = {}
     while queue:
         action = queue.popleft()
@@ -130,7 +133,7 @@ async def drive(
         else:
             fed = await perform(action)
         now = clock()
-        step = Step(len(steps) + 1, _dump(action), _dump(fed), to_iso(now))
+        step = ActionTaken(len(steps) + 1, _dump(action), _dump(fed), to_iso(now))
         steps.append(step)
         on_step(step)
         after, more = runner.next(state, fed, now)
@@ -263,7 +266,7 @@ class Printer:
             self.record.write(orjson.dumps(line).decode() + "\n")
             self.record.flush()
 
-    def step(self, step: Step) -> None:
+    def step(self, step: ActionTaken) -> None:
         self.emit(step.line(), human_step(step))
 
     def end(self, state: FlowState) -> None:
@@ -277,7 +280,7 @@ class Printer:
         self.emit(line, human)
 
 
-def human_step(step: Step) -> str:
+def human_step(step: ActionTaken) -> str:
     """``N node  kind what -> result``."""
     a, fed = step.action, step.input
     kind = a["kind"]
@@ -559,7 +562,7 @@ class Recording:
         return cls(head, steps, end)
 
 
-class _Differs(Exception):
+class _Differs(ShellError):
     pass
 
 
@@ -643,9 +646,9 @@ async def _replay(flow: Flow, recording: Recording) -> str | None:
         except (ValueError, LemongraphError):
             raise BadInput(f"the recording has a bad time {at!r}") from None
 
-    taken: list[Step] = []
+    taken: list[ActionTaken] = []
 
-    def check(step: Step) -> None:
+    def check(step: ActionTaken) -> None:
         taken.append(step)
         index = step.n - 1
         if index >= len(recording.steps):

@@ -64,6 +64,7 @@ from compiler import (
 )
 from stream.engine.engine import META_PREFIX, Batch, Engine, Output, Record, StorageError
 from stream.engine.timers import SCHEDULES
+from stream.runtime.errors import ShellError
 from topics import (
     FORWARDED_FROM_HEADER,
     MAX_RECORD_BYTES,
@@ -556,7 +557,7 @@ def stored_schedules(rows: Iterable[tuple[str, bytes]]) -> dict[str, ScheduleSta
     }
 
 
-class TooLarge(ValueError):
+class TooLarge(ShellError, ValueError):
     """A decision whose state row or an output would exceed what a record may
     be (``MAX_RECORD_BYTES``): the broker would refuse it, and the worker would
     stop at that batch on every restart. The input is dead-lettered instead."""

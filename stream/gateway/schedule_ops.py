@@ -23,6 +23,7 @@ from zoneinfo import ZoneInfo
 import orjson
 
 from compiler import LemongraphError
+from stream.runtime.errors import ShellError
 from topics import (
     AuditRecord,
     LimitError,
@@ -60,7 +61,7 @@ AUDIT_ACTIONS = ("create", "update", "pause", "resume", "delete", "wake", "abort
 FIXED = ("id",)
 
 
-class Invalid(ValueError):
+class Invalid(ShellError, ValueError):
     """A definition (or expression) that does not validate: the message names
     the field; ``field`` and ``position`` (1-based, in a cron expression) say
     where when the validator knows."""

@@ -13,9 +13,12 @@
     └── StopWorker             a worker must stop: not one record's fault (exit code)
 
 The CLI turns a ShellError into its message and its ``exit_code`` (1 unless the
-class says otherwise) and never catches broader errors than this root. The
-core's errors have their own root, ``compiler.LemongraphError``; the gateway's
-HTTP errors are ``stream.gateway.errors.ApiError``.
+class says otherwise) and never catches broader errors than this root. Every
+error class of stream/ hangs under it (the schedule operations' ``Invalid``, the
+engine's ``TooLarge``, ``flow run``'s ``BadInput``) except the gateway's HTTP
+refusals, whose root is ``stream.gateway.errors.ApiError``. The other layers' roots are
+``topics.ContractError``, ``compiler.LemongraphError`` and
+``agents.errors.AgentsError`` (docs/operations.md, "Errors").
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from agents.dev.demo_tools import build_demo_tools
 from agents.dev.standin import StandinScript, build_standin
 from agents.executor import Executor
 from agents.flows.executor import FlowExecutor
-from agents.flows.handlers import Registry
+from agents.flows.handlers import HandlerRegistry
 from agents.flows.service import FlowDriver, Flows, answer_input, load_flows
 from agents.model import Model, ModelSettings
 from agents.run import Conversation, Outbox, Runner
@@ -164,7 +164,7 @@ def test_the_agents_are_refused_and_the_flow_refunds_after_the_approval(
             await runner.run(conv, Outbox(rig.publish, save))
             # Neither the agent nor its delegate refunded: the flow's question stands.
             assert rig.refunds() == []
-            flow_executor = FlowExecutor(model, executor, Registry(), rig.publish)
+            flow_executor = FlowExecutor(model, executor, HandlerRegistry(), rig.publish)
 
             async def execute(action: Any, *, job_key: str, flow: str, run_id: str) -> Any:
                 return await flow_executor.execute(

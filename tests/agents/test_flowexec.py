@@ -22,7 +22,7 @@ from agents.dev.demo_tools import build_demo_tools
 from agents.dev.standin import StandinScript, build_standin
 from agents.executor import Executor
 from agents.flows.executor import FlowExecutor, json_schema_of
-from agents.flows.handlers import Registry, RegistryError, handler, load_registry, router
+from agents.flows.handlers import HandlerRegistry, RegistryError, handler, load_registry, router
 from agents.model import Model, ModelSettings
 from compiler import (
     CallHandler,
@@ -71,7 +71,7 @@ class Rig:
         model = Model(ModelSettings(api_key="standin", base_url=self.model_url, retries=0))
         async with httpx.AsyncClient() as client:
             tools = Executor(load_catalog_file(CATALOG), client, self.env)
-            registry = Registry()
+            registry = HandlerRegistry()
             registry.add_module(demo_handlers)
             executor = FlowExecutor(model, tools, registry, self.publish, **options)
             try:
@@ -252,7 +252,7 @@ def test_a_raising_or_async_handler() -> None:
         return object()
 
     module.boom, module.later, module.odd = boom, later, odd  # type: ignore[attr-defined]
-    registry = Registry()
+    registry = HandlerRegistry()
     registry.add_module(module)
     boomed = asyncio.run(registry.call_handler(CallHandler(call_id="x", node="n", handler="boom")))
     assert boomed == HandlerResult(call_id="x", ok=False, error="ValueError: no such thing")

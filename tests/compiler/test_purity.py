@@ -1,6 +1,7 @@
 """compiler/ is the pure core: no I/O, no clock, no randomness (docs/decisions.md).
 
-The rule itself lives in compiler/ruff.toml and runs with `ruff check`. These
+The rule itself lives in compiler/ruff.toml (written from the layers table in
+pyproject.toml by scripts/layers) and runs with `ruff check`. These
 tests make sure the rule is in force and catches what it should, by running ruff
 on a deliberately impure module placed under compiler/'s settings.
 """
@@ -69,6 +70,7 @@ def test_the_same_module_passes_outside_compiler(impure_module: Path) -> None:
     # The ban is scoped: stream/ may read clocks and talk to Kafka.
     elsewhere = impure_module.parent.parent / "stream" / "impure.py"
     elsewhere.parent.mkdir()
+    shutil.copy(ROOT / "stream" / "ruff.toml", elsewhere.parent / "ruff.toml")
     elsewhere.write_text(IMPURE)
     result = subprocess.run(
         [str(RUFF), "check", "--no-cache", "--select", "TID251", str(elsewhere)],
