@@ -291,7 +291,7 @@ def _stop_anyway(say: Callable[[str], None]) -> None:
 def _worker_class() -> type[faust.Worker]:
     import faust
 
-    class Worker(faust.Worker):
+    class StoppingWorker(faust.Worker):
         """Faust's worker, with a deadline on stopping (STOP_GRACE_SECONDS)."""
 
         tell: Callable[[str], None] = print
@@ -318,7 +318,7 @@ def _worker_class() -> type[faust.Worker]:
             self._arm()
             super()._on_sigterm()
 
-    return Worker
+    return StoppingWorker
 
 
 #: Allocations between two young-generation collections (Python's default: 700).
