@@ -43,8 +43,12 @@ NATIVE_MODULES = [
     "compiler/jobs/_state.py",
     "compiler/jobs/_effects.py",
     "compiler/jobs/_jobgraph.py",
+    "stream/runtime/partitions.py",
     "stream/engine/timers.py",
     "stream/engine/store.py",
+    "stream/engine/batch.py",
+    "stream/engine/due.py",
+    "stream/engine/jobs.py",
     "stream/engine/engine.py",
 ]
 #: Where setup.py records what it compiled (read by stream/runtime/native.py).

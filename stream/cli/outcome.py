@@ -72,7 +72,7 @@ class Sent:
 
 
 def _home(key: bytes, partitions: int) -> int:
-    from stream.engine.engine import home_partition
+    from stream.runtime.partitions import home_partition
 
     return home_partition(key, partitions)
 

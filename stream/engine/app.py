@@ -1,8 +1,9 @@
 """The Faust app: ``inbox``, ``ticks``, ``schedules`` and ``schedule-runs``
 (co-partitioned: every lemongraph topic has the inbox's partition count) consumed in batches
 (stream/runtime/fetch.py), job state in a RocksDB-backed table, a leader-only ticker,
-and the engine between. A batch's outputs and changelog records are produced as
-record batches (stream/runtime/produce.py)."""
+and the engine between (a :class:`Worker`, whose named methods are the batch
+handler and the assignment hook). A batch's outputs and changelog records are
+produced as record batches (stream/runtime/produce.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from typing import Any
 import faust
 
 from compiler import to_iso
-from stream.engine.engine import Engine, Mark, Record, watermark_key
+from stream.engine.engine import Batch, Engine, Mark, Record, watermark_key
 from stream.engine.registry import Registry
 from stream.engine.resets import ClusterWatch, find_resets
 from stream.engine.schedules import Schedules
@@ -38,7 +39,7 @@ from stream.runtime.kafka import bootstrap_of
 from stream.runtime.produce import Produced, produce_batches
 from topics import TickRecord, Topics, encode
 
-__all__ = ["EXIT_LOG_RESET", "EngineApp", "EngineStats", "build_app"]
+__all__ = ["EXIT_LOG_RESET", "EngineApp", "EngineStats", "Worker", "build_app"]
 
 log = logging.getLogger("lemongraph.worker")
 
@@ -75,6 +76,17 @@ class EngineStats:
     )
     last_end: float | None = None
     first_start: float | None = None
+
+    def count(self, records: int, batch: Batch) -> None:
+        """Add a stored batch of ``records`` records to the counters."""
+        self.batches += 1
+        self.records += records
+        self.decisions += batch.decisions
+        self.deadletters += batch.deadletters
+        self.skipped += batch.skipped
+        self.duplicates += batch.duplicates
+        self.forwarded += batch.forwarded
+        self.bounded += batch.bounded
 
     def rate(self) -> str:
         """Records per second from the first batch's start to the last's end."""
@@ -126,89 +138,158 @@ def faust_settings(settings: Settings, tansu: bool) -> dict[str, Any]:
     return options
 
 
-def build_app(
-    settings: Settings,
-    registry: Registry,
-    *,
-    app_id: str | None = None,
-    tansu: bool = False,
-    ticker: bool = True,
-    stats: EngineStats | None = None,
-    cluster: str = "",
-) -> EngineApp:
-    """A Faust app that runs the engine. ``settings.kafka_url`` must be set;
-    ``cluster`` is the broker's cluster id as it was when the worker started
-    (empty: not checked)."""
-    topics = Topics(settings.topic_prefix)
-    # Apache Kafka answers a fetch when data is there; Tansu waits out the whole
-    # fetch wait, so keep it short there (see stream/runtime/faust_tuning.py).
-    set_fetch_max_wait(FETCH_MAX_WAIT_MS_TANSU if tansu else FETCH_MAX_WAIT_MS)
-    app = BatchApp(app_id or f"{settings.topic_prefix}engine", **faust_settings(settings, tansu))
-    stats = stats if stats is not None else EngineStats()
-    source = app.topic(
-        topics.inbox,
-        topics.ticks,
-        topics.schedules,
-        topics.schedule_runs,
-        key_type=bytes,
-        value_type=bytes,
-    )
-    #: The order in which one fetch's records are decided, by topic (see handle).
-    rank = {
-        name: i
-        for i, name in enumerate(
-            (topics.schedules, topics.schedule_runs, topics.inbox, topics.ticks)
-        )
-    }
-    faust_table = app.Table(
-        "jobstate", partitions=settings.partitions, key_type=bytes, value_type=bytes
-    )
-    # One block cache and one memtable budget for every partition database
-    # (docs/operations.md, "Memory"), before any is opened.
-    bound_rocksdb(faust_table.data, BoundedRocksDBOptions(settings.rocksdb))
-    table = JobTable(faust_table)
-    engine = Engine(
-        topics,
-        registry,
-        table.get,
-        partitions=settings.partitions,
-        cache_size=settings.state_cache,
-        max_skew_ms=round(settings.max_clock_skew * 1000),
-        cluster=cluster,
-        schedules=Schedules(topics, enabled=settings.schedules_enabled),
-        scan=table.scan,
-    )
-    watch = ClusterWatch(bootstrap_of(settings.kafka_url or ""), cluster, settings.kafka_security)
-    bootstrap = bootstrap_of(settings.kafka_url or "")
+def build_app(settings: Settings, registry: Registry, **options: Any) -> EngineApp:
+    """A Faust app that runs the engine: a :class:`Worker`'s (``options`` are
+    its keyword arguments)."""
+    worker = Worker(settings, registry, **options)
+    return EngineApp(worker.app, worker.engine, worker.stats, worker.table)
 
-    async def check_logs(partitions: Iterable[int]) -> None:
+
+class Worker:
+    """The engine in a Faust app: its batch handler (:meth:`on_batch`), the
+    hook of partition assignments (:meth:`on_partitions_assigned`, acted on at
+    the next batch: :meth:`on_assigned`) and the leader's ticker (:meth:`tick`).
+    ``settings.kafka_url`` must be set; ``cluster`` is the broker's cluster id
+    as it was when the worker started (empty: not checked)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        registry: Registry,
+        *,
+        app_id: str | None = None,
+        tansu: bool = False,
+        ticker: bool = True,
+        stats: EngineStats | None = None,
+        cluster: str = "",
+    ) -> None:
+        self.settings = settings
+        self.cluster = cluster
+        topics = self.topics = Topics(settings.topic_prefix)
+        # Apache Kafka answers a fetch when data is there; Tansu waits out the whole
+        # fetch wait, so keep it short there (see stream/runtime/faust_tuning.py).
+        set_fetch_max_wait(FETCH_MAX_WAIT_MS_TANSU if tansu else FETCH_MAX_WAIT_MS)
+        app_name = app_id or f"{settings.topic_prefix}engine"
+        app = self.app = BatchApp(app_name, **faust_settings(settings, tansu))
+        self.stats = stats if stats is not None else EngineStats()
+        source = app.topic(
+            topics.inbox,
+            topics.ticks,
+            topics.schedules,
+            topics.schedule_runs,
+            key_type=bytes,
+            value_type=bytes,
+        )
+        #: The order in which one fetch's records are decided, by topic (see records).
+        self.rank = {
+            name: i
+            for i, name in enumerate(
+                (topics.schedules, topics.schedule_runs, topics.inbox, topics.ticks)
+            )
+        }
+        faust_table = app.Table(
+            "jobstate", partitions=settings.partitions, key_type=bytes, value_type=bytes
+        )
+        # One block cache and one memtable budget for every partition database
+        # (docs/operations.md, "Memory"), before any is opened.
+        bound_rocksdb(faust_table.data, BoundedRocksDBOptions(settings.rocksdb))
+        table = self.table = JobTable(faust_table)
+        self.engine = Engine(
+            topics,
+            registry,
+            table.get,
+            partitions=settings.partitions,
+            cache_size=settings.state_cache,
+            max_skew_ms=round(settings.max_clock_skew * 1000),
+            cluster=cluster,
+            schedules=Schedules(topics, enabled=settings.schedules_enabled),
+            scan=table.scan,
+        )
+        self.bootstrap = bootstrap_of(settings.kafka_url or "")
+        self.watch = ClusterWatch(self.bootstrap, cluster, settings.kafka_security)
+        #: Assignments seen, and the one the engine was last reset for.
+        self.assignments = 1
+        self.handled = 0
+        app.on_partitions_assigned.connect(self.on_partitions_assigned)
+        app.consume_in_batches(source, self.on_batch, BATCH_MAX)
+        if ticker:
+            self.ticks = app.topic(
+                topics.ticks, partitions=settings.partitions, key_type=bytes, value_type=bytes
+            )
+            app.timer(settings.tick_interval, on_leader=True, name="ticker")(self.tick)
+
+    # -- assignments ------------------------------------------------------------------
+
+    def on_partitions_assigned(
+        self, sender: Any, /, *args: Any, signal: Any, **kwargs: Any
+    ) -> None:
+        """Partitions were (re)assigned: the next batch resets the engine first."""
+        self.assignments += 1
+
+    async def on_assigned(self) -> None:
+        """Partitions were (re)assigned since the last batch: another worker may
+        have decided for them meanwhile, and Faust has recovered their table
+        from the changelog. Drop what is cached; the due-time index is in the
+        table (stream/engine/timers.py), restored with it."""
+        self.handled = self.assignments
+        settings, table = self.settings, self.table
+        mine = [
+            tp.partition
+            for tp in self.app.assignor.assigned_actives()
+            if tp.topic == self.topics.inbox
+        ]
+        late, last_keys = await table.catch_up(self.bootstrap, mine, settings.kafka_security)
+        if late:
+            log.warning("changelog: applied %d rows Faust's recovery had not", late)
+        await self.check_logs(mine)
+        self.engine.assigned()
+        for partition in mine:
+            if table.get(INDEX_MARK, partition) is None:
+                await self.index_partition(partition)
+            elif last_keys.get(partition, INDEX_MARK) != INDEX_MARK:
+                # Written last by a worker that keeps no index (an older
+                # version, rolled back to): its timers may be missing from it.
+                log.warning(
+                    "partition %d: its changelog ends with %r, not the due-time index's "
+                    "mark: a worker without the index wrote to it; indexing it again",
+                    partition,
+                    last_keys[partition],
+                )
+                await self.index_partition(partition)
+        log.info("partitions assigned: %s", ", ".join(map(str, sorted(mine))) or "none")
+
+    async def check_logs(self, partitions: Iterable[int]) -> None:
         """Stop the worker (nothing of the batch acknowledged) when the inbox log
         of one of ``partitions`` is not the one the state applied
         (stream/engine/resets.py)."""
         marks = {}
         for partition in partitions:
-            raw = table.get(watermark_key(partition), partition)
+            raw = self.table.get(watermark_key(partition), partition)
             if raw is not None:
                 marks[partition] = Mark.decode(raw)
         resets = await find_resets(
-            bootstrap, topics.inbox, marks, cluster, security=settings.kafka_security
+            self.bootstrap,
+            self.topics.inbox,
+            marks,
+            self.cluster,
+            security=self.settings.kafka_security,
         )
         if resets:
             raise StopWorker("\n".join(f"worker: stopped: {r}" for r in resets), EXIT_LOG_RESET)
 
-    async def check_rewinds(records: list[Record]) -> None:
+    async def check_rewinds(self, records: list[Record]) -> None:
         """Offsets that went back since the last assignment: a reset log, or
         (rarely) a re-delivery the broker can vouch for."""
-        rewinds = engine.rewound(records)
-        consumer = app.consumer
+        rewinds = self.engine.rewound(records)
+        consumer = self.app.consumer
         dropped = consumer.rewound if isinstance(consumer, BatchConsumer) else {}
         for (topic, partition), seen in list(dropped.items()):
             del dropped[(topic, partition)]
-            if topic == topics.inbox:
+            if topic == self.topics.inbox:
                 rewinds.setdefault(partition, seen)
         if not rewinds:
             return
-        await check_logs(rewinds)
+        await self.check_logs(rewinds)
         for partition, (before, now) in sorted(rewinds.items()):
             log.warning(
                 "inbox partition %d went back from offset %d to %d; its log is the one "
@@ -217,21 +298,22 @@ def build_app(
                 before,
                 now,
             )
-        engine.forget_seen(rewinds)
+        self.engine.forget_seen(rewinds)
 
-    async def index_partition(partition: int) -> None:
+    async def index_partition(self, partition: int) -> None:
         """Write the due-time index of a partition stored before it existed (or
         a new one's mark), through the changelog like a batch's rows, once: a
         part of the table at a time, so that the worker's loop (heartbeats
         included) runs between parts, with the mark last."""
         began = time.monotonic()
+        table = self.table
         changelog = table.changelog_topic
-        producer = app.kafka_producer()
+        producer = self.app.kafka_producer()
         stored = table.partition_items(partition)
         timers = 0
         while True:
             part = list(itertools.islice(stored, INDEX_PART))
-            rows = engine.index_rows(partition, part, mark=len(part) < INDEX_PART)
+            rows = self.engine.index_rows(partition, part, mark=len(part) < INDEX_PART)
             last = await produce_batches(
                 producer, [(changelog, p, key.encode(), raw, None, None) for key, p, raw in rows]
             )
@@ -249,55 +331,19 @@ def build_app(
                 time.monotonic() - began,
             )
 
-    # [assignments seen, assignments the engine has reset for]
-    generation = [1, 0]
+    # -- batches ----------------------------------------------------------------------
 
-    def on_assigned(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
-        generation[0] += 1
+    def records(self, messages: Sequence[Any]) -> list[Record]:
+        """A fetch's messages as the engine's records, in the order they are decided.
 
-    app.on_partitions_assigned.connect(on_assigned)
-
-    async def handle(messages: Sequence[Any]) -> None:
-        started = time.monotonic()
-        if stats.last_end is not None:
-            stats.seconds["wait"] += started - stats.last_end
-        else:
-            stats.first_start = started
-        if generation[0] != generation[1]:
-            # Partitions were (re)assigned since the last batch: another worker may
-            # have decided for them meanwhile, and Faust has recovered their table
-            # from the changelog. Drop what is cached; the due-time index is in
-            # the table (stream/engine/timers.py), restored with it.
-            generation[1] = generation[0]
-            mine = [
-                tp.partition for tp in app.assignor.assigned_actives() if tp.topic == topics.inbox
-            ]
-            late, last_keys = await table.catch_up(bootstrap, mine, settings.kafka_security)
-            if late:
-                log.warning("changelog: applied %d rows Faust's recovery had not", late)
-            await check_logs(mine)
-            engine.assigned()
-            for partition in mine:
-                if table.get(INDEX_MARK, partition) is None:
-                    await index_partition(partition)
-                elif last_keys.get(partition, INDEX_MARK) != INDEX_MARK:
-                    # Written last by a worker that keeps no index (an older
-                    # version, rolled back to): its timers may be missing from it.
-                    log.warning(
-                        "partition %d: its changelog ends with %r, not the due-time index's "
-                        "mark: a worker without the index wrote to it; indexing it again",
-                        partition,
-                        last_keys[partition],
-                    )
-                    await index_partition(partition)
-            log.info("partitions assigned: %s", ", ".join(map(str, sorted(mine))) or "none")
-        # Kafka orders records within a partition of one topic, not between
-        # topics. Of what one fetch brought, definitions are decided first, then
-        # reports, then the inbox, then ticks (a stable sort: each partition's
-        # order is kept), so that a wake or a tick fetched with the definition
-        # written before it sees that definition (docs/schedules.md, "Order
-        # between topics").
-        records = [
+        Kafka orders records within a partition of one topic, not between
+        topics. Of what one fetch brought, definitions are decided first, then
+        reports, then the inbox, then ticks (a stable sort: each partition's
+        order is kept), so that a wake or a tick fetched with the definition
+        written before it sees that definition (docs/schedules.md, "Order
+        between topics")."""
+        rank = self.rank
+        return [
             # Faust keeps the timestamp in seconds; round back to the record's ms.
             Record(
                 m.topic,
@@ -310,18 +356,33 @@ def build_app(
             )
             for m in sorted(messages, key=lambda m: rank.get(m.topic, len(rank)))
         ]
-        other = await watch.changed()
+
+    async def on_batch(self, messages: Sequence[Any]) -> None:
+        """Decide one fetch's records; produce the outputs and the state's
+        changelog, acknowledged; then write the state (see stream/engine/engine.py
+        for why this order). After this, the consumer may commit."""
+        stats = self.stats
+        started = time.monotonic()
+        if stats.last_end is not None:
+            stats.seconds["wait"] += started - stats.last_end
+        else:
+            stats.first_start = started
+        if self.assignments != self.handled:
+            await self.on_assigned()
+        records = self.records(messages)
+        other = await self.watch.changed()
         if other is not None:
             raise StopWorker(
-                f"worker: stopped: the broker is now cluster {other!r}, not {cluster!r} (the "
-                "one this worker started against): it was reset or replaced, and its logs "
-                "are not the ones this worker's state applied. Nothing of it is decided: see "
-                "docs/operations.md, 'When the broker was reset'",
+                f"worker: stopped: the broker is now cluster {other!r}, not {self.cluster!r} "
+                "(the one this worker started against): it was reset or replaced, and its "
+                "logs are not the ones this worker's state applied. Nothing of it is decided: "
+                "see docs/operations.md, 'When the broker was reset'",
                 EXIT_LOG_RESET,
             )
-        await check_rewinds(records)
-        batch = engine.process(records)
+        await self.check_rewinds(records)
+        batch = self.engine.process(records)
         rows = batch.writes()
+        table = self.table
         changelog = table.changelog_topic
         produce: list[Produced] = [
             (o.topic, o.partition, o.key, o.value, o.timestamp_ms, o.headers) for o in batch.outputs
@@ -331,41 +392,27 @@ def build_app(
         )
         decided = time.monotonic()
         # Outputs and the state's changelog first, acknowledged; then the state
-        # in RocksDB; then (after this batch) the consumer may commit. See
-        # stream/engine/engine.py for why this order.
-        last = await produce_batches(app.kafka_producer(), produce)
+        # in RocksDB; then (after this batch) the consumer may commit.
+        last = await produce_batches(self.app.kafka_producer(), produce)
         acked = time.monotonic()
         table.write(rows, {p: offset for (t, p), offset in last.items() if t == changelog})
-        engine.committed(batch)
+        self.engine.committed(batch)
         stats.last_end = ended = time.monotonic()
         stats.seconds["decide"] += decided - started
         stats.seconds["produce"] += acked - decided
         stats.seconds["store"] += ended - acked
-        stats.batches += 1
-        stats.records += len(records)
-        stats.decisions += batch.decisions
-        stats.deadletters += batch.deadletters
-        stats.skipped += batch.skipped
-        stats.duplicates += batch.duplicates
-        stats.forwarded += batch.forwarded
-        stats.bounded += batch.bounded
+        stats.count(len(records), batch)
 
-    app.consume_in_batches(source, handle, BATCH_MAX)
+    # -- the ticker -------------------------------------------------------------------
 
-    if ticker:
-        ticks = app.topic(
-            topics.ticks, partitions=settings.partitions, key_type=bytes, value_type=bytes
-        )
-
-        @app.timer(settings.tick_interval, on_leader=True, name="ticker")  # type: ignore[untyped-decorator]
-        async def tick() -> None:
-            at = to_iso(datetime.now(UTC))
-            for partition in range(settings.partitions):
-                record = TickRecord(partition=partition, at=at)
-                await ticks.send(key=b"tick", value=encode(record), partition=partition)
-            stats.ticks_sent += settings.partitions
-
-    return EngineApp(app, engine, stats, table)
+    async def tick(self) -> None:
+        """The leader's tick: a tick record to every partition of ``ticks``."""
+        settings = self.settings
+        at = to_iso(datetime.now(UTC))
+        for partition in range(settings.partitions):
+            record = TickRecord(partition=partition, at=at)
+            await self.ticks.send(key=b"tick", value=encode(record), partition=partition)
+        self.stats.ticks_sent += settings.partitions
 
 
 def _headers(headers: Any) -> list[tuple[str, bytes]]:

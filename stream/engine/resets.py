@@ -32,7 +32,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import OffsetOutOfRangeError
 from aiokafka.structs import TopicPartition
 
-from stream.engine.engine import Mark, fingerprint
+from stream.engine.batch import Mark, fingerprint
 from stream.runtime.kafka import KafkaSecurity, client_kwargs
 
 __all__ = ["ClusterWatch", "LogReset", "find_resets"]

@@ -3,8 +3,13 @@
 the ticks, decided by the pure state machine (``compiler.schedule_step``), its
 effects turned into records, its state stored in the engine's table.
 
-The engine (stream/engine/engine.py) calls this through ``ScheduleHook``; everything
-here keeps the engine's promises:
+This is the schedules' adapter of the engine (stream/engine/engine.py), as
+stream/engine/jobs.py is the jobs': it turns a record into an input of the
+state machine (:meth:`Schedules.read`, :meth:`Schedules.wake`) and a step's
+effects into records and a state row (:meth:`Schedules.step`). The engine
+ticks both the same way, over its due-time index (stream/engine/due.py), and
+does the forwarding to a home partition, the dead-lettering and the batch's
+writes; together they keep the engine's promises:
 
 * a schedule is decided only on its **home partition** (murmur2 of its id, as a
   job key's). A ``schedule.wake`` elsewhere on the inbox is forwarded there like
@@ -38,7 +43,8 @@ stored, and reports still end their runs.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -62,11 +68,10 @@ from compiler import (
     to_iso,
     validate_schedule,
 )
-from stream.engine.engine import META_PREFIX, Batch, Engine, Output, Record, StorageError
+from stream.engine.batch import META_PREFIX, Batch, Output, Record
 from stream.engine.timers import SCHEDULES
-from stream.runtime.errors import ShellError
+from stream.runtime.errors import ShellError, StorageError
 from topics import (
-    FORWARDED_FROM_HEADER,
     MAX_RECORD_BYTES,
     SCHEDULE_HEADER,
     SCHEDULE_RUN_HEADER,
@@ -84,7 +89,10 @@ from topics import (
 )
 
 __all__ = [
+    "FORWARD",
     "SCHEDULE_PREFIX",
+    "Decide",
+    "Forward",
     "Schedules",
     "decode_schedule",
     "encode_schedule",
@@ -134,10 +142,6 @@ def decode_schedule(raw: bytes) -> ScheduleState:
     return ScheduleState.from_json(orjson.loads(raw[raw.index(b"\n") + 1 :]))
 
 
-def _watermark_key(topic: str, partition: int) -> str:
-    return f"{META_PREFIX}{topic}-watermark-{partition}"
-
-
 def _instant(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, UTC)
 
@@ -150,36 +154,62 @@ def _dumps(data: Any) -> bytes:
     return orjson.dumps(data)
 
 
+@dataclass(frozen=True, slots=True)
+class Decide:
+    """A schedule's input, read from a record: step schedule ``schedule_id``
+    with ``item`` at ``now``."""
+
+    schedule_id: str
+    now: datetime
+    item: ScheduleInput
+
+
+class Forward:
+    """A report a producer put on another partition: on to its home."""
+
+
+#: What :meth:`Schedules.read` says of a report off its home partition.
+FORWARD = Forward()
+
+#: A schedule's decision, for the engine to add to its batch: (its state row,
+#: None to delete it; its due time; the records to produce).
+Stepped = tuple[bytes | None, int | None, list[Output]]
+
+#: Reads a row of the engine's table: ``load(key, partition)``.
+Load = Callable[[str, int], bytes | None]
+
+#: The engine's clock: a record's timestamp → (the instant to decide it at,
+#: why that is not the timestamp); raises RecordError for one that is no instant.
+Clock = Callable[[int], tuple[int, str | None]]
+
+#: A key's home partition.
+Home = Callable[[bytes], int]
+
+
 class Schedules:
-    """The engine's schedules: see the module's docstring."""
+    """The schedules' adapter of the engine: see the module's docstring. A
+    record it cannot use raises ``RecordError`` with the reason, which the
+    engine dead-letters."""
 
     def __init__(self, topics: Topics, *, enabled: bool = True) -> None:
         self.names = topics
         self.enabled = enabled
-        #: (partition, watermark key) → the last offset stored
-        self._marks: dict[tuple[int, str], int] = {}
-        self._engine: Engine | None = None
         self.fired = 0  # decisions that dispatched a run
-        #: The records one tick's schedules may add before the rest wait (see tick).
+        #: The records one tick's schedules may add before the rest wait (see
+        #: the engine's tick).
         self.tick_budget = TICK_BUDGET
 
-    # -- the hook (stream/engine/engine.py, ScheduleHook) -----------------------------------
-
-    def bind(self, engine: Engine) -> None:
-        self._engine = engine
-
-    @property
-    def engine(self) -> Engine:
-        assert self._engine is not None, "Schedules.bind was not called"
-        return self._engine
-
     def topics(self) -> tuple[str, ...]:
+        """The topics (besides inbox and ticks) whose records go to :meth:`read`."""
         return (self.names.schedules, self.names.schedule_runs)
 
-    def clear(self) -> None:
-        self._marks.clear()
+    def short(self, topic: str) -> str:
+        """``schedules`` or ``schedule-runs``: the name of one of :meth:`topics`."""
+        return "schedules" if topic == self.names.schedules else "schedule-runs"
 
     def indexed(self, key: str, raw: bytes) -> tuple[str, int | None] | None:
+        """A stored row of the table whose key is ``META_PREFIX``...: (the
+        schedule id, its due time) when it is a schedule's, else None."""
         if not key.startswith(SCHEDULE_PREFIX):
             return None
         try:
@@ -189,85 +219,52 @@ class Schedules:
             return None
         return key[len(SCHEDULE_PREFIX) :], due
 
-    def committed(self, batch: Batch) -> None:
-        for where, raw in batch.marks.items():
-            self._marks[where] = int(raw)
+    # -- records → inputs ---------------------------------------------------------------
 
-    def record(self, record: Record, batch: Batch) -> None:
-        """A record of ``schedules`` (a definition or a tombstone) or of
-        ``schedule-runs`` (a report; the worker's own run records are skipped)."""
-        short = "schedules" if record.topic == self.names.schedules else "schedule-runs"
-        where = (record.partition, _watermark_key(short, record.partition))
-        if record.offset <= self._mark(where, batch):
-            batch.skipped += 1  # re-delivered: handled before the last write
-            return
-        batch.marks[where] = b"%d" % record.offset
-        if record.key is None:
-            self.engine.dead(
-                record, f"no record key: a {short} record's key is its schedule id", batch
-            )
-            return
-        home = self.engine.home(record.key)
-        if short == "schedules":
+    def read(self, record: Record, home: int, clock: Clock) -> Decide | Forward | None:
+        """A keyed record of ``schedules`` (a definition or a tombstone) or of
+        ``schedule-runs`` (a report; the worker's own run records are None)
+        whose key's home partition is ``home``."""
+        assert record.key is not None
+        if record.topic == self.names.schedules:
             if home != record.partition:
-                reason = (
+                raise RecordError(
                     f"a schedule's definition must be on its home partition {home} (murmur2 of "
                     f"its id, the default partitioner of the Java client and aiokafka), not "
                     f"{record.partition}: produce it again with that partitioner"
                 )
-                self.engine.dead(record, reason, batch)
-                return
-            self._definition(record, batch)
-            return
+            return self._definition(record, clock)
         try:
             data = orjson.loads(record.value or b"null")
         except orjson.JSONDecodeError as exc:
-            self.engine.dead(record, f"not JSON: {exc}", batch)
-            return
+            raise RecordError(f"not JSON: {exc}") from None
         kind = data.get("type") if isinstance(data, dict) else None
         if kind == "schedule.run":
-            return  # the worker's own record of a run
+            return None  # the worker's own record of a run
         if kind != "schedule.report":
-            reason = f"type: expected 'schedule.report' or 'schedule.run', got {kind!r}"
-            self.engine.dead(record, reason, batch)
-            return
+            raise RecordError(f"type: expected 'schedule.report' or 'schedule.run', got {kind!r}")
         if home != record.partition:
-            self._forward(record, home, batch)
-            return
+            return FORWARD
         try:
             report = ScheduleReport.model_validate(data)
-            now_ms, _bound = self.engine.clock(record.timestamp_ms)
         except ValidationError as exc:
-            self.engine.dead(record, f"invalid schedule.report: {_first(exc)}", batch)
-            return
-        except RecordError as exc:
-            self.engine.dead(record, exc.reason, batch)
-            return
+            raise RecordError(f"invalid schedule.report: {_first(exc)}") from None
+        now_ms, _bound = clock(record.timestamp_ms)
         if report.schedule_id.encode() != record.key:
-            reason = f"record key {record.key!r} is not the schedule id {report.schedule_id!r}"
-            self.engine.dead(record, reason, batch)
-            return
+            raise RecordError(
+                f"record key {record.key!r} is not the schedule id {report.schedule_id!r}"
+            )
         item = Report(report.run_id, report.status, report.output, report.error)
-        self._decide(record, home, report.schedule_id, _instant(now_ms), item, batch)
+        return Decide(report.schedule_id, _instant(now_ms), item)
 
     def wake(
-        self, record: Record, origin: tuple[int, int], message: ScheduleWake, batch: Batch
-    ) -> None:
-        """An inbox ``schedule.wake`` at its home partition. Its request id is
-        the one given, else its inbox position ``p<partition>@<offset>`` (the
-        same for a forwarded copy)."""
-        try:
-            now_ms, _bound = self.engine.clock(record.timestamp_ms)
-        except RecordError as exc:
-            self.engine.dead(record, exc.reason, batch)
-            return
+        self, message: ScheduleWake, origin: tuple[int, int], partition: int, now: datetime
+    ) -> Decide | Output:
+        """An inbox ``schedule.wake`` of a defined schedule at its home
+        partition: its input, or (switched off) its ``skipped`` run record. Its
+        request id is the one given, else its inbox position
+        ``p<partition>@<offset>`` (the same for a forwarded copy)."""
         request = message.request_id or event_id(origin[0], origin[1])
-        partition = record.partition
-        state = self._current((partition, schedule_key(message.schedule_id)), batch)
-        if state is None:
-            self.engine.dead(record, f"schedule.wake: no schedule {message.schedule_id!r}", batch)
-            return
-        now = _instant(now_ms)
         if not self.enabled:
             run_id = request_run_id(message.schedule_id, request)
             skipped = ScheduleRunRecord(
@@ -280,66 +277,18 @@ class Schedules:
                 error="schedules are switched off on this worker (LEMONGRAPH_SCHEDULES_ENABLED=0)",
                 context=message.context,
             )
-            batch.outputs.append(self._run_output(message.schedule_id, partition, skipped))
-            return
-        item = Wake(request, message.context, message.skip_if_running)
-        self._decide(record, partition, message.schedule_id, now, item, batch)
+            return self._run_output(message.schedule_id, partition, skipped)
+        return Decide(
+            message.schedule_id, now, Wake(request, message.context, message.skip_if_running)
+        )
 
-    def tick(self, record: Record, now_ms: int, batch: Batch) -> None:
-        """Fire the due schedules of the tick's partition (none while switched off),
-        until their records reach :attr:`tick_budget`: the schedules still due
-        then wait for the next tick, so that a catch-up after downtime (up to a
-        hundred missed records and a fire per schedule) comes a tick at a time
-        instead of as one batch of every schedule's records."""
-        if not self.enabled:
-            return
-        now = _instant(now_ms)
-        engine = self.engine
-        partition = record.partition
-        candidates = engine.due(partition, SCHEDULES, now_ms, batch)
-        start = len(batch.outputs)
-        for index, (due, schedule_id, from_table) in enumerate(candidates):
-            if len(batch.outputs) - start >= self.tick_budget:
-                # The rest stay in the index, due: the next tick's (settle does
-                # not move the floor past them).
-                log.info(
-                    "tick %d@%d: %d schedules still due wait for the next tick",
-                    record.partition, record.offset, len(candidates) - index,
-                )  # fmt: skip
-                break
-            if engine.parked(partition, SCHEDULES, schedule_id, due):
-                continue
-            key = schedule_key(schedule_id)
-            try:
-                self._current((partition, key), batch)  # its due time as stored
-                if not engine.fires(partition, SCHEDULES, schedule_id, due, from_table, batch):
-                    continue
-                self._decide(record, partition, schedule_id, now, ScheduleTick(), batch)
-            except StorageError:
-                raise
-            except Exception as exc:
-                # Its timer stays off until its next definition or report: firing
-                # it on every tick would fail the same way every second.
-                engine.park(partition, SCHEDULES, schedule_id, due)
-                why = _why(exc)
-                log.error("tick %d@%d, schedule %r: %s", record.partition, record.offset, key, why)
-                reason = f"deciding schedule {schedule_id!r} on this tick failed: {why}"
-                self.engine.dead(record, reason, batch)
-        engine.settle(partition, SCHEDULES, now_ms, candidates, batch)
-
-    # -- deciding ----------------------------------------------------------------------
-
-    def _definition(self, record: Record, batch: Batch) -> None:
+    def _definition(self, record: Record, clock: Clock) -> Decide:
         assert record.key is not None
+        now_ms, _bound = clock(record.timestamp_ms)
         try:
-            now_ms, _bound = self.engine.clock(record.timestamp_ms)
             schedule_id = record.key.decode("utf-8")
-        except RecordError as exc:
-            self.engine.dead(record, exc.reason, batch)
-            return
         except UnicodeDecodeError:
-            self.engine.dead(record, "the record key is not a schedule id (not UTF-8)", batch)
-            return
+            raise RecordError("the record key is not a schedule id (not UTF-8)") from None
         item: Define | Remove
         if record.value is None:
             item = Remove()
@@ -349,34 +298,51 @@ class Schedules:
                 source = f"{record.topic} partition {record.partition} offset {record.offset}"
                 schedule = validate_schedule(message.spec, source)
             except ValidationError as exc:
-                self.engine.dead(record, f"invalid schedule record: {_first(exc)}", batch)
-                return
+                raise RecordError(f"invalid schedule record: {_first(exc)}") from None
             except LemongraphError as exc:
-                self.engine.dead(record, f"invalid schedule: {exc}", batch)
-                return
+                raise RecordError(f"invalid schedule: {exc}") from None
             if schedule.id != schedule_id:
-                reason = f"spec.id {schedule.id!r} is not the record key {schedule_id!r}"
-                self.engine.dead(record, reason, batch)
-                return
+                raise RecordError(f"spec.id {schedule.id!r} is not the record key {schedule_id!r}")
             item = Define(schedule)
-        self._decide(record, record.partition, schedule_id, _instant(now_ms), item, batch)
+        return Decide(schedule_id, _instant(now_ms), item)
 
-    def _decide(
-        self,
-        record: Record,
-        partition: int,
-        schedule_id: str,
-        now: datetime,
-        item: ScheduleInput,
-        batch: Batch,
-    ) -> None:
-        """Step the schedule and add its outputs and state to the batch. Every
-        output is built first: a failure leaves nothing of this decision."""
+    # -- deciding ----------------------------------------------------------------------
+
+    def state(
+        self, partition: int, schedule_id: str, batch: Batch, load: Load
+    ) -> ScheduleState | None:
+        """The schedule's state: the batch's own write first, then the table
+        (``load``), whose due time as stored the batch notes."""
         key = schedule_key(schedule_id)
         ref = (partition, key)
-        before = self._current(ref, batch)
+        if ref in batch.rows:
+            pending = batch.rows[ref]
+            return None if pending is None else decode_schedule(pending)
+        try:
+            raw = load(key, partition)
+        except Exception as exc:
+            raise StorageError(f"cannot read {key!r} of partition {partition}: {exc}") from exc
+        where = (partition, SCHEDULES, schedule_id)
+        if where not in batch.timers:
+            # The header's due time is the one its index row was written with.
+            due = None if raw is None else peek_schedule(raw)[1]
+            batch.timers[where] = (due, due)
+        return None if raw is None else decode_schedule(raw)
+
+    def step(
+        self,
+        before: ScheduleState | None,
+        partition: int,
+        decide: Decide,
+        home: Home,
+    ) -> Stepped | None:
+        """Step the schedule (``before``: its state) and build its state row
+        and outputs, every one of them: a failure leaves nothing of this
+        decision. None: nothing to decide (a wake, removal or report of a
+        schedule not defined)."""
+        schedule_id, now, item = decide.schedule_id, decide.now, decide.item
         if before is None and not isinstance(item, Define):
-            return  # nothing to wake, remove or end (a report of a removed schedule)
+            return None  # nothing to wake, remove or end (a report of a removed schedule)
         # Switched off: a definition or a report is applied without firing.
         step = schedule_step(before, now, item, firing=self.enabled)
         schedule = step.state.schedule if step.state is not None else None
@@ -384,48 +350,13 @@ class Schedules:
             schedule = before.schedule
         outputs: list[Output] = []
         for effect in step.effects:
-            outputs.extend(self._effect(effect, schedule, schedule_id, partition, now))
+            outputs.extend(self._effect(effect, schedule, schedule_id, partition, now, home))
         raw = None if step.state is None else encode_schedule(partition, step.state)
         due = None if step.state is None else step.state.due_ms()
-        _fits(key, raw, outputs)
-        where = (partition, SCHEDULES, schedule_id)
-        known = batch.timers.get(where)
-        # -- nothing below can fail --
-        batch.rows[ref] = raw
-        batch.timers[where] = (known[0] if known is not None else None, due)
-        self.engine.unpark(partition, SCHEDULES, schedule_id)
-        batch.outputs.extend(outputs)
-        batch.decisions += 1
+        _fits(schedule_key(schedule_id), raw, outputs)
         if any(isinstance(effect, Dispatch) for effect in step.effects):
             self.fired += 1
-
-    def _current(self, ref: tuple[int, str], batch: Batch) -> ScheduleState | None:
-        """The schedule's state: the batch's own write first, then the table."""
-        if ref in batch.rows:
-            pending = batch.rows[ref]
-            return None if pending is None else decode_schedule(pending)
-        try:
-            raw = self.engine.load(ref[1], ref[0])
-        except Exception as exc:
-            raise StorageError(f"cannot read {ref[1]!r} of partition {ref[0]}: {exc}") from exc
-        where = (ref[0], SCHEDULES, ref[1][len(SCHEDULE_PREFIX) :])
-        if where not in batch.timers:
-            # The header's due time is the one its index row was written with.
-            due = None if raw is None else peek_schedule(raw)[1]
-            batch.timers[where] = (due, due)
-        return None if raw is None else decode_schedule(raw)
-
-    def _mark(self, where: tuple[int, str], batch: Batch) -> int:
-        pending = batch.marks.get(where)
-        if pending is not None:
-            return int(pending)
-        if where not in self._marks:
-            try:
-                raw = self.engine.load(where[1], where[0])
-            except Exception as exc:
-                raise StorageError(f"cannot read {where[1]!r}: {exc}") from exc
-            self._marks[where] = -1 if raw is None else int(raw)
-        return self._marks[where]
+        return raw, due, outputs
 
     # -- effects → records ----------------------------------------------------------------
 
@@ -436,22 +367,23 @@ class Schedules:
         schedule_id: str,
         partition: int,
         now: datetime,
+        home: Home,
     ) -> list[Output]:
         if isinstance(effect, RunRecorded):
             run = ScheduleRunRecord.model_validate({"type": "schedule.run", **effect.run})
             return [self._run_output(schedule_id, partition, run)]
         if isinstance(effect, Dispatch):
             assert schedule is not None
-            return [self._dispatch(effect, schedule, partition, now)]
+            return [self._dispatch(effect, schedule, partition, now, home)]
         if isinstance(effect, Deliver):
-            return [self._deliver(effect, schedule_id, schedule, now)]
+            return [self._deliver(effect, schedule_id, schedule, now, home)]
         raise TypeError(f"unknown schedule effect {type(effect).__name__}")
 
     def _run_output(self, schedule_id: str, partition: int, run: ScheduleRunRecord) -> Output:
         return Output(self.names.schedule_runs, schedule_id.encode(), _dumps(run.dump()), partition)
 
     def _dispatch(
-        self, dispatch: Dispatch, schedule: Schedule, partition: int, now: datetime
+        self, dispatch: Dispatch, schedule: Schedule, partition: int, now: datetime, home: Home
     ) -> Output:
         """The run's record: a ``job.start`` or an ``event`` on the inbox at the
         job's home partition (stamped with the decision's ``now``, so that the job
@@ -472,7 +404,7 @@ class Schedules:
             )
             raw = key.encode()
             value = _dumps(start.compact())
-            return Output(self.names.inbox, raw, value, self.engine.home(raw), now_ms, headers)
+            return Output(self.names.inbox, raw, value, home(raw), now_ms, headers)
         if kind == "send_event":
             event: Mapping[str, Any] = action["event"]
             job_key = dispatch.job_key or str(action["job_key"])
@@ -486,7 +418,7 @@ class Schedules:
             )
             raw = job_key.encode()
             value = _dumps(message.compact())
-            return Output(self.names.inbox, raw, value, self.engine.home(raw), now_ms, headers)
+            return Output(self.names.inbox, raw, value, home(raw), now_ms, headers)
         if kind == "prompt":
             deadline = dispatch.deadline_ms
             if deadline is None:
@@ -510,7 +442,12 @@ class Schedules:
         raise ValueError(f"unknown action type {kind!r}")
 
     def _deliver(
-        self, deliver: Deliver, schedule_id: str, schedule: Schedule | None, now: datetime
+        self,
+        deliver: Deliver,
+        schedule_id: str,
+        schedule: Schedule | None,
+        now: datetime,
+        home: Home,
     ) -> Output:
         """A message out: on the job's conversation (``web:<job>``), or an email
         the mail service sends once per message id (``email:<address>``)."""
@@ -535,17 +472,7 @@ class Schedules:
             at=to_iso(now),
         )
         raw = job_key.encode()
-        return Output(self.names.messages, raw, _dumps(message.dump()), self.engine.home(raw))
-
-    def _forward(self, record: Record, home: int, batch: Batch) -> None:
-        """A report a producer put on another partition: on to its home."""
-        headers = [(n, v) for n, v in record.headers if n != FORWARDED_FROM_HEADER]
-        headers.append((FORWARDED_FROM_HEADER, b"p%d@%d" % (record.partition, record.offset)))
-        timestamp = record.timestamp_ms if record.timestamp_ms >= 0 else None
-        batch.outputs.append(
-            Output(record.topic, record.key, record.value, home, timestamp, headers)
-        )
-        batch.forwarded += 1
+        return Output(self.names.messages, raw, _dumps(message.dump()), home(raw))
 
 
 def stored_schedules(rows: Iterable[tuple[str, bytes]]) -> dict[str, ScheduleState]:

@@ -15,13 +15,13 @@ import orjson
 from pydantic import ValidationError
 
 from compiler import LemongraphError, to_iso
-from stream.engine.engine import home_partition
 from stream.engine.registry import Registry
 from stream.runtime.broker import cluster_id, ensure_topics, is_tansu
 from stream.runtime.config import Settings
 from stream.runtime.fetch import exit_now
 from stream.runtime.files import load_playbooks_dir, load_schedules_file, schedules_file
 from stream.runtime.kafka import bootstrap_of, producer, read_topic, run
+from stream.runtime.partitions import home_partition
 from topics import (
     TOPIC_NAMES,
     AuditRecord,
@@ -291,7 +291,7 @@ def _stop_anyway(say: Callable[[str], None]) -> None:
 def _worker_class() -> type[faust.Worker]:
     import faust
 
-    class Worker(faust.Worker):
+    class StoppingWorker(faust.Worker):
         """Faust's worker, with a deadline on stopping (STOP_GRACE_SECONDS)."""
 
         tell: Callable[[str], None] = print
@@ -318,7 +318,7 @@ def _worker_class() -> type[faust.Worker]:
             self._arm()
             super()._on_sigterm()
 
-    return Worker
+    return StoppingWorker
 
 
 #: Allocations between two young-generation collections (Python's default: 700).

@@ -41,7 +41,6 @@ from aiokafka import AIOKafkaConsumer
 from fastapi import Body, FastAPI, Header, Query, Request
 from pydantic import BaseModel, Field, StrictBool, StrictStr, ValidationError
 
-from stream.engine.engine import home_partition
 from stream.gateway import schedule_ops as ops
 from stream.gateway.capabilities import require
 from stream.gateway.errors import ApiError, error_responses
@@ -50,6 +49,7 @@ from stream.gateway.models import _Body
 from stream.gateway.readmodel import assign_from_start
 from stream.gateway.tokens import Principal
 from stream.runtime.kafka import KafkaSecurity, caught_up, client_kwargs
+from stream.runtime.partitions import home_partition
 from topics import ScheduleRecord, ScheduleRunRecord, Topics
 
 if TYPE_CHECKING:

@@ -15,9 +15,10 @@ from typing import Any
 import orjson
 
 from compiler import load_playbook
-from stream.engine.engine import Batch, Engine, Output, Record, home_partition
+from stream.engine.engine import Batch, Engine, Output, Record
 from stream.engine.registry import Registry
 from stream.engine.timers import DUE_PREFIX, parse_due_key
+from stream.runtime.partitions import home_partition
 from topics import (
     DeadLetter,
     DecisionRecord,

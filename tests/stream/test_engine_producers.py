@@ -12,7 +12,8 @@ from typing import Any
 import orjson
 import pytest
 
-from stream.engine.engine import HOMES_KEPT, MAX_INSTANT_MS, Record, StorageError, home_partition
+from stream.engine.engine import MAX_INSTANT_MS, Record, StorageError
+from stream.runtime.partitions import HOMES_KEPT, home_partition
 from topics import FORWARDED_FROM_HEADER
 
 from .engine_harness import (

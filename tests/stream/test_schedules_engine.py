@@ -20,7 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 from stream.cli import main
-from stream.engine.engine import Engine, Record, home_partition
+from stream.engine.engine import Engine, Record
 from stream.engine.schedules import (
     SCHEDULE_PREFIX,
     Schedules,
@@ -29,6 +29,7 @@ from stream.engine.schedules import (
 )
 from stream.runtime.config import ConfigError, Settings
 from stream.runtime.files import load_schedules_file, playbook_files, schedules_file
+from stream.runtime.partitions import home_partition
 from topics import (
     FORWARDED_FROM_HEADER,
     SCHEDULE_HEADER,

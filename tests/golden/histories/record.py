@@ -24,9 +24,10 @@ from typing import Any
 import orjson
 
 from stream.bench.workload import onboarding_mix
-from stream.engine.engine import Engine, Record, home_partition
+from stream.engine.engine import Engine, Record
 from stream.engine.registry import Registry
 from stream.runtime.files import load_playbook_file, playbook_files
+from stream.runtime.partitions import home_partition
 from topics import InboxEvent, JobStart, Topics
 
 HERE = Path(__file__).resolve().parent
