@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
 
 from stream.bench.bytes import TopicBytes, topic_bytes_under
@@ -46,9 +45,9 @@ from stream.runtime.broker import EmbeddedBroker, ensure_topics
 from stream.runtime.errors import BenchError
 from stream.runtime.kafka import (
     bootstrap_of,
-    client_kwargs,
     configured_compression,
     configured_security,
+    new_consumer,
     producer,
     read_topic,
 )
@@ -291,11 +290,8 @@ async def _produce(
 
 
 async def _consume_all(bootstrap: str, topic: str, count: int) -> float:
-    consumer = AIOKafkaConsumer(
-        **client_kwargs(bootstrap, configured_security()),
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        max_poll_records=10_000,
+    consumer = new_consumer(
+        bootstrap, configured_security(), offsets="earliest", max_poll_records=10_000
     )
     await consumer.start()
     try:
