@@ -15,6 +15,7 @@ This package imports nothing of ours (``topics/ruff.toml`` makes that a lint rul
 
 from topics import build, mail, replies
 from topics._codec import RecordError, decode_inbox, encode
+from topics._errors import describe_errors, first_error
 from topics._keys import MAX_KEY_LENGTH, JobKey, JobKeyError, check_key
 from topics._limits import MAX_DEPTH, MAX_RECORD_BYTES, LimitError, plain_json
 from topics._messages import (
@@ -166,8 +167,10 @@ __all__ = [
     "build",
     "check_key",
     "decode_inbox",
+    "describe_errors",
     "encode",
     "event_id",
+    "first_error",
     "inbound_message",
     "mail",
     "plain_json",

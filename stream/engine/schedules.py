@@ -80,6 +80,7 @@ from topics import (
     ScheduleWake,
     Topics,
     event_id,
+    first_error,
 )
 
 __all__ = [
@@ -237,7 +238,7 @@ class Schedules:
             report = ScheduleReport.model_validate(data)
             now_ms, _bound = self.engine.clock(record.timestamp_ms)
         except ValidationError as exc:
-            self.engine.dead(record, f"invalid schedule.report: {_first(exc)}", batch)
+            self.engine.dead(record, f"invalid schedule.report: {first_error(exc)}", batch)
             return
         except RecordError as exc:
             self.engine.dead(record, exc.reason, batch)
@@ -348,7 +349,7 @@ class Schedules:
                 source = f"{record.topic} partition {record.partition} offset {record.offset}"
                 schedule = validate_schedule(message.spec, source)
             except ValidationError as exc:
-                self.engine.dead(record, f"invalid schedule record: {_first(exc)}", batch)
+                self.engine.dead(record, f"invalid schedule record: {first_error(exc)}", batch)
                 return
             except LemongraphError as exc:
                 self.engine.dead(record, f"invalid schedule: {exc}", batch)
@@ -580,12 +581,6 @@ def _fits(key: str, raw: bytes | None, outputs: list[Output]) -> None:
                 f"its {short} record would be {size:,} bytes, more than a record may be "
                 f"({MAX_RECORD_BYTES:,}): too large a context or prompt"
             )
-
-
-def _first(exc: ValidationError) -> str:
-    err = exc.errors()[0]
-    where = ".".join(str(p) for p in err["loc"]) or "record"
-    return f"{where}: {err['msg']}"
 
 
 def _why(exc: BaseException) -> str:
