@@ -214,14 +214,14 @@ def new_consumer(
     its ``group``, where it starts without a committed offset (``offsets``:
     aiokafka's ``auto_offset_reset``), its ``isolation`` level, and ``tuning``
     (aiokafka's fetch options); what is not given is aiokafka's default."""
-    options: dict[str, Any] = {**client_kwargs(bootstrap, security), "enable_auto_commit": False}
+    options: dict[str, Any] = {"enable_auto_commit": False}
     if group is not None:
         options["group_id"] = group
     if offsets is not None:
         options["auto_offset_reset"] = offsets
     if isolation is not None:
         options["isolation_level"] = isolation
-    return AIOKafkaConsumer(*topics, **options, **tuning)
+    return AIOKafkaConsumer(*topics, **client_kwargs(bootstrap, security), **options, **tuning)
 
 
 #: The codecs ``LEMONGRAPH_KAFKA_COMPRESSION`` names (Kafka's own batch codecs).
