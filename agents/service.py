@@ -57,6 +57,7 @@ from topics import (
     TaskRecord,
     Topics,
     encode,
+    first_error,
 )
 from topics.mail import ADDRESS_MAX
 
@@ -327,9 +328,8 @@ class AgentService:
             )
         except ValidationError as exc:
             self.stats.refused += 1
-            first = exc.errors()[0]
             reason = f"not a {'message' if message else 'task'} record: "
-            reason += f"{'.'.join(map(str, first['loc'])) or 'value'}: {first['msg']}"
+            reason += first_error(exc, "value")
             log.warning("%s: %s", "messages" if message else "tasks", reason)
             if where is not None:
                 await self.dead_letter(where, value, reason)

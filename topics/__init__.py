@@ -50,6 +50,7 @@ from topics._decisions import (
     TransitionRecord,
     VerdictRecord,
 )
+from topics._errors import describe_errors, first_error
 from topics._journal import (
     APPROVERS_DEFAULT,
     Answerer,
@@ -176,8 +177,10 @@ __all__ = [
     "build",
     "check_key",
     "decode_inbox",
+    "describe_errors",
     "encode",
     "event_id",
+    "first_error",
     "inbound_message",
     "mail",
     "plain_json",

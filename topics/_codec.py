@@ -8,6 +8,7 @@ import orjson
 from pydantic import TypeAdapter, ValidationError
 
 from topics._contract import ContractError
+from topics._errors import describe_errors
 from topics._limits import MAX_RECORD_BYTES, LimitError, exact_numbers, plain_json
 from topics._messages import InboxEvent, InboxMessage, JobStart, ScheduleWake
 
@@ -29,17 +30,6 @@ def encode(data: Any) -> bytes:
     if hasattr(data, "dump"):
         data = data.dump()
     return orjson.dumps(data)
-
-
-def _describe(exc: ValidationError) -> str:
-    parts = []
-    for err in exc.errors():
-        where = ".".join(str(p) for p in err["loc"]) or "record"
-        message = err["msg"]
-        if err["type"] == "extra_forbidden":
-            message = "unknown field"
-        parts.append(f"{where}: {message}")
-    return "; ".join(parts)
 
 
 def decode_inbox(
@@ -74,7 +64,7 @@ def decode_inbox(
     try:
         message: JobStart | InboxEvent | ScheduleWake = _INBOX.validate_python(data)
     except ValidationError as exc:
-        raise RecordError(_describe(exc)) from None
+        raise RecordError(describe_errors(exc)) from None
     # Bytes, not decoded text: the partition is chosen from the key's bytes, and
     # two keys that are not UTF-8 would decode alike (U+FFFD) and be one job on
     # two partitions.

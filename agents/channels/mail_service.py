@@ -36,11 +36,11 @@ from email.message import EmailMessage
 from typing import Any
 
 import orjson
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaProducer
 from aiosmtpd.smtp import SMTP, Envelope, Session
 from compiler import to_iso
 from stream.runtime.config import Settings
-from stream.runtime.kafka import bootstrap_of, client_kwargs, compression_type
+from stream.runtime.kafka import bootstrap_of, client_kwargs, compression_type, new_consumer
 from topics import JournalMail, MessageRecord, Topics, encode
 from topics.mail import (
     MailSettings,
@@ -189,14 +189,12 @@ class MailChannel:
 
     async def follow(self, stopping: asyncio.Event) -> None:
         """Send what ``messages`` holds for email, committing as it goes."""
-        consumer = AIOKafkaConsumer(
-            self.topics.messages,
-            **client_kwargs(
-                bootstrap_of(self.settings.kafka_url or ""), self.settings.kafka_security
-            ),
-            group_id=f"{self.settings.topic_prefix}mail",
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
+        consumer = new_consumer(
+            bootstrap_of(self.settings.kafka_url or ""),
+            self.settings.kafka_security,
+            topics=(self.topics.messages,),
+            group=f"{self.settings.topic_prefix}mail",
+            offsets="earliest",
         )
         await consumer.start()
         try:

@@ -29,7 +29,6 @@ from functools import cached_property
 from pathlib import Path
 
 import orjson
-from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
 
 from stream.bench.bytes import TopicBytes, topic_bytes_under
@@ -43,9 +42,9 @@ from stream.runtime import native
 from stream.runtime.broker import EmbeddedBroker, ensure_topics
 from stream.runtime.errors import BenchError
 from stream.runtime.kafka import (
-    client_kwargs,
     configured_compression,
     configured_security,
+    new_consumer,
     producer,
     read_topic,
 )
@@ -56,11 +55,8 @@ __all__ = ["Bench", "Figures", "Parameters", "figures_json", "render_table", "ru
 
 
 async def _consume_all(bootstrap: str, topic: str, count: int) -> float:
-    consumer = AIOKafkaConsumer(
-        **client_kwargs(bootstrap, configured_security()),
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        max_poll_records=10_000,
+    consumer = new_consumer(
+        bootstrap, configured_security(), offsets="earliest", max_poll_records=10_000
     )
     await consumer.start()
     try:

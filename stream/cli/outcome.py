@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import orjson
-from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.structs import TopicPartition
 
@@ -36,6 +35,7 @@ from stream.runtime.kafka import (
     _start,
     caught_up,
     client_kwargs,
+    new_consumer,
     producer,
 )
 from topics import Topics
@@ -105,7 +105,7 @@ async def send_and_wait(
         async with producer(bootstrap, security=security) as client:
             meta = await client.send_and_wait(topics.inbox, value, key=raw_key)
         return Sent(topics.inbox, meta.partition, meta.offset, "sent")
-    consumer = AIOKafkaConsumer(**client_kwargs(bootstrap, security), enable_auto_commit=False)
+    consumer = new_consumer(bootstrap, security)
     await _start(consumer)
     admin: AIOKafkaAdminClient | None = None
     try:

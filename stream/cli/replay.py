@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from compiler import JobGraph, JobState, Playbook, Step, from_iso, input_from_json
 from stream.engine.registry import Registry
-from topics import DecisionRecord
+from topics import DecisionRecord, first_error
 
 __all__ = ["JobReplay", "ReplayReport", "replay_decisions", "what_if"]
 
@@ -114,9 +114,7 @@ def replay_decisions(
         try:
             decision = DecisionRecord.model_validate(record)
         except ValidationError as exc:
-            first = exc.errors()[0]
-            path = ".".join(str(p) for p in first["loc"]) or "record"
-            replay.mismatches.append(f"{where}: not a decision record: {path}: {first['msg']}")
+            replay.mismatches.append(f"{where}: not a decision record: {first_error(exc)}")
             continue
         if decision.prev_state_hash != (replay.state.hash if replay.state else None):
             replay.mismatches.append(

@@ -27,13 +27,12 @@ import contextlib
 import time
 from dataclasses import dataclass
 
-from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import OffsetOutOfRangeError
 from aiokafka.structs import TopicPartition
 
 from stream.engine.batch import Mark, fingerprint
-from stream.runtime.kafka import KafkaSecurity, client_kwargs
+from stream.runtime.kafka import KafkaSecurity, client_kwargs, new_consumer
 
 __all__ = ["ClusterWatch", "LogReset", "find_resets"]
 
@@ -78,12 +77,7 @@ async def find_resets(
             del pending[p]
     if not pending:
         return found
-    consumer = AIOKafkaConsumer(
-        **client_kwargs(bootstrap, security),
-        enable_auto_commit=False,
-        auto_offset_reset="none",
-        fetch_max_wait_ms=100,
-    )
+    consumer = new_consumer(bootstrap, security, offsets="none", fetch_max_wait_ms=100)
     await consumer.start()
     try:
         tps = {p: TopicPartition(topic, p) for p in pending}

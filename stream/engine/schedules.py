@@ -86,6 +86,7 @@ from topics import (
     ScheduleWake,
     Topics,
     event_id,
+    first_error,
 )
 
 __all__ = [
@@ -248,7 +249,7 @@ class Schedules:
         try:
             report = ScheduleReport.model_validate(data)
         except ValidationError as exc:
-            raise RecordError(f"invalid schedule.report: {_first(exc)}") from None
+            raise RecordError(f"invalid schedule.report: {first_error(exc)}") from None
         now_ms, _bound = clock(record.timestamp_ms)
         if report.schedule_id.encode() != record.key:
             raise RecordError(
@@ -298,7 +299,7 @@ class Schedules:
                 source = f"{record.topic} partition {record.partition} offset {record.offset}"
                 schedule = validate_schedule(message.spec, source)
             except ValidationError as exc:
-                raise RecordError(f"invalid schedule record: {_first(exc)}") from None
+                raise RecordError(f"invalid schedule record: {first_error(exc)}") from None
             except LemongraphError as exc:
                 raise RecordError(f"invalid schedule: {exc}") from None
             if schedule.id != schedule_id:
@@ -508,12 +509,6 @@ def _fits(key: str, raw: bytes | None, outputs: list[Output]) -> None:
                 f"its {short} record would be {size:,} bytes, more than a record may be "
                 f"({MAX_RECORD_BYTES:,}): too large a context or prompt"
             )
-
-
-def _first(exc: ValidationError) -> str:
-    err = exc.errors()[0]
-    where = ".".join(str(p) for p in err["loc"]) or "record"
-    return f"{where}: {err['msg']}"
 
 
 def _why(exc: BaseException) -> str:

@@ -90,18 +90,15 @@ class JobTable:
         changelog is empty has none): whoever wrote last, a batch of this
         version ends with the due-time index's mark (``stream/engine/engine.py``).
         """
-        from aiokafka import AIOKafkaConsumer
         from aiokafka.structs import TopicPartition
 
-        from stream.runtime.kafka import caught_up, client_kwargs
+        from stream.runtime.kafka import caught_up, new_consumer
 
         tps = [TopicPartition(self.changelog_topic, p) for p in sorted(partitions)]
         last_keys: dict[int, str] = {}
         if not tps:
             return 0, last_keys
-        consumer = AIOKafkaConsumer(
-            **client_kwargs(bootstrap, security), enable_auto_commit=False, fetch_max_wait_ms=50
-        )
+        consumer = new_consumer(bootstrap, security, fetch_max_wait_ms=50)
         await consumer.start()
         applied = 0
         persisted = {tp.partition: self.persisted_offset(tp.partition) for tp in tps}

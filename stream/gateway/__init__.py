@@ -3,9 +3,12 @@ the ``jobs``, ``decisions`` and ``playbooks`` topics, and the UI page.
 
 Modules: ``tokens`` (minting and checking ``lemongraph_sk_`` tokens), ``errors``
 (the one error shape), ``guard`` and ``ratelimit`` (what every ``/v1`` call
-passes first), ``readmodel`` and ``views`` (the read side), ``models`` (request
-and response bodies), ``api`` (the routes), ``docs`` (the offline docs page),
-``server`` (uvicorn, API and UI ports, the thread ``lemongraph dev`` uses).
+passes first), ``readmodel``, ``schedules`` and ``views`` (the read side, fed by
+the one loop of ``follow``), ``models`` (request and response bodies),
+``routes/`` (one router per resource), ``api`` (which composes them),
+``schedule_ops`` (schedule definitions and operator actions), ``docs`` (the
+offline docs page), ``server`` (uvicorn, API and UI ports, the thread
+``lemongraph dev`` uses).
 """
 
 from stream.gateway.errors import ApiError

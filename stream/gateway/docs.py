@@ -7,13 +7,13 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from fastapi import FastAPI
+from fastapi import APIRouter
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import FileResponse, HTMLResponse
 
 from stream.gateway.errors import ApiError
 
-__all__ = ["install_docs", "swagger_assets"]
+__all__ = ["asset", "docs", "router", "swagger_assets"]
 
 _ASSETS = {
     "swagger-ui-bundle.js": "text/javascript",
@@ -31,23 +31,25 @@ def swagger_assets() -> Path | None:
     return folder if (folder / "swagger-ui-bundle.js").is_file() else None
 
 
-def install_docs(app: FastAPI) -> None:
-    """``/docs`` and its assets under ``/docs/assets/``."""
+#: ``/docs`` and its assets under ``/docs/assets/`` (not in the OpenAPI document).
+router = APIRouter(include_in_schema=False)
 
-    @app.get("/docs", include_in_schema=False)
-    async def docs() -> HTMLResponse:
-        return get_swagger_ui_html(
-            openapi_url="/openapi.json",
-            title="lemongraph gateway — API docs",
-            swagger_js_url="/docs/assets/swagger-ui-bundle.js",
-            swagger_css_url="/docs/assets/swagger-ui.css",
-            swagger_favicon_url="/docs/assets/favicon-32x32.png",
-            swagger_ui_parameters={"persistAuthorization": True},
-        )
 
-    @app.get("/docs/assets/{name}", include_in_schema=False)
-    async def asset(name: str) -> FileResponse:
-        folder = swagger_assets()
-        if folder is None or name not in _ASSETS:
-            raise ApiError(404, "not_found", f"no docs asset {name!r}")
-        return FileResponse(folder / name, media_type=_ASSETS[name])
+@router.get("/docs")
+async def docs() -> HTMLResponse:
+    return get_swagger_ui_html(
+        openapi_url="/openapi.json",
+        title="lemongraph gateway — API docs",
+        swagger_js_url="/docs/assets/swagger-ui-bundle.js",
+        swagger_css_url="/docs/assets/swagger-ui.css",
+        swagger_favicon_url="/docs/assets/favicon-32x32.png",
+        swagger_ui_parameters={"persistAuthorization": True},
+    )
+
+
+@router.get("/docs/assets/{name}")
+async def asset(name: str) -> FileResponse:
+    folder = swagger_assets()
+    if folder is None or name not in _ASSETS:
+        raise ApiError(404, "not_found", f"no docs asset {name!r}")
+    return FileResponse(folder / name, media_type=_ASSETS[name])

@@ -32,7 +32,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from topics import MAX_DEPTH
+from topics import MAX_DEPTH, describe_errors
 
 __all__ = [
     "ApiError",
@@ -97,13 +97,7 @@ def error_response(error: ApiError) -> JSONResponse:
 
 
 def _describe(errors: Any) -> str:
-    parts = []
-    for err in errors:
-        loc = [str(p) for p in err.get("loc", ()) if p not in ("body", "query", "path")]
-        where = ".".join(loc) or "body"
-        message = "unknown field" if err.get("type") == "extra_forbidden" else err.get("msg", "")
-        parts.append(f"{where}: {message}")
-    return "; ".join(parts)[:1000]
+    return describe_errors(errors, "body", skip=("body", "query", "path"))[:1000]
 
 
 def _from_validation(exc: RequestValidationError) -> ApiError:

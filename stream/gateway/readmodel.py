@@ -1,7 +1,8 @@
 """The gateway's read model: jobs, decisions and playbooks, fed by their topics
 and by the writes this gateway accepted itself (so a client reads its own writes).
 
-:meth:`ReadModel.follow` reads ``jobs``, ``decisions`` and ``playbooks`` from the
+:meth:`ReadModel.follow` (the loop of stream/gateway/follow.py, which also
+notices a broker reset) reads ``jobs``, ``decisions`` and ``playbooks`` from the
 beginning with a plain consumer (no group: every partition assigned) and keeps
 following. It is *caught up* when every partition's position has reached the
 high watermark the fetch responses report (the embedded broker's ListOffsets
@@ -46,17 +47,15 @@ import dataclasses
 import logging
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
 from pydantic import TypeAdapter, ValidationError
 
 from compiler import LemongraphError, Playbook, compile_playbook
-from stream.runtime.kafka import KafkaSecurity, caught_up, client_kwargs
+from stream.gateway.follow import Followed
 from topics import (
     JobSnapshot,
     JournalInterrupt,
@@ -66,7 +65,7 @@ from topics import (
     Topics,
 )
 
-__all__ = ["AcceptedWrite", "JobEntry", "ReadModel", "assign_from_start"]
+__all__ = ["AcceptedWrite", "JobEntry", "ReadModel"]
 
 log = logging.getLogger("lemongraph.gateway")
 
@@ -148,7 +147,7 @@ class JobEntry:
         return self.snapshot is not None or self.start is not None
 
 
-class ReadModel:
+class ReadModel(Followed):
     """Jobs by key, their newest decisions, the playbooks; watchers per job."""
 
     def __init__(
@@ -162,6 +161,7 @@ class ReadModel:
         memory_bytes: int = MEMORY_BYTES,
         pending_bytes: int | None = None,
     ) -> None:
+        super().__init__()
         self.topics = topics
         self.pending_ttl = pending_ttl
         self.jobs_kept = jobs_kept
@@ -215,13 +215,8 @@ class ReadModel:
         # Refused starts by inbox (partition, offset), for a refusal read before
         # the broker's acknowledgement of the start reached the gateway.
         self._refused_starts: OrderedDict[tuple[int, int], str] = OrderedDict()
-        self.caught_up = False
-        self.following = False
         self.skipped = 0
-        #: Set when a followed log went backwards (the broker was reset, or a
-        #: topic recreated): what this model holds no longer matches the broker.
-        self.reset: str | None = None
-        self._next: dict[TopicPartition, int] = {}
+        self._expired = 0.0  # when undecided writes were last expired (monotonic)
         self._watchers: dict[str, set[asyncio.Event]] = {}
         self._compiled: dict[tuple[str, int], Playbook | None] = {}
 
@@ -754,94 +749,29 @@ class ReadModel:
         kept = [w for w in entry.pending if not (w.partition == partition and w.offset <= offset)]
         self._set_pending(entry, kept)
 
-    # -- following the topics ------------------------------------------------------------
+    # -- following the topics (stream/gateway/follow.py) ---------------------------------
 
-    def _check_order(self, tp: TopicPartition, offset: int, say: Callable[[str], None]) -> None:
-        expected = self._next.get(tp, 0)
-        if offset < expected:
-            self._went_back(tp, f"it delivered offset {offset} again", say)
-        self._next[tp] = max(expected, offset + 1)
+    def followed(self) -> list[str]:
+        t = self.topics
+        return [t.jobs, t.decisions, t.playbooks, t.journal, t.messages]
 
-    def _went_back(self, tp: TopicPartition, what: str, say: Callable[[str], None]) -> None:
-        if self.reset is not None:
-            return
-        self.reset = (
-            f"{tp.topic} partition {tp.partition} was reset or recreated: this gateway had read "
-            f"it up to offset {self._next.get(tp, 0) - 1}, but {what}. Restart the gateway "
-            "(and see docs/operations.md, 'When the broker was reset')"
+    def take(self, tp: TopicPartition, key: bytes | None, value: bytes | None, offset: int) -> None:
+        self.apply(tp.topic, key, value)
+
+    def assigned(self, tps: list[TopicPartition]) -> None:
+        self._expired = time.monotonic()
+
+    def between(self) -> None:
+        """Undecided writes past ``pending_ttl`` expire, checked once a second."""
+        if time.monotonic() - self._expired >= 1.0:
+            self.expire_pending(time.time())
+            self._expired = time.monotonic()
+
+    def caught_up_line(self) -> str:
+        return (
+            f"gateway: read model caught up ({len(self.jobs)} jobs, "
+            f"{len(self.playbooks)} playbooks)"
         )
-        say(f"gateway: {self.reset}")
-
-    async def follow(
-        self,
-        bootstrap: str,
-        security: KafkaSecurity,
-        stopping: asyncio.Event,
-        say: Callable[[str], None] = log.info,
-    ) -> None:
-        """Read the topics from the beginning and keep following until
-        ``stopping`` is set (``security``: the gateway's settings', as its
-        producer has them)."""
-        consumer = AIOKafkaConsumer(
-            **client_kwargs(bootstrap, security),
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-        )
-        await consumer.start()
-        try:
-            names = [
-                self.topics.jobs,
-                self.topics.decisions,
-                self.topics.playbooks,
-                self.topics.journal,
-                self.topics.messages,
-            ]
-            tps = await assign_from_start(consumer, names, stopping)
-            if not tps:
-                return
-            self.following = True
-            expired = time.monotonic()
-            while not stopping.is_set():
-                if time.monotonic() - expired >= 1.0:
-                    self.expire_pending(time.time())
-                    expired = time.monotonic()
-                batches = await consumer.getmany(timeout_ms=200, max_records=2000)
-                for tp, records in batches.items():
-                    for r in records:
-                        self._check_order(tp, r.offset, say)
-                        self.apply(tp.topic, r.key, r.value)
-                for tp in tps:
-                    high = consumer.highwater(tp)
-                    if high is not None and high < self._next.get(tp, 0):
-                        self._went_back(tp, f"its log now ends at offset {high}", say)
-                now_caught_up = await caught_up(consumer, tps)
-                if now_caught_up and not self.caught_up:
-                    say(
-                        f"gateway: read model caught up ({len(self.jobs)} jobs, "
-                        f"{len(self.playbooks)} playbooks)"
-                    )
-                self.caught_up = now_caught_up
-        finally:
-            self.following = False
-            await consumer.stop()
-
-
-async def assign_from_start(
-    consumer: AIOKafkaConsumer, names: list[str], stopping: asyncio.Event
-) -> list[TopicPartition]:
-    """Wait until every topic of ``names`` exists, then assign all their
-    partitions to ``consumer`` from the beginning; [] when ``stopping`` came
-    first."""
-    while not stopping.is_set():
-        await consumer.topics()  # fresh metadata
-        found = {n: consumer.partitions_for_topic(n) or set() for n in names}
-        if all(found.values()):
-            tps = [TopicPartition(n, p) for n, ps in found.items() for p in sorted(ps)]
-            consumer.assign(tps)
-            await consumer.seek_to_beginning(*tps)
-            return tps
-        await asyncio.sleep(0.5)
-    return []
 
 
 def _size(record: dict[str, Any]) -> int:

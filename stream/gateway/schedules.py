@@ -1,12 +1,14 @@
 """Schedules in the gateway (docs/api.md, "Schedules"): the read model fed by
-the compacted ``schedules`` topic and by ``schedule-runs``, and the routes
-``/v1/schedules...``.
+the compacted ``schedules`` topic and by ``schedule-runs``; the routes
+``/v1/schedules...`` are in stream/gateway/routes/schedules.py.
 
 **The read model** (:class:`ScheduleModel`) follows both topics from the
-beginning with a consumer of its own (no group), beside the jobs' read model. A
-definition this gateway wrote is applied at once, from the broker's
-acknowledgement (a client reads its own write); the same record read back later
-changes nothing, and a record older than what is held (by offset) is ignored.
+beginning with a consumer of its own (no group), beside the jobs' read model,
+in the loop of stream/gateway/follow.py (which notices a broker reset, as the
+jobs' one does). A definition this gateway wrote is applied at once, from the
+broker's acknowledgement (a client reads its own write); the same record read
+back later changes nothing, and a record older than what is held (by offset) is
+ignored.
 
 **What it keeps** (docs/api.md, "A schedule's runs"): every
 definition up to ``schedules_kept`` (past it, further ids read from the topic
@@ -16,46 +18,26 @@ one ``run_id`` folded into one run); and the runs of all schedules together
 within ``runs_bytes`` (as JSON): past it, the oldest run of the schedule whose
 runs changed least recently goes. Everything dropped stays on the topics
 (``lemongraph schedule runs`` reads them all).
-
-**Who may write**: reading takes any valid token; creating, changing, deleting
-and waking a schedule take a token whose source is ``world`` (an operator's or
-the world's systems'): a ``tool`` or ``agent`` token is refused 403
-``source_not_allowed``, so that no agent can schedule work for itself. Every
-write also puts an ``audit`` record whose ``by`` is the token's name.
 """
 
 from __future__ import annotations
 
-import asyncio
 import bisect
 import logging
-import uuid
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Annotated, Any, get_args
+from typing import Any, get_args
 
 import orjson
-from aiokafka import AIOKafkaConsumer
-from fastapi import Body, FastAPI, Header, Query, Request
-from pydantic import BaseModel, Field, StrictBool, StrictStr, ValidationError
+from aiokafka.structs import TopicPartition
+from pydantic import ValidationError
 
 from stream.gateway import schedule_ops as ops
-from stream.gateway.capabilities import require
-from stream.gateway.errors import ApiError, error_responses
-from stream.gateway.guard import principal_of
-from stream.gateway.models import _Body
-from stream.gateway.readmodel import assign_from_start
-from stream.gateway.tokens import Principal
-from stream.runtime.kafka import KafkaSecurity, caught_up, client_kwargs
+from stream.gateway.follow import Followed
 from stream.runtime.partitions import home_partition
 from topics import ScheduleRecord, ScheduleRunRecord, Topics
 
-if TYPE_CHECKING:
-    from stream.gateway.api import Gateway
-
-__all__ = ["ScheduleModel", "install_schedules"]
+__all__ = ["ScheduleEntry", "ScheduleModel", "WakeWrite", "is_enabled"]
 
 log = logging.getLogger("lemongraph.gateway")
 
@@ -67,9 +49,6 @@ RUNS_BYTES = 32 << 20
 #: Wake requests this gateway remembers per schedule (a retried request id is
 #: answered ``duplicate`` without a second write; the worker de-duplicates too).
 WAKES_KEPT = 64
-#: Next slots in a schedule's view, and in a row of the list.
-VIEW_SLOTS = 5
-ROW_SLOTS = 3
 #: Run statuses that mean "still going".
 ACTIVE = ("pending", "running")
 #: Every run status (``?status=`` of the runs takes one of them).
@@ -95,7 +74,7 @@ class WakeWrite:
     offset: int
 
 
-class ScheduleModel:
+class ScheduleModel(Followed):
     """Definitions by id (listed in id order) and their newest runs."""
 
     def __init__(
@@ -106,6 +85,7 @@ class ScheduleModel:
         runs_kept: int = RUNS_KEPT,
         runs_bytes: int = RUNS_BYTES,
     ) -> None:
+        super().__init__()
         self.topics = topics
         self.schedules_kept = schedules_kept
         self.runs_kept = runs_kept
@@ -128,8 +108,6 @@ class ScheduleModel:
         self.untracked = 0  # definitions past schedules_kept, not held
         self.dropped_runs = 0  # runs dropped for the bounds
         self.skipped = 0  # records that did not decode
-        self.caught_up = False
-        self.following = False
         #: The ``schedules`` topic's partition count, once known (see :meth:`apply`).
         self.partitions = 0
 
@@ -167,8 +145,8 @@ class ScheduleModel:
                 return
             bisect.insort(self.listed, entry.id)
         else:
-            _unsort(self.listed_by[_enabled(earlier.spec)], entry.id)
-        bisect.insort(self.listed_by[_enabled(entry.spec)], entry.id)
+            _unsort(self.listed_by[is_enabled(earlier.spec)], entry.id)
+        bisect.insort(self.listed_by[is_enabled(entry.spec)], entry.id)
         self.schedules[entry.id] = entry
 
     def remove(self, schedule_id: str, offset: int = -1) -> None:
@@ -179,7 +157,7 @@ class ScheduleModel:
         earlier = self.schedules.pop(schedule_id, None)
         if earlier is not None:
             _unsort(self.listed, schedule_id)
-            _unsort(self.listed_by[_enabled(earlier.spec)], schedule_id)
+            _unsort(self.listed_by[is_enabled(earlier.spec)], schedule_id)
         self.wakes.pop(schedule_id, None)
         for _run in list(self.runs.get(schedule_id, ())):
             self._drop_oldest(schedule_id)
@@ -307,138 +285,21 @@ class ScheduleModel:
             self.skipped += 1
             log.debug("schedules read model: skipped a record of %s: %s", topic, exc)
 
-    async def follow(
-        self,
-        bootstrap: str,
-        security: KafkaSecurity,
-        stopping: asyncio.Event,
-        say: Callable[[str], None] = log.info,
-    ) -> None:
-        """Read both topics from the beginning and keep following until
-        ``stopping`` is set."""
-        consumer = AIOKafkaConsumer(
-            **client_kwargs(bootstrap, security),
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-        )
-        await consumer.start()
-        try:
-            names = [self.topics.schedules, self.topics.schedule_runs]
-            tps = await assign_from_start(consumer, names, stopping)
-            if not tps:
-                return
-            self.partitions = sum(1 for tp in tps if tp.topic == self.topics.schedules)
-            self.following = True
-            while not stopping.is_set():
-                batches = await consumer.getmany(timeout_ms=200, max_records=2000)
-                for tp, records in batches.items():
-                    for r in records:
-                        self.apply(tp.topic, r.key, r.value, r.offset, tp.partition)
-                now = await caught_up(consumer, tps)
-                if now and not self.caught_up:
-                    say(f"gateway: schedules caught up ({len(self.schedules)} schedules)")
-                self.caught_up = now
-        finally:
-            self.following = False
-            await consumer.stop()
+    def followed(self) -> list[str]:
+        return [self.topics.schedules, self.topics.schedule_runs]
+
+    def take(self, tp: TopicPartition, key: bytes | None, value: bytes | None, offset: int) -> None:
+        self.apply(tp.topic, key, value, offset, tp.partition)
+
+    def assigned(self, tps: list[TopicPartition]) -> None:
+        self.partitions = sum(1 for tp in tps if tp.topic == self.topics.schedules)
+
+    def caught_up_line(self) -> str:
+        return f"gateway: schedules caught up ({len(self.schedules)} schedules)"
 
 
-# -- bodies --------------------------------------------------------------------------------
-
-
-class SlotView(BaseModel):
-    """A slot: its UTC instant, and its wall time in the schedule's timezone."""
-
-    utc: str
-    local: str
-    abbreviation: str
-    timezone: str
-
-
-class ScheduleView(BaseModel):
-    """A schedule: its definition (as validated: defaults filled in, the
-    schedule's cron), whether it runs, its next slots, and its runs as known
-    from ``schedule-runs``."""
-
-    id: str
-    name: str
-    enabled: bool
-    schedule: str  # as written (a shorthand, or cron)
-    cron: str  # the same as 5-field cron
-    timezone: str
-    #: The catch-up window in effect (``spec`` leaves the default out):
-    #: ``2h`` as set, or ``one period (30m, the default)``.
-    catchup_window_effective: str
-    spec: dict[str, Any]
-    updated_at: str
-    by: str
-    next: list[SlotView]
-    last_run: dict[str, Any] | None = None
-    active_runs: list[dict[str, Any]] = Field(default_factory=list)
-    runs_kept: int = 0
-    #: A create's or change's warnings: a ``start_job`` naming a playbook not
-    #: registered (``action.playbook_key: no playbook ... (did you mean ...)``).
-    warnings: list[str] = Field(default_factory=list)
-
-
-class ScheduleList(BaseModel):
-    schedules: list[ScheduleView]
-    total: int
-    next: str | None = None
-
-
-class RunList(BaseModel):
-    """A schedule's runs, newest first; ``next`` is the cursor of the next page."""
-
-    schedule_id: str
-    runs: list[dict[str, Any]]
-    kept: int
-    next: int | None = None
-
-
-class Deleted(BaseModel):
-    id: str
-    deleted: bool = True
-    partition: int
-    offset: int
-
-
-class WakeBody(_Body):
-    """Fire the schedule now. ``request_id`` (or the ``Idempotency-Key`` header)
-    names the request: the same one again is one wake."""
-
-    context: dict[str, Any] | None = None
-    skip_if_running: StrictBool = False
-    request_id: StrictStr | None = Field(
-        None, min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._:@-]+$"
-    )
-
-
-class WakeAccepted(BaseModel):
-    """The wake command on the inbox (the broker acknowledged it). ``run_id`` is
-    the run it starts (or the run recorded ``skipped``)."""
-
-    accepted: bool = True
-    schedule_id: str
-    request_id: str
-    run_id: str
-    partition: int
-    offset: int
-    duplicate: bool = False
-
-
-_BODY_EXAMPLE = {
-    "id": "lead-review",
-    "name": "Lead review",
-    "schedule": "weekdays at 09:30",
-    "timezone": "America/New_York",
-    "action": {"type": "start_job", "playbook_key": "lead-qualification"},
-}
-_PATCH_EXAMPLES = {"pause": {"value": {"enabled": False}}}
-_REQUEST_ID = r"^[A-Za-z0-9._:@-]{1,200}$"
-
-
-def _enabled(spec: dict[str, Any]) -> bool:
+def is_enabled(spec: dict[str, Any]) -> bool:
+    """Does the schedule run (``enabled`` absent or true) or is it paused?"""
     return spec.get("enabled", True) is not False
 
 
@@ -447,288 +308,3 @@ def _unsort(ids: list[str], sid: str) -> None:
     at = bisect.bisect_left(ids, sid)
     if at < len(ids) and ids[at] == sid:
         del ids[at]
-
-
-# -- routes --------------------------------------------------------------------------------
-
-
-def install_schedules(
-    app: FastAPI, gateway: Gateway, model: ScheduleModel, secured: list[Any]
-) -> None:
-    """Add the ``/v1/schedules`` routes to ``app`` (``model``: the gateway's)."""
-    topics = model.topics
-
-    def writer(request: Request) -> Principal:
-        principal = principal_of(request.scope)
-        require(principal, "write_schedules")
-        if not model.caught_up:
-            raise ApiError(
-                503, "schedules_loading",
-                "the gateway has not read the schedules topic up to its end yet: retry shortly",
-                headers={"Retry-After": "1"},
-            )  # fmt: skip
-        return principal
-
-    def found(sid: str) -> ScheduleEntry:
-        entry = model.get(sid)
-        if entry is None:
-            raise ApiError(404, "schedule_not_found", f"no schedule {sid!r}")
-        return entry
-
-    def view(entry: ScheduleEntry, slots: int = VIEW_SLOTS) -> ScheduleView:
-        spec = entry.spec
-        return ScheduleView(
-            id=entry.id,
-            name=str(spec.get("name") or entry.id),
-            enabled=_enabled(spec),
-            schedule=str(spec.get("schedule", "")),
-            cron=ops.cron_of(spec),
-            catchup_window_effective=ops.catchup_window(spec),
-            timezone=str(spec.get("timezone") or "UTC"),
-            spec=spec,
-            updated_at=entry.updated_at,
-            by=entry.by,
-            next=[SlotView(**s.json()) for s in ops.spec_slots(spec, datetime.now(UTC), slots)],
-            last_run=model.last_run(entry.id),
-            active_runs=model.active_runs(entry.id),
-            runs_kept=len(model.runs.get(entry.id, ())),
-        )
-
-    def valid(data: object) -> dict[str, Any]:
-        try:
-            return ops.normalise(data, "<request body>")
-        except ops.Invalid as exc:
-            raise ApiError(
-                422, "invalid_schedule", exc.message,
-                extra={"field": exc.field, "position": exc.position},
-            ) from None  # fmt: skip
-
-    def warnings(spec: dict[str, Any]) -> list[str]:
-        """The playbooks registered are known once the jobs' read model has
-        read the ``playbooks`` topic to its end."""
-        jobs = gateway.model
-        return ops.playbook_warnings(spec, jobs.playbooks if jobs.caught_up else None)
-
-    async def put(write: ops.Write) -> Any:
-        return await gateway.send(write.full_topic(topics), write.key, write.value)
-
-    async def publish(spec: dict[str, Any], by: str, action: str, detail: dict[str, Any]) -> None:
-        at = ops.now_iso()
-        meta = await put(ops.definition(spec, by, at))
-        model.define(ScheduleEntry(str(spec["id"]), spec, at, by, meta.offset))
-        await put(ops.audit(action, str(spec["id"]), by, detail, at))
-        gateway.accepted_writes += 1
-
-    @app.post(
-        "/v1/schedules",
-        status_code=201,
-        response_model=ScheduleView,
-        dependencies=secured,
-        responses=error_responses(400, 403, 409, 413, 422, 503),
-    )
-    async def create_schedule(
-        request: Request,
-        body: Annotated[dict[str, Any], Body(openapi_examples={"a": {"value": _BODY_EXAMPLE}})],
-    ) -> ScheduleView:
-        """Create a schedule (docs/schedules.md): validated, then its definition
-        on `schedules` and an `audit` record `create`; 201 with the definition
-        as normalised and its next 5 slots. An id in use answers 409
-        `schedule_exists`; an invalid definition 422 `invalid_schedule` with
-        `field` and, in a cron expression, `position`. A `start_job` naming a
-        playbook not registered is accepted with `warnings`."""
-        principal = writer(request)
-        spec = valid(body)
-        sid = str(spec["id"])
-        async with gateway.lock("\x00schedule/" + sid):
-            if model.get(sid) is not None:
-                raise ApiError(
-                    409, "schedule_exists",
-                    f"schedule {sid!r} exists already: change it with PATCH /v1/schedules/{sid}",
-                )  # fmt: skip
-            if model.full():
-                raise ApiError(
-                    503, "schedules_full",
-                    f"this gateway holds {model.schedules_kept} schedules, its bound",
-                )  # fmt: skip
-            await publish(spec, principal.name, "create", {"spec": spec})
-        answer = view(found(sid))
-        answer.warnings = warnings(spec)
-        return answer
-
-    @app.get(
-        "/v1/schedules",
-        response_model=ScheduleList,
-        dependencies=secured,
-        responses=error_responses(422),
-    )
-    async def list_schedules(
-        enabled: Annotated[bool | None, Query(description="Only enabled (or paused) ones.")] = None,
-        limit: Annotated[int, Query(ge=1, le=500)] = 50,
-        cursor: Annotated[str | None, Query(max_length=200, description="A page's `next`.")] = None,
-    ) -> ScheduleList:
-        """Schedules by id, a page at a time, each with its next 3 slots."""
-        ids = model.listed if enabled is None else model.listed_by[enabled]
-        first = bisect.bisect_right(ids, cursor) if cursor is not None else 0
-        chosen = ids[first : first + limit]
-        more = first + limit < len(ids)
-        rows = [view(model.schedules[i], ROW_SLOTS) for i in chosen]
-        return ScheduleList(
-            schedules=rows, total=len(ids), next=chosen[-1] if more and chosen else None
-        )
-
-    @app.get(
-        "/v1/schedules/{schedule_id}",
-        response_model=ScheduleView,
-        dependencies=secured,
-        responses=error_responses(404),
-    )
-    async def get_schedule(schedule_id: str) -> ScheduleView:
-        """A schedule: its definition, next 5 slots (in its timezone and UTC; none
-        while paused), its last run and its active runs."""
-        return view(found(schedule_id))
-
-    @app.patch(
-        "/v1/schedules/{schedule_id}",
-        response_model=ScheduleView,
-        dependencies=secured,
-        responses=error_responses(400, 403, 404, 413, 422, 503),
-    )
-    async def update_schedule(
-        request: Request,
-        schedule_id: str,
-        body: Annotated[
-            dict[str, Any], Body(openapi_examples={"pause": {"value": {"enabled": False}}})
-        ],
-    ) -> ScheduleView:
-        """Change some fields (a field given replaces the old one whole; `null`
-        resets it to its default). `{"enabled": false}` pauses, `true` resumes:
-        audited `pause` / `resume`; any other change `update`. The whole
-        definition is validated again (422 as for a create); no change writes
-        nothing."""
-        principal = writer(request)
-        async with gateway.lock("\x00schedule/" + schedule_id):
-            entry = found(schedule_id)
-            try:
-                wanted = ops.merged(entry.spec, body)
-            except ops.Invalid as exc:
-                raise ApiError(
-                    422,
-                    "invalid_schedule",
-                    exc.message,
-                    extra={"field": exc.field, "position": None},
-                ) from None
-            spec = valid(wanted)
-            if spec != entry.spec:
-                action, detail = ops.change_action(entry.spec, spec)
-                await publish(spec, principal.name, action, detail)
-        answer = view(found(schedule_id))
-        answer.warnings = warnings(spec)
-        return answer
-
-    @app.delete(
-        "/v1/schedules/{schedule_id}",
-        response_model=Deleted,
-        dependencies=secured,
-        responses=error_responses(403, 404, 503),
-    )
-    async def delete_schedule(request: Request, schedule_id: str) -> Deleted:
-        """Delete a schedule: a tombstone on `schedules` and an `audit` record
-        `delete`. Its runs stay on `schedule-runs`; a run still active is
-        recorded `aborted` by the worker."""
-        principal = writer(request)
-        async with gateway.lock("\x00schedule/" + schedule_id):
-            found(schedule_id)
-            meta = await put(ops.tombstone(schedule_id))
-            model.remove(schedule_id, meta.offset)
-            await put(ops.audit("delete", schedule_id, principal.name))
-            gateway.accepted_writes += 1
-        return Deleted(id=schedule_id, partition=meta.partition, offset=meta.offset)
-
-    @app.post(
-        "/v1/schedules/{schedule_id}/wake",
-        status_code=202,
-        response_model=WakeAccepted,
-        dependencies=secured,
-        responses=error_responses(400, 403, 404, 413, 422, 503),
-    )
-    async def wake_schedule(
-        request: Request,
-        schedule_id: str,
-        body: WakeBody | None = None,
-        idempotency_key: Annotated[
-            str | None,
-            Header(
-                alias="Idempotency-Key",
-                pattern=_REQUEST_ID,
-                description="Names the request, as `request_id` does.",
-            ),
-        ] = None,
-    ) -> WakeAccepted:
-        """Fire the schedule now: a `schedule.wake` on the inbox and an `audit`
-        record `wake`; 202. The run carries `context`; with `skip_if_running` it
-        is recorded `skipped` while a run is active (and a paused schedule's
-        wake is recorded `skipped` too). The same `request_id` (or
-        `Idempotency-Key`) again is one wake: `duplicate: true`."""
-        principal = writer(request)
-        given = body or WakeBody()
-        if given.request_id and idempotency_key and given.request_id != idempotency_key:
-            raise ApiError(422, "invalid_body", "request_id and the Idempotency-Key header differ")
-        request_id = given.request_id or idempotency_key or f"wake-{uuid.uuid4().hex}"
-        async with gateway.lock("\x00schedule/" + schedule_id):
-            found(schedule_id)
-            held = model.wakes.get(schedule_id)
-            earlier = held.get(request_id) if held is not None else None
-            if earlier is not None:
-                return WakeAccepted(
-                    schedule_id=schedule_id, request_id=request_id, run_id=earlier.run_id,
-                    partition=earlier.partition, offset=earlier.offset, duplicate=True,
-                )  # fmt: skip
-            run_id = ops.wake_run_id(schedule_id, request_id)
-            meta = await put(
-                ops.wake(schedule_id, request_id, given.context, given.skip_if_running)
-            )
-            detail = {
-                "request_id": request_id,
-                "run_id": run_id,
-                "skip_if_running": given.skip_if_running,
-                "context": given.context,
-            }
-            await put(ops.audit("wake", schedule_id, principal.name, detail))
-            model.remember_wake(
-                schedule_id, WakeWrite(request_id, run_id, meta.partition, meta.offset)
-            )
-            gateway.accepted_writes += 1
-        return WakeAccepted(
-            schedule_id=schedule_id, request_id=request_id, run_id=run_id,
-            partition=meta.partition, offset=meta.offset,
-        )  # fmt: skip
-
-    @app.get(
-        "/v1/schedules/{schedule_id}/runs",
-        response_model=RunList,
-        dependencies=secured,
-        responses=error_responses(404, 422),
-    )
-    async def schedule_runs(
-        schedule_id: str,
-        limit: Annotated[int, Query(ge=1, le=500)] = 50,
-        cursor: Annotated[int | None, Query(ge=0, description="A page's `next`.")] = None,
-        status: Annotated[str | None, Query(max_length=20, description="Only this status.")] = None,
-    ) -> RunList:
-        """The schedule's runs, newest first (pending, running, completed,
-        failed, timeout, aborted, suppressed, missed, skipped), each as its
-        records on `schedule-runs` say; at most the newest 200 are kept. A
-        `status` that is none of these answers 422 `invalid_query`."""
-        if status is not None and status not in RUN_STATUSES:
-            raise ApiError(
-                422, "invalid_query",
-                f"status: {status!r} is not a run status ({', '.join(RUN_STATUSES)})",
-            )  # fmt: skip
-        found(schedule_id)
-        runs, more = model.newest_runs(schedule_id, limit, cursor, status)
-        return RunList(
-            schedule_id=schedule_id,
-            runs=runs,
-            kept=len(model.runs.get(schedule_id, ())),
-            next=more,
-        )

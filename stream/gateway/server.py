@@ -29,11 +29,12 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from stream.gateway.api import Gateway, build_api
+from stream.gateway.api import build_api
 from stream.gateway.guard import Guard
 from stream.gateway.protocol import GatewayConfig, quiet_accept_errors, quiet_uvicorn
 from stream.gateway.ratelimit import RateLimiter
 from stream.gateway.readmodel import ReadModel
+from stream.gateway.routes.shared import Gateway
 from stream.runtime.config import Settings
 from stream.runtime.errors import GatewayStartError
 from stream.runtime.files import load_playbooks_dir

@@ -8,7 +8,7 @@ without padding. The payload is compact JSON::
 
 ``src`` is the source stamped on every event the token sends (docs/api.md, 'Tokens': the
 ingress decides it, never the body); what each source may do is
-``stream/gateway/capabilities.py``. ``roles`` is absent or a list: ``approver`` lets a
+``stream/gateway/routes/capabilities.py``. ``roles`` is absent or a list: ``approver`` lets a
 ``world`` token answer approvals (docs/api.md, "Approvals"). ``exp`` is absent for a
 token that does not expire. The signature covers the payload's base64 text exactly as sent, and is
 compared in constant time. Time is an argument (``now``, seconds since the epoch).

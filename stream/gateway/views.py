@@ -19,7 +19,7 @@ from stream.gateway.models import (
 from stream.gateway.readmodel import AcceptedWrite, JobEntry, ReadModel
 from topics import ExplanationRecord
 
-__all__ = ["job_summary", "job_view"]
+__all__ = ["held_view", "job_summary", "job_view", "list_row"]
 
 
 #: A snapshot's job status as the API says it (the API adds starting and refused).
@@ -179,3 +179,23 @@ def job_summary(entry: JobEntry) -> JobSummary:
         next_step=None,
         subject=_subject(entry),
     )
+
+
+def list_row(model: ReadModel, key: str) -> JobSummary:
+    """Job ``key``'s row of the list: from memory, or its evicted summary."""
+    entry = model.jobs.get(key)
+    if entry is None:
+        entry = JobEntry(key, snapshot=model.gone[key], in_memory=False)
+    return job_summary(entry).model_copy(update={"in_memory": entry.in_memory})
+
+
+def held_view(model: ReadModel, entry: JobEntry) -> JobView:
+    """The job's view; for a job evicted from memory, what its summary says."""
+    view = job_view(model, entry)
+    if entry.in_memory or entry.snapshot is None:
+        return view
+    states = entry.snapshot.milestones
+    milestones = [
+        m.model_copy(update={"state": states.get(m.id, m.state)}) for m in view.milestones
+    ]
+    return view.model_copy(update={"in_memory": False, "milestones": milestones})

@@ -34,6 +34,7 @@ __all__ = [
     "compression_from_env",
     "compression_type",
     "configured_compression",
+    "new_consumer",
     "producer",
     "read_topic",
     "run",
@@ -197,6 +198,32 @@ def client_kwargs(bootstrap: str, security: KafkaSecurity | None = None) -> dict
     return {"bootstrap_servers": bootstrap, **chosen.aiokafka_kwargs()}
 
 
+def new_consumer(
+    bootstrap: str,
+    security: KafkaSecurity | None = None,
+    *,
+    topics: tuple[str, ...] = (),
+    group: str | None = None,
+    offsets: str | None = None,
+    isolation: str | None = None,
+    **tuning: Any,
+) -> AIOKafkaConsumer:
+    """A consumer as every one lemongraph makes (not started): :func:`client_kwargs`
+    and no auto-commit (each commits, if at all, what it has handled). What
+    differs: the ``topics`` it subscribes (none: it assigns partitions itself),
+    its ``group``, where it starts without a committed offset (``offsets``:
+    aiokafka's ``auto_offset_reset``), its ``isolation`` level, and ``tuning``
+    (aiokafka's fetch options); what is not given is aiokafka's default."""
+    options: dict[str, Any] = {"enable_auto_commit": False}
+    if group is not None:
+        options["group_id"] = group
+    if offsets is not None:
+        options["auto_offset_reset"] = offsets
+    if isolation is not None:
+        options["isolation_level"] = isolation
+    return AIOKafkaConsumer(*topics, **client_kwargs(bootstrap, security), **options, **tuning)
+
+
 #: The codecs ``LEMONGRAPH_KAFKA_COMPRESSION`` names (Kafka's own batch codecs).
 COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
 #: What producers use when the variable is unset: on the benchmark's workload zstd
@@ -303,7 +330,7 @@ async def topic_partitions(
     bootstrap: str, topic: str, security: KafkaSecurity | None = None
 ) -> list[int]:
     """The partitions of ``topic`` (empty when it does not exist)."""
-    consumer = AIOKafkaConsumer(**client_kwargs(bootstrap, security), enable_auto_commit=False)
+    consumer = new_consumer(bootstrap, security)
     await _start(consumer)
     try:
         return await _partitions(consumer, topic)
@@ -341,11 +368,7 @@ async def read_topic(
     answer is off by up to a batch) and nothing new arrived for ``idle`` seconds.
     ``security``: the caller's settings' (the environment's when None).
     """
-    consumer = AIOKafkaConsumer(
-        **client_kwargs(bootstrap, security),
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-    )
+    consumer = new_consumer(bootstrap, security, offsets="earliest")
     await _start(consumer)
     try:
         partitions = await _partitions(consumer, topic)

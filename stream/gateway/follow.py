@@ -1,0 +1,133 @@
+"""Following topics from their beginning: the one loop that feeds the gateway's
+read models (stream/gateway/readmodel.py for jobs, stream/gateway/schedules.py
+for schedules).
+
+A read model reads its topics from offset 0 with a consumer of its own (no
+group) and keeps following until the gateway stops. It is *caught up* once
+every partition's position has reached the high watermark the fetches report.
+It also notices a log that went backwards (docs/operations.md, "When the broker
+was reset"): an offset delivered again, or a high watermark below what was read.
+What it holds then no longer matches the broker, so :attr:`Followed.reset`
+names the problem and ``GET /healthz`` answers 503 until the gateway restarts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from aiokafka import AIOKafkaConsumer
+from aiokafka.structs import TopicPartition
+
+from stream.runtime.kafka import KafkaSecurity, caught_up, new_consumer
+
+__all__ = ["Followed", "assign_from_start"]
+
+log = logging.getLogger("lemongraph.gateway")
+
+
+class Followed:
+    """A read model fed by :meth:`follow`; a subclass names its topics and
+    takes their records."""
+
+    def __init__(self) -> None:
+        self.caught_up = False
+        self.following = False
+        #: Set when a followed log went backwards (the broker was reset, or a
+        #: topic recreated): what this model holds no longer matches the broker.
+        self.reset: str | None = None
+        self._next: dict[TopicPartition, int] = {}
+
+    # -- what a read model says ------------------------------------------------------
+
+    def followed(self) -> list[str]:
+        """The topics it reads."""
+        raise NotImplementedError
+
+    def take(self, tp: TopicPartition, key: bytes | None, value: bytes | None, offset: int) -> None:
+        """One record read."""
+        raise NotImplementedError
+
+    def assigned(self, tps: list[TopicPartition]) -> None:
+        """Its partitions are known (before the first record)."""
+
+    def between(self) -> None:
+        """Called before every fetch."""
+
+    def caught_up_line(self) -> str:
+        """What is said once it has caught up."""
+        raise NotImplementedError
+
+    # -- the loop ------------------------------------------------------------------------
+
+    def _check_order(self, tp: TopicPartition, offset: int, say: Callable[[str], None]) -> None:
+        expected = self._next.get(tp, 0)
+        if offset < expected:
+            self._went_back(tp, f"it delivered offset {offset} again", say)
+        self._next[tp] = max(expected, offset + 1)
+
+    def _went_back(self, tp: TopicPartition, what: str, say: Callable[[str], None]) -> None:
+        if self.reset is not None:
+            return
+        self.reset = (
+            f"{tp.topic} partition {tp.partition} was reset or recreated: this gateway had read "
+            f"it up to offset {self._next.get(tp, 0) - 1}, but {what}. Restart the gateway "
+            "(and see docs/operations.md, 'When the broker was reset')"
+        )
+        say(f"gateway: {self.reset}")
+
+    async def follow(
+        self,
+        bootstrap: str,
+        security: KafkaSecurity,
+        stopping: asyncio.Event,
+        say: Callable[[str], None] = log.info,
+    ) -> None:
+        """Read the topics from the beginning and keep following until
+        ``stopping`` is set (``security``: the gateway's settings', as its
+        producer has them)."""
+        consumer = new_consumer(bootstrap, security, offsets="earliest")
+        await consumer.start()
+        try:
+            tps = await assign_from_start(consumer, self.followed(), stopping)
+            if not tps:
+                return
+            self.assigned(tps)
+            self.following = True
+            while not stopping.is_set():
+                self.between()
+                batches = await consumer.getmany(timeout_ms=200, max_records=2000)
+                for tp, records in batches.items():
+                    for r in records:
+                        self._check_order(tp, r.offset, say)
+                        self.take(tp, r.key, r.value, r.offset)
+                for tp in tps:
+                    high = consumer.highwater(tp)
+                    if high is not None and high < self._next.get(tp, 0):
+                        self._went_back(tp, f"its log now ends at offset {high}", say)
+                now_caught_up = await caught_up(consumer, tps)
+                if now_caught_up and not self.caught_up:
+                    say(self.caught_up_line())
+                self.caught_up = now_caught_up
+        finally:
+            self.following = False
+            await consumer.stop()
+
+
+async def assign_from_start(
+    consumer: AIOKafkaConsumer, names: list[str], stopping: asyncio.Event
+) -> list[TopicPartition]:
+    """Wait until every topic of ``names`` exists, then assign all their
+    partitions to ``consumer`` from the beginning; [] when ``stopping`` came
+    first."""
+    while not stopping.is_set():
+        await consumer.topics()  # fresh metadata
+        found = {n: consumer.partitions_for_topic(n) or set() for n in names}
+        if all(found.values()):
+            tps = [TopicPartition(n, p) for n, ps in found.items() for p in sorted(ps)]
+            consumer.assign(tps)
+            await consumer.seek_to_beginning(*tps)
+            return tps
+        await asyncio.sleep(0.5)
+    return []

@@ -1,0 +1,131 @@
+"""Answering a flow (docs/api.md, "Answering a flow", "Approvals"): the open
+questions and approvals of a job, and an answer to one."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+from fastapi import APIRouter
+
+from stream.gateway.errors import ApiError, error_responses
+from stream.gateway.models import AnswerAccepted, AnswerBody, InterruptList
+from stream.gateway.routes.capabilities import require
+from stream.gateway.routes.shared import SECURED, Gateway, GatewayDep, PrincipalDep, now_iso
+from stream.gateway.tokens import Principal
+from topics import APPROVERS_DEFAULT, Answerer, JournalInterrupt, MessageRecord, encode
+
+__all__ = ["get_interrupts", "post_answer", "router"]
+
+router = APIRouter(dependencies=SECURED)
+
+
+async def _may_answer(
+    gateway: Gateway, asked: Mapping[str, Any] | None, by: Answerer, principal: Principal
+) -> None:
+    """Nothing when the token holder may answer the open interrupt ``asked``:
+    a question with a ``world`` token, an approval (whose ``approvers`` name
+    ``operators``) with an approver's (docs/api.md, "Approvals"). Else the
+    refusal is journaled when the interrupt is open (a ``journal.interrupt``
+    ``refused``, the interrupt left open) and raised as 403. An ``agent`` or
+    ``tool`` token is refused whether or not the interrupt is open."""
+    approval = asked is not None and asked.get("kind") == "approval"
+    approvers = list((asked or {}).get("approvers") or APPROVERS_DEFAULT)
+    try:
+        require(principal, "answer_approval" if approval else "answer_question")
+        if approval and "operators" not in approvers:
+            raise ApiError(
+                403, "not_an_approver",
+                f"this approval is answered by {', '.join(approvers)} on their own channel, "
+                "not through the API (docs/api.md, 'Approvals')",
+            )  # fmt: skip
+    except ApiError:
+        if asked is not None:
+            fields = ("job_key", "run_id", "flow", "node", "interrupt_id", "kind")
+            refusal = JournalInterrupt(
+                **{k: asked[k] for k in fields}, at=now_iso(), status="refused",
+                approvers=approvers if approval else [], by=by,
+            )  # fmt: skip
+            await gateway.send(gateway.model.topics.journal, refusal.job_key, encode(refusal))
+        raise
+
+
+@router.post(
+    "/v1/jobs/{key}/answers",
+    status_code=202,
+    response_model=AnswerAccepted,
+    responses=error_responses(400, 403, 404, 409, 413, 422, 503),
+)
+async def post_answer(
+    gateway: GatewayDep, key: str, body: AnswerBody, principal: PrincipalDep
+) -> AnswerAccepted:
+    """The answer to a flow's open question or approval: it goes on `messages`
+    (inbound, with the interrupt id and who answered), where the agents service
+    takes it once and resumes the flow. An interrupt that is not open (unknown,
+    answered already, expired) answers 409 `interrupt_not_open` and writes
+    nothing; an answer a question does not allow, 422 `answer_not_allowed`. A
+    question is answered with a `world` token, an approval only by an approver
+    (403 `source_not_allowed` or `not_an_approver`, journaled, nothing else
+    written)."""
+    model = gateway.model
+    async with gateway.lock(key):
+        entry = model.entry(key)
+        if entry is None or not entry.visible:
+            raise ApiError(404, "job_not_found", f"no job {key!r}")
+        asked = model.interrupts.get(key, {}).get(body.interrupt_id)
+        by = Answerer(source=principal.source, name=principal.name,
+                      approver=principal.approver)  # fmt: skip
+        await _may_answer(gateway, asked, by, principal)
+        if asked is None:
+            raise ApiError(
+                409,
+                "interrupt_not_open",
+                f"job {key!r} has no open question {body.interrupt_id!r}: it was answered "
+                "already, expired, or never asked (GET /v1/jobs/{key}/interrupts lists "
+                "the open ones)",
+            )
+        allowed = list(asked.get("answers") or [])
+        if allowed and body.answer not in allowed:
+            raise ApiError(
+                422,
+                "answer_not_allowed",
+                f"question {body.interrupt_id!r} takes one of: {', '.join(allowed)}",
+            )
+        gateway.room()
+        message_id = f"answer:{body.interrupt_id}"
+        answer = body.answer
+        text = answer if isinstance(answer, str) else orjson.dumps(answer).decode()
+        record = MessageRecord(
+            job_key=key,
+            message_id=message_id,
+            direction="in",
+            channel="web",
+            text=text,
+            at=now_iso(),
+            interrupt_id=body.interrupt_id,
+            answer=body.answer,
+            by=by,
+        )
+        meta = await gateway.send(model.topics.messages, key, encode(record))
+        model.answered(key, body.interrupt_id)  # a second answer is refused from now
+    return AnswerAccepted(
+        key=key,
+        interrupt_id=body.interrupt_id,
+        message_id=message_id,
+        partition=meta.partition,
+        offset=meta.offset,
+    )
+
+
+@router.get(
+    "/v1/jobs/{key}/interrupts", response_model=InterruptList, responses=error_responses(404)
+)
+async def get_interrupts(gateway: GatewayDep, key: str) -> InterruptList:
+    """The job's open flow questions and approvals (what
+    `POST /v1/jobs/{key}/answers` accepts), oldest first."""
+    model = gateway.model
+    entry = model.entry(key)
+    if entry is None or not entry.visible:
+        raise ApiError(404, "job_not_found", f"no job {key!r}")
+    return InterruptList(key=key, interrupts=list(model.interrupts.get(key, {}).values()))

@@ -1,0 +1,123 @@
+"""Inbound email by webhook (docs/api.md): ``POST /v1/inbound/email``, signed
+with LEMONGRAPH_INBOUND_SECRET instead of a bearer token."""
+
+from __future__ import annotations
+
+import hmac
+import time
+
+from fastapi import APIRouter, Request
+from pydantic import ValidationError
+
+from stream.gateway.errors import ApiError, error_responses
+from stream.gateway.models import InboundAccepted, InboundEmail
+from stream.gateway.readmodel import idem
+from stream.gateway.routes.shared import Gateway, GatewayDep, now_iso
+from topics import JournalMail, encode, first_error
+from topics.mail import (
+    MailSettings,
+    SenderNotContact,
+    inbound_message_id,
+    received,
+    sender_of,
+    unverified,
+)
+from topics.replies import ReplyRoute, ReplyTokenError, read_reply_address
+
+__all__ = ["inbound_email", "router"]
+
+router = APIRouter()
+
+
+def _configured(gateway: Gateway) -> MailSettings:
+    """The mail settings, when the webhook is on; 404 ``inbound_not_configured`` else."""
+    mail = gateway.mail
+    if mail is None or not mail.inbound_secret:
+        raise ApiError(
+            404, "inbound_not_configured",
+            "LEMONGRAPH_INBOUND_SECRET is empty: this gateway has no inbound webhook",
+        )  # fmt: skip
+    return mail
+
+
+def _check_signature(mail: MailSettings, raw: bytes, given: str) -> None:
+    """401 ``signature_invalid`` unless ``given`` signs ``raw``."""
+    expected = "sha256=" + hmac.new(mail.inbound_secret.encode(), raw, "sha256").hexdigest()
+    if not hmac.compare_digest(given.encode(), expected.encode()):
+        raise ApiError(
+            401, "signature_invalid",
+            "X-Lemongraph-Signature is missing or does not match the body "
+            "(sha256=<hex HMAC-SHA256 of the exact body under LEMONGRAPH_INBOUND_SECRET>)",
+        )  # fmt: skip
+
+
+async def _route(gateway: Gateway, mail: MailSettings, body: InboundEmail) -> ReplyRoute:
+    """The job the reply address names; 403 ``reply_refused`` (journaled) else."""
+    try:
+        return read_reply_address(mail.reply_secret, body.to, mail.reply_domain, int(time.time()))
+    except ReplyTokenError as exc:
+        refusal = JournalMail(
+            job_key="", at=now_iso(), direction="in", outcome="refused",
+            address=body.from_, detail=f"webhook: {exc.reason}: to {body.to}: {exc}"[:500],
+        )  # fmt: skip
+        await gateway.send(gateway.model.topics.journal, "", encode(refusal))
+        raise ApiError(403, "reply_refused", f"{exc.reason} reply address: {exc}") from None
+
+
+@router.post(
+    "/v1/inbound/email",
+    status_code=202,
+    response_model=InboundAccepted,
+    responses=error_responses(400, 401, 403, 404, 413, 422, 503),
+)
+async def inbound_email(gateway: GatewayDep, request: Request) -> InboundAccepted:
+    """For mail providers that deliver by webhook: an email received for a
+    `reply+<token>@REPLY_DOMAIN` (or `bounce+...`) address. No bearer token:
+    `X-Lemongraph-Signature: sha256=<hex HMAC-SHA256 of the body under
+    LEMONGRAPH_INBOUND_SECRET>`. The reply token is checked as the mail ingress
+    checks it (403 `reply_refused`, journaled, nothing written), and so is the
+    sender: a reply `from` anyone but the contact its address was issued to is
+    403 `sender_not_contact` (journaled `unverified`, nothing written). A reply
+    becomes a message and its `message_received` event, a bounce `email_bounced`."""
+    model = gateway.model
+    mail = _configured(gateway)
+    raw = await request.body()
+    _check_signature(mail, raw, request.headers.get("x-lemongraph-signature", ""))
+    try:
+        body = InboundEmail.model_validate_json(raw)
+    except ValidationError as exc:
+        raise ApiError(422, "invalid_body", first_error(exc, "body")) from None
+    route = await _route(gateway, mail, body)
+    key = route.job_key
+    message_id = inbound_message_id(body.message_id, raw)
+    async with gateway.lock(key):
+        entry = model.entry(key)
+        if entry is None or not entry.visible:
+            raise ApiError(404, "job_not_found", f"no job {key!r}")
+        try:
+            record, event = received(
+                route, message_id, sender_of(body.from_), body.text, now_iso(), body.reason
+            )
+        except SenderNotContact as refusal:
+            held = unverified(route, refusal, message_id, now_iso(), "webhook")
+            await gateway.send(model.topics.journal, key, encode(held))
+            raise ApiError(403, "sender_not_contact", str(refusal)) from None
+        event_key = str(event.idempotency_key)
+        answer = InboundAccepted(
+            key=key, kind="bounce" if record is None else "reply",
+            message_id=message_id, event_id=event_key,
+        )  # fmt: skip
+        remembered = idem(event.source, event_key) in entry.idempotency
+        if remembered or message_id in model.message_ids.get(key, ()):
+            return answer.model_copy(update={"duplicate": True})
+        gateway.room()
+        if record is not None:
+            await gateway.send(model.topics.messages, key, encode(record))
+        await gateway.produce(key, event)
+        journaled = JournalMail(
+            job_key=key, at=now_iso(), direction="in",
+            outcome="received" if record is not None else "bounced",
+            message_id=message_id, address=sender_of(body.from_), detail="webhook",
+        )  # fmt: skip
+        await gateway.send(model.topics.journal, key, encode(journaled))
+    return answer

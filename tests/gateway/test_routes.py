@@ -1,0 +1,210 @@
+"""The API's wiring, without Kafka: every route is a named function of a router
+(stream/gateway/routes/), the operation ids clients generate code from stay as
+they are, one paging helper serves both lists, and both read models notice a
+log that went backwards (the one follow loop of stream/gateway/follow.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from aiokafka.structs import TopicPartition
+from fastapi.routing import APIRoute
+from fastapi.testclient import TestClient
+
+from stream.gateway import follow
+from stream.gateway.api import ROUTERS, build_api
+from stream.gateway.guard import Guard
+from stream.gateway.ratelimit import RateLimiter
+from stream.gateway.readmodel import ReadModel
+from stream.gateway.routes.shared import Gateway, page
+from stream.gateway.schedules import ScheduleModel
+from stream.runtime.kafka import KafkaSecurity
+from topics import Topics
+
+TOPICS = Topics("routes.")
+
+#: (method, path, operationId) of every operation in /openapi.json: FastAPI derives
+#: the ids from the route functions' names, so a renamed function would change them.
+OPERATIONS = {
+    ("GET", "/healthz", "healthz_healthz_get"),
+    ("GET", "/v1/dev/mail", "dev_mail_v1_dev_mail_get"),
+    ("POST", "/v1/events", "send_event_v1_events_post"),
+    ("POST", "/v1/inbound/email", "inbound_email_v1_inbound_email_post"),
+    ("GET", "/v1/jobs", "list_jobs_v1_jobs_get"),
+    ("POST", "/v1/jobs", "start_job_v1_jobs_post"),
+    ("GET", "/v1/jobs/{key}", "get_job_v1_jobs__key__get"),
+    ("POST", "/v1/jobs/{key}/answers", "post_answer_v1_jobs__key__answers_post"),
+    ("GET", "/v1/jobs/{key}/decisions", "get_decisions_v1_jobs__key__decisions_get"),
+    ("GET", "/v1/jobs/{key}/events", "job_events_v1_jobs__key__events_get"),
+    ("GET", "/v1/jobs/{key}/interrupts", "get_interrupts_v1_jobs__key__interrupts_get"),
+    ("GET", "/v1/jobs/{key}/journal", "get_journal_v1_jobs__key__journal_get"),
+    ("GET", "/v1/jobs/{key}/messages", "get_messages_v1_jobs__key__messages_get"),
+    ("POST", "/v1/jobs/{key}/messages", "post_message_v1_jobs__key__messages_post"),
+    ("GET", "/v1/playbooks", "list_playbooks_v1_playbooks_get"),
+    ("GET", "/v1/playbooks/{key}", "get_playbook_v1_playbooks__key__get"),
+    ("GET", "/v1/schedules", "list_schedules_v1_schedules_get"),
+    ("POST", "/v1/schedules", "create_schedule_v1_schedules_post"),
+    ("DELETE", "/v1/schedules/{schedule_id}", "delete_schedule_v1_schedules__schedule_id__delete"),
+    ("GET", "/v1/schedules/{schedule_id}", "get_schedule_v1_schedules__schedule_id__get"),
+    ("PATCH", "/v1/schedules/{schedule_id}", "update_schedule_v1_schedules__schedule_id__patch"),
+    (
+        "GET",
+        "/v1/schedules/{schedule_id}/runs",
+        "schedule_runs_v1_schedules__schedule_id__runs_get",
+    ),
+    (
+        "POST",
+        "/v1/schedules/{schedule_id}/wake",
+        "wake_schedule_v1_schedules__schedule_id__wake_post",
+    ),
+}
+
+
+class _Client:
+    async def fetch_all_metadata(self) -> None:
+        return None
+
+
+@dataclass
+class _Producer:
+    client: _Client = field(default_factory=_Client)
+
+
+def _gateway() -> Gateway:
+    guard = Guard("s" * 32, RateLimiter(100, 100), 1 << 20)
+    model = ReadModel(TOPICS, {})
+    return Gateway(model, _Producer(), guard)  # type: ignore[arg-type]
+
+
+def test_every_route_is_a_named_function_of_its_router() -> None:
+    routes = [r for router in ROUTERS for r in router.routes if isinstance(r, APIRoute)]
+    assert len(routes) == len(OPERATIONS) + 3  # and /, /docs, /docs/assets/{name}
+    for route in routes:
+        endpoint = route.endpoint
+        assert "<locals>" not in endpoint.__qualname__, route.path
+        assert getattr(sys.modules[endpoint.__module__], endpoint.__name__) is endpoint
+
+
+def test_the_operation_ids_stay() -> None:
+    schema = build_api(_gateway()).openapi()
+    found = {
+        (method.upper(), path, operation["operationId"])
+        for path, methods in schema["paths"].items()
+        for method, operation in methods.items()
+    }
+    assert found == OPERATIONS
+
+
+def test_a_page_starts_after_the_cursor() -> None:
+    keys = ["a", "b", "c", "d", "e"]
+    assert page(keys, None, 2) == (["a", "b"], "b")
+    assert page(keys, "b", 2) == (["c", "d"], "d")
+    assert page(keys, "d", 2) == (["e"], None)
+    assert page(keys, "bb", 10) == (["c", "d", "e"], None)
+    assert page(keys, "e", 2) == ([], None)
+    assert page([], None, 5) == ([], None)
+
+
+@dataclass
+class _Record:
+    offset: int
+    key: bytes | None = None
+    value: bytes | None = None
+
+
+class _Consumer:
+    """What the follow loop asks of a consumer: one partition per topic, the
+    batches given, then nothing (and ``stopping`` set once they are read)."""
+
+    def __init__(self, batches: list[tuple[str, list[int], int]], stopping: asyncio.Event):
+        self.batches = batches  # (topic, offsets delivered, high watermark after)
+        self.stopping = stopping
+        self.high: dict[TopicPartition, int] = {}
+        self.read: dict[TopicPartition, int] = {}
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    async def topics(self) -> set[str]:
+        return set()
+
+    def partitions_for_topic(self, topic: str) -> set[int]:
+        return {0}
+
+    def assign(self, tps: list[TopicPartition]) -> None: ...
+
+    async def seek_to_beginning(self, *tps: TopicPartition) -> None: ...
+
+    async def getmany(self, **_: Any) -> dict[TopicPartition, list[_Record]]:
+        if not self.batches:
+            self.stopping.set()
+            return {}
+        topic, offsets, high = self.batches.pop(0)
+        tp = TopicPartition(topic, 0)
+        self.high[tp] = high
+        self.read[tp] = offsets[-1] + 1 if offsets else self.read.get(tp, 0)
+        return {tp: [_Record(o) for o in offsets]} if offsets else {}
+
+    def highwater(self, tp: TopicPartition) -> int | None:
+        return self.high.get(tp)
+
+    async def position(self, tp: TopicPartition) -> int:
+        return self.read.get(tp, 0)
+
+
+def _jobs() -> ReadModel:
+    return ReadModel(TOPICS, {})
+
+
+def _schedules() -> ScheduleModel:
+    return ScheduleModel(TOPICS)
+
+
+@pytest.mark.parametrize("made", [_jobs, _schedules], ids=["jobs", "schedules"])
+@pytest.mark.parametrize(
+    ("second", "what"),
+    [(([1], 3), "it delivered offset 1 again"), (([], 1), "its log now ends at offset 1")],
+    ids=["offset-again", "log-shorter"],
+)
+def test_a_read_model_notices_a_log_that_went_backwards(
+    monkeypatch: pytest.MonkeyPatch,
+    made: Callable[[], ReadModel | ScheduleModel],
+    second: tuple[list[int], int],
+    what: str,
+) -> None:
+    model = made()
+    topic = model.followed()[0]
+    said: list[str] = []
+
+    async def run() -> None:
+        stopping = asyncio.Event()
+        consumer = _Consumer([(topic, [0, 1, 2], 3), (topic, *second)], stopping)
+        monkeypatch.setattr(follow, "new_consumer", lambda *a, **k: consumer)
+        await model.follow("localhost:9", KafkaSecurity(), stopping, said.append)
+
+    asyncio.run(run())
+    assert model.reset is not None
+    assert model.reset.startswith(f"{topic} partition 0 was reset or recreated")
+    assert f"had read it up to offset 2, but {what}" in model.reset
+    assert said[-1] == f"gateway: {model.reset}"
+    assert not model.following
+
+
+def test_healthz_names_a_reset_of_the_schedules_topics() -> None:
+    gateway = _gateway()
+    app = build_api(gateway)
+    assert gateway.schedules is not None
+    gateway.model.caught_up = gateway.schedules.caught_up = True
+    with TestClient(app) as client:
+        assert client.get("/healthz").status_code == 200
+        gateway.schedules.reset = "routes.schedules partition 0 was reset or recreated: ..."
+        answer = client.get("/healthz")
+    assert answer.status_code == 503
+    assert answer.json()["status"] == "degraded"
+    assert answer.json()["problem"] == gateway.schedules.reset
