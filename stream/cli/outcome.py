@@ -30,6 +30,7 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.structs import TopicPartition
 
+from stream.runtime.errors import ExitCode
 from stream.runtime.kafka import (
     KafkaSecurity,
     _partitions,
@@ -47,12 +48,12 @@ Kind = Literal["sent", "applied", "duplicate", "refused", "undecided", "timeout"
 #: Exit codes: applied and duplicate are success; refused (or a record read
 #: with no decision) is 1; no decision in time is 3.
 EXIT_CODES: dict[str, int] = {
-    "sent": 0,
-    "applied": 0,
-    "duplicate": 0,
-    "refused": 1,
-    "undecided": 1,
-    "timeout": 3,
+    "sent": ExitCode.OK,
+    "applied": ExitCode.OK,
+    "duplicate": ExitCode.OK,
+    "refused": ExitCode.FAILED,
+    "undecided": ExitCode.FAILED,
+    "timeout": ExitCode.NO_DECISION,
 }
 
 

@@ -26,7 +26,9 @@ import click
 import orjson
 
 from stream.gateway import schedule_ops as ops
+from stream.runtime.command import env_settings, require_kafka
 from stream.runtime.config import Settings
+from stream.runtime.errors import ExitCode
 
 __all__ = ["schedule"]
 
@@ -34,21 +36,9 @@ BY = "cli"
 _DONE = {"create": "created", "update": "updated", "pause": "paused", "resume": "resumed"}
 
 
-def _settings() -> Settings:
-    from stream.cli import _settings as settings
-
-    return settings()
-
-
-def _bootstrap(_settings: Settings) -> str:
-    from stream.cli import _require_kafka
-
-    return _require_kafka(_settings)
-
-
 def _fail(message: str) -> NoReturn:
     click.echo(f"error: {message}", err=True)
-    sys.exit(1)
+    sys.exit(ExitCode.FAILED)
 
 
 def _json(data: Any) -> str:
@@ -63,7 +53,7 @@ def _definitions(settings: Settings) -> dict[str, dict[str, Any]]:
     from stream.runtime.kafka import read_topic, run
     from topics import Topics
 
-    bootstrap = _bootstrap(settings)
+    bootstrap = require_kafka(settings)
     name = Topics(settings.topic_prefix).schedules
 
     async def go() -> dict[str, dict[str, Any]]:
@@ -88,7 +78,7 @@ def _runs(settings: Settings, sid: str) -> list[dict[str, Any]]:
     from stream.runtime.kafka import read_topic, run
     from topics import Topics
 
-    bootstrap = _bootstrap(settings)
+    bootstrap = require_kafka(settings)
     name = Topics(settings.topic_prefix).schedule_runs
     wanted = sid.encode()
 
@@ -109,7 +99,7 @@ def _playbook_keys(settings: Settings) -> set[str]:
     from stream.runtime.kafka import read_topic, run
     from topics import Topics
 
-    bootstrap = _bootstrap(settings)
+    bootstrap = require_kafka(settings)
     name = Topics(settings.topic_prefix).playbooks
 
     async def go() -> set[str]:
@@ -129,7 +119,7 @@ def _woken(settings: Settings, sid: str, request_id: str) -> dict[str, Any] | No
     from stream.runtime.kafka import read_topic, run
     from topics import Topics
 
-    bootstrap = _bootstrap(settings)
+    bootstrap = require_kafka(settings)
     name = Topics(settings.topic_prefix).audit
     wanted = sid.encode()
 
@@ -159,7 +149,7 @@ def _publish(settings: Settings, writes: list[ops.Write]) -> list[tuple[int, int
     from stream.runtime.kafka import producer, run
     from topics import Topics
 
-    bootstrap = _bootstrap(settings)
+    bootstrap = require_kafka(settings)
     topics = Topics(settings.topic_prefix)
 
     async def go() -> list[tuple[int, int]]:
@@ -316,7 +306,7 @@ def add(source: str, replace: bool) -> None:
     `enabled` included: a paused schedule resumes). Prints what each write did
     (created, updated (fields), paused, resumed) and its next slot; a
     `start_job` naming a playbook not registered is written with a warning."""
-    settings = _settings()
+    settings = env_settings()
     specs: list[dict[str, Any]] = []
     problems = []
     items, located = _read_definitions(source)
@@ -337,7 +327,7 @@ def add(source: str, replace: bool) -> None:
     if problems:
         for problem in problems:
             click.echo(f"error: {problem}", err=True)
-        sys.exit(1)
+        sys.exit(ExitCode.FAILED)
     held = _definitions(settings)
     taken = [s["id"] for s in specs if s["id"] in held]
     if taken and not replace:
@@ -372,7 +362,7 @@ def add(source: str, replace: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per schedule, a line each.")
 def list_(as_json: bool) -> None:
     """The schedules, by id: enabled or paused, expression, timezone and next slot."""
-    held = _definitions(_settings())
+    held = _definitions(env_settings())
     for sid in sorted(held):
         spec = held[sid]["spec"]
         if as_json:
@@ -393,7 +383,7 @@ def list_(as_json: bool) -> None:
 def show(schedule_id: str, count: int) -> None:
     """A schedule's definition (as stored), its cron, its catch-up window in
     effect, its next slots and its last runs."""
-    settings = _settings()
+    settings = env_settings()
     record = _found(settings, schedule_id)
     spec = record["spec"]
     click.echo(_json(spec))
@@ -412,7 +402,7 @@ def show(schedule_id: str, count: int) -> None:
 
 
 def _set_enabled(schedule_id: str, enabled: bool) -> None:
-    settings = _settings()
+    settings = env_settings()
     spec = _found(settings, schedule_id)["spec"]
     if (spec.get("enabled", True) is not False) == enabled:
         click.echo(f"{schedule_id}: already {'enabled' if enabled else 'paused'}")
@@ -447,7 +437,7 @@ def resume(schedule_id: str) -> None:
 def remove(schedule_id: str) -> None:
     """Delete a schedule: a tombstone on `schedules` (audit `delete`). Its runs
     stay on `schedule-runs`; an active run is recorded aborted."""
-    settings = _settings()
+    settings = env_settings()
     _found(settings, schedule_id)
     _publish(settings, [ops.tombstone(schedule_id), ops.audit("delete", schedule_id, BY)])
     click.echo(f"{schedule_id}: removed")
@@ -474,7 +464,7 @@ def wake_(
         if not isinstance(parsed, dict):
             raise click.BadParameter("must be a JSON object", param_hint="--context")
         context = parsed
-    settings = _settings()
+    settings = env_settings()
     _found(settings, schedule_id)
     rid = request_id or f"cli-{uuid.uuid4().hex}"
     earlier = _woken(settings, schedule_id, rid) if request_id is not None else None
@@ -510,7 +500,7 @@ def runs(schedule_id: str, limit: int, as_json: bool) -> None:
     failed, timeout, aborted, suppressed, missed, skipped, running), what
     triggered it, its slot, job, error and output. A removed schedule's runs
     are shown too."""
-    settings = _settings()
+    settings = env_settings()
     found = _runs(settings, schedule_id)
     if not found and schedule_id not in _definitions(settings):
         _fail(f"no schedule {schedule_id!r} and no runs of one")

@@ -19,6 +19,7 @@ from stream.engine.engine import home_partition
 from stream.engine.registry import Registry
 from stream.runtime.broker import cluster_id, ensure_topics, is_tansu
 from stream.runtime.config import Settings
+from stream.runtime.errors import ExitCode
 from stream.runtime.fetch import exit_now
 from stream.runtime.files import load_playbooks_dir, load_schedules_file, schedules_file
 from stream.runtime.kafka import bootstrap_of, producer, read_topic, run
@@ -276,16 +277,13 @@ def run_worker(
 #: loses nothing: what was not committed is re-delivered and recognised.
 STOP_GRACE_SECONDS = 6.0
 
-#: The exit code of a worker that did not stop cleanly within the grace time.
-EXIT_STOP_TIMEOUT = 75
-
 
 def _stop_anyway(say: Callable[[str], None]) -> None:
     say(
         f"worker: did not stop within {STOP_GRACE_SECONDS:g}s of the signal "
         "(is the broker reachable?): exiting now; uncommitted records will be re-delivered"
     )
-    exit_now(EXIT_STOP_TIMEOUT)
+    exit_now(ExitCode.STOP_TIMEOUT)
 
 
 def _worker_class() -> type[faust.Worker]:
