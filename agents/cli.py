@@ -4,11 +4,18 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
 import sys
+from dataclasses import replace
 
 import click
+from stream.runtime.broker import cluster_id, is_tansu
 from stream.runtime.command import env_settings, require_kafka, say
 from stream.runtime.errors import ConfigError, ExitCode
+from stream.runtime.kafka import bootstrap_of, run
+from topics.mail import MailSettings
 
 __all__ = ["agents", "mail_ingress"]
 
@@ -20,12 +27,8 @@ def agents(loglevel: str) -> None:
     holds each job's conversation (docs/agents.md). The model is OPENAI_BASE_URL
     (the stand-in, `lemongraph standin`, or any compatible server) with
     OPENAI_API_KEY."""
-    import os
-
     import faust
     from stream.engine.worker import ensure_all_topics
-    from stream.runtime.broker import cluster_id, is_tansu
-    from stream.runtime.kafka import bootstrap_of, run
 
     from agents.catalog import load_catalog_file
     from agents.model import ModelSettings
@@ -85,14 +88,6 @@ def mail_ingress(port: int | None, host: str) -> None:
     replies to reply+<token>@REPLY_DOMAIN (and bounces to bounce+<token>@...), and,
     with LEMONGRAPH_SMTP_URL, the sender of the agents' emails (docs/agents.md,
     "Email")."""
-    import asyncio
-    import os
-    import signal
-    from dataclasses import replace
-
-    from stream.runtime.kafka import run
-    from topics.mail import MailSettings
-
     from agents.channels.mail_service import MailChannel
 
     settings = env_settings()

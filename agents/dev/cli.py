@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 from stream.runtime.command import env_settings, say
 from stream.runtime.errors import ConfigError
+from stream.runtime.ports import Listener, check_ports
 
 __all__ = ["bench_agents", "demo_tools", "standin"]
 
@@ -34,8 +35,6 @@ def standin(port: int, host: str, script: Path | None) -> None:
         rules = load_script(script) if script is not None else None
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    from stream.runtime.ports import Listener, check_ports
-
     check_ports([Listener(host, port, "the stand-in model", "pass --port")])
     answers = f"script {script}" if script is not None else "built-in policy"
     say(f"standin: http://{host}:{port}/v1 ({answers})")
@@ -50,7 +49,6 @@ def demo_tools(port: int, host: str) -> None:
     billing): set CALENDAR_URL=http://HOST:PORT/calendar, CRM_URL=.../crm and
     BILLING_URL=.../billing. `lemongraph dev` serves them itself."""
     import uvicorn
-    from stream.runtime.ports import Listener, check_ports
 
     from agents.dev.demo_tools import TOOL_URLS, build_demo_tools
 

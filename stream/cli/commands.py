@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import logging
 from importlib.metadata import EntryPoint, entry_points
 
 import click
@@ -93,8 +94,6 @@ def _env_ok() -> bool:
 @click.version_option(package_name="lemongraph")
 def main() -> None:
     """lemongraph: a durable decision core for long-horizon agents."""
-    import logging
-
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     # aiokafka logs every failed connection attempt; the command says it once.
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)

@@ -3,12 +3,9 @@ shares are in ``stream/runtime/command.py``)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from stream.runtime.config import Settings
-
-if TYPE_CHECKING:
-    from stream.runtime.ports import Listener
+from stream.runtime.native import check
+from stream.runtime.ports import Listener
 
 __all__ = ["DEV_SECRET_FILE", "gateway_listeners", "native", "one_line"]
 
@@ -21,8 +18,6 @@ DEV_SECRET_FILE = "dev-api-token-secret"  # noqa: S105 - a file name
 def native() -> str:
     """Refuse to run a stale compiled core (see stream/runtime/native.py); returns which
     runs, for the commands that say so."""
-    from stream.runtime.native import check
-
     return check().describe()  # StaleBuild is a ShellError: reported by the group
 
 
@@ -35,8 +30,6 @@ def one_line(problem: str) -> str:
 
 def gateway_listeners(settings: Settings) -> list[Listener]:
     """The gateway's fixed ports (API and UI), to check before it starts."""
-    from stream.runtime.ports import Listener
-
     host = settings.gateway_host
     return [
         Listener(host, settings.api_port, "the gateway's API", "set LEMONGRAPH_API_PORT"),

@@ -17,18 +17,17 @@ import time
 from collections.abc import Callable
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import click
 
 from stream.cli.common import DEV_SECRET_FILE, gateway_listeners, native
+from stream.runtime.broker import BrokerStartError, EmbeddedBroker
 from stream.runtime.command import env_settings, say
 from stream.runtime.config import Settings
 from stream.runtime.errors import ExitCode
-
-if TYPE_CHECKING:
-    from stream.runtime.broker import EmbeddedBroker
-    from stream.runtime.ports import Listener
+from stream.runtime.fetch import LAST_WORDS
+from stream.runtime.ports import Listener, check_ports
 
 __all__ = ["DEV_PARTS", "DevPart", "dev"]
 
@@ -144,8 +143,6 @@ def dev(broker_port: int, loglevel: str) -> None:
 def _start_broker(settings: Settings, port: int) -> tuple[EmbeddedBroker | None, Settings]:
     """The embedded broker on ``port`` unless LEMONGRAPH_KAFKA_URL names one, and
     the settings that point at it."""
-    from stream.runtime.broker import BrokerStartError, EmbeddedBroker
-
     if settings.kafka_url is not None:
         say(f"broker: {settings.kafka_url}")
         return None, settings
@@ -191,8 +188,6 @@ def _check_dev_ports(settings: Settings, broker_port: int, parts: list[DevPart])
     """Fail fast, naming the port and its setting, when a fixed port of ``dev``
     is taken: the embedded broker's, the gateway's API and UI, and those of the
     parts (the agents' mail ingress). Ports picked free are not checked."""
-    from stream.runtime.ports import Listener, check_ports
-
     listeners = []
     if settings.kafka_url is None:
         listeners.append(
@@ -214,8 +209,6 @@ def _watch_broker(broker: EmbeddedBroker) -> threading.Event:
     (SIGTERM, which the worker obeys within a few seconds). Everything the
     broker held is gone, so going on would only fail; rerunning ``lemongraph
     dev`` starts afresh. Returns the event set once it died."""
-    from stream.runtime.fetch import LAST_WORDS
-
     died = threading.Event()
     told = threading.Lock()
 

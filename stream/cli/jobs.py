@@ -8,17 +8,29 @@ import contextlib
 import json
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
+import orjson
+from pydantic import ValidationError
 
+from stream.cli.outcome import describe, send_and_wait, unread_action
 from stream.runtime.command import env_settings, require_kafka, say
 from stream.runtime.config import Settings
-from stream.runtime.kafka import ConsumedRecord
-from topics import SOURCES
-
-if TYPE_CHECKING:
-    from topics import InboxEvent, JobStart, Topics
+from stream.runtime.kafka import ConsumedRecord, read_topic, run
+from topics import (
+    SOURCES,
+    DeadLetter,
+    InboxEvent,
+    JobStart,
+    LimitError,
+    PlaybookRecord,
+    RecordError,
+    Topics,
+    decode_inbox,
+    encode,
+    plain_json,
+)
 
 __all__ = ["send_event", "start_job", "tail"]
 
@@ -37,10 +49,6 @@ def _send_inbox(
     """Send ``message`` to the inbox; unless ``wait`` is off, wait for its decision
     and say what it was (stream/cli/outcome.py). Exit 0 applied or duplicate, 1
     refused, 3 when no decision came within ``timeout`` seconds."""
-    from stream.cli.outcome import describe, send_and_wait, unread_action
-    from stream.runtime.kafka import run
-    from topics import LimitError, RecordError, Topics, decode_inbox, encode, plain_json
-
     try:
         # Refused here for what the worker would refuse (size, nesting, 64-bit
         # integers): the same limits and decoder, before anything is sent.
@@ -88,9 +96,6 @@ async def _registered_spec(
     bootstrap: str, topics: Topics, key: str, version: int
 ) -> dict[str, Any] | None:
     """Playbook ``key`` version ``version`` as a worker registered it (playbooks topic)."""
-    from stream.runtime.kafka import read_topic
-    from topics import PlaybookRecord
-
     found: dict[str, Any] | None = None
     async for r in read_topic(bootstrap, topics.playbooks, idle=0.3):
         if r.value is None:
@@ -128,10 +133,6 @@ def start_job(
     """Start job KEY on PLAYBOOK (a job.start record on the inbox), wait for its
     decision and say what it was: exit 0 applied, 1 refused, 3 no decision in
     time (--no-wait: only send)."""
-    from pydantic import ValidationError
-
-    from topics import JobStart
-
     parsed = _parse_value(subject)
     if not isinstance(parsed, dict):
         raise click.BadParameter("must be a JSON object", param_hint="--subject")
@@ -175,10 +176,6 @@ def send_event(
     decision and say what it was: exit 0 applied or duplicate, 1 refused, 3 no
     decision in time (--no-wait: only send). Warns when no condition of the
     job's playbook reads ACTION."""
-    from pydantic import ValidationError
-
-    from topics import InboxEvent
-
     properties: dict[str, object] = {}
     for prop in props:
         name, sep, raw = prop.partition("=")
@@ -207,11 +204,6 @@ def send_event(
 def tail(topic: str, follow: bool) -> None:
     """Print the records of TOPIC (inbox, tasks, decisions, jobs, playbooks,
     deadletter, ticks; or a full name) as JSON lines, from the beginning."""
-    import orjson
-
-    from stream.runtime.kafka import read_topic, run
-    from topics import Topics
-
     settings = env_settings()
     bootstrap = require_kafka(settings)
     try:
@@ -249,8 +241,6 @@ def tail(topic: str, follow: bool) -> None:
 def _dead_letter_line(r: ConsumedRecord) -> dict[str, object]:
     """A dead letter as a JSON line: where it was read, and its headers, key and
     value (text, or base64 when not UTF-8) as ``DeadLetter.describe`` gives them."""
-    from topics import DeadLetter
-
     line: dict[str, object] = {
         "topic": r.topic,
         "partition": r.partition,

@@ -30,7 +30,9 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.structs import TopicPartition
 
+from compiler import LemongraphError, compile_playbook
 from stream.runtime.errors import ExitCode
+from stream.runtime.files import load_playbooks_dir
 from stream.runtime.kafka import (
     KafkaSecurity,
     _partitions,
@@ -235,9 +237,6 @@ def unread_action(
     Without it (``--no-wait``) it warns only when no playbook in ``folder``
     reads the action: the job's own playbook is not known then, and a playbook
     that does read it may be the job's. It says nothing when it cannot tell."""
-    from compiler import LemongraphError, compile_playbook
-    from stream.runtime.files import load_playbooks_dir
-
     found = load_playbooks_dir(folder).by_key if folder.is_dir() else {}
     if playbook_key is None:
         if not found or any(action in p.atoms_by_fact for p in found.values()):

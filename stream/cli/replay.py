@@ -20,7 +20,8 @@ from stream.engine.registry import Registry
 from stream.runtime.command import env_settings, require_kafka
 from stream.runtime.errors import ExitCode
 from stream.runtime.files import load_playbook_file
-from topics import DecisionRecord
+from stream.runtime.kafka import read_topic, run
+from topics import DecisionRecord, Topics
 
 __all__ = ["JobReplay", "ReplayReport", "replay", "replay_decisions", "what_if"]
 
@@ -192,8 +193,6 @@ def replay(job: str | None, verify: bool, other: Path | None) -> None:
     """Re-run the decision log through the pure core and compare. With
     --with-playbook, exit 1 when no job of the log runs that playbook's key."""
     from stream.engine.worker import prepare_registry
-    from stream.runtime.kafka import read_topic, run
-    from topics import Topics
 
     native()
     settings = env_settings()

@@ -25,10 +25,14 @@ from typing import Any, NoReturn
 import click
 import orjson
 
+from compiler import LemongraphError, load_located
 from stream.gateway import schedule_ops as ops
 from stream.runtime.command import env_settings, require_kafka
 from stream.runtime.config import Settings
 from stream.runtime.errors import ExitCode
+from stream.runtime.kafka import producer, read_topic
+from stream.runtime.kafka import run as run_async
+from topics import Topics
 
 __all__ = ["schedule"]
 
@@ -50,9 +54,6 @@ def _json(data: Any) -> str:
 
 def _definitions(settings: Settings) -> dict[str, dict[str, Any]]:
     """The ``schedules`` topic as it stands: id → record (a tombstone deletes)."""
-    from stream.runtime.kafka import read_topic, run
-    from topics import Topics
-
     bootstrap = require_kafka(settings)
     name = Topics(settings.topic_prefix).schedules
 
@@ -70,14 +71,11 @@ def _definitions(settings: Settings) -> dict[str, dict[str, Any]]:
                 held[sid] = record
         return held
 
-    return dict(run(go()))
+    return dict(run_async(go()))
 
 
 def _runs(settings: Settings, sid: str) -> list[dict[str, Any]]:
     """Schedule ``sid``'s runs from ``schedule-runs``, newest first."""
-    from stream.runtime.kafka import read_topic, run
-    from topics import Topics
-
     bootstrap = require_kafka(settings)
     name = Topics(settings.topic_prefix).schedule_runs
     wanted = sid.encode()
@@ -91,14 +89,11 @@ def _runs(settings: Settings, sid: str) -> list[dict[str, Any]]:
                     records.append(record)
         return ops.runs_of(records)
 
-    return list(run(go()))
+    return list(run_async(go()))
 
 
 def _playbook_keys(settings: Settings) -> set[str]:
     """The keys of the playbooks registered (the ``playbooks`` topic)."""
-    from stream.runtime.kafka import read_topic, run
-    from topics import Topics
-
     bootstrap = require_kafka(settings)
     name = Topics(settings.topic_prefix).playbooks
 
@@ -110,15 +105,12 @@ def _playbook_keys(settings: Settings) -> set[str]:
                 keys.add(record["key"])
         return keys
 
-    return set(run(go()))
+    return set(run_async(go()))
 
 
 def _woken(settings: Settings, sid: str, request_id: str) -> dict[str, Any] | None:
     """The ``wake`` audit record of schedule ``sid`` with ``request_id`` (written
     by the CLI or the gateway with the wake), if the ``audit`` topic has it."""
-    from stream.runtime.kafka import read_topic, run
-    from topics import Topics
-
     bootstrap = require_kafka(settings)
     name = Topics(settings.topic_prefix).audit
     wanted = sid.encode()
@@ -137,7 +129,7 @@ def _woken(settings: Settings, sid: str, request_id: str) -> dict[str, Any] | No
                 found = record
         return found
 
-    result: dict[str, Any] | None = run(go())
+    result: dict[str, Any] | None = run_async(go())
     return result
 
 
@@ -146,8 +138,6 @@ def _publish(settings: Settings, writes: list[ops.Write]) -> list[tuple[int, int
     The topics are created first when missing (a compacted ``schedules`` must
     not be created by a producer's default)."""
     from stream.engine.worker import ensure_all_topics
-    from stream.runtime.kafka import producer, run
-    from topics import Topics
 
     bootstrap = require_kafka(settings)
     topics = Topics(settings.topic_prefix)
@@ -161,7 +151,7 @@ def _publish(settings: Settings, writes: list[ops.Write]) -> list[tuple[int, int
                 out.append((meta.partition, meta.offset))
         return out
 
-    return list(run(go()))
+    return list(run_async(go()))
 
 
 def _found(settings: Settings, sid: str) -> dict[str, Any]:
@@ -260,8 +250,6 @@ def _read_definitions(source: str) -> tuple[list[_Item], Any]:
     """FILE's definitions (one, a list, or a schedules.yaml), each with its
     line, read by the loader ``lemongraph check`` uses (compiler.load_located):
     a YAML or JSON syntax error names the file and its line:column."""
-    from compiler import LemongraphError, load_located
-
     name = "<stdin>" if source == "-" else source
     try:
         text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")

@@ -9,6 +9,8 @@ import click
 
 from stream.cli.common import gateway_listeners, native
 from stream.runtime.command import env_settings, require_kafka, say
+from stream.runtime.kafka import run
+from stream.runtime.ports import check_ports
 
 __all__ = ["gateway", "ticker", "worker"]
 
@@ -47,7 +49,6 @@ def ticker() -> None:
     """Write one tick per partition every LEMONGRAPH_TICK_INTERVAL seconds (for
     deployments whose workers run with --no-ticker)."""
     from stream.engine.ticker import run_ticker
-    from stream.runtime.kafka import run
 
     settings = env_settings()
     require_kafka(settings)
@@ -61,8 +62,6 @@ def gateway() -> None:
     checked with API_TOKEN_SECRET; while it is empty every /v1 call is 401."""
     from stream.engine.worker import ensure_all_topics
     from stream.gateway import run_gateway
-    from stream.runtime.kafka import run
-    from stream.runtime.ports import check_ports
 
     settings = env_settings()
     require_kafka(settings)

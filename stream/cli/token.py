@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import time
+
 import click
 
+from compiler import parse_duration
 from stream.cli.common import DEV_SECRET_FILE
 from stream.runtime.command import env_settings
 
@@ -36,9 +39,6 @@ def token(source: str, ttl: str, name: str, approver: bool) -> None:
     """Mint an API token signed with API_TOKEN_SECRET (when it is unset: with the
     secret a running `lemongraph dev` made up, from LEMONGRAPH_DATA_DIR); it is
     printed alone on the last line."""
-    import time
-
-    from compiler import parse_duration
     from stream.gateway import mint_token
 
     settings = env_settings()
