@@ -11,7 +11,7 @@ import sys
 from dataclasses import replace
 
 import click
-from stream.runtime.broker import cluster_id, is_tansu
+from stream.runtime.broker import cluster_id, ensure_all_topics, is_tansu
 from stream.runtime.command import env_settings, require_kafka, say
 from stream.runtime.errors import ConfigError, ExitCode
 from stream.runtime.kafka import bootstrap_of, run
@@ -28,7 +28,6 @@ def agents(loglevel: str) -> None:
     (the stand-in, `lemongraph standin`, or any compatible server) with
     OPENAI_API_KEY."""
     import faust
-    from stream.engine.worker import ensure_all_topics
 
     from agents.catalog import load_catalog_file
     from agents.model import ModelSettings

@@ -27,6 +27,7 @@ import orjson
 
 from compiler import LemongraphError, load_located
 from stream.gateway import schedule_ops as ops
+from stream.runtime.broker import ensure_all_topics
 from stream.runtime.command import env_settings, require_kafka
 from stream.runtime.config import Settings
 from stream.runtime.errors import ExitCode
@@ -137,8 +138,6 @@ def _publish(settings: Settings, writes: list[ops.Write]) -> list[tuple[int, int
     """Produce ``writes`` in order, each acknowledged; (partition, offset) each.
     The topics are created first when missing (a compacted ``schedules`` must
     not be created by a producer's default)."""
-    from stream.engine.worker import ensure_all_topics
-
     bootstrap = require_kafka(settings)
     topics = Topics(settings.topic_prefix)
 

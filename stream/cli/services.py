@@ -8,6 +8,7 @@ import sys
 import click
 
 from stream.cli.common import gateway_listeners, native
+from stream.runtime.broker import ensure_all_topics
 from stream.runtime.command import env_settings, require_kafka, say
 from stream.runtime.kafka import run
 from stream.runtime.ports import check_ports
@@ -60,7 +61,6 @@ def gateway() -> None:
     """Run the HTTP gateway alone against LEMONGRAPH_KAFKA_URL (for production):
     the API on LEMONGRAPH_API_PORT, the UI on LEMONGRAPH_UI_PORT. Tokens are
     checked with API_TOKEN_SECRET; while it is empty every /v1 call is 401."""
-    from stream.engine.worker import ensure_all_topics
     from stream.gateway import run_gateway
 
     settings = env_settings()
