@@ -25,13 +25,13 @@ from compiler import (
     flow_input_from_json,
     from_iso,
 )
-from stream.runtime.errors import ExitCode
+from stream.runtime.errors import ExitCode, ShellError
 
 from agents.flows.terminal import (
+    ActionTaken,
     BadInput,
     Call,
     Question,
-    Step,
     drive,
     dump,
     end_line,
@@ -79,7 +79,7 @@ class Recording:
         return cls(head, steps, end)
 
 
-class _Differs(Exception):
+class _Differs(ShellError):
     pass
 
 
@@ -163,9 +163,9 @@ async def _replay(flow: Flow, recording: Recording) -> str | None:
         except (ValueError, LemongraphError):
             raise BadInput(f"the recording has a bad time {at!r}") from None
 
-    taken: list[Step] = []
+    taken: list[ActionTaken] = []
 
-    def check(step: Step) -> None:
+    def check(step: ActionTaken) -> None:
         taken.append(step)
         index = step.n - 1
         if index >= len(recording.steps):

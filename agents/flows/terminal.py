@@ -42,13 +42,13 @@ from compiler import (
     load_flow,
     to_iso,
 )
-from stream.runtime.errors import ExitCode
+from stream.runtime.errors import ExitCode, ShellError
 
 __all__ = [
+    "ActionTaken",
     "BadInput",
     "Call",
     "Question",
-    "Step",
     "drive",
     "dump",
     "end_line",
@@ -65,15 +65,17 @@ Question = Ask | AwaitApproval
 _SHOWN = 160
 
 
-class BadInput(Exception):
+class BadInput(ShellError):
     """The command cannot run: a bad flow, input, answer file or recording (exit 2)."""
+
+    exit_code = ExitCode.USAGE
 
 
 # -- the loop shared by run and replay ----------------------------------------------
 
 
 @dataclass
-class Step:
+class ActionTaken:
     """One action carried out and the input it gave back."""
 
     n: int
@@ -116,16 +118,16 @@ async def drive(
     inputs: dict[str, Any],
     perform: Perform,
     respond: Respond,
-    on_step: Callable[[Step], None],
+    on_step: Callable[[ActionTaken], None],
     clock: Callable[[], datetime],
-) -> tuple[FlowState, list[Step]]:
+) -> tuple[FlowState, list[ActionTaken]]:
     """Run ``flow`` to its end: each action carried out (``perform`` a call,
     ``respond`` to a question: the answer), its input fed back. An answer that
     changes nothing (not one of an ``ask``'s ``answers``) is asked again."""
     runner = FlowRun(flow)
     state, actions = runner.start(run_id, inputs, clock())
     queue = deque(actions)
-    steps: list[Step] = []
+    steps: list[ActionTaken] = []
     tries: dict[str, int] = {}
     while queue:
         action = queue.popleft()
@@ -139,7 +141,7 @@ async def drive(
         else:
             fed = await perform(action)
         now = clock()
-        step = Step(len(steps) + 1, dump(action), dump(fed), to_iso(now))
+        step = ActionTaken(len(steps) + 1, dump(action), dump(fed), to_iso(now))
         steps.append(step)
         on_step(step)
         after, more = runner.next(state, fed, now)
@@ -272,7 +274,7 @@ class Printer:
             self.record.write(orjson.dumps(line).decode() + "\n")
             self.record.flush()
 
-    def step(self, step: Step) -> None:
+    def step(self, step: ActionTaken) -> None:
         self.emit(step.line(), human_step(step))
 
     def end(self, state: FlowState) -> None:
@@ -286,7 +288,7 @@ class Printer:
         self.emit(line, human)
 
 
-def human_step(step: Step) -> str:
+def human_step(step: ActionTaken) -> str:
     """``N node  kind what -> result``."""
     a, fed = step.action, step.input
     kind = a["kind"]
