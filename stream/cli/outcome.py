@@ -29,6 +29,9 @@ import orjson
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.structs import TopicPartition
 
+from compiler import LemongraphError, compile_playbook
+from stream.runtime.errors import ExitCode
+from stream.runtime.files import load_playbooks_dir
 from stream.runtime.kafka import (
     KafkaSecurity,
     _partitions,
@@ -47,12 +50,12 @@ Kind = Literal["sent", "applied", "duplicate", "refused", "undecided", "timeout"
 #: Exit codes: applied and duplicate are success; refused (or a record read
 #: with no decision) is 1; no decision in time is 3.
 EXIT_CODES: dict[str, int] = {
-    "sent": 0,
-    "applied": 0,
-    "duplicate": 0,
-    "refused": 1,
-    "undecided": 1,
-    "timeout": 3,
+    "sent": ExitCode.OK,
+    "applied": ExitCode.OK,
+    "duplicate": ExitCode.OK,
+    "refused": ExitCode.FAILED,
+    "undecided": ExitCode.FAILED,
+    "timeout": ExitCode.NO_DECISION,
 }
 
 
@@ -234,9 +237,6 @@ def unread_action(
     Without it (``--no-wait``) it warns only when no playbook in ``folder``
     reads the action: the job's own playbook is not known then, and a playbook
     that does read it may be the job's. It says nothing when it cannot tell."""
-    from compiler import LemongraphError, compile_playbook
-    from stream.runtime.files import load_playbooks_dir
-
     found = load_playbooks_dir(folder).by_key if folder.is_dir() else {}
     if playbook_key is None:
         if not found or any(action in p.atoms_by_fact for p in found.values()):

@@ -4,18 +4,26 @@ would have decided on the same history."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import click
 import orjson
 from pydantic import ValidationError
 
 from compiler import JobGraph, JobState, Playbook, Step, from_iso, input_from_json
+from stream.cli.common import native
 from stream.engine.registry import Registry
-from topics import DecisionRecord, first_error
+from stream.runtime.command import env_settings, require_kafka
+from stream.runtime.errors import ExitCode
+from stream.runtime.files import load_playbook_file
+from stream.runtime.kafka import read_topic, run
+from topics import DecisionRecord, Topics, first_error
 
-__all__ = ["JobReplay", "ReplayReport", "replay_decisions", "what_if"]
+__all__ = ["JobReplay", "ReplayReport", "replay", "replay_decisions", "what_if"]
 
 #: The parts of a decision record that the pure core reproduces.
 _COMPARED = (
@@ -168,3 +176,87 @@ def what_if(
         step = graph.next(state, from_iso(record["now"]), input_from_json(record["input"]))
         out[key] = (record.get("status"), step.state if step.state is not None else state)
     return out
+
+
+@click.command()
+@click.option("--job", help="Only this job.")
+@click.option("--verify", is_flag=True, help="Exit 1 on any state-hash or effect mismatch.")
+@click.option(
+    "--with-playbook",
+    "other",
+    type=click.Path(path_type=Path, exists=True),
+    help="Show what this playbook file would have decided on the same history.",
+)
+def replay(job: str | None, verify: bool, other: Path | None) -> None:
+    """Re-run the decision log through the pure core and compare. With
+    --with-playbook, exit 1 when no job of the log runs that playbook's key."""
+    from stream.engine.worker import prepare_registry
+
+    native()
+    settings = env_settings()
+    bootstrap = require_kafka(settings)
+
+    async def load() -> tuple[list[dict[str, object]], object]:
+        records = [
+            orjson.loads(r.value)
+            async for r in read_topic(bootstrap, Topics(settings.topic_prefix).decisions)
+            if r.value is not None
+        ]
+        registry, _problems = await prepare_registry(settings, lambda _line: None)
+        return records, registry
+
+    records, registry = run(load())
+    if other is not None:
+        playbook = load_playbook_file(other)
+        compared = what_if(records, playbook, job)
+        if not any(state is not None for _recorded, state in compared.values()):
+            click.echo(_nobody_runs(records, playbook.key, job), err=True)
+            sys.exit(ExitCode.FAILED)
+        for key, (recorded, state) in sorted(compared.items()):
+            if state is None:
+                continue
+            states = ", ".join(f"{k}={v.status}" for k, v in state.milestones.items())
+            click.echo(
+                f"{key}: recorded {recorded}; with {playbook.key} v{playbook.version}: "
+                f"{state.status} ({states})"
+            )
+        return
+    report = replay_decisions(records, registry, job)
+    for replayed in report.jobs.values():
+        for mismatch in replayed.mismatches:
+            click.echo(f"MISMATCH {replayed.key}: {mismatch}")
+    duplicates = sum(j.duplicates for j in report.jobs.values())
+    click.echo(
+        f"replayed {report.decisions} decisions of {len(report.jobs)} jobs"
+        + (f" ({duplicates} identical re-emissions skipped)" if duplicates else "")
+        + (": all states and effects match" if report.ok else ": MISMATCHES found")
+    )
+    if verify and not report.ok:
+        sys.exit(ExitCode.FAILED)
+
+
+def _nobody_runs(records: list[dict[str, object]], key: str, job: str | None) -> str:
+    """What ``replay --with-playbook`` says when no job of the log runs ``key``."""
+    runs: dict[str, set[str]] = {}
+    for record in records:
+        if record.get("outcome") == "applied" and isinstance(record.get("playbook_key"), str):
+            runs.setdefault(str(record["playbook_key"]), set()).add(str(record.get("job_key")))
+    if job is not None:
+        theirs = sorted(k for k, jobs in runs.items() if job in jobs)
+        if not theirs:
+            return f"replay: no applied decision of job {job!r} in the log: nothing to compare"
+        return (
+            f"replay: job {job!r} runs {', '.join(theirs)}, not {key!r}: nothing to compare "
+            f"(--with-playbook replays the jobs of the playbook key in the file)"
+        )
+    used = (
+        ", ".join(
+            f"{k} ({len(j)} job{'' if len(j) == 1 else 's'})" for k, j in sorted(runs.items())
+        )
+        or "none"
+    )
+    return (
+        f"replay: no job in the decision log runs playbook {key!r}: nothing to compare "
+        f"(--with-playbook replays the jobs of the playbook key in the file; the log's "
+        f"playbooks: {used})"
+    )

@@ -25,8 +25,15 @@ from typing import Any, NoReturn
 import click
 import orjson
 
+from compiler import LemongraphError, load_located
 from stream.gateway import schedule_ops as ops
+from stream.runtime.broker import ensure_all_topics
+from stream.runtime.command import env_settings, require_kafka
 from stream.runtime.config import Settings
+from stream.runtime.errors import ExitCode
+from stream.runtime.kafka import producer, read_topic
+from stream.runtime.kafka import run as run_async
+from topics import Topics
 
 __all__ = ["schedule"]
 
@@ -34,21 +41,9 @@ BY = "cli"
 _DONE = {"create": "created", "update": "updated", "pause": "paused", "resume": "resumed"}
 
 
-def _settings() -> Settings:
-    from stream.cli import _settings as settings
-
-    return settings()
-
-
-def _bootstrap(_settings: Settings) -> str:
-    from stream.cli import _require_kafka
-
-    return _require_kafka(_settings)
-
-
 def _fail(message: str) -> NoReturn:
     click.echo(f"error: {message}", err=True)
-    sys.exit(1)
+    sys.exit(ExitCode.FAILED)
 
 
 def _json(data: Any) -> str:
@@ -60,10 +55,7 @@ def _json(data: Any) -> str:
 
 def _definitions(settings: Settings) -> dict[str, dict[str, Any]]:
     """The ``schedules`` topic as it stands: id → record (a tombstone deletes)."""
-    from stream.runtime.kafka import read_topic, run
-    from topics import Topics
-
-    bootstrap = _bootstrap(settings)
+    bootstrap = require_kafka(settings)
     name = Topics(settings.topic_prefix).schedules
 
     async def go() -> dict[str, dict[str, Any]]:
@@ -80,15 +72,12 @@ def _definitions(settings: Settings) -> dict[str, dict[str, Any]]:
                 held[sid] = record
         return held
 
-    return dict(run(go()))
+    return dict(run_async(go()))
 
 
 def _runs(settings: Settings, sid: str) -> list[dict[str, Any]]:
     """Schedule ``sid``'s runs from ``schedule-runs``, newest first."""
-    from stream.runtime.kafka import read_topic, run
-    from topics import Topics
-
-    bootstrap = _bootstrap(settings)
+    bootstrap = require_kafka(settings)
     name = Topics(settings.topic_prefix).schedule_runs
     wanted = sid.encode()
 
@@ -101,15 +90,12 @@ def _runs(settings: Settings, sid: str) -> list[dict[str, Any]]:
                     records.append(record)
         return ops.runs_of(records)
 
-    return list(run(go()))
+    return list(run_async(go()))
 
 
 def _playbook_keys(settings: Settings) -> set[str]:
     """The keys of the playbooks registered (the ``playbooks`` topic)."""
-    from stream.runtime.kafka import read_topic, run
-    from topics import Topics
-
-    bootstrap = _bootstrap(settings)
+    bootstrap = require_kafka(settings)
     name = Topics(settings.topic_prefix).playbooks
 
     async def go() -> set[str]:
@@ -120,16 +106,13 @@ def _playbook_keys(settings: Settings) -> set[str]:
                 keys.add(record["key"])
         return keys
 
-    return set(run(go()))
+    return set(run_async(go()))
 
 
 def _woken(settings: Settings, sid: str, request_id: str) -> dict[str, Any] | None:
     """The ``wake`` audit record of schedule ``sid`` with ``request_id`` (written
     by the CLI or the gateway with the wake), if the ``audit`` topic has it."""
-    from stream.runtime.kafka import read_topic, run
-    from topics import Topics
-
-    bootstrap = _bootstrap(settings)
+    bootstrap = require_kafka(settings)
     name = Topics(settings.topic_prefix).audit
     wanted = sid.encode()
 
@@ -147,7 +130,7 @@ def _woken(settings: Settings, sid: str, request_id: str) -> dict[str, Any] | No
                 found = record
         return found
 
-    result: dict[str, Any] | None = run(go())
+    result: dict[str, Any] | None = run_async(go())
     return result
 
 
@@ -155,11 +138,7 @@ def _publish(settings: Settings, writes: list[ops.Write]) -> list[tuple[int, int
     """Produce ``writes`` in order, each acknowledged; (partition, offset) each.
     The topics are created first when missing (a compacted ``schedules`` must
     not be created by a producer's default)."""
-    from stream.engine.worker import ensure_all_topics
-    from stream.runtime.kafka import producer, run
-    from topics import Topics
-
-    bootstrap = _bootstrap(settings)
+    bootstrap = require_kafka(settings)
     topics = Topics(settings.topic_prefix)
 
     async def go() -> list[tuple[int, int]]:
@@ -171,7 +150,7 @@ def _publish(settings: Settings, writes: list[ops.Write]) -> list[tuple[int, int
                 out.append((meta.partition, meta.offset))
         return out
 
-    return list(run(go()))
+    return list(run_async(go()))
 
 
 def _found(settings: Settings, sid: str) -> dict[str, Any]:
@@ -270,8 +249,6 @@ def _read_definitions(source: str) -> tuple[list[_Item], Any]:
     """FILE's definitions (one, a list, or a schedules.yaml), each with its
     line, read by the loader ``lemongraph check`` uses (compiler.load_located):
     a YAML or JSON syntax error names the file and its line:column."""
-    from compiler import LemongraphError, load_located
-
     name = "<stdin>" if source == "-" else source
     try:
         text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
@@ -316,7 +293,7 @@ def add(source: str, replace: bool) -> None:
     `enabled` included: a paused schedule resumes). Prints what each write did
     (created, updated (fields), paused, resumed) and its next slot; a
     `start_job` naming a playbook not registered is written with a warning."""
-    settings = _settings()
+    settings = env_settings()
     specs: list[dict[str, Any]] = []
     problems = []
     items, located = _read_definitions(source)
@@ -337,7 +314,7 @@ def add(source: str, replace: bool) -> None:
     if problems:
         for problem in problems:
             click.echo(f"error: {problem}", err=True)
-        sys.exit(1)
+        sys.exit(ExitCode.FAILED)
     held = _definitions(settings)
     taken = [s["id"] for s in specs if s["id"] in held]
     if taken and not replace:
@@ -372,7 +349,7 @@ def add(source: str, replace: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per schedule, a line each.")
 def list_(as_json: bool) -> None:
     """The schedules, by id: enabled or paused, expression, timezone and next slot."""
-    held = _definitions(_settings())
+    held = _definitions(env_settings())
     for sid in sorted(held):
         spec = held[sid]["spec"]
         if as_json:
@@ -393,7 +370,7 @@ def list_(as_json: bool) -> None:
 def show(schedule_id: str, count: int) -> None:
     """A schedule's definition (as stored), its cron, its catch-up window in
     effect, its next slots and its last runs."""
-    settings = _settings()
+    settings = env_settings()
     record = _found(settings, schedule_id)
     spec = record["spec"]
     click.echo(_json(spec))
@@ -412,7 +389,7 @@ def show(schedule_id: str, count: int) -> None:
 
 
 def _set_enabled(schedule_id: str, enabled: bool) -> None:
-    settings = _settings()
+    settings = env_settings()
     spec = _found(settings, schedule_id)["spec"]
     if (spec.get("enabled", True) is not False) == enabled:
         click.echo(f"{schedule_id}: already {'enabled' if enabled else 'paused'}")
@@ -447,7 +424,7 @@ def resume(schedule_id: str) -> None:
 def remove(schedule_id: str) -> None:
     """Delete a schedule: a tombstone on `schedules` (audit `delete`). Its runs
     stay on `schedule-runs`; an active run is recorded aborted."""
-    settings = _settings()
+    settings = env_settings()
     _found(settings, schedule_id)
     _publish(settings, [ops.tombstone(schedule_id), ops.audit("delete", schedule_id, BY)])
     click.echo(f"{schedule_id}: removed")
@@ -474,7 +451,7 @@ def wake_(
         if not isinstance(parsed, dict):
             raise click.BadParameter("must be a JSON object", param_hint="--context")
         context = parsed
-    settings = _settings()
+    settings = env_settings()
     _found(settings, schedule_id)
     rid = request_id or f"cli-{uuid.uuid4().hex}"
     earlier = _woken(settings, schedule_id, rid) if request_id is not None else None
@@ -510,7 +487,7 @@ def runs(schedule_id: str, limit: int, as_json: bool) -> None:
     failed, timeout, aborted, suppressed, missed, skipped, running), what
     triggered it, its slot, job, error and output. A removed schedule's runs
     are shown too."""
-    settings = _settings()
+    settings = env_settings()
     found = _runs(settings, schedule_id)
     if not found and schedule_id not in _definitions(settings):
         _fail(f"no schedule {schedule_id!r} and no runs of one")

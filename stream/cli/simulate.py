@@ -3,11 +3,15 @@ and report (plain, ``--trace``, ``--coverage``, ``--json``)."""
 
 from __future__ import annotations
 
+import json
+import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
+
+import click
 
 from compiler import (
     Coverage,
@@ -32,7 +36,10 @@ from compiler import (
     to_iso,
     validate_schedule,
 )
-from stream.runtime.files import load_playbook_file, load_schedules_file
+from stream.cli.common import native
+from stream.runtime.command import env_settings
+from stream.runtime.errors import ExitCode
+from stream.runtime.files import load_playbook_file, load_schedules_file, scenario_files
 
 __all__ = [
     "SimulationRun",
@@ -41,6 +48,7 @@ __all__ = [
     "render_summary",
     "render_trace",
     "schedules_for",
+    "simulate",
     "simulate_files",
 ]
 
@@ -302,3 +310,78 @@ def offset_of(base: datetime, instant: str) -> str:
     """``+1d2h`` from ``base``."""
     delta = datetime.fromisoformat(instant.replace("Z", "+00:00")) - base
     return ("+" if delta >= timedelta(0) else "-") + format_offset(abs(delta))
+
+
+@click.command()
+@click.argument("name_filter", required=False)
+@click.option("--dir", "folder", type=click.Path(path_type=Path), help="Scenario folder.")
+@click.option("--trace", is_flag=True, help="Show every turn.")
+@click.option("--coverage", is_flag=True, help="Show which states and OR branches were exercised.")
+@click.option("--json", "as_json", is_flag=True, help="Print {results, coverage} as JSON.")
+def simulate(
+    name_filter: str | None, folder: Path | None, trace: bool, coverage: bool, as_json: bool
+) -> None:
+    """Run every *.scenario.yaml|json through the pure core on a virtual clock.
+
+    FILTER keeps only scenario files whose path contains it. Exit 1 when a
+    scenario misses its expectation, 2 when input files are unusable.
+    """
+    native()
+    root = folder if folder is not None else env_settings().playbooks_dir
+    if not root.is_dir():
+        click.echo(f"error: scenario folder {root} does not exist", err=True)
+        sys.exit(ExitCode.USAGE)
+    files = scenario_files(root, name_filter)
+    if not files:
+        click.echo(
+            f"error: no *.scenario.yaml|yml|json under {root}"
+            + (f" matching {name_filter!r}" if name_filter else ""),
+            err=True,
+        )
+        if name_filter:
+            for line in _scenario_names(root, name_filter):
+                click.echo(line, err=True)
+        sys.exit(ExitCode.USAGE)
+    run = simulate_files(files)
+    if as_json:
+        click.echo(json.dumps(run.to_json(), indent=2, ensure_ascii=False))
+    else:
+        if trace:
+            for result in run.results:
+                click.echo(render_trace(result))
+                click.echo()
+        if coverage:
+            click.echo(render_coverage(run))
+            click.echo()
+        click.echo(render_summary(run))
+    for error in run.errors:
+        click.echo(f"error: {error}", err=True)
+    if run.errors:
+        sys.exit(ExitCode.USAGE)
+    if not run.passed:
+        sys.exit(ExitCode.FAILED)
+
+
+def _scenario_names(root: Path, name_filter: str) -> list[str]:
+    """For a FILTER that matched no file: it matches file paths, and these are
+    the files and the scenarios in them."""
+    every = scenario_files(root)
+    if not every:
+        return []
+    lines = ["FILTER matches scenario file paths, not scenario names; the files are:"]
+    for path in every:
+        try:
+            names = [
+                s.name
+                for s in parse_scenarios(path.read_text(encoding="utf-8"), str(path)).scenarios
+            ]
+        except (LemongraphError, OSError, UnicodeDecodeError):
+            names = ["(unreadable: `lemongraph check` says why)"]
+        hit = [n for n in names if name_filter in n]
+        lines.append(f"  {path}: {', '.join(names)}")
+        if hit:
+            lines.append(f"    ({', '.join(hit)} matches {name_filter!r}: give part of this path)")
+    return lines
+
+
+# -- the stream engine --------------------------------------------------------------

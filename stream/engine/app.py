@@ -26,6 +26,7 @@ from stream.engine.schedules import Schedules
 from stream.engine.table import JobTable
 from stream.engine.timers import INDEX_MARK
 from stream.runtime.config import Settings
+from stream.runtime.errors import ExitCode
 from stream.runtime.faust_tuning import (
     FETCH_MAX_WAIT_MS,
     FETCH_MAX_WAIT_MS_TANSU,
@@ -39,7 +40,7 @@ from stream.runtime.kafka import bootstrap_of
 from stream.runtime.produce import Produced, produce_batches
 from topics import TickRecord, Topics, encode
 
-__all__ = ["EXIT_LOG_RESET", "EngineApp", "EngineStats", "Worker", "build_app"]
+__all__ = ["EngineApp", "EngineStats", "Worker", "build_app"]
 
 log = logging.getLogger("lemongraph.worker")
 
@@ -50,10 +51,6 @@ log = logging.getLogger("lemongraph.worker")
 BATCH_MAX = 5000
 #: Rows of the table read per part when a partition's due-time index is written.
 INDEX_PART = 20_000
-
-#: The exit code of a worker that found an inbox log reset under its state
-#: (EX_CONFIG: an operator must decide what the state should be).
-EXIT_LOG_RESET = 78
 
 
 @dataclass
@@ -275,7 +272,7 @@ class Worker:
             security=self.settings.kafka_security,
         )
         if resets:
-            raise StopWorker("\n".join(f"worker: stopped: {r}" for r in resets), EXIT_LOG_RESET)
+            raise StopWorker("\n".join(f"worker: stopped: {r}" for r in resets), ExitCode.LOG_RESET)
 
     async def check_rewinds(self, records: list[Record]) -> None:
         """Offsets that went back since the last assignment: a reset log, or
@@ -377,7 +374,7 @@ class Worker:
                 "(the one this worker started against): it was reset or replaced, and its "
                 "logs are not the ones this worker's state applied. Nothing of it is decided: "
                 "see docs/operations.md, 'When the broker was reset'",
-                EXIT_LOG_RESET,
+                ExitCode.LOG_RESET,  # EX_CONFIG: an operator decides what the state is
             )
         await self.check_rewinds(records)
         batch = self.engine.process(records)

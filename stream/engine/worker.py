@@ -16,14 +16,14 @@ from pydantic import ValidationError
 
 from compiler import LemongraphError, to_iso
 from stream.engine.registry import Registry
-from stream.runtime.broker import cluster_id, ensure_topics, is_tansu
+from stream.runtime.broker import cluster_id, ensure_all_topics, is_tansu
 from stream.runtime.config import Settings
+from stream.runtime.errors import ExitCode
 from stream.runtime.fetch import exit_now
 from stream.runtime.files import load_playbooks_dir, load_schedules_file, schedules_file
 from stream.runtime.kafka import bootstrap_of, producer, read_topic, run
 from stream.runtime.partitions import home_partition
 from topics import (
-    TOPIC_NAMES,
     AuditRecord,
     DeadLetter,
     PlaybookRecord,
@@ -38,28 +38,6 @@ if TYPE_CHECKING:
 __all__ = ["ensure_all_topics", "prepare_registry", "register_schedules", "run_worker"]
 
 log = logging.getLogger("lemongraph.worker")
-
-
-#: ``max.message.bytes`` of the deadletter topic, when lemongraph creates it.
-DEADLETTER_MAX_BYTES = 2 * 1024 * 1024
-
-
-async def ensure_all_topics(settings: Settings) -> list[str]:
-    """Create every lemongraph topic that is missing; returns the names."""
-    assert settings.kafka_url is not None
-    topics = Topics(settings.topic_prefix)
-    names = topics.all()
-    compacted = {names[n] for n, (_, is_compacted) in TOPIC_NAMES.items() if is_compacted}
-    await ensure_topics(
-        bootstrap_of(settings.kafka_url),
-        {full: settings.partitions for full in names.values()},
-        compacted,
-        security=settings.kafka_security,
-        # A dead letter is its original plus headers: room for a record at the
-        # broker's default limit (1,048,588 bytes) and its reason.
-        configs={topics.deadletter: {"max.message.bytes": str(DEADLETTER_MAX_BYTES)}},
-    )
-    return sorted(names.values())
 
 
 async def prepare_registry(
@@ -276,16 +254,13 @@ def run_worker(
 #: loses nothing: what was not committed is re-delivered and recognised.
 STOP_GRACE_SECONDS = 6.0
 
-#: The exit code of a worker that did not stop cleanly within the grace time.
-EXIT_STOP_TIMEOUT = 75
-
 
 def _stop_anyway(say: Callable[[str], None]) -> None:
     say(
         f"worker: did not stop within {STOP_GRACE_SECONDS:g}s of the signal "
         "(is the broker reachable?): exiting now; uncommitted records will be re-delivered"
     )
-    exit_now(EXIT_STOP_TIMEOUT)
+    exit_now(ExitCode.STOP_TIMEOUT)
 
 
 def _worker_class() -> type[faust.Worker]:

@@ -39,13 +39,16 @@ from types import TracebackType
 from typing import IO, TYPE_CHECKING, Final, Self
 
 from stream.runtime.errors import BrokerStartError, TopicError
+from topics import TOPIC_NAMES, Topics
 
 if TYPE_CHECKING:
+    from stream.runtime.config import Settings
     from stream.runtime.kafka import KafkaSecurity
 
 __all__ = [
     "BrokerStartError",
     "EmbeddedBroker",
+    "ensure_all_topics",
     "ensure_topics",
     "find_tansu_binary",
     "free_port",
@@ -341,6 +344,30 @@ async def ensure_topics(
                     )
     finally:
         await admin.close()
+
+
+#: ``max.message.bytes`` of the deadletter topic, when lemongraph creates it.
+DEADLETTER_MAX_BYTES = 2 * 1024 * 1024
+
+
+async def ensure_all_topics(settings: Settings) -> list[str]:
+    """Create every lemongraph topic that is missing; returns the names."""
+    from stream.runtime.kafka import bootstrap_of
+
+    assert settings.kafka_url is not None
+    topics = Topics(settings.topic_prefix)
+    names = topics.all()
+    compacted = {names[n] for n, (_, is_compacted) in TOPIC_NAMES.items() if is_compacted}
+    await ensure_topics(
+        bootstrap_of(settings.kafka_url),
+        {full: settings.partitions for full in names.values()},
+        compacted,
+        security=settings.kafka_security,
+        # A dead letter is its original plus headers: room for a record at the
+        # broker's default limit (1,048,588 bytes) and its reason.
+        configs={topics.deadletter: {"max.message.bytes": str(DEADLETTER_MAX_BYTES)}},
+    )
+    return sorted(names.values())
 
 
 async def cluster_id(bootstrap: str, security: KafkaSecurity, timeout_ms: int = 10_000) -> str:

@@ -12,21 +12,25 @@
     ├── BenchError             a benchmark run could not measure what it set out to
     └── StopWorker             a worker must stop: not one record's fault (exit code)
 
-The CLI turns a ShellError into its message and its ``exit_code`` (1 unless the
-class says otherwise) and never catches broader errors than this root. Every
-error class of stream/ hangs under it (the schedule operations' ``Invalid``, the
-engine's ``TooLarge``, ``flow run``'s ``BadInput``) except the gateway's HTTP
-refusals, whose root is ``stream.gateway.errors.ApiError``. The other layers' roots are
+The CLI turns a ShellError into its message and its ``exit_code`` (an
+:class:`ExitCode`: ``FAILED`` unless the class says otherwise) and never catches
+broader errors than this root. Every error class of stream/ hangs under it (the
+schedule operations' ``Invalid``, the engine's ``TooLarge``, ``flow run``'s
+``BadInput``) except the gateway's HTTP refusals, whose root is
+``stream.gateway.errors.ApiError``. The other layers' roots are
 ``topics.ContractError``, ``compiler.LemongraphError`` and
 ``agents.errors.AgentsError`` (docs/operations.md, "Errors").
 """
 
 from __future__ import annotations
 
+from enum import IntEnum
+
 __all__ = [
     "BenchError",
     "BrokerStartError",
     "ConfigError",
+    "ExitCode",
     "GatewayStartError",
     "KafkaUnavailable",
     "ProduceError",
@@ -38,11 +42,30 @@ __all__ = [
 ]
 
 
+class ExitCode(IntEnum):
+    """What every ``lemongraph`` process and command exits with (docs/operations.md,
+    "Exit codes"): one number for one reason, whichever process says it."""
+
+    OK = 0
+    #: A problem found, a refusal, a failure the shell expected (a ShellError).
+    FAILED = 1
+    #: Bad input: a usage error (as click's own), unusable files or recordings.
+    USAGE = 2
+    #: ``start-job`` and ``send-event``: no decision within ``--timeout``.
+    NO_DECISION = 3
+    #: A worker's batch failed for a reason that is not one record's.
+    BATCH_FAILED = 70
+    #: A worker's clean stop did not finish in time after SIGTERM or SIGINT.
+    STOP_TIMEOUT = 75
+    #: An inbox log was reset under a worker's state.
+    LOG_RESET = 78
+
+
 class ShellError(Exception):
     """The root of the shell's errors. ``exit_code`` is what the process exits
     with when the CLI reports it."""
 
-    exit_code: int = 1
+    exit_code: int = ExitCode.FAILED
 
     def __init__(self, message: str, *, exit_code: int | None = None) -> None:
         super().__init__(message)

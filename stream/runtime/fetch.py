@@ -35,10 +35,9 @@ from typing import Any
 import faust
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
-from stream.runtime.errors import StopWorker
+from stream.runtime.errors import ExitCode, StopWorker
 
 __all__ = [
-    "EXIT_BATCH_FAILED",
     "LAST_WORDS",
     "BatchApp",
     "BatchConsumer",
@@ -48,10 +47,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("lemongraph.worker")
-
-#: The exit code of a worker whose batch failed part-way (EX_SOFTWARE).
-EXIT_BATCH_FAILED = 70
-
 
 #: Called, in order, just before the process ends without Python's own
 #: shutdown (``exit_now``): for a runner that has something to say first (``lemongraph
@@ -149,7 +144,7 @@ class BatchConsumer(faust_aiokafka.Consumer):
             # that failed part-way would lose it. Stop the process instead; the
             # batch is re-delivered to whoever takes the partitions over.
             log.exception("batch failed; exiting so that it is re-delivered")
-            exit_now(EXIT_BATCH_FAILED)
+            exit_now(ExitCode.BATCH_FAILED)  # EX_SOFTWARE
         ack = self.ack
         for message in messages:
             ack(message)

@@ -321,7 +321,7 @@ def test_a_service_run_replays_from_its_conversation_with_no_call(tmp_path: Path
     the topic holds it, stepped again; a changed flow names the difference."""
     from io import StringIO
 
-    from stream.cli.flowterm import replay_job
+    from agents.flows.replay import replay_job
 
     conversation = asyncio.run(_refund_run())
     (tmp_path / "flows").mkdir()

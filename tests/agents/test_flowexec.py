@@ -23,6 +23,7 @@ from agents.dev.standin import StandinScript, build_standin
 from agents.executor import Executor
 from agents.flows.executor import FlowExecutor, json_schema_of
 from agents.flows.handlers import HandlerRegistry, RegistryError, handler, load_registry, router
+from agents.flows.terminal import drive
 from agents.model import Model, ModelSettings
 from compiler import (
     CallHandler,
@@ -35,7 +36,6 @@ from compiler import (
     ToolResult,
     load_flow,
 )
-from stream.cli.flowterm import drive
 from topics import InboxEvent, JournalHandlerCall, JournalModelCall, JournalToolCall
 
 ROOT = Path(__file__).resolve().parents[2]

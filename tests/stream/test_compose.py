@@ -25,7 +25,8 @@ def test_compose_services_use_real_commands_and_known_settings() -> None:
     sources = [
         ROOT / "stream" / "runtime" / "config.py",
         ROOT / "stream" / "runtime" / "kafka.py",
-        ROOT / "stream" / "cli" / "__init__.py",
+        *sorted((ROOT / "stream" / "cli").glob("*.py")),
+        ROOT / "agents" / "cli.py",
         ROOT / "agents" / "model.py",
         ROOT / "topics" / "mail.py",
     ]

@@ -15,18 +15,33 @@ from click.testing import CliRunner
 
 from stream.cli import main
 from stream.runtime import errors
-from stream.runtime.errors import ShellError, StopWorker
+from stream.runtime.errors import ExitCode, ShellError, StopWorker
 
 ROOT = Path(__file__).resolve().parents[2]
 LEMONGRAPH = Path(sys.executable).parent / "lemongraph"
 
 
-@pytest.mark.parametrize("name", errors.__all__)
+@pytest.mark.parametrize("name", [n for n in errors.__all__ if n != "ExitCode"])
 def test_every_shell_error_is_under_the_root_and_in_the_tree(name: str) -> None:
     error = getattr(errors, name)
     assert issubclass(error, ShellError)
     assert errors.__doc__ is not None
     assert f" {name} " in errors.__doc__ or name == "ShellError"
+
+
+def test_exit_codes_are_one_enum_with_the_documented_numbers() -> None:
+    assert {code.name: int(code) for code in ExitCode} == {
+        "OK": 0,
+        "FAILED": 1,
+        "USAGE": 2,
+        "NO_DECISION": 3,
+        "BATCH_FAILED": 70,
+        "STOP_TIMEOUT": 75,
+        "LOG_RESET": 78,
+    }
+    operations = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
+    for code in ExitCode:
+        assert f"| {int(code)} | `{code.name}` |" in operations, code
 
 
 def test_the_exit_code_travels_with_the_error() -> None:

@@ -1,0 +1,136 @@
+"""What ``lemongraph dev`` starts of the agents package, registered under the
+entry-point group ``lemongraph.dev`` (pyproject.toml; docs/operations.md,
+"Commands"): the mail catcher, the stand-in model, the demo tools, and
+``lemongraph agents`` and ``lemongraph mail-ingress`` as child processes."""
+
+from __future__ import annotations
+
+import functools
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from stream.runtime.broker import die_with_parent, free_port
+from stream.runtime.config import Settings
+from stream.runtime.ports import Listener
+
+__all__ = ["DevAgents"]
+
+
+class DevAgents:
+    """The agents' side of ``lemongraph dev`` (``stream/cli/dev.py``, ``DevPart``)."""
+
+    def __init__(self, say: Callable[[str], None]) -> None:
+        self.say = say
+        self.smtp_url: str | None = None
+        self.stops: list[Callable[[], None]] = []
+
+    def listeners(self, settings: Settings) -> list[Listener]:
+        """The mail ingress, where replies come in (when the agents start)."""
+        if not settings.catalog_file.is_file():
+            return []
+        raw = os.environ.get("LEMONGRAPH_MAIL_INGRESS_PORT", "").strip() or "2525"
+        if not raw.isdigit():  # mail-ingress itself says what is wrong with it
+            return []
+        return [
+            Listener(
+                "127.0.0.1",
+                int(raw),
+                "the mail ingress, where replies come in",
+                "set LEMONGRAPH_MAIL_INGRESS_PORT",
+            )
+        ]
+
+    def start_mail(self) -> Callable[[], list[dict[str, Any]]] | None:
+        """Catch outbound mail while LEMONGRAPH_SMTP_URL is unset."""
+        from agents.channels.mail_service import MailCatcher
+
+        if os.environ.get("LEMONGRAPH_SMTP_URL"):
+            return None
+        catcher = MailCatcher("127.0.0.1", free_port()).start()
+        self.stops.append(catcher.stop)
+        self.smtp_url = catcher.url
+        self.say(
+            f"mail: outbound mail is caught at {catcher.url} (LEMONGRAPH_SMTP_URL is "
+            "unset): see it at GET /v1/dev/mail and on the job page"
+        )
+        return catcher.mails
+
+    def start(self, settings: Settings) -> None:
+        """The stand-in model (unless OPENAI_API_KEY or OPENAI_BASE_URL says which
+        model to use), the demo tools (for the tool URLs not set), and ``lemongraph
+        agents`` and ``lemongraph mail-ingress`` (sending to the mail catcher, when
+        it runs) as child processes. Without a catalog there are no agents, and it
+        says so."""
+        from agents.dev.demo_tools import TOOL_URLS, build_demo_tools
+        from agents.dev.serving import AppThread
+        from agents.dev.standin import StandinThread
+
+        if not settings.catalog_file.is_file():
+            self.say(f"agents: not started: no catalog at {settings.catalog_file} (docs/agents.md)")
+            return
+        env = dict(os.environ)
+        env.update(
+            LEMONGRAPH_KAFKA_URL=settings.kafka_url or "",
+            LEMONGRAPH_DATA_DIR=str(settings.data_dir),
+            LEMONGRAPH_TOPIC_PREFIX=settings.topic_prefix,
+            LEMONGRAPH_PARTITIONS=str(settings.partitions),
+            LEMONGRAPH_PLAYBOOKS_DIR=str(settings.playbooks_dir),
+        )
+        if not env.get("OPENAI_API_KEY") and not env.get("OPENAI_BASE_URL"):
+            standin = StandinThread("127.0.0.1", free_port())
+            standin.start()
+            self.stops.append(standin.stop)
+            env.update(OPENAI_BASE_URL=standin.url, OPENAI_API_KEY="standin")
+            self.say(f"agents: model: the stand-in at {standin.url} (OPENAI_API_KEY is unset)")
+        unset = [name for name in TOOL_URLS if not env.get(name)]
+        if unset:
+            demo = AppThread(build_demo_tools(), "127.0.0.1", free_port(), "demo tools").start()
+            self.stops.append(demo.stop)
+            env.update({name: demo.url + TOOL_URLS[name] for name in unset})
+            self.say(f"agents: demo tools at {demo.url} for {', '.join(unset)} (docs/agents.md)")
+        children = [_child(["agents"], env)]
+        self.stops.append(functools.partial(_stop_children, children))
+        if self.smtp_url is not None:
+            env["LEMONGRAPH_SMTP_URL"] = self.smtp_url
+        if not env.get("REPLY_TOKEN_SECRET"):
+            env["REPLY_TOKEN_SECRET"] = secrets.token_urlsafe(32)  # as the gateway's new_secret
+            self.say("mail: REPLY_TOKEN_SECRET is empty: using a random secret for this session")
+        children.append(_child(["mail-ingress"], env))
+
+    def stop(self) -> None:
+        """Stop what was started, last first."""
+        for stop in reversed(self.stops):
+            stop()
+
+
+def _stop_children(children: list[subprocess.Popen[bytes]]) -> None:
+    # All asked at once, then each waited for: stopping takes the slowest's
+    # time, not the sum.
+    for child in children:
+        if child.poll() is None:
+            child.terminate()
+    deadline = time.monotonic() + 5
+    for child in children:
+        try:
+            child.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait(5)
+
+
+def _child(command: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """``lemongraph COMMAND`` as a child of ``dev`` that dies with it. ``dev``
+    stops its children with SIGTERM; if ``dev`` itself is gone first (killed, or
+    out after a dead broker), they get SIGKILL: what they did is on the broker,
+    acknowledged, and they take over from there next time."""
+    return subprocess.Popen(  # noqa: S603 - our own interpreter and entry point
+        [sys.executable, "-m", "stream", *command],
+        env=env,
+        preexec_fn=functools.partial(die_with_parent, signal.SIGKILL),
+    )
