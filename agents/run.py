@@ -22,6 +22,7 @@ import orjson
 from compiler import to_iso
 from pydantic import BaseModel
 from topics import (
+    Headers,
     InboxEvent,
     JournalModelCall,
     JournalRun,
@@ -39,14 +40,17 @@ from agents.executor import Executor, derived_key
 from agents.flows.service import FlowTrack
 from agents.model import Exchange, Model, ModelError, ModelReply, ToolCall, Usage
 
-__all__ = ["Conversation", "Outbox", "RunEnd", "Runner", "excerpt"]
+__all__ = ["Conversation", "Outbox", "Publish", "RunEnd", "Runner", "Send", "excerpt"]
 
 #: Turns a conversation keeps (the model is sent the last ``history`` of them).
 KEPT_TURNS = 200
 #: How much of a long text the journal and the agent events keep.
 EXCERPT = 500
 
+#: ``publish(topic, key, record)``: a record of a run, acknowledged when awaited.
 Publish = Callable[[Literal["inbox", "messages", "journal"], str, BaseModel], Awaitable[None]]
+#: ``send(topic, key, value, headers, partition)``, acknowledged when awaited.
+Send = Callable[[str, bytes | None, bytes | None, Headers | None, int | None], Awaitable[None]]
 
 
 def excerpt(text: str, limit: int = EXCERPT) -> str:
@@ -377,6 +381,18 @@ class Runner:
         await self._journal_run(conv, outbox, run_id, CONVERSATION, end, tape.pos)
         return end
 
+    async def run_prompt(self, conv: Conversation, outbox: Outbox, agent: str) -> tuple[str, str]:
+        """Run ``agent`` on ``conv`` (its run id is ``conv.active``), resuming from
+        its tape; journal the run's end. (how it ended, its last reply)"""
+        assert conv.active is not None
+        budget = _Budget()
+        tape = _Tape(conv.tape)
+        said: list[str] = []
+        reason = await self._loop(conv, outbox, conv.active, agent, None, budget, said, tape)
+        end = RunEnd(reason, budget.turns, budget.tool_calls, budget.tokens)
+        await self._journal_run(conv, outbox, conv.active, agent, end, tape.pos)
+        return reason, said[-1] if said else ""
+
     async def _journal_run(
         self, conv: Conversation, outbox: Outbox, run_id: str, agent: str, end: RunEnd,
         replayed: int,
@@ -529,7 +545,8 @@ class Runner:
         (``agent_said``), which never counts toward a condition. The ids follow
         from the run and the turn, so a replay re-publishes under the same ids."""
         message_id = f"{run_id}.{turn}"
-        contact = _replying_to(conv)
+        # whom it answers: who wrote last if a contact of the job, else its first contact
+        contact = addressee(conv.contacts, conv.turns)
         channel = conv.last_channel or ("email" if contact and "@" in contact else self.channel)
         await outbox.publish(
             "messages",
@@ -736,12 +753,6 @@ def _earliest(tracks: Any) -> str | None:
 def _identity(task_id: str, tool: str, args: Any) -> str:
     canonical = orjson.dumps([task_id, tool, args], option=orjson.OPT_SORT_KEYS)
     return hashlib.sha256(canonical).hexdigest()[:32]
-
-
-def _replying_to(conv: Conversation) -> str | None:
-    """Who the agent answers: the person who wrote last if they are one of the
-    job's contacts, else the first contact (agents/contacts.py)."""
-    return addressee(conv.contacts, conv.turns)
 
 
 def _ms(seconds: float) -> int:

@@ -29,23 +29,28 @@ from __future__ import annotations
 import asyncio
 import heapq
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 import orjson
 from compiler import to_iso
 from pydantic import BaseModel
-from topics import JournalModelCall, SchedulePromptTask, ScheduleReport, encode
+from rocksdict import Rdict
+from topics import (
+    JournalModelCall,
+    SchedulePromptTask,
+    ScheduleReport,
+    Topics,
+    encode,
+)
 
+from agents.catalog import Catalog
 from agents.compose import OpenTask, Turn
-from agents.run import Conversation, Outbox, RunEnd, Runner, _Budget, _Tape
+from agents.run import Conversation, Outbox, Publish, Runner, Send
 
-if TYPE_CHECKING:
-    from agents.service import AgentService
-
-__all__ = ["KIND", "PromptRun", "PromptRuns", "run_key"]
+__all__ = ["KIND", "PromptHost", "PromptRun", "PromptRuns", "run_key"]
 
 log = logging.getLogger(__name__)
 
@@ -127,28 +132,46 @@ class PromptRun:
         )
 
 
-class PromptRunner(Runner):
-    """The runner, for one catalog agent on a prompt: its own tools and
-    delegates, its bounds, its journal records, no person to talk to."""
+class PromptHost(Protocol):
+    """What the prompt runs need of the agents service (agents/service.py): its
+    store, its topics and partitions, its bound on runs, its clock, a producer
+    acknowledged when awaited, a runner of catalog agents, and its count of the
+    runs that ended."""
 
-    async def run_prompt(self, conv: Conversation, outbox: Outbox, agent: str) -> tuple[str, str]:
-        """Run ``agent`` on ``conv`` (its run id is ``conv.active``), resuming from
-        its tape; journal the run's end. (how it ended, its last reply)"""
-        assert conv.active is not None
-        budget = _Budget()
-        tape = _Tape(conv.tape)
-        said: list[str] = []
-        reason = await self._loop(conv, outbox, conv.active, agent, None, budget, said, tape)
-        end = RunEnd(reason, budget.turns, budget.tool_calls, budget.tokens)
-        await self._journal_run(conv, outbox, conv.active, agent, end, tape.pos)
-        return reason, said[-1] if said else ""
+    @property
+    def db(self) -> Rdict: ...
+
+    @property
+    def topics(self) -> Topics: ...
+
+    @property
+    def catalog(self) -> Catalog: ...
+
+    @property
+    def partitions(self) -> Container[int]: ...
+
+    @property
+    def limit(self) -> asyncio.Semaphore: ...
+
+    @property
+    def clock(self) -> Callable[[], datetime]: ...
+
+    @property
+    def produce(self) -> Send: ...
+
+    @property
+    def publish(self) -> Publish: ...
+
+    def runner(self) -> Runner: ...
+
+    def count_run(self, reason: str) -> None: ...
 
 
 class PromptRuns:
     """The service's prompt runs: taken from ``tasks``, resumed on assignment,
     stopped on revocation."""
 
-    def __init__(self, service: AgentService) -> None:
+    def __init__(self, service: PromptHost) -> None:
         self.service = service
         self.running: dict[str, asyncio.Task[None]] = {}
         self.partition_of: dict[str, int | None] = {}
@@ -167,9 +190,7 @@ class PromptRuns:
         """Changelog first (the task's partition), acknowledged; then the store."""
         raw = orjson.dumps(run.to_json())
         key = run_key(str(run.task["run_id"]))
-        await self.service._send(
-            self.service.topics.conversations, key, raw, partition=run.partition
-        )
+        await self.service.produce(self.service.topics.conversations, key, raw, None, run.partition)
         self.service.db[key] = raw
 
     # -- records ------------------------------------------------------------------------
@@ -233,7 +254,7 @@ class PromptRuns:
             if self.service.db.get(key) is None:
                 continue
             changelog = self.service.topics.conversations
-            await self.service._send(changelog, key, None, partition=partition)
+            await self.service.produce(changelog, key, None, None, partition)
             self.service.db.delete(key)
             gone += 1
         return gone
@@ -251,11 +272,12 @@ class PromptRuns:
                 if run.status == "ended":
                     assert run.report is not None
                     report = ScheduleReport.model_validate(run.report)
-                    await self.service._send(
+                    await self.service.produce(
                         self.service.topics.schedule_runs,
                         report.schedule_id.encode(),
                         encode(report),
-                        partition=run.partition,
+                        None,
+                        run.partition,
                     )
                     run.status = "reported"
                     await self.save(run)
@@ -308,8 +330,7 @@ class PromptRuns:
             except TimeoutError:
                 reason, reply = "deadline", ""
                 error = f"deadline passed during the run (deadline {task.deadline})"
-            service.stats.runs += 1
-            service.stats.ended[reason] = service.stats.ended.get(reason, 0) + 1
+            service.count_run(reason)
             if reason == "done":
                 status, output = "completed", reply
             elif reason == "model_error":
@@ -345,9 +366,11 @@ class PromptRuns:
             active=task.run_id,
         )
 
-    def _runner(self) -> PromptRunner:
+    def _runner(self) -> Runner:
+        """The service's runner, for one catalog agent on a prompt: its own tools
+        and delegates, its bounds, its journal records, no person to talk to."""
         base = self.service.runner()  # makes the model and HTTP clients on first use
-        return PromptRunner(
+        return Runner(
             base.catalog, base.model, base.executor, history=base.history, clock=base.clock
         )
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -63,6 +63,8 @@ from topics.mail import ADDRESS_MAX
 from agents.catalog import Catalog
 from agents.contacts import approves, is_contact, same_contact
 from agents.executor import Executor
+from agents.flows.executor import FlowExecutor
+from agents.flows.handlers import load_registry
 from agents.flows.service import (
     Execute,
     FlowDriver,
@@ -74,7 +76,7 @@ from agents.flows.service import (
     tick_input,
 )
 from agents.model import Model, ModelSettings
-from agents.run import Conversation, Outbox, Runner
+from agents.run import Conversation, Outbox, Runner, Send
 from agents.schedule_runs import KIND as PROMPT_RUN
 from agents.schedule_runs import PromptRuns
 
@@ -83,9 +85,6 @@ __all__ = ["AgentService", "AgentStats", "build_service"]
 log = logging.getLogger(__name__)
 
 _TASKS: TypeAdapter[Any] = TypeAdapter(TaskRecord)
-
-#: ``send(topic, key, value, headers, partition)``, acknowledged when awaited.
-Send = Callable[[str, bytes | None, bytes | None, Headers | None, int | None], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -253,7 +252,7 @@ class AgentService:
         then the local store."""
         raw = orjson.dumps(conv.to_json())
         key = conv.job_key.encode()
-        await self._send(self.topics.conversations, key, raw, partition=conv.partition)
+        await self.produce(self.topics.conversations, key, raw, partition=conv.partition)
         self.db[key] = raw
         soonest = [t.expires_at() for t in conv.flows.values() if t.open_interrupt()]
         times = [t for t in soonest if t is not None]
@@ -262,7 +261,7 @@ class AgentService:
         else:
             self.expiring.pop(conv.job_key, None)
 
-    async def _send(
+    async def produce(
         self,
         topic: str,
         key: bytes | None,
@@ -270,8 +269,14 @@ class AgentService:
         headers: Headers | None = None,
         partition: int | None = None,
     ) -> None:
+        """Produce a record, acknowledged when this returns."""
         assert self.send is not None
         await self.send(topic, key, value, headers, partition)
+
+    def count_run(self, reason: str) -> None:
+        """A run ended (a job's or a prompt's): counted for the status line."""
+        self.stats.runs += 1
+        self.stats.ended[reason] = self.stats.ended.get(reason, 0) + 1
 
     async def dead_letter(self, where: Where, value: bytes | None, reason: str) -> None:
         """The record as it was read, to ``deadletter`` (docs/kafka.md, "Dead letters")."""
@@ -279,7 +284,7 @@ class AgentService:
             where.topic, where.partition, where.offset, reason, to_iso(datetime.now(UTC)),
             where.timestamp_ms,
         )  # fmt: skip
-        await self._send(self.topics.deadletter, where.key, value, letter.headers(where.headers))
+        await self.produce(self.topics.deadletter, where.key, value, letter.headers(where.headers))
 
     async def publish(
         self, topic: Literal["inbox", "messages", "journal"], key: str, record: BaseModel
@@ -297,7 +302,7 @@ class AgentService:
             )  # fmt: skip
             topic = "journal"
         value = encode(record.compact() if isinstance(record, InboxEvent) else record)
-        await self._send(self.topics.name(topic), key.encode(), value)
+        await self.produce(self.topics.name(topic), key.encode(), value)
 
     def _not_a_contact(self, record: MessageRecord) -> bool:
         """An outbound email whose address is not a contact of its job (whoever
@@ -476,8 +481,7 @@ class AgentService:
                     break
                 end = await self.runner().run(conv, Outbox(self.publish, self.save))
                 await self.save(conv)
-                self.stats.runs += 1
-                self.stats.ended[end.reason] = self.stats.ended.get(end.reason, 0) + 1
+                self.count_run(end.reason)
             if conv.due:  # owed, but nothing is open any more
                 conv.ran = conv.inputs
                 await self.save(conv)
@@ -501,9 +505,6 @@ class AgentService:
         return FlowDriver(self.flows, self.execute, self.publish, self.save, clock=self.clock)
 
     def _flow_executor(self) -> Execute:
-        from agents.flows.executor import FlowExecutor
-        from agents.flows.handlers import load_registry
-
         if self._model is None:
             self._model = Model(self.model_settings)
         if self._client is None:

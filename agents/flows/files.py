@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from compiler import (
     Flow,
@@ -23,8 +22,7 @@ from compiler import (
 )
 from stream.runtime.files import flow_files, is_flow, load_playbook_file, playbook_files
 
-if TYPE_CHECKING:
-    from agents.catalog import Catalog
+from agents.catalog import Catalog, load_catalog_file
 
 __all__ = [
     "Bypass",
@@ -284,8 +282,6 @@ def check_flow_paths(
     (a folder: its ``flows/`` files, or its own when it is one), and how many
     files were checked. A flow is checked against the catalog found for it and
     against each milestone of the playbooks beside it that names it."""
-    from agents.catalog import load_catalog_file
-
     files: list[Path] = []
     problems: list[FlowProblem] = []
     for path in paths:
