@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -323,13 +323,21 @@ class AgentService:
                 return  # revoked meanwhile: its new owner reads it
             await caught_up.wait()
         self.stats.records += 1
+        record = await self._read(value, where)
+        if record is None:
+            return
+        partition = where.partition if where is not None else None
+        # each kind of record to its method (_TAKERS, below the class)
+        await _TAKERS[type(record)](self, record, partition)
+
+    async def _read(self, value: bytes | None, where: Where | None) -> BaseModel | None:
+        """The record, of its topic's shape; else None, and it is dead-lettered."""
         message = where is not None and where.topic == self.topics.messages
         try:
-            record: Any = (
-                MessageRecord.model_validate_json(value or b"")
-                if message
-                else _TASKS.validate_json(value or b"")
-            )
+            if message:
+                return MessageRecord.model_validate_json(value or b"")
+            record: BaseModel = _TASKS.validate_json(value or b"")
+            return record
         except ValidationError as exc:
             self.stats.refused += 1
             first = exc.errors()[0]
@@ -338,38 +346,60 @@ class AgentService:
             log.warning("%s: %s", "messages" if message else "tasks", reason)
             if where is not None:
                 await self.dead_letter(where, value, reason)
-            return
-        if message and record.direction != "in":
-            return  # what an agent said: written by us, delivered by its channel
-        if isinstance(record, SchedulePromptTask):
-            # A schedule's run (docs/agents.md, "Scheduled prompts and heartbeats").
-            await self.prompts.take(record, where.partition if where is not None else None)
-            return
-        conv = self.load(record.job_key)
-        if where is not None:
-            conv.partition = where.partition
-        if message:
-            if record.message_id in conv.received:
-                return  # re-delivered
-            taken = self._answer(conv, record)
-            owes = conv.receive(record) if taken is None else taken
-        elif isinstance(record, TaskOpenedRecord) and (
-            flow := self.flows.of(record.playbook_key, record.milestone)
-        ):
-            inputs = self.flows.inputs(flow, record.subject, conv.turns, conv.remembered.get(flow))
-            owes = conv.open_flow(record, flow, inputs)
-        elif isinstance(record, TaskClosedRecord) and record.milestone in conv.flows:
-            track = conv.flows[record.milestone]
-            if record.task_id not in conv.closed:
-                conv.closed.append(record.task_id)
-            conv.frontier = [m for m in conv.frontier if m != record.milestone]
-            await self.flow_driver().stop(conv, track)
-            owes = False
-        else:
-            owes = conv.apply(record)
+            return None
+
+    def _conversation(self, job_key: str, partition: int | None) -> Conversation:
+        """The job's conversation, noted as on the partition its record came on."""
+        conv = self.load(job_key)
+        if partition is not None:
+            conv.partition = partition
+        return conv
+
+    async def _settle(self, conv: Conversation, owes: bool) -> None:
+        """Checkpoint the conversation a record changed; start the run it owes."""
         await self.save(conv)
         if owes:
             self.start(conv.job_key)
+
+    async def _take_message(self, record: MessageRecord, partition: int | None) -> None:
+        """A person's message: an answer to a flow's open question, else a turn
+        of the conversation."""
+        if record.direction != "in":
+            return  # what an agent said: written by us, delivered by its channel
+        conv = self._conversation(record.job_key, partition)
+        if record.message_id in conv.received:
+            return  # re-delivered
+        taken = self._answer(conv, record)
+        await self._settle(conv, conv.receive(record) if taken is None else taken)
+
+    async def _take_prompt(self, record: SchedulePromptTask, partition: int | None) -> None:
+        """A schedule's run (docs/agents.md, "Scheduled prompts and heartbeats")."""
+        await self.prompts.take(record, partition)
+
+    async def _take_opened(self, record: TaskOpenedRecord, partition: int | None) -> None:
+        """A task opened: its flow's run when its milestone names one, else the
+        conversation agent's."""
+        conv = self._conversation(record.job_key, partition)
+        flow = self.flows.of(record.playbook_key, record.milestone)
+        if flow:
+            inputs = self.flows.inputs(flow, record.subject, conv.turns, conv.remembered.get(flow))
+            owes = conv.open_flow(record, flow, inputs)
+        else:
+            owes = conv.apply(record)
+        await self._settle(conv, owes)
+
+    async def _take_closed(self, record: TaskClosedRecord, partition: int | None) -> None:
+        """A task closed: its flow's run stops; else the conversation drops it."""
+        conv = self._conversation(record.job_key, partition)
+        if record.milestone not in conv.flows:
+            await self._settle(conv, conv.apply(record))
+            return
+        track = conv.flows[record.milestone]
+        if record.task_id not in conv.closed:
+            conv.closed.append(record.task_id)
+        conv.frontier = [m for m in conv.frontier if m != record.milestone]
+        await self.flow_driver().stop(conv, track)
+        await self._settle(conv, False)
 
     def _answer(self, conv: Conversation, record: MessageRecord) -> bool | None:
         """A person's message that answers a flow's open question (the one it
@@ -533,6 +563,16 @@ class AgentService:
         self.offsets.close()
 
 
+#: The method that takes each kind of record: a person's or agent's message,
+#: and the three kinds of ``tasks`` records (topics' ``TaskRecord``).
+_TAKERS: dict[type[BaseModel], Callable[[AgentService, Any, int | None], Awaitable[None]]] = {
+    MessageRecord: AgentService._take_message,
+    SchedulePromptTask: AgentService._take_prompt,
+    TaskOpenedRecord: AgentService._take_opened,
+    TaskClosedRecord: AgentService._take_closed,
+}
+
+
 def build_service(
     settings: Settings,
     catalog: Catalog,
@@ -566,56 +606,83 @@ def build_service(
         tool_env=tool_env, flows=flows,
     )  # fmt: skip
 
+    hooks = ServiceHooks(app, service, (topics.tasks, topics.messages), say)
+    service.send = hooks.send
+    service.flush = hooks.flush
+    app.task(hooks.ready)
+    app.on_partitions_revoked.connect(hooks.on_revoked)
+    app.on_partitions_assigned.connect(hooks.on_assigned)
+    # One stream of both topics (co-partitioned: a job's tasks and messages share
+    # a partition number), so a job's records are taken in one order.
+    source = app.topic(topics.tasks, topics.messages, key_type=bytes, value_type=bytes)
+    app.agent(source)(hooks.tasks)
+    # The service reads no tick stream: this timer steps a flow whose open
+    # question expired (docs/flows.md, "Flows in the agents service").
+    app.timer(max(0.1, settings.tick_interval))(hooks.flow_ticks)
+    app.timer(10.0)(hooks.status)
+    return app, service
+
+
+class ServiceHooks:
+    """What the Faust app calls, each a named method: the producer the service
+    sends with, the partition signals, the stream of ``tasks`` and ``messages``
+    records, and the timers."""
+
+    def __init__(
+        self,
+        app: faust.App,
+        service: AgentService,
+        ours: tuple[str, str],
+        say: Callable[[str], None],
+    ) -> None:
+        self.app = app
+        self.service = service
+        #: The topics whose partitions are the service's (``tasks``, ``messages``).
+        self.ours = ours
+        self.say = say
+
     async def send(
+        self,
         topic: str,
         key: bytes | None,
         value: bytes | None,
         headers: Headers | None,
         partition: int | None,
     ) -> None:
-        sent = await app.producer.send(
+        """Produce, acknowledged when this returns."""
+        sent = await self.app.producer.send(
             topic, key, value, partition=partition, timestamp=None, headers=headers
         )
         await sent
 
-    async def flush() -> None:
-        await app.producer.flush()
+    async def flush(self) -> None:
+        await self.app.producer.flush()
 
-    service.send = send
-    service.flush = flush
-    # One stream of both topics (co-partitioned: a job's tasks and messages share
-    # a partition number), so a job's records are taken in one order.
-    source = app.topic(topics.tasks, topics.messages, key_type=bytes, value_type=bytes)
+    async def ready(self) -> None:
+        self.say(f"agents: ready (group {self.app.conf.id})")
 
-    @app.task  # type: ignore[untyped-decorator]
-    async def start() -> None:
-        say(f"agents: ready (group {app.conf.id})")
-
-    ours = (topics.tasks, topics.messages)
-
-    async def on_revoked(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
+    async def on_revoked(self, sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
         [revoked] = args
-        stopped = await service.revoke(tp.partition for tp in revoked if tp.topic in ours)
+        service = self.service
+        stopped = await service.revoke(tp.partition for tp in revoked if tp.topic in self.ours)
         if stopped:
-            say(
+            self.say(
                 f"agents: partitions revoked: {stopped} runs stopped (their new owner resumes them)"
             )
 
-    async def on_assigned(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
+    async def on_assigned(self, sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
         [assigned] = args
-        mine = {tp.partition for tp in assigned if tp.topic in ours}
+        service = self.service
+        mine = {tp.partition for tp in assigned if tp.topic in self.ours}
         await service.revoke(p for p in list(service.partitions) if p not in mine)
         read, resumed = await service.assign(mine)
-        say(
+        self.say(
             f"agents: partitions {sorted(mine)} assigned: {read} conversation records read "
             f"back, {resumed} runs resumed"
         )
 
-    app.on_partitions_revoked.connect(on_revoked)
-    app.on_partitions_assigned.connect(on_assigned)
-
-    @app.agent(source)
-    async def tasks(stream: Any) -> None:
+    async def tasks(self, stream: Any) -> None:
+        """The Faust agent: each record of the stream, with where it was read."""
         async for event in stream.events():
             m = event.message
             stamp = m.timestamp
@@ -624,21 +691,15 @@ def build_service(
                 round(stamp * 1000) if stamp is not None else -1,
                 m.key, _header_list(m.headers),
             )  # fmt: skip
-            await service.on_record(event.value, where)
+            await self.service.on_record(event.value, where)
 
-    # The service reads no tick stream: this timer steps a flow whose open
-    # question expired (docs/flows.md, "Flows in the agents service").
-    @app.timer(max(0.1, settings.tick_interval))  # type: ignore[untyped-decorator]
-    async def flow_ticks() -> None:
-        await service.tick()
+    async def flow_ticks(self) -> None:
+        await self.service.tick()
 
-    @app.timer(10.0)  # type: ignore[untyped-decorator]
-    async def status() -> None:
-        s = service.stats
+    async def status(self) -> None:
+        s = self.service.stats
         ended = ", ".join(f"{k} {v}" for k, v in sorted(s.ended.items())) or "none"
-        say(f"agents: {s.records} task records, {s.runs} runs (ended: {ended})")
-
-    return app, service
+        self.say(f"agents: {s.records} task records, {s.runs} runs (ended: {ended})")
 
 
 def open_store(path: Path, process: str) -> Rdict:
