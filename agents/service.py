@@ -32,7 +32,7 @@ from typing import Any, Literal
 import faust
 import httpx
 import orjson
-from compiler import Action, CallHandler, CallModel, CallRouter, CallTool, FlowInput, to_iso
+from compiler import to_iso
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from rocksdict import Rdict
 from stream.runtime.config import Settings
@@ -543,12 +543,7 @@ class AgentService:
         registry = load_registry(self.tool_env)
         flow_executor = FlowExecutor(self._model, tools, registry, self.publish)
         self.flow_calls = flow_executor.calls
-
-        async def execute(action: Action, *, job_key: str, flow: str, run_id: str) -> FlowInput:
-            assert isinstance(action, CallModel | CallTool | CallHandler | CallRouter)
-            return await flow_executor.execute(action, job_key=job_key, flow=flow, run_id=run_id)
-
-        return execute
+        return flow_executor.execute
 
     async def close(self) -> None:
         """Wait for runs in flight; close the clients and the store."""
