@@ -294,62 +294,63 @@ class PromptRuns:
     async def _work(self, run: PromptRun) -> None:
         """Run the agent (or refuse to); checkpoint the report as ``ended``."""
         task = run.record
-        service = self.service
-        now = service.clock()
-        deadline = _parse_time(task.deadline)
+        now = self.service.clock()
         status: Literal["completed", "failed"] = "failed"
-        output, error = "", None
-        if task.agent not in service.catalog.agents:
-            error = f"unknown agent {task.agent!r}: not in the catalog ({service.catalog.source})"
-        elif deadline <= now:
-            when = "started" if run.started_at is None else "resumed"
-            error = f"deadline passed before the run {when} (deadline {task.deadline})"
-        else:
-            run.started_at = run.started_at or to_iso(now)
-            conv = self._conversation(run, task)
-            failures: list[JournalModelCall] = []
-
-            async def publish(topic: str, key: str, record: BaseModel) -> None:
-                # A prompt run has no job: no fact to record, no person to tell.
-                # Its journal records are the only ones it writes.
-                if topic != "journal":
-                    return
-                if isinstance(record, JournalModelCall) and record.outcome != "ok":
-                    failures.append(record)
-                await service.publish("journal", key, record)
-
-            async def save(conv: Conversation) -> None:
-                run.conversation = conv.to_json()
-                await self.save(run)
-
-            runner = self._runner()
-            seconds = (deadline - now).total_seconds()
-            try:
-                async with asyncio.timeout(seconds):
-                    reason, reply = await runner.run_prompt(conv, Outbox(publish, save), task.agent)
-            except TimeoutError:
-                reason, reply = "deadline", ""
-                error = f"deadline passed during the run (deadline {task.deadline})"
-            service.count_run(reason)
-            if reason == "done":
-                status, output = "completed", reply
-            elif reason == "model_error":
-                last = failures[-1] if failures else None
-                why = f"{last.outcome}: {last.response}" if last is not None else "no reply"
-                error = f"the model call failed ({why})"
-            elif reason != "deadline":
-                error = f"budget exceeded: {reason}"
+        output = ""
+        error = self._refusal(run, task, now)
+        if error is None:
+            status, output, error = await self._run_agent(run, task, now)
         run.report = ScheduleReport(
             schedule_id=task.schedule_id,
             run_id=task.run_id,
             status=status,
             output=output,
             error=error,
-            at=to_iso(service.clock()),
+            at=to_iso(self.service.clock()),
         ).model_dump(mode="json", by_alias=True)
         run.status = "ended"
         run.conversation = None  # the journal has the run; the record stays small
         await self.save(run)
+
+    def _refusal(self, run: PromptRun, task: SchedulePromptTask, now: datetime) -> str | None:
+        """Why the run is not made (an agent not in the catalog, a deadline
+        passed), or None."""
+        catalog = self.service.catalog
+        if task.agent not in catalog.agents:
+            return f"unknown agent {task.agent!r}: not in the catalog ({catalog.source})"
+        if _parse_time(task.deadline) <= now:
+            when = "started" if run.started_at is None else "resumed"
+            return f"deadline passed before the run {when} (deadline {task.deadline})"
+        return None
+
+    async def _run_agent(
+        self, run: PromptRun, task: SchedulePromptTask, now: datetime
+    ) -> tuple[Literal["completed", "failed"], str, str | None]:
+        """Run the agent until it ends or its deadline passes: (status, output, error)."""
+        run.started_at = run.started_at or to_iso(now)
+        conv = self._conversation(run, task)
+        outbox = _PromptOutbox(self, run)
+        runner = self._runner()
+        seconds = (_parse_time(task.deadline) - now).total_seconds()
+        error = None
+        try:
+            async with asyncio.timeout(seconds):
+                reason, reply = await runner.run_prompt(
+                    conv, Outbox(outbox.publish, outbox.save), task.agent
+                )
+        except TimeoutError:
+            reason, reply = "deadline", ""
+            error = f"deadline passed during the run (deadline {task.deadline})"
+        self.service.count_run(reason)
+        if reason == "done":
+            return "completed", reply, None
+        if reason == "model_error":
+            last = outbox.failures[-1] if outbox.failures else None
+            why = f"{last.outcome}: {last.response}" if last is not None else "no reply"
+            return "failed", "", f"the model call failed ({why})"
+        if reason != "deadline":
+            error = f"budget exceeded: {reason}"
+        return "failed", "", error
 
     def _conversation(self, run: PromptRun, task: SchedulePromptTask) -> Conversation:
         """The run's conversation: the checkpointed one, else a new one whose one
@@ -373,6 +374,29 @@ class PromptRuns:
         return Runner(
             base.catalog, base.model, base.executor, history=base.history, clock=base.clock
         )
+
+
+class _PromptOutbox:
+    """Where a prompt run's records go. A prompt run has no job: no fact to
+    record, no person to tell; its journal records are the only ones it writes
+    (its failed model calls are kept for its report). Its checkpoint is its
+    :class:`PromptRun` record."""
+
+    def __init__(self, runs: PromptRuns, run: PromptRun) -> None:
+        self.runs = runs
+        self.run = run
+        self.failures: list[JournalModelCall] = []
+
+    async def publish(self, topic: str, key: str, record: BaseModel) -> None:
+        if topic != "journal":
+            return
+        if isinstance(record, JournalModelCall) and record.outcome != "ok":
+            self.failures.append(record)
+        await self.runs.service.publish("journal", key, record)
+
+    async def save(self, conv: Conversation) -> None:
+        self.run.conversation = conv.to_json()
+        await self.runs.save(self.run)
 
 
 def _parse_time(text: str) -> datetime:
