@@ -175,7 +175,16 @@ class AgentService:
             return 0, 0
         for partition in new:
             self.partitions[partition] = asyncio.Event()
-        start = {p: int(self.offsets.get(p) or 0) for p in new}
+        read = await self._read_back(new)
+        for partition in new:
+            self.partitions[partition].set()
+        return read, self._resume(set(new))
+
+    async def _read_back(self, partitions: list[int]) -> int:
+        """Read the changelog partitions from where this store last read them to
+        their end into the store; forget what is held in memory of the keys read
+        (it may be older). The number of keys read."""
+        start = {p: int(self.offsets.get(p) or 0) for p in partitions}
         read: dict[bytes, bytes | None] = {}
         async for record in read_topic(
             bootstrap_of(self.settings.kafka_url or ""),
@@ -193,13 +202,14 @@ class AgentService:
             self.offsets[record.partition] = record.offset + 1
         for key in read:
             self.live.pop(key.decode(), None)  # what this process held may be older
-        for partition in new:
-            self.partitions[partition].set()
-        # Every conversation of these partitions whose run is owed, whether just
-        # read back or already in the store (a run resumed once and cut short again
-        # before it wrote anything is owed still).
+        return len(read)
+
+    def _resume(self, mine: set[int]) -> int:
+        """Start every run owed on these partitions: of a conversation, whether
+        just read back or already in the store (a run resumed once and cut short
+        again before it wrote anything is owed still), or a prompt run; note
+        when their open flow questions expire. The number of runs resumed."""
         resumed = 0
-        mine = set(new)
         for stored in self.db.values():
             data = orjson.loads(stored)
             if data.get("partition") not in mine:
@@ -212,7 +222,7 @@ class AgentService:
             if data.get("due") or data.get("flow_due"):
                 self.start(str(data["job_key"]))
                 resumed += 1
-        return len(read), resumed
+        return resumed
 
     async def revoke(self, partitions: Iterable[int]) -> int:
         """Partitions of ``tasks`` no longer ours: stop the runs on them (another
