@@ -33,7 +33,7 @@ from topics import (
     Tokens,
 )
 
-from agents.catalog import CONVERSATION, Catalog
+from agents.catalog import CONVERSATION, Bounds, Catalog
 from agents.compose import ModelRequest, OpenTask, Turn, compose
 from agents.contacts import addressee
 from agents.executor import Executor, derived_key
@@ -436,12 +436,9 @@ class Runner:
             tasks = conv.open_tasks()
             if not tasks:
                 return "task_closed"
-            if own.turns >= bounds.max_turns:
-                return "max_turns"
-            if bounds.max_tokens is not None and own.tokens >= bounds.max_tokens:
-                return "max_tokens"
-            if time.monotonic() - own.started >= bounds.max_seconds:
-                return "max_seconds"
+            spent = _spent(own, bounds)
+            if spent is not None:
+                return spent
             request = compose(
                 self.catalog,
                 playbook_instructions=conv.playbook_instructions,
@@ -594,10 +591,7 @@ class Runner:
             return await self._delegate(conv, outbox, run_id, call, task_id, budget, tape)
         replayed = tape.replay("tool", call.name)
         if replayed is not None:
-            step, unpublished = replayed
-            if unpublished and step.get("fact") is not None:
-                await outbox.publish("inbox", conv.job_key, InboxEvent.model_validate(step["fact"]))
-            return str(step["output"])
+            return await _replayed_tool(conv, outbox, *replayed)
         granted = [t.name for t in request.tools if t.kind == "tool"]
         guarded = self.guarded(conv.playbook_key)
         started = time.monotonic()
@@ -741,6 +735,27 @@ class Runner:
 
     def _now(self) -> str:
         return to_iso(self.clock())
+
+
+def _spent(own: _Budget, bounds: Bounds) -> str | None:
+    """The bound of the agent's that its turns so far reached, if any."""
+    if own.turns >= bounds.max_turns:
+        return "max_turns"
+    if bounds.max_tokens is not None and own.tokens >= bounds.max_tokens:
+        return "max_tokens"
+    if time.monotonic() - own.started >= bounds.max_seconds:
+        return "max_seconds"
+    return None
+
+
+async def _replayed_tool(
+    conv: Conversation, outbox: Outbox, step: dict[str, Any], unpublished: bool
+) -> str:
+    """A tool call recorded on the tape: its fact published again when the
+    crash may have come before it was, its output as the model was told."""
+    if unpublished and step.get("fact") is not None:
+        await outbox.publish("inbox", conv.job_key, InboxEvent.model_validate(step["fact"]))
+    return str(step["output"])
 
 
 def _earliest(tracks: Any) -> str | None:
