@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -239,6 +239,24 @@ def load_catalog(text: str, source: str = "<catalog>", base: Path | None = None)
             problem(tuple(err["loc"]), field_problem(err, "catalog"))
         raise CatalogError(problems) from None
 
+    _check_names(spec, problem)
+    _check_integrations(spec, problem)
+    _check_agents(spec, problem)
+    _check_tools(spec, problem)
+    skills = _read_skills(spec, base or Path("."), problem)
+    if problems:
+        raise CatalogError(problems)
+    return Catalog(
+        source, spec.integrations, spec.agents, spec.tools, skills, approvers=spec.approvers
+    )
+
+
+#: ``problem(path, message)``: a problem at ``path`` of the catalog's text.
+_Problem = Callable[[tuple[str | int, ...], str], None]
+
+
+def _check_names(spec: _CatalogSpec, problem: _Problem) -> None:
+    """Names that are valid, the conversation agent, no tool named as an agent."""
     for section in ("integrations", "agents", "tools", "skills"):
         for name in getattr(spec, section):
             if not re.match(_NAME, name):
@@ -251,6 +269,11 @@ def load_catalog(text: str, source: str = "<catalog>", base: Path | None = None)
                 ("tools", name),
                 f"tools.{name}: an agent has the same name (a delegate is called by its name)",
             )
+
+
+def _check_integrations(spec: _CatalogSpec, problem: _Problem) -> None:
+    """Each integration's tools are known, its delegate a known agent, not the
+    conversation agent."""
     for name, integration in spec.integrations.items():
         for i, tool_name in enumerate(integration.tools):
             if tool_name not in spec.tools:
@@ -269,6 +292,11 @@ def load_catalog(text: str, source: str = "<catalog>", base: Path | None = None)
                     ("integrations", name, "delegate"),
                     f"integrations.{name}: the conversation agent cannot be a delegate",
                 )
+
+
+def _check_agents(spec: _CatalogSpec, problem: _Problem) -> None:
+    """Each agent's tools, delegates and skills are known (a delegate is
+    neither itself nor the conversation agent)."""
     for name, agent in spec.agents.items():
         for i, tool_name in enumerate(agent.tools):
             if tool_name not in spec.tools:
@@ -282,6 +310,11 @@ def load_catalog(text: str, source: str = "<catalog>", base: Path | None = None)
         for i, skill in enumerate(agent.skills):
             if skill not in spec.skills:
                 problem(("agents", name, "skills", i), f"agents.{name}: unknown skill {skill!r}")
+
+
+def _check_tools(spec: _CatalogSpec, problem: _Problem) -> None:
+    """Each tool's parameters are an object's JSON Schema, it calls something
+    (http), and its response paths start at ``$``."""
     for name, tool in spec.tools.items():
         try:
             Draft202012Validator.check_schema(tool.parameters)
@@ -306,19 +339,19 @@ def load_catalog(text: str, source: str = "<catalog>", base: Path | None = None)
                     ("tools", name, *at),
                     f"tools.{name}.{'.'.join(at)}: {ref!r} is not a response path ($ or $.field)",
                 )
+
+
+def _read_skills(spec: _CatalogSpec, base: Path, problem: _Problem) -> dict[str, str]:
+    """Each skill's text, read from its file (relative to ``base``)."""
     skills: dict[str, str] = {}
     for name, file in spec.skills.items():
-        path = (base or Path(".")) / file
+        path = base / file
         try:
             skills[name] = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             problem(("skills", name), f"skills.{name}: cannot read {file}: {why}")
-    if problems:
-        raise CatalogError(problems)
-    return Catalog(
-        source, spec.integrations, spec.agents, spec.tools, skills, approvers=spec.approvers
-    )
+    return skills
 
 
 def check_playbooks(catalog: Catalog, playbooks: Iterable[Playbook]) -> list[str]:

@@ -12,7 +12,7 @@ script rules match on them (docs/agents.md, "The stand-in model").
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -115,21 +115,7 @@ def compose(
     lines = [f"Agent: {agent}", spec.instructions.strip()]
     lines.extend(catalog.skills[s].strip() for s in spec.skills if s in catalog.skills)
     if agent == CONVERSATION:
-        lines.append(f"Playbook: {playbook_instructions.strip()}" if playbook_instructions else "")
-        if tasks:
-            first, *rest = tasks
-            lines.append(f"Next best step: {first.milestone}")
-            lines.append(f"  {first.instructions.strip()} (deadline {first.deadline})")
-            if rest:
-                lines.append("Also open (the person may prefer one of these):")
-                lines.extend(
-                    f"- {t.milestone}: {t.instructions.strip()} (deadline {t.deadline})"
-                    for t in rest
-                )
-        else:
-            lines.append("No task is open: answer, and promise nothing.")
-        lines.append(f"Subject: {_json(subject)}")
-        lines.append(f"Contacts: {_json(list(contacts))}")
+        lines += _job_lines(playbook_instructions, tasks, subject, contacts)
         tool_names, delegates = catalog.grants(i for t in tasks for i in t.integrations)
     else:
         tool_names, delegates = spec.tools, spec.delegates
@@ -143,6 +129,47 @@ def compose(
     kept = list(turns[earlier:]) if earlier > 0 else list(turns)
     if earlier > 0:
         lines.append(f"({earlier} earlier turns of this conversation are not shown.)")
+    return ModelRequest(
+        agent,
+        "\n".join(line for line in lines if line),
+        tuple(_message(t) for t in kept),
+        _offers(catalog, tool_names, delegates, withheld),
+    )
+
+
+def _job_lines(
+    playbook_instructions: str,
+    tasks: Sequence[OpenTask],
+    subject: Mapping[str, Any],
+    contacts: Sequence[Any],
+) -> list[str]:
+    """What the conversation agent is told of the job: its playbook, the next
+    best step and the other open tasks, its subject and contacts."""
+    lines = [f"Playbook: {playbook_instructions.strip()}" if playbook_instructions else ""]
+    if tasks:
+        first, *rest = tasks
+        lines.append(f"Next best step: {first.milestone}")
+        lines.append(f"  {first.instructions.strip()} (deadline {first.deadline})")
+        if rest:
+            lines.append("Also open (the person may prefer one of these):")
+            lines.extend(
+                f"- {t.milestone}: {t.instructions.strip()} (deadline {t.deadline})" for t in rest
+            )
+    else:
+        lines.append("No task is open: answer, and promise nothing.")
+    lines.append(f"Subject: {_json(subject)}")
+    lines.append(f"Contacts: {_json(list(contacts))}")
+    return lines
+
+
+def _offers(
+    catalog: Catalog,
+    tool_names: Iterable[str],
+    delegates: Iterable[str],
+    withheld: Collection[str],
+) -> tuple[ToolOffer, ...]:
+    """The tools offered (those in the catalog, none ``withheld``), then the
+    delegates (called as tools)."""
     offers = [
         ToolOffer(name, catalog.tools[name].description, catalog.tools[name].parameters)
         for name in tool_names
@@ -158,12 +185,7 @@ def compose(
         for name in delegates
         if name in catalog.agents
     )
-    return ModelRequest(
-        agent,
-        "\n".join(line for line in lines if line),
-        tuple(_message(t) for t in kept),
-        tuple(offers),
-    )
+    return tuple(offers)
 
 
 def _message(turn: Turn) -> tuple[Literal["user", "assistant"], str]:

@@ -22,6 +22,7 @@ import orjson
 from compiler import to_iso
 from pydantic import BaseModel
 from topics import (
+    Headers,
     InboxEvent,
     JournalModelCall,
     JournalRun,
@@ -32,21 +33,24 @@ from topics import (
     Tokens,
 )
 
-from agents.catalog import CONVERSATION, Catalog
+from agents.catalog import CONVERSATION, Bounds, Catalog
 from agents.compose import ModelRequest, OpenTask, Turn, compose
 from agents.contacts import addressee
 from agents.executor import Executor, derived_key
 from agents.flows.service import FlowTrack
 from agents.model import Completion, Exchange, Model, ModelError, ToolCall, Usage
 
-__all__ = ["Conversation", "Outbox", "RunEnd", "Runner", "excerpt"]
+__all__ = ["Conversation", "Outbox", "Publish", "RunEnd", "Runner", "Send", "excerpt"]
 
 #: Turns a conversation keeps (the model is sent the last ``history`` of them).
 KEPT_TURNS = 200
 #: How much of a long text the journal and the agent events keep.
 EXCERPT = 500
 
+#: ``publish(topic, key, record)``: a record of a run, acknowledged when awaited.
 Publish = Callable[[Literal["inbox", "messages", "journal"], str, BaseModel], Awaitable[None]]
+#: ``send(topic, key, value, headers, partition)``, acknowledged when awaited.
+Send = Callable[[str, bytes | None, bytes | None, Headers | None, int | None], Awaitable[None]]
 
 
 def excerpt(text: str, limit: int = EXCERPT) -> str:
@@ -377,6 +381,18 @@ class Runner:
         await self._journal_run(conv, outbox, run_id, CONVERSATION, end, tape.pos)
         return end
 
+    async def run_prompt(self, conv: Conversation, outbox: Outbox, agent: str) -> tuple[str, str]:
+        """Run ``agent`` on ``conv`` (its run id is ``conv.active``), resuming from
+        its tape; journal the run's end. (how it ended, its last reply)"""
+        assert conv.active is not None
+        budget = _Budget()
+        tape = _Tape(conv.tape)
+        said: list[str] = []
+        reason = await self._loop(conv, outbox, conv.active, agent, None, budget, said, tape)
+        end = RunEnd(reason, budget.turns, budget.tool_calls, budget.tokens)
+        await self._journal_run(conv, outbox, conv.active, agent, end, tape.pos)
+        return reason, said[-1] if said else ""
+
     async def _journal_run(
         self, conv: Conversation, outbox: Outbox, run_id: str, agent: str, end: RunEnd,
         replayed: int,
@@ -420,12 +436,9 @@ class Runner:
             tasks = conv.open_tasks()
             if not tasks:
                 return "task_closed"
-            if own.turns >= bounds.max_turns:
-                return "max_turns"
-            if bounds.max_tokens is not None and own.tokens >= bounds.max_tokens:
-                return "max_tokens"
-            if time.monotonic() - own.started >= bounds.max_seconds:
-                return "max_seconds"
+            spent = _spent(own, bounds)
+            if spent is not None:
+                return spent
             request = compose(
                 self.catalog,
                 playbook_instructions=conv.playbook_instructions,
@@ -529,7 +542,8 @@ class Runner:
         (``agent_said``), which never counts toward a condition. The ids follow
         from the run and the turn, so a replay re-publishes under the same ids."""
         message_id = f"{run_id}.{turn}"
-        contact = _replying_to(conv)
+        # whom it answers: who wrote last if a contact of the job, else its first contact
+        contact = addressee(conv.contacts, conv.turns)
         channel = conv.last_channel or ("email" if contact and "@" in contact else self.channel)
         await outbox.publish(
             "messages",
@@ -577,10 +591,7 @@ class Runner:
             return await self._delegate(conv, outbox, run_id, call, task_id, budget, tape)
         replayed = tape.replay("tool", call.name)
         if replayed is not None:
-            step, unpublished = replayed
-            if unpublished and step.get("fact") is not None:
-                await outbox.publish("inbox", conv.job_key, InboxEvent.model_validate(step["fact"]))
-            return str(step["output"])
+            return await _replayed_tool(conv, outbox, *replayed)
         granted = [t.name for t in request.tools if t.kind == "tool"]
         guarded = self.guarded(conv.playbook_key)
         started = time.monotonic()
@@ -726,6 +737,27 @@ class Runner:
         return to_iso(self.clock())
 
 
+def _spent(own: _Budget, bounds: Bounds) -> str | None:
+    """The bound of the agent's that its turns so far reached, if any."""
+    if own.turns >= bounds.max_turns:
+        return "max_turns"
+    if bounds.max_tokens is not None and own.tokens >= bounds.max_tokens:
+        return "max_tokens"
+    if time.monotonic() - own.started >= bounds.max_seconds:
+        return "max_seconds"
+    return None
+
+
+async def _replayed_tool(
+    conv: Conversation, outbox: Outbox, step: dict[str, Any], unpublished: bool
+) -> str:
+    """A tool call recorded on the tape: its fact published again when the
+    crash may have come before it was, its output as the model was told."""
+    if unpublished and step.get("fact") is not None:
+        await outbox.publish("inbox", conv.job_key, InboxEvent.model_validate(step["fact"]))
+    return str(step["output"])
+
+
 def _earliest(tracks: Any) -> str | None:
     """When the soonest open interrupt of these flow runs expires (ISO), if any."""
     times = [t.expires_at() for t in tracks if t.open_interrupt() is not None]
@@ -736,12 +768,6 @@ def _earliest(tracks: Any) -> str | None:
 def _identity(task_id: str, tool: str, args: Any) -> str:
     canonical = orjson.dumps([task_id, tool, args], option=orjson.OPT_SORT_KEYS)
     return hashlib.sha256(canonical).hexdigest()[:32]
-
-
-def _replying_to(conv: Conversation) -> str | None:
-    """Who the agent answers: the person who wrote last if they are one of the
-    job's contacts, else the first contact (agents/contacts.py)."""
-    return addressee(conv.contacts, conv.turns)
 
 
 def _ms(seconds: float) -> int:

@@ -29,23 +29,28 @@ from __future__ import annotations
 import asyncio
 import heapq
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 import orjson
 from compiler import to_iso
 from pydantic import BaseModel
-from topics import JournalModelCall, SchedulePromptTask, ScheduleReport, encode
+from rocksdict import Rdict
+from topics import (
+    JournalModelCall,
+    SchedulePromptTask,
+    ScheduleReport,
+    Topics,
+    encode,
+)
 
+from agents.catalog import Catalog
 from agents.compose import OpenTask, Turn
-from agents.run import Conversation, Outbox, RunEnd, Runner, _Budget, _Tape
+from agents.run import Conversation, Outbox, Publish, Runner, Send
 
-if TYPE_CHECKING:
-    from agents.service import AgentService
-
-__all__ = ["KIND", "PromptRun", "PromptRuns", "run_key"]
+__all__ = ["KIND", "PromptHost", "PromptRun", "PromptRuns", "run_key"]
 
 log = logging.getLogger(__name__)
 
@@ -127,28 +132,46 @@ class PromptRun:
         )
 
 
-class PromptRunner(Runner):
-    """The runner, for one catalog agent on a prompt: its own tools and
-    delegates, its bounds, its journal records, no person to talk to."""
+class PromptHost(Protocol):
+    """What the prompt runs need of the agents service (agents/service.py): its
+    store, its topics and partitions, its bound on runs, its clock, a producer
+    acknowledged when awaited, a runner of catalog agents, and its count of the
+    runs that ended."""
 
-    async def run_prompt(self, conv: Conversation, outbox: Outbox, agent: str) -> tuple[str, str]:
-        """Run ``agent`` on ``conv`` (its run id is ``conv.active``), resuming from
-        its tape; journal the run's end. (how it ended, its last reply)"""
-        assert conv.active is not None
-        budget = _Budget()
-        tape = _Tape(conv.tape)
-        said: list[str] = []
-        reason = await self._loop(conv, outbox, conv.active, agent, None, budget, said, tape)
-        end = RunEnd(reason, budget.turns, budget.tool_calls, budget.tokens)
-        await self._journal_run(conv, outbox, conv.active, agent, end, tape.pos)
-        return reason, said[-1] if said else ""
+    @property
+    def db(self) -> Rdict: ...
+
+    @property
+    def topics(self) -> Topics: ...
+
+    @property
+    def catalog(self) -> Catalog: ...
+
+    @property
+    def partitions(self) -> Container[int]: ...
+
+    @property
+    def limit(self) -> asyncio.Semaphore: ...
+
+    @property
+    def clock(self) -> Callable[[], datetime]: ...
+
+    @property
+    def produce(self) -> Send: ...
+
+    @property
+    def publish(self) -> Publish: ...
+
+    def runner(self) -> Runner: ...
+
+    def count_run(self, reason: str) -> None: ...
 
 
 class PromptRuns:
     """The service's prompt runs: taken from ``tasks``, resumed on assignment,
     stopped on revocation."""
 
-    def __init__(self, service: AgentService) -> None:
+    def __init__(self, service: PromptHost) -> None:
         self.service = service
         self.running: dict[str, asyncio.Task[None]] = {}
         self.partition_of: dict[str, int | None] = {}
@@ -167,9 +190,7 @@ class PromptRuns:
         """Changelog first (the task's partition), acknowledged; then the store."""
         raw = orjson.dumps(run.to_json())
         key = run_key(str(run.task["run_id"]))
-        await self.service._send(
-            self.service.topics.conversations, key, raw, partition=run.partition
-        )
+        await self.service.produce(self.service.topics.conversations, key, raw, None, run.partition)
         self.service.db[key] = raw
 
     # -- records ------------------------------------------------------------------------
@@ -233,7 +254,7 @@ class PromptRuns:
             if self.service.db.get(key) is None:
                 continue
             changelog = self.service.topics.conversations
-            await self.service._send(changelog, key, None, partition=partition)
+            await self.service.produce(changelog, key, None, None, partition)
             self.service.db.delete(key)
             gone += 1
         return gone
@@ -251,11 +272,12 @@ class PromptRuns:
                 if run.status == "ended":
                     assert run.report is not None
                     report = ScheduleReport.model_validate(run.report)
-                    await self.service._send(
+                    await self.service.produce(
                         self.service.topics.schedule_runs,
                         report.schedule_id.encode(),
                         encode(report),
-                        partition=run.partition,
+                        None,
+                        run.partition,
                     )
                     run.status = "reported"
                     await self.save(run)
@@ -272,63 +294,63 @@ class PromptRuns:
     async def _work(self, run: PromptRun) -> None:
         """Run the agent (or refuse to); checkpoint the report as ``ended``."""
         task = run.record
-        service = self.service
-        now = service.clock()
-        deadline = _parse_time(task.deadline)
+        now = self.service.clock()
         status: Literal["completed", "failed"] = "failed"
-        output, error = "", None
-        if task.agent not in service.catalog.agents:
-            error = f"unknown agent {task.agent!r}: not in the catalog ({service.catalog.source})"
-        elif deadline <= now:
-            when = "started" if run.started_at is None else "resumed"
-            error = f"deadline passed before the run {when} (deadline {task.deadline})"
-        else:
-            run.started_at = run.started_at or to_iso(now)
-            conv = self._conversation(run, task)
-            failures: list[JournalModelCall] = []
-
-            async def publish(topic: str, key: str, record: BaseModel) -> None:
-                # A prompt run has no job: no fact to record, no person to tell.
-                # Its journal records are the only ones it writes.
-                if topic != "journal":
-                    return
-                if isinstance(record, JournalModelCall) and record.outcome != "ok":
-                    failures.append(record)
-                await service.publish("journal", key, record)
-
-            async def save(conv: Conversation) -> None:
-                run.conversation = conv.to_json()
-                await self.save(run)
-
-            runner = self._runner()
-            seconds = (deadline - now).total_seconds()
-            try:
-                async with asyncio.timeout(seconds):
-                    reason, reply = await runner.run_prompt(conv, Outbox(publish, save), task.agent)
-            except TimeoutError:
-                reason, reply = "deadline", ""
-                error = f"deadline passed during the run (deadline {task.deadline})"
-            service.stats.runs += 1
-            service.stats.ended[reason] = service.stats.ended.get(reason, 0) + 1
-            if reason == "done":
-                status, output = "completed", reply
-            elif reason == "model_error":
-                last = failures[-1] if failures else None
-                why = f"{last.outcome}: {last.response}" if last is not None else "no reply"
-                error = f"the model call failed ({why})"
-            elif reason != "deadline":
-                error = f"budget exceeded: {reason}"
+        output = ""
+        error = self._refusal(run, task, now)
+        if error is None:
+            status, output, error = await self._run_agent(run, task, now)
         run.report = ScheduleReport(
             schedule_id=task.schedule_id,
             run_id=task.run_id,
             status=status,
             output=output,
             error=error,
-            at=to_iso(service.clock()),
+            at=to_iso(self.service.clock()),
         ).model_dump(mode="json", by_alias=True)
         run.status = "ended"
         run.conversation = None  # the journal has the run; the record stays small
         await self.save(run)
+
+    def _refusal(self, run: PromptRun, task: SchedulePromptTask, now: datetime) -> str | None:
+        """Why the run is not made (an agent not in the catalog, a deadline
+        passed), or None."""
+        catalog = self.service.catalog
+        if task.agent not in catalog.agents:
+            return f"unknown agent {task.agent!r}: not in the catalog ({catalog.source})"
+        if _parse_time(task.deadline) <= now:
+            when = "started" if run.started_at is None else "resumed"
+            return f"deadline passed before the run {when} (deadline {task.deadline})"
+        return None
+
+    async def _run_agent(
+        self, run: PromptRun, task: SchedulePromptTask, now: datetime
+    ) -> tuple[Literal["completed", "failed"], str, str | None]:
+        """Run the agent until it ends or its deadline passes: (status, output, error)."""
+        run.started_at = run.started_at or to_iso(now)
+        conv = self._conversation(run, task)
+        outbox = _PromptOutbox(self, run)
+        runner = self._runner()
+        seconds = (_parse_time(task.deadline) - now).total_seconds()
+        error = None
+        try:
+            async with asyncio.timeout(seconds):
+                reason, reply = await runner.run_prompt(
+                    conv, Outbox(outbox.publish, outbox.save), task.agent
+                )
+        except TimeoutError:
+            reason, reply = "deadline", ""
+            error = f"deadline passed during the run (deadline {task.deadline})"
+        self.service.count_run(reason)
+        if reason == "done":
+            return "completed", reply, None
+        if reason == "model_error":
+            last = outbox.failures[-1] if outbox.failures else None
+            why = f"{last.outcome}: {last.response}" if last is not None else "no reply"
+            return "failed", "", f"the model call failed ({why})"
+        if reason != "deadline":
+            error = f"budget exceeded: {reason}"
+        return "failed", "", error
 
     def _conversation(self, run: PromptRun, task: SchedulePromptTask) -> Conversation:
         """The run's conversation: the checkpointed one, else a new one whose one
@@ -345,11 +367,36 @@ class PromptRuns:
             active=task.run_id,
         )
 
-    def _runner(self) -> PromptRunner:
+    def _runner(self) -> Runner:
+        """The service's runner, for one catalog agent on a prompt: its own tools
+        and delegates, its bounds, its journal records, no person to talk to."""
         base = self.service.runner()  # makes the model and HTTP clients on first use
-        return PromptRunner(
+        return Runner(
             base.catalog, base.model, base.executor, history=base.history, clock=base.clock
         )
+
+
+class _PromptOutbox:
+    """Where a prompt run's records go. A prompt run has no job: no fact to
+    record, no person to tell; its journal records are the only ones it writes
+    (its failed model calls are kept for its report). Its checkpoint is its
+    :class:`PromptRun` record."""
+
+    def __init__(self, runs: PromptRuns, run: PromptRun) -> None:
+        self.runs = runs
+        self.run = run
+        self.failures: list[JournalModelCall] = []
+
+    async def publish(self, topic: str, key: str, record: BaseModel) -> None:
+        if topic != "journal":
+            return
+        if isinstance(record, JournalModelCall) and record.outcome != "ok":
+            self.failures.append(record)
+        await self.runs.service.publish("journal", key, record)
+
+    async def save(self, conv: Conversation) -> None:
+        self.run.conversation = conv.to_json()
+        await self.runs.save(self.run)
 
 
 def _parse_time(text: str) -> datetime:

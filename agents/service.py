@@ -32,7 +32,7 @@ from typing import Any, Literal
 import faust
 import httpx
 import orjson
-from compiler import Action, CallHandler, CallModel, CallRouter, CallTool, FlowInput, to_iso
+from compiler import to_iso
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from rocksdict import Rdict
 from stream.runtime.config import Settings
@@ -64,6 +64,8 @@ from topics.mail import ADDRESS_MAX
 from agents.catalog import Catalog
 from agents.contacts import approves, is_contact, same_contact
 from agents.executor import Executor
+from agents.flows.executor import FlowExecutor
+from agents.flows.handlers import load_registry
 from agents.flows.service import (
     Execute,
     FlowDriver,
@@ -75,7 +77,7 @@ from agents.flows.service import (
     tick_input,
 )
 from agents.model import Model, ModelSettings
-from agents.run import Conversation, Outbox, Runner
+from agents.run import Conversation, Outbox, Runner, Send
 from agents.schedule_runs import KIND as PROMPT_RUN
 from agents.schedule_runs import PromptRuns
 
@@ -84,9 +86,6 @@ __all__ = ["AgentService", "AgentStats", "build_service"]
 log = logging.getLogger(__name__)
 
 _TASKS: TypeAdapter[Any] = TypeAdapter(TaskRecord)
-
-#: ``send(topic, key, value, headers, partition)``, acknowledged when awaited.
-Send = Callable[[str, bytes | None, bytes | None, Headers | None, int | None], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -177,7 +176,16 @@ class AgentService:
             return 0, 0
         for partition in new:
             self.partitions[partition] = asyncio.Event()
-        start = {p: int(self.offsets.get(p) or 0) for p in new}
+        read = await self._read_back(new)
+        for partition in new:
+            self.partitions[partition].set()
+        return read, self._resume(set(new))
+
+    async def _read_back(self, partitions: list[int]) -> int:
+        """Read the changelog partitions from where this store last read them to
+        their end into the store; forget what is held in memory of the keys read
+        (it may be older). The number of keys read."""
+        start = {p: int(self.offsets.get(p) or 0) for p in partitions}
         read: dict[bytes, bytes | None] = {}
         async for record in read_topic(
             bootstrap_of(self.settings.kafka_url or ""),
@@ -195,13 +203,14 @@ class AgentService:
             self.offsets[record.partition] = record.offset + 1
         for key in read:
             self.live.pop(key.decode(), None)  # what this process held may be older
-        for partition in new:
-            self.partitions[partition].set()
-        # Every conversation of these partitions whose run is owed, whether just
-        # read back or already in the store (a run resumed once and cut short again
-        # before it wrote anything is owed still).
+        return len(read)
+
+    def _resume(self, mine: set[int]) -> int:
+        """Start every run owed on these partitions: of a conversation, whether
+        just read back or already in the store (a run resumed once and cut short
+        again before it wrote anything is owed still), or a prompt run; note
+        when their open flow questions expire. The number of runs resumed."""
         resumed = 0
-        mine = set(new)
         for stored in self.db.values():
             data = orjson.loads(stored)
             if data.get("partition") not in mine:
@@ -214,7 +223,7 @@ class AgentService:
             if data.get("due") or data.get("flow_due"):
                 self.start(str(data["job_key"]))
                 resumed += 1
-        return len(read), resumed
+        return resumed
 
     async def revoke(self, partitions: Iterable[int]) -> int:
         """Partitions of ``tasks`` no longer ours: stop the runs on them (another
@@ -254,7 +263,7 @@ class AgentService:
         then the local store."""
         raw = orjson.dumps(conv.to_json())
         key = conv.job_key.encode()
-        await self._send(self.topics.conversations, key, raw, partition=conv.partition)
+        await self.produce(self.topics.conversations, key, raw, partition=conv.partition)
         self.db[key] = raw
         soonest = [t.expires_at() for t in conv.flows.values() if t.open_interrupt()]
         times = [t for t in soonest if t is not None]
@@ -263,7 +272,7 @@ class AgentService:
         else:
             self.expiring.pop(conv.job_key, None)
 
-    async def _send(
+    async def produce(
         self,
         topic: str,
         key: bytes | None,
@@ -271,8 +280,14 @@ class AgentService:
         headers: Headers | None = None,
         partition: int | None = None,
     ) -> None:
+        """Produce a record, acknowledged when this returns."""
         assert self.send is not None
         await self.send(topic, key, value, headers, partition)
+
+    def count_run(self, reason: str) -> None:
+        """A run ended (a job's or a prompt's): counted for the status line."""
+        self.stats.runs += 1
+        self.stats.ended[reason] = self.stats.ended.get(reason, 0) + 1
 
     async def dead_letter(self, where: Where, value: bytes | None, reason: str) -> None:
         """The record as it was read, to ``deadletter`` (docs/kafka.md, "Dead letters")."""
@@ -280,7 +295,7 @@ class AgentService:
             where.topic, where.partition, where.offset, reason, to_iso(datetime.now(UTC)),
             where.timestamp_ms,
         )  # fmt: skip
-        await self._send(self.topics.deadletter, where.key, value, letter.headers(where.headers))
+        await self.produce(self.topics.deadletter, where.key, value, letter.headers(where.headers))
 
     async def publish(
         self, topic: Literal["inbox", "messages", "journal"], key: str, record: BaseModel
@@ -298,7 +313,7 @@ class AgentService:
             )  # fmt: skip
             topic = "journal"
         value = encode(record.compact() if isinstance(record, InboxEvent) else record)
-        await self._send(self.topics.name(topic), key.encode(), value)
+        await self.produce(self.topics.name(topic), key.encode(), value)
 
     def _not_a_contact(self, record: MessageRecord) -> bool:
         """An outbound email whose address is not a contact of its job (whoever
@@ -319,13 +334,21 @@ class AgentService:
                 return  # revoked meanwhile: its new owner reads it
             await caught_up.wait()
         self.stats.records += 1
+        record = await self._read(value, where)
+        if record is None:
+            return
+        partition = where.partition if where is not None else None
+        # each kind of record to its method (_TAKERS, below the class)
+        await _TAKERS[type(record)](self, record, partition)
+
+    async def _read(self, value: bytes | None, where: Where | None) -> BaseModel | None:
+        """The record, of its topic's shape; else None, and it is dead-lettered."""
         message = where is not None and where.topic == self.topics.messages
         try:
-            record: Any = (
-                MessageRecord.model_validate_json(value or b"")
-                if message
-                else _TASKS.validate_json(value or b"")
-            )
+            if message:
+                return MessageRecord.model_validate_json(value or b"")
+            record: BaseModel = _TASKS.validate_json(value or b"")
+            return record
         except ValidationError as exc:
             self.stats.refused += 1
             reason = f"not a {'message' if message else 'task'} record: "
@@ -333,38 +356,60 @@ class AgentService:
             log.warning("%s: %s", "messages" if message else "tasks", reason)
             if where is not None:
                 await self.dead_letter(where, value, reason)
-            return
-        if message and record.direction != "in":
-            return  # what an agent said: written by us, delivered by its channel
-        if isinstance(record, SchedulePromptTask):
-            # A schedule's run (docs/agents.md, "Scheduled prompts and heartbeats").
-            await self.prompts.take(record, where.partition if where is not None else None)
-            return
-        conv = self.load(record.job_key)
-        if where is not None:
-            conv.partition = where.partition
-        if message:
-            if record.message_id in conv.received:
-                return  # re-delivered
-            taken = self._answer(conv, record)
-            owes = conv.receive(record) if taken is None else taken
-        elif isinstance(record, TaskOpenedRecord) and (
-            flow := self.flows.of(record.playbook_key, record.milestone)
-        ):
-            inputs = self.flows.inputs(flow, record.subject, conv.turns, conv.remembered.get(flow))
-            owes = conv.open_flow(record, flow, inputs)
-        elif isinstance(record, TaskClosedRecord) and record.milestone in conv.flows:
-            track = conv.flows[record.milestone]
-            if record.task_id not in conv.closed:
-                conv.closed.append(record.task_id)
-            conv.frontier = [m for m in conv.frontier if m != record.milestone]
-            await self.flow_driver().stop(conv, track)
-            owes = False
-        else:
-            owes = conv.apply(record)
+            return None
+
+    def _conversation(self, job_key: str, partition: int | None) -> Conversation:
+        """The job's conversation, noted as on the partition its record came on."""
+        conv = self.load(job_key)
+        if partition is not None:
+            conv.partition = partition
+        return conv
+
+    async def _settle(self, conv: Conversation, owes: bool) -> None:
+        """Checkpoint the conversation a record changed; start the run it owes."""
         await self.save(conv)
         if owes:
             self.start(conv.job_key)
+
+    async def _take_message(self, record: MessageRecord, partition: int | None) -> None:
+        """A person's message: an answer to a flow's open question, else a turn
+        of the conversation."""
+        if record.direction != "in":
+            return  # what an agent said: written by us, delivered by its channel
+        conv = self._conversation(record.job_key, partition)
+        if record.message_id in conv.received:
+            return  # re-delivered
+        taken = self._answer(conv, record)
+        await self._settle(conv, conv.receive(record) if taken is None else taken)
+
+    async def _take_prompt(self, record: SchedulePromptTask, partition: int | None) -> None:
+        """A schedule's run (docs/agents.md, "Scheduled prompts and heartbeats")."""
+        await self.prompts.take(record, partition)
+
+    async def _take_opened(self, record: TaskOpenedRecord, partition: int | None) -> None:
+        """A task opened: its flow's run when its milestone names one, else the
+        conversation agent's."""
+        conv = self._conversation(record.job_key, partition)
+        flow = self.flows.of(record.playbook_key, record.milestone)
+        if flow:
+            inputs = self.flows.inputs(flow, record.subject, conv.turns, conv.remembered.get(flow))
+            owes = conv.open_flow(record, flow, inputs)
+        else:
+            owes = conv.apply(record)
+        await self._settle(conv, owes)
+
+    async def _take_closed(self, record: TaskClosedRecord, partition: int | None) -> None:
+        """A task closed: its flow's run stops; else the conversation drops it."""
+        conv = self._conversation(record.job_key, partition)
+        if record.milestone not in conv.flows:
+            await self._settle(conv, conv.apply(record))
+            return
+        track = conv.flows[record.milestone]
+        if record.task_id not in conv.closed:
+            conv.closed.append(record.task_id)
+        conv.frontier = [m for m in conv.frontier if m != record.milestone]
+        await self.flow_driver().stop(conv, track)
+        await self._settle(conv, False)
 
     def _answer(self, conv: Conversation, record: MessageRecord) -> bool | None:
         """A person's message that answers a flow's open question (the one it
@@ -476,8 +521,7 @@ class AgentService:
                     break
                 end = await self.runner().run(conv, Outbox(self.publish, self.save))
                 await self.save(conv)
-                self.stats.runs += 1
-                self.stats.ended[end.reason] = self.stats.ended.get(end.reason, 0) + 1
+                self.count_run(end.reason)
             if conv.due:  # owed, but nothing is open any more
                 conv.ran = conv.inputs
                 await self.save(conv)
@@ -501,9 +545,6 @@ class AgentService:
         return FlowDriver(self.flows, self.execute, self.publish, self.save, clock=self.clock)
 
     def _flow_executor(self) -> Execute:
-        from agents.flows.executor import FlowExecutor
-        from agents.flows.handlers import load_registry
-
         if self._model is None:
             self._model = Model(self.model_settings)
         if self._client is None:
@@ -512,12 +553,7 @@ class AgentService:
         registry = load_registry(self.tool_env)
         flow_executor = FlowExecutor(self._model, tools, registry, self.publish)
         self.flow_calls = flow_executor.calls
-
-        async def execute(action: Action, *, job_key: str, flow: str, run_id: str) -> FlowInput:
-            assert isinstance(action, CallModel | CallTool | CallHandler | CallRouter)
-            return await flow_executor.execute(action, job_key=job_key, flow=flow, run_id=run_id)
-
-        return execute
+        return flow_executor.execute
 
     async def close(self) -> None:
         """Wait for runs in flight; close the clients and the store."""
@@ -530,6 +566,16 @@ class AgentService:
             await self._client.aclose()
         self.db.close()
         self.offsets.close()
+
+
+#: The method that takes each kind of record: a person's or agent's message,
+#: and the three kinds of ``tasks`` records (topics' ``TaskRecord``).
+_TAKERS: dict[type[BaseModel], Callable[[AgentService, Any, int | None], Awaitable[None]]] = {
+    MessageRecord: AgentService._take_message,
+    SchedulePromptTask: AgentService._take_prompt,
+    TaskOpenedRecord: AgentService._take_opened,
+    TaskClosedRecord: AgentService._take_closed,
+}
 
 
 def build_service(
@@ -565,56 +611,83 @@ def build_service(
         tool_env=tool_env, flows=flows,
     )  # fmt: skip
 
+    hooks = ServiceHooks(app, service, (topics.tasks, topics.messages), say)
+    service.send = hooks.send
+    service.flush = hooks.flush
+    app.task(hooks.ready)
+    app.on_partitions_revoked.connect(hooks.on_revoked)
+    app.on_partitions_assigned.connect(hooks.on_assigned)
+    # One stream of both topics (co-partitioned: a job's tasks and messages share
+    # a partition number), so a job's records are taken in one order.
+    source = app.topic(topics.tasks, topics.messages, key_type=bytes, value_type=bytes)
+    app.agent(source)(hooks.tasks)
+    # The service reads no tick stream: this timer steps a flow whose open
+    # question expired (docs/flows.md, "Flows in the agents service").
+    app.timer(max(0.1, settings.tick_interval))(hooks.flow_ticks)
+    app.timer(10.0)(hooks.status)
+    return app, service
+
+
+class ServiceHooks:
+    """What the Faust app calls, each a named method: the producer the service
+    sends with, the partition signals, the stream of ``tasks`` and ``messages``
+    records, and the timers."""
+
+    def __init__(
+        self,
+        app: faust.App,
+        service: AgentService,
+        ours: tuple[str, str],
+        say: Callable[[str], None],
+    ) -> None:
+        self.app = app
+        self.service = service
+        #: The topics whose partitions are the service's (``tasks``, ``messages``).
+        self.ours = ours
+        self.say = say
+
     async def send(
+        self,
         topic: str,
         key: bytes | None,
         value: bytes | None,
         headers: Headers | None,
         partition: int | None,
     ) -> None:
-        sent = await app.producer.send(
+        """Produce, acknowledged when this returns."""
+        sent = await self.app.producer.send(
             topic, key, value, partition=partition, timestamp=None, headers=headers
         )
         await sent
 
-    async def flush() -> None:
-        await app.producer.flush()
+    async def flush(self) -> None:
+        await self.app.producer.flush()
 
-    service.send = send
-    service.flush = flush
-    # One stream of both topics (co-partitioned: a job's tasks and messages share
-    # a partition number), so a job's records are taken in one order.
-    source = app.topic(topics.tasks, topics.messages, key_type=bytes, value_type=bytes)
+    async def ready(self) -> None:
+        self.say(f"agents: ready (group {self.app.conf.id})")
 
-    @app.task  # type: ignore[untyped-decorator]
-    async def start() -> None:
-        say(f"agents: ready (group {app.conf.id})")
-
-    ours = (topics.tasks, topics.messages)
-
-    async def on_revoked(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
+    async def on_revoked(self, sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
         [revoked] = args
-        stopped = await service.revoke(tp.partition for tp in revoked if tp.topic in ours)
+        service = self.service
+        stopped = await service.revoke(tp.partition for tp in revoked if tp.topic in self.ours)
         if stopped:
-            say(
+            self.say(
                 f"agents: partitions revoked: {stopped} runs stopped (their new owner resumes them)"
             )
 
-    async def on_assigned(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
+    async def on_assigned(self, sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
         [assigned] = args
-        mine = {tp.partition for tp in assigned if tp.topic in ours}
+        service = self.service
+        mine = {tp.partition for tp in assigned if tp.topic in self.ours}
         await service.revoke(p for p in list(service.partitions) if p not in mine)
         read, resumed = await service.assign(mine)
-        say(
+        self.say(
             f"agents: partitions {sorted(mine)} assigned: {read} conversation records read "
             f"back, {resumed} runs resumed"
         )
 
-    app.on_partitions_revoked.connect(on_revoked)
-    app.on_partitions_assigned.connect(on_assigned)
-
-    @app.agent(source)
-    async def tasks(stream: Any) -> None:
+    async def tasks(self, stream: Any) -> None:
+        """The Faust agent: each record of the stream, with where it was read."""
         async for event in stream.events():
             m = event.message
             stamp = m.timestamp
@@ -623,21 +696,15 @@ def build_service(
                 round(stamp * 1000) if stamp is not None else -1,
                 m.key, _header_list(m.headers),
             )  # fmt: skip
-            await service.on_record(event.value, where)
+            await self.service.on_record(event.value, where)
 
-    # The service reads no tick stream: this timer steps a flow whose open
-    # question expired (docs/flows.md, "Flows in the agents service").
-    @app.timer(max(0.1, settings.tick_interval))  # type: ignore[untyped-decorator]
-    async def flow_ticks() -> None:
-        await service.tick()
+    async def flow_ticks(self) -> None:
+        await self.service.tick()
 
-    @app.timer(10.0)  # type: ignore[untyped-decorator]
-    async def status() -> None:
-        s = service.stats
+    async def status(self) -> None:
+        s = self.service.stats
         ended = ", ".join(f"{k} {v}" for k, v in sorted(s.ended.items())) or "none"
-        say(f"agents: {s.records} task records, {s.runs} runs (ended: {ended})")
-
-    return app, service
+        self.say(f"agents: {s.records} task records, {s.runs} runs (ended: {ended})")
 
 
 def open_store(path: Path, process: str) -> Rdict:

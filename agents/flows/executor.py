@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 import orjson
 from compiler import (
+    Action,
     CallHandler,
     CallModel,
     CallRouter,
@@ -44,18 +45,15 @@ from agents.compose import ModelRequest
 from agents.executor import Executor, Outcome
 from agents.flows.handlers import HandlerRegistry
 from agents.model import Model, ModelError
+from agents.run import Publish
 
 __all__ = ["FLOW_AGENT", "FlowExecutor", "Publish", "flow_instructions", "json_schema_of"]
-
-#: ``publish(topic, key, record)``: the agent layer's way out (agents/run.py).
-Publish = Callable[[Literal["inbox", "messages", "journal"], str, BaseModel], Awaitable[None]]
 
 #: The ``agent`` of a flow's journal records (``flow`` and ``node`` say more).
 FLOW_AGENT = "flow"
 #: How much of a long text the journal keeps (as agents/run.py).
 _EXCERPT = 2000
 
-FlowCall = CallModel | CallTool | CallHandler | CallRouter
 FlowResult = ModelReply | ToolResult | HandlerResult | RouterResult
 
 
@@ -125,22 +123,23 @@ class FlowExecutor:
 
     async def execute(
         self,
-        action: FlowCall,
+        action: Action,
         *,
         job_key: str | None,
         flow: str,
         run_id: str | None = None,
     ) -> FlowResult:
         """Carry out one call action; the input to feed back to ``FlowRun.next``.
-        ``run_id`` (the run's, for the journal) defaults to the call id."""
+        ``run_id`` (the run's, for the journal) defaults to the call id. Another
+        action (ask, approval, finish, fail) is the flow driver's, not a call."""
+        if not isinstance(action, CallModel | CallTool | CallHandler | CallRouter):
+            raise TypeError(f"{type(action).__name__} is not a call the executor carries out")
         run = run_id or action.call_id
         if isinstance(action, CallModel):
             return await self._model(action, job_key, flow, run)
         if isinstance(action, CallTool):
             return await self._tool(action, job_key, flow, run)
-        if isinstance(action, CallHandler | CallRouter):
-            return await self._registered(action, job_key, flow, run)
-        raise TypeError(f"{type(action).__name__} is not a call the executor carries out")
+        return await self._registered(action, job_key, flow, run)
 
     async def _registered(
         self, action: CallHandler | CallRouter, job_key: str | None, flow: str, run: str

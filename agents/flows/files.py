@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from compiler import (
     Flow,
@@ -23,8 +22,7 @@ from compiler import (
 )
 from stream.runtime.files import flow_files, is_flow, load_playbook_file, playbook_files
 
-if TYPE_CHECKING:
-    from agents.catalog import Catalog
+from agents.catalog import Catalog, load_catalog_file
 
 __all__ = [
     "Bypass",
@@ -284,35 +282,12 @@ def check_flow_paths(
     (a folder: its ``flows/`` files, or its own when it is one), and how many
     files were checked. A flow is checked against the catalog found for it and
     against each milestone of the playbooks beside it that names it."""
-    from agents.catalog import load_catalog_file
-
-    files: list[Path] = []
     problems: list[FlowProblem] = []
-    for path in paths:
-        if path.is_dir():
-            inner = flow_files(path) or sorted(
-                p for p in path.iterdir() if p.is_file() and is_flow(p, path.parent)
-            )
-            files.extend(inner)
-        elif path.is_file():
-            files.append(path)
-        else:
-            problems.append(FlowProblem(str(path), "INVALID_SOURCE", "no such file or folder"))
+    files = _flow_paths(paths, problems)
     catalogs: dict[Path, Catalog | None] = {}
     seen: set[str] = set()
     for path in files:
-        where = catalog_for(path, configured_catalog)
-        catalog = None
-        if where is not None:
-            if where not in catalogs:
-                try:
-                    catalogs[where] = load_catalog_file(where)
-                except LemongraphError as exc:
-                    catalogs[where] = None
-                    problems.append(
-                        FlowProblem(str(where), "UNKNOWN_TOOL", f"the catalog is refused: {exc}")
-                    )
-            catalog = catalogs[where]
+        catalog = _catalog_of(path, configured_catalog, catalogs, problems)
         folder = path.parent.parent if path.parent.name == "flows" else None
         namers = _milestones_naming(folder, path.stem) if folder is not None else []
         # Without a catalog nothing says what a milestone grants.
@@ -334,6 +309,45 @@ def check_flow_paths(
                 seen.add(str(problem))
                 problems.append(problem)
     return problems, len(files)
+
+
+def _flow_paths(paths: Sequence[Path], problems: list[FlowProblem]) -> list[Path]:
+    """The flow files ``paths`` name (a folder: its ``flows/`` files, or its
+    own when it is one); a path that is neither is a problem."""
+    files: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            inner = flow_files(path) or sorted(
+                p for p in path.iterdir() if p.is_file() and is_flow(p, path.parent)
+            )
+            files.extend(inner)
+        elif path.is_file():
+            files.append(path)
+        else:
+            problems.append(FlowProblem(str(path), "INVALID_SOURCE", "no such file or folder"))
+    return files
+
+
+def _catalog_of(
+    path: Path,
+    configured: Path | None,
+    catalogs: dict[Path, Catalog | None],
+    problems: list[FlowProblem],
+) -> Catalog | None:
+    """The catalog found for the flow file (each loaded once, in ``catalogs``);
+    None when there is none or it is refused (a problem, once)."""
+    where = catalog_for(path, configured)
+    if where is None:
+        return None
+    if where not in catalogs:
+        try:
+            catalogs[where] = load_catalog_file(where)
+        except LemongraphError as exc:
+            catalogs[where] = None
+            problems.append(
+                FlowProblem(str(where), "UNKNOWN_TOOL", f"the catalog is refused: {exc}")
+            )
+    return catalogs[where]
 
 
 def check_playbook_flows(

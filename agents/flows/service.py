@@ -56,6 +56,7 @@ from compiler import (
     to_iso,
 )
 from pydantic import BaseModel
+from stream.runtime.files import load_playbooks_dir
 from topics import (
     APPROVERS_DEFAULT,
     Answerer,
@@ -67,7 +68,14 @@ from topics import (
 
 from agents.catalog import Catalog
 from agents.compose import Turn
-from agents.contacts import approves
+from agents.contacts import addressee, approves
+from agents.flows.files import (
+    approval_bypasses,
+    approval_guards,
+    find_flow,
+    flow_tools,
+    milestone_context,
+)
 
 __all__ = [
     "Execute",
@@ -260,8 +268,6 @@ class Flows:
         """By tool, the flows of the playbook's milestones that guard it with an
         approval: only they call it; no agent is offered it (docs/flows.md, "An
         approval cannot be walked around")."""
-        from agents.flows.files import approval_guards
-
         flows = [
             self.by_name[name]
             for (playbook, _), name in self.by_milestone.items()
@@ -304,10 +310,6 @@ def load_flows(folder: Path, catalog: Catalog | None, say: Callable[[str], None]
     compiled with its milestone's tools. A playbook or flow that does not load
     is said and skipped (`lemongraph check` names its problems); its milestone
     is then worked by the conversation agent."""
-    from stream.runtime.files import load_playbooks_dir
-
-    from agents.flows.files import approval_bypasses, find_flow, flow_tools, milestone_context
-
     found = Flows(approvers=catalog.approvers if catalog is not None else APPROVERS_DEFAULT)
     if not folder.is_dir():
         return found
@@ -519,7 +521,7 @@ class FlowDriver:
             # A retry of the node asks again under the same id (the same visit).
             track.closed.remove(action.interrupt_id)
             track.reasked += 1
-        contact = _contact(conv)
+        contact = addressee(conv.contacts, conv.turns)
         approvers: tuple[str, ...] = ()
         if isinstance(action, Ask):
             question = action.question
@@ -691,7 +693,7 @@ class FlowDriver:
         text = readable(value, "" if isinstance(value, str) or spec is None else spec.description)
         if not text:
             return
-        contact = _contact(conv)
+        contact = addressee(conv.contacts, conv.turns)
         await self.publish(
             "messages",
             conv.job_key,
@@ -777,10 +779,3 @@ _WAITING = (
 
 def _one_line(text: str) -> str:
     return " ".join(text.split())
-
-
-def _contact(conv: Any) -> str | None:
-    from agents.run import _replying_to
-
-    found: str | None = _replying_to(conv)
-    return found
