@@ -22,6 +22,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.errors import KafkaError
 from aiokafka.structs import TopicPartition
 
+from stream.runtime.dotenv import read_dotenv
 from stream.runtime.errors import ConfigError, KafkaUnavailable
 
 __all__ = [
@@ -183,8 +184,6 @@ class KafkaSecurity:
 
 def configured_security() -> KafkaSecurity:
     """What the environment (and ``.env``) configures."""
-    from stream.runtime.config import read_dotenv  # here: config imports this module
-
     env = read_dotenv(Path(".env"))
     env.update(os.environ)
     return KafkaSecurity.from_env(env)
@@ -256,8 +255,6 @@ def compression_from_env(env: Mapping[str, str]) -> str:
 
 def configured_compression() -> str:
     """The codec the environment (and ``.env``) configures."""
-    from stream.runtime.config import read_dotenv  # here: config imports this module
-
     env = read_dotenv(Path(".env"))
     env.update(os.environ)
     return compression_from_env(env)
