@@ -16,13 +16,11 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any
 
 import orjson
 from compiler import to_iso
-from pydantic import BaseModel
 from topics import (
-    Headers,
     InboxEvent,
     JournalModelCall,
     JournalRun,
@@ -39,6 +37,7 @@ from agents.contacts import addressee
 from agents.executor import Executor, derived_key
 from agents.flows.service import FlowTrack
 from agents.model import Completion, Exchange, Model, ModelError, ToolCall, Usage
+from agents.publish import Publish, Send
 
 __all__ = ["Conversation", "Outbox", "Publish", "RunEnd", "Runner", "Send", "excerpt"]
 
@@ -46,11 +45,6 @@ __all__ = ["Conversation", "Outbox", "Publish", "RunEnd", "Runner", "Send", "exc
 KEPT_TURNS = 200
 #: How much of a long text the journal and the agent events keep.
 EXCERPT = 500
-
-#: ``publish(topic, key, record)``: a record of a run, acknowledged when awaited.
-Publish = Callable[[Literal["inbox", "messages", "journal"], str, BaseModel], Awaitable[None]]
-#: ``send(topic, key, value, headers, partition)``, acknowledged when awaited.
-Send = Callable[[str, bytes | None, bytes | None, Headers | None, int | None], Awaitable[None]]
 
 
 def excerpt(text: str, limit: int = EXCERPT) -> str:

@@ -48,7 +48,8 @@ from topics import (
 
 from agents.catalog import Catalog
 from agents.compose import OpenTask, Turn
-from agents.run import Conversation, Outbox, Publish, Runner, Send
+from agents.publish import Publish, Send
+from agents.run import Conversation, Outbox, Runner
 
 __all__ = ["KIND", "PromptHost", "PromptRun", "PromptRuns", "run_key"]
 

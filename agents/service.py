@@ -34,9 +34,7 @@ import httpx
 import orjson
 from compiler import to_iso
 from pydantic import BaseModel, TypeAdapter, ValidationError
-from rocksdict import Rdict
 from stream.runtime.config import Settings
-from stream.runtime.errors import StorageError
 from stream.runtime.faust_tuning import (
     FETCH_MAX_WAIT_MS,
     FETCH_MAX_WAIT_MS_TANSU,
@@ -77,9 +75,11 @@ from agents.flows.service import (
     tick_input,
 )
 from agents.model import Model, ModelSettings
-from agents.run import Conversation, Outbox, Runner, Send
+from agents.publish import Send
+from agents.run import Conversation, Outbox, Runner
 from agents.schedule_runs import KIND as PROMPT_RUN
 from agents.schedule_runs import PromptRuns
+from agents.stores import open_store
 
 __all__ = ["AgentService", "AgentStats", "build_service"]
 
@@ -705,20 +705,6 @@ class ServiceHooks:
         s = self.service.stats
         ended = ", ".join(f"{k} {v}" for k, v in sorted(s.ended.items())) or "none"
         self.say(f"agents: {s.records} task records, {s.runs} runs (ended: {ended})")
-
-
-def open_store(path: Path, process: str) -> Rdict:
-    """A RocksDB store of ``lemongraph <process>``; a clear error when another
-    process has it open."""
-    try:
-        return Rdict(str(path))
-    except Exception as exc:  # rocksdict raises a bare Exception
-        if "lock" in str(exc).lower():
-            raise StorageError(
-                f"{path}: another lemongraph {process} process uses this data folder; give "
-                "each process its own LEMONGRAPH_DATA_DIR"
-            ) from None
-        raise StorageError(f"{path}: the store of {process} cannot be opened: {exc}") from None
 
 
 def _parse_time(text: str) -> datetime:

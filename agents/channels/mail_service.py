@@ -55,7 +55,7 @@ from topics.mail import (
 )
 from topics.replies import ReplyRoute, ReplyTokenError, read_reply_address
 
-from agents.service import open_store
+from agents.stores import open_store
 
 __all__ = ["MailCatcher", "MailChannel"]
 

@@ -45,7 +45,7 @@ from agents.compose import ModelRequest
 from agents.executor import Executor, Outcome
 from agents.flows.handlers import HandlerRegistry
 from agents.model import Model, ModelError
-from agents.run import Publish
+from agents.publish import Publish
 
 __all__ = ["FLOW_AGENT", "FlowExecutor", "Publish", "flow_instructions", "json_schema_of"]
 

@@ -14,7 +14,7 @@ A module registers functions with the decorators of this module::
         return view["classification"]["category"]
 
 The modules are found two ways: the entry-point group ``lemongraph.handlers``
-(each entry point names a module: ``demo = "agents.dev.demo_handlers"`` under
+(each entry point names a module: ``demo = "agents.flows.demo_handlers"`` under
 ``[project.entry-points."lemongraph.handlers"]``), and ``LEMONGRAPH_HANDLERS``
 (``module[,module]``, importable from the working directory). A handler returns
 a JSON value (written to the node's ``output``); a router returns a route name.
