@@ -15,7 +15,6 @@ This package imports nothing of ours (``topics/ruff.toml`` makes that a lint rul
 
 from topics import build, mail, replies
 from topics._codec import RecordError, decode_inbox, encode
-from topics._contract import ContractError
 from topics._deadletter import (
     DEADLETTER_HEADERS,
     DeadLetter,
@@ -50,7 +49,7 @@ from topics._decisions import (
     TransitionRecord,
     VerdictRecord,
 )
-from topics._errors import describe_errors, first_error
+from topics._errors import ContractError, describe_errors, first_error
 from topics._journal import (
     APPROVERS_DEFAULT,
     Answerer,

@@ -7,8 +7,7 @@ from typing import Any
 import orjson
 from pydantic import TypeAdapter, ValidationError
 
-from topics._contract import ContractError
-from topics._errors import describe_errors
+from topics._errors import ContractError, describe_errors
 from topics._limits import MAX_RECORD_BYTES, LimitError, exact_numbers, plain_json
 from topics._messages import InboxEvent, InboxMessage, JobStart, ScheduleWake
 

@@ -31,7 +31,7 @@ from typing import Annotated
 from pydantic import AfterValidator, Field, StrictStr
 from pydantic_core import PydanticCustomError
 
-from topics._contract import ContractError
+from topics._errors import ContractError
 
 __all__ = ["MAX_KEY_LENGTH", "JobKey", "JobKeyError", "check_key"]
 

@@ -18,7 +18,7 @@ import math
 import re
 from typing import Any
 
-from topics._contract import ContractError
+from topics._errors import ContractError
 
 __all__ = [
     "INT64_MAX",

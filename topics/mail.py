@@ -14,7 +14,7 @@ from email.message import EmailMessage, Message
 from email.utils import format_datetime, getaddresses
 from urllib.parse import unquote, urlsplit
 
-from topics._contract import ContractError
+from topics._errors import ContractError
 from topics._journal import JournalMail, MessageRecord, inbound_message
 from topics._messages import InboxEvent
 from topics.replies import ReplyRoute, normal_address, reply_address, reply_token

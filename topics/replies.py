@@ -23,7 +23,7 @@ import hashlib
 import hmac
 from dataclasses import dataclass
 
-from topics._contract import ContractError
+from topics._errors import ContractError
 
 __all__ = [
     "BOUNCE_TOKEN_VERSION",
