@@ -135,6 +135,11 @@ class Lane:
         worker.wait_for(ready, timeout=90)
         return worker
 
+    def kill_workers(self) -> None:
+        """SIGKILL every process this lane started (at the end of its tests)."""
+        for worker in self.workers:
+            worker.stop(signal.SIGKILL)
+
     def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         result = subprocess.run(
             [str(LEMONGRAPH), *args],
