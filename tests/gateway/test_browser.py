@@ -506,7 +506,10 @@ def test_a_decision_between_the_pages_lists_and_its_stream_is_shown(
     assert not problems, problems
 
 
-def test_an_unknown_job_is_said_to_be_unknown(gateway: GatewayProcess, browser: Browser) -> None:
+def test_an_unknown_job_is_said_to_be_unknown(
+    shared_gateway: GatewayProcess, browser: Browser
+) -> None:
+    gateway = shared_gateway  # pages of jobs no test starts
     token = gateway.token(name="browser")
     problems: list[str] = []
     page = _page(browser, problems)
@@ -528,7 +531,8 @@ def test_an_unknown_job_is_said_to_be_unknown(gateway: GatewayProcess, browser: 
     assert not problems, problems
 
 
-def test_a_malformed_job_link_says_so(gateway: GatewayProcess, browser: Browser) -> None:
+def test_a_malformed_job_link_says_so(shared_gateway: GatewayProcess, browser: Browser) -> None:
+    gateway = shared_gateway  # pages of jobs no test starts
     """/jobs/%E0 does not decode (decodeURIComponent throws): the page says the
     link is not valid instead of staying blank, and asks the gateway nothing."""
     token = gateway.token(name="browser")
