@@ -54,8 +54,9 @@ ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "artifacts"
 
 
-@pytest.fixture
-def browser() -> Iterator[Browser]:
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[Browser]:
+    """Headless Chromium, launched once per module (see ``browser``)."""
     if not CHROMIUM.exists():
         pytest.fail(f"{CHROMIUM} is missing: scripts/test installs Debian's chromium")
     with sync_playwright() as playwright:
@@ -64,6 +65,15 @@ def browser() -> Iterator[Browser]:
             yield launched
         finally:
             launched.close()
+
+
+@pytest.fixture
+def browser(chromium: Browser) -> Iterator[Browser]:
+    """The module's Chromium for one test: each page it opens has a context of
+    its own (no cookies or storage shared), closed at the end of the test."""
+    yield chromium
+    for context in chromium.contexts:
+        context.close()
 
 
 def test_a_milestone_turns_done_on_the_page_without_a_reload(
