@@ -40,9 +40,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "kafka_url" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.broker)
-        slow = item.get_closest_marker("broker") or item.get_closest_marker("slow")
-        if slow and item.get_closest_marker("timeout") is None:
+        if starts_processes(item) and item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(PROCESS_TIMEOUT))
+
+
+def starts_processes(item: pytest.Item) -> bool:
+    """A broker or slow test, or one of a module that runs commands (it imports
+    subprocess, or the `lemongraph` executable's path from tests/lanes.py)."""
+    if item.get_closest_marker("broker") or item.get_closest_marker("slow"):
+        return True
+    names = vars(getattr(item, "module", None) or object())
+    return "subprocess" in names or "LEMONGRAPH" in names
 
 
 def pytest_report_header(config: pytest.Config) -> str:

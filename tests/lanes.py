@@ -2,9 +2,10 @@
 
 A session fixture (``kafka_url``, in tests/conftest.py, shared with the gateway
 tests) starts the embedded Tansu broker on a free port, unless
-LEMONGRAPH_KAFKA_URL points at one. Every test gets its own topic prefix (and so
-its own consumer group) and its own data folder; workers run as real
-`lemongraph worker` processes.
+LEMONGRAPH_KAFKA_URL points at one. A test gets its own topic prefix (and so its
+own consumer group) and its own data folder (``lane``), or shares its module's
+(``module_lane``) with the tests that share its processes, each with job keys of
+its own; workers run as real `lemongraph worker` processes.
 """
 
 from __future__ import annotations

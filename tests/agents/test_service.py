@@ -367,7 +367,8 @@ def test_a_second_process_takes_over_a_run_from_the_changelog(
     first.stop(signal.SIGKILL)
 
     lane.wait_until("decisions", lambda rs: bool(applied(rs)), timeout=120)
-    time.sleep(2)
+    lane.wait_until("journal", ran_after_its_fact)  # its facts are on the inbox by then
+    lane.drain()
     [fact] = applied(lane.read("decisions"))
     assert set(app.state.calls) == {fact["input"]["idempotency_key"]}
     journal = lane.wait_until(

@@ -352,8 +352,9 @@ def run_record(sid: str, rid: str, status: str, at: str, **more: Any) -> tuple[b
 
 
 def test_runs_are_read_from_schedule_runs_newest_first_and_paged(
-    lane: Lane, gateway: GatewayProcess
+    module_lane: Lane, shared_gateway: GatewayProcess
 ) -> None:
+    lane, gateway = module_lane, shared_gateway  # its own schedule id, heartbeat
     prompt = {
         "id": "heartbeat",
         "name": "Heartbeat",
