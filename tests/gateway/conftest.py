@@ -1,6 +1,7 @@
 """Fixtures for gateway tests: a real `lemongraph gateway` process on free ports,
-with its own topic prefix on the shared broker (the Lane of tests/stream), and a
-real worker where a test needs decisions."""
+with its own topic prefix on the shared broker (the Lane of tests/lanes.py), and a
+real worker where a test needs decisions; ``shared_gateway`` is one per module, for
+the tests that keep to their own job keys or change nothing."""
 
 from __future__ import annotations
 
