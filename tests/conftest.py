@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,6 +27,12 @@ def pytest_configure(config: pytest.Config) -> None:
         pytest.exit(str(exc), returncode=2)
 
 
+#: The timeout of a test that starts processes (a broker, workers, a gateway):
+#: pyproject's 60 s is for the tests that start none, so that a hung unit test
+#: fails in a minute. A module or test may name its own (pytest.mark.timeout).
+PROCESS_TIMEOUT = 300
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # The broker is a marker, not a folder: a test that reaches a broker (through
     # kafka_url, which every broker fixture uses) is marked, so that
@@ -35,6 +40,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "kafka_url" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.broker)
+        if starts_processes(item) and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(PROCESS_TIMEOUT))
+
+
+def starts_processes(item: pytest.Item) -> bool:
+    """A broker or slow test, or one of a module that runs commands (it imports
+    subprocess, or the `lemongraph` executable's path from tests/lanes.py)."""
+    if item.get_closest_marker("broker") or item.get_closest_marker("slow"):
+        return True
+    names = vars(getattr(item, "module", None) or object())
+    return "subprocess" in names or "LEMONGRAPH" in names
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -53,18 +69,33 @@ def kafka_url() -> Iterator[str]:
         yield broker.url
 
 
+def new_lane(kafka_url: str, root: Path) -> Lane:
+    """A fresh topic prefix, a data folder under ``root`` and the bundled playbooks."""
+    prefix = f"t{uuid.uuid4().hex[:10]}."
+    lane = Lane(kafka_url, prefix, root)
+    lane.playbooks.mkdir()
+    for name in ("onboarding.yaml", "payment-reminders.yaml", "lead-qualification.yaml"):
+        shutil.copy(ROOT / "examples" / name, lane.playbooks / name)
+    return lane
+
+
 @pytest.fixture
 def lane(kafka_url: str, tmp_path: Path) -> Iterator[Lane]:
     """A topic prefix, a data folder and the bundled playbooks; workers it
     started are killed at the end."""
-    prefix = f"t{uuid.uuid4().hex[:10]}."
-    lane = Lane(kafka_url, prefix, tmp_path)
-    lane.playbooks.mkdir()
-    for name in ("onboarding.yaml", "payment-reminders.yaml", "lead-qualification.yaml"):
-        shutil.copy(ROOT / "examples" / name, lane.playbooks / name)
+    lane = new_lane(kafka_url, tmp_path)
     yield lane
-    for worker in lane.workers:
-        worker.stop(signal.SIGKILL)
+    lane.kill_workers()
+
+
+@pytest.fixture(scope="module")
+def module_lane(kafka_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lane]:
+    """One lane for the tests of a module that share its processes (a worker, a
+    gateway) where they test neither's own life: each test isolates itself by its
+    own job keys. Its workers are killed after the module's last test."""
+    lane = new_lane(kafka_url, tmp_path_factory.mktemp("lane"))
+    yield lane
+    lane.kill_workers()
 
 
 @pytest.fixture

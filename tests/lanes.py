@@ -2,9 +2,10 @@
 
 A session fixture (``kafka_url``, in tests/conftest.py, shared with the gateway
 tests) starts the embedded Tansu broker on a free port, unless
-LEMONGRAPH_KAFKA_URL points at one. Every test gets its own topic prefix (and so
-its own consumer group) and its own data folder; workers run as real
-`lemongraph worker` processes.
+LEMONGRAPH_KAFKA_URL points at one. A test gets its own topic prefix (and so its
+own consumer group) and its own data folder (``lane``), or shares its module's
+(``module_lane``) with the tests that share its processes, each with job keys of
+its own; workers run as real `lemongraph worker` processes.
 """
 
 from __future__ import annotations
@@ -16,18 +17,22 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
+from aiokafka.partitioner import DefaultPartitioner
 
 from stream.runtime.kafka import bootstrap_of, producer, read_topic
 from topics import DeadLetter, Topics
 
 ROOT = Path(__file__).resolve().parents[1]
 LEMONGRAPH = Path(sys.executable).parent / "lemongraph"
+#: The job keys of ``Lane.drain``'s end markers begin so.
+END_MARKER = "end-marker-"
 
 
 @dataclass
@@ -135,6 +140,11 @@ class Lane:
         worker.wait_for(ready, timeout=90)
         return worker
 
+    def kill_workers(self) -> None:
+        """SIGKILL every process this lane started (at the end of its tests)."""
+        for worker in self.workers:
+            worker.stop(signal.SIGKILL)
+
     def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         result = subprocess.run(
             [str(LEMONGRAPH), *args],
@@ -190,6 +200,29 @@ class Lane:
             return out
 
         return asyncio.run(go())
+
+    def drain(self, rounds: int = 1) -> None:
+        """An observed end instead of a guessed while: an end marker (an event of
+        a job that does not exist, which the worker refuses in a decision and which
+        opens no task) on every partition of the inbox, and wait until the worker
+        has decided each. A partition is decided in order, so whatever was on the
+        inbox before the markers has been decided by then. A second round also
+        covers what the first round's records forwarded to their home partition.
+        The markers' decisions have keys that begin with END_MARKER."""
+        for _ in range(rounds):
+            self._mark_end()
+
+    def _mark_end(self) -> None:
+        partitions = int(self.env()["LEMONGRAPH_PARTITIONS"])
+        every = list(range(partitions))
+        choose = DefaultPartitioner()  # the partition lane.send's records go to
+        keys: dict[int, str] = {}
+        while len(keys) < partitions:
+            key = f"{END_MARKER}{uuid.uuid4().hex[:8]}"
+            keys.setdefault(choose(key.encode(), every, every), key)
+        marked = set(keys.values())
+        self.send(*({"type": "event", "key": k, "action": "end"} for k in marked))
+        self.wait_until("decisions", lambda rs: marked <= {r["key"] for r in rs})
 
     def wait_until(
         self, topic: str, predicate: Callable[[list[dict[str, Any]]], bool], timeout: float = 60

@@ -6,7 +6,8 @@ figures as the table ``lemongraph bench`` prints, with the targets beside them
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import os
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import orjson
@@ -52,7 +53,7 @@ class Parameters:
     @classmethod
     def for_run(cls, quick: bool) -> Parameters:
         if quick:
-            return cls(
+            params = cls(
                 True,
                 20_000,
                 5_000,
@@ -73,6 +74,23 @@ class Parameters:
                 5_000,
                 throughput_rounds=1,
             )
+            if os.environ.get("LEMONGRAPH_BENCH_SMOKE"):
+                # The test suite's smoke run: every figure, on the least work that
+                # still measures it (tests/stream/test_bench_smoke.py).
+                return replace(
+                    params,
+                    raw_records=5_000,
+                    faust_records=1_000,
+                    engine_jobs=300,
+                    latency_seconds=1.0,
+                    core_jobs=200,
+                    tick_pending_large=10_000,
+                    tick_due=100,
+                    settle_seconds=1.0,
+                    idle_large=5_000,
+                    cold_restore_jobs=2_000,
+                )
+            return params
         return cls(False, 100_000, 30_000, 10_000, 1_000, 10.0, 100_000, 3_000, 1_000_000, 1_000)
 
 

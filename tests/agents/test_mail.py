@@ -182,7 +182,7 @@ def test_email_goes_out_signed_comes_back_verified_and_moves_the_job(
         keys = {r["value"]["idempotency_key"] for r in lane.read("inbox")
                 if r["value"].get("action") == "message_received"}  # fmt: skip
         assert len(keys) == 1
-        time.sleep(2)
+        lane.drain()  # the worker has decided both deliveries by its end markers
         decisions = lane.read("decisions")  # ...and the engine applied it once
         inputs = [d["value"]["input"] for d in decisions if d["value"]["outcome"] == "applied"]
         received = [i for i in inputs if i.get("action") == "message_received"]

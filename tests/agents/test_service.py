@@ -176,6 +176,14 @@ def applied(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
+def ran_after_its_fact(records: list[dict[str, Any]]) -> bool:
+    """A journal.run record after the first journaled tool call with a fact (one
+    job: one partition, in order)."""
+    kinds = [(r["offset"], r["value"]["type"], r["value"].get("fact")) for r in records]
+    facts = [offset for offset, kind, fact in kinds if kind == "journal.tool_call" and fact]
+    return bool(facts) and any(o > facts[0] and k == "journal.run" for o, k, _ in kinds)
+
+
 def test_a_service_killed_mid_call_resumes_and_records_the_fact_once(
     lane: Lane, serve: Callable[[Any], str]
 ) -> None:
@@ -190,7 +198,10 @@ def test_a_service_killed_mid_call_resumes_and_records_the_fact_once(
     lane.start(["agents"], "agents: ready", **env)
 
     lane.wait_until("decisions", lambda rs: bool(applied(rs)), timeout=120)
-    time.sleep(2)  # give a second fact, if there were one, time to arrive
+    # A run's facts are on the inbox (acknowledged) before its journal.run
+    # record; decided before the end markers.
+    lane.wait_until("journal", ran_after_its_fact)
+    lane.drain()
     facts = applied(lane.read("decisions"))
     assert len(facts) == 1, facts
     calls = tools.state.calls
@@ -356,7 +367,8 @@ def test_a_second_process_takes_over_a_run_from_the_changelog(
     first.stop(signal.SIGKILL)
 
     lane.wait_until("decisions", lambda rs: bool(applied(rs)), timeout=120)
-    time.sleep(2)
+    lane.wait_until("journal", ran_after_its_fact)  # its facts are on the inbox by then
+    lane.drain()
     [fact] = applied(lane.read("decisions"))
     assert set(app.state.calls) == {fact["input"]["idempotency_key"]}
     journal = lane.wait_until(
@@ -411,7 +423,9 @@ def test_a_declined_booking_answered_with_a_200_records_no_meeting(
             None,
         )
         assert '\\"error\\":\\"declined\\"' in tool["result"]
-    time.sleep(2)  # a fact, had one been made, is published right after its journal record
+    # A fact, had one been made, is on the inbox (acknowledged) before the run's
+    # journal.run record; decided before the end markers.
+    lane.drain()
     assert [r for r in lane.read("inbox") if r["value"].get("source") == "tool"] == []
     assert applied(lane.read("decisions")) == []
     assert app.state.calls

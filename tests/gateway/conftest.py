@@ -1,6 +1,7 @@
 """Fixtures for gateway tests: a real `lemongraph gateway` process on free ports,
-with its own topic prefix on the shared broker (the Lane of tests/stream), and a
-real worker where a test needs decisions."""
+with its own topic prefix on the shared broker (the Lane of tests/lanes.py), and a
+real worker where a test needs decisions; ``shared_gateway`` is one per module, for
+the tests that keep to their own job keys or change nothing."""
 
 from __future__ import annotations
 
@@ -71,6 +72,48 @@ class GatewayProcess:
         return self.proc.returncode
 
 
+def launch_gateway(lane: Lane, **env: str) -> GatewayProcess:
+    """`lemongraph gateway` for ``lane`` on free ports, once healthy; keyword
+    arguments are environment variables (e.g. ``API_TOKEN_SECRET=""``)."""
+    api_port, ui_port = free_port(), free_port()
+    settings = {
+        "API_TOKEN_SECRET": SECRET,
+        "LEMONGRAPH_API_PORT": str(api_port),
+        "LEMONGRAPH_UI_PORT": str(ui_port),
+        "LEMONGRAPH_RATE_LIMIT": "1000",
+        "LEMONGRAPH_RATE_BURST": "1000",
+        **env,
+    }
+    proc = subprocess.Popen(
+        [str(LEMONGRAPH), "gateway"],
+        cwd=lane.root,
+        env=lane.env(**settings),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    gateway = GatewayProcess(
+        proc,
+        api=f"http://127.0.0.1:{api_port}",
+        ui=f"http://127.0.0.1:{ui_port}",
+        secret=settings["API_TOKEN_SECRET"],
+    )
+    assert proc.stdout is not None
+    stream = proc.stdout
+
+    def pump() -> None:
+        for line in stream:
+            gateway.lines.append(line)
+
+    threading.Thread(target=pump, daemon=True).start()
+    try:
+        gateway.wait_healthy()
+    except BaseException:
+        gateway.stop()
+        raise
+    return gateway
+
+
 @pytest.fixture
 def start_gateway(lane: Lane) -> Iterator[Callable[..., GatewayProcess]]:
     """Start `lemongraph gateway` for this lane; extra keyword arguments are
@@ -78,39 +121,8 @@ def start_gateway(lane: Lane) -> Iterator[Callable[..., GatewayProcess]]:
     started: list[GatewayProcess] = []
 
     def start(**env: str) -> GatewayProcess:
-        api_port, ui_port = free_port(), free_port()
-        settings = {
-            "API_TOKEN_SECRET": SECRET,
-            "LEMONGRAPH_API_PORT": str(api_port),
-            "LEMONGRAPH_UI_PORT": str(ui_port),
-            "LEMONGRAPH_RATE_LIMIT": "1000",
-            "LEMONGRAPH_RATE_BURST": "1000",
-            **env,
-        }
-        proc = subprocess.Popen(
-            [str(LEMONGRAPH), "gateway"],
-            cwd=lane.root,
-            env=lane.env(**settings),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        gateway = GatewayProcess(
-            proc,
-            api=f"http://127.0.0.1:{api_port}",
-            ui=f"http://127.0.0.1:{ui_port}",
-            secret=settings["API_TOKEN_SECRET"],
-        )
-        assert proc.stdout is not None
-        stream = proc.stdout
-
-        def pump() -> None:
-            for line in stream:
-                gateway.lines.append(line)
-
-        threading.Thread(target=pump, daemon=True).start()
+        gateway = launch_gateway(lane, **env)
         started.append(gateway)
-        gateway.wait_healthy()
         return gateway
 
     yield start
@@ -122,3 +134,13 @@ def start_gateway(lane: Lane) -> Iterator[Callable[..., GatewayProcess]]:
 def gateway(start_gateway: Callable[..., GatewayProcess]) -> GatewayProcess:
     """A gateway with the test secret and a generous rate limit."""
     return start_gateway()
+
+
+@pytest.fixture(scope="module")
+def shared_gateway(module_lane: Lane) -> Iterator[GatewayProcess]:
+    """One gateway (the test secret, a generous rate limit) on the module's lane,
+    for the tests of a module that only send it requests which change nothing
+    another test reads (refusals, validation), or keep to their own job keys."""
+    gateway = launch_gateway(module_lane)
+    yield gateway
+    gateway.stop()

@@ -129,7 +129,8 @@ def test_jobs_are_listed_a_page_at_a_time(gateway: GatewayProcess) -> None:
         assert error_of(bad)["code"] == "invalid_query"
 
 
-def test_bad_requests_get_clear_errors(gateway: GatewayProcess) -> None:
+def test_bad_requests_get_clear_errors(shared_gateway: GatewayProcess) -> None:
+    gateway = shared_gateway  # refusals and reads only: no job made
     with gateway.client(gateway.token()) as client:
         unknown = client.post("/v1/jobs", json={"key": "j", "playbook_key": "nope"})
         assert unknown.status_code == 404
@@ -171,7 +172,8 @@ def test_bad_requests_get_clear_errors(gateway: GatewayProcess) -> None:
         assert client.get("/v1/jobs").json()["total"] == 0
 
 
-def test_playbooks_are_listed_and_read(gateway: GatewayProcess) -> None:
+def test_playbooks_are_listed_and_read(shared_gateway: GatewayProcess) -> None:
+    gateway = shared_gateway  # refusals and reads only: no job made
     with gateway.client(gateway.token()) as client:
         listed = client.get("/v1/playbooks").json()
         keys = [p["key"] for p in listed["playbooks"]]
@@ -183,7 +185,8 @@ def test_playbooks_are_listed_and_read(gateway: GatewayProcess) -> None:
         assert ids[0] == "collectIdentity"
 
 
-def test_tokens_are_checked(gateway: GatewayProcess) -> None:
+def test_tokens_are_checked(shared_gateway: GatewayProcess) -> None:
+    gateway = shared_gateway  # refusals and reads only: no job made
     good = gateway.token(ttl_seconds=3600)
     with gateway.client(good) as client:
         assert client.get("/v1/jobs").status_code == 200
@@ -385,7 +388,8 @@ def test_the_event_stream_resumes_after_the_lists_or_its_last_event_id(
         assert bad.status_code == 422
 
 
-def test_healthz_and_the_docs_need_no_token(gateway: GatewayProcess) -> None:
+def test_healthz_and_the_docs_need_no_token(shared_gateway: GatewayProcess) -> None:
+    gateway = shared_gateway  # refusals and reads only: no job made
     health = httpx.get(f"{gateway.api}/healthz").json()
     assert health["status"] == "ok"
     assert health["broker"] is True

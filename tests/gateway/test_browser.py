@@ -54,8 +54,9 @@ ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "artifacts"
 
 
-@pytest.fixture
-def browser() -> Iterator[Browser]:
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[Browser]:
+    """Headless Chromium, launched once per module (see ``browser``)."""
     if not CHROMIUM.exists():
         pytest.fail(f"{CHROMIUM} is missing: scripts/test installs Debian's chromium")
     with sync_playwright() as playwright:
@@ -66,10 +67,29 @@ def browser() -> Iterator[Browser]:
             launched.close()
 
 
+@pytest.fixture
+def browser(chromium: Browser) -> Iterator[Browser]:
+    """The module's Chromium for one test: each page it opens has a context of
+    its own (no cookies or storage shared), closed at the end of the test."""
+    yield chromium
+    for context in chromium.contexts:
+        context.close()
+
+
+@pytest.fixture(scope="module")
+def served(module_lane: Lane, shared_gateway: GatewayProcess) -> tuple[Lane, GatewayProcess]:
+    """A worker and a gateway for the page tests that start neither again and
+    keep to their own jobs (ui-job, nav-1, held-1, gap-1); the held playbook is
+    in the folder before the worker starts."""
+    (module_lane.playbooks / "held.yaml").write_text(HELD)
+    module_lane.start_worker()
+    return module_lane, shared_gateway
+
+
 def test_a_milestone_turns_done_on_the_page_without_a_reload(
-    lane: Lane, gateway: GatewayProcess, browser: Browser
+    served: tuple[Lane, GatewayProcess], browser: Browser
 ) -> None:
-    lane.start_worker()
+    lane, gateway = served
     token = gateway.token(name="browser")
     page: Page = browser.new_page(viewport={"width": 1280, "height": 900})
     problems: list[str] = []
@@ -303,9 +323,9 @@ def _seqs(page: Page) -> list[str]:
 
 
 def test_each_visit_opens_one_stream_and_no_decision_is_doubled(
-    lane: Lane, gateway: GatewayProcess, browser: Browser
+    served: tuple[Lane, GatewayProcess], browser: Browser
 ) -> None:
-    lane.start_worker()
+    _, gateway = served
     token = gateway.token(name="browser")
     problems: list[str] = []
     page = _page(browser, problems)
@@ -376,10 +396,9 @@ def test_each_visit_opens_one_stream_and_no_decision_is_doubled(
 
 
 def test_the_job_page_says_what_is_settled_held_claimed_and_when(
-    lane: Lane, gateway: GatewayProcess, browser: Browser
+    served: tuple[Lane, GatewayProcess], browser: Browser
 ) -> None:
-    (lane.playbooks / "held.yaml").write_text(HELD)
-    lane.start_worker()
+    _, gateway = served  # its playbook, held, is in the module's folder
     token = gateway.token(name="browser")
     agent = gateway.token(name="an-agent", source="agent")
     problems: list[str] = []
@@ -461,12 +480,12 @@ def test_the_job_page_says_what_is_settled_held_claimed_and_when(
 
 
 def test_a_decision_between_the_pages_lists_and_its_stream_is_shown(
-    lane: Lane, gateway: GatewayProcess, browser: Browser
+    served: tuple[Lane, GatewayProcess], browser: Browser
 ) -> None:
     """The job page reads its lists, then opens its stream: a decision that lands
     in between (here the stream is held back until it did) comes first on the
     stream, which resumes from the lists' totals; it is shown once."""
-    lane.start_worker()
+    _, gateway = served
     token = gateway.token(name="browser")
     problems: list[str] = []
     page = _page(browser, problems)
@@ -506,7 +525,10 @@ def test_a_decision_between_the_pages_lists_and_its_stream_is_shown(
     assert not problems, problems
 
 
-def test_an_unknown_job_is_said_to_be_unknown(gateway: GatewayProcess, browser: Browser) -> None:
+def test_an_unknown_job_is_said_to_be_unknown(
+    shared_gateway: GatewayProcess, browser: Browser
+) -> None:
+    gateway = shared_gateway  # pages of jobs no test starts
     token = gateway.token(name="browser")
     problems: list[str] = []
     page = _page(browser, problems)
@@ -528,7 +550,8 @@ def test_an_unknown_job_is_said_to_be_unknown(gateway: GatewayProcess, browser: 
     assert not problems, problems
 
 
-def test_a_malformed_job_link_says_so(gateway: GatewayProcess, browser: Browser) -> None:
+def test_a_malformed_job_link_says_so(shared_gateway: GatewayProcess, browser: Browser) -> None:
+    gateway = shared_gateway  # pages of jobs no test starts
     """/jobs/%E0 does not decode (decodeURIComponent throws): the page says the
     link is not valid instead of staying blank, and asks the gateway nothing."""
     token = gateway.token(name="browser")

@@ -23,11 +23,12 @@ from .test_browser import (
     _publish,
     _shot,
     browser,
+    chromium,
 )
 
 pytestmark = [pytest.mark.broker, pytest.mark.browser, pytest.mark.timeout(240)]
 
-__all__ = ["browser"]  # the fixture, shared
+__all__ = ["browser", "chromium"]  # the fixtures, shared
 
 OLDER = f"{FLOW_RUN}/confirm/2"
 ORDER = {

@@ -29,7 +29,8 @@ def error_of(response: httpx.Response) -> dict[str, Any]:
     return detail
 
 
-def test_a_query_token_counts_only_on_the_event_stream_get(gateway: GatewayProcess) -> None:
+def test_a_query_token_counts_only_on_the_event_stream_get(shared_gateway: GatewayProcess) -> None:
+    gateway = shared_gateway  # its own job key, job-q
     token = gateway.token()
     with gateway.client(token) as client:
         body = {"key": "job-q", "playbook_key": "onboarding"}
@@ -123,7 +124,10 @@ def test_keys_that_break_the_rule_are_refused_at_the_gateway_and_on_the_inbox(
     assert all(w.proc.poll() is None for w in lane.workers)
 
 
-def test_bodies_that_are_not_readable_json_answer_malformed_json(gateway: GatewayProcess) -> None:
+def test_bodies_that_are_not_readable_json_answer_malformed_json(
+    shared_gateway: GatewayProcess,
+) -> None:
+    gateway = shared_gateway  # refusals only: nothing written
     json_type = {"Content-Type": "application/json"}
     deep = b"[" * 20_000 + b"]" * 20_000
     with gateway.client(gateway.token()) as client:

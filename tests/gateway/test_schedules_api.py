@@ -6,6 +6,7 @@ wake that starts a job and comes back as a run."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -186,56 +187,62 @@ def test_a_schedule_is_created_listed_shown_paused_resumed_and_deleted(
     ],
 )
 def test_an_invalid_definition_answers_422_naming_the_field_and_position(
-    lane: Lane,
-    gateway: GatewayProcess,
+    module_lane: Lane,
+    shared_gateway: GatewayProcess,
     change: dict[str, Any],
     field: str,
     position: int | None,
     words: str,
 ) -> None:
+    gateway = shared_gateway  # each case with a schedule id of its own
+    mine = {**REVIEW, "id": f"review-{uuid.uuid4().hex[:8]}"}
     with gateway.client(gateway.token()) as client:
-        body = {**REVIEW, **change}
+        body = {**mine, **change}
         error = error_of(client.post("/v1/schedules", json=body), 422, "invalid_schedule")
         assert error["field"] == field, error
         if position is not None:
             assert error["position"] == position, error
         assert words in error["message"], error
         # A PATCH with the same mistake is refused too, and nothing changes.
-        ok(client.post("/v1/schedules", json=REVIEW), 201)
-        patched = client.patch("/v1/schedules/lead-review", json=change)
+        ok(client.post("/v1/schedules", json=mine), 201)
+        patched = client.patch(f"/v1/schedules/{mine['id']}", json=change)
         assert error_of(patched, 422, "invalid_schedule")["field"] == field
-        assert ok(client.get("/v1/schedules/lead-review"))["spec"]["schedule"] == REVIEW["schedule"]
+        assert (
+            ok(client.get(f"/v1/schedules/{mine['id']}"))["spec"]["schedule"] == REVIEW["schedule"]
+        )
         # Not an object at all: the framework's 422 (or 400 for no JSON).
         error_of(client.post("/v1/schedules", json=[1, 2]), 422, "invalid_body")
         broken = client.post(
             "/v1/schedules", content=b"{", headers={"Content-Type": "application/json"}
         )
         error_of(broken, 400, "malformed_json")
-    assert len(values(lane, "schedules", "lead-review")) == 1  # only the valid create
+    assert len(values(module_lane, "schedules", mine["id"])) == 1  # only the valid create
 
 
-def test_tokens_are_checked_and_only_world_tokens_write(gateway: GatewayProcess) -> None:
+def test_tokens_are_checked_and_only_world_tokens_write(shared_gateway: GatewayProcess) -> None:
+    gateway = shared_gateway
+    review = {**REVIEW, "id": "tokens-review"}  # its own, on the shared gateway
     with gateway.client() as anonymous:
         error_of(anonymous.get("/v1/schedules"), 401, "token_missing")
-        error_of(anonymous.post("/v1/schedules", json=REVIEW), 401, "token_missing")
+        error_of(anonymous.post("/v1/schedules", json=review), 401, "token_missing")
     with gateway.client("lemongraph_sk_bad.sig") as forged:
-        error_of(forged.post("/v1/schedules", json=REVIEW), 401, "token_invalid")
+        error_of(forged.post("/v1/schedules", json=review), 401, "token_invalid")
     with gateway.client(gateway.token(name="ops")) as world:
-        ok(world.post("/v1/schedules", json=REVIEW), 201)
+        ok(world.post("/v1/schedules", json=review), 201)
     for source in ("agent", "tool"):
         with gateway.client(gateway.token(source=source, name=source)) as client:
-            refused = client.post("/v1/schedules", json={**REVIEW, "id": f"by-{source}"})
+            refused = client.post("/v1/schedules", json={**review, "id": f"by-{source}"})
             assert source in error_of(refused, 403, "source_not_allowed")["message"]
             error_of(
-                client.patch("/v1/schedules/lead-review", json={"enabled": False}),
+                client.patch("/v1/schedules/tokens-review", json={"enabled": False}),
                 403,
                 "source_not_allowed",
             )
-            error_of(client.delete("/v1/schedules/lead-review"), 403, "source_not_allowed")
-            error_of(client.post("/v1/schedules/lead-review/wake"), 403, "source_not_allowed")
+            error_of(client.delete("/v1/schedules/tokens-review"), 403, "source_not_allowed")
+            error_of(client.post("/v1/schedules/tokens-review/wake"), 403, "source_not_allowed")
             # Reading is any token's.
-            assert ok(client.get("/v1/schedules/lead-review"))["enabled"] is True
-            assert ok(client.get("/v1/schedules/lead-review/runs"))["runs"] == []
+            assert ok(client.get("/v1/schedules/tokens-review"))["enabled"] is True
+            assert ok(client.get("/v1/schedules/tokens-review/runs"))["runs"] == []
 
 
 def test_the_schedules_routes_share_the_rate_limit(
@@ -345,8 +352,9 @@ def run_record(sid: str, rid: str, status: str, at: str, **more: Any) -> tuple[b
 
 
 def test_runs_are_read_from_schedule_runs_newest_first_and_paged(
-    lane: Lane, gateway: GatewayProcess
+    module_lane: Lane, shared_gateway: GatewayProcess
 ) -> None:
+    lane, gateway = module_lane, shared_gateway  # its own schedule id, heartbeat
     prompt = {
         "id": "heartbeat",
         "name": "Heartbeat",

@@ -18,11 +18,11 @@ from playwright.sync_api import Browser
 from topics import ScheduleRunRecord, encode
 
 from .conftest import GatewayProcess, Lane
-from .test_browser import ARTIFACTS, _page, browser
+from .test_browser import ARTIFACTS, _page, browser, chromium
 
 pytestmark = [pytest.mark.broker, pytest.mark.browser, pytest.mark.timeout(240)]
 
-__all__ = ["browser"]  # the fixture, shared
+__all__ = ["browser", "chromium"]  # the fixtures, shared
 
 REVIEW = {
     "id": "lead-review",

@@ -57,7 +57,11 @@ EVERY_EVENT = ("tasks", "decisions", "jobs", "engine-jobstate-changelog")
 
 def test_bench_quick_measures_every_figure(tmp_path: Path) -> None:
     out = tmp_path / "figures.json"
-    env = dict(os.environ, LEMONGRAPH_PLAYBOOKS_DIR=str(ROOT / "examples"))
+    # LEMONGRAPH_BENCH_SMOKE: --quick on a smaller workload (stream/bench/run.py,
+    # Parameters.for_run); the same figures, measured, not their speed.
+    env = dict(
+        os.environ, LEMONGRAPH_PLAYBOOKS_DIR=str(ROOT / "examples"), LEMONGRAPH_BENCH_SMOKE="1"
+    )
     env.pop("LEMONGRAPH_KAFKA_URL", None)  # its own embedded broker, as documented
     env.pop("LEMONGRAPH_KAFKA_COMPRESSION", None)  # the default codec
     result = subprocess.run(

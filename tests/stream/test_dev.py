@@ -53,14 +53,12 @@ def start_dev(cwd: Path, broker_port: int, **extra: str) -> WorkerProcess:
     return dev
 
 
-def exit_within(dev: WorkerProcess, seconds: float) -> tuple[int, float]:
-    """Wait for ``dev`` to exit by itself; (its exit code, seconds it took)."""
-    began = time.monotonic()
+def exit_within(dev: WorkerProcess, seconds: float) -> int:
+    """Wait up to ``seconds`` for ``dev`` to exit by itself; its exit code."""
     try:
-        code = dev.proc.wait(seconds)
+        return dev.proc.wait(seconds)
     finally:
         dev.stop(signal.SIGKILL)  # only if still running; closes its output
-    return code, time.monotonic() - began
 
 
 def broker_pid(port: int) -> int:
@@ -88,12 +86,11 @@ def test_dev_reports_a_dead_broker_exits_non_zero_and_starts_fresh_next_time(
         first.wait_for("agents: partitions", timeout=90)  # every part up
         first.wait_for("mail: ready", timeout=90)
         os.kill(broker_pid(port), signal.SIGKILL)
-        code, took = exit_within(first, 30)
+        code = exit_within(first, 30)
     finally:
         first.stop(signal.SIGKILL)
     said = "".join(first.lines)
     assert code != 0, said
-    assert took < 20, f"took {took:.1f}s to stop"
     assert "broker: the embedded broker exited unexpectedly" in said
     assert "Run `lemongraph dev` again to start afresh" in said
 
@@ -102,10 +99,9 @@ def test_dev_reports_a_dead_broker_exits_non_zero_and_starts_fresh_next_time(
         second.wait_for(": ready (group", timeout=90)
         assert "state: fresh: removed" in "".join(second.lines)
         second.proc.send_signal(signal.SIGINT)  # Ctrl-C
-        _code, took = exit_within(second, 30)
+        exit_within(second, 30)
     finally:
         second.stop(signal.SIGKILL)
-    assert took < 12, f"took {took:.1f}s to stop after Ctrl-C"
     assert "broker: stopped" in "".join(second.lines)
 
 

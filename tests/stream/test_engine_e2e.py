@@ -30,8 +30,9 @@ def event(key: str, action: str, **extra: Any) -> dict[str, Any]:
     return {"type": "event", "key": key, "action": action, **extra}
 
 
-def values(records: list[dict[str, Any]], key: str | None = None) -> list[dict[str, Any]]:
-    return [r["value"] for r in records if key is None or r["key"] == key]
+def values(records: list[dict[str, Any]], *keys: str) -> list[dict[str, Any]]:
+    """The values of the records of jobs ``keys`` (of every job without any)."""
+    return [r["value"] for r in records if not keys or r["key"] in keys]
 
 
 def latest_snapshot(lane: Lane, key: str) -> dict[str, Any]:
@@ -40,8 +41,21 @@ def latest_snapshot(lane: Lane, key: str) -> dict[str, Any]:
     return max(snapshots, key=lambda s: s["seq"])
 
 
-def test_a_job_runs_end_to_end_and_tasks_arrive_in_order(lane: Lane) -> None:
-    lane.start_worker()
+@pytest.fixture(scope="module")
+def worked(module_lane: Lane) -> Lane:
+    """One worker for the tests below that do not start, stop or restart it:
+    each has its own job keys (and playbook keys). Its playbooks are in the
+    folder before it starts."""
+    (module_lane.playbooks / "quick2s.yaml").write_text(
+        "key: quick2s\nversion: 1\nmilestones:\n"
+        "  - id: reply\n    condition: customer_replied WITHIN 2s\n"
+    )
+    module_lane.start_worker()
+    return module_lane
+
+
+def test_a_job_runs_end_to_end_and_tasks_arrive_in_order(worked: Lane) -> None:
+    lane = worked
     lane.send(
         start("job-1"),
         event("job-1", "id_uploaded", idempotency_key="evt-1"),
@@ -78,13 +92,9 @@ def test_a_job_runs_end_to_end_and_tasks_arrive_in_order(lane: Lane) -> None:
     assert evidence == ["evt-1"]
 
 
-def test_a_within_deadline_fires_from_ticks(lane: Lane) -> None:
-    (lane.playbooks / "quick.yaml").write_text(
-        "key: quick\nversion: 1\nmilestones:\n"
-        "  - id: reply\n    condition: customer_replied WITHIN 2s\n"
-    )
-    lane.start_worker()
-    lane.send(start("job-t", "quick"))
+def test_a_within_deadline_fires_from_ticks(worked: Lane) -> None:
+    lane = worked  # its playbook quick2s: customer_replied WITHIN 2s
+    lane.send(start("job-t", "quick2s"))
     tasks = lane.wait_until("tasks", lambda rs: len(values(rs, "job-t")) >= 2, timeout=30)
     closed = values(tasks, "job-t")[1]
     assert (closed["type"], closed["outcome"]) == ("task.closed", "timed_out")
@@ -96,8 +106,8 @@ def test_a_within_deadline_fires_from_ticks(lane: Lane) -> None:
     assert fired[0]["fired"][0]["kind"] == "settle"
 
 
-def test_a_retried_idempotency_key_gives_one_decision_and_one_task(lane: Lane) -> None:
-    lane.start_worker()
+def test_a_retried_idempotency_key_gives_one_decision_and_one_task(worked: Lane) -> None:
+    lane = worked
     retry = event("job-2", "id_uploaded", idempotency_key="upload-1")
     lane.send(start("job-2"), retry, retry)
     lane.send(event("job-2", "self_service_completed"))
@@ -118,8 +128,8 @@ def test_a_retried_idempotency_key_gives_one_decision_and_one_task(lane: Lane) -
     ]
 
 
-def test_bad_records_go_to_the_deadletter_topic_and_the_stream_goes_on(lane: Lane) -> None:
-    lane.start_worker()
+def test_bad_records_go_to_the_deadletter_topic_and_the_stream_goes_on(worked: Lane) -> None:
+    lane = worked  # the only test of the module's worker that dead-letters
     lane.produce(
         [
             (b"job-p", b"\xff\xfe not json at all"),
@@ -150,15 +160,18 @@ def test_bad_records_go_to_the_deadletter_topic_and_the_stream_goes_on(lane: Lan
     assert decision["outcome"] == "applied"
 
 
-def test_unknown_jobs_playbooks_and_repeated_starts_are_refused_in_decisions(lane: Lane) -> None:
-    lane.start_worker()
+def test_unknown_jobs_playbooks_and_repeated_starts_are_refused_in_decisions(
+    worked: Lane,
+) -> None:
+    lane = worked
     lane.send(
         event("ghost", "id_uploaded"),
         start("job-6", "no-such-playbook"),
         start("job-7"),
         start("job-7"),
     )
-    decisions = lane.wait_until("decisions", lambda rs: len(rs) >= 4)
+    mine = ("ghost", "job-6", "job-7")
+    decisions = lane.wait_until("decisions", lambda rs: len(values(rs, *mine)) >= 4)
     by_key = {(r["key"], r["value"]["outcome"], r["value"]["refused"]) for r in decisions}
     assert ("ghost", "refused", "unknown job: no job.start was applied") in by_key
     assert ("job-6", "refused", "unknown playbook 'no-such-playbook'") in by_key
