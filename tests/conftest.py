@@ -14,8 +14,7 @@ import pytest
 from agents.dev.serving import AppThread
 from stream.runtime.broker import EmbeddedBroker, free_port
 from stream.runtime.native import StaleBuild, check
-
-from .lanes import ROOT, Lane
+from tests.lanes import ROOT, Lane
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -76,7 +76,7 @@ class Parameters:
             )
             if os.environ.get("LEMONGRAPH_BENCH_SMOKE"):
                 # The test suite's smoke run: every figure, on the least work that
-                # still measures it (tests/stream/test_bench_smoke.py).
+                # still measures it (tests/stream/bench/test_bench_smoke.py).
                 return replace(
                     params,
                     raw_records=5_000,

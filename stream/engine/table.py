@@ -13,7 +13,7 @@ changelog offset advanced — exactly what Faust reads back on recovery.
 
 This module, ``stream/runtime/fetch.py`` and ``stream/runtime/faust_tuning.py`` are the only
 places that reach into Faust's internals (here: the store's per-partition
-databases and its persisted offsets); tests/stream/test_stream_faust.py pins them.
+databases and its persisted offsets); tests/stream/runtime/test_stream_faust.py pins them.
 """
 
 from __future__ import annotations

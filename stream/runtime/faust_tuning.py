@@ -18,8 +18,8 @@ their index and filter blocks too, and one memtable budget
 (docs/operations.md, "Memory").
 
 With ``stream/engine/table.py`` and ``stream/runtime/fetch.py`` this is one of the three
-places that reach into Faust's internals; tests/stream/test_stream_faust.py
-pins them (the RocksDB options: tests/stream/test_rocksdb_memory.py).
+places that reach into Faust's internals; tests/stream/runtime/test_stream_faust.py
+pins them (the RocksDB options: tests/stream/engine/test_rocksdb_memory.py).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ record not yet handled. Records of any other topic still go through Faust's
 own delivery.
 
 With ``stream/engine/table.py`` and ``stream/runtime/faust_tuning.py`` this is one of the
-three places that reach into Faust's internals; tests/stream/test_stream_faust.py pins
+three places that reach into Faust's internals; tests/stream/runtime/test_stream_faust.py pins
 them.
 """
 

@@ -30,11 +30,11 @@ from fastapi import FastAPI
 
 from agents.dev.standin import StandinScript, build_standin
 from stream.runtime.broker import free_port
+from tests.agents.channels.test_mail import DOMAIN, SECRET, Sink, send
+from tests.agents.flows.test_flow_service import CATALOG, shop
 from tests.agents.test_approvers import FLOW
-from tests.agents.test_flow_service import CATALOG, shop
-from tests.agents.test_mail import DOMAIN, SECRET, Sink, send
-from tests.gateway.conftest import GatewayProcess, start_gateway
 from tests.lanes import Lane, wait_for
+from tests.stream.gateway.conftest import GatewayProcess, start_gateway
 from topics.replies import read_reply_address
 
 __all__ = ["start_gateway"]  # the fixture

@@ -22,9 +22,8 @@ from agents.run import Conversation
 from agents.service import AgentService
 from compiler import FlowInput, ToolResult, load_flow
 from stream.runtime.config import Settings
+from tests.agents.flows.test_flow_service import CATALOG
 from topics import Answerer, MessageRecord, TaskOpenedRecord
-
-from .test_flow_service import CATALOG
 
 ADA = {"name": "Ada", "email": "ada@example.com"}
 BOSS = "boss@shop.example"

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from agents.catalog import load_catalog
 from agents.compose import DELEGATE_PARAMETERS, OpenTask, Turn, compose
-
-from .test_catalog import GOOD
+from tests.agents.test_catalog import GOOD
 
 CATALOG = load_catalog(
     GOOD.replace("integrations:\n", "integrations:\n  email: {}\n  billing: {tools: [bill]}\n")

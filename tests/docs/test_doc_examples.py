@@ -42,7 +42,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.stream.test_cli_simulate_check import run
+from tests.stream.cli.test_cli_simulate_check import run
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])

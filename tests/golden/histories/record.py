@@ -5,7 +5,7 @@ committed as a worker commits (outputs, then state, then ``committed``).
     .venv/bin/python -m tests.golden.histories.record      # rewrite the files
 
 Each history is the ``decisions`` topic of one run, one JSON record a line, in
-the order a worker would have produced them. ``tests/stream/test_golden_histories.py``
+the order a worker would have produced them. ``tests/stream/engine/test_golden_histories.py``
 replays each through ``stream/cli/replay.py`` without a broker and requires every
 state hash and effect to match; it also re-records each and requires the same
 bytes, so a change to the core or the engine that alters a decision fails there

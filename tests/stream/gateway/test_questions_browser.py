@@ -1,0 +1,85 @@
+"""An approval's shown channels on the job page, in headless Chromium (the
+fixtures of test_browser.py): labelled and readable as the agents service wrote
+them (``shown``: docs/flows.md, "What a person reads"), nested values as
+indented lines and lists as bullets; a record written without ``shown`` gets
+its ``show`` values as lines too; the journal's rows say a flow's values in
+words. Never JSON."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import Browser
+
+from compiler import shown_fields
+from tests.stream.gateway.conftest import GatewayProcess, Lane
+from tests.stream.gateway.test_browser import (
+    APPROVAL,
+    FLOW_AT,
+    FLOW_RUN,
+    _flow_page,
+    _interrupt,
+    _publish,
+    _shot,
+    browser,
+    chromium,
+)
+from topics import JournalFlow
+
+pytestmark = [pytest.mark.broker, pytest.mark.browser, pytest.mark.timeout(240)]
+
+__all__ = ["browser", "chromium"]  # the fixtures, shared
+
+OLDER = f"{FLOW_RUN}/confirm/2"
+ORDER = {
+    "id": "A-17",
+    "status": "shipped",
+    "customer": {"name": "Ada", "city": "Ghent"},
+    "items": [{"sku": "W-1", "qty": 2}, "gift wrap"],
+    "paid": False,
+}
+
+
+def test_an_approvals_nested_values_read_as_labelled_lines_never_json(
+    lane: Lane, gateway: GatewayProcess, browser: Browser
+) -> None:
+    problems: list[str] = []
+    page = _flow_page(lane, gateway, browser, problems)
+    show = {"order_id": "A-17", "order": ORDER}
+    shown = shown_fields(show, {"order": "The order as the shop returns it."})
+    _publish(
+        lane, "journal",
+        _interrupt(APPROVAL, "confirm", kind="approval", question="Refund A-17? (answer yes or no)",
+                   show=show, shown=shown),
+        # as an older service wrote it: the values only
+        _interrupt(OLDER, "confirm", kind="approval", question="Refund A-18?",
+                   show={"order": ORDER}),
+        JournalFlow(job_key="flow-1", run_id=FLOW_RUN, flow="resolve", task_id="flow-1/resolve",
+                    at=FLOW_AT, event="finished", outputs={"refund": ORDER}),
+    )  # fmt: skip
+    approval = page.locator(f'#questions li[data-interrupt-id="{APPROVAL}"]')
+    approval.wait_for(timeout=30_000)
+    assert approval.locator(".q-show dt").all_inner_texts() == [
+        "Order ID",
+        "The order as the shop returns it",
+    ]
+    # as the service wrote them (tests/compiler/flows/test_readable.py pins the text)
+    assert approval.locator(".q-show dd").all_inner_texts() == [f.text for f in shown]
+    assert shown[1].text.splitlines()[2:5] == ["Customer:", "  Name: Ada", "  City: Ghent"]
+    older = page.locator(f'#questions li[data-interrupt-id="{OLDER}"]')
+    older.wait_for(timeout=30_000)
+    assert older.locator(".q-show dt").all_inner_texts() == ["order"]
+    [text] = older.locator(".q-show dd").all_inner_texts()
+    assert text.splitlines()[:4] == ["id: A-17", "status: shipped", "customer:", "  name: Ada"]
+    assert "  - gift wrap" in text.splitlines()
+    # the journal's rows say the values in words too
+    finished = page.locator('#journal tr[data-kind="journal.flow"][data-outcome="finished"]')
+    finished.wait_for(timeout=30_000)
+    assert "outputs refund: id: A-17, status: shipped, customer: (name: Ada, city: Ghent)" in (
+        finished.inner_text()
+    )
+    rows = page.locator('#journal tr[data-kind="journal.interrupt"]')
+    assert rows.count() == 2
+    journal = [rows.nth(i).inner_text() for i in range(2)] + [finished.inner_text()]
+    for shown_text in (approval.locator(".q-show").inner_text(), text, *journal):
+        assert not set(shown_text) & set('{}[]"'), shown_text
+    _shot(page, "ui-approval-fields.png", problems)

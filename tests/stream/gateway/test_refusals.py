@@ -1,0 +1,284 @@
+"""What the gateway refuses, and how, through the real server and broker: a
+token in the query string of anything but the event stream, keys that could not
+be read back or that pass for others (at the gateway and, from any producer, on
+the inbox), bodies that are not readable JSON, and writes while the broker is
+down."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from stream.runtime.broker import EmbeddedBroker
+from tests.stream.gateway.conftest import GatewayProcess, Lane, wait_for
+from topics import JobKeyError, check_key
+
+pytestmark = [pytest.mark.broker, pytest.mark.timeout(180)]
+
+
+def error_of(response: httpx.Response) -> dict[str, Any]:
+    body = response.json()
+    assert set(body) == {"error"}, body
+    detail: dict[str, Any] = body["error"]
+    return detail
+
+
+def test_a_query_token_counts_only_on_the_event_stream_get(shared_gateway: GatewayProcess) -> None:
+    gateway = shared_gateway  # its own job key, job-q
+    token = gateway.token()
+    with gateway.client(token) as client:
+        body = {"key": "job-q", "playbook_key": "onboarding"}
+        assert client.post("/v1/jobs", json=body).status_code == 202
+    query = {"access_token": token}
+    anonymous = httpx.Client(base_url=gateway.api, timeout=30)
+    refused = [
+        anonymous.post("/v1/events", params=query, json={"key": "job-q", "action": "paid"}),
+        anonymous.post("/v1/jobs", params=query, json={"key": "job-r", "playbook_key": "x"}),
+        anonymous.post("/v1/jobs/job-q/messages", params=query, json={"text": "hi"}),
+        anonymous.get("/v1/jobs", params=query),
+        anonymous.get("/v1/jobs/job-q", params=query),
+        anonymous.get("/v1/jobs/job-q/decisions/events", params=query),
+        anonymous.request("DELETE", "/v1/jobs/job-q/events", params=query),
+    ]
+    for response in refused:
+        assert response.status_code == 401, (response.request.url, response.text)
+        assert error_of(response)["code"] == "token_missing"
+    # The event stream's GET still takes it (EventSource cannot send headers).
+    assert error_of(anonymous.get("/v1/jobs/ghost/events", params=query))["code"] == (
+        "job_not_found"
+    )
+    with anonymous.stream("GET", "/v1/jobs/job-q/events", params=query) as stream:
+        assert stream.status_code == 200
+    with gateway.client(token) as client:
+        assert client.get("/v1/jobs/job-q").json()["pending_writes"][-1]["type"] == "job.start"
+        assert len(client.get("/v1/jobs/job-q").json()["pending_writes"]) == 1  # nothing else
+
+
+BAD_KEYS = [
+    "a/b",
+    "pay\u202egpj.exe",
+    "job\u200b1",
+    "job\n1",
+    "\ufeffjob",
+    " job",
+    "..",
+    "x\x7f",
+    "key\ufe0f",
+    "cafe\u0301",
+]
+
+
+def test_keys_that_break_the_rule_are_refused_at_the_gateway_and_on_the_inbox(
+    lane: Lane, gateway: GatewayProcess
+) -> None:
+    with gateway.client(gateway.token()) as client:
+        for key in BAD_KEYS:
+            with pytest.raises(JobKeyError) as rule:
+                check_key(key)
+            started = client.post("/v1/jobs", json={"key": key, "playbook_key": "onboarding"})
+            assert started.status_code == 422, (key, started.text)
+            error = error_of(started)
+            assert error["code"] == "invalid_body"
+            assert error["message"] == f"key: {rule.value}", error
+            event = client.post("/v1/events", json={"key": key, "action": "paid"})
+            assert event.status_code == 422
+            assert error_of(event)["message"] == f"key: {rule.value}"
+        assert (
+            "'/' at position 1"
+            in error_of(client.post("/v1/jobs", json={"key": "a/b", "playbook_key": "onboarding"}))[
+                "message"
+            ]
+        )
+        assert client.get("/v1/jobs").json()["total"] == 0
+        assert (
+            client.post(
+                "/v1/jobs", json={"key": "日本-1", "playbook_key": "onboarding"}
+            ).status_code
+            == 202
+        )
+
+    # A producer we did not write puts the same keys on the inbox: each is
+    # dead-lettered with the rule's reason, and the worker goes on.
+    lane.start_worker()
+    starts = [{"type": "job.start", "key": k, "playbook_key": "onboarding"} for k in BAD_KEYS]
+    lane.produce([(s["key"].encode(), orjson.dumps(s)) for s in starts])
+    lane.send({"type": "job.start", "key": "after-the-bad-ones", "playbook_key": "onboarding"})
+    letters = lane.wait_until("deadletter", lambda rs: len(rs) >= len(BAD_KEYS))
+    reasons = sorted(r["value"]["reason"] for r in letters)
+    expected = []
+    for key in BAD_KEYS:
+        with pytest.raises(JobKeyError) as rule:
+            check_key(key)
+        expected.append(f"job.start.key: {rule.value}")
+    assert reasons == sorted(expected)
+    decisions = lane.wait_until(
+        "decisions", lambda rs: {"after-the-bad-ones", "日本-1"} <= {r["key"] for r in rs}
+    )
+    assert {r["value"]["outcome"] for r in decisions} == {"applied"}
+    assert all(w.proc.poll() is None for w in lane.workers)
+
+
+def test_bodies_that_are_not_readable_json_answer_malformed_json(
+    shared_gateway: GatewayProcess,
+) -> None:
+    gateway = shared_gateway  # refusals only: nothing written
+    json_type = {"Content-Type": "application/json"}
+    deep = b"[" * 20_000 + b"]" * 20_000
+    with gateway.client(gateway.token()) as client:
+        for path in ("/v1/jobs", "/v1/events", "/v1/jobs/x/messages"):
+            for body in (b'{"key": "\xff\xfe", "playbook_key": "onboarding"}', deep):
+                response = client.post(path, content=body, headers=json_type)
+                assert response.status_code == 400, (path, body[:10], response.text)
+                error = error_of(response)
+                assert error["code"] == "malformed_json", error
+                assert "UTF-8" in error["message"]
+
+
+def test_a_write_while_the_broker_is_down_answers_503_within_two_seconds(
+    start_gateway: Callable[..., GatewayProcess],
+) -> None:
+    with EmbeddedBroker() as broker:
+        # The default (1.5 s) answers within 2 s; the setting moves it.
+        gateway = start_gateway(
+            LEMONGRAPH_KAFKA_URL=broker.url, LEMONGRAPH_GATEWAY_WRITE_TIMEOUT="700ms"
+        )
+        client = gateway.client(gateway.token())
+        body = {"key": "job-d", "playbook_key": "onboarding"}
+        assert client.post("/v1/jobs", json=body).status_code == 202
+        broker.stop()
+        writes: list[tuple[str, dict[str, Any]]] = [
+            ("/v1/events", {"key": "job-d", "action": "paid", "idempotency_key": "pay-1"}),
+            ("/v1/jobs", {"key": "job-e", "playbook_key": "onboarding"}),
+            ("/v1/jobs/job-d/messages", {"text": "hello"}),
+        ]
+        for path, payload in writes:
+            began = time.monotonic()
+            response = client.post(path, json=payload)
+            took = time.monotonic() - began
+            assert response.status_code == 503, response.text
+            assert took < 1.4, f"{path}: {took:.2f}s"
+            error = error_of(response)
+            assert error["code"] == "broker_unavailable"
+            assert "within 0.7s" in error["message"]
+            assert "may or may not have been accepted" in error["message"]
+            if path == "/v1/jobs":
+                # A retry of a start that did land is refused as the client's own job.
+                assert "409 job_exists for this very job" in error["message"]
+            else:
+                assert "idempotency_key" in error["message"]
+            assert "Error(" not in error["message"]
+        wait_for(
+            lambda: any("was not acknowledged" in line for line in gateway.lines),
+            what="the detail in the gateway's log",
+        )
+        client.close()
+        gateway.stop()
+
+
+def test_jobs_past_the_memory_limit_answer_their_summary_not_a_404(
+    lane: Lane, start_gateway: Callable[..., GatewayProcess]
+) -> None:
+    gateway = start_gateway(LEMONGRAPH_GATEWAY_JOBS="3")
+    lane.start_worker()
+    keys = [f"job-{i:02}" for i in range(12)]
+    with gateway.client(gateway.token()) as client:
+
+        def start_running(chosen: list[str]) -> None:
+            for key in chosen:
+                started = client.post("/v1/jobs", json={"key": key, "playbook_key": "onboarding"})
+                assert started.status_code == 202
+            wait_for(
+                lambda: (
+                    all(j["status"] == "running" for j in client.get("/v1/jobs").json()["jobs"])
+                    and client.get("/v1/jobs").json()["total"] == keys.index(chosen[-1]) + 1
+                ),
+                what=f"{chosen[-1]} and the jobs before it running",
+            )
+
+        # The first six, then six more: a record of an early job read after its
+        # eviction (the decisions and the jobs topics keep no order between them)
+        # brings that record back, and the six later jobs evict it again.
+        start_running(keys[:6])
+        start_running(keys[6:])
+        listed = client.get("/v1/jobs").json()["jobs"]
+        assert [j["key"] for j in listed] == keys  # evicted or not, every job is listed
+        assert sum(not j["in_memory"] for j in listed) >= 9
+        gone = keys[0]
+        assert not listed[0]["in_memory"]
+        view = client.get(f"/v1/jobs/{gone}").json()
+        assert view["in_memory"] is False
+        assert view["status"] == "running"
+        assert {m["id"]: m["state"] for m in view["milestones"]}["collectIdentity"] == "open"
+        assert client.get(f"/v1/jobs/{gone}/decisions").json()["kept"] == 0
+        # A write to it is taken, and its next snapshot brings it back in full.
+        moved = client.post("/v1/events", json={"key": gone, "action": "id_uploaded"})
+        assert moved.status_code == 202
+        back = wait_for(
+            lambda: (v := client.get(f"/v1/jobs/{gone}").json())["in_memory"] and v,
+            what="the job back in memory",
+        )
+        states = {m["id"]: m["state"] for m in back["milestones"]}
+        assert states["collectIdentity"] == "done"
+        assert back["pending_writes"] == []
+
+
+def test_a_retry_after_a_gateway_restart_is_a_duplicate_and_leaves_nothing_pending(
+    lane: Lane, start_gateway: Callable[..., GatewayProcess]
+) -> None:
+    lane.start_worker()
+    first = start_gateway()
+    event = {"key": "job-r", "action": "id_uploaded", "idempotency_key": "upload-1"}
+    with first.client(first.token()) as client:
+        assert (
+            client.post("/v1/jobs", json={"key": "job-r", "playbook_key": "onboarding"}).status_code
+            == 202
+        )
+        assert client.post("/v1/events", json=event).status_code == 202
+        wait_for(
+            lambda: client.get("/v1/jobs/job-r/decisions").json()["kept"] == 2, what="two decisions"
+        )
+    first.stop()
+    second = start_gateway()
+    with second.client(second.token()) as client:
+        wait_for(lambda: client.get("/v1/jobs/job-r").status_code == 200, what="the job read back")
+        retry = client.post("/v1/events", json=event)
+        assert retry.status_code == 202
+        assert retry.json()["duplicate"] is True
+        assert client.get("/v1/jobs/job-r").json()["pending_writes"] == []
+        # The same key from another source is its own (the engine remembers keys per source).
+        tool = second.client(second.token(source="tool"))
+        assert tool.post("/v1/events", json=event).json()["duplicate"] is False
+        tool.close()
+
+
+def test_writes_wait_while_undecided_ones_fill_their_memory(
+    start_gateway: Callable[..., GatewayProcess],
+) -> None:
+    # No worker: every start stays undecided. 1 MiB of memory leaves 256 KiB
+    # for undecided writes: a few starts of 60 KB fill it.
+    gateway = start_gateway(LEMONGRAPH_GATEWAY_MEMORY="1048576")
+    subject = {"note": "x" * 60_000}
+    with gateway.client(gateway.token()) as client:
+        statuses = []
+        for i in range(8):
+            body = {"key": f"full-{i}", "playbook_key": "onboarding", "subject": subject}
+            response = client.post("/v1/jobs", json=body)
+            statuses.append(response.status_code)
+            if response.status_code == 503:
+                break
+        assert statuses[:4] == [202] * 4, statuses
+        assert statuses[-1] == 503, statuses
+        error = error_of(response)
+        assert error["code"] == "gateway_full"
+        assert "nothing was written" in error["message"]
+        assert int(response.headers["retry-after"]) >= 1
+        refused = client.post("/v1/events", json={"key": "full-0", "action": "paid"})
+        assert error_of(refused)["code"] == "gateway_full"
+        # What was taken is still read back, subject and all.
+        job = client.get("/v1/jobs/full-0").json()
+        assert (job["status"], job["subject"]) == ("starting", subject)
