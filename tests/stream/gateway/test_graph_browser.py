@@ -16,11 +16,11 @@ from playwright.sync_api import Browser
 
 from tests.lanes import wait_for
 from tests.stream.gateway.conftest import GatewayProcess, Lane
-from tests.stream.gateway.test_browser import ARTIFACTS, _page, _shot, browser
+from tests.stream.gateway.test_browser import ARTIFACTS, _page, _shot, browser, chromium
 
 pytestmark = [pytest.mark.broker, pytest.mark.browser, pytest.mark.timeout(240)]
 
-__all__ = ["browser"]  # the fixture, shared
+__all__ = ["browser", "chromium"]  # the fixtures, shared
 
 PLAYBOOK = Path(__file__).with_name("skip-levels.yaml")
 NEEDS = {
