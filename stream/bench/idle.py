@@ -40,12 +40,12 @@ import rocksdict
 
 from compiler import Start
 from stream.bench.cluster import PARTITIONS, Cluster, produce
-from stream.engine.engine import home_partition
 from stream.engine.registry import Registry
 from stream.engine.store import next_due_ms
 from stream.engine.timers import DUE_VALUE, INDEX_MARK, JOBS, due_key
 from stream.runtime.files import load_playbook_file
 from stream.runtime.kafka import producer
+from stream.runtime.partitions import home_partition
 from stream.runtime.processes import rss_mb
 from topics import InboxEvent, JobStart, Topics, encode
 

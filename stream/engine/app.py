@@ -19,7 +19,8 @@ from typing import Any
 import faust
 
 from compiler import to_iso
-from stream.engine.engine import Batch, Engine, Mark, Record, watermark_key
+from stream.engine.batch import Batch, Mark, Record, watermark_key
+from stream.engine.engine import Engine
 from stream.engine.registry import Registry
 from stream.engine.resets import ClusterWatch, find_resets
 from stream.engine.schedules import Schedules

@@ -15,7 +15,8 @@ from typing import Any
 import orjson
 
 from compiler import load_playbook
-from stream.engine.engine import Batch, Engine, Output, Record
+from stream.engine.batch import Batch, Output, Record
+from stream.engine.engine import Engine
 from stream.engine.registry import Registry
 from stream.engine.timers import DUE_PREFIX, parse_due_key
 from stream.runtime.partitions import home_partition

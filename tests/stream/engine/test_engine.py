@@ -15,7 +15,7 @@ from datetime import timedelta
 import orjson
 import pytest
 
-from stream.engine.engine import Record
+from stream.engine.batch import Record
 from tests.stream.engine.engine_harness import (
     ONBOARD,
     QUICK,

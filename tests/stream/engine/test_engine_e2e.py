@@ -227,7 +227,7 @@ def test_each_playbook_version_has_its_own_record_key_so_compaction_keeps_it(lan
 def _stopped_with_a_pending_timer(lane: Lane, key: str) -> Path:
     """A worker's table holding job ``key`` with a timer 6 s off, the worker
     stopped: the path of the job's partition's RocksDB database."""
-    from stream.engine.engine import home_partition
+    from stream.runtime.partitions import home_partition
 
     (lane.playbooks / "quick.yaml").write_text(
         "key: quick\nversion: 1\nmilestones:\n"
@@ -284,8 +284,8 @@ def test_a_table_an_older_worker_wrote_to_last_is_indexed_again_and_its_timers_f
     (docs/operations.md, "The due-time index")."""
     import rocksdict
 
-    from stream.engine.engine import home_partition
     from stream.engine.timers import DUE_PREFIX, INDEX_MARK
+    from stream.runtime.partitions import home_partition
 
     path = _stopped_with_a_pending_timer(lane, "job-r")
     db = rocksdict.Rdict(str(path), options=rocksdict.Options(raw_mode=True))

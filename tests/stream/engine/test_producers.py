@@ -21,7 +21,7 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from stream.engine.engine import home_partition
+from stream.runtime.partitions import home_partition
 from tests.lanes import END_MARKER, Lane
 
 pytestmark = [pytest.mark.broker, pytest.mark.timeout(300)]

@@ -16,12 +16,12 @@ import rocksdict
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
 from stream.bench.idle import job_rows, partition_databases, write_jobs
-from stream.engine.engine import home_partition
 from stream.engine.store import decode_stored, peek_header
 from stream.engine.table import JobTable
 from stream.engine.timers import DUE_VALUE, INDEX_MARK, JOBS, due_range, parse_due_key
 from stream.runtime.config import ConfigError, RocksDBMemory, Settings
 from stream.runtime.faust_tuning import BoundedRocksDBOptions, bound_rocksdb, rocksdb_memory
+from stream.runtime.partitions import home_partition
 
 ROOT = Path(__file__).resolve().parents[3]
 MB = 1 << 20

@@ -29,10 +29,10 @@ from typing import Any
 import orjson
 import pytest
 
-from stream.engine.engine import home_partition
 from stream.engine.worker import register_schedules
 from stream.runtime.config import Settings
 from stream.runtime.kafka import producer
+from stream.runtime.partitions import home_partition
 from tests.lanes import Lane, WorkerProcess
 
 pytestmark = [pytest.mark.broker, pytest.mark.timeout(300)]

@@ -14,7 +14,7 @@ from datetime import timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stream.engine.engine import Batch, Record
+from stream.engine.batch import Batch, Record
 from stream.engine.store import peek_header
 from stream.engine.timers import (
     DUE_PREFIX,

@@ -16,8 +16,8 @@ import httpx
 import orjson
 import pytest
 
-from stream.engine.engine import home_partition
 from stream.gateway.schedules import ScheduleModel
+from stream.runtime.partitions import home_partition
 from tests.stream.gateway.conftest import GatewayProcess, Lane, wait_for
 from topics import ScheduleRunRecord, Topics, encode
 
