@@ -398,11 +398,7 @@ async def read_topic(
         if not partitions:
             return
         tps = [TopicPartition(topic, p) for p in partitions]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        for tp in tps:
-            if start is not None and start[tp.partition] > 0:
-                consumer.seek(tp, start[tp.partition])
+        await _assign_from(consumer, tps, start)
         started = last = time.monotonic()
         while True:
             batches = await consumer.getmany(timeout_ms=200, max_records=5000)
@@ -420,18 +416,46 @@ async def read_topic(
                 if records:
                     last = time.monotonic()
             now = time.monotonic()
-            if timeout is not None and now - started > timeout:
-                return
-            if follow:
-                continue
-            if await caught_up(consumer, tps) and now - last >= min(idle, 0.3):
-                return
-            # Without a high watermark for every partition yet, give the broker
-            # longer before deciding that the topic has nothing more.
-            if now - last >= max(idle, 5.0):
+            if await _read_enough(
+                consumer, tps, now - started, now - last, follow=follow, idle=idle, timeout=timeout
+            ):
                 return
     finally:
         await consumer.stop()
+
+
+async def _assign_from(
+    consumer: AIOKafkaConsumer, tps: list[TopicPartition], start: Mapping[int, int] | None
+) -> None:
+    """Assign ``tps``, each from its beginning or from the offset ``start`` gives."""
+    consumer.assign(tps)
+    await consumer.seek_to_beginning(*tps)
+    for tp in tps:
+        if start is not None and start[tp.partition] > 0:
+            consumer.seek(tp, start[tp.partition])
+
+
+async def _read_enough(
+    consumer: AIOKafkaConsumer,
+    tps: list[TopicPartition],
+    elapsed: float,
+    quiet: float,
+    *,
+    follow: bool,
+    idle: float,
+    timeout: float | None,
+) -> bool:
+    """Whether :func:`read_topic` stops, ``elapsed`` seconds after it started and
+    ``quiet`` seconds after its last record."""
+    if timeout is not None and elapsed > timeout:
+        return True
+    if follow:
+        return False
+    if await caught_up(consumer, tps) and quiet >= min(idle, 0.3):
+        return True
+    # Without a high watermark for every partition yet, give the broker
+    # longer before deciding that the topic has nothing more.
+    return quiet >= max(idle, 5.0)
 
 
 def run(coro: Any) -> Any:
