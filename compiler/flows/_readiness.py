@@ -155,22 +155,20 @@ class Readiness:
                 )
 
     def channels(self) -> None:
-        flow = self.flow
-        spec = flow.spec
-        reads_all = any(isinstance(n, HandlerNode) and n.reads is None for n in spec.nodes) or any(
-            isinstance(e, ConditionalEdge) and e.router and e.reads is None for e in spec.edges
-        )
+        spec = self.flow.spec
+        reads_all = _reads_all(spec)
         reads = _reads(spec)
-        writes: dict[str, set[str]] = {}
-        for node in spec.nodes:
-            out = output_of(node)
-            if isinstance(node, FanoutNode):
-                out = node.as_
-            if out is not None:
-                writes.setdefault(out, set()).add(node.id)
-        filled = set(spec.inputs) | {
-            k for k, v in spec.state.items() if v.default is not None or v.remembers
-        }
+        writes = _writes(spec)
+        filled = _filled(spec)
+        self.never_filled(reads, writes, filled)
+        self.never_read(reads, reads_all)
+        self.forgets(reads, writes, filled)
+
+    def never_filled(
+        self, reads: Mapping[str, set[str]], writes: Mapping[str, set[str]], filled: set[str]
+    ) -> None:
+        """Channels nothing fills that a view shows or something reads."""
+        spec = self.flow.spec
         for name in spec.state:
             if name in writes or name in filled:
                 continue
@@ -190,6 +188,10 @@ class Readiness:
                     "(no node writes it, it is no input and has no default)",
                     ("state", name),
                 )
+
+    def never_read(self, reads: Mapping[str, set[str]], reads_all: bool) -> None:
+        """Declared channels nothing reads and no output names."""
+        spec = self.flow.spec
         for name in spec.state:
             if name in reads or name in spec.outputs or reads_all:
                 continue
@@ -199,7 +201,6 @@ class Readiness:
                 "view or handler) and it is not an output",
                 ("state", name),
             )
-        self.forgets(reads, writes, filled)
 
     def forgets(
         self, reads: Mapping[str, set[str]], writes: Mapping[str, set[str]], filled: set[str]
@@ -300,6 +301,32 @@ def _strings(value: Any) -> Iterator[str]:
     elif isinstance(value, list):
         for v in value:
             yield from _strings(v)
+
+
+def _reads_all(spec: FlowSpec) -> bool:
+    """Whether a handler or a router may read any channel (it names none)."""
+    return any(isinstance(n, HandlerNode) and n.reads is None for n in spec.nodes) or any(
+        isinstance(e, ConditionalEdge) and e.router and e.reads is None for e in spec.edges
+    )
+
+
+def _writes(spec: FlowSpec) -> dict[str, set[str]]:
+    """Channel → the nodes that write it (a fan-out writes its ``as``)."""
+    writes: dict[str, set[str]] = {}
+    for node in spec.nodes:
+        out = output_of(node)
+        if isinstance(node, FanoutNode):
+            out = node.as_
+        if out is not None:
+            writes.setdefault(out, set()).add(node.id)
+    return writes
+
+
+def _filled(spec: FlowSpec) -> set[str]:
+    """The channels a run starts with: inputs, defaults and remembered ones."""
+    return set(spec.inputs) | {
+        k for k, v in spec.state.items() if v.default is not None or v.remembers
+    }
 
 
 def _reads(spec: FlowSpec) -> dict[str, set[str]]:

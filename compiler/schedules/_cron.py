@@ -294,42 +294,51 @@ def _shorthand(text: str) -> str:
     if fixed is not None:
         return fixed
     if head == "every" and len(words) >= 2:
-        word, at = "".join(w for w, _ in words[1:]), words[1][1]
-        match = re.fullmatch(r"(\d+)\s*(m|min|mins|minutes?|h|hours?)", word)
-        if match is None:
-            _fail(text, f"{word!r} is not an interval: write every Nm or every Nh", at)
-        assert match is not None
-        number, unit = int(match.group(1)), match.group(2)[0]
-        if unit == "m":
-            if not 1 <= number <= 59 or 60 % number:
-                _fail(
-                    text,
-                    f"{number} minutes do not divide an hour evenly (1, 2, 3, 4, 5, 6, 10, "
-                    "12, 15, 20, 30); for other intervals write a 5-field cron expression",
-                    at,
-                )
-            return "* * * * *" if number == 1 else f"*/{number} * * * *"
-        if not 1 <= number <= 23 or 24 % number:
+        return _every(text, words[1:])
+    return _at_time(text, words)
+
+
+def _every(text: str, words: list[tuple[str, int]]) -> str:
+    """``every Nm`` or ``every Nh``: ``words`` are those after ``every``."""
+    word, at = "".join(w for w, _ in words), words[0][1]
+    match = re.fullmatch(r"(\d+)\s*(m|min|mins|minutes?|h|hours?)", word)
+    if match is None:
+        _fail(text, f"{word!r} is not an interval: write every Nm or every Nh", at)
+    assert match is not None
+    number, unit = int(match.group(1)), match.group(2)[0]
+    if unit == "m":
+        if not 1 <= number <= 59 or 60 % number:
             _fail(
                 text,
-                f"{number} hours do not divide a day evenly (1, 2, 3, 4, 6, 8, 12); "
-                "for other intervals write a 5-field cron expression",
+                f"{number} minutes do not divide an hour evenly (1, 2, 3, 4, 5, 6, 10, "
+                "12, 15, 20, 30); for other intervals write a 5-field cron expression",
                 at,
             )
-        return "0 * * * *" if number == 1 else f"0 */{number} * * *"
-    days = {"daily": "*", "weekdays": "1-5", "weekends": "0,6"}
-    if head in days and len(words) >= 2 and words[1][0] == "at":
+        return "* * * * *" if number == 1 else f"*/{number} * * * *"
+    if not 1 <= number <= 23 or 24 % number:
+        _fail(
+            text,
+            f"{number} hours do not divide a day evenly (1, 2, 3, 4, 6, 8, 12); "
+            "for other intervals write a 5-field cron expression",
+            at,
+        )
+    return "0 * * * *" if number == 1 else f"0 */{number} * * *"
+
+
+#: The day-of-week field of ``daily at T``, ``weekdays at T`` and ``weekends at T``.
+_DAILY = {"daily": "*", "weekdays": "1-5", "weekends": "0,6"}
+
+
+def _at_time(text: str, words: list[tuple[str, int]]) -> str:
+    """``daily at T``, ``weekdays at T``, ``weekends at T`` or ``weekly DAY at
+    T``; anything else is not a shorthand."""
+    head = words[0][0]
+    if head in _DAILY and len(words) >= 2 and words[1][0] == "at":
         hour, minute = _time_of_day(text, words[2:], words[1][1] + 2)
-        return f"{minute} {hour} * * {days[head]}"
+        return f"{minute} {hour} * * {_DAILY[head]}"
     if head == "weekly" and len(words) >= 3 and words[2][0] == "at":
-        day_word, day_at = words[1]
-        day = _WEEKDAY_NAMES.get(day_word)
-        if day is None:
-            _fail(text, f"{day_word!r} is not a day of the week (monday..sunday)", day_at)
-        assert day is not None
-        hour, minute = _time_of_day(text, words[3:], words[2][1] + 2)
-        return f"{minute} {hour} * * {day}"
-    if head in days and len(words) >= 2:
+        return _weekly_at(text, words)
+    if head in _DAILY and len(words) >= 2:
         _fail(text, 'expected "at" and a time', words[1][1])
     if head == "weekly" and len(words) >= 3:
         _fail(text, 'expected "at" and a time', words[2][1])
@@ -342,6 +351,17 @@ def _shorthand(text: str) -> str:
         at,
     )
     raise AssertionError  # pragma: no cover
+
+
+def _weekly_at(text: str, words: list[tuple[str, int]]) -> str:
+    """``weekly DAY at T``."""
+    day_word, day_at = words[1]
+    day = _WEEKDAY_NAMES.get(day_word)
+    if day is None:
+        _fail(text, f"{day_word!r} is not a day of the week (monday..sunday)", day_at)
+    assert day is not None
+    hour, minute = _time_of_day(text, words[3:], words[2][1] + 2)
+    return f"{minute} {hour} * * {day}"
 
 
 def _time_of_day(text: str, words: list[tuple[str, int]], missing_at: int) -> tuple[int, int]:

@@ -365,54 +365,15 @@ class _Decision:
         cron, tz = schedule.cron, schedule.timezone
         assert self.next_slot_ms is not None
         first = at_ms(self.next_slot_ms)
-        now = self.now
         spread = timedelta(milliseconds=schedule.jitter_ms)
-        if not schedule.jitter_ms:
-            following = next_slot(cron, tz, first)
-            if following > now:
-                # The common tick: one slot due, no jitter (the same outcome as below).
-                width = schedule.catchup_window_ms
-                if width is None or first >= now - timedelta(milliseconds=width):
-                    self.fire_slot(self.next_slot_ms)
-                else:
-                    self.slot_record(
-                        self.next_slot_ms, "missed", "missed: older than the catch-up window"
-                    )
-                self.last_slot_ms = self.next_slot_ms
-                self.next_slot_ms = _to_ms(following)
-                return
-        # The newest slot whose fire instant (nominal + jitter) has come.
-        settled = previous_slot(cron, tz, now - spread)
-        candidates = [settled] if settled is not None and settled >= first else []
-        low = max(first - timedelta(microseconds=1), now - spread)
-        if schedule.jitter_ms:
-            candidates += slots_between(cron, tz, low, now, 1000)
-        fire = None
-        for candidate in candidates:
-            if fire_ms(schedule, _to_ms(candidate)) <= self.now_ms:
-                fire = candidate
-        # The catch-up window: a slot older than its start is missed. Default
-        # (one period): the newest settled slot opens it.
-        if schedule.catchup_window_ms is None:
-            start = settled if settled is not None else first
-        else:
-            start = now - spread - timedelta(milliseconds=schedule.catchup_window_ms)
+        if self.one_slot_due(first):
+            return
+        settled = previous_slot(cron, tz, self.now - spread)
+        fire = self.newest_due(first, settled, spread)
+        start = self.catchup_start(first, settled, spread)
         if fire is not None and fire < start:
             fire = None
-        # The window's slots before the one that fires, newest first, at most
-        # MAX_RECORDS (older ones count as missed).
-        window: list[datetime] = []
-        if fire is not None:
-            cursor = fire
-            while len(window) < MAX_RECORDS:
-                before = previous_slot(cron, tz, cursor - timedelta(microseconds=1))
-                if before is None or before < start or before < first:
-                    break
-                window.append(before)
-                cursor = before
-            if len(window) == MAX_RECORDS:
-                start = window[-1]
-            window.reverse()
+        window, start = self.coalesced(fire, start, first)
         cursor = self.missed(first, start)
         if fire is None:
             self.next_slot_ms = _to_ms(cursor)
@@ -425,6 +386,77 @@ class _Decision:
         self.fire_slot(_to_ms(fire))
         self.last_slot_ms = _to_ms(fire)
         self.next_slot_ms = _to_ms(next_slot(cron, tz, fire))
+
+    def one_slot_due(self, first: datetime) -> bool:
+        """The common tick: no jitter and only the slot ``first`` due, which fires
+        or is missed (the same outcome as :meth:`slots` otherwise reaches). False,
+        having done nothing, when the tick is not that one."""
+        schedule = self.schedule
+        assert self.next_slot_ms is not None
+        if schedule.jitter_ms:
+            return False
+        following = next_slot(schedule.cron, schedule.timezone, first)
+        if following > self.now:
+            width = schedule.catchup_window_ms
+            if width is None or first >= self.now - timedelta(milliseconds=width):
+                self.fire_slot(self.next_slot_ms)
+            else:
+                self.slot_record(
+                    self.next_slot_ms, "missed", "missed: older than the catch-up window"
+                )
+            self.last_slot_ms = self.next_slot_ms
+            self.next_slot_ms = _to_ms(following)
+            return True
+        return False
+
+    def newest_due(
+        self, first: datetime, settled: datetime | None, spread: timedelta
+    ) -> datetime | None:
+        """The newest slot from ``first`` on whose fire instant (nominal + jitter)
+        has come; ``settled`` is the newest slot at or before now - ``spread``."""
+        schedule = self.schedule
+        now = self.now
+        candidates = [settled] if settled is not None and settled >= first else []
+        low = max(first - timedelta(microseconds=1), now - spread)
+        if schedule.jitter_ms:
+            candidates += slots_between(schedule.cron, schedule.timezone, low, now, 1000)
+        fire = None
+        for candidate in candidates:
+            if fire_ms(schedule, _to_ms(candidate)) <= self.now_ms:
+                fire = candidate
+        return fire
+
+    def catchup_start(
+        self, first: datetime, settled: datetime | None, spread: timedelta
+    ) -> datetime:
+        """The catch-up window's start: a slot older than it is missed. Default
+        (one period): the newest settled slot opens it."""
+        width = self.schedule.catchup_window_ms
+        if width is None:
+            return settled if settled is not None else first
+        return self.now - spread - timedelta(milliseconds=width)
+
+    def coalesced(
+        self, fire: datetime | None, start: datetime, first: datetime
+    ) -> tuple[list[datetime], datetime]:
+        """The window's slots before ``fire``, oldest first, at most
+        :data:`MAX_RECORDS` (older ones count as missed: the window's start
+        moves up to the oldest kept), and that start."""
+        window: list[datetime] = []
+        if fire is None:
+            return window, start
+        cron, tz = self.schedule.cron, self.schedule.timezone
+        cursor = fire
+        while len(window) < MAX_RECORDS:
+            before = previous_slot(cron, tz, cursor - timedelta(microseconds=1))
+            if before is None or before < start or before < first:
+                break
+            window.append(before)
+            cursor = before
+        if len(window) == MAX_RECORDS:
+            start = window[-1]
+        window.reverse()
+        return window, start
 
     def missed(self, first: datetime, start: datetime) -> datetime:
         """Record the slots in [first, start) missed: one record each, at most

@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import orjson
+from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.structs import TopicPartition
+from aiokafka.structs import RecordMetadata, TopicPartition
 
 from compiler import LemongraphError, compile_playbook
 from stream.runtime.errors import ExitCode
@@ -87,6 +88,107 @@ async def _committed(admin: AIOKafkaAdminClient, group: str, tp: TopicPartition)
     return found.offset if found is not None else -1
 
 
+async def _produce(
+    bootstrap: str, security: KafkaSecurity, inbox: str, value: bytes, raw_key: bytes
+) -> RecordMetadata:
+    """Produce ``value`` to the inbox under ``raw_key``: where it went."""
+    async with producer(bootstrap, security=security) as client:
+        return await client.send_and_wait(inbox, value, key=raw_key)
+
+
+def _decision_partitions(partition: int, raw_key: bytes, count: int) -> set[int]:
+    """The ``decisions`` partitions the record's decision can be on: the one its
+    record went to, and the job's home partition (of ``count``)."""
+    wanted = {partition}
+    if count:
+        wanted.add(_home(raw_key, count))
+    return wanted
+
+
+def _read_from_ends(
+    consumer: AIOKafkaConsumer, tps: list[TopicPartition], ends: dict[TopicPartition, int]
+) -> None:
+    """Assign ``tps`` to ``consumer``, each from a little before its end taken."""
+    if tps:
+        consumer.assign(tps)
+        for tp in tps:
+            # A little before the end taken: records are matched by origin
+            # anyway, and the embedded broker's ListOffsets answer can be off
+            # by up to a batch (stream/runtime/kafka.py).
+            consumer.seek(tp, max(0, ends.get(tp, 0) - 100))
+
+
+def _decided(decision: dict[str, Any]) -> Kind:
+    """What a decision says came of the record it names."""
+    said = decision.get("outcome")
+    return said if said in ("duplicate", "refused") else "applied"
+
+
+@dataclass(frozen=True, slots=True)
+class _Watch:
+    """The wait for the decision of the record at ``inbox`` ``partition``
+    ``offset``: the ``decisions`` partitions ``tps`` it can be on, read by
+    ``consumer``, and the engine ``group``'s committed offset there, asked of
+    ``admin``."""
+
+    consumer: AIOKafkaConsumer
+    admin: AIOKafkaAdminClient
+    group: str
+    tps: list[TopicPartition]
+    raw_key: bytes
+    inbox: str
+    partition: int
+    offset: int
+
+    def sent(self, kind: Kind, decision: dict[str, Any] | None = None) -> Sent:
+        return Sent(self.inbox, self.partition, self.offset, kind, decision)
+
+    def names_record(self, decision: dict[str, Any]) -> bool:
+        """Whether ``decision``'s origin is the record waited for."""
+        origin = decision.get("origin") or {}
+        return (
+            origin.get("topic") == self.inbox
+            and origin.get("partition") == self.partition
+            and origin.get("offset") == self.offset
+        )
+
+    async def decision(self) -> dict[str, Any] | None:
+        """The record's decision among the next records read, if it is there."""
+        if not self.tps:
+            await asyncio.sleep(0.2)
+            return None
+        batches = await self.consumer.getmany(timeout_ms=200, max_records=2000)
+        for records in batches.values():
+            for r in records:
+                if r.key != self.raw_key or r.value is None:
+                    continue
+                decision: dict[str, Any] = orjson.loads(r.value)
+                if self.names_record(decision):
+                    return decision
+        return None
+
+    async def outcome(self, deadline: float, idempotent: bool) -> Sent:
+        """Wait until the decision is read, the worker took the record without
+        one, or ``deadline`` (a monotonic time) passes."""
+        inbox_tp = TopicPartition(self.inbox, self.partition)
+        passed_at: float | None = None
+        next_check = 0.0
+        while True:
+            decision = await self.decision()
+            if decision is not None:
+                return self.sent(_decided(decision), decision)
+            now = time.monotonic()
+            if passed_at is None and now >= next_check:
+                next_check = now + 0.3
+                if await _committed(self.admin, self.group, inbox_tp) > self.offset:
+                    passed_at = now
+            settled = passed_at is not None and now - passed_at >= 0.5
+            if settled and (not self.tps or await caught_up(self.consumer, self.tps)):
+                return self.sent("duplicate" if idempotent else "undecided")
+            if now >= deadline:
+                return self.sent("timeout")
+
+
 async def send_and_wait(
     bootstrap: str,
     topics: Topics,
@@ -105,8 +207,7 @@ async def send_and_wait(
     client made here uses it)."""
     raw_key = key.encode()
     if timeout is None:
-        async with producer(bootstrap, security=security) as client:
-            meta = await client.send_and_wait(topics.inbox, value, key=raw_key)
+        meta = await _produce(bootstrap, security, topics.inbox, value, raw_key)
         return Sent(topics.inbox, meta.partition, meta.offset, "sent")
     consumer = new_consumer(bootstrap, security)
     await _start(consumer)
@@ -116,55 +217,17 @@ async def send_and_wait(
         every = [TopicPartition(topics.decisions, p) for p in partitions]
         # Before producing: the decision cannot be at or before these.
         ends: dict[TopicPartition, int] = await consumer.end_offsets(every) if every else {}
-        async with producer(bootstrap, security=security) as client:
-            meta = await client.send_and_wait(topics.inbox, value, key=raw_key)
+        meta = await _produce(bootstrap, security, topics.inbox, value, raw_key)
         deadline = time.monotonic() + timeout
-        wanted = {meta.partition}
-        if partitions:
-            wanted.add(_home(raw_key, len(partitions)))
+        wanted = _decision_partitions(meta.partition, raw_key, len(partitions))
         tps = [tp for tp in every if tp.partition in wanted]
-        if tps:
-            consumer.assign(tps)
-            for tp in tps:
-                # A little before the end taken: records are matched by origin
-                # anyway, and the embedded broker's ListOffsets answer can be off
-                # by up to a batch (stream/runtime/kafka.py).
-                consumer.seek(tp, max(0, ends.get(tp, 0) - 100))
+        _read_from_ends(consumer, tps, ends)
         admin = AIOKafkaAdminClient(**client_kwargs(bootstrap, security))
         await admin.start()
-        inbox_tp = TopicPartition(topics.inbox, meta.partition)
-        passed_at: float | None = None
-        next_check = 0.0
-        while True:
-            if tps:
-                batches = await consumer.getmany(timeout_ms=200, max_records=2000)
-                for records in batches.values():
-                    for r in records:
-                        if r.key != raw_key or r.value is None:
-                            continue
-                        decision = orjson.loads(r.value)
-                        origin = decision.get("origin") or {}
-                        if (
-                            origin.get("topic") == topics.inbox
-                            and origin.get("partition") == meta.partition
-                            and origin.get("offset") == meta.offset
-                        ):
-                            said = decision.get("outcome")
-                            kind: Kind = said if said in ("duplicate", "refused") else "applied"
-                            return Sent(topics.inbox, meta.partition, meta.offset, kind, decision)
-            else:
-                await asyncio.sleep(0.2)
-            now = time.monotonic()
-            if passed_at is None and now >= next_check:
-                next_check = now + 0.3
-                if await _committed(admin, group, inbox_tp) > meta.offset:
-                    passed_at = now
-            settled = passed_at is not None and now - passed_at >= 0.5
-            if settled and (not tps or await caught_up(consumer, tps)):
-                took: Kind = "duplicate" if idempotent else "undecided"
-                return Sent(topics.inbox, meta.partition, meta.offset, took)
-            if now >= deadline:
-                return Sent(topics.inbox, meta.partition, meta.offset, "timeout")
+        watch = _Watch(
+            consumer, admin, group, tps, raw_key, topics.inbox, meta.partition, meta.offset
+        )
+        return await watch.outcome(deadline, idempotent)
     finally:
         if admin is not None:
             await admin.close()

@@ -26,7 +26,9 @@ import asyncio
 import contextlib
 import time
 from dataclasses import dataclass
+from typing import Any
 
+from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import OffsetOutOfRangeError
 from aiokafka.structs import TopicPartition
@@ -69,12 +71,7 @@ async def find_resets(
     from another cluster than ``cluster``). Raises ``TimeoutError`` when the
     broker does not answer in ``timeout`` seconds."""
     pending = {p: m for p, m in marks.items() if m.offset >= 0}
-    found: list[LogReset] = []
-    for p, mark in sorted(pending.items()):
-        if mark.cluster and cluster and mark.cluster != cluster:
-            what = f"the broker is now cluster {cluster!r}, not {mark.cluster!r}"
-            found.append(LogReset(topic, p, mark.offset, what))
-            del pending[p]
+    found = _other_cluster(topic, pending, cluster)
     if not pending:
         return found
     consumer = new_consumer(bootstrap, security, offsets="none", fetch_max_wait_ms=100)
@@ -82,57 +79,120 @@ async def find_resets(
     try:
         tps = {p: TopicPartition(topic, p) for p in pending}
         consumer.assign(list(tps.values()))
-        starts = await consumer.beginning_offsets(list(tps.values()))
-        for p in list(pending):
-            if starts[tps[p]] > pending[p].offset:
-                # Retention removed what was applied: every record left is newer
-                # than the watermark, so none can be skipped.
-                del pending[p]
-            else:
-                consumer.seek(tps[p], pending[p].offset)
-        deadline = time.monotonic() + timeout
-        while pending:
-            if time.monotonic() > deadline:
-                names = ", ".join(str(p) for p in sorted(pending))
-                raise TimeoutError(f"could not read {topic} partitions {names} to check them")
-            try:
-                batches = await consumer.getmany(
-                    *(tps[p] for p in pending), timeout_ms=200, max_records=1
-                )
-            except OffsetOutOfRangeError as exc:
-                out = [
-                    tp
-                    for tp in (exc.args[0] if exc.args and isinstance(exc.args[0], dict) else {})
-                    if tp.partition in pending
-                ]
-                # Out of range below the log's start is retention that ran since
-                # the first look, not a reset: every record left is newer.
-                starts = await consumer.beginning_offsets(out) if out else {}
-                for tp in out:
-                    mark = pending.pop(tp.partition)
-                    if starts.get(tp, 0) <= mark.offset:
-                        found.append(
-                            LogReset(topic, tp.partition, mark.offset, "its log ends before that")
-                        )
-                await asyncio.sleep(0.05)
-                continue
-            for tp, records in batches.items():
-                if tp.partition not in pending or not records:
-                    continue
-                mark = pending.pop(tp.partition)
-                first = records[0]
-                problem = _differs(mark, first.offset, first.timestamp, first.key, first.value)
-                if problem:
-                    found.append(LogReset(topic, tp.partition, mark.offset, problem))
-            for p in list(pending):
-                high = consumer.highwater(tps[p])
-                if high is not None and high <= pending[p].offset:
-                    found.append(
-                        LogReset(topic, p, pending.pop(p).offset, f"its log now ends at {high}")
-                    )
+        await _seek_to_marks(consumer, tps, pending)
+        found += await _read_at_marks(consumer, topic, tps, pending, timeout)
     finally:
         await consumer.stop()
     return sorted(found, key=lambda r: r.partition)
+
+
+def _other_cluster(topic: str, pending: dict[int, Mark], cluster: str) -> list[LogReset]:
+    """The partitions applied from another cluster than ``cluster``: reset
+    without reading them (they leave ``pending``)."""
+    found: list[LogReset] = []
+    for p, mark in sorted(pending.items()):
+        if mark.cluster and cluster and mark.cluster != cluster:
+            what = f"the broker is now cluster {cluster!r}, not {mark.cluster!r}"
+            found.append(LogReset(topic, p, mark.offset, what))
+            del pending[p]
+    return found
+
+
+async def _seek_to_marks(
+    consumer: AIOKafkaConsumer, tps: dict[int, TopicPartition], pending: dict[int, Mark]
+) -> None:
+    """Seek each pending partition to its watermark; one whose log now starts
+    past it leaves ``pending``."""
+    starts = await consumer.beginning_offsets(list(tps.values()))
+    for p in list(pending):
+        if starts[tps[p]] > pending[p].offset:
+            # Retention removed what was applied: every record left is newer
+            # than the watermark, so none can be skipped.
+            del pending[p]
+        else:
+            consumer.seek(tps[p], pending[p].offset)
+
+
+async def _read_at_marks(
+    consumer: AIOKafkaConsumer,
+    topic: str,
+    tps: dict[int, TopicPartition],
+    pending: dict[int, Mark],
+    timeout: float,
+) -> list[LogReset]:
+    """Read the record at each pending partition's watermark until none is
+    pending; the resets found on the way."""
+    found: list[LogReset] = []
+    deadline = time.monotonic() + timeout
+    while pending:
+        if time.monotonic() > deadline:
+            names = ", ".join(str(p) for p in sorted(pending))
+            raise TimeoutError(f"could not read {topic} partitions {names} to check them")
+        try:
+            batches = await consumer.getmany(
+                *(tps[p] for p in pending), timeout_ms=200, max_records=1
+            )
+        except OffsetOutOfRangeError as exc:
+            found += await _out_of_range(consumer, topic, pending, exc)
+            await asyncio.sleep(0.05)
+            continue
+        found += _first_records_differ(topic, pending, batches)
+        found += _logs_ended(consumer, topic, tps, pending)
+    return found
+
+
+async def _out_of_range(
+    consumer: AIOKafkaConsumer, topic: str, pending: dict[int, Mark], exc: OffsetOutOfRangeError
+) -> list[LogReset]:
+    """The partitions whose watermark the broker called out of range leave
+    ``pending``: a reset when their log ends before it."""
+    out = [
+        tp
+        for tp in (exc.args[0] if exc.args and isinstance(exc.args[0], dict) else {})
+        if tp.partition in pending
+    ]
+    # Out of range below the log's start is retention that ran since
+    # the first look, not a reset: every record left is newer.
+    starts = await consumer.beginning_offsets(out) if out else {}
+    found: list[LogReset] = []
+    for tp in out:
+        mark = pending.pop(tp.partition)
+        if starts.get(tp, 0) <= mark.offset:
+            found.append(LogReset(topic, tp.partition, mark.offset, "its log ends before that"))
+    return found
+
+
+def _first_records_differ(
+    topic: str, pending: dict[int, Mark], batches: dict[TopicPartition, list[Any]]
+) -> list[LogReset]:
+    """The partitions read (they leave ``pending``) whose first record is not
+    the one applied at the watermark."""
+    found: list[LogReset] = []
+    for tp, records in batches.items():
+        if tp.partition not in pending or not records:
+            continue
+        mark = pending.pop(tp.partition)
+        first = records[0]
+        problem = _differs(mark, first.offset, first.timestamp, first.key, first.value)
+        if problem:
+            found.append(LogReset(topic, tp.partition, mark.offset, problem))
+    return found
+
+
+def _logs_ended(
+    consumer: AIOKafkaConsumer,
+    topic: str,
+    tps: dict[int, TopicPartition],
+    pending: dict[int, Mark],
+) -> list[LogReset]:
+    """The pending partitions whose log now ends at or before the watermark
+    (they leave ``pending``)."""
+    found: list[LogReset] = []
+    for p in list(pending):
+        high = consumer.highwater(tps[p])
+        if high is not None and high <= pending[p].offset:
+            found.append(LogReset(topic, p, pending.pop(p).offset, f"its log now ends at {high}"))
+    return found
 
 
 def _differs(

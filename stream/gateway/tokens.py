@@ -123,6 +123,27 @@ def verify_token(secret: str, token: str | None, *, now: float) -> Principal:
     """The principal of a valid token; :class:`ApiError` (401) with a stable code
     otherwise: ``auth_not_configured``, ``token_missing``, ``token_malformed``,
     ``token_invalid`` (bad signature) or ``token_expired``."""
+    claims = _claims(_signed_payload(secret, token))
+    source = claims.get("src")
+    expires = claims.get("exp")
+    issued = claims.get("iat", 0)
+    roles = claims.get("roles", [])
+    if _claims_invalid(source, issued, expires, roles):
+        raise _unauthorized("token_malformed", "the token's claims are invalid")
+    if expires is not None and now >= expires:
+        raise _unauthorized("token_expired", "the token has expired: mint a new one")
+    return Principal(
+        source=cast(Source, source),
+        name=str(claims.get("name", "")),
+        nonce=str(claims.get("nonce", "")),
+        issued_at=issued,
+        expires_at=expires,
+        approver=APPROVER in roles,
+    )
+
+
+def _signed_payload(secret: str, token: str | None) -> str:
+    """The payload of ``token`` once its signature by ``secret`` is checked."""
     if not secret:
         raise _unauthorized(
             "auth_not_configured",
@@ -145,34 +166,30 @@ def verify_token(secret: str, token: str | None, *, now: float) -> Principal:
     # Constant time: the comparison does not stop at the first differing byte.
     if not hmac.compare_digest(_sign(secret, payload).encode(), signature.encode()):
         raise _unauthorized("token_invalid", "the token's signature does not match")
+    return payload
+
+
+def _claims(payload: str) -> dict[str, Any]:
+    """A signed payload's claims, of this token version."""
     try:
         claims = orjson.loads(_unb64(payload))
     except (binascii.Error, ValueError, orjson.JSONDecodeError):
         raise _unauthorized("token_malformed", "the token's payload is unreadable") from None
     if not isinstance(claims, dict) or claims.get("v") != _VERSION:
         raise _unauthorized("token_malformed", "unknown token version")
-    source = claims.get("src")
-    expires = claims.get("exp")
-    issued = claims.get("iat", 0)
+    return claims
+
+
+def _claims_invalid(source: object, issued: object, expires: object, roles: object) -> bool:
+    """Whether the claims are not what :func:`mint_token` writes: a known source,
+    integer times, a list of role names, the approver role only on a world token."""
     # ``exp`` is absent or an integer (a bool, "", [] or 0.0 is not: checked as
     # given, never through ``or``, which would let a falsy one through).
     claimed = (issued,) if expires is None else (issued, expires)
-    roles = claims.get("roles", [])
-    if (
+    return (
         source not in SOURCES
         or not all(isinstance(t, int) and not isinstance(t, bool) for t in claimed)
         or not isinstance(roles, list)
         or not all(isinstance(r, str) for r in roles)
         or (APPROVER in roles and source != "world")
-    ):
-        raise _unauthorized("token_malformed", "the token's claims are invalid")
-    if expires is not None and now >= expires:
-        raise _unauthorized("token_expired", "the token has expired: mint a new one")
-    return Principal(
-        source=cast(Source, source),
-        name=str(claims.get("name", "")),
-        nonce=str(claims.get("nonce", "")),
-        issued_at=issued,
-        expires_at=expires,
-        approver=APPROVER in roles,
     )

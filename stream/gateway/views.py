@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import topics
+from compiler import Milestone, Playbook
 from stream.gateway.models import (
     EvidenceEvent,
     JobStatus,
@@ -16,8 +17,8 @@ from stream.gateway.models import (
     PendingWrite,
     TimerView,
 )
-from stream.gateway.readmodel import AcceptedWrite, JobEntry, ReadModel
-from topics import ExplanationRecord
+from stream.gateway.readmodel import JobEntry, ReadModel
+from topics import ExplanationRecord, JobSnapshot, MilestoneSnapshot
 
 __all__ = ["held_view", "job_summary", "job_view", "list_row"]
 
@@ -36,7 +37,11 @@ def _status(entry: JobEntry) -> JobStatus:
     return "refused" if entry.refused is not None else "starting"
 
 
-def _pending(writes: list[AcceptedWrite]) -> list[PendingWrite]:
+def _pending(entry: JobEntry) -> list[PendingWrite]:
+    """The job's writes no decision reflects yet: its start while only accepted,
+    then its pending events."""
+    start = entry.start
+    writes = ([start] if entry.snapshot is None and start is not None else []) + entry.pending
     return [
         PendingWrite(
             type="event" if w.type == "event" else "job.start",
@@ -84,8 +89,18 @@ def _subject(entry: JobEntry) -> dict[str, Any]:
     return entry.subject or (dict(start.message.get("subject") or {}) if start else {})
 
 
-def job_view(model: ReadModel, entry: JobEntry) -> JobView:
-    """The full view of one job."""
+def _contacts(entry: JobEntry) -> list[Any]:
+    start = entry.start
+    return entry.contacts or (list(start.message.get("contacts") or []) if start else [])
+
+
+def _timers(snapshot: JobSnapshot | None) -> list[TimerView]:
+    return [TimerView.model_validate(t.model_dump()) for t in snapshot.timers] if snapshot else []
+
+
+def _playbook_ref(model: ReadModel, entry: JobEntry) -> tuple[str, int | None]:
+    """The playbook key and version the job runs: its snapshot's, or for a job
+    only accepted, its start's key at the latest version the model knows."""
     snapshot = entry.snapshot
     start = entry.start
     if snapshot is not None:
@@ -96,37 +111,69 @@ def job_view(model: ReadModel, entry: JobEntry) -> JobView:
     spec = model.playbook(playbook_key, version) or {}
     if version is None and spec:
         version = int(spec.get("version", 0)) or None
+    return playbook_key, version
+
+
+def _milestone_view(
+    model: ReadModel,
+    key: str,
+    milestone: Milestone,
+    condition: str,
+    detail: MilestoneSnapshot | None,
+    next_best: bool,
+) -> MilestoneView:
+    """One milestone of job ``key``; ``detail`` is the snapshot's (None: pending)."""
+    m = milestone
+    return MilestoneView(
+        id=m.id,
+        state=detail.state if detail is not None else "pending",
+        depth=m.depth,
+        needs=list(m.needs),
+        merge=m.merge,
+        condition=condition,
+        instructions=m.instructions,
+        next_best=next_best,
+        opened_at=detail.opened_at if detail else None,
+        deadline=detail.deadline if detail else None,
+        task_at=detail.task_at if detail else None,
+        settled_at=detail.settled_at if detail else None,
+        outcome=detail.outcome if detail else None,
+        explanation=detail.explanation.model_dump()
+        if detail is not None and detail.explanation is not None
+        else None,
+        evidence=_evidence(model, key, detail.explanation if detail else None),
+    )
+
+
+def _milestone_views(
+    model: ReadModel, entry: JobEntry, playbook: Playbook | None, frontier: list[str]
+) -> list[MilestoneView]:
+    """The job's milestones in rank order (none while its playbook is unknown)."""
+    snapshot = entry.snapshot
+    ranked = playbook.milestones if playbook is not None else ()
+    written = {w.id: w for w in playbook.spec.milestones} if playbook is not None else {}
+    return [
+        _milestone_view(
+            model,
+            entry.key,
+            m,
+            written[m.id].condition,
+            snapshot.detail.get(m.id) if snapshot is not None else None,
+            bool(frontier) and frontier[0] == m.id,
+        )
+        for m in ranked
+    ]
+
+
+def job_view(model: ReadModel, entry: JobEntry) -> JobView:
+    """The full view of one job."""
+    snapshot = entry.snapshot
+    playbook_key, version = _playbook_ref(model, entry)
     # Rank, depth and goals are the core's (compiler/jobs/_playbook.py), never worked
     # out again here.
     playbook = model.compiled(playbook_key, version)
     frontier = list(snapshot.frontier) if snapshot is not None else []
-    ranked = playbook.milestones if playbook is not None else ()
-    written = {w.id: w for w in playbook.spec.milestones} if playbook is not None else {}
-    milestones = []
-    for m in ranked:
-        detail = snapshot.detail.get(m.id) if snapshot is not None else None
-        milestones.append(
-            MilestoneView(
-                id=m.id,
-                state=detail.state if detail is not None else "pending",
-                depth=m.depth,
-                needs=list(m.needs),
-                merge=m.merge,
-                condition=written[m.id].condition,
-                instructions=m.instructions,
-                next_best=bool(frontier) and frontier[0] == m.id,
-                opened_at=detail.opened_at if detail else None,
-                deadline=detail.deadline if detail else None,
-                task_at=detail.task_at if detail else None,
-                settled_at=detail.settled_at if detail else None,
-                outcome=detail.outcome if detail else None,
-                explanation=detail.explanation.model_dump()
-                if detail is not None and detail.explanation is not None
-                else None,
-                evidence=_evidence(model, entry.key, detail.explanation if detail else None),
-            )
-        )
-    pending = ([start] if snapshot is None and start is not None else []) + entry.pending
+    milestones = _milestone_views(model, entry, playbook, frontier)
     return JobView(
         key=entry.key,
         status=_status(entry),
@@ -142,13 +189,11 @@ def job_view(model: ReadModel, entry: JobEntry) -> JobView:
         milestones=milestones,
         frontier=frontier,
         next_step=frontier[0] if frontier else None,
-        timers=[TimerView.model_validate(t.model_dump()) for t in snapshot.timers]
-        if snapshot
-        else [],
-        pending_writes=_pending(pending),
+        timers=_timers(snapshot),
+        pending_writes=_pending(entry),
         refused=entry.refused,
         subject=_subject(entry),
-        contacts=entry.contacts or (list(start.message.get("contacts") or []) if start else []),
+        contacts=_contacts(entry),
     )
 
 

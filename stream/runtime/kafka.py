@@ -63,6 +63,27 @@ PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
+def _setting(env: Mapping[str, str], name: str) -> str:
+    """``LEMONGRAPH_KAFKA_<name>``, stripped ("" when unset)."""
+    return env.get(f"LEMONGRAPH_KAFKA_{name}", "").strip()
+
+
+def _given(env: Mapping[str, str], names: tuple[str, ...]) -> list[str]:
+    """Those of ``names`` set (non-blank), in that order."""
+    return [n for n in names if _setting(env, n)]
+
+
+def _protocol(env: Mapping[str, str]) -> str:
+    """``LEMONGRAPH_KAFKA_SECURITY_PROTOCOL``, one of :data:`PROTOCOLS`."""
+    protocol = _setting(env, "SECURITY_PROTOCOL").upper() or "PLAINTEXT"
+    if protocol not in PROTOCOLS:
+        raise ConfigError(
+            f"LEMONGRAPH_KAFKA_SECURITY_PROTOCOL={protocol!r} must be one of "
+            + ", ".join(PROTOCOLS)
+        )
+    return protocol
+
+
 @dataclass(frozen=True)
 class KafkaSecurity:
     """How lemongraph's Kafka clients authenticate and encrypt."""
@@ -87,64 +108,67 @@ class KafkaSecurity:
     def from_env(cls, env: Mapping[str, str]) -> KafkaSecurity:
         """Read ``LEMONGRAPH_KAFKA_SECURITY_PROTOCOL`` and the settings it needs;
         raises :class:`ConfigError` for a combination that cannot connect."""
-
-        def get(name: str) -> str:
-            return env.get(f"LEMONGRAPH_KAFKA_{name}", "").strip()
-
-        protocol = get("SECURITY_PROTOCOL").upper() or "PLAINTEXT"
-        if protocol not in PROTOCOLS:
-            raise ConfigError(
-                f"LEMONGRAPH_KAFKA_SECURITY_PROTOCOL={protocol!r} must be one of "
-                + ", ".join(PROTOCOLS)
-            )
-        mechanism = get("SASL_MECHANISM").upper()
+        protocol = _protocol(env)
+        mechanism = _setting(env, "SASL_MECHANISM").upper()
         found = cls(
             protocol=protocol,
             sasl_mechanism=mechanism or "PLAIN",
-            sasl_username=get("SASL_USERNAME"),
+            sasl_username=_setting(env, "SASL_USERNAME"),
             sasl_password=env.get("LEMONGRAPH_KAFKA_SASL_PASSWORD", ""),
-            ssl_cafile=get("SSL_CAFILE"),
-            ssl_certfile=get("SSL_CERTFILE"),
-            ssl_keyfile=get("SSL_KEYFILE"),
+            ssl_cafile=_setting(env, "SSL_CAFILE"),
+            ssl_certfile=_setting(env, "SSL_CERTFILE"),
+            ssl_keyfile=_setting(env, "SSL_KEYFILE"),
         )
-        sasl_given = [n for n in ("SASL_MECHANISM", "SASL_USERNAME", "SASL_PASSWORD") if get(n)]
-        ssl_given = [n for n in ("SSL_CAFILE", "SSL_CERTFILE", "SSL_KEYFILE") if get(n)]
-        if sasl_given and not found.sasl:
+        sasl_given = _given(env, ("SASL_MECHANISM", "SASL_USERNAME", "SASL_PASSWORD"))
+        ssl_given = _given(env, ("SSL_CAFILE", "SSL_CERTFILE", "SSL_KEYFILE"))
+        found._check_protocol_uses(sasl_given, ssl_given)
+        if found.sasl:
+            found._check_sasl(mechanism)
+        found._check_tls(env, ssl_given)
+        return found
+
+    def _check_protocol_uses(self, sasl_given: list[str], ssl_given: list[str]) -> None:
+        """SASL or TLS settings given for a protocol that would ignore them."""
+        if sasl_given and not self.sasl:
             raise ConfigError(
                 f"LEMONGRAPH_KAFKA_{sasl_given[0]} is set but "
-                f"LEMONGRAPH_KAFKA_SECURITY_PROTOCOL is {protocol}: use SASL_SSL "
+                f"LEMONGRAPH_KAFKA_SECURITY_PROTOCOL is {self.protocol}: use SASL_SSL "
                 "(or SASL_PLAINTEXT on a network you trust)"
             )
-        if ssl_given and not found.tls:
+        if ssl_given and not self.tls:
             raise ConfigError(
                 f"LEMONGRAPH_KAFKA_{ssl_given[0]} is set but "
-                f"LEMONGRAPH_KAFKA_SECURITY_PROTOCOL is {protocol}: use SSL or SASL_SSL"
+                f"LEMONGRAPH_KAFKA_SECURITY_PROTOCOL is {self.protocol}: use SSL or SASL_SSL"
             )
-        if found.sasl:
-            if found.sasl_mechanism not in MECHANISMS:
-                raise ConfigError(
-                    f"LEMONGRAPH_KAFKA_SASL_MECHANISM={mechanism!r} must be one of "
-                    + ", ".join(MECHANISMS)
-                )
-            if not found.sasl_username or not found.sasl_password:
-                raise ConfigError(
-                    f"LEMONGRAPH_KAFKA_SECURITY_PROTOCOL={protocol} needs "
-                    "LEMONGRAPH_KAFKA_SASL_USERNAME and LEMONGRAPH_KAFKA_SASL_PASSWORD"
-                )
-        if bool(found.ssl_certfile) != bool(found.ssl_keyfile):
+
+    def _check_sasl(self, mechanism: str) -> None:
+        """A known mechanism (``mechanism`` as given), and a user name and password."""
+        if self.sasl_mechanism not in MECHANISMS:
+            raise ConfigError(
+                f"LEMONGRAPH_KAFKA_SASL_MECHANISM={mechanism!r} must be one of "
+                + ", ".join(MECHANISMS)
+            )
+        if not self.sasl_username or not self.sasl_password:
+            raise ConfigError(
+                f"LEMONGRAPH_KAFKA_SECURITY_PROTOCOL={self.protocol} needs "
+                "LEMONGRAPH_KAFKA_SASL_USERNAME and LEMONGRAPH_KAFKA_SASL_PASSWORD"
+            )
+
+    def _check_tls(self, env: Mapping[str, str], ssl_given: list[str]) -> None:
+        """A certificate with its key, files that exist, and a context they make."""
+        if bool(self.ssl_certfile) != bool(self.ssl_keyfile):
             raise ConfigError(
                 "LEMONGRAPH_KAFKA_SSL_CERTFILE and LEMONGRAPH_KAFKA_SSL_KEYFILE go together "
                 "(a client certificate and its key)"
             )
         for name in ssl_given:
-            if not Path(get(name)).is_file():
-                raise ConfigError(f"LEMONGRAPH_KAFKA_{name}={get(name)!r}: no such file")
-        if found.tls:
+            if not Path(_setting(env, name)).is_file():
+                raise ConfigError(f"LEMONGRAPH_KAFKA_{name}={_setting(env, name)!r}: no such file")
+        if self.tls:
             try:
-                found.ssl_context()
+                self.ssl_context()
             except (ssl.SSLError, OSError) as exc:
                 raise ConfigError(f"LEMONGRAPH_KAFKA_SSL_*: cannot use them: {exc}") from None
-        return found
 
     def ssl_context(self) -> ssl.SSLContext | None:
         """The TLS context (verifying the broker's certificate and host name)."""
@@ -374,11 +398,7 @@ async def read_topic(
         if not partitions:
             return
         tps = [TopicPartition(topic, p) for p in partitions]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        for tp in tps:
-            if start is not None and start[tp.partition] > 0:
-                consumer.seek(tp, start[tp.partition])
+        await _assign_from(consumer, tps, start)
         started = last = time.monotonic()
         while True:
             batches = await consumer.getmany(timeout_ms=200, max_records=5000)
@@ -396,18 +416,46 @@ async def read_topic(
                 if records:
                     last = time.monotonic()
             now = time.monotonic()
-            if timeout is not None and now - started > timeout:
-                return
-            if follow:
-                continue
-            if await caught_up(consumer, tps) and now - last >= min(idle, 0.3):
-                return
-            # Without a high watermark for every partition yet, give the broker
-            # longer before deciding that the topic has nothing more.
-            if now - last >= max(idle, 5.0):
+            if await _read_enough(
+                consumer, tps, now - started, now - last, follow=follow, idle=idle, timeout=timeout
+            ):
                 return
     finally:
         await consumer.stop()
+
+
+async def _assign_from(
+    consumer: AIOKafkaConsumer, tps: list[TopicPartition], start: Mapping[int, int] | None
+) -> None:
+    """Assign ``tps``, each from its beginning or from the offset ``start`` gives."""
+    consumer.assign(tps)
+    await consumer.seek_to_beginning(*tps)
+    for tp in tps:
+        if start is not None and start[tp.partition] > 0:
+            consumer.seek(tp, start[tp.partition])
+
+
+async def _read_enough(
+    consumer: AIOKafkaConsumer,
+    tps: list[TopicPartition],
+    elapsed: float,
+    quiet: float,
+    *,
+    follow: bool,
+    idle: float,
+    timeout: float | None,
+) -> bool:
+    """Whether :func:`read_topic` stops, ``elapsed`` seconds after it started and
+    ``quiet`` seconds after its last record."""
+    if timeout is not None and elapsed > timeout:
+        return True
+    if follow:
+        return False
+    if await caught_up(consumer, tps) and quiet >= min(idle, 0.3):
+        return True
+    # Without a high watermark for every partition yet, give the broker
+    # longer before deciding that the topic has nothing more.
+    return quiet >= max(idle, 5.0)
 
 
 def run(coro: Any) -> Any:
