@@ -24,9 +24,10 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from aiokafka import TopicPartition
 from aiokafka.partitioner import DefaultPartitioner
 
-from stream.runtime.kafka import bootstrap_of, producer, read_topic
+from stream.runtime.kafka import bootstrap_of, new_consumer, producer, read_topic
 from topics import DeadLetter, Topics
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,6 +53,16 @@ class WorkerProcess:
                 break
             time.sleep(0.05)
         raise AssertionError(f"worker never printed {text!r}; output:\n" + "".join(self.lines))
+
+    @property
+    def group(self) -> str:
+        """The consumer group it named when it was ready (a worker's, or the
+        agents service's: "ready (group NAME, ..." or "ready (group NAME)")."""
+        for line in self.lines:
+            _, found, rest = line.partition("ready (group ")
+            if found:
+                return rest.split(",")[0].split(")")[0].strip()
+        raise AssertionError("it never said its group; output:\n" + "".join(self.lines))
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 20) -> int:
         if self.proc.poll() is None:
@@ -223,6 +234,54 @@ class Lane:
         marked = set(keys.values())
         self.send(*({"type": "event", "key": k, "action": "end"} for k in marked))
         self.wait_until("decisions", lambda rs: marked <= {r["key"] for r in rs})
+
+    def committed(self, group: str, topic: str, partitions: list[int]) -> dict[int, int]:
+        """The offsets ``group`` has committed on these partitions of ``topic``
+        (the next one it will read; -1 for none yet). Read without joining the
+        group: no rebalance of the processes under test."""
+        name = self.topics.name(topic)
+
+        async def go() -> dict[int, int]:
+            consumer = new_consumer(self.bootstrap, group=group)  # subscribes to nothing
+            await consumer.start()
+            try:
+                out: dict[int, int] = {}
+                for partition in partitions:
+                    offset = await consumer.committed(TopicPartition(name, partition))
+                    out[partition] = -1 if offset is None else offset
+                return out
+            finally:
+                await consumer.stop()
+
+        return asyncio.run(go())
+
+    def wait_handled(
+        self, group: str, topic: str, records: list[dict[str, Any]], timeout: float = 60
+    ) -> None:
+        """An observed end: wait until ``group`` has committed offsets past each
+        of ``records`` (of ``topic``, as :meth:`read` returns them). The
+        project's consumers commit a record only once it is handled: the worker
+        after its batch's outputs were acknowledged, the agents service after its
+        handler returned, the mail service after the send. What handling a
+        record produced is on its topics by then."""
+        last: dict[int, int] = {}
+        for r in records:
+            last[r["partition"]] = max(last.get(r["partition"], -1), r["offset"])
+        self.wait_committed(group, topic, last, timeout)
+
+    def wait_committed(
+        self, group: str, topic: str, past: dict[int, int], timeout: float = 60
+    ) -> None:
+        """Wait until ``group`` has committed past the offset given for each
+        partition of ``topic`` (``past``: partition → offset)."""
+        wait_for(
+            lambda: all(
+                done > past[p] for p, done in self.committed(group, topic, sorted(past)).items()
+            ),
+            timeout,
+            0.3,
+            f"{group} to commit past offsets {past} of {topic}",
+        )
 
     def wait_until(
         self, topic: str, predicate: Callable[[list[dict[str, Any]]], bool], timeout: float = 60

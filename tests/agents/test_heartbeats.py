@@ -144,7 +144,7 @@ def start(lane: Lane, serve: Callable[[Any], str], **worker_env: str) -> WorkerP
 def test_a_heartbeat_is_suppressed_only_when_its_reply_is_heartbeat_ok(
     lane: Lane, serve: Callable[[Any], str]
 ) -> None:
-    start(lane, serve)
+    worker = start(lane, serve)
     specs = [
         heartbeat("hb-ok", "case ok"),
         heartbeat("hb-spaced", "case spaced"),
@@ -182,8 +182,11 @@ def test_a_heartbeat_is_suppressed_only_when_its_reply_is_heartbeat_ok(
         found = [m["value"] for m in lane.read("messages", idle=0.2)]
         return found if len(found) >= len(alerts) else None
 
-    messages = wait_for(delivered, 60, 0.3, "the alerts")
-    time.sleep(1)  # a message for a suppressed run, were there one, would be here too
+    wait_for(delivered, 60, 0.3, "the alerts")
+    # A message for a suppressed run, were there one, is here too once the worker
+    # has decided every report (it commits past a record after its outputs).
+    reported = [r for r in lane.read("schedule-runs") if r["value"]["type"] == "schedule.report"]
+    lane.wait_handled(worker.group, "schedule-runs", reported)
     messages = [m["value"] for m in lane.read("messages")]
     by_id = {m["message_id"]: m for m in messages}
     assert sorted(by_id) == sorted(f"sched-{runs[sid]}" for sid in alerts), messages
@@ -220,8 +223,12 @@ def test_the_global_switch_stops_every_schedule_heartbeats_included(
     [skipped] = [r["value"] for r in lane.read("schedule-runs") if r["value"]["run_id"] == run]
     assert skipped["status"] == "skipped"
     assert "LEMONGRAPH_SCHEDULES_ENABLED=0" in skipped["error"]
-    # Ticks come every second while the slot is due and the switch is off: nothing fires.
-    time.sleep(5)
+    # Ticks come while the slot is due and the switch is off: nothing fires. Five
+    # more on every partition, decided (the worker committed past them; the topic
+    # never goes quiet to be read to its end).
+    partitions = list(range(int(lane.env()["LEMONGRAPH_PARTITIONS"])))
+    decided = lane.committed(worker.group, "ticks", partitions)
+    lane.wait_committed(worker.group, "ticks", {p: max(o, 0) + 4 for p, o in decided.items()})
     assert [r["value"] for r in lane.read("schedule-runs")] == [skipped]
     assert [r for r in lane.read("tasks") if r["value"]["type"] == "schedule.prompt"] == []
     assert lane.read("messages") == []

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -123,8 +122,16 @@ def start_agents(
         "QUEUE_URL": serve(tools),
         "LEMONGRAPH_MODEL_RETRIES": "1",
     }
-    lane.start(["agents"], "agents: ready", **env)
+    # At info: it says which task it ignored (a run reported already).
+    lane.start(["agents", "--loglevel", "info"], "agents: ready", **env)
     return model, env
+
+
+def wait_ignored(lane: Lane, *run_ids: str) -> None:
+    """An observed end: the agents service (the last started) said it ignored a
+    task of each run, reported already; nothing of such a task runs after that."""
+    for run_id in run_ids:
+        lane.workers[-1].wait_for(f"agents: prompt run {run_id} was reported already: ignored")
 
 
 def test_a_prompt_task_runs_once_and_reports_its_reply_or_why_it_failed(
@@ -198,7 +205,7 @@ def test_a_prompt_task_runs_once_and_reports_its_reply_or_why_it_failed(
 
     # Delivered again, after their reports: nothing runs, nothing is reported.
     lane.produce([tasks[0], tasks[1], tasks[3]], topic="tasks")
-    time.sleep(3)
+    wait_ignored(lane, "sl-1", "sl-2", "sl-4")
     assert len(reports(lane) or []) == 8
     assert model.state.calls == 8
     assert len(tools.state.calls) == 2
@@ -214,11 +221,11 @@ def test_a_service_killed_mid_run_resumes_it_and_reports_once(
     lane.produce([one, one], topic="tasks")  # delivered twice at once: one run
     wait_for(lambda: tools.state.calls, 60, 0.1, "the tool call")
     first.stop(signal.SIGKILL)  # mid-call: the tool has not answered
-    lane.start(["agents"], "agents: ready", **env)
+    lane.start(["agents", "--loglevel", "info"], "agents: ready", **env)
 
     wait_for(lambda: reports(lane), 90, 0.3, "the report")
     lane.produce([one], topic="tasks")  # and once more after it
-    time.sleep(3)
+    wait_ignored(lane, "sl-9")
     [report] = reports(lane) or []
     assert (report["value"]["status"], report["value"]["output"]) == (
         "completed",

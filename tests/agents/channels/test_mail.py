@@ -229,7 +229,11 @@ def test_email_goes_out_signed_comes_back_verified_and_moves_the_job(
         sent_before = len(sink.mails)
         [raw] = [r for r in lane.read("messages") if r["value"]["message_id"] == out["message_id"]]
         lane.produce([(b"chat-1", orjson.dumps(raw["value"]))], topic="messages")
-        time.sleep(3)
+        # Handled once the mail service (group <prefix>mail) committed past it:
+        # it commits after each send.
+        again = [r for r in lane.read("messages") if r["value"]["message_id"] == out["message_id"]]
+        assert len(again) == 2
+        lane.wait_handled(f"{lane.prefix}mail", "messages", again)
         assert len(sink.mails) == sent_before
         journal = [r["value"] for r in lane.read("journal") if r["value"]["type"] == "journal.mail"]
         outcomes = [(j["direction"], j["outcome"]) for j in journal]

@@ -712,7 +712,18 @@ def test_a_flow_waits_on_ask_across_a_sigkill_and_completes_on_its_tool_result(
         lambda rs: any(r["value"]["type"] == "journal.flow" and r["value"]["event"] == "finished"
                        for r in rs),
     )  # fmt: skip
-    time.sleep(1.5)  # a node run twice, were there one, has had time to show
+    # A node run twice, were there one, shows by the time the agents service has
+    # handled the task's closing (it commits past a record once handled): that
+    # stops the flow's run, under the run's own lock.
+    closed = lane.wait_until(
+        "tasks",
+        lambda rs: any(r["value"]["type"] == "task.closed" and r["key"] == "o-1" for r in rs),
+    )
+    lane.wait_handled(
+        restarted.group,
+        "tasks",
+        [r for r in closed if r["value"]["type"] == "task.closed" and r["key"] == "o-1"],
+    )
     flow_records = journal_of(lane, "journal.flow")
     nodes = [r["node"] for r in flow_records if r["event"] == "node"]
     assert nodes == NODES  # each node once, in order, across the kill
