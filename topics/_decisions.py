@@ -5,7 +5,7 @@ topic, a job's snapshot and a registered playbook.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -16,6 +16,7 @@ __all__ = [
     "FORWARDED_FROM_HEADER",
     "AtomVerdict",
     "ClockBound",
+    "DecisionIdentity",
     "DecisionInput",
     "DecisionRecord",
     "Effect",
@@ -284,6 +285,32 @@ class DecisionRecord(TopicRecord):
     state_hash: str | None = None
     prev_state_hash: str | None = None
     clock: ClockBound | None = None
+
+    @property
+    def identity(self) -> DecisionIdentity:
+        """What names this decision on the ``decisions`` topic, the key a consumer
+        de-duplicates by (docs/kafka.md, "Duplicates"): the job and the record
+        the worker decided, as ``origin`` says with its ``forwarded`` part. A
+        record re-decided after a crash makes the same decision under the same
+        identity; ``seq`` is not unique (a refused decision keeps the seq of the
+        state it left alone, and a job that does not exist has none)."""
+        origin = self.origin
+        if origin is None:  # not read from Kafka (a scenario, a simulation)
+            return (self.job_key, None, None, None, None, None)
+        forwarded = origin.forwarded
+        return (
+            self.job_key,
+            origin.topic,
+            origin.partition,
+            origin.offset,
+            forwarded.partition if forwarded is not None else None,
+            forwarded.offset if forwarded is not None else None,
+        )
+
+
+#: :attr:`DecisionRecord.identity`: job key, origin topic, partition and offset,
+#: and the forwarded copy's partition and offset (None when not forwarded).
+DecisionIdentity: TypeAlias = tuple[str, str | None, int | None, int | None, int | None, int | None]
 
 
 # -- jobs -------------------------------------------------------------------------

@@ -15,7 +15,7 @@ states (``Batch.writes``) and only then lets the consumer commit. So:
 * a crash after the acks and before the state write re-decides the same records
   from the same state at the same ``now`` (a record's timestamp, a tick's ``at``):
   the re-emitted outputs are byte-identical, with the same ``task_id`` and
-  decision ``seq``, so consumers can de-duplicate them (a dead letter's
+  decision ``origin``, so consumers can de-duplicate them (a dead letter's
   ``lemongraph.dlq.at`` header, the worker's clock, is the one exception).
 
 Whatever client produced a record (docs/kafka.md, "Partitioning"):

@@ -9,9 +9,11 @@ from typing import Any
 
 import orjson
 import pytest
+from aiokafka.partitioner import DefaultPartitioner
 
 from stream.runtime.kafka import producer
 from tests.lanes import Lane
+from topics import FORWARDED_FROM_HEADER, DecisionRecord
 
 pytestmark = [pytest.mark.broker, pytest.mark.timeout(240)]
 
@@ -177,6 +179,61 @@ def test_unknown_jobs_playbooks_and_repeated_starts_are_refused_in_decisions(
     assert ("job-6", "refused", "unknown playbook 'no-such-playbook'") in by_key
     assert ("job-7", "applied", None) in by_key
     assert ("job-7", "refused", "job 'job-7' already exists") in by_key
+
+
+def _copies(lane: Lane, message: dict[str, Any], copies: list[tuple[int, int]]) -> None:
+    """``message`` on its home partition, once for every (partition, offset) of
+    ``copies``: as the worker forwards a record a producer put there (a crash
+    after the forward and before the commit forwards it twice, docs/kafka.md)."""
+    key = message["key"].encode()
+
+    async def go() -> None:
+        async with producer(lane.bootstrap) as client:
+            for partition, offset in copies:
+                header = (FORWARDED_FROM_HEADER, f"p{partition}@{offset}".encode())
+                sent = await client.send(
+                    lane.topics.inbox, orjson.dumps(message), key=key, headers=[header]
+                )
+                await sent
+
+    asyncio.run(go())
+
+
+def test_a_jobs_decisions_are_unique_by_the_documented_key_refusals_included(
+    worked: Lane,
+) -> None:
+    """docs/kafka.md: a consumer de-duplicates decisions by (``job_key``,
+    ``origin``). A refused decision keeps the seq of the state it left alone,
+    so (``job_key``, ``seq``) is not unique; a refusal of a job that does not
+    exist has no seq at all; and one record forwarded twice around a job's
+    start is decided twice, refused and then applied."""
+    lane = worked
+    copy = event("job-u", "id_uploaded")
+    partitions = int(lane.env()["LEMONGRAPH_PARTITIONS"])
+    home = DefaultPartitioner()(b"job-u", list(range(partitions)), list(range(partitions)))
+    elsewhere = (home + 1) % partitions
+    _copies(lane, copy, [(elsewhere, 7)])  # before the start: refused
+    lane.send(start("job-u"), event("job-u", "self_service_completed"))
+    lane.wait_until("decisions", lambda rs: len(values(rs, "job-u")) >= 3)
+    _copies(lane, copy, [(elsewhere, 7)])  # the second copy: applied
+    lane.send(start("job-u"), event("ghost-u", "id_uploaded"), event("ghost-u", "id_uploaded"))
+    lane.wait_until("decisions", lambda rs: len(values(rs, "job-u", "ghost-u")) >= 7)
+    decisions = [DecisionRecord.model_validate(d) for d in values(lane.read("decisions"), "job-u")]
+    assert [(d.outcome, d.seq) for d in decisions] == [
+        ("refused", None),  # the first copy, before the start
+        ("applied", 1),
+        ("applied", 2),
+        ("applied", 3),  # the second copy of the same record
+        ("refused", 3),  # the second start: the seq of the state it left alone
+    ]
+    first, again = decisions[0].identity, decisions[3].identity
+    assert first[2:4] == again[2:4] == (elsewhere, 7)  # one record where it was produced
+    assert first[4:] != again[4:]  # two copies of it, read at two offsets
+    ghosts = [DecisionRecord.model_validate(d) for d in values(lane.read("decisions"), "ghost-u")]
+    assert [(d.outcome, d.seq) for d in ghosts] == [("refused", None), ("refused", None)]
+    for log in (decisions, ghosts):
+        identities = [d.identity for d in log]
+        assert len(set(identities)) == len(identities), identities
 
 
 def test_replay_verify_passes_on_a_run_and_fails_on_a_tampered_record(lane: Lane) -> None:
