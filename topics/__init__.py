@@ -68,7 +68,18 @@ from topics._journal import (
     Tokens,
     inbound_message,
 )
-from topics._keys import MAX_KEY_LENGTH, JobKey, JobKeyError, check_key
+from topics._keys import (
+    CONTACT_NAMED_BY,
+    MAX_CONTACT_LENGTH,
+    MAX_KEY_LENGTH,
+    Contact,
+    Contacts,
+    IdempotencyKey,
+    JobKey,
+    JobKeyError,
+    check_key,
+    check_label,
+)
 from topics._limits import MAX_DEPTH, MAX_RECORD_BYTES, LimitError, plain_json
 from topics._messages import (
     InboxEvent,
@@ -101,8 +112,10 @@ from topics._vocab import (
 
 __all__ = [
     "APPROVERS_DEFAULT",
+    "CONTACT_NAMED_BY",
     "DEADLETTER_HEADERS",
     "FORWARDED_FROM_HEADER",
+    "MAX_CONTACT_LENGTH",
     "MAX_DEPTH",
     "MAX_KEY_LENGTH",
     "MAX_RECORD_BYTES",
@@ -116,6 +129,8 @@ __all__ = [
     "AtomVerdict",
     "AuditRecord",
     "ClockBound",
+    "Contact",
+    "Contacts",
     "ContractError",
     "DeadLetter",
     "DecisionIdentity",
@@ -125,6 +140,7 @@ __all__ = [
     "EventInput",
     "ExplanationRecord",
     "Headers",
+    "IdempotencyKey",
     "InboxEvent",
     "InboxMessage",
     "JobFinishedEffect",
@@ -177,6 +193,7 @@ __all__ = [
     "VerdictRecord",
     "build",
     "check_key",
+    "check_label",
     "decode_inbox",
     "describe_errors",
     "encode",

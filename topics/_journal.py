@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from topics._keys import Contact
 from topics._messages import InboxEvent, TopicRecord
 from topics._vocab import Source
 
@@ -43,7 +44,7 @@ class Answerer(BaseModel):
     source: Source = "world"
     name: str = ""
     approver: bool = False
-    contact: str | None = None
+    contact: Contact | None = None  # topics/_keys.py: the key rule
     channel: str | None = None
 
 
@@ -84,7 +85,7 @@ class MessageRecord(TopicRecord):
     direction: Literal["in", "out"]
     channel: str
     agent: str | None = None
-    contact: str | None = None
+    contact: Contact | None = None  # topics/_keys.py: the key rule
     task_id: str | None = None
     text: str
     at: str

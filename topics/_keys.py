@@ -21,21 +21,42 @@ the store, so it must be readable back and must not pass for another key:
 * in Unicode normal form NFC, so that ``café`` typed two ways is one key.
 
 :func:`check_key` is the rule; :data:`JobKey` applies it to a pydantic field.
+
+A contact (a message's ``contact``, a job's contacts' ``email``, ``name`` and
+``id``, or a contact given as a plain string) and an idempotency key (an
+event's ``idempotency_key``, a wake's ``request_id``) are shown in the UI and
+compared as text too, so they obey the same rule except the parts about URL
+path segments (``/``, ``.`` and ``..`` are allowed): :func:`check_label`, and
+:data:`Contact`, :data:`Contacts` and :data:`IdempotencyKey` as pydantic fields.
 """
 
 from __future__ import annotations
 
 import unicodedata
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field, StrictStr
 from pydantic_core import PydanticCustomError
 
 from topics._errors import ContractError
 
-__all__ = ["MAX_KEY_LENGTH", "JobKey", "JobKeyError", "check_key"]
+__all__ = [
+    "CONTACT_NAMED_BY",
+    "MAX_CONTACT_LENGTH",
+    "MAX_KEY_LENGTH",
+    "Contact",
+    "Contacts",
+    "IdempotencyKey",
+    "JobKey",
+    "JobKeyError",
+    "check_key",
+    "check_label",
+]
 
 MAX_KEY_LENGTH = 200
+
+#: The longest contact: an email address may have 254 characters (RFC 5321).
+MAX_CONTACT_LENGTH = 254
 
 _KINDS = {
     "Cc": "a control character",
@@ -80,7 +101,8 @@ def _invisible(char: str) -> bool:
 
 
 class JobKeyError(ContractError):
-    """A key that breaks the rule; the message names the character and position."""
+    """A key (a job key, a contact, an idempotency key) that breaks the rule; the
+    message names the character and position."""
 
 
 def _character(char: str) -> str:
@@ -90,18 +112,29 @@ def _character(char: str) -> str:
 
 def check_key(value: str, what: str = "key") -> str:
     """``value`` unchanged when it is a valid key, else :class:`JobKeyError`."""
+    return _check(value, what, segment=True)
+
+
+def check_label(value: str, what: str = "value", limit: int = MAX_KEY_LENGTH) -> str:
+    """``value`` unchanged when it obeys the key rule, URL path segments aside
+    (a contact, an idempotency key: ``/``, ``.`` and ``..`` are allowed), at
+    most ``limit`` characters long; else :class:`JobKeyError`."""
+    return _check(value, what, segment=False, limit=limit)
+
+
+def _check(value: str, what: str, segment: bool, limit: int = MAX_KEY_LENGTH) -> str:
     if not value:
         raise JobKeyError(f"{what} is empty")
-    if len(value) > MAX_KEY_LENGTH:
-        raise JobKeyError(f"{what} is {len(value)} characters long: at most {MAX_KEY_LENGTH}")
-    if value in (".", ".."):
+    if len(value) > limit:
+        raise JobKeyError(f"{what} is {len(value)} characters long: at most {limit}")
+    if segment and value in (".", ".."):
         raise JobKeyError(f"{what} {value!r} is not allowed (clients rewrite it in a URL path)")
     # Printable ASCII without '/' (almost every key) has no invisible
     # character and is NFC already: the per-character walk below, which names
     # the offending character, is for the others.
-    plain = value.isascii() and value.isprintable() and "/" not in value
+    plain = value.isascii() and value.isprintable() and not (segment and "/" in value)
     for position, char in enumerate("" if plain else value):
-        if char == "/":
+        if segment and char == "/":
             raise JobKeyError(
                 f"{what} has '/' at position {position}: a key is one URL path segment"
             )
@@ -132,6 +165,45 @@ def _validate(value: str) -> str:
         raise PydanticCustomError("job_key", "{reason}", {"reason": str(exc)}) from None
 
 
+def _validate_contact(value: str) -> str:
+    try:
+        return check_label(value, "contact", MAX_CONTACT_LENGTH)
+    except JobKeyError as exc:
+        raise PydanticCustomError("contact", "{reason}", {"reason": str(exc)}) from None
+
+
+def _validate_idempotency_key(value: str) -> str:
+    try:
+        return check_label(value, "idempotency key")
+    except JobKeyError as exc:
+        raise PydanticCustomError("idempotency_key", "{reason}", {"reason": str(exc)}) from None
+
+
+#: A contact's fields that name it (agents/contacts.py writes to them in this
+#: order): each obeys the rule where it is a string.
+CONTACT_NAMED_BY = ("email", "name", "id")
+
+
+def _validate_contacts(value: list[Any]) -> list[Any]:
+    for index, contact in enumerate(value):
+        if isinstance(contact, str):
+            names = [(f"{index}", contact)]
+        elif isinstance(contact, dict):
+            names = [
+                (f"{index}.{field}", contact[field])
+                for field in CONTACT_NAMED_BY
+                if isinstance(contact.get(field), str)
+            ]
+        else:
+            continue
+        for where, name in names:
+            try:
+                check_label(name, f"contact {where}", MAX_CONTACT_LENGTH)
+            except JobKeyError as exc:
+                raise PydanticCustomError("contact", "{reason}", {"reason": str(exc)}) from None
+    return value
+
+
 #: A job key as a pydantic field: :func:`check_key`'s rule (its message names
 #: the character and its position). The JSON schema's pattern is the part of
 #: the rule a schema can say (no ASCII control character, no ``/``); the
@@ -146,4 +218,28 @@ JobKey = Annotated[
         }
     ),
     AfterValidator(_validate),
+]
+
+
+def _label_schema(limit: int) -> dict[str, Any]:
+    return {"pattern": r"^[^\x00-\x1f\x7f]+$", "minLength": 1, "maxLength": limit}
+
+
+#: A contact as a pydantic field (a message's ``contact``): :func:`check_label`'s
+#: rule, its message naming the character and its position.
+Contact = Annotated[
+    StrictStr,
+    Field(json_schema_extra=_label_schema(MAX_CONTACT_LENGTH)),
+    AfterValidator(_validate_contact),
+]
+
+#: A job's contacts as a pydantic field: each contact a string, or an object whose
+#: ``email``, ``name`` and ``id`` (where strings) obey :func:`check_label`'s rule.
+Contacts = Annotated[list[Any], AfterValidator(_validate_contacts)]
+
+#: An idempotency key as a pydantic field: :func:`check_label`'s rule.
+IdempotencyKey = Annotated[
+    StrictStr,
+    Field(json_schema_extra=_label_schema(MAX_KEY_LENGTH)),
+    AfterValidator(_validate_idempotency_key),
 ]

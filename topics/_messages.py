@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, StringConstraints
 
-from topics._keys import JobKey
+from topics._keys import Contacts, IdempotencyKey, JobKey
 from topics._vocab import SCHEMA, Source
 
 __all__ = [
@@ -60,7 +60,7 @@ class JobStart(TopicRecord):
     key: JobKey
     playbook_key: StrictStr = Field(min_length=1, max_length=200)
     subject: dict[str, Any] = Field(default_factory=dict)
-    contacts: list[Any] = Field(default_factory=list)
+    contacts: Contacts = Field(default_factory=list)  # topics/_keys.py: the key rule
 
 
 class InboxEvent(TopicRecord):
@@ -71,7 +71,7 @@ class InboxEvent(TopicRecord):
     action: StrictStr = Field(min_length=1, max_length=200)
     value: Scalar = None
     properties: dict[str, Any] = Field(default_factory=dict)
-    idempotency_key: StrictStr | None = Field(None, min_length=1, max_length=200)
+    idempotency_key: IdempotencyKey | None = None  # topics/_keys.py: the key rule
     source: Source = "world"
 
 
@@ -90,7 +90,7 @@ class ScheduleWake(TopicRecord):
 
     type: Literal["schedule.wake"] = "schedule.wake"
     schedule_id: ScheduleId
-    request_id: StrictStr | None = Field(None, min_length=1, max_length=200)
+    request_id: IdempotencyKey | None = None  # topics/_keys.py: the key rule
     context: dict[str, Any] | None = None
     skip_if_running: bool = False
 

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, field_validator
 
-from topics import JobKey, LimitError, Source, plain_json
+from topics import Contact, Contacts, IdempotencyKey, JobKey, LimitError, Source, plain_json
 
 __all__ = [
     "Accepted",
@@ -37,7 +37,6 @@ __all__ = [
 ]
 
 JobStatus = Literal["starting", "running", "done", "failed", "refused"]
-_KEY = r"^[^\x00-\x1f]+$"
 Scalar = StrictStr | int | float | bool | None
 
 
@@ -59,7 +58,7 @@ class StartJobBody(_Body):
     key: JobKey  # topics/_keys.py: the rule the inbox applies too
     playbook_key: StrictStr = Field(min_length=1, max_length=200)
     subject: dict[str, Any] = Field(default_factory=dict)
-    contacts: list[Any] = Field(default_factory=list)
+    contacts: Contacts = Field(default_factory=list)  # topics/_keys.py: the key rule
 
 
 class EventBody(_Body):
@@ -70,7 +69,7 @@ class EventBody(_Body):
     action: StrictStr = Field(min_length=1, max_length=200)
     value: Scalar = None
     properties: dict[str, Any] = Field(default_factory=dict)
-    idempotency_key: StrictStr | None = Field(None, min_length=1, max_length=200)
+    idempotency_key: IdempotencyKey | None = None  # topics/_keys.py: the key rule
 
 
 #: The longest message text the web channel takes, in characters.
@@ -83,7 +82,7 @@ class MessageBody(_Body):
     safely (it is accepted once); without one the gateway names it."""
 
     text: StrictStr = Field(min_length=1, max_length=MESSAGE_MAX)
-    contact: StrictStr | None = Field(None, min_length=1, max_length=200, pattern=_KEY)
+    contact: Contact | None = None  # topics/_keys.py: the key rule
     message_id: StrictStr | None = Field(
         None, min_length=1, max_length=190, pattern=r"^[A-Za-z0-9._:@-]+$"
     )

@@ -16,7 +16,7 @@ import pytest
 
 from stream.runtime.broker import EmbeddedBroker
 from tests.stream.gateway.conftest import GatewayProcess, Lane, wait_for
-from topics import JobKeyError, check_key
+from topics import JobKeyError, check_key, check_label
 
 pytestmark = [pytest.mark.broker, pytest.mark.timeout(180)]
 
@@ -121,6 +121,44 @@ def test_keys_that_break_the_rule_are_refused_at_the_gateway_and_on_the_inbox(
     )
     assert {r["value"]["outcome"] for r in decisions} == {"applied"}
     assert all(w.proc.poll() is None for w in lane.workers)
+
+
+def test_bidi_and_zero_width_contacts_and_idempotency_keys_answer_422_naming_them(
+    shared_gateway: GatewayProcess,
+) -> None:
+    """The key rule (topics/_keys.py) on what the UI shows of a person and of an
+    event: a message's contact, a job's contacts, an event's idempotency key."""
+    gateway = shared_gateway  # refusals only: nothing written
+    bidi, zero_width = "ada\u202e@example.com", "pay\u200b-1"
+    refused = [
+        ("/v1/jobs/job-c/messages", {"text": "hi", "contact": bidi}, "contact: contact", bidi),
+        (
+            "/v1/jobs",
+            {"key": "job-c", "playbook_key": "onboarding", "contacts": [{"email": bidi}]},
+            "contacts: contact 0.email",
+            bidi,
+        ),
+        (
+            "/v1/events",
+            {"key": "job-c", "action": "paid", "idempotency_key": zero_width},
+            "idempotency_key: idempotency key",
+            zero_width,
+        ),
+    ]
+    messages = []
+    with gateway.client(gateway.token()) as client:
+        for path, body, where, value in refused:
+            with pytest.raises(JobKeyError) as rule:
+                check_label(value)
+            response = client.post(path, json=body)
+            assert response.status_code == 422, (path, response.text)
+            error = error_of(response)
+            assert error["code"] == "invalid_body"
+            assert error["message"] == f"{where} {str(rule.value).removeprefix('value ')}"
+            messages.append(error["message"])
+        assert client.get("/v1/jobs/job-c").status_code == 404  # nothing was written
+    assert "has U+202E (RIGHT-TO-LEFT OVERRIDE) at position 3" in messages[0]
+    assert "has U+200B (ZERO WIDTH SPACE) at position 3" in messages[2]
 
 
 def test_bodies_that_are_not_readable_json_answer_malformed_json(
