@@ -26,7 +26,9 @@ A contact (a message's ``contact``, a job's contacts' ``email``, ``name`` and
 ``id``, or a contact given as a plain string) and an idempotency key (an
 event's ``idempotency_key``, a wake's ``request_id``) are shown in the UI and
 compared as text too, so they obey the same rule except the parts about URL
-path segments (``/``, ``.`` and ``..`` are allowed): :func:`check_label`, and
+path segments (``/``, ``.`` and ``..`` are allowed), and a contact may have a
+leading or trailing space (people type them; contacts are compared trimmed,
+topics.replies.normal_address): :func:`check_label`, and
 :data:`Contact`, :data:`Contacts` and :data:`IdempotencyKey` as pydantic fields.
 """
 
@@ -115,14 +117,19 @@ def check_key(value: str, what: str = "key") -> str:
     return _check(value, what, segment=True)
 
 
-def check_label(value: str, what: str = "value", limit: int = MAX_KEY_LENGTH) -> str:
+def check_label(
+    value: str, what: str = "value", limit: int = MAX_KEY_LENGTH, edges: bool = True
+) -> str:
     """``value`` unchanged when it obeys the key rule, URL path segments aside
     (a contact, an idempotency key: ``/``, ``.`` and ``..`` are allowed), at
-    most ``limit`` characters long; else :class:`JobKeyError`."""
-    return _check(value, what, segment=False, limit=limit)
+    most ``limit`` characters long, and (unless not ``edges``) without a
+    leading or trailing space; else :class:`JobKeyError`."""
+    return _check(value, what, segment=False, limit=limit, edges=edges)
 
 
-def _check(value: str, what: str, segment: bool, limit: int = MAX_KEY_LENGTH) -> str:
+def _check(
+    value: str, what: str, segment: bool, limit: int = MAX_KEY_LENGTH, edges: bool = True
+) -> str:
     if not value:
         raise JobKeyError(f"{what} is empty")
     if len(value) > limit:
@@ -148,7 +155,7 @@ def _check(value: str, what: str, segment: bool, limit: int = MAX_KEY_LENGTH) ->
                 f"{what} has {_character(char)} at position {position}: a character that "
                 "shows as nothing or as a space is not allowed"
             )
-    if value[0] == " " or value[-1] == " ":
+    if edges and (value[0] == " " or value[-1] == " "):
         raise JobKeyError(f"{what} starts or ends with a space")
     if not plain and not unicodedata.is_normalized("NFC", value):
         raise JobKeyError(
@@ -167,7 +174,7 @@ def _validate(value: str) -> str:
 
 def _validate_contact(value: str) -> str:
     try:
-        return check_label(value, "contact", MAX_CONTACT_LENGTH)
+        return check_label(value, "contact", MAX_CONTACT_LENGTH, edges=False)
     except JobKeyError as exc:
         raise PydanticCustomError("contact", "{reason}", {"reason": str(exc)}) from None
 
@@ -198,7 +205,7 @@ def _validate_contacts(value: list[Any]) -> list[Any]:
             continue
         for where, name in names:
             try:
-                check_label(name, f"contact {where}", MAX_CONTACT_LENGTH)
+                check_label(name, f"contact {where}", MAX_CONTACT_LENGTH, edges=False)
             except JobKeyError as exc:
                 raise PydanticCustomError("contact", "{reason}", {"reason": str(exc)}) from None
     return value
