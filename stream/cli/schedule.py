@@ -27,6 +27,7 @@ import orjson
 
 from compiler import LemongraphError, load_located
 from stream.gateway import schedule_ops as ops
+from stream.gateway.run_verdicts import decision_mark, judge, run_marks
 from stream.runtime.broker import ensure_all_topics
 from stream.runtime.command import env_settings, require_kafka
 from stream.runtime.config import Settings
@@ -76,19 +77,34 @@ def _definitions(settings: Settings) -> dict[str, dict[str, Any]]:
 
 
 def _runs(settings: Settings, sid: str) -> list[dict[str, Any]]:
-    """Schedule ``sid``'s runs from ``schedule-runs``, newest first."""
+    """Schedule ``sid``'s runs from ``schedule-runs``, newest first; one whose
+    input the core refused (on ``decisions``) reads ``refused``."""
     bootstrap = require_kafka(settings)
-    name = Topics(settings.topic_prefix).schedule_runs
+    topics = Topics(settings.topic_prefix)
     wanted = sid.encode()
 
     async def go() -> list[dict[str, Any]]:
         records = []
-        async for r in read_topic(bootstrap, name, idle=0.3, security=settings.kafka_security):
+        async for r in read_topic(
+            bootstrap, topics.schedule_runs, idle=0.3, security=settings.kafka_security
+        ):
             if r.key == wanted:
                 record = ops.decode(r.value)
                 if record is not None:
                     records.append(record)
-        return ops.runs_of(records)
+        runs = ops.runs_of(records)
+        marks = {mark for run in runs for mark in run_marks(run)}
+        if not marks:
+            return runs
+        verdicts: dict[str, str | None] = {}
+        jobs = {str(run["job_key"]).encode() for run in runs if run.get("job_key")}
+        async for r in read_topic(
+            bootstrap, topics.decisions, idle=0.3, security=settings.kafka_security
+        ):
+            found = decision_mark(ops.decode(r.value) or {}) if r.key in jobs else None
+            if found is not None and found[0] in marks:
+                verdicts.setdefault(*found)  # the first decision of an input counts
+        return [judge(run, verdicts) for run in runs]
 
     return list(run_async(go()))
 
@@ -484,7 +500,7 @@ def wake_(
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per run, a line each.")
 def runs(schedule_id: str, limit: int, as_json: bool) -> None:
     """A schedule's runs from `schedule-runs`, newest first: status (completed,
-    failed, timeout, aborted, suppressed, missed, skipped, running), what
+    refused, failed, timeout, aborted, suppressed, missed, skipped, running), what
     triggered it, its slot, job, error and output. A removed schedule's runs
     are shown too."""
     settings = env_settings()
