@@ -98,56 +98,56 @@ class _Consumer:
         self.paused.difference_update(tps)
 
 
-def test_the_catch_up_takes_records_in_timestamp_order_across_partitions(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    journal, messages = TopicPartition("journal", 0), TopicPartition("messages", 0)
-    monkeypatch.setattr(follow, "REPLAY_HELD", 2)
-    replay = Replay([journal, messages], ["journal", "messages"])
-    consumer = _Consumer(high={journal: 4, messages: 1})
-    taken: list[tuple[str, int]] = []
+JOURNAL, MESSAGES = TopicPartition("journal", 0), TopicPartition("messages", 0)
 
-    def take(tp: TopicPartition, key: bytes | None, value: bytes | None, offset: int) -> None:
-        taken.append((tp.topic, offset))
 
-    async def fetch(tp: TopicPartition, *stamps: int) -> None:
-        start = consumer.read.get(tp, 0)
+class _Catchup:
+    """A :class:`Replay` of journal and messages (at most 2 records held per
+    partition), fed fetches of records with the timestamps given."""
+
+    def __init__(self, high: dict[TopicPartition, int]) -> None:
+        self.replay = Replay([JOURNAL, MESSAGES], ["journal", "messages"])
+        self.consumer = _Consumer(high)
+        self.taken: list[tuple[str, int]] = []
+
+    def take(self, tp: TopicPartition, key: bytes | None, value: bytes | None, at: int) -> None:
+        self.taken.append((tp.topic, at))
+
+    def fetch(self, tp: TopicPartition, *stamps: int) -> None:
+        start = self.consumer.read.get(tp, 0)
         records = [_Record(start + n, stamp) for n, stamp in enumerate(stamps)]
-        consumer.read[tp] = start + len(records)
-        replay.add(tp, records)  # type: ignore[arg-type]
-        await replay.release(consumer, take)  # type: ignore[arg-type]
-
-    async def run() -> None:
-        # The answer (at 30) is fetched first: it waits while the journal may
-        # still hold older records.
-        await fetch(messages, 30)
-        assert taken == []
-        await fetch(journal, 10, 20)
-        assert taken == [("journal", 0), ("journal", 1)]
-        assert consumer.paused == set()  # one held: under the bound
-        await fetch(journal, 25, 40)  # the question at 25, then a later record
-        assert taken[2:] == [("journal", 2), ("messages", 0), ("journal", 3)]
-        assert replay.holding == 0
-
-    asyncio.run(run())
+        self.consumer.read[tp] = start + len(records)
+        self.replay.add(tp, records)  # type: ignore[arg-type]
+        asyncio.run(self.replay.release(self.consumer, self.take))  # type: ignore[arg-type]
 
 
-def test_a_partition_holding_too_much_is_paused_until_the_others_catch_up(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    a, b = TopicPartition("journal", 0), TopicPartition("messages", 0)
+@pytest.fixture
+def held_two(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(follow, "REPLAY_HELD", 2)
-    replay = Replay([a, b], ["journal", "messages"])
-    consumer = _Consumer(high={a: 3, b: 1}, read={a: 3})
-    replay.add(a, [_Record(n, 10 + n) for n in range(3)])  # type: ignore[list-item]
 
-    async def run() -> None:
-        await replay.release(consumer, lambda *_: None)  # type: ignore[arg-type]
-        assert consumer.paused == {a}  # b not read yet: a waits, fetched no further
-        consumer.read[b] = 1
-        replay.add(b, [_Record(0, 99)])  # type: ignore[list-item]
-        await replay.release(consumer, lambda *_: None)  # type: ignore[arg-type]
-        assert consumer.paused == set()
-        assert replay.holding == 0
 
-    asyncio.run(run())
+@pytest.mark.usefixtures("held_two")
+def test_the_catch_up_takes_records_in_timestamp_order_across_partitions() -> None:
+    catchup = _Catchup(high={JOURNAL: 4, MESSAGES: 1})
+    # The answer (at 30) is fetched first: it waits while the journal may
+    # still hold older records.
+    catchup.fetch(MESSAGES, 30)
+    assert catchup.taken == []
+    catchup.fetch(JOURNAL, 10, 20)
+    assert catchup.taken == [("journal", 0), ("journal", 1)]
+    assert catchup.consumer.paused == set()  # one held: under the bound
+    catchup.fetch(JOURNAL, 25, 40)  # the question at 25, then a later record
+    assert catchup.taken[2:] == [("journal", 2), ("messages", 0), ("journal", 3)]
+    assert catchup.replay.holding == 0
+
+
+@pytest.mark.usefixtures("held_two")
+def test_a_partition_holding_too_much_is_paused_until_the_others_catch_up() -> None:
+    catchup = _Catchup(high={JOURNAL: 3, MESSAGES: 1})
+    catchup.fetch(JOURNAL, 10, 11, 12)
+    assert catchup.taken == []  # messages not read yet: it may hold older records
+    assert catchup.consumer.paused == {JOURNAL}  # fetched no further meanwhile
+    catchup.fetch(MESSAGES, 99)
+    assert catchup.taken == [("journal", 0), ("journal", 1), ("journal", 2), ("messages", 0)]
+    assert catchup.consumer.paused == set()
+    assert catchup.replay.holding == 0
