@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from typing import Literal
 
 import httpx
 import pytest
@@ -15,7 +16,7 @@ from aiokafka.structs import TopicPartition
 
 from stream.gateway import follow
 from stream.gateway.follow import Replay
-from tests.stream.gateway.conftest import Lane, launch_gateway, wait_for
+from tests.stream.gateway.conftest import Lane, launch_gateway
 from topics import JobSnapshot, JournalInterrupt, MessageRecord, encode
 
 pytestmark = [pytest.mark.timeout(180)]
@@ -27,10 +28,10 @@ AT = "2026-12-04T10:00:00Z"
 FILLER = 4000
 
 
-def interrupt(interrupt_id: str, status: str) -> JournalInterrupt:
+def interrupt(interrupt_id: str, status: Literal["open", "expired"]) -> JournalInterrupt:
     return JournalInterrupt(
         job_key=KEY, run_id=f"{KEY}#1", flow="approve-refund", node="ask", kind="ask",
-        interrupt_id=interrupt_id, at=AT, status=status,  # type: ignore[arg-type]
+        interrupt_id=interrupt_id, at=AT, status=status,
         question="Which order is it about? " + "x" * 200,
     )  # fmt: skip
 
@@ -63,7 +64,6 @@ def test_an_answered_question_stays_answered_after_a_restart(module_lane: Lane) 
         gateway = launch_gateway(lane)  # healthy: caught up with every topic
         try:
             with gateway.client(gateway.token()) as client:
-                wait_for(lambda c=client: c.get(f"/v1/jobs/{KEY}").status_code == 200, what="job")
                 assert open_questions(client) == []
         finally:
             gateway.stop()
@@ -117,8 +117,8 @@ class _Catchup:
         start = self.consumer.read.get(tp, 0)
         records = [_Record(start + n, stamp) for n, stamp in enumerate(stamps)]
         self.consumer.read[tp] = start + len(records)
-        self.replay.add(tp, records)  # type: ignore[arg-type]
-        asyncio.run(self.replay.release(self.consumer, self.take))  # type: ignore[arg-type]
+        self.replay.add(tp, records)
+        asyncio.run(self.replay.release(self.consumer, self.take))
 
 
 @pytest.fixture

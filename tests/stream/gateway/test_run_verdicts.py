@@ -47,7 +47,8 @@ def model_with(*items: tuple[str, Any]) -> ScheduleModel:
     model = ScheduleModel(Topics("t"))
     for kind, item in items:
         if kind == "run":
-            model.apply(model.topics.schedule_runs, *item, offset=0)
+            key, value = item
+            model.apply(model.topics.schedule_runs, key, value, 0)
         else:
             model.decided(item)
     return model
