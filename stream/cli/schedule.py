@@ -32,8 +32,9 @@ from stream.runtime.broker import ensure_all_topics
 from stream.runtime.command import env_settings, require_kafka
 from stream.runtime.config import Settings
 from stream.runtime.errors import ExitCode
-from stream.runtime.kafka import producer, read_topic
+from stream.runtime.kafka import producer, read_topic, topic_partitions
 from stream.runtime.kafka import run as run_async
+from stream.runtime.partitions import home_partition
 from topics import Topics
 
 __all__ = ["schedule"]
@@ -98,8 +99,12 @@ def _runs(settings: Settings, sid: str) -> list[dict[str, Any]]:
             return runs
         verdicts: dict[str, str | None] = {}
         jobs = {str(run["job_key"]).encode() for run in runs if run.get("job_key")}
+        # Only the jobs' partitions: a job's decisions are on the partition of
+        # that number of decisions as its home partition of the inbox.
+        count = len(await topic_partitions(bootstrap, topics.inbox, settings.kafka_security))
+        homes = {home_partition(job, count): 0 for job in jobs} if count else None
         async for r in read_topic(
-            bootstrap, topics.decisions, idle=0.3, security=settings.kafka_security
+            bootstrap, topics.decisions, idle=0.3, start=homes, security=settings.kafka_security
         ):
             found = decision_mark(ops.decode(r.value) or {}) if r.key in jobs else None
             if found is not None and found[0] in marks:
