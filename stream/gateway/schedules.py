@@ -10,6 +10,12 @@ broker's acknowledgement (a client reads its own write); the same record read
 back later changes nothing, and a record older than what is held (by offset) is
 ignored.
 
+**A run the core refused** (docs/schedules.md, "Run statuses"): the jobs' read
+model hands this one every decision it reads (:meth:`ScheduleModel.decided`), and
+a ``completed`` run whose ``job.start`` or event the core refused reads
+``refused`` with the core's reason (stream/gateway/run_verdicts.py), whichever
+of the run and the decision is read first.
+
 **What it keeps** (docs/api.md, "A schedule's runs"): every
 definition up to ``schedules_kept`` (past it, further ids read from the topic
 are counted in ``untracked`` and not served, and a create answers 503
