@@ -27,12 +27,14 @@ import orjson
 
 from compiler import LemongraphError, load_located
 from stream.gateway import schedule_ops as ops
+from stream.gateway.run_verdicts import decision_mark, judge, run_marks
 from stream.runtime.broker import ensure_all_topics
 from stream.runtime.command import env_settings, require_kafka
 from stream.runtime.config import Settings
 from stream.runtime.errors import ExitCode
-from stream.runtime.kafka import producer, read_topic
+from stream.runtime.kafka import producer, read_topic, topic_partitions
 from stream.runtime.kafka import run as run_async
+from stream.runtime.partitions import home_partition
 from topics import Topics
 
 __all__ = ["schedule"]
@@ -76,19 +78,38 @@ def _definitions(settings: Settings) -> dict[str, dict[str, Any]]:
 
 
 def _runs(settings: Settings, sid: str) -> list[dict[str, Any]]:
-    """Schedule ``sid``'s runs from ``schedule-runs``, newest first."""
+    """Schedule ``sid``'s runs from ``schedule-runs``, newest first; one whose
+    input the core refused (on ``decisions``) reads ``refused``."""
     bootstrap = require_kafka(settings)
-    name = Topics(settings.topic_prefix).schedule_runs
+    topics = Topics(settings.topic_prefix)
     wanted = sid.encode()
 
     async def go() -> list[dict[str, Any]]:
         records = []
-        async for r in read_topic(bootstrap, name, idle=0.3, security=settings.kafka_security):
+        async for r in read_topic(
+            bootstrap, topics.schedule_runs, idle=0.3, security=settings.kafka_security
+        ):
             if r.key == wanted:
                 record = ops.decode(r.value)
                 if record is not None:
                     records.append(record)
-        return ops.runs_of(records)
+        runs = ops.runs_of(records)
+        marks = {mark for run in runs for mark in run_marks(run)}
+        if not marks:
+            return runs
+        verdicts: dict[str, str | None] = {}
+        jobs = {str(run["job_key"]).encode() for run in runs if run.get("job_key")}
+        # Only the jobs' partitions: a job's decisions are on the partition of
+        # that number of decisions as its home partition of the inbox.
+        count = len(await topic_partitions(bootstrap, topics.inbox, settings.kafka_security))
+        homes = {home_partition(job, count): 0 for job in jobs} if count else None
+        async for r in read_topic(
+            bootstrap, topics.decisions, idle=0.3, start=homes, security=settings.kafka_security
+        ):
+            found = decision_mark(ops.decode(r.value) or {}) if r.key in jobs else None
+            if found is not None and found[0] in marks:
+                verdicts.setdefault(*found)  # the first decision of an input counts
+        return [judge(run, verdicts) for run in runs]
 
     return list(run_async(go()))
 
@@ -484,7 +505,7 @@ def wake_(
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per run, a line each.")
 def runs(schedule_id: str, limit: int, as_json: bool) -> None:
     """A schedule's runs from `schedule-runs`, newest first: status (completed,
-    failed, timeout, aborted, suppressed, missed, skipped, running), what
+    refused, failed, timeout, aborted, suppressed, missed, skipped, running), what
     triggered it, its slot, job, error and output. A removed schedule's runs
     are shown too."""
     settings = env_settings()

@@ -63,6 +63,8 @@ def build_api(gateway: Gateway) -> FastAPI:
     app.add_middleware(GuardMiddleware, guard=gateway.guard)
     if gateway.schedules is None:
         gateway.schedules = ScheduleModel(gateway.model.topics)
+    # A run whose input the core refused reads refused (stream/gateway/run_verdicts.py).
+    gateway.model.decision_readers.append(gateway.schedules.decided)
     app.state.gateway = gateway
     for router in ROUTERS:
         app.include_router(router)

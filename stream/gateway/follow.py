@@ -9,22 +9,43 @@ It also notices a log that went backwards (docs/operations.md, "When the broker
 was reset"): an offset delivered again, or a high watermark below what was read.
 What it holds then no longer matches the broker, so :attr:`Followed.reset`
 names the problem and ``GET /healthz`` answers 503 until the gateway restarts.
+
+**The order of the catch-up.** A model follows several topics, and what one
+says depends on another: an answer on ``messages`` closes the question a
+``journal.interrupt`` opened, a run on ``schedule-runs`` belongs to its
+definition. Fetches return partitions in no set order, so read as they come an
+answer could be applied before its question, which would stand open until a
+later record closed it again (or for good). Until it has caught up, a model
+applies the records of all its partitions merged by record timestamp
+(:class:`Replay`): a record is taken only once every partition has shown what
+it holds up to that instant, and a partition holding ``REPLAY_HELD`` records
+not yet taken is paused so that the others catch up with it (memory stays
+bounded). Caught up, records are taken as they arrive: live, they arrive in the
+order they were written.
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
+from collections import deque
 from collections.abc import Callable
+from typing import TypeAlias
 
 from aiokafka import AIOKafkaConsumer
-from aiokafka.structs import TopicPartition
+from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from stream.runtime.kafka import KafkaSecurity, caught_up, new_consumer
 
-__all__ = ["Followed", "assign_from_start"]
+__all__ = ["REPLAY_HELD", "Followed", "Replay", "assign_from_start"]
 
 log = logging.getLogger("lemongraph.gateway")
+
+#: Records of one partition held during the catch-up before it is paused.
+REPLAY_HELD = 5000
+
+Record: TypeAlias = ConsumerRecord[bytes, bytes]
 
 
 class Followed:
@@ -95,13 +116,20 @@ class Followed:
                 return
             self.assigned(tps)
             self.following = True
+            replay = Replay(tps, self.followed())
             while not stopping.is_set():
                 self.between()
                 batches = await consumer.getmany(timeout_ms=200, max_records=2000)
                 for tp, records in batches.items():
                     for r in records:
                         self._check_order(tp, r.offset, say)
-                        self.take(tp, r.key, r.value, r.offset)
+                    if self.caught_up and not replay.holding:
+                        for r in records:
+                            self.take(tp, r.key, r.value, r.offset)
+                    else:
+                        replay.add(tp, records)
+                if replay.holding:
+                    await replay.release(consumer, self.take)
                 for tp in tps:
                     high = consumer.highwater(tp)
                     if high is not None and high < self._next.get(tp, 0):
@@ -113,6 +141,56 @@ class Followed:
         finally:
             self.following = False
             await consumer.stop()
+
+
+class Replay:
+    """The catch-up's records, taken across partitions in timestamp order (see
+    the module's docstring)."""
+
+    def __init__(self, tps: list[TopicPartition], topics: list[str]) -> None:
+        self.held: dict[TopicPartition, deque[Record]] = {tp: deque() for tp in tps}
+        #: Ties of timestamp go by topic in the order the model names them.
+        self._rank = {tp: (topics.index(tp.topic), tp.partition) for tp in tps}
+        self._paused: set[TopicPartition] = set()
+        self.holding = 0  # records held
+
+    def add(self, tp: TopicPartition, records: list[Record]) -> None:
+        self.held[tp].extend(records)
+        self.holding += len(records)
+
+    async def release(
+        self,
+        consumer: AIOKafkaConsumer,
+        take: Callable[[TopicPartition, bytes | None, bytes | None, int], None],
+    ) -> None:
+        """Take every record no partition can still precede: stop at the first
+        partition read empty that may hold more (it may hold older records)."""
+        done = {tp for tp in self.held if await _read_to_end(consumer, tp)}
+        heads = [(q[0].timestamp, self._rank[tp], tp) for tp, q in self.held.items() if q]
+        heapq.heapify(heads)
+        starved = any(not q and tp not in done for tp, q in self.held.items())
+        while heads and not starved:
+            _, _, tp = heapq.heappop(heads)
+            queue = self.held[tp]
+            r = queue.popleft()
+            self.holding -= 1
+            take(tp, r.key, r.value, r.offset)
+            if queue:
+                heapq.heappush(heads, (queue[0].timestamp, self._rank[tp], tp))
+            elif tp not in done:
+                starved = True
+        full = {tp for tp, q in self.held.items() if len(q) >= REPLAY_HELD}
+        if full - self._paused:
+            consumer.pause(*(full - self._paused))
+        if self._paused - full:
+            consumer.resume(*(self._paused - full))
+        self._paused = full
+
+
+async def _read_to_end(consumer: AIOKafkaConsumer, tp: TopicPartition) -> bool:
+    """Has ``tp`` been fetched up to its high watermark (as fetches report it)?"""
+    high = consumer.highwater(tp)
+    return high is not None and await consumer.position(tp) >= high
 
 
 async def assign_from_start(

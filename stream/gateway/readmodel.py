@@ -47,6 +47,7 @@ import dataclasses
 import logging
 import time
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -219,6 +220,8 @@ class ReadModel(Followed):
         self._expired = 0.0  # when undecided writes were last expired (monotonic)
         self._watchers: dict[str, set[asyncio.Event]] = {}
         self._compiled: dict[tuple[str, int], Playbook | None] = {}
+        #: Told every decision read (the schedules' read model joins its runs).
+        self.decision_readers: list[Callable[[dict[str, Any]], None]] = []
 
     # -- what the API asks -------------------------------------------------------
 
@@ -660,6 +663,8 @@ class ReadModel(Followed):
 
     def _decision(self, record: dict[str, Any], size: int = 0) -> None:
         key = str(record["job_key"])
+        for reader in self.decision_readers:
+            reader(record)
         self._keep(key, "decisions", record, DECISIONS_KEPT, size)
         self.decision_totals[key] = self.decision_totals.get(key, 0) + 1
         given = record.get("input") or {}

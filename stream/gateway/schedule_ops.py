@@ -126,8 +126,7 @@ def playbook_warnings(spec: Mapping[str, Any], playbooks: Collection[str] | None
     hint = f" (did you mean {near[0]!r}?)" if near else ""
     return [
         f"action.playbook_key: no playbook {key!r} is registered{hint}: until one is, each "
-        "run's job.start is refused (the run is recorded completed; the refusal is on "
-        "decisions under the job key)"
+        "run's job.start is refused (the run reads refused, with the core's reason)"
     ]
 
 

@@ -10,6 +10,12 @@ broker's acknowledgement (a client reads its own write); the same record read
 back later changes nothing, and a record older than what is held (by offset) is
 ignored.
 
+**A run the core refused** (docs/schedules.md, "Run statuses"): the jobs' read
+model hands this one every decision it reads (:meth:`ScheduleModel.decided`), and
+a ``completed`` run whose ``job.start`` or event the core refused reads
+``refused`` with the core's reason (stream/gateway/run_verdicts.py), whichever
+of the run and the decision is read first.
+
 **What it keeps** (docs/api.md, "A schedule's runs"): every
 definition up to ``schedules_kept`` (past it, further ids read from the topic
 are counted in ``untracked`` and not served, and a create answers 503
@@ -34,6 +40,7 @@ from pydantic import ValidationError
 
 from stream.gateway import schedule_ops as ops
 from stream.gateway.follow import Followed
+from stream.gateway.run_verdicts import REFUSED, decision_mark, judge, run_marks
 from stream.runtime.partitions import home_partition
 from topics import ScheduleRecord, ScheduleRunRecord, Topics
 
@@ -51,8 +58,15 @@ RUNS_BYTES = 32 << 20
 WAKES_KEPT = 64
 #: Run statuses that mean "still going".
 ACTIVE = ("pending", "running")
-#: Every run status (``?status=`` of the runs takes one of them).
-RUN_STATUSES: tuple[str, ...] = get_args(ScheduleRunRecord.model_fields["status"].annotation)
+#: Every run status (``?status=`` of the runs takes one of them): those of
+#: ``schedule-runs``, and ``refused``, read from ``decisions`` (stream/gateway/run_verdicts.py).
+RUN_STATUSES: tuple[str, ...] = (
+    *get_args(ScheduleRunRecord.model_fields["status"].annotation),
+    REFUSED,
+)
+#: What decisions said of the inputs runs may have sent, by mark (the newest):
+#: a decision read before its run (the two topics are read by two consumers).
+VERDICTS_KEPT = 20_000
 
 
 @dataclass
@@ -105,6 +119,12 @@ class ScheduleModel(Followed):
         self._lru: OrderedDict[str, None] = OrderedDict()  # schedules with runs, stalest first
         self.runs_held = 0
         self.wakes: dict[str, OrderedDict[str, WakeWrite]] = {}
+        #: Decisions of inputs runs may have sent: mark → the core's reason when
+        #: refused, None when taken (the first decision of a mark counts).
+        self.verdicts: OrderedDict[str, str | None] = OrderedDict()
+        #: Held ``completed`` runs with a job whose input's decision is not read
+        #: yet: mark → (schedule id, run id).
+        self._awaiting: dict[str, tuple[str, str]] = {}
         self.untracked = 0  # definitions past schedules_kept, not held
         self.dropped_runs = 0  # runs dropped for the bounds
         self.skipped = 0  # records that did not decode
@@ -186,6 +206,10 @@ class ScheduleModel(Followed):
         else:
             folded = {**ops.fold_run(earlier, record), "seq": earlier["seq"]}
             self.runs_held -= sizes.get(rid, 0)
+            self._forget_marks(earlier)
+        folded = judge(folded, self.verdicts)
+        for mark in run_marks(folded):  # still completed: its input's decision is to come
+            self._awaiting[mark] = (sid, rid)
         size = len(orjson.dumps(folded))
         held[rid] = folded
         sizes[rid] = size
@@ -201,7 +225,8 @@ class ScheduleModel(Followed):
         held = self.runs.get(sid)
         if not held:
             return False
-        rid, _ = held.popitem(last=False)
+        rid, run = held.popitem(last=False)
+        self._forget_marks(run)
         self.runs_held -= self._sizes.get(sid, {}).pop(rid, 0)
         self.dropped_runs += 1
         if not held:
@@ -214,6 +239,40 @@ class ScheduleModel(Followed):
             if sid not in self.schedules:
                 self._seq.pop(sid, None)
         return True
+
+    def _forget_marks(self, run: dict[str, Any]) -> None:
+        for mark in run_marks(run):
+            self._awaiting.pop(mark, None)
+
+    def decided(self, record: dict[str, Any]) -> None:
+        """A decision read from ``decisions`` (by the jobs' read model): a held
+        run whose input it refused reads ``refused`` with the core's reason."""
+        found = decision_mark(record)
+        if found is None:
+            return
+        mark, reason = found
+        if mark in self.verdicts:
+            return  # the first decision of an input counts (a re-sent start is refused)
+        self.verdicts[mark] = reason
+        while len(self.verdicts) > VERDICTS_KEPT:
+            self.verdicts.popitem(last=False)
+        where = self._awaiting.pop(mark, None)
+        if where is None:
+            return
+        sid, rid = where
+        held = self.runs.get(sid, OrderedDict())
+        run = held.get(rid)
+        if run is None:
+            return
+        self._forget_marks(run)
+        if reason is None:
+            return
+        sizes = self._sizes.setdefault(sid, {})
+        self.runs_held -= sizes.get(rid, 0)
+        judged = {**run, "status": REFUSED, "error": reason}
+        held[rid] = judged
+        sizes[rid] = len(orjson.dumps(judged))
+        self.runs_held += sizes[rid]
 
     def newest_runs(
         self, sid: str, limit: int, before: int | None = None, status: str | None = None

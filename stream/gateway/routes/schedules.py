@@ -428,8 +428,10 @@ async def schedule_runs(
     status: Annotated[str | None, Query(max_length=20, description="Only this status.")] = None,
 ) -> RunList:
     """The schedule's runs, newest first (pending, running, completed,
-    failed, timeout, aborted, suppressed, missed, skipped), each as its
-    records on `schedule-runs` say; at most the newest 200 are kept. A
+    refused, failed, timeout, aborted, suppressed, missed, skipped), each as
+    its records on `schedule-runs` say, and `refused` (with the core's reason
+    as `error`) when the core refused the job.start or event a run sent (read
+    from `decisions`); at most the newest 200 are kept. A
     `status` that is none of these answers 422 `invalid_query`."""
     model = _model(gateway)
     if status is not None and status not in RUN_STATUSES:

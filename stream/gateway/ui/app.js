@@ -850,7 +850,9 @@ function runRow(run) {
     h("td", {}, run.slot ? h("time", { datetime: run.slot }, run.slot) : ""),
     h("td", {}, h("code", {}, run.run_id)),
     h("td", { class: "detail" },
-      run.job_key ? ["job ", h("a", { href: "/jobs/" + encodeURIComponent(run.job_key), "data-nav": "job" }, run.job_key)] : null,
+      // A refused run started no job: its key is shown, not linked.
+      run.job_key && run.status === "refused" ? ["job ", h("code", { class: "not-started" }, run.job_key), " (not started)"] : null,
+      run.job_key && run.status !== "refused" ? ["job ", h("a", { href: "/jobs/" + encodeURIComponent(run.job_key), "data-nav": "job" }, run.job_key)] : null,
       run.job_key && runDetail(run) ? " · " : null, runDetail(run)));
 }
 

@@ -275,8 +275,8 @@ def test_add_validates_everything_before_writing_and_reads_stdin(
     # No playbook is registered: written, with a warning line.
     assert result.stderr == (
         "warning: first: action.playbook_key: no playbook 'onboarding' is registered: until "
-        "one is, each run's job.start is refused (the run is recorded completed; the refusal "
-        "is on decisions under the job key)\n"
+        "one is, each run's job.start is refused (the run reads refused, with the core's "
+        "reason)\n"
     )
     bad = """\
 - id: second

@@ -115,6 +115,7 @@ class _Record:
     offset: int
     key: bytes | None = None
     value: bytes | None = None
+    timestamp: int = 0
 
 
 class _Consumer:
@@ -156,6 +157,10 @@ class _Consumer:
 
     async def position(self, tp: TopicPartition) -> int:
         return self.read.get(tp, 0)
+
+    def pause(self, *tps: TopicPartition) -> None: ...
+
+    def resume(self, *tps: TopicPartition) -> None: ...
 
 
 def _jobs() -> ReadModel:

@@ -314,8 +314,8 @@ def test_a_start_job_naming_no_registered_playbook_is_accepted_with_a_warning(
         created = ok(client.post("/v1/schedules", json=typo), 201)
         assert created["warnings"] == [
             "action.playbook_key: no playbook 'onbaording' is registered (did you mean "
-            "'onboarding'?): until one is, each run's job.start is refused (the run is "
-            "recorded completed; the refusal is on decisions under the job key)"
+            "'onboarding'?): until one is, each run's job.start is refused (the run reads "
+            "refused, with the core's reason)"
         ]
         assert ok(client.get("/v1/schedules/lead-review"))["warnings"] == []
         fixed = ok(
@@ -529,6 +529,31 @@ def test_a_wake_with_a_worker_starts_a_job_and_comes_back_as_a_run(
         refused = wait_for(skipped, timeout=60, what="the paused wake's run")
         assert refused["status"] == "skipped"
         assert refused["error"] == "paused"
+
+        # A job.start the core refuses (a misspelled playbook): the run reads
+        # refused with the core's reason, here, in the CLI, and as a filter.
+        typo = {**body, "id": "typo", "action": {"type": "start_job", "playbook_key": "onbaording"}}
+        ok(client.post("/v1/schedules", json=typo), 201)
+        woken = ok(client.post("/v1/schedules/typo/wake", json={"request_id": "t1"}), 202)
+
+        def judged() -> dict[str, Any] | None:
+            runs = ok(client.get("/v1/schedules/typo/runs"))["runs"]
+            return next((r for r in runs if r["status"] != "completed"), None)
+
+        run = wait_for(judged, timeout=60, what="the refused run")
+        assert run["run_id"] == woken["run_id"]
+        assert run["status"] == "refused"
+        assert "onbaording" in run["error"], run
+        assert client.get(f"/v1/jobs/{run['job_key']}").status_code == 404
+        assert ok(client.get("/v1/schedules/typo"))["last_run"]["status"] == "refused"
+        page = ok(client.get("/v1/schedules/typo/runs", params={"status": "refused"}))
+        assert [r["run_id"] for r in page["runs"]] == [run["run_id"]]
+        # The applied start of the first schedule is not refused.
+        runs = ok(client.get("/v1/schedules/onboard-daily/runs"))["runs"]
+        assert {r["status"] for r in runs} == {"completed", "skipped"}
+    [line] = lane.cli("schedule", "runs", "typo").stdout.splitlines()
+    assert line.split()[1:3] == ["refused", "wake"], line
+    assert f"job {run['job_key']}  error: {run['error']}" in line
 
 
 def test_the_cli_and_the_api_see_each_others_writes(

@@ -1,9 +1,9 @@
 """The UI's Schedules page in headless Chromium (the fixtures of test_browser.py):
 the nav link, schedules listed with their next runs in the schedule's own time
 zone and in UTC (not the browser's zone), enabled or paused as the API says, and
-per schedule its run history with every status shown — missed, skipped and
-suppressed included — kept up to date without a reload, all under the page's
-Content-Security-Policy."""
+per schedule its run history with every status shown — missed, skipped,
+suppressed and refused (a job that was not started is not linked) included —
+kept up to date without a reload, all under the page's Content-Security-Policy."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 from playwright.sync_api import Browser
 
@@ -112,15 +113,31 @@ def test_the_schedules_page_lists_next_runs_and_each_ones_history(
                 output="HEARTBEAT_OK", suppressed=True),
             run("wk-1", "failed", "2026-12-01T09:45:00.123456Z", triggered_by="wake",
                 error="model_error: the model did not answer", context={"why": "checking"}),
+            run("wk-2", "completed", "2026-12-01T09:50:00Z", triggered_by="wake",
+                started_at="2026-12-01T09:50:00Z", job_key="auto-0426"),
     ]  # fmt: skip
+    # The core refused wk-2's job.start (read from decisions: docs/schedules.md, "Run statuses").
+    refusal = {
+        "type": "decision", "job_key": "auto-0426", "now": "2026-12-01T09:50:00Z",
+        "input": {"type": "job.start", "key": "auto-0426", "playbook_key": "onbaording",
+                  "subject": {}, "contacts": []},
+        "outcome": "refused", "refused": "unknown playbook 'onbaording'",
+    }  # fmt: skip
     # (in a thread of its own: Playwright's sync API holds this thread's event loop)
     with ThreadPoolExecutor(1) as pool:
+        pool.submit(lane.produce, [(b"auto-0426", orjson.dumps(refusal))], "decisions").result()
         pool.submit(lane.produce, produce, "schedule-runs").result()
-    page.wait_for_selector('#schedule-runs tr[data-run="wk-1"]', timeout=30_000)
+    page.wait_for_selector(
+        '#schedule-runs tr[data-run="wk-2"][data-status="refused"]', timeout=30_000
+    )
     statuses = page.eval_on_selector_all(
         "#schedule-runs tbody tr", "rs => rs.map(r => r.dataset.status)"
     )
-    assert statuses == ["failed", "suppressed", "skipped", "completed", "missed"]
+    assert statuses == ["refused", "failed", "suppressed", "skipped", "completed", "missed"]
+    refused = page.locator('#schedule-runs tr[data-run="wk-2"]').inner_text()
+    assert "job auto-0426 (not started)" in refused
+    assert "error: unknown playbook 'onbaording'" in refused
+    assert page.locator('#schedule-runs a[href="/jobs/auto-0426"]').count() == 0
     table = page.locator("#schedule-runs").inner_text()
     assert "3 slots missed, to 2026-12-01T07:00:00Z" in table
     assert "overlap: run sl-2 still running" in table
@@ -142,14 +159,15 @@ def test_the_schedules_page_lists_next_runs_and_each_ones_history(
     assert woken.locator("time").get_attribute("datetime") == "2026-12-01T09:45:00Z"
     legend = page.locator("#schedule-body .legend").inner_text()
     assert "aborted" in legend
+    assert "refused" in legend
 
     # The list now says the last run.
     page.click("#schedule-view a[data-nav]")
-    last = page.locator('tr[data-schedule="heartbeat"] .chip[data-status="failed"]')
+    last = page.locator('tr[data-schedule="heartbeat"] .chip[data-status="refused"]')
     last.wait_for(timeout=30_000)
     cell = page.locator('tr[data-schedule="heartbeat"] td').last.inner_text()
     assert re.search(
-        r"2026-12-01 20:45:00 \S+ \(Australia/Lord_Howe\) · 2026-12-01T09:45:00Z", cell
+        r"2026-12-01 20:50:00 \S+ \(Australia/Lord_Howe\) · 2026-12-01T09:50:00Z", cell
     )
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "ui-schedules.png"), full_page=True)
