@@ -18,7 +18,7 @@ state:
   calls: {type: list}
   results: {type: list}
   verdict: {type: string}
-tools: [get_order, refund_order]
+tools: [get_order]
 start: pick
 nodes:
   - {id: pick, type: llm, prompt: "Pick calls", output: calls}
