@@ -116,3 +116,31 @@ def test_the_id_is_the_content_not_the_order_of_the_arguments() -> None:
 
 def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+SPREAD_TOOLS = """\
+version: "1"
+inputs: [batches]
+outputs: [results]
+state:
+  batches: {type: list}
+  batch: {type: list}
+  results: {type: list, reducer: append, default: []}
+tools: [get_order]
+start: spread
+nodes:
+  - {id: spread, type: fanout, over: batches, to: run, as: batch}
+  - {id: run, type: tools, calls: batch, output: results}
+edges:
+  - {from: run, to: END}
+"""
+
+
+def test_fanout_copies_making_the_same_call_wait_on_one_call() -> None:
+    same = json.loads(calls("A-1"))
+    run = Driver(flow_of(SPREAD_TOOLS), inputs={"batches": [same, same]})
+    assert run.actions == [CallTool(call_id=A1, node="run", tool="get_order", args={"id": "A-1"})]
+    assert run.state.pending == (A1,)
+    assert run(ToolResult(call_id=A1, ok=True, result={"order": "A-1"})) == [
+        Finish(outputs={"results": [found("A-1"), found("A-1")]})
+    ]
