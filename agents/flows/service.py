@@ -508,27 +508,28 @@ class FlowDriver:
         del track.stepped_at[:-KEPT_INPUTS]
 
     async def _journal_nodes(self, conv: Any, track: FlowTrack) -> None:
-        """``started`` (once) and a node record per node completed since the
-        last, then their count checkpointed. A crash before it writes the same
-        records again: their ``at`` comes from the checkpoint (the step's time,
-        strictly increasing in a run; docs/flows.md, "Crash safety")."""
+        """``started`` (once) and a record per node completed since, then counted
+        in a checkpoint; a crash before it writes the same records again (their
+        ``at`` from the checkpoint: docs/flows.md, "Crash safety")."""
         trail = list((track.state or {}).get("trail") or [])
-        last = from_iso(track.journaled_at) if track.journaled_at is not None else None
-        stepped = from_iso(track.stepped_at[-1]) if track.stepped_at else self.clock()
-        owed: list[tuple[Literal["started", "node"], str | None]] = []
-        if not track.journaled_start:
-            owed.append(("started", None))
-        owed.extend(("node", node) for node in trail[track.journaled :])
+        at = track.journaled_at
+        owed: list[tuple[Literal["started", "node"], str | None]] = [("started", None)]
+        owed = owed[int(track.journaled_start) :] + [("node", n) for n in trail[track.journaled :]]
         if not owed:
             return
         for event, node in owed:
-            last = stepped if last is None or stepped > last else last + timedelta(microseconds=1)
-            record = self._flow_record(conv, track, event, node, at=to_iso(last))
+            at = self._after(track, at)
+            record = self._flow_record(conv, track, event, node, at=at)
             await self.publish("journal", conv.job_key, record)
-        track.journaled_start = True
-        track.journaled = len(trail)
-        track.journaled_at = to_iso(last) if last is not None else None
+        track.journaled_start, track.journaled, track.journaled_at = True, len(trail), at
         await self.save(conv)
+
+    def _after(self, track: FlowTrack, last: str | None) -> str:
+        """The ``at`` of the run's next journal.flow record: its last step's
+        time, or just after ``last`` (strictly increasing in the run)."""
+        at = from_iso(track.stepped_at[-1]) if track.stepped_at else self.clock()
+        before = from_iso(last) if last is not None else None
+        return to_iso(at if before is None or at > before else before + timedelta(microseconds=1))
 
     async def _ask(self, conv: Any, track: FlowTrack, action: Ask | AwaitApproval) -> None:
         """Put the question to the person (once per interrupt) and journal it open."""
@@ -679,22 +680,21 @@ class FlowDriver:
         outputs: dict[str, Any] | None = None,
         error: str | None = None,
     ) -> None:
-        """The run's end, checkpointed, then journaled. The milestone does not
+        """The run's end, journaled, then checkpointed: a crash in between ends
+        it again on the resume, with the same record. The milestone does not
         advance on it: only the evidence its tools recorded counts."""
         await self._journal_nodes(conv, track)
         if how == "finished":
             await self._reply(conv, track, outputs or {})
-        track.status = how
+        at = self._after(track, track.journaled_at)
+        record = self._flow_record(conv, track, how, node, outputs=outputs, error=error, at=at)
+        await self.publish("journal", conv.job_key, record)
+        track.status, track.journaled_at = how, at
         track.actions = []
         track.queued = []
         if how != "stopped":
             self._remember(conv, track)
         await self.save(conv)
-        await self.publish(
-            "journal",
-            conv.job_key,
-            self._flow_record(conv, track, how, node, outputs=outputs, error=error),
-        )
 
     async def _reply(self, conv: Any, track: FlowTrack, outputs: Mapping[str, Any]) -> None:
         """The run finished: the output its flow names as the ``reply`` goes to
