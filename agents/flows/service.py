@@ -25,7 +25,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -50,6 +50,7 @@ from compiler import (
     check_flow,
     fields_text,
     flow_input_from_json,
+    from_iso,
     load_flow,
     readable,
     shown_fields,
@@ -132,8 +133,11 @@ class FlowTrack:
     stepped: list[dict[str, Any]] = field(default_factory=list)
     #: The time (ISO) each of ``stepped`` was stepped at: the ``now`` a replay passes.
     stepped_at: list[str] = field(default_factory=list)
-    #: How many nodes of the state's trail are journaled (``journal.flow`` node).
+    #: How many nodes of the state's trail are journaled (``journal.flow`` node),
+    #: whether ``started`` is, and the last one's ``at`` (see ``_journal_nodes``).
     journaled: int = 0
+    journaled_start: bool = False
+    journaled_at: str | None = None
     #: The interrupt whose question was sent and journaled ``open``.
     asked: str | None = None
     #: Interrupts closed (answered, expired, cancelled): a later answer is ignored.
@@ -198,6 +202,8 @@ class FlowTrack:
             "stepped": self.stepped,
             "stepped_at": self.stepped_at,
             "journaled": self.journaled,
+            "journaled_start": self.journaled_start,
+            "journaled_at": self.journaled_at,
             "asked": self.asked,
             "closed": self.closed,
             "status": self.status,
@@ -220,6 +226,9 @@ class FlowTrack:
             stepped=list(data.get("stepped") or []),
             stepped_at=[str(t) for t in data.get("stepped_at") or []],
             journaled=int(data.get("journaled", 0)),
+            # A checkpoint from before the key wrote its start before saving.
+            journaled_start=bool(data.get("journaled_start", True)),
+            journaled_at=data.get("journaled_at"),
             asked=data.get("asked"),
             closed=list(data.get("closed") or []),
             status=data.get("status", "running"),
@@ -405,10 +414,7 @@ class FlowDriver:
                 self._record(track, FlowStart(run_id=track.run_id, inputs=track.inputs), now)
                 track.state = _dump(state)
                 track.actions = [_dump(a) for a in actions]
-                await self.publish(
-                    "journal", conv.job_key, self._flow_record(conv, track, "started")
-                )
-                await self.save(conv)
+                await self.save(conv)  # its started record is journaled with its nodes
         while True:
             async with track.lock:
                 call = await self._advance(conv, track, step)
@@ -502,15 +508,28 @@ class FlowDriver:
         del track.stepped_at[:-KEPT_INPUTS]
 
     async def _journal_nodes(self, conv: Any, track: FlowTrack) -> None:
-        """A ``journal.flow`` node record for each node completed since the last
-        (its count is checkpointed with the next save)."""
+        """``started`` (once) and a record per node completed since, then counted
+        in a checkpoint; a crash before it writes the same records again (their
+        ``at`` from the checkpoint: docs/flows.md, "Crash safety")."""
         trail = list((track.state or {}).get("trail") or [])
-        for node in trail[track.journaled :]:
-            record = self._flow_record(conv, track, "node", node)
+        at = track.journaled_at
+        owed: list[tuple[Literal["started", "node"], str | None]] = [("started", None)]
+        owed = owed[int(track.journaled_start) :] + [("node", n) for n in trail[track.journaled :]]
+        if not owed:
+            return
+        for event, node in owed:
+            at = self._after(track, at)
+            record = self._flow_record(conv, track, event, node, at=at)
             await self.publish("journal", conv.job_key, record)
-        if len(trail) > track.journaled:
-            track.journaled = len(trail)
-            await self.save(conv)
+        track.journaled_start, track.journaled, track.journaled_at = True, len(trail), at
+        await self.save(conv)
+
+    def _after(self, track: FlowTrack, last: str | None) -> str:
+        """The ``at`` of the run's next journal.flow record: its last step's
+        time, or just after ``last`` (strictly increasing in the run)."""
+        at = from_iso(track.stepped_at[-1]) if track.stepped_at else self.clock()
+        before = from_iso(last) if last is not None else None
+        return to_iso(at if before is None or at > before else before + timedelta(microseconds=1))
 
     async def _ask(self, conv: Any, track: FlowTrack, action: Ask | AwaitApproval) -> None:
         """Put the question to the person (once per interrupt) and journal it open."""
@@ -661,22 +680,21 @@ class FlowDriver:
         outputs: dict[str, Any] | None = None,
         error: str | None = None,
     ) -> None:
-        """The run's end, checkpointed, then journaled. The milestone does not
+        """The run's end, journaled, then checkpointed: a crash in between ends
+        it again on the resume, with the same record. The milestone does not
         advance on it: only the evidence its tools recorded counts."""
         await self._journal_nodes(conv, track)
         if how == "finished":
             await self._reply(conv, track, outputs or {})
-        track.status = how
+        at = self._after(track, track.journaled_at)
+        record = self._flow_record(conv, track, how, node, outputs=outputs, error=error, at=at)
+        await self.publish("journal", conv.job_key, record)
+        track.status, track.journaled_at = how, at
         track.actions = []
         track.queued = []
         if how != "stopped":
             self._remember(conv, track)
         await self.save(conv)
-        await self.publish(
-            "journal",
-            conv.job_key,
-            self._flow_record(conv, track, how, node, outputs=outputs, error=error),
-        )
 
     async def _reply(self, conv: Any, track: FlowTrack, outputs: Mapping[str, Any]) -> None:
         """The run finished: the output its flow names as the ``reply`` goes to
@@ -740,13 +758,14 @@ class FlowDriver:
         *,
         outputs: dict[str, Any] | None = None,
         error: str | None = None,
+        at: str | None = None,
     ) -> JournalFlow:
         return JournalFlow(
             job_key=conv.job_key,
             run_id=track.run_id,
             flow=track.flow,
             task_id=track.task_id,
-            at=self._now(),
+            at=at if at is not None else self._now(),
             event=event,
             node=node,
             outputs=outputs,

@@ -63,6 +63,7 @@ from compiler.flows._flowvalues import (
     ToolResult,
     call_id,
     interrupt_id,
+    tool_call_id,
 )
 from compiler.flows._readable import readable_inline
 
@@ -124,6 +125,7 @@ class _Step:
         self.limit_counts = dict(state.limit_counts)
         self.attempts = dict(state.attempts)
         self.pending = list(state.pending)
+        self.tool_results = dict(state.tool_results)
         self.interrupt = state.interrupt
         self.trail = list(state.trail)
         self.status = state.status
@@ -152,6 +154,7 @@ class _Step:
             limit_counts=self.limit_counts,
             attempts=self.attempts,
             pending=tuple(self.pending),
+            tool_results=self.tool_results,
             interrupt=self.interrupt,
             trail=tuple(self.trail),
             status=status,
@@ -227,6 +230,9 @@ class _Step:
     def drop(self, branch: Branch) -> None:
         self.branches = [b for b in self.branches if b is not branch]
         waited = {branch.call_id, *(c["call_id"] for c in branch.calls)}
+        # A tools call another branch waits on too stays pending (its id is the
+        # call's content, so two fan-out copies may wait on one call).
+        waited -= {c["call_id"] for b in self.branches for c in b.calls if not c["done"]}
         self.pending = [p for p in self.pending if p not in waited]
 
     def wait_call(self, branch: Branch, cid: str, waiting: str, action: Action) -> None:
@@ -304,42 +310,51 @@ class _Step:
         return None
 
     def enter_tools(self, node: ToolsNode, branch: Branch) -> None:
+        """Issue the calls of ``calls``, each under the id of its content: a
+        call answered earlier in the run is not issued again (its result is
+        reused), and a call already out is waited on, not issued twice."""
         calls = self.read(node.calls, branch)
         if not isinstance(calls, list):
             kind = value_kind(calls)
             self.fail(branch, f"{node.calls} must be a list of calls, and it is {kind}")
             return
-        base = self.cid(branch)
-        records: list[dict[str, Any]] = []
-        actions: list[Action] = []
-        for index, call in enumerate(calls):
-            cid = f"{base}/{index}"
-            given = call if isinstance(call, dict) else {}
-            name, args = given.get("name"), given.get("args")
-            record: dict[str, Any] = {
-                "call_id": cid,
-                "id": given.get("id"),
-                "name": name,
-                "done": True,
-                "result": None,
-                "error": None,
-            }
-            if not isinstance(name, str) or not isinstance(args, dict | None):
-                record["error"] = "not a call: a call is {name, args, id}"
-            elif name not in self.flow.tools:
-                record["error"] = f"tool {name!r} is not in the flow's tools"
-            else:
-                record["done"] = False
-                actions.append(CallTool(call_id=cid, node=node.id, tool=name, args=args or {}))
-            records.append(record)
-        done = {"call_id": base, "waiting": "tool", "calls": tuple(records)}
-        branch = branch.model_copy(update=done)
-        if not actions:
+        records = [self.tools_call(node, call) for call in calls]
+        update = {"call_id": self.cid(branch), "waiting": "tool", "calls": tuple(records)}
+        branch = branch.model_copy(update=update)
+        if all(r["done"] for r in records):
             self.complete(branch, [_tool_record(r) for r in records])
             return
         self.put(branch)
-        self.pending.extend(a.call_id for a in actions if isinstance(a, CallTool))
-        self.actions.extend(actions)
+
+    def tools_call(self, node: ToolsNode, call: Any) -> dict[str, Any]:
+        """One call of a ``tools`` node as its branch records it (issued when
+        it needs to be)."""
+        given = call if isinstance(call, dict) else {}
+        name, args = given.get("name"), given.get("args")
+        record: dict[str, Any] = {
+            "call_id": None,
+            "id": given.get("id"),
+            "name": name,
+            "done": True,
+            "result": None,
+            "error": None,
+        }
+        if not isinstance(name, str) or not isinstance(args, dict | None):
+            record["error"] = "not a call: a call is {name, args, id}"
+            return record
+        if name not in self.flow.tools:
+            record["error"] = f"tool {name!r} is not in the flow's tools"
+            return record
+        cid = tool_call_id(self.run_id, name, args or {})
+        record["call_id"] = cid
+        if cid in self.tool_results:
+            record["result"] = copy.deepcopy(self.tool_results[cid])
+            return record
+        record["done"] = False
+        if cid not in self.pending:
+            self.pending.append(cid)
+            self.actions.append(CallTool(call_id=cid, node=node.id, tool=name, args=args or {}))
+        return record
 
     def spread(self, node: FanoutNode, branch: Branch) -> None:
         items = self.read(node.over, branch)
@@ -563,7 +578,7 @@ class _Step:
         elif isinstance(given, RouterResult):
             self.router_result(branch, given)
         elif branch.calls:
-            self.tools_result(branch, given)
+            self.tools_result(given)
         elif given.ok:
             self.complete(branch, given.result)
         else:
@@ -608,19 +623,32 @@ class _Step:
             return
         self.complete(branch, value)
 
-    def tools_result(self, branch: Branch, given: ToolResult | HandlerResult) -> None:
-        calls = [
-            {**c, "done": True, "result": given.result if given.ok else None}
-            | {"error": None if given.ok else (given.error or "the tool call failed")}
-            if c["call_id"] == given.call_id
-            else c
-            for c in branch.calls
-        ]
+    def tools_result(self, given: ToolResult | HandlerResult) -> None:
+        """A ``tools`` call answered: every branch waiting on it takes the
+        result (a success is kept for the rest of the run)."""
         self.pending.remove(given.call_id)
-        updated = branch.model_copy(update={"calls": tuple(calls)})
-        self.branches = [updated if b is branch else b for b in self.branches]
-        if all(c["done"] for c in calls):
-            self.complete(updated, [_tool_record(c) for c in calls])
+        if given.ok:
+            self.tool_results[given.call_id] = copy.deepcopy(given.result)
+        answer = {
+            "done": True,
+            "result": given.result if given.ok else None,
+            "error": None if given.ok else (given.error or "the tool call failed"),
+        }
+
+        def answered(call: dict[str, Any]) -> bool:
+            return call["call_id"] == given.call_id and not call["done"]
+
+        waiting = [b for b in self.branches if any(answered(c) for c in b.calls)]
+        for branch in waiting:
+            if self.over:
+                return
+            calls = tuple(
+                {**c, **copy.deepcopy(answer)} if answered(c) else c for c in branch.calls
+            )
+            updated = branch.model_copy(update={"calls": calls})
+            self.branches = [updated if b is branch else b for b in self.branches]
+            if all(c["done"] for c in calls):
+                self.complete(updated, [_tool_record(c) for c in calls])
 
     def router_result(self, branch: Branch, given: RouterResult) -> None:
         edge = self.flow.edges[branch.node]

@@ -10,11 +10,16 @@ Ids (docs/flows.md, "Ids") come from our own data only, never from a model's
 output: a call is ``{run_id}/{node}/{visit}/{attempt}``, with ``/{item}`` after
 it for a fan-out copy (the item's 0-based index); an interrupt is
 ``{run_id}/{node}/{visit}``; a router's call is its edge's ``from`` node's call
-id plus ``/route``; a ``tools`` node's calls are its call id plus ``/{index}``.
+id plus ``/route``. A ``tools`` node's call is ``{run_id}/tools/{tool}/{digest}``
+(``tool_call_id``): what the call does (its tool and canonical arguments), hashed
+under the run's id, never the ``id`` a model gave it; the same call is the same id
+all through the run.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from datetime import datetime
 from typing import Annotated, Any, Literal, TypeAlias
 
@@ -48,6 +53,7 @@ __all__ = [
     "call_id",
     "input_from_json",
     "interrupt_id",
+    "tool_call_id",
 ]
 
 
@@ -62,6 +68,16 @@ def call_id(run_id: str, node: str, visit: int, attempt: int, item: int | None =
     plus ``/{item}`` for a fan-out copy. ``visit`` and ``attempt`` are 1-based."""
     base = f"{run_id}/{node}/{visit}/{attempt}"
     return base if item is None else f"{base}/{item}"
+
+
+def tool_call_id(run_id: str, tool: str, args: dict[str, Any]) -> str:
+    """The id of one call of a ``tools`` node: ``{run_id}/tools/{tool}/{digest}``,
+    the digest a hash of the tool's name and its canonical arguments. The same
+    call anywhere in the run has the same id (and so the same idempotency key),
+    whatever the visit: a loop back does not make it a new call."""
+    canonical = json.dumps(args, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    digest = hashlib.sha256(f"{tool}\n{canonical}".encode()).hexdigest()[:16]
+    return f"{run_id}/tools/{tool}/{digest}"
 
 
 def interrupt_id(run_id: str, node: str, visit: int, item: int | None = None) -> str:
@@ -99,7 +115,7 @@ class Branch(FlowValue):
     #: What the branch waits on when ``call_id`` is set.
     waiting: Literal["model", "tool", "handler", "router"] | None = None
     #: A ``tools`` node: each call it made, in order, as ``{call_id, id, name,
-    #: done, result, error}`` (``call_id`` is ours: ``{call_id}/{index}``).
+    #: done, result, error}`` (``call_id`` is ours: ``tool_call_id``).
     calls: tuple[dict[str, Any], ...] = ()
 
 
@@ -166,6 +182,9 @@ class FlowState(FlowValue):
     limit_counts: dict[str, int] = Field(default_factory=dict)
     #: The attempt each node is on (1-based; a success resets it).
     attempts: dict[str, int] = Field(default_factory=dict)
+    #: The results of the ``tools`` nodes' calls that succeeded, by call id
+    #: (``tool_call_id``): a call answered once in the run is not issued again.
+    tool_results: dict[str, Any] = Field(default_factory=dict)
     #: Call ids issued and not yet answered (a result for any other id is stale).
     pending: tuple[str, ...] = ()
     #: The suspended question or approval, if any.

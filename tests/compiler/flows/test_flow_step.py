@@ -30,7 +30,7 @@ from compiler import (
     ToolResult,
     load_flow,
 )
-from compiler.flows._flowvalues import Action, FlowInput
+from compiler.flows._flowvalues import Action, FlowInput, tool_call_id
 from tests.compiler.flows.test_flow_readiness import SPREAD
 from tests.compiler.flows.test_flow_validation import (
     PINNED,  # the pinned example of issue 17, as written
@@ -354,13 +354,15 @@ def test_tools_runs_each_call_and_one_failing_does_not_stop_the_others() -> None
         ' {"name": "fetch", "args": {"u": "x"}, "id": "c2"},'
         ' {"name": "delete_all", "args": {}, "id": "c3"}]'
     )
+    search = tool_call_id("r", "search", {"q": "a"})
+    fetch = tool_call_id("r", "fetch", {"u": "x"})
     assert run(ModelReply(call_id="r/pick/1/1", text=chosen)) == [
-        CallTool(call_id="r/run/1/1/0", node="run", tool="search", args={"q": "a"}),
-        CallTool(call_id="r/run/1/1/1", node="run", tool="fetch", args={"u": "x"}),
+        CallTool(call_id=search, node="run", tool="search", args={"q": "a"}),
+        CallTool(call_id=fetch, node="run", tool="fetch", args={"u": "x"}),
     ]
-    assert run(ToolResult(call_id="r/run/1/1/1", ok=False, error="404")) == []
-    assert run.state.pending == ("r/run/1/1/0",)
-    assert run(ToolResult(call_id="r/run/1/1/0", ok=True, result=["hit"])) == [
+    assert run(ToolResult(call_id=fetch, ok=False, error="404")) == []
+    assert run.state.pending == (search,)
+    assert run(ToolResult(call_id=search, ok=True, result=["hit"])) == [
         Finish(
             outputs={
                 "results": [
