@@ -59,7 +59,7 @@ from topics.mail import (
     sender_of,
     unverified,
 )
-from topics.replies import ReplyRoute, ReplyTokenError, read_reply_address
+from topics.replies import SHORT_TAGS, ReplyRoute, ReplyTokenError, read_reply_address
 
 from agents.channels.mail_log import MailLog
 
@@ -225,6 +225,11 @@ class MailChannel:
             topics=(self.topics.messages,),
             group=f"{self.settings.topic_prefix}mail",
             offsets="earliest",
+            # As the workers' (stream/runtime/faust_tuning.py): a partition of a
+            # process gone moves within seconds, not aiokafka's tens of seconds.
+            session_timeout_ms=6000,
+            heartbeat_interval_ms=1000,
+            rebalance_timeout_ms=3000,
         )
         await consumer.start()
         try:
@@ -249,7 +254,8 @@ class MailChannel:
     async def check_recipient(self, address: str, mail_from: str | None) -> ReplyRoute | str:
         """The route of a reply or bounce address, or the SMTP refusal (journaled)."""
         token = address.strip().strip("<>").rpartition("@")[0].partition("+")[2].lower()
-        await self.log.route(token)  # a short token not known yet: the log read to its end
+        if token.partition(".")[0] in SHORT_TAGS.values():
+            await self.log.route(token)  # not known yet: the log is read to its end first
         try:
             return read_reply_address(
                 self.mail.reply_secret,
