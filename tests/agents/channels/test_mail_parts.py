@@ -16,6 +16,7 @@ from topics.mail import (
     bounce_address,
     header_message_id,
     inbound_message_id,
+    message_tokens,
     outbound_email,
     received,
     reply_routes,
@@ -28,6 +29,7 @@ from topics.replies import (
     read_reply_address,
     reply_address,
     reply_token,
+    short_token,
 )
 
 NOW = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
@@ -153,3 +155,12 @@ def test_the_envelope_sender_is_a_bounce_address_and_never_a_reply_address() -> 
     relabelled = reply.replace("reply+r2.", "bounce+b2.")
     with pytest.raises(ReplyTokenError, match="unknown"):
         read_reply_address("secret", relabelled, "reply.example.org", at, LOOKUP)
+
+
+def test_only_an_outbound_emails_tokens_are_in_the_lookup_built_from_messages() -> None:
+    assert set(message_tokens(SETTINGS, OUT)) == {
+        short_token("secret", OUT.message_id, "reply"),
+        short_token("secret", OUT.message_id, "bounce"),
+    }
+    for other in ({"direction": "in"}, {"channel": "web"}, {"contact": None}):
+        assert message_tokens(SETTINGS, OUT.model_copy(update=other)) == {}
