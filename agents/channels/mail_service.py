@@ -6,8 +6,8 @@ One process, two directions:
   sends every ``direction: out``, ``channel: email`` message over SMTP
   (``LEMONGRAPH_SMTP_URL``), once per ``message_id``: the group shares a
   compacted sent-log (``mail-log``, :mod:`agents.channels.mail_log`), written
-  ``attempt`` before the send and ``sent`` after, and read to its end before a
-  batch is sent; so a re-delivered record, or a partition another process had,
+  ``attempt`` before the send and ``sent`` after, and read to its end before
+  each send; so a re-delivered record, or a partition another process had,
   sends nothing. Only a process killed between the two entries leaves a message
   ``attempt``-ed: its next owner sends it again, with the same ``Message-ID``
   (the receiving side can recognise it; not sending could lose it). A temporary
@@ -40,7 +40,7 @@ from email import message_from_bytes, policy
 from email.message import EmailMessage
 from typing import Any
 
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiosmtpd.smtp import SMTP, Envelope, Session
 from compiler import to_iso
 from stream.runtime.broker import ensure_all_topics
@@ -120,6 +120,9 @@ class MailChannel:
         if record.direction != "out" or record.channel != "email":
             return "skipped"
         key = f"out:{record.message_id}"
+        # What the group sent until now (this partition may have been another
+        # process's a moment ago) is known before this message is sent.
+        await self.log.catch_up()
         before = self.log.get(key)
         if before is not None and before.state != "attempt":
             self.counts["duplicate"] += 1
@@ -235,19 +238,31 @@ class MailChannel:
         try:
             while not stopping.is_set():
                 batches = await consumer.getmany(timeout_ms=500, max_records=100)
-                if batches:
-                    # What the group sent until now (a partition given to this
-                    # process was another's a moment ago) is known before sending.
-                    await self.log.catch_up()
-                for records in batches.values():
-                    for r in records:
-                        if await self.deliver(r.value) == "stopped":
-                            return  # this batch is not committed: what was sent is logged
+                for tp, records in batches.items():
+                    if await self._deliver_batch(consumer, tp, records) == "stopped":
+                        return  # the rest is not committed: what was sent is logged
                 if batches:
                     await consumer.commit()
         finally:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(consumer.stop(), 5)
+
+    async def _deliver_batch(
+        self, consumer: AIOKafkaConsumer, tp: TopicPartition, records: list[Any]
+    ) -> str:
+        """Send a partition's records in order, committing each email sent at once;
+        ``stopped`` when asked to stop. A partition moved to another process
+        meanwhile (a rebalance) is left at once: its new owner reads it from the
+        last commit, and the sent-log tells it what was sent."""
+        for r in records:
+            if tp not in consumer.assignment():
+                return "moved"
+            outcome = await self.deliver(r.value)
+            if outcome == "stopped":
+                return outcome
+            if outcome in ("sent", "failed"):
+                await consumer.commit({tp: r.offset + 1})
+        return "done"
 
     # -- in -------------------------------------------------------------------------
 
