@@ -21,6 +21,7 @@ TOPIC_NAMES: dict[str, tuple[str, bool]] = {
     "schedules": ("schedule definitions, keyed by schedule id; a tombstone deletes", True),
     "schedule-runs": ("every run of a schedule, and the agents' reports, by schedule id", False),
     "audit": ("operator actions on schedules, keyed by schedule id", False),
+    "mail-log": ("the mail service's sent-log and received mail ids, shared by its group", True),
 }
 
 
@@ -94,6 +95,11 @@ class Topics:
     def audit(self) -> str:
         """Operator actions on schedules."""
         return f"{self.prefix}audit"
+
+    @property
+    def mail_log(self) -> str:
+        """The mail service's compacted sent-log (docs/agents.md, "Email")."""
+        return f"{self.prefix}mail-log"
 
     def all(self) -> dict[str, str]:
         """short name → full name, for every topic."""

@@ -9,25 +9,31 @@ import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from email.message import EmailMessage, Message
 from email.utils import format_datetime, getaddresses
+from typing import Literal
 from urllib.parse import unquote, urlsplit
+
+from pydantic import BaseModel, ConfigDict
 
 from topics._errors import ContractError
 from topics._journal import JournalMail, MessageRecord, inbound_message
 from topics._messages import InboxEvent
-from topics.replies import ReplyRoute, normal_address, reply_address, reply_token
+from topics.replies import ReplyRoute, normal_address, reply_address, short_token
 
 __all__ = [
+    "MailLogEntry",
     "MailSettings",
     "SenderNotContact",
     "SmtpTarget",
     "from_header",
     "header_message_id",
     "inbound_message_id",
+    "message_tokens",
     "outbound_email",
     "received",
+    "reply_routes",
     "reply_text",
     "sender_of",
     "unverified",
@@ -123,21 +129,72 @@ def inbound_message_id(header: str | None, content: bytes) -> str:
     return "mail-" + hashlib.sha256(basis).hexdigest()[:32]
 
 
+def _expiry(written_at: str, settings: MailSettings) -> int:
+    """When the reply addresses of a message written at ``written_at`` expire: then
+    plus the TTL (the same on every send of it, and for every reader)."""
+    written = datetime.fromisoformat(written_at.replace("Z", "+00:00"))
+    if written.tzinfo is None:
+        written = written.replace(tzinfo=UTC)
+    return int(written.timestamp()) + settings.reply_ttl
+
+
+def reply_routes(
+    settings: MailSettings, message_id: str, job_key: str, contact: str, written_at: str
+) -> dict[str, ReplyRoute]:
+    """The short tokens of an outbound email message (its ``message_id``,
+    ``job_key``, ``contact`` and ``at``), each with what it names: its reply token
+    and its bounce token. What a reader of the outbound messages (the mail
+    service's ``mail-log``, or ``messages``) builds its token lookup from."""
+    expires = _expiry(written_at, settings)
+    return {
+        short_token(settings.reply_secret, message_id, kind): ReplyRoute(
+            job_key, contact, expires, kind
+        )
+        for kind in ("reply", "bounce")
+    }
+
+
+def message_tokens(settings: MailSettings, record: MessageRecord) -> dict[str, ReplyRoute]:
+    """The short tokens an outbound email message's mail carries (none for another
+    message): what a reader of ``messages`` adds to its token lookup."""
+    if record.direction != "out" or record.channel != "email" or not record.contact:
+        return {}
+    return reply_routes(settings, record.message_id, record.job_key, record.contact, record.at)
+
+
+class MailLogEntry(BaseModel):
+    """One entry of the mail service's compacted ``mail-log`` (docs/agents.md,
+    "Email"). Key ``out:<message id>``: an outbound message, ``attempt`` (before
+    the SMTP send), then ``sent`` or ``failed``; ``written_at`` is the message's
+    ``at`` (its reply addresses expire from then). Key
+    ``in:<mail id>:<kind>:<job>:<contact>``: a received mail, ``taken``."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    state: Literal["attempt", "sent", "failed", "taken"]
+    job_key: str
+    message_id: str
+    at: str
+    contact: str | None = None
+    written_at: str = ""
+    detail: str = ""
+
+
 def outbound_email(record: MessageRecord, settings: MailSettings, now: datetime) -> EmailMessage:
     """The email a ``direction: out``, ``channel: email`` message becomes: to its
-    contact, ``Reply-To: reply+<token>@REPLY_DOMAIN`` (the token names the job, the
-    contact and when it expires), a ``Message-ID`` derived from the message id."""
+    contact, ``Reply-To: reply+<token>@REPLY_DOMAIN`` (a short token of the
+    message, :func:`reply_routes`), a ``Message-ID`` derived from the message id."""
     if record.contact is None or "@" not in record.contact:
         raise ValueError(
             f"message {record.message_id}: the contact {record.contact!r} is not an address"
         )
-    expires = int(now.timestamp()) + settings.reply_ttl
-    token = reply_token(settings.reply_secret, record.job_key, record.contact, expires)
     mail = EmailMessage()
     mail["From"] = settings.mail_from
     mail["To"] = record.contact
     mail["Subject"] = f"About {record.job_key}"
-    mail["Reply-To"] = reply_address(token, settings.reply_domain)
+    mail["Reply-To"] = reply_address(
+        short_token(settings.reply_secret, record.message_id), settings.reply_domain
+    )
     mail["Message-ID"] = header_message_id(record.message_id, settings.reply_domain)
     mail["Date"] = format_datetime(now)
     mail["X-Lemongraph-Job"] = record.job_key
@@ -145,13 +202,10 @@ def outbound_email(record: MessageRecord, settings: MailSettings, now: datetime)
     return mail
 
 
-def bounce_address(record: MessageRecord, settings: MailSettings, now: datetime) -> str:
+def bounce_address(record: MessageRecord, settings: MailSettings) -> str:
     """The envelope sender (it becomes the ``Return-Path``): bounces come back here,
     under a bounce token (never good as a reply address)."""
-    expires = int(now.timestamp()) + settings.reply_ttl
-    token = reply_token(
-        settings.reply_secret, record.job_key, record.contact or "", expires, "bounce"
-    )
+    token = short_token(settings.reply_secret, record.message_id, "bounce")
     return reply_address(token, settings.reply_domain, "bounce")
 
 

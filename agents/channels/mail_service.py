@@ -4,19 +4,24 @@ One process, two directions:
 
 - **out**: it reads ``messages`` in its own consumer group (``<prefix>mail``) and
   sends every ``direction: out``, ``channel: email`` message over SMTP
-  (``LEMONGRAPH_SMTP_URL``), once per ``message_id``: the ids sent are kept in a
-  RocksDB store, so a re-delivered record sends nothing; a crash between the send
-  and the store sends again with the same ``Message-ID``, which the receiving side
-  recognises. A temporary SMTP failure is retried (the partition waits); a
-  permanent one is journaled and the next message goes on.
+  (``LEMONGRAPH_SMTP_URL``), once per ``message_id``: the group shares a
+  compacted sent-log (``mail-log``, :mod:`agents.channels.mail_log`), written
+  ``attempt`` before the send and ``sent`` after, and read to its end before
+  each send; so a re-delivered record, or a partition another process had,
+  sends nothing. Only a process killed between the two entries leaves a message
+  ``attempt``-ed: its next owner sends it again, with the same ``Message-ID``
+  (the receiving side can recognise it; not sending could lose it). A temporary
+  SMTP failure is retried (the partition waits); a permanent one is journaled
+  and the next message goes on.
 - **in**: an SMTP server (aiosmtpd) on ``LEMONGRAPH_MAIL_INGRESS_PORT`` takes mail
   for ``reply+<token>@REPLY_DOMAIN`` and ``bounce+<token>@REPLY_DOMAIN`` only. The
-  token is verified at ``RCPT``: unsigned, tampered, expired or of the other
-  kind (a bounce token as a reply address, or the reverse) is ``550``,
-  journaled, and nothing is written. A reply from its token's contact becomes a
-  ``messages`` record and a ``message_received`` event; from anyone else it is
-  journaled ``unverified``, writes nothing, and ``DATA`` is answered ``550``. A
-  bounce becomes an ``email_bounced`` event.
+  token is verified at ``RCPT`` (a short token by the sent-log's lookup):
+  unsigned, tampered, unknown, expired or of the other kind (a bounce token as a
+  reply address, or the reverse) is ``550``, journaled, and nothing is written.
+  A reply from its token's contact becomes a ``messages`` record and a
+  ``message_received`` event, once per mail (its ``Message-ID``, kept in the
+  sent-log); from anyone else it is journaled ``unverified``, writes nothing,
+  and ``DATA`` is answered ``550``. A bounce becomes an ``email_bounced`` event.
 """
 
 from __future__ import annotations
@@ -35,14 +40,15 @@ from email import message_from_bytes, policy
 from email.message import EmailMessage
 from typing import Any
 
-import orjson
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiosmtpd.smtp import SMTP, Envelope, Session
 from compiler import to_iso
+from stream.runtime.broker import ensure_all_topics
 from stream.runtime.config import Settings
 from stream.runtime.kafka import bootstrap_of, client_kwargs, compression_type, new_consumer
 from topics import JournalMail, MessageRecord, Topics, encode
 from topics.mail import (
+    MailLogEntry,
     MailSettings,
     SenderNotContact,
     bounce_address,
@@ -53,9 +59,9 @@ from topics.mail import (
     sender_of,
     unverified,
 )
-from topics.replies import ReplyRoute, ReplyTokenError, read_reply_address
+from topics.replies import SHORT_TAGS, ReplyRoute, ReplyTokenError, read_reply_address
 
-from agents.stores import open_store
+from agents.channels.mail_log import MailLog
 
 __all__ = ["MailCatcher", "MailChannel"]
 
@@ -80,14 +86,13 @@ class MailChannel:
         self.say = say
         self.clock = clock or (lambda: datetime.now(UTC))
         self.topics = Topics(settings.topic_prefix)
-        folder = settings.data_dir / "mail"
-        folder.mkdir(parents=True, exist_ok=True)
-        self.sent = open_store(folder / "sent", "mail-ingress")
+        #: The group's sent-log (and the ids of the mail received).
+        self.log = MailLog(settings, mail, self._produce)
         self.producer: AIOKafkaProducer | None = None
         #: Set when the process is asked to stop: a send being retried gives up.
         self.stopping = asyncio.Event()
         self.counts = {"sent": 0, "duplicate": 0, "failed": 0, "received": 0, "refused": 0,
-                       "unverified": 0}  # fmt: skip
+                       "unverified": 0, "again": 0}  # fmt: skip
 
     # -- writing --------------------------------------------------------------------
 
@@ -114,8 +119,12 @@ class MailChannel:
             return "skipped"  # not a message (the agents service dead-letters it)
         if record.direction != "out" or record.channel != "email":
             return "skipped"
-        key = record.message_id.encode()
-        if key in self.sent:
+        key = f"out:{record.message_id}"
+        # What the group sent until now (this partition may have been another
+        # process's a moment ago) is known before this message is sent.
+        await self.log.catch_up()
+        before = self.log.get(key)
+        if before is not None and before.state != "attempt":
             self.counts["duplicate"] += 1
             return "duplicate"
         if self.mail.smtp is None:
@@ -125,12 +134,46 @@ class MailChannel:
             email = outbound_email(record, self.mail, now)
         except ValueError as exc:
             return await self._failed(record, str(exc))
-        envelope_from = bounce_address(record, self.mail, now)
+        # Before the send: its reply addresses are known to the group from here
+        # on, and a process killed during the send leaves this entry behind.
+        await self.log.write(key, self._entry(record, "attempt"))
+        sent = await self._send_retrying(email, bounce_address(record, self.mail), record)
+        if sent != "sent":
+            return sent
+        await self.log.write(key, self._entry(record, "sent"))
+        self.counts["sent"] += 1
+        detail = str(email["Message-ID"])
+        if before is not None:
+            # The one ambiguous case: an earlier attempt was cut off (its process
+            # killed during the send); sent again under the same Message-ID.
+            self.counts["again"] += 1
+            detail += " (again: an earlier attempt of it was interrupted)"
+        await self.journal(
+            JournalMail(
+                job_key=record.job_key, at=self._now(), direction="out", outcome="sent",
+                message_id=record.message_id, address=record.contact, detail=detail,
+            )
+        )  # fmt: skip
+        return "sent"
+
+    def _entry(self, record: MessageRecord, state: str, detail: str = "") -> MailLogEntry:
+        return MailLogEntry.model_validate(
+            {"state": state, "job_key": record.job_key, "message_id": record.message_id,
+             "at": self._now(), "contact": record.contact, "written_at": record.at,
+             "detail": detail}
+        )  # fmt: skip
+
+    async def _send_retrying(
+        self, email: EmailMessage, envelope_from: str, record: MessageRecord
+    ) -> str:
+        """Send, waiting out a server that is down or busy: ``sent``, ``failed``
+        (refused for good, journaled) or ``stopped``."""
+        assert self.mail.smtp is not None
         attempt = 0
         while True:
             try:
                 await asyncio.to_thread(self._send, email, envelope_from, str(record.contact))
-                break
+                return "sent"
             except (smtplib.SMTPRecipientsRefused, smtplib.SMTPDataError) as exc:
                 code = _code(exc)
                 if code is not None and code >= 500:
@@ -147,19 +190,9 @@ class MailChannel:
                 await asyncio.wait_for(self.stopping.wait(), wait)
             if self.stopping.is_set():
                 return "stopped"  # not sent, not committed: the next run sends it
-        self.sent[key] = orjson.dumps({"message_id": email["Message-ID"], "at": to_iso(now)})
-        self.counts["sent"] += 1
-        await self.journal(
-            JournalMail(
-                job_key=record.job_key, at=self._now(), direction="out", outcome="sent",
-                message_id=record.message_id, address=record.contact,
-                detail=str(email["Message-ID"]),
-            )
-        )  # fmt: skip
-        return "sent"
 
     async def _failed(self, record: MessageRecord, why: str) -> str:
-        self.sent[record.message_id.encode()] = orjson.dumps({"failed": why})
+        await self.log.write(f"out:{record.message_id}", self._entry(record, "failed", why[:500]))
         self.counts["failed"] += 1
         await self.journal(
             JournalMail(
@@ -195,28 +228,56 @@ class MailChannel:
             topics=(self.topics.messages,),
             group=f"{self.settings.topic_prefix}mail",
             offsets="earliest",
+            # As the workers' (stream/runtime/faust_tuning.py): a partition of a
+            # process gone moves within seconds, not aiokafka's tens of seconds.
+            session_timeout_ms=6000,
+            heartbeat_interval_ms=1000,
+            rebalance_timeout_ms=3000,
         )
         await consumer.start()
         try:
             while not stopping.is_set():
                 batches = await consumer.getmany(timeout_ms=500, max_records=100)
-                for records in batches.values():
-                    for r in records:
-                        if await self.deliver(r.value) == "stopped":
-                            return  # this batch is not committed: what was sent is in the store
+                for tp, records in batches.items():
+                    if await self._deliver_batch(consumer, tp, records) == "stopped":
+                        return  # the rest is not committed: what was sent is logged
                 if batches:
                     await consumer.commit()
         finally:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(consumer.stop(), 5)
 
+    async def _deliver_batch(
+        self, consumer: AIOKafkaConsumer, tp: TopicPartition, records: list[Any]
+    ) -> str:
+        """Send a partition's records in order, committing each email sent at once;
+        ``stopped`` when asked to stop. A partition moved to another process
+        meanwhile (a rebalance) is left at once: its new owner reads it from the
+        last commit, and the sent-log tells it what was sent."""
+        for r in records:
+            if tp not in consumer.assignment():
+                return "moved"
+            outcome = await self.deliver(r.value)
+            if outcome == "stopped":
+                return outcome
+            if outcome in ("sent", "failed"):
+                await consumer.commit({tp: r.offset + 1})
+        return "done"
+
     # -- in -------------------------------------------------------------------------
 
     async def check_recipient(self, address: str, mail_from: str | None) -> ReplyRoute | str:
         """The route of a reply or bounce address, or the SMTP refusal (journaled)."""
+        token = address.strip().strip("<>").rpartition("@")[0].partition("+")[2].lower()
+        if token.partition(".")[0] in SHORT_TAGS.values():
+            await self.log.route(token)  # not known yet: the log is read to its end first
         try:
             return read_reply_address(
-                self.mail.reply_secret, address, self.mail.reply_domain, int(time.time())
+                self.mail.reply_secret,
+                address,
+                self.mail.reply_domain,
+                int(time.time()),
+                self.log.tokens.get,
             )
         except ReplyTokenError as exc:
             self.counts["refused"] += 1
@@ -242,9 +303,20 @@ class MailChannel:
             self.counts["unverified"] += 1
             await self.journal(unverified(route, refusal, message_id, self._now(), "smtp"))
             return False
+        key = f"in:{message_id}:{route.kind}:{route.job_key}:{route.contact}"
+        if self.log.get(key) is None:
+            await self.log.catch_up()  # taken by another process of the group?
+        if self.log.get(key) is not None:
+            self.counts["duplicate"] += 1
+            return True  # delivered again: written once already
         if record is not None:
             await self._produce(self.topics.messages, route.job_key, encode(record))
         await self._produce(self.topics.inbox, route.job_key, encode(event.compact()))
+        # After the writes: a process killed between them and this entry writes
+        # the mail again when it is delivered again (under the same message id).
+        entry = {"state": "taken", "job_key": route.job_key, "message_id": message_id,
+                 "at": self._now(), "contact": route.contact}  # fmt: skip
+        await self.log.write(key, MailLogEntry.model_validate(entry))
         self.counts["received"] += 1
         await self.journal(
             JournalMail(
@@ -278,6 +350,8 @@ class MailChannel:
             compression_type=compression_type(self.settings.kafka_compression),
         )
         await self.producer.start()
+        await ensure_all_topics(self.settings)  # the mail-log among them
+        await self.log.start()
         server = await self.serve(host, self.mail.ingress_port)
         bound = server.sockets[0].getsockname()[1] if server.sockets else self.mail.ingress_port
         out = self.mail.smtp.shown() if self.mail.smtp else "nowhere (no LEMONGRAPH_SMTP_URL)"
@@ -298,7 +372,7 @@ class MailChannel:
                 await asyncio.wait_for(server.wait_closed(), 5)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.producer.stop(), 5)
-            self.sent.close()
+            await self.log.stop()
 
 
 class _Handler:

@@ -30,7 +30,7 @@ from fastapi import FastAPI
 
 from agents.dev.standin import StandinScript, build_standin
 from stream.runtime.broker import free_port
-from tests.agents.channels.test_mail import DOMAIN, SECRET, Sink, send
+from tests.agents.channels.test_mail import DOMAIN, SECRET, Sink, send, tokens_sent
 from tests.agents.flows.test_flow_service import CATALOG, shop
 from tests.agents.test_approvers import FLOW
 from tests.lanes import Lane, wait_for
@@ -117,7 +117,8 @@ class Stack:
         )
         assert rcpts == [ADA]
         address = str(mail["Reply-To"])
-        route = read_reply_address(SECRET, address, DOMAIN, int(time.time()))
+        now = int(time.time())
+        route = read_reply_address(SECRET, address, DOMAIN, now, tokens_sent(self.lane))
         assert (route.job_key, route.contact, route.kind) == (job, ADA, "reply")
         return address
 

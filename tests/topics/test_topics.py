@@ -374,6 +374,7 @@ SHORT = [
     "schedules",
     "schedule-runs",
     "audit",
+    "mail-log",
 ]
 
 
@@ -399,6 +400,7 @@ def test_only_the_latest_state_topics_are_compacted() -> None:
         "playbooks",
         "conversations",
         "schedules",
+        "mail-log",
     }
     assert all(what for what, _compacted in TOPIC_NAMES.values())
 

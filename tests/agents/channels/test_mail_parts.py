@@ -3,6 +3,7 @@ outbound message becomes, the person's words of a reply."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -15,12 +16,21 @@ from topics.mail import (
     bounce_address,
     header_message_id,
     inbound_message_id,
+    message_tokens,
     outbound_email,
     received,
+    reply_routes,
     reply_text,
     sender_of,
 )
-from topics.replies import ReplyRoute, ReplyTokenError, read_reply_address
+from topics.replies import (
+    ReplyRoute,
+    ReplyTokenError,
+    read_reply_address,
+    reply_address,
+    reply_token,
+    short_token,
+)
 
 NOW = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
 SETTINGS = MailSettings(
@@ -31,8 +41,11 @@ SETTINGS = MailSettings(
 )
 OUT = MessageRecord(
     job_key="job-1", message_id="job-1#1.1", direction="out", channel="email",
-    agent="conversation", contact="ada@example.com", text="When suits you?", at="x",
+    agent="conversation", contact="ada@example.com", text="When suits you?",
+    at="2026-12-01T10:00:00Z",
 )  # fmt: skip
+#: The token lookup a reader of the outbound messages builds, of OUT alone.
+LOOKUP = reply_routes(SETTINGS, OUT.message_id, OUT.job_key, "ada@example.com", OUT.at).get
 
 
 def test_the_smtp_url_is_read_or_refused_naming_what_is_wrong() -> None:
@@ -54,15 +67,36 @@ def test_the_smtp_url_is_read_or_refused_naming_what_is_wrong() -> None:
     )  # fmt: skip
 
 
-def test_an_outbound_message_becomes_a_signed_email() -> None:
+def test_an_outbound_message_becomes_an_email_with_a_short_reply_address() -> None:
     record = OUT
     mail = outbound_email(record, SETTINGS, NOW)
     assert (mail["From"], mail["To"]) == ("agent@example.org", "ada@example.com")
     assert mail["Message-ID"] == header_message_id("job-1#1.1", "reply.example.org")
-    assert mail["Message-ID"] == outbound_email(record, SETTINGS, NOW)["Message-ID"]  # stable
-    route = read_reply_address("secret", mail["Reply-To"], "reply.example.org", 1_796_000_000)
-    assert (route.job_key, route.contact) == ("job-1", "ada@example.com")
+    again = outbound_email(record, SETTINGS, NOW)
+    assert (mail["Message-ID"], mail["Reply-To"]) == (again["Message-ID"], again["Reply-To"])
+    local, _, _ = str(mail["Reply-To"]).rpartition("@")
+    assert local.startswith("reply+r2.")
+    assert len(local) <= 64  # RFC 5321's limit
+    long_job = record.model_copy(update={"job_key": "j" * 200, "message_id": "j" * 200 + "#9.1"})
+    assert len(str(outbound_email(long_job, SETTINGS, NOW)["Reply-To"]).rpartition("@")[0]) == 29
+    at = 1_796_000_000
+    route = read_reply_address("secret", mail["Reply-To"], "reply.example.org", at, LOOKUP)
+    assert (route.job_key, route.contact, route.kind) == ("job-1", "ada@example.com", "reply")
     assert route.expires_at == int(NOW.timestamp()) + SETTINGS.reply_ttl
+    # It names nothing by itself: not in the lookup (or no lookup), or past its expiry, refused.
+    forged = reply_address("r2." + "a" * 20, "reply.example.org")
+    for address, lookup in ((mail["Reply-To"], None), (forged, LOOKUP)):
+        with pytest.raises(ReplyTokenError, match="unknown"):
+            read_reply_address("secret", address, "reply.example.org", at, lookup)
+    with pytest.raises(ReplyTokenError, match="expired"):
+        read_reply_address("secret", mail["Reply-To"], "reply.example.org",
+                           route.expires_at + 1, LOOKUP)  # fmt: skip
+    # Another secret makes other tokens: the lookup of one deployment is no other's.
+    other = replace(SETTINGS, reply_secret="another")
+    assert outbound_email(record, other, NOW)["Reply-To"] != mail["Reply-To"]
+    # The long tokens of mail sent before are still read, with no lookup.
+    old = reply_address(reply_token("secret", "job-1", "ada@example.com", at + 60), "x.org")
+    assert read_reply_address("secret", old, "x.org", at).job_key == "job-1"
     assert mail.get_content().strip() == "When suits you?"
     with pytest.raises(ValueError, match="not an address"):
         outbound_email(record.model_copy(update={"contact": "Ada"}), SETTINGS, NOW)
@@ -108,11 +142,25 @@ def test_a_reply_is_the_contacts_only_from_the_contacts_address() -> None:
 
 def test_the_envelope_sender_is_a_bounce_address_and_never_a_reply_address() -> None:
     record = OUT
-    bounce = bounce_address(record, SETTINGS, NOW)
-    assert bounce.startswith("bounce+b1.")
-    route = read_reply_address("secret", bounce, "reply.example.org", 1_796_000_000)
+    bounce = bounce_address(record, SETTINGS)
+    assert bounce.startswith("bounce+b2.")
+    at = 1_796_000_000
+    route = read_reply_address("secret", bounce, "reply.example.org", at, LOOKUP)
     assert (route.kind, route.contact) == ("bounce", "ada@example.com")
-    with pytest.raises(ReplyTokenError, match="wrong_kind"):
-        read_reply_address(
-            "secret", bounce.replace("bounce+", "reply+"), "reply.example.org", 1_796_000_000
-        )
+    reply = str(outbound_email(record, SETTINGS, NOW)["Reply-To"])
+    for crossed in (bounce.replace("bounce+", "reply+"), reply.replace("reply+", "bounce+")):
+        with pytest.raises(ReplyTokenError, match="wrong_kind"):
+            read_reply_address("secret", crossed, "reply.example.org", at, LOOKUP)
+    # relabelled (the tag changed, the rest kept): in no lookup
+    relabelled = reply.replace("reply+r2.", "bounce+b2.")
+    with pytest.raises(ReplyTokenError, match="unknown"):
+        read_reply_address("secret", relabelled, "reply.example.org", at, LOOKUP)
+
+
+def test_only_an_outbound_emails_tokens_are_in_the_lookup_built_from_messages() -> None:
+    assert set(message_tokens(SETTINGS, OUT)) == {
+        short_token("secret", OUT.message_id, "reply"),
+        short_token("secret", OUT.message_id, "bounce"),
+    }
+    for other in ({"direction": "in"}, {"channel": "web"}, {"contact": None}):
+        assert message_tokens(SETTINGS, OUT.model_copy(update=other)) == {}

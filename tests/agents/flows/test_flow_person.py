@@ -190,7 +190,6 @@ def mail(tmp_path: Path) -> Iterator[tuple[MailChannel, Sink]]:
         yield channel, sink
     finally:
         controller.stop()
-        channel.sent.close()
 
 
 def _body(mail: EmailMessage) -> str:

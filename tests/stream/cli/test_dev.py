@@ -155,7 +155,7 @@ def test_the_dev_loop_of_the_readme_closes_offline(tmp_path: Path) -> None:
                 lambda: client.get("/v1/dev/mail").json()["mails"], "the agent's email caught"
             )
             assert caught[0]["to"] == ["ada@example.com"]
-            assert caught[0]["reply_to"].startswith("reply+v1.")
+            assert caught[0]["reply_to"].startswith("reply+r2.")
             assert caught[0]["job_key"] == "job-1"
             answer("Please book a call tomorrow at 10:00")
             until(lambda: agent_said("schedule_meeting confirmed it"), "the booking")

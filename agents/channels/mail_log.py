@@ -1,0 +1,121 @@
+"""The mail service's sent-log: the compacted ``mail-log`` topic, shared by every
+``mail-ingress`` of a group (docs/agents.md, "Email").
+
+Each process reads the whole topic (every partition, in no consumer group) into
+memory, and writes to it:
+
+- ``out:<message id>``: an outbound message, ``attempt`` (written before the
+  SMTP send), then ``sent`` or ``failed``. A process that takes a partition over
+  reads the log to its end before it sends: what another process sent, it does
+  not send again. The short reply and bounce tokens of the messages here are the
+  lookup a reply address is resolved by (:func:`topics.mail.reply_routes`).
+- ``in:<mail id>:<kind>:<job>:<contact>``: a received mail taken for one of its
+  reply (or bounce) addresses: the same mail delivered again writes nothing.
+
+Compaction keeps the latest entry of each key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from stream.runtime.config import Settings
+from stream.runtime.kafka import bootstrap_of, new_consumer
+from topics import Topics
+from topics.mail import MailLogEntry, MailSettings, reply_routes
+from topics.replies import ReplyRoute
+
+__all__ = ["MailLog"]
+
+#: Writes one record: topic, key, value.
+Produce = Callable[[str, str, bytes], Awaitable[None]]
+
+
+class MailLog:
+    """The ``mail-log`` topic as this process has read it, and its writer."""
+
+    def __init__(self, settings: Settings, mail: MailSettings, produce: Produce) -> None:
+        self.settings = settings
+        self.mail = mail
+        self.produce = produce
+        self.topic = Topics(settings.topic_prefix).mail_log
+        self.entries: dict[str, MailLogEntry] = {}
+        #: short token → what it names, from the ``out:`` entries.
+        self.tokens: dict[str, ReplyRoute] = {}
+        self.consumer: AIOKafkaConsumer | None = None
+        self.partitions: list[TopicPartition] = []
+        self.reading = asyncio.Lock()
+
+    async def start(self) -> None:
+        """Read the whole log (the topic exists: ``ensure_all_topics``)."""
+        consumer = new_consumer(
+            bootstrap_of(self.settings.kafka_url or ""), self.settings.kafka_security
+        )
+        await consumer.start()
+        self.consumer = consumer
+        await consumer.topics()  # the metadata: the topic's partitions
+        count = consumer.partitions_for_topic(self.topic) or set()
+        self.partitions = [TopicPartition(self.topic, p) for p in sorted(count)]
+        consumer.assign(self.partitions)
+        await consumer.seek_to_beginning(*self.partitions)
+        await self.catch_up()
+
+    async def catch_up(self) -> None:
+        """Read the log up to its end as it is now: whatever another process
+        wrote before this call (before it gave a partition up) is known after."""
+        consumer = self.consumer
+        if consumer is None or not self.partitions:
+            return  # not started (a sender under test): what this process wrote
+        async with self.reading:
+            ends = await consumer.end_offsets(self.partitions)
+            while True:
+                behind = [tp for tp in self.partitions if await consumer.position(tp) < ends[tp]]
+                if not behind:
+                    return
+                batches = await consumer.getmany(*behind, timeout_ms=500)
+                for records in batches.values():
+                    for r in records:
+                        self._apply(r.key.decode() if r.key else "", r.value)
+
+    def _apply(self, key: str, value: bytes | None) -> None:
+        if value is None:  # a tombstone
+            self.entries.pop(key, None)
+            return
+        try:
+            entry = MailLogEntry.model_validate_json(value)
+        except ValueError:
+            return  # not ours to read (written by a newer version)
+        self.entries[key] = entry
+        if key.startswith("out:") and entry.contact:
+            self.tokens.update(
+                reply_routes(
+                    self.mail, entry.message_id, entry.job_key, entry.contact, entry.written_at
+                )
+            )
+
+    def get(self, key: str) -> MailLogEntry | None:
+        """The latest entry of ``key`` this process has read or written."""
+        return self.entries.get(key)
+
+    async def write(self, key: str, entry: MailLogEntry) -> None:
+        """Write an entry (acknowledged by the broker) and know it here."""
+        value = entry.model_dump_json().encode()
+        await self.produce(self.topic, key, value)
+        self._apply(key, value)
+
+    async def route(self, token: str) -> ReplyRoute | None:
+        """What a short token names; the log is read to its end first when it is
+        not known yet (its mail may have been sent by another process a moment ago)."""
+        if token not in self.tokens:
+            await self.catch_up()
+        return self.tokens.get(token)
+
+    async def stop(self) -> None:
+        """Stop reading (a broker that is gone does not hold this up)."""
+        if self.consumer is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.consumer.stop(), 5)
+            self.consumer = None
