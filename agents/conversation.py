@@ -180,11 +180,11 @@ class Conversation:
         self.last_channel = record.channel
         self.add_turn(Turn("person", record.text, record.contact))
         self.inputs += 1
-        if not self.tasks and self.closed and not self.waiting() and not self._flows_open():
+        if not self.tasks and self.closed and not self.waiting() and not self.flows_open():
             self.closing = True  # the job's work is over: still, an answer
         return bool(self.tasks) or self.closing
 
-    def _flows_open(self) -> bool:
+    def flows_open(self) -> bool:
         """A flow's task is still open (its run may ask the person)."""
         closed = {t.rpartition("/")[2] for t in self.closed}
         return any(m not in closed for m in self.flows)

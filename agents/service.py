@@ -572,11 +572,11 @@ class AgentService:
                     continue
                 if conv.closing:
                     await self.settled(conv.partition)  # a task the decision opens comes first
-                    if not conv.tasks:
+                    if not conv.tasks and not conv.flows_open():
                         self.count_run((await self.runner().close(conv, outbox)).reason)
                         await self.save(conv)
                         continue
-                    conv.closing = False  # the new frontier's turn answers instead
+                    conv.closing = False  # the new frontier's turn (or its flow) answers instead
                 if not (conv.due and conv.open_tasks()):
                     break
                 end = await self.runner().run(conv, outbox)
