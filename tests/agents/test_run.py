@@ -535,8 +535,21 @@ def test_a_closing_turn_cut_short_replays_its_reply(lane: Any) -> None:
 
 
 async def closing(run: Any, conv: Conversation) -> RunEnd:
+    return await drive(run, conv, closing=True)
+
+
+async def drive(
+    run: Any,
+    conv: Conversation,
+    closing: bool = False,
+    on_publish: Callable[[BaseModel], None] = lambda record: None,
+) -> RunEnd:
+    """A run (the closing turn's with ``closing``) on ``run``'s stand-in and
+    tools; ``on_publish`` sees each record as it is published."""
+
     async def publish(topic: str, key: str, record: BaseModel) -> None:
         run.published.append((topic, key, record))
+        on_publish(record)
 
     async def save(c: Conversation) -> None:
         run.saves.append(copy.deepcopy(c.to_json()))
@@ -544,7 +557,27 @@ async def closing(run: Any, conv: Conversation) -> RunEnd:
     model = Model(ModelSettings(api_key="sk-test", base_url=f"{run.model_url}/v1"))
     async with httpx.AsyncClient() as client:
         executor = Executor(CATALOG, client, {"TOOLS": run.tools_url})
+        runner = Runner(CATALOG, model, executor)
+        outbox = Outbox(publish, save)
         try:
-            return await Runner(CATALOG, model, executor).close(conv, Outbox(publish, save))
+            return await (runner.close(conv, outbox) if closing else runner.run(conv, outbox))
         finally:
             await model.close()
+
+
+def test_a_task_that_opens_during_a_run_is_folded_into_its_next_turn(lane: Any) -> None:
+    run = lane(BOOK)
+    conv = booking_job()
+    frontier = ["bookCall", "selfServe"]
+
+    def decided(record: BaseModel) -> None:
+        # the booking's fact is decided while the run goes on: selfServe opens
+        if isinstance(record, InboxEvent) and record.source == "tool":
+            conv.apply(opened("selfServe", ["email"], frontier))
+
+    end = asyncio.run(drive(run, conv, on_publish=decided))
+    assert end.reason == "done"
+    [_, after] = run.of(JournalModelCall)
+    assert "Also open (the person may prefer one of these):" in after.request
+    assert "- selfServe: Do selfServe." in after.request
+    assert not conv.due  # the run's last turn saw selfServe: no second run owed
