@@ -48,6 +48,9 @@ def agents(loglevel: str) -> None:
     concurrency = env.get("LEMONGRAPH_AGENT_CONCURRENCY", "8").strip() or "8"
     if not concurrency.isdigit() or int(concurrency) < 1:
         raise ConfigError(f"LEMONGRAPH_AGENT_CONCURRENCY={concurrency!r} must be 1 or more")
+    live = env.get("LEMONGRAPH_AGENT_LIVE", "1000").strip() or "1000"
+    if not live.isdigit() or int(live) < 1:
+        raise ConfigError(f"LEMONGRAPH_AGENT_LIVE={live!r} must be 1 or more")
     catalog = load_catalog_file(settings.catalog_file)
     names = run(ensure_all_topics(settings))
     cluster = run(cluster_id(bootstrap_of(settings.kafka_url or ""), settings.kafka_security))
@@ -58,6 +61,7 @@ def agents(loglevel: str) -> None:
         catalog,
         model,
         concurrency=int(concurrency),
+        live=int(live),
         tool_env=env,
         tansu=is_tansu(cluster),
         say=say,

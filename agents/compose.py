@@ -28,10 +28,17 @@ __all__ = [
     "ToolOffer",
     "Turn",
     "compose",
+    "compose_closing",
 ]
 
 #: How an earlier tool result opens when the history shows it.
 TOOL_TURN = "(tool result from "
+
+#: What every agent is told of evidence.
+EVIDENCE = (
+    "Only a tool result confirms that something happened; say nothing happened "
+    "that no tool result in this conversation confirms."
+)
 
 #: A delegate is offered as a tool that takes one plain-language request.
 DELEGATE_PARAMETERS: Mapping[str, Any] = {
@@ -121,19 +128,61 @@ def compose(
         tool_names, delegates = spec.tools, spec.delegates
         if request is not None:
             lines.append(f"You were asked: {request.strip()}")
-    lines.append(
-        "Only a tool result confirms that something happened; say nothing happened "
-        "that no tool result in this conversation confirms."
-    )
-    earlier = len(turns) - history if history >= 0 else 0
-    kept = list(turns[earlier:]) if earlier > 0 else list(turns)
-    if earlier > 0:
-        lines.append(f"({earlier} earlier turns of this conversation are not shown.)")
+    lines.append(EVIDENCE)
+    kept = _kept(turns, history, lines)
     return ModelRequest(
         agent,
         "\n".join(line for line in lines if line),
         tuple(_message(t) for t in kept),
         _offers(catalog, tool_names, delegates, withheld),
+    )
+
+
+def _kept(turns: Sequence[Turn], history: int, lines: list[str]) -> list[Turn]:
+    """The last ``history`` turns; a line in ``lines`` counts the earlier ones."""
+    earlier = len(turns) - history if history >= 0 else 0
+    if earlier > 0:
+        lines.append(f"({earlier} earlier turns of this conversation are not shown.)")
+        return list(turns[earlier:])
+    return list(turns)
+
+
+def compose_closing(
+    catalog: Catalog,
+    *,
+    playbook_instructions: str,
+    closed: Mapping[str, str],
+    subject: Mapping[str, Any],
+    contacts: Sequence[Any],
+    turns: Sequence[Turn],
+    history: int = 20,
+) -> ModelRequest:
+    """The closing turn's request (docs/agents.md, "The closing turn"): no task
+    is open any more and the person's latest turn is unanswered, so the
+    conversation agent tells them, once, what was done. ``closed`` is how each
+    of the job's closed milestones ended; the tool results in the history are
+    the evidence. No tool is offered: the job's work is over."""
+    spec = catalog.agents[CONVERSATION]
+    lines = [f"Agent: {CONVERSATION}", spec.instructions.strip()]
+    lines.extend(catalog.skills[s].strip() for s in spec.skills if s in catalog.skills)
+    if playbook_instructions:
+        lines.append(f"Playbook: {playbook_instructions.strip()}")
+    lines.append(
+        "Closing: no task of this job is open any more. Answer the person's latest "
+        "message and tell them, in one message, what was done; ask for nothing and "
+        "promise nothing more."
+    )
+    done = [m for m, outcome in closed.items() if outcome == "done"]
+    lines.append(f"Done: {', '.join(done) if done else 'nothing'}")
+    others = [f"{m} ({outcome})" for m, outcome in closed.items() if outcome != "done"]
+    if others:
+        lines.append(f"Not done: {', '.join(others)}")
+    lines.append(f"Subject: {_json(subject)}")
+    lines.append(f"Contacts: {_json(list(contacts))}")
+    lines.append(EVIDENCE)
+    kept = _kept(turns, history, lines)
+    return ModelRequest(
+        CONVERSATION, "\n".join(line for line in lines if line), tuple(_message(t) for t in kept)
     )
 
 

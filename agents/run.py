@@ -1,9 +1,7 @@
 """A job's conversation and one run of its agent (docs/agents.md, "Runs").
 
-:class:`Conversation` is what the agents service keeps per job: the open
-tasks in frontier order, the subject and contacts, the turns so far, and the
-bookkeeping that makes tool calls take effect once (completed calls per
-identity, calls requested but not finished). :class:`Runner` runs the
+:class:`Conversation` (agents/conversation.py) is what the agents service
+keeps per job. :class:`Runner` runs the
 conversation agent on it: compose, call the model, run the tools it asks for
 through the trusted executor, publish facts, messages and journal records,
 until the model stops talking or a bound is hit.
@@ -22,235 +20,26 @@ import orjson
 from compiler import to_iso
 from topics import (
     InboxEvent,
+    JournalMail,
     JournalModelCall,
     JournalRun,
     JournalToolCall,
     MessageRecord,
-    TaskClosedRecord,
-    TaskOpenedRecord,
     Tokens,
 )
 
 from agents.catalog import CONVERSATION, Bounds, Catalog
-from agents.compose import ModelRequest, OpenTask, Turn, compose
+from agents.compose import ModelRequest, OpenTask, Turn, compose, compose_closing
 from agents.contacts import addressee
+from agents.conversation import Conversation, excerpt
 from agents.executor import Executor, derived_key
-from agents.flows.service import FlowTrack
 from agents.model import Completion, Exchange, Model, ModelError, ToolCall, Usage
 from agents.publish import Publish, Send
 
 __all__ = ["Conversation", "Outbox", "Publish", "RunEnd", "Runner", "Send", "excerpt"]
 
-#: Turns a conversation keeps (the model is sent the last ``history`` of them).
-KEPT_TURNS = 200
-#: How much of a long text the journal and the agent events keep.
-EXCERPT = 500
-
-
-def excerpt(text: str, limit: int = EXCERPT) -> str:
-    """The opening of ``text``, marked when cut."""
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-@dataclass
-class Conversation:
-    """One job's conversation state (kept in the agents' table, as JSON)."""
-
-    job_key: str
-    playbook_key: str = ""
-    playbook_instructions: str = ""
-    subject: dict[str, Any] = field(default_factory=dict)
-    contacts: list[Any] = field(default_factory=list)
-    #: Open tasks by milestone; ``frontier`` orders them (next best first).
-    tasks: dict[str, OpenTask] = field(default_factory=dict)
-    frontier: list[str] = field(default_factory=list)
-    #: Tasks closed (at most one per milestone of the playbook).
-    closed: list[str] = field(default_factory=list)
-    turns: list[Turn] = field(default_factory=list)
-    #: Completed tool calls per identity (task, tool, canonical arguments): the
-    #: next such call is occurrence count + 1.
-    done_calls: dict[str, int] = field(default_factory=dict)
-    #: Derived keys of non-idempotent calls requested and not finished.
-    pending: dict[str, str] = field(default_factory=dict)
-    runs: int = 0
-    #: The run in progress (its id) and its steps so far, in order: each model
-    #: reply and each tool result, checkpointed as it completes. A run cut short
-    #: resumes under the same id and replays these instead of paying again.
-    active: str | None = None
-    tape: list[dict[str, Any]] = field(default_factory=list)
-    #: The partition of ``tasks`` (and of the changelog) the job's records are on.
-    partition: int | None = None
-    #: Inputs that owe a run (tasks opened, messages from people) so far, and how
-    #: many of them the last finished run had seen: a run is owed while
-    #: ``inputs > ran`` (an input that arrives during a run owes another).
-    inputs: int = 0
-    ran: int = 0
-    #: Ids of the people's messages taken (the newest), so a re-delivery is not a
-    #: second message.
-    received: list[str] = field(default_factory=list)
-    #: The channel the person last wrote on (the agent answers there).
-    last_channel: str | None = None
-    #: Flow runs by milestone (a milestone whose playbook names a flow is run by
-    #: it, not by the conversation agent: agents/flows/service.py), and how many
-    #: were opened (run ids count them).
-    flows: dict[str, FlowTrack] = field(default_factory=dict)
-    flow_runs: int = 0
-    #: By flow name, the values of its ``remembers`` channels when its last run
-    #: finished or failed: the next run of that flow for this job starts with them.
-    remembered: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    @property
-    def due(self) -> bool:
-        """A run is owed: a task opened that no finished run had seen, and a
-        task is still open."""
-        return self.inputs > self.ran and bool(self.tasks)
-
-    @property
-    def flow_due(self) -> bool:
-        """A flow run has work waiting (its start, an action, an answer or tick)."""
-        return any(t.owed for t in self.flows.values())
-
-    def owed_flow(self) -> FlowTrack | None:
-        """The first flow run with work waiting."""
-        return next((t for t in self.flows.values() if t.owed), None)
-
-    def open_flow(self, record: TaskOpenedRecord, flow: str, inputs: dict[str, Any]) -> bool:
-        """Take a task.opened whose milestone names ``flow``: a flow run, owed
-        now; False for a re-delivery. The job's details are taken as
-        :meth:`apply` takes them; the task is not the conversation agent's."""
-        if record.milestone in self.flows or record.task_id in self.closed:
-            return False
-        self._take_job(record)
-        self.flow_runs += 1
-        run_id = f"{record.task_id}#{self.flow_runs}"
-        self.flows[record.milestone] = FlowTrack(
-            record.milestone, record.task_id, flow, run_id, inputs=inputs
-        )
-        return True
-
-    def waiting_flow(self, interrupt_id: str | None = None) -> FlowTrack | None:
-        """The flow run whose open interrupt is ``interrupt_id`` (any open one
-        when None): what a person's answer goes to."""
-        for track in self.flows.values():
-            found = track.open_interrupt()
-            if found is not None and (interrupt_id is None or found == interrupt_id):
-                return track
-        return None
-
-    def apply(self, record: TaskOpenedRecord | TaskClosedRecord) -> bool:
-        """Take a task record; True when it owes a run (a task newly opened)."""
-        if isinstance(record, TaskOpenedRecord):
-            if record.milestone in self.tasks or record.task_id in self.closed:
-                # Re-delivered (a milestone opens once per job): the run it owed
-                # is owed already or done, and its frontier is an old one.
-                return False
-            self._take_job(record)
-            self.tasks[record.milestone] = OpenTask(
-                record.task_id,
-                record.milestone,
-                record.instructions,
-                record.deadline,
-                tuple(record.integrations),
-            )
-            self.inputs += 1
-            return True
-        if record.task_id not in self.closed:
-            self.closed.append(record.task_id)
-        self.tasks.pop(record.milestone, None)
-        self.frontier = [m for m in self.frontier if m != record.milestone]
-        return False
-
-    def _take_job(self, record: TaskOpenedRecord) -> None:
-        """What a task.opened says of the job: its playbook, subject, contacts, frontier."""
-        self.playbook_key = record.playbook_key
-        self.playbook_instructions = record.playbook_instructions
-        self.subject = dict(record.subject)
-        self.contacts = list(record.contacts)
-        self.frontier = list(record.frontier)
-
-    def receive(self, record: MessageRecord) -> bool:
-        """Take a person's message (``direction: in``); True when it owes a run
-        (a task is open to work on). A re-delivered message is not taken again."""
-        if record.direction != "in" or record.message_id in self.received:
-            return False
-        self.received.append(record.message_id)
-        del self.received[:-KEPT_TURNS]
-        self.last_channel = record.channel
-        self.add_turn(Turn("person", record.text, record.contact))
-        self.inputs += 1
-        return bool(self.tasks)
-
-    def open_tasks(self) -> list[OpenTask]:
-        """Open tasks, next best step first."""
-        ranked = [self.tasks[m] for m in self.frontier if m in self.tasks]
-        return ranked + [t for m, t in self.tasks.items() if m not in self.frontier]
-
-    def add_turn(self, turn: Turn) -> None:
-        """Remember a turn (the oldest beyond ``KEPT_TURNS`` are forgotten)."""
-        self.turns.append(turn)
-        del self.turns[:-KEPT_TURNS]
-
-    def to_json(self) -> dict[str, Any]:
-        """JSON-ready."""
-        return {
-            "job_key": self.job_key,
-            "playbook_key": self.playbook_key,
-            "playbook_instructions": self.playbook_instructions,
-            "subject": self.subject,
-            "contacts": self.contacts,
-            "tasks": [
-                [t.task_id, t.milestone, t.instructions, t.deadline, list(t.integrations)]
-                for t in self.tasks.values()
-            ],
-            "frontier": self.frontier,
-            "closed": self.closed,
-            "turns": [[t.role, t.text, t.name] for t in self.turns],
-            "done_calls": self.done_calls,
-            "pending": self.pending,
-            "runs": self.runs,
-            "inputs": self.inputs,
-            "received": self.received,
-            "last_channel": self.last_channel,
-            "ran": self.ran,
-            "active": self.active,
-            "tape": self.tape,
-            "partition": self.partition,
-            "due": self.due,
-            "flows": {m: t.to_json() for m, t in self.flows.items()},
-            "flow_runs": self.flow_runs,
-            "remembered": self.remembered,
-            "flow_due": self.flow_due,
-            "flow_expires": _earliest(self.flows.values()),
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Conversation:
-        """The inverse of :meth:`to_json`."""
-        tasks = [OpenTask(a, b, c, d, tuple(e)) for a, b, c, d, e in data.get("tasks", [])]
-        return cls(
-            job_key=data["job_key"],
-            playbook_key=data.get("playbook_key", ""),
-            playbook_instructions=data.get("playbook_instructions", ""),
-            subject=dict(data.get("subject") or {}),
-            contacts=list(data.get("contacts") or []),
-            tasks={t.milestone: t for t in tasks},
-            frontier=list(data.get("frontier") or []),
-            closed=list(data.get("closed") or []),
-            turns=[Turn(r, t, n) for r, t, n in data.get("turns", [])],
-            done_calls=dict(data.get("done_calls") or {}),
-            pending=dict(data.get("pending") or {}),
-            runs=int(data.get("runs", 0)),
-            inputs=int(data.get("inputs", 0)),
-            received=list(data.get("received") or []),
-            last_channel=data.get("last_channel"),
-            ran=int(data.get("ran", 0)),
-            active=data.get("active"),
-            tape=list(data.get("tape") or []),
-            partition=data.get("partition"),
-            flows={m: FlowTrack.from_json(t) for m, t in (data.get("flows") or {}).items()},
-            flow_runs=int(data.get("flow_runs", 0)),
-            remembered={str(f): dict(v or {}) for f, v in (data.get("remembered") or {}).items()},
-        )
+#: The tape's name for the closing turn's model reply.
+CLOSING = "closing"
 
 
 @dataclass(frozen=True)
@@ -269,6 +58,8 @@ class _Budget:
     tool_calls: int = 0
     tokens: int = 0
     started: float = field(default_factory=time.monotonic)
+    #: The conversation's inputs when the conversation agent last composed.
+    seen: int = -1
 
 
 class _Tape:
@@ -364,14 +155,58 @@ class Runner:
             conv.active = f"{conv.job_key}#{conv.runs}"
             conv.tape = []
         run_id = conv.active
-        seen = conv.inputs  # inputs from here on owe another run
         budget = _Budget()
         tape = _Tape(conv.tape)
         reason = await self._loop(conv, outbox, run_id, CONVERSATION, None, budget, [], tape)
-        conv.ran = max(conv.ran, seen)
+        # What its last compose saw is done; an input after it owes another run.
+        conv.ran = max(conv.ran, budget.seen if budget.seen >= 0 else conv.inputs)
+        if reason == "task_closed" and conv.unanswered:
+            conv.closing = True  # the service runs it once the decision's records are in
         conv.active = None
         conv.tape = []
         end = RunEnd(reason, budget.turns, budget.tool_calls, budget.tokens)
+        await self._journal_run(conv, outbox, run_id, CONVERSATION, end, tape.pos)
+        return end
+
+    async def close(self, conv: Conversation, outbox: Outbox) -> RunEnd:
+        """The closing turn (docs/agents.md, "The closing turn"): no task is open
+        and the person's latest turn is unanswered, so the conversation agent
+        tells them what was done, once. A run of its own (``ended: closing``);
+        cut short, it resumes under its id and replays the reply it paid for."""
+        if conv.active is None:
+            conv.runs += 1
+            conv.active = f"{conv.job_key}#{conv.runs}"
+            conv.tape = []
+        run_id = conv.active
+        tape = _Tape(conv.tape)
+        budget = _Budget(seen=conv.inputs)
+        request = compose_closing(
+            self.catalog,
+            playbook_instructions=conv.playbook_instructions,
+            closed=conv.outcomes,
+            subject=conv.subject,
+            contacts=conv.contacts,
+            turns=conv.turns,
+            history=self.history,
+        )
+        replayed = tape.replay("model", CLOSING)
+        reply = _reply_of(replayed[0]) if replayed is not None else None
+        if reply is None:
+            reply = await self._model_call(conv, outbox, run_id, request, ())
+            if reply is not None:
+                if reply.text:
+                    conv.add_turn(Turn("agent", reply.text))
+                tape.record({**_model_step(CONVERSATION, reply), "name": CLOSING})
+                await outbox.save(conv)
+        budget.turns = 1
+        if reply is not None and reply.text:
+            budget.tokens = reply.usage.total if reply.usage is not None else 0
+            await self._said(conv, outbox, run_id, 1, reply.text, None)
+        conv.ran = max(conv.ran, budget.seen)
+        conv.closing = False
+        conv.active = None
+        conv.tape = []
+        end = RunEnd(CLOSING if reply is not None else "model_error", 1, 0, budget.tokens)
         await self._journal_run(conv, outbox, run_id, CONVERSATION, end, tape.pos)
         return end
 
@@ -433,6 +268,8 @@ class Runner:
             spent = _spent(own, bounds)
             if spent is not None:
                 return spent
+            if agent == CONVERSATION:
+                budget.seen = conv.inputs
             request = compose(
                 self.catalog,
                 playbook_instructions=conv.playbook_instructions,
@@ -539,6 +376,21 @@ class Runner:
         # whom it answers: who wrote last if a contact of the job, else its first contact
         contact = addressee(conv.contacts, conv.turns)
         channel = conv.last_channel or ("email" if contact and "@" in contact else self.channel)
+        digest = _digest(text, contact, channel, conv.frontier)
+        if conv.last_sent[1:] == [digest] and conv.last_sent[0] != message_id:
+            # The very message sent last, to the same person over the same frontier:
+            # withheld (a re-publication of the same id is a replay, and goes out).
+            await outbox.publish(
+                "journal",
+                conv.job_key,
+                JournalMail(
+                    job_key=conv.job_key, at=self._now(), direction="out", outcome="refused",
+                    message_id=message_id, detail=f"withheld: the same message as "
+                    f"{conv.last_sent[0]} (same text, contact, channel and frontier)",
+                ),
+            )  # fmt: skip
+            return
+        conv.last_sent = [message_id, digest]
         await outbox.publish(
             "messages",
             conv.job_key,
@@ -752,15 +604,14 @@ async def _replayed_tool(
     return str(step["output"])
 
 
-def _earliest(tracks: Any) -> str | None:
-    """When the soonest open interrupt of these flow runs expires (ISO), if any."""
-    times = [t.expires_at() for t in tracks if t.open_interrupt() is not None]
-    found = [t for t in times if t is not None]
-    return to_iso(min(found)) if found else None
-
-
 def _identity(task_id: str, tool: str, args: Any) -> str:
     canonical = orjson.dumps([task_id, tool, args], option=orjson.OPT_SORT_KEYS)
+    return hashlib.sha256(canonical).hexdigest()[:32]
+
+
+def _digest(text: str, contact: str | None, channel: str, frontier: Sequence[str]) -> str:
+    """What makes two messages the same message (the guard of ``_said``)."""
+    canonical = orjson.dumps([" ".join(text.split()), contact, channel, list(frontier)])
     return hashlib.sha256(canonical).hexdigest()[:32]
 
 

@@ -22,7 +22,9 @@ again: its recorded steps are replayed, its tool calls take effect once
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -126,6 +128,7 @@ class AgentService:
         tool_env: Mapping[str, str] | None = None,
         send: Send | None = None,
         flows: Flows | None = None,
+        live: int = 1000,
     ) -> None:
         self.settings = settings
         #: The flows milestones name (docs/flows.md, "Flows in the agents service").
@@ -144,7 +147,17 @@ class AgentService:
         self.history = history
         self.tool_env = tool_env
         self.limit = asyncio.Semaphore(concurrency)
-        self.live: dict[str, Conversation] = {}
+        #: Conversations held in memory, least recently used first: at most
+        #: ``live_max`` of them (beyond, the oldest not in use is dropped; the
+        #: store holds it, and :meth:`load` reads it back).
+        self.live: OrderedDict[str, Conversation] = OrderedDict()
+        self.live_max = max(1, live)
+        #: The job whose record is being taken (its conversation is not dropped).
+        self.changing: str | None = None
+        #: Per partition of ``tasks``: set while every record fetched of it has
+        #: been taken (the records of one decision come together): what a
+        #: closing turn waits for, so a task the decision opens is seen first.
+        self.idle: dict[int, asyncio.Event] = {}
         self.running: dict[str, asyncio.Task[None]] = {}
         self.stats = AgentStats()
         self.send = send
@@ -252,11 +265,46 @@ class AgentService:
         """The job's conversation: the live one, else the stored one, else new."""
         conv = self.live.get(key)
         if conv is not None:
+            self.live.move_to_end(key)
             return conv
         raw = self.db.get(key.encode())
         conv = Conversation.from_json(orjson.loads(raw)) if raw else Conversation(key)
         self.live[key] = conv
+        self._evict()
         return conv
+
+    def _evict(self) -> None:
+        """Drop the least recently used conversations beyond ``live_max``, but
+        never one whose run is in flight or whose record is being taken (every
+        change is in the store before it is acknowledged: :meth:`save`)."""
+        excess = len(self.live) - self.live_max
+        if excess <= 0:
+            return
+        for key in list(self.live):
+            if excess <= 0:
+                break
+            run = self.running.get(key)
+            if key == self.changing or (run is not None and not run.done()):
+                continue
+            del self.live[key]
+            excess -= 1
+
+    def reading(self, partition: int, behind: bool) -> None:
+        """The stream is taking a record of this ``tasks`` partition (``behind``:
+        more of it were fetched), or has taken one and is caught up."""
+        event = self.idle.setdefault(partition, asyncio.Event())
+        if behind:
+            event.clear()
+        else:
+            event.set()
+
+    async def settled(self, partition: int | None) -> None:
+        """Wait until the records fetched of the job's ``tasks`` partition are
+        taken (bounded: a stream that stalls does not hold a reply for good)."""
+        event = self.idle.get(partition) if partition is not None else None
+        if event is not None and not event.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), timeout=30)
 
     async def save(self, conv: Conversation) -> None:
         """Changelog first (to the partition of the job's tasks), acknowledged;
@@ -339,7 +387,10 @@ class AgentService:
             return
         partition = where.partition if where is not None else None
         # each kind of record to its method (_TAKERS, below the class)
-        await _TAKERS[type(record)](self, record, partition)
+        try:
+            await _TAKERS[type(record)](self, record, partition)
+        finally:
+            self.changing = None
 
     async def _read(self, value: bytes | None, where: Where | None) -> BaseModel | None:
         """The record, of its topic's shape; else None, and it is dead-lettered."""
@@ -360,6 +411,7 @@ class AgentService:
 
     def _conversation(self, job_key: str, partition: int | None) -> Conversation:
         """The job's conversation, noted as on the partition its record came on."""
+        self.changing = job_key
         conv = self.load(job_key)
         if partition is not None:
             conv.partition = partition
@@ -512,17 +564,25 @@ class AgentService:
     async def _runs(self, key: str) -> None:
         async with self.limit:
             conv = self.load(key)
+            outbox = Outbox(self.publish, self.save)
             while True:
                 track = conv.owed_flow()
                 if track is not None:
                     await self.flow_driver().drive(conv, track)
                     continue
+                if conv.closing:
+                    await self.settled(conv.partition)  # a task the decision opens comes first
+                    if not conv.tasks and not conv.flows_open():
+                        self.count_run((await self.runner().close(conv, outbox)).reason)
+                        await self.save(conv)
+                        continue
+                    conv.closing = False  # the new frontier's turn (or its flow) answers instead
                 if not (conv.due and conv.open_tasks()):
                     break
-                end = await self.runner().run(conv, Outbox(self.publish, self.save))
+                end = await self.runner().run(conv, outbox)
                 await self.save(conv)
                 self.count_run(end.reason)
-            if conv.due:  # owed, but nothing is open any more
+            if conv.inputs > conv.ran and not conv.tasks:  # owed, but nothing is open
                 conv.ran = conv.inputs
                 await self.save(conv)
 
@@ -588,6 +648,7 @@ def build_service(
     tool_env: Mapping[str, str] | None = None,
     tansu: bool = False,
     say: Callable[[str], None] = print,
+    live: int = 1000,
 ) -> tuple[faust.App, AgentService]:
     """The Faust app that runs the service."""
     # Tansu holds a fetch for its whole wait: keep it short there (stream/runtime/faust_tuning.py).
@@ -608,7 +669,7 @@ def build_service(
         say(f"agents: {count} milestones run by flows ({len(flows.by_name)} flows)")
     service = AgentService(
         settings, catalog, model_settings, concurrency=concurrency, history=history,
-        tool_env=tool_env, flows=flows,
+        tool_env=tool_env, flows=flows, live=live,
     )  # fmt: skip
 
     hooks = ServiceHooks(app, service, (topics.tasks, topics.messages), say)
@@ -696,7 +757,19 @@ class ServiceHooks:
                 round(stamp * 1000) if stamp is not None else -1,
                 m.key, _header_list(m.headers),
             )  # fmt: skip
+            tasks = m.topic == self.ours[0]
+            if tasks:
+                self.service.reading(m.partition, True)
             await self.service.on_record(event.value, where)
+            if tasks:
+                self.service.reading(m.partition, m.offset + 1 < self._highwater(m))
+
+    def _highwater(self, message: Any) -> int:
+        """The end of the message's partition as last fetched (0: not known)."""
+        try:
+            return int(self.app.consumer.highwater(message.tp) or 0)
+        except (AttributeError, KeyError, TypeError, AssertionError):
+            return 0
 
     async def flow_ticks(self) -> None:
         await self.service.tick()

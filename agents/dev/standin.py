@@ -17,7 +17,8 @@ answered by the first matching rule of a script, or by the built-in policy:
 next best step), ``tool_result`` (the call answers a tool result: the tool it
 came from), ``tool_failed`` (the same, and that result said ``"ok": false``),
 ``last_message_contains`` (the call answers the person: their
-latest message contains this, in any case). For a flow's llm node
+latest message contains this, in any case), ``closing`` (true: the call is a
+closing turn, asked once no task is open: docs/agents.md, "The closing turn"). For a flow's llm node
 (docs/flows.md, "Running a flow at the terminal"): ``flow`` (the flow's name),
 ``flow_node`` (the node's id), ``prompt_contains`` (its prompt contains this, in
 any case), ``schema`` (true: the node asked for JSON of a shape; false: it did
@@ -66,6 +67,9 @@ __all__ = [
 HEARTBEAT_OK = "HEARTBEAT_OK"
 _AGENT = re.compile(r"^Agent: (\S+)\s*$", re.MULTILINE)
 _NEXT = re.compile(r"^Next best step: (\S+)\s*$", re.MULTILINE)
+#: A closing turn (agents/compose.py, ``compose_closing``) and what it says was done.
+_CLOSING = re.compile(r"^Closing: ", re.MULTILINE)
+_DONE = re.compile(r"^Done: (.+?)\s*$", re.MULTILINE)
 _FLOW = re.compile(r"^Flow: (\S+)\s*$", re.MULTILINE)
 _NODE = re.compile(r"^Node: (\S+)\s*$", re.MULTILINE)
 
@@ -82,6 +86,7 @@ class _When(BaseModel):
     flow_node: str | None = None
     prompt_contains: str | None = None
     schema_: bool | None = Field(None, alias="schema")
+    closing: bool | None = None
 
 
 class _Call(BaseModel):
@@ -158,6 +163,8 @@ class Seen:
     #: A heartbeat: the instructions or the person's latest message ask for
     #: ``HEARTBEAT_OK`` (docs/schedules.md, "Heartbeats").
     heartbeat: bool = False
+    #: A closing turn: what its ``Done:`` line lists ("" when not one).
+    closing: str | None = None
 
 
 @dataclass(frozen=True)
@@ -190,6 +197,8 @@ def _matches(when: _When, seen: Seen) -> bool:
     if when.prompt_contains is not None and when.prompt_contains.lower() not in prompt:
         return False
     if when.schema_ is not None and when.schema_ != (seen.schema is not None):
+        return False
+    if when.closing is not None and when.closing != (seen.closing is not None):
         return False
     if when.last_message_contains is not None:
         if not seen.answering:
@@ -244,7 +253,8 @@ def _builtin(seen: Seen) -> StandinReply:
     model"): after a tool result, say it is done; when the person asks to book
     and a booking tool is offered, book what they said; when the person answers
     and a delegate is offered, hand their words to it; a delegate calls its first
-    tool; else greet the person with the next best step. A heartbeat (asked
+    tool; else greet the person with the next best step. A closing turn says
+    what its request lists as done. A heartbeat (asked
     to answer ``HEARTBEAT_OK`` when all is well) sees nothing that needs a
     person: it answers ``HEARTBEAT_OK``, after calling its agent's first tool
     if it has one."""
@@ -252,6 +262,8 @@ def _builtin(seen: Seen) -> StandinReply:
         if seen.tool_result is None and seen.tools and seen.agent not in (None, "conversation"):
             return StandinReply(tool=seen.tools[0], args={})
         return StandinReply(say=HEARTBEAT_OK)
+    if seen.closing is not None:
+        return StandinReply(say=f"All done: {seen.closing}. Thank you!")
     if seen.tool_result is not None:
         return StandinReply(say=f"Done: {seen.tool_result} confirmed it.")
     said = (seen.last_message or "").strip()
@@ -385,7 +397,16 @@ def _seen(
         node.group(1) if (node := _NODE.search(instructions)) else None,
         schema if isinstance(schema, dict) else None,
         HEARTBEAT_OK in instructions or HEARTBEAT_OK in (last_message or ""),
+        _closing(instructions),
     )
+
+
+def _closing(instructions: str) -> str | None:
+    """What a closing turn's request says was done; None when not one."""
+    if not _CLOSING.search(instructions):
+        return None
+    done = _DONE.search(instructions)
+    return done.group(1) if done else ""
 
 
 def _is_delegate(parameters: Any) -> bool:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agents.catalog import load_catalog
-from agents.compose import DELEGATE_PARAMETERS, OpenTask, Turn, compose
+from agents.compose import DELEGATE_PARAMETERS, OpenTask, Turn, compose, compose_closing
 from tests.agents.test_catalog import GOOD
 
 CATALOG = load_catalog(
@@ -101,3 +101,31 @@ def test_no_open_task_offers_nothing() -> None:
     )
     assert request.tools == ()
     assert "No task is open" in request.instructions
+
+
+def test_a_closing_turn_says_what_was_done_and_offers_nothing() -> None:
+    turns = [Turn("person", "Yes, activate it"), Turn("tool", '{"active": true}', "activate")]
+    request = compose_closing(
+        CATALOG,
+        playbook_instructions="Be brief.",
+        closed={"collectIdentity": "done", "bookCall": "dropped", "activateAccount": "done"},
+        subject={"company": "Acme"},
+        contacts=[],
+        turns=turns,
+    )
+    lines = request.instructions.splitlines()
+    assert lines[0] == "Agent: conversation"
+    assert "Playbook: Be brief." in lines
+    assert lines[-5:-1] == [
+        "Done: collectIdentity, activateAccount",
+        "Not done: bookCall (dropped)",
+        'Subject: {"company":"Acme"}',
+        "Contacts: []",
+    ]
+    assert any(line.startswith("Closing: no task of this job is open") for line in lines)
+    assert not any(line.startswith("Next best step:") for line in lines)
+    assert request.tools == ()
+    assert request.messages == (
+        ("user", "Yes, activate it"),
+        ("user", '(tool result from activate) {"active": true}'),
+    )

@@ -23,6 +23,7 @@ from agents.model import Model, ModelSettings
 from agents.run import Conversation, Outbox, RunEnd, Runner
 from topics import (
     InboxEvent,
+    JournalMail,
     JournalModelCall,
     JournalRun,
     JournalToolCall,
@@ -449,3 +450,134 @@ def test_the_agent_answers_the_contact_who_wrote_last_and_never_a_stranger(lane:
         run.run(conv)
         [message] = run.of(MessageRecord)
         assert (message.contact, message.text) == (answered, "Your meeting is booked."), writer
+
+
+def test_the_tasks_one_decision_opens_owe_one_run_once_all_are_in() -> None:
+    conv = Conversation("job-1")
+    both = ["bookCall", "selfServe"]
+    assert conv.apply(opened("bookCall", ["calendar"], both))
+    assert conv.waiting() == ["selfServe"]
+    assert not conv.due  # the decision's second task.opened is still to come
+    assert conv.apply(opened("selfServe", ["email"], both))
+    assert conv.due
+    assert [t.milestone for t in conv.open_tasks()] == both
+
+
+def test_the_same_message_again_is_withheld_and_journaled(lane: Any) -> None:
+    run = lane([{"say": "Hello! Let us work on bookCall together."}])
+    conv = booking_job()
+    run.run(conv)
+    conv.inputs += 1  # something owed another run; the model says the same again
+    run.run(conv)
+    [message] = run.of(MessageRecord)
+    assert message.message_id == "job-1#1.1"
+    [withheld] = run.of(JournalMail)
+    assert (withheld.message_id, withheld.outcome) == ("job-1#2.1", "refused")
+    assert withheld.detail.startswith("withheld: the same message as job-1#1.1")
+    # over another frontier, the same words are a new message
+    conv.apply(opened("selfServe", ["email"], ["bookCall", "selfServe"]))
+    run.run(conv)
+    assert [m.message_id for m in run.of(MessageRecord)] == ["job-1#1.1", "job-1#3.1"]
+
+
+def closing_lane(lane: Any) -> tuple[Any, Conversation]:
+    """A job whose task closed while Ada's message was unanswered."""
+    run = lane([{"when": {"closing": True, "agent": "conversation"}, "say": "All set."}])
+    conv = booking_job()
+    conv.add_turn(Turn("tool", '{"status": "confirmed"}', "schedule_meeting"))
+    conv.apply(
+        TaskClosedRecord(
+            task_id="job-1/bookCall", job_key="job-1", milestone="bookCall",
+            at="2026-01-05T10:00:00Z", outcome="done",
+        )
+    )  # fmt: skip
+    return run, conv
+
+
+def test_a_run_that_ends_with_the_tasks_closed_owes_a_closing_turn(lane: Any) -> None:
+    run, conv = closing_lane(lane)
+    end = run.run(conv)
+    assert end.reason == "task_closed"
+    assert conv.closing
+    assert run.of(MessageRecord) == []
+
+
+def test_the_closing_turn_tells_what_was_done_once(lane: Any) -> None:
+    run, conv = closing_lane(lane)
+    conv.closing = True
+    end = asyncio.run(closing(run, conv))
+    assert end.reason == "closing"
+    [message] = run.of(MessageRecord)
+    assert (message.text, message.contact, message.task_id) == (
+        "All set.", "ada@example.com", None,
+    )  # fmt: skip
+    assert not conv.closing
+    [call] = run.of(JournalModelCall)
+    assert "Closing: no task of this job is open" in call.request
+    assert "Done: bookCall" in call.request
+    assert [r.ended for r in run.of(JournalRun)] == ["closing"]
+
+
+def test_a_closing_turn_cut_short_replays_its_reply(lane: Any) -> None:
+    run, conv = closing_lane(lane)
+    conv.closing = True
+    asyncio.run(closing(run, conv))
+    # the process died after the reply was checkpointed, before it was sent
+    resumed = Conversation.from_json(run.saves[-1])
+    assert resumed.active == "job-1#1"
+    assert resumed.tape
+    run.published.clear()
+    asyncio.run(closing(run, resumed))
+    assert run.of(JournalModelCall) == []  # not paid for twice
+    [message] = run.of(MessageRecord)
+    assert (message.message_id, message.text) == ("job-1#1.1", "All set.")
+    assert not resumed.closing
+
+
+async def closing(run: Any, conv: Conversation) -> RunEnd:
+    return await drive(run, conv, closing=True)
+
+
+async def drive(
+    run: Any,
+    conv: Conversation,
+    closing: bool = False,
+    on_publish: Callable[[BaseModel], None] = lambda record: None,
+) -> RunEnd:
+    """A run (the closing turn's with ``closing``) on ``run``'s stand-in and
+    tools; ``on_publish`` sees each record as it is published."""
+
+    async def publish(topic: str, key: str, record: BaseModel) -> None:
+        run.published.append((topic, key, record))
+        on_publish(record)
+
+    async def save(c: Conversation) -> None:
+        run.saves.append(copy.deepcopy(c.to_json()))
+
+    model = Model(ModelSettings(api_key="sk-test", base_url=f"{run.model_url}/v1"))
+    async with httpx.AsyncClient() as client:
+        executor = Executor(CATALOG, client, {"TOOLS": run.tools_url})
+        runner = Runner(CATALOG, model, executor)
+        outbox = Outbox(publish, save)
+        try:
+            return await (runner.close(conv, outbox) if closing else runner.run(conv, outbox))
+        finally:
+            await model.close()
+
+
+def test_a_task_that_opens_during_a_run_is_folded_into_its_next_turn(lane: Any) -> None:
+    run = lane(BOOK)
+    conv = booking_job()
+    frontier = ["bookCall", "selfServe"]
+
+    def decided(record: BaseModel) -> None:
+        # the booking's fact is decided while the run goes on: selfServe opens
+        if isinstance(record, InboxEvent) and record.source == "tool":
+            conv.apply(opened("selfServe", ["email"], frontier))
+
+    end = asyncio.run(drive(run, conv, on_publish=decided))
+    assert end.reason == "done"
+    [_, after] = run.of(JournalModelCall)
+    assert "Also open (the person may prefer one of these):" in after.request
+    assert "- selfServe: Do selfServe." in after.request
+    assert not conv.due  # the run's last turn saw selfServe: no second run owed
