@@ -45,6 +45,8 @@ class Parameters:
     idle_small: int = 10_000
     idle_large: int = 1_000_000
     cold_restore_jobs: int = 100_000
+    #: Seconds an idle worker's RSS is sampled (once a second) before it is read.
+    idle_seconds: float = 6.0
     #: Rounds of naive Faust and of the engine's burst (a fresh worker each),
     #: alternating, so that both see the machine's load of the moment:
     #: ``naive_events_per_s`` and ``engine_events_per_s`` are their medians.
@@ -73,6 +75,7 @@ class Parameters:
                 20_000,
                 5_000,
                 throughput_rounds=1,
+                idle_seconds=3.0,
             )
             if os.environ.get("LEMONGRAPH_BENCH_SMOKE"):
                 # The test suite's smoke run: every figure, on the least work that
@@ -89,6 +92,10 @@ class Parameters:
                     settle_seconds=1.0,
                     idle_large=5_000,
                     cold_restore_jobs=2_000,
+                    # (the engine's jobs and the latency run's are 1,301 of them)
+                    recovery_jobs=2_000,
+                    schedules_total=2_000,
+                    idle_seconds=1.0,
                 )
             return params
         return cls(False, 100_000, 30_000, 10_000, 1_000, 10.0, 100_000, 3_000, 1_000_000, 1_000)

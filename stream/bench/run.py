@@ -226,7 +226,7 @@ class Bench(Cluster):
         RSS and restart with idle_small and idle_large jobs in its table, and a
         cold restore of cold_restore_jobs from the changelog."""
         f, params = self.figures, self.params
-        idle = Idle(self, idle_seconds=3.0 if params.quick else 6.0)
+        idle = Idle(self, idle_seconds=params.idle_seconds)
         small_run, large_run, cold_run = idle.seed(
             f"idle{params.idle_small}", f"idle{params.idle_large}", "cold"
         )
