@@ -1,7 +1,9 @@
 """What ``lemongraph dev`` starts of the agents package, registered under the
 entry-point group ``lemongraph.dev`` (pyproject.toml; docs/operations.md,
-"Commands"): the mail catcher, the stand-in model, the demo tools, and
-``lemongraph agents`` and ``lemongraph mail-ingress`` as child processes."""
+"Commands"): the mail catcher, the stand-in model (with the scripts of
+``LEMONGRAPH_STANDIN_SCRIPT`` and of the flows, docs/agents.md, "The stand-in
+model"), the demo tools, and ``lemongraph agents`` and ``lemongraph
+mail-ingress`` as child processes."""
 
 from __future__ import annotations
 
@@ -13,13 +15,20 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from stream.runtime.broker import die_with_parent, free_port
 from stream.runtime.config import Settings
+from stream.runtime.dotenv import read_dotenv
+from stream.runtime.errors import ConfigError
+from stream.runtime.files import is_standin_script
 from stream.runtime.ports import Listener
 
-__all__ = ["DevAgents"]
+if TYPE_CHECKING:
+    from agents.dev.standin import StandinScript
+
+__all__ = ["DevAgents", "dev_script"]
 
 
 class DevAgents:
@@ -62,19 +71,20 @@ class DevAgents:
         return catcher.mails
 
     def start(self, settings: Settings) -> None:
-        """The stand-in model (unless OPENAI_API_KEY or OPENAI_BASE_URL says which
-        model to use), the demo tools (for the tool URLs not set), and ``lemongraph
-        agents`` and ``lemongraph mail-ingress`` (sending to the mail catcher, when
-        it runs) as child processes. Without a catalog there are no agents, and it
-        says so."""
+        """The model (:meth:`start_model`), the demo tools (for the tool URLs not
+        set), and ``lemongraph agents`` and ``lemongraph mail-ingress`` (sending to
+        the mail catcher, when it runs) as child processes. Without a catalog there
+        are no agents, and it says so."""
         from agents.dev.demo_tools import TOOL_URLS, build_demo_tools
         from agents.dev.serving import AppThread
-        from agents.dev.standin import StandinThread
 
         if not settings.catalog_file.is_file():
             self.say(f"agents: not started: no catalog at {settings.catalog_file} (docs/agents.md)")
             return
-        env = dict(os.environ)
+        # .env under the environment, as the settings read it: the model the
+        # children use is the one printed here.
+        env = read_dotenv(Path(".env"))
+        env.update(os.environ)
         env.update(
             LEMONGRAPH_KAFKA_URL=settings.kafka_url or "",
             LEMONGRAPH_DATA_DIR=str(settings.data_dir),
@@ -82,12 +92,7 @@ class DevAgents:
             LEMONGRAPH_PARTITIONS=str(settings.partitions),
             LEMONGRAPH_PLAYBOOKS_DIR=str(settings.playbooks_dir),
         )
-        if not env.get("OPENAI_API_KEY") and not env.get("OPENAI_BASE_URL"):
-            standin = StandinThread("127.0.0.1", free_port())
-            standin.start()
-            self.stops.append(standin.stop)
-            env.update(OPENAI_BASE_URL=standin.url, OPENAI_API_KEY="standin")
-            self.say(f"agents: model: the stand-in at {standin.url} (OPENAI_API_KEY is unset)")
+        self.start_model(env, settings.playbooks_dir / "flows")
         unset = [name for name in TOOL_URLS if not env.get(name)]
         if unset:
             demo = AppThread(build_demo_tools(), "127.0.0.1", free_port(), "demo tools").start()
@@ -103,10 +108,73 @@ class DevAgents:
             self.say("mail: REPLY_TOKEN_SECRET is empty: using a random secret for this session")
         children.append(_child(["mail-ingress"], env))
 
+    def start_model(self, env: dict[str, str], flows: Path) -> None:
+        """The stand-in model when ``LEMONGRAPH_STANDIN_SCRIPT`` names a script, or
+        when neither ``OPENAI_API_KEY`` nor ``OPENAI_BASE_URL`` says which model to
+        use; ``env`` is pointed at it. Says which model the agents use."""
+        from agents.dev.standin import StandinThread
+        from agents.model import ModelSettings
+
+        named = env.get("LEMONGRAPH_STANDIN_SCRIPT", "").strip()
+        if named or not (env.get("OPENAI_API_KEY") or env.get("OPENAI_BASE_URL")):
+            script, files = dev_script(Path(named) if named else None, flows)
+            standin = StandinThread("127.0.0.1", free_port(), script)
+            standin.start()
+            self.stops.append(standin.stop)
+            # OPENAI_MODEL too: the agents print (and journal) the model they call.
+            env.update(
+                OPENAI_BASE_URL=standin.url, OPENAI_API_KEY="standin", OPENAI_MODEL="standin"
+            )
+            answers = f"script {', '.join(map(str, files))}" if files else "built-in policy"
+            why = (
+                "LEMONGRAPH_STANDIN_SCRIPT is set"
+                if named
+                else "neither OPENAI_API_KEY nor OPENAI_BASE_URL is set"
+            )
+            self.say(f"agents: model: the stand-in ({answers}) at {standin.url} ({why})")
+            return
+        try:
+            model = ModelSettings.from_env(env)
+        except ValueError:
+            return  # `lemongraph agents` says what is wrong with it
+        where = model.base_url or "OpenAI (https://api.openai.com/v1)"
+        self.say(f"agents: model: {model.model} at {where} ({model.api} API)")
+
     def stop(self) -> None:
         """Stop what was started, last first."""
         for stop in reversed(self.stops):
             stop()
+
+
+def dev_script(named: Path | None, flows: Path) -> tuple[StandinScript | None, list[Path]]:
+    """The stand-in's script under ``dev``: the rules of each flow's
+    ``NAME.standin.yaml`` in ``flows``, each held to its own flow (a rule that
+    names no ``flow`` gets ``flow: NAME``), then those of ``named`` (the
+    ``LEMONGRAPH_STANDIN_SCRIPT``); None when there are none. With the files read.
+    Raises ``ConfigError`` naming a file that is not a script."""
+    from agents.dev.standin import StandinScript, load_script
+
+    found = sorted(p for p in flows.iterdir() if is_standin_script(p)) if flows.is_dir() else []
+    # (file, the flow its rules are held to: None for the named script's)
+    sources: list[tuple[Path, str | None]] = [(p, p.name.split(".standin.")[0]) for p in found]
+    if named is not None:
+        sources.append((named, None))
+    rules: list[dict[str, Any]] = []
+    for path, flow in sources:
+        try:
+            script = load_script(path)
+        except ValueError as exc:
+            why = f"LEMONGRAPH_STANDIN_SCRIPT: {exc}" if flow is None else str(exc)
+            raise ConfigError(why) from None
+        for rule in script.rules:
+            dumped = rule.model_dump(mode="json", by_alias=True, exclude_unset=True)
+            if flow is not None:
+                dumped["when"] = {"flow": flow} | dumped.get("when", {})
+            rules.append(dumped)
+    files = [path for path, _ in sources]
+    if not files:
+        return None, files
+    return StandinScript.model_validate({"rules": rules}), files
 
 
 def _stop_children(children: list[subprocess.Popen[bytes]]) -> None:

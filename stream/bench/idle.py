@@ -197,8 +197,14 @@ class Idle:
                 bench.wait_decisions(s.topics.decisions, 1, 120)
             time.sleep(1.5)  # the batch's writes stored, the offsets committed
         finally:
+            # All asked at once, then each waited for: a clean stop takes up to
+            # 6 s (docs/operations.md, "How a worker stops"), the slowest's, not the sum.
             for worker in workers:
-                worker.kill(signal.SIGTERM)
+                if worker.proc.poll() is None:
+                    worker.proc.send_signal(signal.SIGTERM)
+            for worker in workers:
+                worker.proc.wait(30)
+                worker.kill()  # gone already: closes its output
         for s in seeded:
             dbs = partition_databases(s.data)
             if sorted(dbs) != list(range(PARTITIONS)):
