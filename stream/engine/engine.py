@@ -56,7 +56,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 
-from compiler import ScheduleTick, Tick, from_iso, to_iso
+from compiler import Define, ScheduleTick, Tick, from_iso, to_iso
 from stream.engine.batch import (
     META_PREFIX,
     Batch,
@@ -69,6 +69,7 @@ from stream.engine.batch import (
     watermark_key,
 )
 from stream.engine.due import DueIndex, Scan, no_rows
+from stream.engine.held import HELD, HELD_PREFIX, Held, expired, peek_held
 from stream.engine.jobs import Jobs, snapshot_of
 from stream.engine.registry import Registry
 from stream.engine.schedules import Decide, Forward, Schedules, schedule_key
@@ -182,6 +183,9 @@ class Engine:
         #: The schedules' adapter (stream/engine/schedules.py); None: their
         #: topics are not read
         self.schedules = schedules
+        #: Wakes of schedules whose definition is not read yet
+        #: (stream/engine/held.py).
+        self.held = Held(load)
         self._schedule_topics: tuple[str, ...] = ()
         if schedules is not None:
             self._schedule_topics = schedules.topics()
@@ -193,7 +197,7 @@ class Engine:
 
     @load.setter
     def load(self, load: Callable[[str, int], bytes | None]) -> None:
-        self._load = self.jobs.load = load
+        self._load = self.jobs.load = self.held.load = load
 
     @property
     def scan(self) -> Scan:
@@ -245,6 +249,10 @@ class Engine:
         for key, raw in stored:
             if key.startswith(META_PREFIX):
                 if key.startswith(DUE_PREFIX) or schedules is None:
+                    continue
+                if key.startswith(HELD_PREFIX):
+                    name = key[len(HELD_PREFIX) :]
+                    out.append((due_key(HELD, peek_held(raw), name), partition, DUE_VALUE))
                     continue
                 found = schedules.indexed(key, raw)
                 if found is not None and found[1] is not None:
@@ -472,6 +480,8 @@ class Engine:
             return
         self._fire(record, JOBS, now, now_ms, self.tick_budget, 0, batch)
         schedules = self.schedules
+        if schedules is not None:
+            self._fire(record, HELD, now, now_ms, 0, 0, batch)
         if schedules is not None and schedules.enabled:
             budget = schedules.tick_budget
             self._fire(record, SCHEDULES, _instant(now_ms), now_ms, 0, budget, batch)
@@ -540,6 +550,12 @@ class Engine:
         False: it cannot be decided until its playbook is registered."""
         partition = record.partition
         schedules = self.schedules
+        if kind == HELD:
+            self.held.due(partition, name, batch)
+            if self.index.fires(partition, kind, name, due, from_table, batch):
+                for wake, _origin in self.held.take(partition, name, batch):
+                    self.dead(wake, expired(name), batch)
+            return True
         if kind == SCHEDULES and schedules is not None:
             schedules.state(partition, name, batch, self._load)  # its due time as stored
             if self.index.fires(partition, kind, name, due, from_table, batch):
@@ -599,13 +615,43 @@ class Engine:
             return
         partition = record.partition
         if schedules.state(partition, message.schedule_id, batch, self._load) is None:
-            self.dead(record, f"schedule.wake: no schedule {message.schedule_id!r}", batch)
+            # Its definition may not be read yet (another topic): held for it.
+            request = schedules.request(message, origin)
+            why = self.held.hold(message.schedule_id, (record, origin), request, now_ms, batch)
+            if why is not None:
+                self.dead(record, why, batch)
             return
-        reading = schedules.wake(message, origin, partition, _instant(now_ms))
+        self._step_wake(schedules, partition, message, origin, _instant(now_ms), batch)
+
+    def _step_wake(
+        self,
+        schedules: Schedules,
+        partition: int,
+        message: ScheduleWake,
+        origin: tuple[int, int],
+        now: datetime,
+        batch: Batch,
+    ) -> None:
+        """Decide the wake of a defined schedule."""
+        reading = schedules.wake(message, origin, partition, now)
         if isinstance(reading, Output):
             batch.outputs.append(reading)  # switched off: a skipped run
             return
         self._decide_schedule(schedules, partition, reading, batch)
+
+    def _release(self, schedules: Schedules, partition: int, decide: Decide, batch: Batch) -> None:
+        """A schedule was defined: decide the wakes held for it, in the order
+        they came, at the definition's ``now`` (stream/engine/held.py)."""
+        for record, origin in self.held.take(partition, decide.schedule_id, batch):
+            try:
+                message = decode_inbox(record.value, record.key)
+                assert isinstance(message, ScheduleWake)
+                self._step_wake(schedules, partition, message, origin, decide.now, batch)
+            except StorageError:
+                raise
+            except Exception as exc:  # nothing of this wake reached the batch
+                log.warning("held wake %d@%d: %s", record.partition, record.offset, _why(exc))
+                self.dead(record, f"could not be decided: {_why(exc)}", batch)
 
     def _decide_schedule(
         self, schedules: Schedules, partition: int, decide: Decide, batch: Batch
@@ -625,6 +671,8 @@ class Engine:
         self.index.unpark(partition, SCHEDULES, schedule_id)
         batch.outputs.extend(outputs)
         batch.decisions += 1
+        if before is None and isinstance(decide.item, Define):
+            self._release(schedules, partition, decide, batch)
 
     # -- dead letters -----------------------------------------------------------------
 

@@ -265,7 +265,7 @@ class Schedules:
         partition: its input, or (switched off) its ``skipped`` run record. Its
         request id is the one given, else its inbox position
         ``p<partition>@<offset>`` (the same for a forwarded copy)."""
-        request = message.request_id or event_id(origin[0], origin[1])
+        request = self.request(message, origin)
         if not self.enabled:
             run_id = request_run_id(message.schedule_id, request)
             skipped = ScheduleRunRecord(
@@ -282,6 +282,12 @@ class Schedules:
         return Decide(
             message.schedule_id, now, Wake(request, message.context, message.skip_if_running)
         )
+
+    @staticmethod
+    def request(message: ScheduleWake, origin: tuple[int, int]) -> str:
+        """A wake's request id: the one given, else its inbox position
+        ``p<partition>@<offset>`` (the same for a forwarded copy)."""
+        return message.request_id or event_id(origin[0], origin[1])
 
     def _definition(self, record: Record, clock: Clock) -> Decide:
         assert record.key is not None

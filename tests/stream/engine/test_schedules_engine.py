@@ -556,12 +556,6 @@ def test_a_wake_with_skip_if_running_while_a_run_is_active_is_skipped() -> None:
     )
 
 
-def test_a_wake_of_an_unknown_schedule_is_dead_lettered() -> None:
-    lane = Lane()
-    [letter] = letters(lane.run(lane.wake("ghost", T0, request_id="x")))
-    assert letter.reason == "schedule.wake: no schedule 'ghost'"
-
-
 def test_a_catch_up_of_many_schedules_comes_a_tick_at_a_time() -> None:
     # Down for 3 hours, each "every 1m" schedule has ~180 slots to decide: 100
     # missed records, one for the rest and a fire. One tick must not put every
