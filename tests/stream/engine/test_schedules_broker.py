@@ -389,6 +389,57 @@ def test_wake_with_skip_if_running_while_a_run_is_active(lane: Lane) -> None:
     assert tasks[fired_id]["prompt"] == 'Anything to do?\n\nContext: {"reason":"urgent"}'
 
 
+def test_a_wake_before_its_definition_is_held_across_a_restart_and_runs_once(
+    lane: Lane,
+) -> None:
+    """docs/schedules.md, "Wake": a wake read before its schedule's definition
+    waits for it in the table (its changelog: the second worker has a data
+    directory of its own), a retry of it is held once, and one whose schedule
+    is never defined is dead-lettered 5 minutes after it came."""
+    p, q = home("late"), home("never")
+    wake = {"type": "schedule.wake", "schedule_id": "late", "request_id": "w-1"}
+    never = {"type": "schedule.wake", "schedule_id": "never", "request_id": "n-1"}
+    first = start_worker(lane, LEMONGRAPH_DATA_DIR=str(lane.root / "data-a"))
+    produce(
+        lane,
+        "inbox",
+        [(b"late", orjson.dumps(wake), None, at(0)), (b"never", orjson.dumps(never), None, at(0))],
+    )
+    probe(lane, "inbox", p)
+    probe(lane, "inbox", q)
+    assert first.stop() == 0
+    assert [r for r in lane.read("deadletter") if r["key"] in ("late", "never")] == []
+    second = start_worker(lane, LEMONGRAPH_DATA_DIR=str(lane.root / "data-b"))
+    produce(lane, "inbox", [(b"late", orjson.dumps(wake), None, at(0.5))])  # a retry
+    probe(lane, "inbox", p)
+    define(lane, every_minute("late", START), when=at(1))
+    wake_id = "wk-" + hashlib.sha256(b"late\nw-1").hexdigest()[:20]
+    lane.wait_until(
+        "decisions",
+        lambda rs: any(r["key"] == wake_id and r["value"]["outcome"] == "applied" for r in rs),
+        timeout=60,
+    )
+    tick(lane, {q}, at(5) - timedelta(seconds=1), at(5))
+    letters = lane.wait_until(
+        "deadletter", lambda rs: any(r["key"] == "never" for r in rs), timeout=60
+    )
+    assert [
+        (r["value"]["reason"], r["value"]["value_text"]) for r in letters if r["key"] == "never"
+    ] == [("no schedule 'never' was defined within 5m of the wake", orjson.dumps(never).decode())]
+    probe(lane, "inbox", p)  # everything before it decided
+    assert second.stop() == 0
+    woken = [r for r in runs(lane, "late") if r["triggered_by"] == "wake"]
+    assert {r["run_id"] for r in woken} == {wake_id}
+    assert len(statuses(woken)) == 1
+    applied = [
+        r
+        for r in lane.read("decisions")
+        if r["key"] == wake_id and r["value"]["outcome"] == "applied"
+    ]
+    assert len(applied) == 1
+    assert [r for r in lane.read("deadletter") if r["key"] == "late"] == []
+
+
 # -- the global switch --------------------------------------------------------------------
 
 
