@@ -251,8 +251,10 @@ class Engine:
                 if key.startswith(DUE_PREFIX) or schedules is None:
                     continue
                 if key.startswith(HELD_PREFIX):
-                    name = key[len(HELD_PREFIX) :]
-                    out.append((due_key(HELD, peek_held(raw), name), partition, DUE_VALUE))
+                    held = peek_held(raw)
+                    if held is not None:
+                        row = due_key(HELD, held, key[len(HELD_PREFIX) :])
+                        out.append((row, partition, DUE_VALUE))
                     continue
                 found = schedules.indexed(key, raw)
                 if found is not None and found[1] is not None:

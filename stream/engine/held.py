@@ -63,11 +63,14 @@ def held_key(schedule_id: str) -> str:
     return f"{HELD_PREFIX}{schedule_id}"
 
 
-def peek_held(raw: bytes) -> int:
-    """The due time of a stored row of held wakes."""
-    due = orjson.loads(raw)["due"]
-    assert isinstance(due, int)
-    return due
+def peek_held(raw: bytes) -> int | None:
+    """The due time of a stored row of held wakes (None: not one this worker
+    can read; a tick never fires it, and the definition still releases it)."""
+    try:
+        due = orjson.loads(raw)["due"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return due if isinstance(due, int) else None
 
 
 def _b64(data: bytes | None) -> str | None:

@@ -11,6 +11,7 @@ from datetime import timedelta
 import orjson
 
 from stream.engine.held import HELD_MAX
+from stream.engine.timers import DUE_VALUE, due_key
 from tests.stream.engine.engine_harness import letters, ms, on
 from tests.stream.engine.test_schedules_engine import (
     PARTITIONS,
@@ -121,3 +122,14 @@ def test_a_forwarded_wake_without_a_request_id_is_held_once_by_its_inbox_positio
     defined = lane.run(lane.define(every_5m(), at=T0 + timedelta(minutes=1)))
     request = f"p{elsewhere}@{original.offset}"
     assert [r.run_id for r in runs(defined)] == [wake_run("review", request)]
+
+
+def test_a_table_indexed_afresh_indexes_its_held_wakes() -> None:
+    lane = Lane()
+    p = home("review")
+    lane.run(lane.wake("review", T0, request_id="r-1"))
+    key = HELD_ROW + "review"
+    stored = [(key, lane.store[(key, p)]), (HELD_ROW + "bad", b"not json")]
+    assert lane.h.engine.index_rows(p, stored, mark=False) == [
+        (due_key("h", ms(T0 + timedelta(minutes=5)), "review"), p, DUE_VALUE)
+    ]
