@@ -66,9 +66,10 @@ def build_api(gateway: Gateway) -> FastAPI:
         gateway.schedules = ScheduleModel(gateway.model.topics)
     # A run whose input the core refused reads refused (stream/gateway/run_verdicts.py).
     gateway.model.decision_readers.append(gateway.schedules.decided)
-    if gateway.mail is not None and gateway.tokens is None:
-        # The webhook's short reply tokens, from the messages read (reply_lookup.py).
-        gateway.tokens = ReplyTokens(gateway.mail)
+    mail = gateway.mail
+    if mail is not None and mail.inbound_secret and gateway.tokens is None:
+        # What the webhook knows of messages, from those read (reply_lookup.py).
+        gateway.tokens = ReplyTokens(mail)
         gateway.model.message_readers.append(gateway.tokens.read)
         gateway.model.message_readers.append(gateway.received.read)
     app.state.gateway = gateway
