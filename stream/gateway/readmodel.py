@@ -159,6 +159,7 @@ class ReadModel(Followed):
         self.messages: dict[str, deque[dict[str, Any]]] = {}  # the conversation, per job
         self.message_totals: dict[str, int] = {}
         self.message_ids: dict[str, set[str]] = {}  # of the messages kept, per job
+        self.flow_ids: dict[str, set[tuple[Any, ...]]] = {}  # of the flow records kept
         #: Flows' open questions per job (stream/gateway/interrupts.py).
         self.interrupts = OpenQuestions()
         self.decision_totals: dict[str, int] = {}  # decisions ever read, per job
@@ -336,6 +337,8 @@ class ReadModel(Followed):
             size = _size(record)
             if kind == "messages":
                 self.message_ids.get(key, set()).discard(record["message_id"])
+            elif record.get("type") == "journal.flow":
+                self.flow_ids.get(key, set()).discard(_flow_id(record))
         elif kind == "events":
             events = self.events.get(key)
             if events is None or len(events) < 2:
@@ -388,8 +391,8 @@ class ReadModel(Followed):
         """Let go of everything held for job ``key`` but its summary."""
         entry = self.jobs.pop(key, None)
         for kept in (
-            self.decisions, self.journal, self.messages, self.message_ids, self.events,
-            self.decision_totals, self.journal_totals, self.message_totals,
+            self.decisions, self.journal, self.messages, self.message_ids, self.flow_ids,
+            self.events, self.decision_totals, self.journal_totals, self.message_totals,
         ):  # fmt: skip
             kept.pop(key, None)
         held = self._held.pop(key, {})
@@ -562,10 +565,11 @@ class ReadModel(Followed):
         if isinstance(entry, JournalInterrupt):
             self.interrupts.read(entry)
         record = entry.dump()
-        if isinstance(entry, JournalFlow) and _flow_id(record) in {
-            _flow_id(r) for r in self.journal.get(entry.job_key, ()) if r["type"] == entry.type
-        }:
-            return
+        if isinstance(entry, JournalFlow):
+            flows = self.flow_ids.setdefault(entry.job_key, set())
+            if _flow_id(record) in flows:
+                return
+            flows.add(_flow_id(record))
         self._keep(entry.job_key, "journal", record, JOURNAL_KEPT)
         totals = self.journal_totals
         totals[entry.job_key] = totals.get(entry.job_key, 0) + 1

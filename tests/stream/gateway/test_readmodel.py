@@ -15,7 +15,7 @@ import yaml
 from compiler import compile_playbook
 from stream.engine.engine import Engine, Record
 from stream.engine.registry import Registry
-from stream.gateway.readmodel import ReadModel
+from stream.gateway.readmodel import JOURNAL_KEPT, ReadModel
 from stream.gateway.views import job_summary, job_view
 from topics import JournalFlow, JournalRun, PlaybookRecord, Topics, encode
 
@@ -144,3 +144,11 @@ def test_a_flow_record_written_again_after_a_crash_is_kept_once() -> None:
         ("node", "answer", "03"), ("finished", None, "04"),
     ]  # fmt: skip
     assert model.journal_totals["j-2"] == 5
+    # what it remembers of them is bounded by the records it keeps
+    for n in range(JOURNAL_KEPT + 50):
+        model.apply(
+            TOPICS.journal, b"j-2", flow("node", f"2026-01-06T{n // 60:02}:{n % 60:02}:00Z", "x")
+        )
+    assert len(model.flow_ids["j-2"]) == len(model.journal["j-2"]) == JOURNAL_KEPT
+    model.evict("j-2")
+    assert "j-2" not in model.flow_ids
