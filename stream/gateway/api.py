@@ -10,6 +10,7 @@ from fastapi import FastAPI
 from stream.gateway import docs
 from stream.gateway.errors import install_handlers
 from stream.gateway.guard import GuardMiddleware
+from stream.gateway.reply_lookup import ReplyTokens
 from stream.gateway.routes import (
     answers,
     dev,
@@ -65,6 +66,12 @@ def build_api(gateway: Gateway) -> FastAPI:
         gateway.schedules = ScheduleModel(gateway.model.topics)
     # A run whose input the core refused reads refused (stream/gateway/run_verdicts.py).
     gateway.model.decision_readers.append(gateway.schedules.decided)
+    mail = gateway.mail
+    if mail is not None and mail.inbound_secret and gateway.tokens is None:
+        # What the webhook knows of messages, from those read (reply_lookup.py).
+        gateway.tokens = ReplyTokens(mail)
+        gateway.model.message_readers.append(gateway.tokens.read)
+        gateway.model.message_readers.append(gateway.received.read)
     app.state.gateway = gateway
     for router in ROUTERS:
         app.include_router(router)

@@ -48,7 +48,6 @@ import logging
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -56,9 +55,12 @@ from aiokafka.structs import TopicPartition
 from pydantic import TypeAdapter, ValidationError
 
 from compiler import LemongraphError, Playbook, compile_playbook
+from stream.gateway.entries import AcceptedWrite, JobEntry, idem
 from stream.gateway.follow import Followed
+from stream.gateway.interrupts import OpenQuestions
 from topics import (
     JobSnapshot,
+    JournalFlow,
     JournalInterrupt,
     JournalRecord,
     MessageRecord,
@@ -66,7 +68,7 @@ from topics import (
     Topics,
 )
 
-__all__ = ["AcceptedWrite", "JobEntry", "ReadModel"]
+__all__ = ["AcceptedWrite", "JobEntry", "ReadModel", "idem"]
 
 log = logging.getLogger("lemongraph.gateway")
 
@@ -98,54 +100,6 @@ GONE_SHARE = 8
 _START_FIELDS = ("type", "key", "playbook_key", "subject", "contacts")
 #: The kinds of record kept per job within its byte budget.
 _KINDS = ("decisions", "events", "journal", "messages", "idempotency")
-
-
-def idem(source: object, key: object) -> str:
-    """How an idempotency key is remembered: per source, as the engine does
-    (compiler ``remembered_key``), so one source's key never blocks another's."""
-    return f"{source or 'world'}:{key}"
-
-
-@dataclass(frozen=True, slots=True)
-class AcceptedWrite:
-    """A record this gateway produced to the inbox."""
-
-    type: str  # job.start | event
-    partition: int
-    offset: int
-    accepted_at: str
-    message: dict[str, Any]
-    #: When it was accepted (seconds since the epoch), for ``pending_ttl``.
-    at: float = field(default_factory=time.time)
-
-
-@dataclass
-class JobEntry:
-    """Everything the read model knows about one job."""
-
-    key: str
-    snapshot: JobSnapshot | None = None
-    start: AcceptedWrite | None = None
-    pending: list[AcceptedWrite] = field(default_factory=list)
-    refused: str | None = None
-    idempotency: OrderedDict[str, AcceptedWrite] = field(default_factory=OrderedDict)
-    #: The job's subject and contacts, from its applied start.
-    subject: dict[str, Any] = field(default_factory=dict)
-    contacts: list[Any] = field(default_factory=list)
-    #: False for a job brought back from eviction: ``snapshot`` is only its
-    #: summary (status, milestone states) until the next snapshot arrives.
-    in_memory: bool = True
-
-    @property
-    def exists(self) -> bool:
-        """Known to the engine, or started through this gateway and not refused."""
-        return self.snapshot is not None or (self.start is not None and self.refused is None)
-
-    @property
-    def visible(self) -> bool:
-        """Readable: known to the engine, or started through this gateway (even
-        when the engine refused the start: the reader learns why)."""
-        return self.snapshot is not None or self.start is not None
 
 
 class ReadModel(Followed):
@@ -205,11 +159,9 @@ class ReadModel(Followed):
         self.messages: dict[str, deque[dict[str, Any]]] = {}  # the conversation, per job
         self.message_totals: dict[str, int] = {}
         self.message_ids: dict[str, set[str]] = {}  # of the messages kept, per job
-        #: Flows' open questions per job (``journal.interrupt`` open, not yet
-        #: answered, expired or cancelled, and no answer on ``messages``), by
-        #: interrupt id: what ``POST /v1/jobs/{key}/answers`` accepts. Kept when
-        #: a job is evicted (an open question is small and closes in time).
-        self.interrupts: dict[str, dict[str, dict[str, Any]]] = {}
+        self.flow_ids: dict[str, set[tuple[Any, ...]]] = {}  # of the flow records kept
+        #: Flows' open questions per job (stream/gateway/interrupts.py).
+        self.interrupts = OpenQuestions()
         self.decision_totals: dict[str, int] = {}  # decisions ever read, per job
         self.events: dict[str, OrderedDict[str, dict[str, Any]]] = {}
         self.decided: dict[int, int] = {}  # inbox partition → highest offset decided
@@ -222,6 +174,8 @@ class ReadModel(Followed):
         self._compiled: dict[tuple[str, int], Playbook | None] = {}
         #: Told every decision read (the schedules' read model joins its runs).
         self.decision_readers: list[Callable[[dict[str, Any]], None]] = []
+        #: Told every message read (the webhook's reply tokens are filled so).
+        self.message_readers: list[Callable[[MessageRecord], None]] = []
 
     # -- what the API asks -------------------------------------------------------
 
@@ -383,6 +337,8 @@ class ReadModel(Followed):
             size = _size(record)
             if kind == "messages":
                 self.message_ids.get(key, set()).discard(record["message_id"])
+            elif record.get("type") == "journal.flow":
+                self.flow_ids.get(key, set()).discard(_flow_id(record))
         elif kind == "events":
             events = self.events.get(key)
             if events is None or len(events) < 2:
@@ -435,8 +391,8 @@ class ReadModel(Followed):
         """Let go of everything held for job ``key`` but its summary."""
         entry = self.jobs.pop(key, None)
         for kept in (
-            self.decisions, self.journal, self.messages, self.message_ids, self.events,
-            self.decision_totals, self.journal_totals, self.message_totals,
+            self.decisions, self.journal, self.messages, self.message_ids, self.flow_ids,
+            self.events, self.decision_totals, self.journal_totals, self.message_totals,
         ):  # fmt: skip
             kept.pop(key, None)
         held = self._held.pop(key, {})
@@ -581,14 +537,7 @@ class ReadModel(Followed):
             elif topic == self.topics.messages:
                 self._message(MessageRecord.model_validate_json(value), len(value))
             elif topic == self.topics.journal:
-                entry = _JOURNAL.validate_json(value)
-                if isinstance(entry, JournalInterrupt):
-                    self._interrupt(entry)
-                self._keep(entry.job_key, "journal", entry.dump(), JOURNAL_KEPT)
-                totals = self.journal_totals
-                totals[entry.job_key] = totals.get(entry.job_key, 0) + 1
-                self._changed(entry.job_key)
-                self._fit(entry.job_key)
+                self._journal(_JOURNAL.validate_json(value))
         except (ValidationError, ValueError, KeyError, TypeError) as exc:
             self.skipped += 1
             log.debug("read model: skipped a record of %s: %s", topic, exc)
@@ -605,30 +554,32 @@ class ReadModel(Followed):
         held.append(record)
         self._add(key, kind, size or _size(record))
 
-    def _interrupt(self, record: JournalInterrupt) -> None:
-        """Track a flow's question: open, or closed (answered, expired, cancelled);
-        a refused answer leaves it open."""
-        held = self.interrupts.setdefault(record.job_key, {})
-        if record.status == "open":
-            held[record.interrupt_id] = record.dump()
-        elif record.status == "refused":
-            pass  # an answer from someone who may not give it: still open
-        else:
-            held.pop(record.interrupt_id, None)
-        if not held:
-            self.interrupts.pop(record.job_key, None)
-
     def answered(self, key: str, interrupt_id: str) -> None:
-        """An answer to ``interrupt_id`` was written (or read on ``messages``):
-        it is no longer open, so a second answer is refused."""
-        held = self.interrupts.get(key)
-        if held is not None:
-            held.pop(interrupt_id, None)
-            if not held:
-                self.interrupts.pop(key, None)
+        """An answer to ``interrupt_id`` was written: a second one is refused."""
+        self.interrupts.answered(key, interrupt_id)
+
+    def _journal(self, entry: JournalRecord) -> None:
+        """One journal record; a ``journal.flow`` record written again after a
+        crash (the same ``run_id``, ``event``, ``node`` and ``at``: docs/flows.md,
+        "Crash safety") is kept once."""
+        if isinstance(entry, JournalInterrupt):
+            self.interrupts.read(entry)
+        record = entry.dump()
+        if isinstance(entry, JournalFlow):
+            flows = self.flow_ids.setdefault(entry.job_key, set())
+            if _flow_id(record) in flows:
+                return
+            flows.add(_flow_id(record))
+        self._keep(entry.job_key, "journal", record, JOURNAL_KEPT)
+        totals = self.journal_totals
+        totals[entry.job_key] = totals.get(entry.job_key, 0) + 1
+        self._changed(entry.job_key)
+        self._fit(entry.job_key)
 
     def _message(self, record: MessageRecord, size: int = 0) -> None:
         key = record.job_key
+        for reader in self.message_readers:
+            reader(record)
         if record.direction == "in" and record.interrupt_id is not None:
             self.answered(key, record.interrupt_id)
         ids = self.message_ids.setdefault(key, set())
@@ -777,6 +728,11 @@ class ReadModel(Followed):
             f"gateway: read model caught up ({len(self.jobs)} jobs, "
             f"{len(self.playbooks)} playbooks)"
         )
+
+
+def _flow_id(record: dict[str, Any]) -> tuple[Any, ...]:
+    """What identifies one ``journal.flow`` record (docs/flows.md, "Crash safety")."""
+    return (record.get("run_id"), record.get("event"), record.get("node"), record.get("at"))
 
 
 def _size(record: dict[str, Any]) -> int:

@@ -13,7 +13,7 @@ from stream.gateway.errors import ApiError, error_responses
 from stream.gateway.models import InboundAccepted, InboundEmail
 from stream.gateway.readmodel import idem
 from stream.gateway.routes.shared import Gateway, GatewayDep, now_iso
-from topics import JournalMail, encode, first_error
+from topics import InboxEvent, JournalMail, MessageRecord, encode, first_error
 from topics.mail import (
     MailSettings,
     SenderNotContact,
@@ -54,7 +54,10 @@ def _check_signature(mail: MailSettings, raw: bytes, given: str) -> None:
 async def _route(gateway: Gateway, mail: MailSettings, body: InboundEmail) -> ReplyRoute:
     """The job the reply address names; 403 ``reply_refused`` (journaled) else."""
     try:
-        return read_reply_address(mail.reply_secret, body.to, mail.reply_domain, int(time.time()))
+        lookup = gateway.tokens.get if gateway.tokens is not None else None
+        return read_reply_address(
+            mail.reply_secret, body.to, mail.reply_domain, int(time.time()), lookup
+        )
     except ReplyTokenError as exc:
         refusal = JournalMail(
             job_key="", at=now_iso(), direction="in", outcome="refused",
@@ -62,6 +65,43 @@ async def _route(gateway: Gateway, mail: MailSettings, body: InboundEmail) -> Re
         )  # fmt: skip
         await gateway.send(gateway.model.topics.journal, "", encode(refusal))
         raise ApiError(403, "reply_refused", f"{exc.reason} reply address: {exc}") from None
+
+
+async def _write(
+    gateway: Gateway,
+    record: MessageRecord | None,
+    event: InboxEvent,
+    answer: InboundAccepted,
+    sender: str | None,
+) -> InboundAccepted:
+    """Write what a mail not yet taken adds: its message (once per message id,
+    whatever wrote it before: this gateway before a restart, or a try whose event
+    was not acknowledged), its event (once per idempotency key the gateway
+    remembers; the engine applies a key once anyway) and the journal's line."""
+    model, key = gateway.model, answer.key
+    entry = model.entry(key)
+    remembered = entry is not None and (
+        idem(event.source, event.idempotency_key) in entry.idempotency
+    )
+    written = record is None or (key, answer.message_id) in gateway.received
+    if remembered and written:
+        return answer.model_copy(update={"duplicate": True})
+    fresh = not written if record is not None else not remembered
+    gateway.room()
+    if record is not None and not written:
+        await gateway.send(model.topics.messages, key, encode(record))
+        gateway.received.note(key, answer.message_id)
+    if not remembered:
+        await gateway.produce(key, event)
+    if not fresh:  # only the event was missing: the mail itself was taken before
+        return answer.model_copy(update={"duplicate": True})
+    journaled = JournalMail(
+        job_key=key, at=now_iso(), direction="in",
+        outcome="received" if record is not None else "bounced",
+        message_id=answer.message_id, address=sender, detail="webhook",
+    )  # fmt: skip
+    await gateway.send(model.topics.journal, key, encode(journaled))
+    return answer
 
 
 @router.post(
@@ -102,22 +142,8 @@ async def inbound_email(gateway: GatewayDep, request: Request) -> InboundAccepte
             held = unverified(route, refusal, message_id, now_iso(), "webhook")
             await gateway.send(model.topics.journal, key, encode(held))
             raise ApiError(403, "sender_not_contact", str(refusal)) from None
-        event_key = str(event.idempotency_key)
         answer = InboundAccepted(
             key=key, kind="bounce" if record is None else "reply",
-            message_id=message_id, event_id=event_key,
+            message_id=message_id, event_id=str(event.idempotency_key),
         )  # fmt: skip
-        remembered = idem(event.source, event_key) in entry.idempotency
-        if remembered or message_id in model.message_ids.get(key, ()):
-            return answer.model_copy(update={"duplicate": True})
-        gateway.room()
-        if record is not None:
-            await gateway.send(model.topics.messages, key, encode(record))
-        await gateway.produce(key, event)
-        journaled = JournalMail(
-            job_key=key, at=now_iso(), direction="in",
-            outcome="received" if record is not None else "bounced",
-            message_id=message_id, address=sender_of(body.from_), detail="webhook",
-        )  # fmt: skip
-        await gateway.send(model.topics.journal, key, encode(journaled))
-    return answer
+        return await _write(gateway, record, event, answer, sender_of(body.from_))

@@ -24,6 +24,7 @@ from fastapi.security import HTTPBearer
 from stream.gateway.errors import ApiError
 from stream.gateway.guard import Guard, principal_of
 from stream.gateway.readmodel import AcceptedWrite, JobEntry, ReadModel
+from stream.gateway.reply_lookup import ReceivedIds, ReplyTokens
 from stream.gateway.schedules import ScheduleModel
 from stream.gateway.tokens import Principal
 from topics import InboxEvent, JobStart, encode
@@ -73,6 +74,10 @@ class Gateway:
     dev_mail: Callable[[], list[dict[str, Any]]] | None = None
     #: The email channel's settings (the inbound webhook checks with them).
     mail: MailSettings | None = None
+    #: The short reply tokens of the outbound email read (made with ``mail``).
+    tokens: ReplyTokens | None = None
+    #: The person's messages on ``messages``, by job and id (the webhook's).
+    received: ReceivedIds = field(default_factory=ReceivedIds)
     #: The schedules' read model (stream/gateway/schedules.py); one is made
     #: for the model's topics when none is given.
     schedules: ScheduleModel | None = None

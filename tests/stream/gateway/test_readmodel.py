@@ -15,9 +15,9 @@ import yaml
 from compiler import compile_playbook
 from stream.engine.engine import Engine, Record
 from stream.engine.registry import Registry
-from stream.gateway.readmodel import ReadModel
+from stream.gateway.readmodel import JOURNAL_KEPT, ReadModel
 from stream.gateway.views import job_summary, job_view
-from topics import JournalRun, PlaybookRecord, Topics, encode
+from topics import JournalFlow, JournalRun, PlaybookRecord, Topics, encode
 
 TOPICS = Topics("rm.")
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
@@ -113,3 +113,42 @@ def test_the_journal_is_kept_per_job_and_a_bad_record_is_skipped() -> None:
     model.apply(TOPICS.journal, b"j-1", b'{"type": "journal.run", "job_key": "j-1"}')
     assert [r["ended"] for r in model.journal["j-1"]] == ["max_turns"]
     assert model.skipped == 1
+
+
+def test_a_flow_record_written_again_after_a_crash_is_kept_once() -> None:
+    """docs/flows.md, "Crash safety": a resumed run writes its records again, byte
+    for byte; (run_id, event, node, at) identifies one."""
+    model = ReadModel(TOPICS, {})
+
+    def flow(event: str, at: str, node: str | None = None) -> bytes:
+        return encode(JournalFlow(
+            job_key="j-2", run_id="j-2/resolve#1", flow="resolve", task_id="j-2/resolve",
+            at=at, event=event, node=node,  # type: ignore[arg-type]
+        ))  # fmt: skip
+
+    written = [
+        flow("started", "2026-01-05T09:00:00Z"),
+        flow("node", "2026-01-05T09:00:01Z", "lookup"),
+        flow("node", "2026-01-05T09:00:01Z", "lookup"),  # the crash window: again
+        flow("node", "2026-01-05T09:00:02Z", "lookup"),  # the node again, later: a loop back
+        flow("node", "2026-01-05T09:00:03Z", "answer"),
+        flow("started", "2026-01-05T09:00:00Z"),
+        flow("finished", "2026-01-05T09:00:04Z"),
+        flow("finished", "2026-01-05T09:00:04Z"),
+    ]
+    for value in written:
+        model.apply(TOPICS.journal, b"j-2", value)
+    kept = [(r["event"], r["node"], r["at"][-3:-1]) for r in model.journal["j-2"]]
+    assert kept == [
+        ("started", None, "00"), ("node", "lookup", "01"), ("node", "lookup", "02"),
+        ("node", "answer", "03"), ("finished", None, "04"),
+    ]  # fmt: skip
+    assert model.journal_totals["j-2"] == 5
+    # what it remembers of them is bounded by the records it keeps
+    for n in range(JOURNAL_KEPT + 50):
+        model.apply(
+            TOPICS.journal, b"j-2", flow("node", f"2026-01-06T{n // 60:02}:{n % 60:02}:00Z", "x")
+        )
+    assert len(model.flow_ids["j-2"]) == len(model.journal["j-2"]) == JOURNAL_KEPT
+    model.evict("j-2")
+    assert "j-2" not in model.flow_ids
