@@ -155,12 +155,17 @@ class Conversation:
             )
             self.inputs += 1
             return True
-        if record.task_id not in self.closed:
-            self.closed.append(record.task_id)
+        if record.task_id in self.closed:
+            return False  # re-delivered
+        self.closed.append(record.task_id)
         self.outcomes[record.milestone] = str(record.outcome)
         self.tasks.pop(record.milestone, None)
         self.frontier = [m for m in self.frontier if m != record.milestone]
-        return False
+        if not self.tasks and not self.flows_open() and self.spoken():
+            # The job's last task closed: a change the person is told of, once
+            # (docs/agents.md, "The closing turn").
+            self.closing = True
+        return self.closing
 
     def _take_job(self, record: TaskOpenedRecord) -> None:
         """What a task.opened says of the job: its playbook, subject, contacts, frontier."""
@@ -183,6 +188,10 @@ class Conversation:
         if not self.tasks and self.closed and not self.waiting() and not self.flows_open():
             self.closing = True  # the job's work is over: still, an answer
         return bool(self.tasks) or self.closing
+
+    def spoken(self) -> bool:
+        """A person has written in this job (among the turns kept)."""
+        return any(t.role == "person" for t in self.turns)
 
     def flows_open(self) -> bool:
         """A flow's task is still open (its run may ask the person)."""

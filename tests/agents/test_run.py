@@ -581,3 +581,38 @@ def test_a_task_that_opens_during_a_run_is_folded_into_its_next_turn(lane: Any) 
     assert "Also open (the person may prefer one of these):" in after.request
     assert "- selfServe: Do selfServe." in after.request
     assert not conv.due  # the run's last turn saw selfServe: no second run owed
+
+
+def test_the_last_task_closing_owes_one_closing_turn_only_where_a_person_wrote() -> None:
+    """docs/agents.md, "The closing turn": the job's last task closing is a change
+    the person is told of, once (a re-delivered task.closed owes nothing), and only
+    in a job where a person has written."""
+
+    def close(conv: Conversation, milestone: str) -> bool:
+        return conv.apply(
+            TaskClosedRecord(
+                task_id=f"job-1/{milestone}",
+                job_key="job-1",
+                milestone=milestone,
+                at="2026-01-05T10:00:00Z",
+                outcome="done",
+            )
+        )
+
+    silent = Conversation("job-1")
+    silent.apply(opened("bookCall", [], ["bookCall"]))
+    assert close(silent, "bookCall") is False
+    assert silent.closing is False
+
+    talked = Conversation("job-1")
+    talked.apply(opened("bookCall", [], ["bookCall", "selfServe"]))
+    talked.apply(opened("selfServe", [], ["bookCall", "selfServe"]))
+    talked.add_turn(Turn("person", "Hi", "ada@example.com"))
+    talked.add_turn(Turn("agent", "Hello!"))
+    assert close(talked, "bookCall") is False  # selfServe is still open
+    assert talked.closing is False
+    assert close(talked, "selfServe") is True
+    assert talked.closing is True
+    talked.closing = False  # the closing turn was sent (Runner.close)
+    assert close(talked, "selfServe") is False  # re-delivered
+    assert talked.closing is False

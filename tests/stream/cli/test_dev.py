@@ -167,6 +167,19 @@ def test_the_dev_loop_of_the_readme_closes_offline(tmp_path: Path) -> None:
                 lambda: (j := client.get("/v1/jobs/job-1").json())["status"] == "done" and j,
                 "the job to be done",
             )
+            # The turn that completed the job is answered too (docs/agents.md, "The
+            # closing turn"), and by then every message the walk produced is out.
+            until(lambda: agent_said("All done"), "the closing reply")
+            said_out = [
+                m
+                for m in client.get("/v1/jobs/job-1/messages").json()["messages"]
+                if m["direction"] == "out"
+            ]
+            emailed = [m for m in said_out if m["channel"] == "email"]
+            mails = until(
+                lambda: len(m := client.get("/v1/dev/mail").json()["mails"]) >= len(emailed) and m,
+                "every message of the agent caught as an email",
+            )
             trail = client.get("/v1/jobs/job-1/decisions").json()["decisions"]
             # The heartbeat dev runs (examples/schedules.yaml, queue-check), woken:
             # the stand-in answers HEARTBEAT_OK, so the run is suppressed, no alert.
@@ -196,6 +209,13 @@ def test_the_dev_loop_of_the_readme_closes_offline(tmp_path: Path) -> None:
         "HEARTBEAT_OK",
         None,
     ), beat
+    # One message per frontier change, never the same one twice: id_uploaded opens
+    # bookCall and selfServe, and the agent greets them once; each went out once by email.
+    texts = [m["text"] for m in said_out]
+    assert len(texts) == len(set(texts)), texts
+    assert sum("Let us work on bookCall" in t for t in texts) == 1, texts
+    assert texts[-1].startswith("All done"), texts
+    assert len(mails) == len(emailed), (mails, texts)
     settled = {m["id"]: m for m in done["milestones"]}
     assert {k: m["state"] for k, m in settled.items()} == {
         "collectIdentity": "done",
