@@ -29,9 +29,9 @@ def agents(loglevel: str) -> None:
     OPENAI_API_KEY."""
     import faust
 
+    from agents.app import build_service
     from agents.catalog import load_catalog_file
     from agents.model import ModelSettings
-    from agents.service import build_service
 
     settings = env_settings()
     require_kafka(settings)

@@ -1,0 +1,176 @@
+"""The agents service's Faust app (docs/agents.md, "The agents service"): the
+app, its stream of ``tasks`` and ``messages``, and the hooks Faust calls, each a
+named method of :class:`ServiceHooks`. What the service does with a record is
+:class:`agents.service.AgentService`'s."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import faust
+from stream.runtime.config import Settings
+from stream.runtime.faust_tuning import (
+    FETCH_MAX_WAIT_MS,
+    FETCH_MAX_WAIT_MS_TANSU,
+    common_settings,
+    set_fetch_max_wait,
+)
+from topics import Headers, Topics
+
+from agents.catalog import Catalog
+from agents.flows.service import load_flows
+from agents.model import ModelSettings
+from agents.service import AgentService, Where, data_path
+
+__all__ = ["ServiceHooks", "build_service"]
+
+
+def build_service(
+    settings: Settings,
+    catalog: Catalog,
+    model_settings: ModelSettings,
+    *,
+    concurrency: int,
+    history: int = 20,
+    tool_env: Mapping[str, str] | None = None,
+    tansu: bool = False,
+    say: Callable[[str], None] = print,
+    live: int = 1000,
+) -> tuple[faust.App, AgentService]:
+    """The Faust app that runs the service."""
+    # Tansu holds a fetch for its whole wait: keep it short there (stream/runtime/faust_tuning.py).
+    set_fetch_max_wait(FETCH_MAX_WAIT_MS_TANSU if tansu else FETCH_MAX_WAIT_MS)
+    options = common_settings(
+        settings.kafka_url,
+        data_path(settings) / "faust",
+        settings.partitions,
+        tansu,
+        settings.kafka_security,
+        settings.kafka_compression,
+    )
+    topics = Topics(settings.topic_prefix)
+    app = faust.App(f"{settings.topic_prefix}agents", **options)
+    flows = load_flows(settings.playbooks_dir, catalog, say)
+    if flows.by_milestone:
+        count = len(flows.by_milestone)
+        say(f"agents: {count} milestones run by flows ({len(flows.by_name)} flows)")
+    service = AgentService(
+        settings, catalog, model_settings, concurrency=concurrency, history=history,
+        tool_env=tool_env, flows=flows, live=live,
+    )  # fmt: skip
+
+    hooks = ServiceHooks(app, service, (topics.tasks, topics.messages), say)
+    service.send = hooks.send
+    service.flush = hooks.flush
+    app.task(hooks.ready)
+    app.on_partitions_revoked.connect(hooks.on_revoked)
+    app.on_partitions_assigned.connect(hooks.on_assigned)
+    # One stream of both topics (co-partitioned: a job's tasks and messages share
+    # a partition number), so a job's records are taken in one order.
+    source = app.topic(topics.tasks, topics.messages, key_type=bytes, value_type=bytes)
+    app.agent(source)(hooks.tasks)
+    # The service reads no tick stream: this timer steps a flow whose open
+    # question expired (docs/flows.md, "Flows in the agents service").
+    app.timer(max(0.1, settings.tick_interval))(hooks.flow_ticks)
+    app.timer(10.0)(hooks.status)
+    return app, service
+
+
+class ServiceHooks:
+    """What the Faust app calls, each a named method: the producer the service
+    sends with, the partition signals, the stream of ``tasks`` and ``messages``
+    records, and the timers."""
+
+    def __init__(
+        self,
+        app: faust.App,
+        service: AgentService,
+        ours: tuple[str, str],
+        say: Callable[[str], None],
+    ) -> None:
+        self.app = app
+        self.service = service
+        #: The topics whose partitions are the service's (``tasks``, ``messages``).
+        self.ours = ours
+        self.say = say
+
+    async def send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers | None,
+        partition: int | None,
+    ) -> None:
+        """Produce, acknowledged when this returns."""
+        sent = await self.app.producer.send(
+            topic, key, value, partition=partition, timestamp=None, headers=headers
+        )
+        await sent
+
+    async def flush(self) -> None:
+        await self.app.producer.flush()
+
+    async def ready(self) -> None:
+        self.say(f"agents: ready (group {self.app.conf.id})")
+
+    async def on_revoked(self, sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
+        [revoked] = args
+        service = self.service
+        stopped = await service.revoke(tp.partition for tp in revoked if tp.topic in self.ours)
+        if stopped:
+            self.say(
+                f"agents: partitions revoked: {stopped} runs stopped (their new owner resumes them)"
+            )
+
+    async def on_assigned(self, sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
+        [assigned] = args
+        service = self.service
+        mine = {tp.partition for tp in assigned if tp.topic in self.ours}
+        await service.revoke(p for p in list(service.partitions) if p not in mine)
+        read, resumed = await service.assign(mine)
+        self.say(
+            f"agents: partitions {sorted(mine)} assigned: {read} conversation records read "
+            f"back, {resumed} runs resumed"
+        )
+
+    async def tasks(self, stream: Any) -> None:
+        """The Faust agent: each record of the stream, with where it was read."""
+        async for event in stream.events():
+            m = event.message
+            stamp = m.timestamp
+            where = Where(
+                m.topic, m.partition, m.offset,
+                round(stamp * 1000) if stamp is not None else -1,
+                m.key, _header_list(m.headers),
+            )  # fmt: skip
+            tasks = m.topic == self.ours[0]
+            if tasks:
+                self.service.reading(m.partition, True)
+            await self.service.on_record(event.value, where)
+            if tasks:
+                self.service.reading(m.partition, m.offset + 1 < self._highwater(m))
+
+    def _highwater(self, message: Any) -> int:
+        """The end of the message's partition as last fetched (0: not known)."""
+        try:
+            return int(self.app.consumer.highwater(message.tp) or 0)
+        except (AttributeError, KeyError, TypeError, AssertionError):
+            return 0
+
+    async def flow_ticks(self) -> None:
+        await self.service.tick()
+
+    async def status(self) -> None:
+        s = self.service.stats
+        ended = ", ".join(f"{k} {v}" for k, v in sorted(s.ended.items())) or "none"
+        self.say(f"agents: {s.records} task records, {s.runs} runs (ended: {ended})")
+
+
+def _header_list(headers: Any) -> Headers:
+    """Faust gives headers as a list of pairs or a mapping."""
+    if not headers:
+        return []
+    pairs = headers.items() if isinstance(headers, Mapping) else headers
+    return [(str(n), bytes(v or b"")) for n, v in pairs]
