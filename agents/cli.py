@@ -31,6 +31,7 @@ def agents(loglevel: str) -> None:
 
     from agents.app import build_service
     from agents.catalog import load_catalog_file
+    from agents.executor import tool_response_bound
     from agents.model import ModelSettings
 
     settings = env_settings()
@@ -38,6 +39,7 @@ def agents(loglevel: str) -> None:
     env = dict(os.environ)
     try:
         model = ModelSettings.from_env(env)
+        tool_response_bound(env)  # docs/agents.md, "Output bounds"
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     if not model.api_key and not model.base_url:

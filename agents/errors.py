@@ -2,6 +2,7 @@
 
     AgentsError                every failure of the agents service, its channels and flows
     ├── ModelError             a model call that gave no usable reply (agents.model)
+    ├── CheckpointTooLarge     a conversation too large to checkpoint (agents.stores)
     ├── CatalogError           a catalog that fails validation (agents.catalog; also a
     │                          compiler.LemongraphError, as the CLI's checks catch it)
     └── RegistryError          a handler module that cannot be imported, or a name

@@ -23,15 +23,31 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 import orjson
 from jsonschema import Draft202012Validator
-from topics import InboxEvent
+from topics import InboxEvent, encode
 
 from agents.catalog import Catalog, ToolSpec, expand_env
+from agents.model import whole_number
 from agents.success import Verdict, judge, response_path
 
-__all__ = ["Executor", "Outcome", "derived_key", "redact_url", "response_path"]
+__all__ = [
+    "FACT_MAX_BYTES",
+    "MAX_TOOL_RESPONSE_BYTES",
+    "Executor",
+    "Outcome",
+    "derived_key",
+    "redact_url",
+    "response_path",
+    "tool_response_bound",
+]
 
 #: How much of a tool's response the model is shown.
 RESULT_EXCERPT = 2000
+#: The default of ``LEMONGRAPH_MAX_TOOL_RESPONSE_BYTES``: the most of a tool's
+#: answer read (docs/agents.md, "Output bounds").
+MAX_TOOL_RESPONSE_BYTES = 4 << 20
+#: The most a fact a tool records may take, as JSON: it goes to the inbox and
+#: into the run's checkpoint (docs/agents.md, "Output bounds").
+FACT_MAX_BYTES = 65_536
 #: How much of a body that is not a success the model and the journal are shown.
 BODY_EXCERPT = 300
 #: No tool is guarded by a flow's approval (a call from a flow, or no flows).
@@ -86,11 +102,18 @@ class Executor:
     """Runs catalog tools over HTTP. ``env`` supplies ``${VAR}`` values."""
 
     def __init__(
-        self, catalog: Catalog, client: httpx.AsyncClient, env: Mapping[str, str] | None = None
+        self,
+        catalog: Catalog,
+        client: httpx.AsyncClient,
+        env: Mapping[str, str] | None = None,
+        *,
+        max_response: int = MAX_TOOL_RESPONSE_BYTES,
     ) -> None:
         self.catalog = catalog
         self.client = client
         self.env = env
+        #: The most of a tool's answer read (``LEMONGRAPH_MAX_TOOL_RESPONSE_BYTES``).
+        self.max_response = max_response
         self._validators = {
             name: Draft202012Validator(tool.parameters) for name, tool in catalog.tools.items()
         }
@@ -153,14 +176,7 @@ class Executor:
             headers["Idempotency-Key"] = key
         started = time.monotonic()
         try:
-            if tool.http.method == "GET":
-                response = await self.client.request(
-                    "GET", url, params=_params(args), headers=headers, timeout=tool.http.timeout
-                )
-            else:
-                response = await self.client.request(
-                    tool.http.method, url, json=args, headers=headers, timeout=tool.http.timeout
-                )
+            status, body, cut = await self._send(tool, url, args, headers)
         except httpx.TimeoutException:
             seconds = time.monotonic() - started
             return self._unanswered(tool, key, shown, seconds, f"timed out after {seconds:.1f}s")
@@ -168,22 +184,35 @@ class Executor:
             seconds = time.monotonic() - started
             return self._unanswered(tool, key, shown, seconds, f"{type(exc).__name__}")
         seconds = time.monotonic() - started
-        status = response.status_code
         if not 200 <= status < 300:
-            why = f"HTTP {status}: {_opening(response.content)}"
+            why = f"HTTP {status}: {_opening(body)}"
             return Outcome("failed", _tell(False, why), key, None, status, shown, seconds)
+        if cut:
+            # Not read whole, so not judged: what it did is unknown (docs/agents.md,
+            # "Output bounds").
+            why = (
+                f"HTTP {status}, but the answer is over LEMONGRAPH_MAX_TOOL_RESPONSE_BYTES "
+                f"({self.max_response:,} bytes): cut there and not read: {_opening(body)}"
+            )
+            return self._unanswered(tool, key, shown, seconds, why, status)
         # A 2xx is not enough: the body must say the call happened
         # (docs/agents.md, "What success is").
-        judged = judge(tool.success, response.content)
-        why = f"HTTP {status}, but {judged.why}: {_opening(response.content)}"
+        judged = judge(tool.success, body)
+        why = f"HTTP {status}, but {judged.why}: {_opening(body)}"
         if judged.verdict is Verdict.FAILED:
             return Outcome("failed", _tell(False, why), key, None, status, shown, seconds)
         if judged.verdict is Verdict.UNSAID:
             return self._unanswered(tool, key, shown, seconds, why, status)
         fact = self._fact(tool, job_key, key, judged.data)
+        told = _tell(True, judged.data)
+        size = len(encode(fact)) if fact is not None else 0
+        if size > FACT_MAX_BYTES:
+            fact = None
+            told = _tell(True, f"it happened, but the fact it records is {size:,} bytes, over "
+                         f"{FACT_MAX_BYTES:,}: not recorded")  # fmt: skip
         return Outcome(
             "done",
-            _tell(True, judged.data),
+            told,
             key,
             fact=fact,
             http_status=status,
@@ -191,6 +220,28 @@ class Executor:
             seconds=seconds,
             data=judged.data,
         )
+
+    async def _send(
+        self, tool: ToolSpec, url: str, args: Any, headers: dict[str, str]
+    ) -> tuple[int, bytes, bool]:
+        """Make the tool's HTTP request; (status, the body read up to
+        ``max_response`` bytes, whether it was cut there). The body is streamed:
+        no more than the bound is ever held."""
+        assert tool.http is not None
+        method = tool.http.method
+        sent: dict[str, Any] = {"params": _params(args)} if method == "GET" else {"json": args}
+        request = self.client.stream(
+            method, url, headers=headers, timeout=tool.http.timeout, **sent
+        )
+        async with request as response:
+            body = bytearray()
+            async for chunk in response.aiter_bytes():
+                room = self.max_response - len(body)
+                if len(chunk) > room:
+                    body += chunk[:room]
+                    return response.status_code, bytes(body), True
+                body += chunk
+            return response.status_code, bytes(body), False
 
     def _unanswered(
         self,
@@ -236,6 +287,13 @@ class Executor:
         )
 
 
+def tool_response_bound(env: Mapping[str, str] | None) -> int:
+    """``LEMONGRAPH_MAX_TOOL_RESPONSE_BYTES`` of ``env`` (``ValueError`` when it
+    is not a whole number of at least 1)."""
+    name = "LEMONGRAPH_MAX_TOOL_RESPONSE_BYTES"
+    return whole_number(env or {}, name, MAX_TOOL_RESPONSE_BYTES)
+
+
 def _params(args: Any) -> dict[str, str]:
     if not isinstance(args, dict):
         return {}
@@ -251,7 +309,10 @@ def _opening(body: bytes) -> str:
 
 
 def _tell(ok: bool, detail: Any) -> str:
-    """What the model is told about a call, as JSON."""
+    """What the model is told about a call, as JSON; a long one cut, with a note."""
     body = {"ok": ok, "result" if ok else "error": detail}
     text = orjson.dumps(body, default=str).decode()
-    return text if len(text) <= RESULT_EXCERPT else text[: RESULT_EXCERPT - 3] + "..."
+    if len(text) <= RESULT_EXCERPT:
+        return text
+    note = f" [cut: {len(text):,} characters in all]"
+    return text[: RESULT_EXCERPT - len(note) - 3] + "..." + note

@@ -5,7 +5,9 @@ API (default, ``store=False``, the full input each call) or Chat Completions
 The client retries 429 and 5xx answers itself, with backoff
 (``LEMONGRAPH_MODEL_RETRIES``). Whatever still fails, and an answer that is
 not a usable reply, is a :class:`ModelError` with a ``kind``: the run records it
-and goes on; it never crashes the service.
+and goes on; it never crashes the service. So is a reply over
+``LEMONGRAPH_MAX_REPLY_BYTES`` (its text and tool-call arguments together): it is
+never kept (docs/agents.md, "Output bounds").
 """
 
 from __future__ import annotations
@@ -20,7 +22,21 @@ import openai
 from agents.compose import ModelRequest
 from agents.errors import AgentsError
 
-__all__ = ["Completion", "Exchange", "Model", "ModelError", "ModelSettings", "ToolCall", "Usage"]
+__all__ = [
+    "MAX_REPLY_BYTES",
+    "Completion",
+    "Exchange",
+    "Model",
+    "ModelError",
+    "ModelSettings",
+    "ToolCall",
+    "Usage",
+    "whole_number",
+]
+
+#: The default bound of one model reply: its text and its tool calls' arguments,
+#: in UTF-8 bytes (docs/agents.md, "Output bounds").
+MAX_REPLY_BYTES = 65_536
 
 
 @dataclass(frozen=True)
@@ -33,24 +49,36 @@ class ModelSettings:
     api: Literal["responses", "chat"] = "responses"
     retries: int = 3
     timeout: float = 60.0
+    #: A reply over this many bytes (text and arguments) is refused: ``too_large``.
+    max_reply_bytes: int = MAX_REPLY_BYTES
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> ModelSettings:
         """``OPENAI_API_KEY``, ``OPENAI_BASE_URL``, ``OPENAI_MODEL``,
-        ``LEMONGRAPH_OPENAI_API`` (responses | chat), ``LEMONGRAPH_MODEL_RETRIES``."""
+        ``LEMONGRAPH_OPENAI_API`` (responses | chat), ``LEMONGRAPH_MODEL_RETRIES``,
+        ``LEMONGRAPH_MAX_REPLY_BYTES``."""
         api = env.get("LEMONGRAPH_OPENAI_API", "responses").strip() or "responses"
         if api not in ("responses", "chat"):
             raise ValueError(f"LEMONGRAPH_OPENAI_API: {api!r} is not responses or chat")
-        retries = env.get("LEMONGRAPH_MODEL_RETRIES", "3").strip() or "3"
-        if not retries.isdigit():
-            raise ValueError(f"LEMONGRAPH_MODEL_RETRIES: {retries!r} is not a whole number")
         return cls(
             api_key=env.get("OPENAI_API_KEY", ""),
             base_url=env.get("OPENAI_BASE_URL") or None,
             model=env.get("OPENAI_MODEL", "gpt-4o").strip() or "gpt-4o",
             api="chat" if api == "chat" else "responses",
-            retries=int(retries),
+            retries=whole_number(env, "LEMONGRAPH_MODEL_RETRIES", 3, least=0),
+            max_reply_bytes=whole_number(env, "LEMONGRAPH_MAX_REPLY_BYTES", MAX_REPLY_BYTES),
         )
+
+
+def whole_number(env: Mapping[str, str], name: str, default: int, *, least: int = 1) -> int:
+    """The setting ``name`` of ``env`` as a whole number of at least ``least``
+    (``default`` when unset or empty); ``ValueError`` naming it otherwise."""
+    text = env.get(name, "").strip().replace("_", "")
+    if not text:
+        return default
+    if not text.isdigit() or int(text) < least:
+        raise ValueError(f"{name}: {text!r} is not a whole number of at least {least}")
+    return int(text)
 
 
 @dataclass(frozen=True)
@@ -94,9 +122,11 @@ class Completion:
 class ModelError(AgentsError):
     """A model call that gave no usable reply. ``kind``: ``status`` (an HTTP
     error after the retries), ``transport`` (no answer), ``garbage`` (an answer
-    that is no reply)."""
+    that is no reply), ``too_large`` (a reply over ``max_reply_bytes``)."""
 
-    def __init__(self, kind: Literal["status", "transport", "garbage"], message: str) -> None:
+    def __init__(
+        self, kind: Literal["status", "transport", "garbage", "too_large"], message: str
+    ) -> None:
         super().__init__(message)
         self.kind = kind
         self.message = message
@@ -143,7 +173,21 @@ class Model:
         text, calls, usage = reply
         if not text and not calls:
             raise ModelError("garbage", "the reply has neither text nor a tool call")
+        self._bounded(text, calls)
         return Completion(text or None, calls, usage, time.monotonic() - started)
+
+    def _bounded(self, text: str, calls: Sequence[ToolCall]) -> None:
+        """Refuse a reply whose text and tool-call arguments are over the bound
+        before anything keeps it (docs/agents.md, "Output bounds")."""
+        bound = self.settings.max_reply_bytes
+        size = len(text.encode()) + sum(len(c.arguments.encode()) for c in calls)
+        if size > bound:
+            what = "text" if not calls else "tool-call arguments" if not text else "text and calls"
+            raise ModelError(
+                "too_large",
+                f"the reply ({what}) is {size:,} bytes, over LEMONGRAPH_MAX_REPLY_BYTES "
+                f"({bound:,}): not kept",
+            )
 
     async def _responses(
         self,

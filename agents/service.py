@@ -43,6 +43,7 @@ from topics import (
     Headers,
     InboxEvent,
     JournalMail,
+    JournalRun,
     MessageRecord,
     SchedulePromptTask,
     TaskClosedRecord,
@@ -54,9 +55,9 @@ from topics import (
 )
 from topics.mail import ADDRESS_MAX
 
-from agents.catalog import Catalog
+from agents.catalog import CONVERSATION, Catalog
 from agents.contacts import approves, is_contact, same_contact
-from agents.executor import Executor
+from agents.executor import Executor, tool_response_bound
 from agents.flows.executor import FlowExecutor
 from agents.flows.handlers import load_registry
 from agents.flows.service import (
@@ -70,10 +71,10 @@ from agents.flows.service import (
 )
 from agents.model import Model, ModelSettings
 from agents.publish import Send
-from agents.run import Conversation, Outbox, Runner
+from agents.run import Conversation, Outbox, RunEnd, Runner
 from agents.schedule_runs import KIND as PROMPT_RUN
 from agents.schedule_runs import PromptRuns
-from agents.stores import open_store
+from agents.stores import CHECKPOINT_MAX_BYTES, CheckpointTooLarge, fitted, open_store
 
 __all__ = ["AgentService", "AgentStats", "Where", "data_path"]
 
@@ -138,6 +139,10 @@ class AgentService:
         self.model_settings = model_settings
         self.history = history
         self.tool_env = tool_env
+        #: ``LEMONGRAPH_MAX_TOOL_RESPONSE_BYTES`` (docs/agents.md, "Output bounds").
+        self.max_tool_response = tool_response_bound(tool_env)
+        #: The most a conversation's checkpoint may take (agents/stores.py).
+        self.checkpoint_bound = CHECKPOINT_MAX_BYTES
         self.limit = asyncio.Semaphore(concurrency)
         #: Conversations held in memory, least recently used first: at most
         #: ``live_max`` of them (beyond, the oldest not in use is dropped; the
@@ -300,8 +305,14 @@ class AgentService:
 
     async def save(self, conv: Conversation) -> None:
         """Changelog first (to the partition of the job's tasks), acknowledged;
-        then the local store."""
-        raw = orjson.dumps(conv.to_json())
+        then the local store. A checkpoint over its bound drops the oldest turns
+        first; :class:`CheckpointTooLarge` when that is not enough
+        (docs/agents.md, "Output bounds")."""
+        raw, dropped = fitted(conv.to_json(), self.checkpoint_bound)
+        if dropped:
+            del conv.turns[:dropped]
+            log.warning("agents: %s: %d oldest turns dropped: the checkpoint is over %d bytes",
+                        conv.job_key, dropped, self.checkpoint_bound)  # fmt: skip
         key = conv.job_key.encode()
         await self.produce(self.topics.conversations, key, raw, partition=conv.partition)
         self.db[key] = raw
@@ -320,9 +331,17 @@ class AgentService:
         headers: Headers | None = None,
         partition: int | None = None,
     ) -> None:
-        """Produce a record, acknowledged when this returns."""
+        """Produce a record, acknowledged when this returns. A record that
+        cannot be written is logged, and the error raised (whoever produced it
+        journals what it means: a run ends, a record is dead-lettered)."""
         assert self.send is not None
-        await self.send(topic, key, value, headers, partition)
+        try:
+            await self.send(topic, key, value, headers, partition)
+        except Exception as exc:
+            log.error("agents: %s: a record of %d bytes to %s cannot be written: %s: %s",
+                      (key or b"").decode(errors="replace"), len(value or b""), topic,
+                      type(exc).__name__, exc)  # fmt: skip
+            raise
 
     def count_run(self, reason: str) -> None:
         """A run ended (a job's or a prompt's): counted for the status line."""
@@ -381,8 +400,43 @@ class AgentService:
         # each kind of record to its method (_TAKERS, below the class)
         try:
             await _TAKERS[type(record)](self, record, partition)
+        except Exception as exc:  # one job's poison never stops the stream
+            await self._not_taken(record, value, where, exc)
         finally:
             self.changing = None
+
+    async def _not_taken(
+        self, record: BaseModel, value: bytes | None, where: Where | None, exc: Exception
+    ) -> None:
+        """A record whose taking failed (docs/agents.md, "Output bounds"): the
+        job's conversation is read back from its last checkpoint, as after a
+        crash (its run in flight, stopped, resumes from there), and the record is
+        dead-lettered byte for byte with the reason; the stream goes on."""
+        self.stats.refused += 1
+        job = str(getattr(record, "job_key", "") or "")
+        reason = f"not taken: {type(exc).__name__}: {exc}"[:1000]
+        log.error("agents: %s: a record of %s %s", job, where.topic if where else "tasks",
+                  reason, exc_info=not isinstance(exc, CheckpointTooLarge))  # fmt: skip
+        if job:
+            await self._read_again(job)
+        if where is None:
+            raise exc
+        await self.dead_letter(where, value, reason)
+
+    async def _read_again(self, job: str) -> None:
+        """Forget the job's conversation held in memory (a record may have
+        changed it halfway); a run in flight is stopped and started again, to
+        resume from the store."""
+        run = self.running.pop(job, None)
+        in_flight = run is not None and not run.done()
+        if run is not None and in_flight:
+            run.cancel()
+            await asyncio.gather(run, return_exceptions=True)
+            if self.flush is not None:
+                await self.flush()
+        self.live.pop(job, None)
+        if in_flight:
+            self.start(job)
 
     async def _read(self, value: bytes | None, where: Where | None) -> BaseModel | None:
         """The record, of its topic's shape; else None, and it is dead-lettered."""
@@ -552,6 +606,7 @@ class AgentService:
         if task is not None and not task.done():
             return  # the run in flight sees the new task; due stays set for another
         self.running[key] = asyncio.create_task(self._runs(key), name=f"agents:{key}")
+        self.running[key].add_done_callback(_log_failure)
 
     async def _runs(self, key: str) -> None:
         async with self.limit:
@@ -571,12 +626,46 @@ class AgentService:
                     conv.closing = False  # the new frontier's turn (or its flow) answers instead
                 if not (conv.due and conv.open_tasks()):
                     break
-                end = await self.runner().run(conv, outbox)
-                await self.save(conv)
+                end = await self._run(conv, outbox)
                 self.count_run(end.reason)
             if conv.inputs > conv.ran and not conv.tasks:  # owed, but nothing is open
                 conv.ran = conv.inputs
                 await self.save(conv)
+
+    async def _run(self, conv: Conversation, outbox: Outbox) -> RunEnd:
+        """One run of the conversation agent, checkpointed. A run whose output or
+        checkpoint cannot be written ends there, journaled (docs/agents.md,
+        "Output bounds"): the job answers its next message."""
+        try:
+            end = await self.runner().run(conv, outbox)
+            await self.save(conv)
+        except Exception as exc:
+            return await self._run_failed(conv, exc)
+        return end
+
+    async def _run_failed(self, conv: Conversation, exc: Exception) -> RunEnd:
+        """End the run that failed: its tape is dropped (its non-idempotent
+        calls in flight stay pending), the inputs it saw are answered, and a
+        ``journal.run`` record and a log line say why."""
+        run_id = conv.active or f"{conv.job_key}#{conv.runs}"
+        reason = "checkpoint_too_large" if isinstance(exc, CheckpointTooLarge) else "output_failed"
+        log.error("agents: %s: run %s ended (%s): %s: %s", conv.job_key, run_id, reason,
+                  type(exc).__name__, exc, exc_info=reason == "output_failed")  # fmt: skip
+        conv.active = None
+        conv.tape = []
+        conv.ran = conv.inputs
+        conv.closing = False
+        end = RunEnd(reason, 0, 0, 0)
+        try:
+            await self.save(conv)
+            record = JournalRun(
+                job_key=conv.job_key, run_id=run_id, agent=CONVERSATION, at=to_iso(self.clock()),
+                ended=reason, turns=0, tool_calls=0, tokens=0, replayed=0,
+            )  # fmt: skip
+            await self.publish("journal", conv.job_key, record)
+        except Exception as again:  # the broker refuses everything: logged above and here
+            log.error("agents: %s: run %s's end not written: %s", conv.job_key, run_id, again)
+        return end
 
     def runner(self) -> Runner:
         """The runner (its HTTP clients are made on first use, in the service's loop)."""
@@ -584,7 +673,9 @@ class AgentService:
             self._model = Model(self.model_settings)
         if self._client is None:
             self._client = httpx.AsyncClient()
-        executor = Executor(self.catalog, self._client, self.tool_env)
+        executor = Executor(
+            self.catalog, self._client, self.tool_env, max_response=self.max_tool_response
+        )
         return Runner(
             self.catalog, self._model, executor, history=self.history, guarded=self.flows.guarded
         )
@@ -601,7 +692,9 @@ class AgentService:
             self._model = Model(self.model_settings)
         if self._client is None:
             self._client = httpx.AsyncClient()
-        tools = Executor(self.catalog, self._client, self.tool_env)
+        tools = Executor(
+            self.catalog, self._client, self.tool_env, max_response=self.max_tool_response
+        )
         registry = load_registry(self.tool_env)
         flow_executor = FlowExecutor(self._model, tools, registry, self.publish)
         self.flow_calls = flow_executor.calls
@@ -628,6 +721,13 @@ _TAKERS: dict[type[BaseModel], Callable[[AgentService, Any, int | None], Awaitab
     TaskOpenedRecord: AgentService._take_opened,
     TaskClosedRecord: AgentService._take_closed,
 }
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    """A job's runs that ended by an error no run caught: logged, never silent
+    (the job's next record starts its runs again)."""
+    if not task.cancelled() and task.exception() is not None:
+        log.error("agents: %s failed", task.get_name(), exc_info=task.exception())
 
 
 def _parse_time(text: str) -> datetime:

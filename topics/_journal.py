@@ -158,7 +158,7 @@ class JournalModelCall(TopicRecord):
     response: str
     latency_ms: int
     tokens: Tokens | None = None
-    outcome: Literal["ok", "status", "transport", "garbage"]
+    outcome: Literal["ok", "status", "transport", "garbage", "too_large"]
     #: A call a flow's llm node made (docs/flows.md): the flow and the node id.
     flow: str | None = None
     node: str | None = None
