@@ -26,6 +26,7 @@ from agents.errors import AgentsError
 
 __all__ = [
     "CONVERSATION",
+    "MAX_DELEGATION_DEPTH",
     "AgentSpec",
     "Bounds",
     "Catalog",
@@ -43,6 +44,12 @@ __all__ = [
 
 #: The agent composed over a job's frontier (every catalog has one).
 CONVERSATION = "conversation"
+
+#: How many delegates deep a run may go: the agent a run starts with calls a
+#: delegate (1), which may call another (2), and that one a third (3). ``check``
+#: refuses a catalog with a longer chain, and a run refuses a deeper call
+#: (docs/agents.md, "Bounds").
+MAX_DELEGATION_DEPTH = 3
 
 _NAME = r"^[A-Za-z_][A-Za-z0-9_\-]{0,63}$"
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -131,7 +138,9 @@ class IntegrationSpec(_Spec):
 
 
 class Bounds(_Spec):
-    """Per run: model turns, tool calls, tokens (None: no bound) and wall time."""
+    """Model turns, tool calls, tokens (None: no bound) and wall time: the whole
+    run's, delegates included, for the agent a run starts with; a delegate's own
+    only narrow that (docs/agents.md, "Bounds")."""
 
     max_turns: int = Field(10, ge=1, le=1000)
     max_tool_calls: int = Field(20, ge=0, le=10_000)
@@ -242,6 +251,7 @@ def load_catalog(text: str, source: str = "<catalog>", base: Path | None = None)
     _check_names(spec, problem)
     _check_integrations(spec, problem)
     _check_agents(spec, problem)
+    _check_delegation(spec, problem)
     _check_tools(spec, problem)
     skills = _read_skills(spec, base or Path("."), problem)
     if problems:
@@ -310,6 +320,104 @@ def _check_agents(spec: _CatalogSpec, problem: _Problem) -> None:
         for i, skill in enumerate(agent.skills):
             if skill not in spec.skills:
                 problem(("agents", name, "skills", i), f"agents.{name}: unknown skill {skill!r}")
+
+
+def _check_delegation(spec: _CatalogSpec, problem: _Problem) -> None:
+    """No agent calls, through its delegates, an agent that called it (a cycle:
+    ``a → b → a``), and no chain of delegates is deeper than
+    :data:`MAX_DELEGATION_DEPTH` (docs/agents.md, "Bounds"). The conversation
+    agent calls the delegates that integrations grant."""
+    calls = _delegation_graph(spec)
+    cycles = _cycles(calls)
+    for cycle in cycles:
+        grants = [
+            f"integration {name} grants {i.delegate}"
+            for name, i in spec.integrations.items()
+            if i.delegate in cycle
+        ]
+        by = f" ({', '.join(grants)})" if grants else ""
+        problem(
+            ("agents", cycle[0], "delegates"),
+            f"agents.{cycle[0]}: a delegation cycle: {' → '.join(cycle)}{by}; "
+            "a delegate cannot call, even through others, an agent that called it",
+        )
+    if cycles:
+        return
+    chain = _deepest(calls)
+    if len(chain) - 1 > MAX_DELEGATION_DEPTH:
+        problem(
+            ("agents", chain[0]),
+            f"agents.{chain[0]}: a chain of delegates {len(chain) - 1} deep: "
+            f"{' → '.join(chain)}; at most {MAX_DELEGATION_DEPTH}",
+        )
+
+
+def _delegation_graph(spec: _CatalogSpec) -> dict[str, list[str]]:
+    """Who may call whom: each agent its ``delegates`` (known, not itself, not
+    the conversation agent: refused apart), the conversation agent also what
+    integrations grant."""
+    calls: dict[str, list[str]] = {}
+    for name, agent in spec.agents.items():
+        known = (d for d in agent.delegates if d in spec.agents and d not in (name, CONVERSATION))
+        calls[name] = list(dict.fromkeys(known))
+    if CONVERSATION in calls:
+        granted = (i.delegate for i in spec.integrations.values())
+        known = (d for d in granted if d in spec.agents and d != CONVERSATION)
+        calls[CONVERSATION] = list(dict.fromkeys([*calls[CONVERSATION], *known]))
+    return calls
+
+
+def _cycles(calls: Mapping[str, list[str]]) -> list[list[str]]:
+    """One cycle per call that closes one (``[a, b, a]``), each set of agents
+    once, in the catalog's order. Iterative: a catalog's size bounds no stack."""
+    found: dict[frozenset[str], list[str]] = {}
+    done: set[str] = set()
+    for root in calls:
+        if root in done:
+            continue
+        path = [root]
+        todo = [iter(calls[root])]
+        while todo:
+            callee = next(todo[-1], None)
+            if callee is None:
+                done.add(path.pop())
+                todo.pop()
+            elif callee in path:
+                cycle = [*path[path.index(callee) :], callee]
+                found.setdefault(frozenset(cycle), cycle)
+            elif callee not in done:
+                path.append(callee)
+                todo.append(iter(calls.get(callee, ())))
+    return list(found.values())
+
+
+def _deepest(calls: Mapping[str, list[str]]) -> list[str]:
+    """The longest chain of calls in a graph with no cycle (the first found
+    of the longest)."""
+    longest: dict[str, list[str]] = {}
+    for name in _callees_first(calls):
+        below = (longest[callee] for callee in calls.get(name, ()))
+        longest[name] = [name, *max(below, key=len, default=[])]
+    return max(longest.values(), key=len, default=[])
+
+
+def _callees_first(calls: Mapping[str, list[str]]) -> list[str]:
+    """Every agent after all it calls (a graph with no cycle)."""
+    order: list[str] = []
+    placed: set[str] = set()
+    for root in calls:
+        todo = [(root, iter(calls.get(root, ())))]
+        while todo:
+            name, callees = todo[-1]
+            callee = next(callees, None)
+            if callee is None:
+                todo.pop()
+                if name not in placed:
+                    placed.add(name)
+                    order.append(name)
+            elif callee not in placed:
+                todo.append((callee, iter(calls.get(callee, ()))))
+    return order
 
 
 def _check_tools(spec: _CatalogSpec, problem: _Problem) -> None:

@@ -10,6 +10,7 @@ until the model stops talking or a bound is hit.
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -28,7 +29,7 @@ from topics import (
     Tokens,
 )
 
-from agents.catalog import CONVERSATION, Bounds, Catalog
+from agents.catalog import CONVERSATION, MAX_DELEGATION_DEPTH, Bounds, Catalog
 from agents.compose import ModelRequest, OpenTask, Turn, compose, compose_closing
 from agents.contacts import addressee
 from agents.conversation import Conversation, excerpt
@@ -41,6 +42,17 @@ __all__ = ["Conversation", "Outbox", "Publish", "RunEnd", "Runner", "Send", "exc
 #: The tape's name for the closing turn's model reply.
 CLOSING = "closing"
 
+log = logging.getLogger(__name__)
+
+#: What the person is told when a run ends by a bound, by the bound
+#: (docs/agents.md, "Bounds").
+STOPPED = {
+    "max_turns": "it took more steps than I may take at once",
+    "max_tool_calls": "it needed more actions than I may take at once",
+    "max_tokens": "it needed more reading and writing than I may do at once",
+    "max_seconds": "it took longer than I may take at once",
+}
+
 
 @dataclass(frozen=True)
 class RunEnd:
@@ -52,14 +64,46 @@ class RunEnd:
     tokens: int
 
 
+def stopped_text(reason: str) -> str:
+    """The one message a person gets when their run ends by a bound."""
+    return (
+        f"I stopped before finishing: {STOPPED[reason]}. "
+        "Write to me again and I will carry on from here."
+    )
+
+
 @dataclass
 class _Budget:
+    """What a run, or one agent's part of it, has used, against its bounds
+    (docs/agents.md, "Bounds"): a run's budget is its first agent's bounds, and
+    a delegate's turns count in its own and in the run's."""
+
+    bounds: Bounds
     turns: int = 0
     tool_calls: int = 0
     tokens: int = 0
     started: float = field(default_factory=time.monotonic)
     #: The conversation's inputs when the conversation agent last composed.
     seen: int = -1
+
+    def before_model(self) -> str | None:
+        """The bound another model call would pass, if any."""
+        if self.turns >= self.bounds.max_turns:
+            return "max_turns"
+        if self.bounds.max_tokens is not None and self.tokens >= self.bounds.max_tokens:
+            return "max_tokens"
+        return self._late()
+
+    def before_tool(self) -> str | None:
+        """The bound another tool call would pass, if any."""
+        if self.tool_calls >= self.bounds.max_tool_calls:
+            return "max_tool_calls"
+        return self._late()
+
+    def _late(self) -> str | None:
+        if time.monotonic() - self.started >= self.bounds.max_seconds:
+            return "max_seconds"
+        return None
 
 
 class _Tape:
@@ -155,13 +199,20 @@ class Runner:
             conv.active = f"{conv.job_key}#{conv.runs}"
             conv.tape = []
         run_id = conv.active
-        budget = _Budget()
+        budget = _Budget(self.catalog.agents[CONVERSATION].bounds)
         tape = _Tape(conv.tape)
-        reason = await self._loop(conv, outbox, run_id, CONVERSATION, None, budget, [], tape)
+        reason = await self._guarded(
+            conv, run_id, CONVERSATION,
+            self._loop(conv, outbox, run_id, CONVERSATION, None, budget, [], tape),
+        )  # fmt: skip
         # What its last compose saw is done; an input after it owes another run.
         conv.ran = max(conv.ran, budget.seen if budget.seen >= 0 else conv.inputs)
         if reason == "task_closed" and conv.unanswered:
             conv.closing = True  # the service runs it once the decision's records are in
+        if reason in STOPPED:
+            await self._guarded(
+                conv, run_id, CONVERSATION, self._stopped(conv, outbox, run_id, budget, reason)
+            )
         conv.active = None
         conv.tape = []
         end = RunEnd(reason, budget.turns, budget.tool_calls, budget.tokens)
@@ -179,7 +230,22 @@ class Runner:
             conv.tape = []
         run_id = conv.active
         tape = _Tape(conv.tape)
-        budget = _Budget(seen=conv.inputs)
+        budget = _Budget(self.catalog.agents[CONVERSATION].bounds, seen=conv.inputs)
+        reason = await self._guarded(
+            conv, run_id, CONVERSATION, self._closing(conv, outbox, run_id, budget, tape)
+        )
+        conv.ran = max(conv.ran, budget.seen)
+        conv.closing = False
+        conv.active = None
+        conv.tape = []
+        end = RunEnd(reason, 1, 0, budget.tokens)
+        await self._journal_run(conv, outbox, run_id, CONVERSATION, end, tape.pos)
+        return end
+
+    async def _closing(
+        self, conv: Conversation, outbox: Outbox, run_id: str, budget: _Budget, tape: _Tape
+    ) -> str:
+        """The closing turn's one model call (replayed if paid for) and message."""
         request = compose_closing(
             self.catalog,
             playbook_instructions=conv.playbook_instructions,
@@ -199,28 +265,50 @@ class Runner:
                 tape.record({**_model_step(CONVERSATION, reply), "name": CLOSING})
                 await outbox.save(conv)
         budget.turns = 1
-        if reply is not None and reply.text:
+        if reply is None:
+            return "model_error"
+        if reply.text:
             budget.tokens = reply.usage.total if reply.usage is not None else 0
             await self._said(conv, outbox, run_id, 1, reply.text, None)
-        conv.ran = max(conv.ran, budget.seen)
-        conv.closing = False
-        conv.active = None
-        conv.tape = []
-        end = RunEnd(CLOSING if reply is not None else "model_error", 1, 0, budget.tokens)
-        await self._journal_run(conv, outbox, run_id, CONVERSATION, end, tape.pos)
-        return end
+        return CLOSING
 
     async def run_prompt(self, conv: Conversation, outbox: Outbox, agent: str) -> tuple[str, str]:
         """Run ``agent`` on ``conv`` (its run id is ``conv.active``), resuming from
         its tape; journal the run's end. (how it ended, its last reply)"""
         assert conv.active is not None
-        budget = _Budget()
+        budget = _Budget(self.catalog.agents[agent].bounds)
         tape = _Tape(conv.tape)
         said: list[str] = []
-        reason = await self._loop(conv, outbox, conv.active, agent, None, budget, said, tape)
+        reason = await self._guarded(
+            conv, conv.active, agent,
+            self._loop(conv, outbox, conv.active, agent, None, budget, said, tape),
+        )  # fmt: skip
         end = RunEnd(reason, budget.turns, budget.tool_calls, budget.tokens)
         await self._journal_run(conv, outbox, conv.active, agent, end, tape.pos)
         return reason, said[-1] if said else ""
+
+    async def _guarded(
+        self, conv: Conversation, run_id: str, agent: str, work: Awaitable[str]
+    ) -> str:
+        """How ``work`` ended; a fault of ours (a bug, a recursion) ends it
+        ``error``, with a log line, never silently (docs/agents.md, "Bounds")."""
+        try:
+            return await work
+        except Exception:
+            log.exception("agents: %s: run %s (%s) stopped on an error", conv.job_key, run_id,
+                          agent)  # fmt: skip
+            return "error"
+
+    async def _stopped(
+        self, conv: Conversation, outbox: Outbox, run_id: str, budget: _Budget, reason: str
+    ) -> str:
+        """A run that a bound ended says so to the person, once: one short
+        message, after the run's last turn (the send guard applies)."""
+        text = stopped_text(reason)
+        conv.add_turn(Turn("agent", text))
+        tasks = conv.open_tasks()
+        await self._said(conv, outbox, run_id, budget.turns + 1, text, tasks[0] if tasks else None)
+        return reason
 
     async def _journal_run(
         self, conv: Conversation, outbox: Outbox, run_id: str, agent: str, end: RunEnd,
@@ -255,17 +343,18 @@ class Runner:
         budget: _Budget,
         said: list[str],
         tape: _Tape,
+        depth: int = 0,
     ) -> str:
-        """Turns of ``agent`` until it stops or a bound ends it; the reason."""
-        bounds = self.catalog.agents[agent].bounds
+        """Turns of ``agent`` (``depth`` delegates down) until it stops or a
+        bound ends it, its own or the run's; the reason."""
         exchanges: list[Exchange] = []
         task = conv.open_tasks()[0] if conv.open_tasks() else None
-        own = _Budget()
+        own = _Budget(self.catalog.agents[agent].bounds)
         while True:
             tasks = conv.open_tasks()
             if not tasks:
                 return "task_closed"
-            spent = _spent(own, bounds)
+            spent = own.before_model() or budget.before_model()
             if spent is not None:
                 return spent
             if agent == CONVERSATION:
@@ -308,11 +397,14 @@ class Runner:
             if not reply.calls:
                 return "done"
             for call in reply.calls:
-                if own.tool_calls >= bounds.max_tool_calls:
-                    return "max_tool_calls"
+                spent = own.before_tool() or budget.before_tool()
+                if spent is not None:
+                    return spent
                 own.tool_calls += 1
                 budget.tool_calls += 1
-                output = await self._tool(conv, outbox, run_id, agent, request, call, budget, tape)
+                output = await self._tool(
+                    conv, outbox, run_id, agent, request, call, budget, tape, depth
+                )
                 exchanges.append(Exchange(call, output))
 
     async def _model_call(
@@ -428,13 +520,16 @@ class Runner:
         call: ToolCall,
         budget: _Budget,
         tape: _Tape,
+        depth: int,
     ) -> str:
         """Run one call the model asked for; what the model is told."""
         offer = request.offers(call.name)
         task = self._task_for(conv, agent, call.name)
         task_id = task.task_id if task is not None else f"{conv.job_key}/-"
         if offer is not None and offer.kind == "delegate":
-            return await self._delegate(conv, outbox, run_id, call, task_id, budget, tape)
+            return await self._delegate(
+                conv, outbox, run_id, agent, call, task_id, budget, tape, depth + 1
+            )
         replayed = tape.replay("tool", call.name)
         if replayed is not None:
             return await _replayed_tool(conv, outbox, *replayed)
@@ -501,13 +596,16 @@ class Runner:
         conv: Conversation,
         outbox: Outbox,
         run_id: str,
+        caller: str,
         call: ToolCall,
         task_id: str,
         budget: _Budget,
         tape: _Tape,
+        depth: int,
     ) -> str:
-        """Run a delegate agent on the plain-language request; the conversation
-        agent is told what it said (its tool results are the evidence)."""
+        """Run a delegate agent (``depth`` delegates down) on the plain-language
+        request; its caller is told what it said (its tool results are the
+        evidence). Deeper than :data:`MAX_DELEGATION_DEPTH`, the call is refused."""
         started = time.monotonic()
         try:
             args = orjson.loads(call.arguments or "{}")
@@ -515,15 +613,26 @@ class Runner:
         except orjson.JSONDecodeError:
             text = ""
         said: list[str] = []
-        reason = await self._loop(conv, outbox, run_id, call.name, text, budget, said, tape)
+        reason = "too_deep"
+        if depth <= MAX_DELEGATION_DEPTH:
+            reason = await self._loop(
+                conv, outbox, run_id, call.name, text, budget, said, tape, depth
+            )
         replayed = tape.replay("tool", call.name)
         if replayed is not None:
             return str(replayed[0]["output"])
-        output = orjson.dumps(
-            {"ok": reason == "done", "agent": call.name, "ended": reason, "said": said[-1:]}
-        ).decode()
+        if reason == "too_deep":
+            outcome = "refused"
+            output = orjson.dumps({"ok": False, "error": (
+                f"refused: a delegate {depth} deep; delegates go {MAX_DELEGATION_DEPTH} deep "
+                "at most: do it yourself or say what is left")}).decode()  # fmt: skip
+        else:
+            outcome = "delegated"
+            output = orjson.dumps(
+                {"ok": reason == "done", "agent": call.name, "ended": reason, "said": said[-1:]}
+            ).decode()
         await self._journal_tool(
-            conv, outbox, run_id, CONVERSATION, call, task_id, "delegated", None, None, None,
+            conv, outbox, run_id, caller, call, task_id, outcome, None, None, None,
             output, started, None,
         )  # fmt: skip
         tape.record({"kind": "tool", "name": call.name, "output": output, "fact": None})
@@ -581,17 +690,6 @@ class Runner:
 
     def _now(self) -> str:
         return to_iso(self.clock())
-
-
-def _spent(own: _Budget, bounds: Bounds) -> str | None:
-    """The bound of the agent's that its turns so far reached, if any."""
-    if own.turns >= bounds.max_turns:
-        return "max_turns"
-    if bounds.max_tokens is not None and own.tokens >= bounds.max_tokens:
-        return "max_tokens"
-    if time.monotonic() - own.started >= bounds.max_seconds:
-        return "max_seconds"
-    return None
 
 
 async def _replayed_tool(

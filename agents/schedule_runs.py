@@ -349,6 +349,8 @@ class PromptRuns:
             last = outbox.failures[-1] if outbox.failures else None
             why = f"{last.outcome}: {last.response}" if last is not None else "no reply"
             return "failed", "", f"the model call failed ({why})"
+        if reason == "error":  # a fault of ours, logged by the runner
+            return "failed", "", "the run stopped on an error (the agents service's log has it)"
         if reason != "deadline":
             error = f"budget exceeded: {reason}"
         return "failed", "", error

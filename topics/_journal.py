@@ -208,8 +208,8 @@ class JournalHandlerCall(TopicRecord):
 
 
 class JournalRun(TopicRecord):
-    """A run ended: why (``done``, a bound, ``task_closed``, ``model_error``),
-    and what it used."""
+    """A run ended: why (``done``, a bound such as ``max_turns``, ``task_closed``,
+    ``model_error``, ``error``: docs/agents.md, "Bounds"), and what it used."""
 
     type: Literal["journal.run"] = "journal.run"
     job_key: str
