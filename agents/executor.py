@@ -86,11 +86,18 @@ class Executor:
     """Runs catalog tools over HTTP. ``env`` supplies ``${VAR}`` values."""
 
     def __init__(
-        self, catalog: Catalog, client: httpx.AsyncClient, env: Mapping[str, str] | None = None
+        self,
+        catalog: Catalog,
+        client: httpx.AsyncClient,
+        env: Mapping[str, str] | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         self.catalog = catalog
         self.client = client
         self.env = env
+        #: Sent with every call, over the tool's own: a prompt run's origin
+        #: (docs/schedules.md, "Wake loops").
+        self.headers = dict(headers or {})
         self._validators = {
             name: Draft202012Validator(tool.parameters) for name, tool in catalog.tools.items()
         }
@@ -151,6 +158,7 @@ class Executor:
         headers = {k: expand_env(v, self.env) for k, v in tool.http.headers.items()}
         if tool.idempotent:
             headers["Idempotency-Key"] = key
+        headers.update(self.headers)
         started = time.monotonic()
         try:
             if tool.http.method == "GET":
