@@ -137,9 +137,9 @@ class PromptRun:
 class PromptHost(Protocol):
     """What the prompt runs need of the agents service (agents/service.py): its
     store, its topics and partitions, its bound on prompt runs (apart from the
-    conversations': docs/agents.md, "Concurrency"), its clock, a producer
-    acknowledged when awaited, a runner of catalog agents, and its count of the
-    runs that ended."""
+    conversations': docs/agents.md, "Scheduled prompts and heartbeats"), its
+    clock, a producer acknowledged when awaited, a runner of catalog agents,
+    and its count of the runs that ended."""
 
     @property
     def db(self) -> Rdict: ...

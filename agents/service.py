@@ -15,7 +15,7 @@ other jobs' runs.)
 A ``task.opened`` owes the job a run; runs of different jobs go concurrently,
 up to ``LEMONGRAPH_AGENT_CONCURRENCY``, one at a time per job; scheduled
 prompt runs have their own bound, ``LEMONGRAPH_PROMPT_CONCURRENCY``, so a slow
-schedule never delays a person (docs/agents.md, "Concurrency"). A conversation
+schedule never delays a person (docs/agents.md, "Scheduled prompts and heartbeats"). A conversation
 whose run was owed (``due``) when its partition came to this process is run
 again: its recorded steps are replayed, its tool calls take effect once
 (docs/agents.md, "Crash safety").

@@ -1,7 +1,8 @@
 """Schedules cannot run away (docs/schedules.md, "Wake loops"; docs/agents.md,
-"Concurrency"), with real processes: the worker decides the schedules, the
-gateway takes the wakes, ``lemongraph agents`` runs the prompts on the stand-in
-model through the real ``openai`` client, and the tools are HTTP endpoints.
+"Scheduled prompts and heartbeats"), with real processes: the worker decides
+the schedules, the gateway takes the wakes, ``lemongraph agents`` runs the
+prompts on the stand-in model through the real ``openai`` client, and the tools
+are HTTP endpoints.
 
 * A prompt schedule whose tool wakes its own schedule, and two that wake each
   other, stop at the first wake from inside their own chain: the worker records
