@@ -32,6 +32,7 @@ def build_service(
     model_settings: ModelSettings,
     *,
     concurrency: int,
+    prompt_concurrency: int = 4,
     history: int = 20,
     tool_env: Mapping[str, str] | None = None,
     tansu: bool = False,
@@ -56,8 +57,9 @@ def build_service(
         count = len(flows.by_milestone)
         say(f"agents: {count} milestones run by flows ({len(flows.by_name)} flows)")
     service = AgentService(
-        settings, catalog, model_settings, concurrency=concurrency, history=history,
-        tool_env=tool_env, flows=flows, live=live,
+        settings, catalog, model_settings, concurrency=concurrency,
+        prompt_concurrency=prompt_concurrency, history=history, tool_env=tool_env,
+        flows=flows, live=live,
     )  # fmt: skip
 
     hooks = ServiceHooks(app, service, (topics.tasks, topics.messages), say)

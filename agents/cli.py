@@ -47,12 +47,9 @@ def agents(loglevel: str) -> None:
             "agents: no model: set OPENAI_API_KEY (OpenAI) or OPENAI_BASE_URL (any "
             "compatible server, such as `lemongraph standin`)"
         )
-    concurrency = env.get("LEMONGRAPH_AGENT_CONCURRENCY", "8").strip() or "8"
-    if not concurrency.isdigit() or int(concurrency) < 1:
-        raise ConfigError(f"LEMONGRAPH_AGENT_CONCURRENCY={concurrency!r} must be 1 or more")
-    live = env.get("LEMONGRAPH_AGENT_LIVE", "1000").strip() or "1000"
-    if not live.isdigit() or int(live) < 1:
-        raise ConfigError(f"LEMONGRAPH_AGENT_LIVE={live!r} must be 1 or more")
+    concurrency = _at_least_one(env, "LEMONGRAPH_AGENT_CONCURRENCY", 8)
+    prompts = _at_least_one(env, "LEMONGRAPH_PROMPT_CONCURRENCY", 4)
+    live = _at_least_one(env, "LEMONGRAPH_AGENT_LIVE", 1000)
     catalog = load_catalog_file(settings.catalog_file)
     names = run(ensure_all_topics(settings))
     cluster = run(cluster_id(bootstrap_of(settings.kafka_url or ""), settings.kafka_security))
@@ -62,8 +59,9 @@ def agents(loglevel: str) -> None:
         settings,
         catalog,
         model,
-        concurrency=int(concurrency),
-        live=int(live),
+        concurrency=concurrency,
+        prompt_concurrency=prompts,
+        live=live,
         tool_env=env,
         tansu=is_tansu(cluster),
         say=say,
@@ -75,6 +73,14 @@ def agents(loglevel: str) -> None:
     except SystemExit as exc:
         say(f"agents: stopped; {service.stats.records} task records, {service.stats.runs} runs")
         sys.exit(exc.code if isinstance(exc.code, int) else ExitCode.OK)
+
+
+def _at_least_one(env: dict[str, str], name: str, default: int) -> int:
+    """A count setting of the agents service (docs/operations.md, "Settings")."""
+    text = env.get(name, str(default)).strip() or str(default)
+    if not text.isdigit() or int(text) < 1:
+        raise ConfigError(f"{name}={text!r} must be 1 or more")
+    return int(text)
 
 
 # -- the stand-in model -----------------------------------------------------------------

@@ -108,12 +108,16 @@ class Executor:
         env: Mapping[str, str] | None = None,
         *,
         max_response: int = MAX_TOOL_RESPONSE_BYTES,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         self.catalog = catalog
         self.client = client
         self.env = env
         #: The most of a tool's answer read (``LEMONGRAPH_MAX_TOOL_RESPONSE_BYTES``).
         self.max_response = max_response
+        #: Sent with every call, over the tool's own: a prompt run's origin
+        #: (docs/schedules.md, "Wake loops").
+        self.headers = dict(headers or {})
         self._validators = {
             name: Draft202012Validator(tool.parameters) for name, tool in catalog.tools.items()
         }
@@ -174,6 +178,7 @@ class Executor:
         headers = {k: expand_env(v, self.env) for k, v in tool.http.headers.items()}
         if tool.idempotent:
             headers["Idempotency-Key"] = key
+        headers.update(self.headers)
         started = time.monotonic()
         try:
             status, body, cut = await self._send(tool, url, args, headers)

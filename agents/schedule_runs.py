@@ -35,7 +35,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, Protocol
 
 import orjson
-from compiler import to_iso
+from compiler import ORIGIN_HEADER, origin_link, show_origin, to_iso
 from pydantic import BaseModel
 from rocksdict import Rdict
 from topics import (
@@ -48,6 +48,7 @@ from topics import (
 
 from agents.catalog import Catalog
 from agents.compose import OpenTask, Turn
+from agents.executor import Executor
 from agents.publish import Publish, Send
 from agents.run import Conversation, Outbox, Runner
 
@@ -135,9 +136,10 @@ class PromptRun:
 
 class PromptHost(Protocol):
     """What the prompt runs need of the agents service (agents/service.py): its
-    store, its topics and partitions, its bound on runs, its clock, a producer
-    acknowledged when awaited, a runner of catalog agents, and its count of the
-    runs that ended."""
+    store, its topics and partitions, its bound on prompt runs (apart from the
+    conversations': docs/agents.md, "Scheduled prompts and heartbeats"), its
+    clock, a producer acknowledged when awaited, a runner of catalog agents,
+    and its count of the runs that ended."""
 
     @property
     def db(self) -> Rdict: ...
@@ -152,7 +154,7 @@ class PromptHost(Protocol):
     def partitions(self) -> Container[int]: ...
 
     @property
-    def limit(self) -> asyncio.Semaphore: ...
+    def prompt_limit(self) -> asyncio.Semaphore: ...
 
     @property
     def clock(self) -> Callable[[], datetime]: ...
@@ -264,7 +266,7 @@ class PromptRuns:
 
     async def _go(self, run_id: str) -> None:
         try:
-            async with self.service.limit:
+            async with self.service.prompt_limit:
                 run = self.load(run_id)  # the latest checkpoint
                 if run is None:
                     return
@@ -331,7 +333,7 @@ class PromptRuns:
         run.started_at = run.started_at or to_iso(now)
         conv = self._conversation(run, task)
         outbox = _PromptOutbox(self, run)
-        runner = self._runner()
+        runner = self._runner(task)
         seconds = (_parse_time(task.deadline) - now).total_seconds()
         error = None
         try:
@@ -370,13 +372,19 @@ class PromptRuns:
             active=task.run_id,
         )
 
-    def _runner(self) -> Runner:
+    def _runner(self, task: SchedulePromptTask) -> Runner:
         """The service's runner, for one catalog agent on a prompt: its own tools
-        and delegates, its bounds, its journal records, no person to talk to."""
+        and delegates, its bounds, its journal records, no person to talk to.
+        Its tool calls carry the run's origin (docs/schedules.md, "Wake loops"):
+        the runs that woke it and the run itself."""
         base = self.service.runner()  # makes the model and HTTP clients on first use
-        return Runner(
-            base.catalog, base.model, base.executor, history=base.history, clock=base.clock
+        chain = [*task.origin, origin_link(task.schedule_id, task.run_id)]
+        headers = {ORIGIN_HEADER: show_origin(chain)}
+        tools = base.executor
+        executor = Executor(
+            tools.catalog, tools.client, tools.env, max_response=tools.max_response, headers=headers
         )
+        return Runner(base.catalog, base.model, executor, history=base.history, clock=base.clock)
 
 
 class _PromptOutbox:

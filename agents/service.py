@@ -13,7 +13,9 @@ handler of an event, and a run must write its checkpoints while it runs, beside
 other jobs' runs.)
 
 A ``task.opened`` owes the job a run; runs of different jobs go concurrently,
-up to ``LEMONGRAPH_AGENT_CONCURRENCY``, one at a time per job. A conversation
+up to ``LEMONGRAPH_AGENT_CONCURRENCY``, one at a time per job; scheduled
+prompt runs have their own bound, ``LEMONGRAPH_PROMPT_CONCURRENCY``, so a slow
+schedule never delays a person (docs/agents.md, "Scheduled prompts and heartbeats"). A conversation
 whose run was owed (``due``) when its partition came to this process is run
 again: its recorded steps are replayed, its tool calls take effect once
 (docs/agents.md, "Crash safety").
@@ -117,6 +119,7 @@ class AgentService:
         model_settings: ModelSettings,
         *,
         concurrency: int = 8,
+        prompt_concurrency: int = 4,
         history: int = 20,
         tool_env: Mapping[str, str] | None = None,
         send: Send | None = None,
@@ -143,7 +146,9 @@ class AgentService:
         self.max_tool_response = tool_response_bound(tool_env)
         #: The most a conversation's checkpoint may take (agents/stores.py).
         self.checkpoint_bound = CHECKPOINT_MAX_BYTES
+        #: Conversations' runs at once; prompt runs (agents/schedule_runs.py) at once.
         self.limit = asyncio.Semaphore(concurrency)
+        self.prompt_limit = asyncio.Semaphore(prompt_concurrency)
         #: Conversations held in memory, least recently used first: at most
         #: ``live_max`` of them (beyond, the oldest not in use is dropped; the
         #: store holds it, and :meth:`load` reads it back).

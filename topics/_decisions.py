@@ -213,6 +213,9 @@ class SchedulePromptTask(TopicRecord):
     deadline: str
     triggered_by: Literal["schedule", "manual", "wake", "retry"] = "schedule"
     at: str | None = None  # when it was dispatched
+    #: A wake run's origin: the prompt runs it comes from (docs/schedules.md,
+    #: "Wake loops"); the run's tool calls carry it and the run's own link.
+    origin: list[str] = Field(default_factory=list, max_length=8)
 
 
 TaskRecord = Annotated[

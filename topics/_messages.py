@@ -20,6 +20,7 @@ __all__ = [
     "InboxEvent",
     "InboxMessage",
     "JobStart",
+    "OriginLink",
     "Scalar",
     "ScheduleId",
     "ScheduleWake",
@@ -80,6 +81,13 @@ SCHEDULE_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 ScheduleId = Annotated[
     StrictStr, StringConstraints(min_length=1, max_length=64, pattern=SCHEDULE_ID_PATTERN)
 ]
+#: One link of a wake's origin: ``<schedule id>/<run id>``.
+OriginLink = Annotated[
+    StrictStr,
+    StringConstraints(
+        max_length=265, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}/[A-Za-z0-9._:@-]{1,200}$"
+    ),
+]
 
 
 class ScheduleWake(TopicRecord):
@@ -93,6 +101,9 @@ class ScheduleWake(TopicRecord):
     request_id: IdempotencyKey | None = None  # topics/_keys.py: the key rule
     context: dict[str, Any] | None = None
     skip_if_running: bool = False
+    #: The prompt runs the wake comes from, ``<schedule id>/<run id>``, oldest
+    #: first (docs/schedules.md, "Wake loops"); the gateway fills it in.
+    origin: list[OriginLink] = Field(default_factory=list, max_length=8)
 
     @property
     def key(self) -> str:

@@ -200,6 +200,9 @@ class Wake:
     request_id: str
     context: Mapping[str, Any] | None = None
     skip_if_running: bool = False
+    #: The prompt runs it comes from, ``<schedule id>/<run id>``, oldest first
+    #: (docs/schedules.md, "Wake loops"); empty: a person's or a system's wake.
+    origin: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -236,6 +239,8 @@ class Dispatch:
     context: Mapping[str, Any] | None = None
     job_key: str | None = None
     deadline_ms: int | None = None
+    #: A wake run's origin (:attr:`Wake.origin`), which its prompt task carries.
+    origin: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from compiler.schedules._ids import (
     slot_id,
     utc_iso,
 )
+from compiler.schedules._origin import origin_refusal
 from compiler.schedules._runstate import (
     HEARTBEAT_OK,
     MAX_ACTIVE,
@@ -170,6 +171,7 @@ class _Decision:
         attempt: int = 0,
         root_run_id: str | None = None,
         context: Mapping[str, Any] | None = None,
+        origin: tuple[str, ...] = (),
     ) -> None:
         schedule = self.schedule
         root = root_run_id or run_id
@@ -214,6 +216,7 @@ class _Decision:
                 plain_data(context) if context is not None else None,
                 job_key,
                 deadline,
+                origin,
             )
         )
         if kind == "prompt":
@@ -591,6 +594,12 @@ def _wake(decision: _Decision, item: Wake) -> None:
     decision.requests = (*decision.requests, item.request_id)[-MAX_REQUESTS:]
     run = request_run_id(decision.schedule.id, item.request_id)
     context = item.context
+    # A wake from inside a run of this schedule, or of a chain through it
+    # (docs/schedules.md, "Wake loops").
+    loop = origin_refusal(decision.schedule.id, item.origin)
+    if loop is not None:
+        decision.record(run, "skipped", "wake", None, error=loop, context=context)
+        return
     if not decision.schedule.enabled:
         decision.record(run, "skipped", "wake", None, error="paused", context=context)
         return
@@ -604,4 +613,4 @@ def _wake(decision: _Decision, item: Wake) -> None:
             context=context,
         )
         return
-    decision.fire(run, "wake", None, context=context)
+    decision.fire(run, "wake", None, context=context, origin=item.origin)

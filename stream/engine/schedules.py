@@ -279,9 +279,8 @@ class Schedules:
                 context=message.context,
             )
             return self._run_output(message.schedule_id, partition, skipped)
-        return Decide(
-            message.schedule_id, now, Wake(request, message.context, message.skip_if_running)
-        )
+        wake = Wake(request, message.context, message.skip_if_running, tuple(message.origin))
+        return Decide(message.schedule_id, now, wake)
 
     @staticmethod
     def request(message: ScheduleWake, origin: tuple[int, int]) -> str:
@@ -441,6 +440,7 @@ class Schedules:
                 deadline=to_iso(_instant(deadline)),
                 triggered_by=dispatch.triggered_by,
                 at=to_iso(now),
+                origin=list(dispatch.origin),
             )
             value = _dumps(task.dump())
             return Output(

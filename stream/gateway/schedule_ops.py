@@ -13,7 +13,7 @@ Nothing here decides when a schedule fires: that is the worker's
 from __future__ import annotations
 
 import difflib
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from itertools import pairwise
@@ -287,13 +287,16 @@ def wake(
     request_id: str,
     context: Mapping[str, Any] | None = None,
     skip_if_running: bool = False,
+    origin: Sequence[str] = (),
 ) -> Write:
-    """The ``schedule.wake`` command on the inbox (key: the schedule id)."""
+    """The ``schedule.wake`` command on the inbox (key: the schedule id);
+    ``origin``: the prompt runs it comes from (docs/schedules.md, "Wake loops")."""
     message = ScheduleWake(
         schedule_id=schedule_id,
         request_id=request_id,
         context=dict(context) if context is not None else None,
         skip_if_running=skip_if_running,
+        origin=list(origin),
     )
     return Write("inbox", schedule_id, encode(message))
 

@@ -17,6 +17,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Header, Query, Request
 from pydantic import BaseModel, Field, StrictBool, StrictStr
 
+from compiler import ORIGIN_HEADER, OriginError, parse_origin
 from stream.gateway import schedule_ops as ops
 from stream.gateway.errors import ApiError, error_responses
 from stream.gateway.guard import principal_of
@@ -375,6 +376,16 @@ async def wake_schedule(
             description="Names the request, as `request_id` does.",
         ),
     ] = None,
+    origin_header: Annotated[
+        str | None,
+        Header(
+            alias=ORIGIN_HEADER,
+            max_length=2200,
+            description="The prompt runs the wake comes from, `<schedule id>/<run id>` "
+            "comma-separated, oldest first: the agents service's executor sends it "
+            'with every tool call of a prompt run (docs/schedules.md, "Wake loops").',
+        ),
+    ] = None,
 ) -> WakeAccepted:
     """Fire the schedule now: a `schedule.wake` on the inbox and an `audit`
     record `wake`; 202. The run carries `context`; with `skip_if_running` it
@@ -387,6 +398,7 @@ async def wake_schedule(
     if given.request_id and idempotency_key and given.request_id != idempotency_key:
         raise ApiError(422, "invalid_body", "request_id and the Idempotency-Key header differ")
     request_id = given.request_id or idempotency_key or f"wake-{uuid.uuid4().hex}"
+    origin = _origin(origin_header)
     async with gateway.lock("\x00schedule/" + schedule_id):
         _found(model, schedule_id)
         held = model.wakes.get(schedule_id)
@@ -398,7 +410,8 @@ async def wake_schedule(
             )  # fmt: skip
         run_id = ops.wake_run_id(schedule_id, request_id)
         meta = await _put(
-            gateway, ops.wake(schedule_id, request_id, given.context, given.skip_if_running)
+            gateway,
+            ops.wake(schedule_id, request_id, given.context, given.skip_if_running, origin),
         )
         detail = {
             "request_id": request_id,
@@ -406,6 +419,8 @@ async def wake_schedule(
             "skip_if_running": given.skip_if_running,
             "context": given.context,
         }
+        if origin:
+            detail["origin"] = list(origin)
         await _put(gateway, ops.audit("wake", schedule_id, principal.name, detail))
         model.remember_wake(schedule_id, WakeWrite(request_id, run_id, meta.partition, meta.offset))
         gateway.accepted_writes += 1
@@ -413,6 +428,18 @@ async def wake_schedule(
         schedule_id=schedule_id, request_id=request_id, run_id=run_id,
         partition=meta.partition, offset=meta.offset,
     )  # fmt: skip
+
+
+def _origin(header: str | None) -> tuple[str, ...]:
+    """A wake's origin from its header (docs/schedules.md, "Wake loops"): the
+    worker refuses a wake whose origin names the schedule; 422 ``invalid_header``
+    when it is malformed."""
+    if not header:
+        return ()
+    try:
+        return parse_origin(header)
+    except OriginError as exc:
+        raise ApiError(422, "invalid_header", str(exc)) from None
 
 
 @router.get(

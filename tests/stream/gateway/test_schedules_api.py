@@ -287,15 +287,28 @@ def test_a_wake_goes_to_the_inbox_once_per_request_id(lane: Lane, gateway: Gatew
         error_of(
             client.post("/v1/schedules/lead-review/wake", json={"context": []}), 422, "invalid_body"
         )
+        # From inside a prompt run: its origin header goes on the record
+        # (docs/schedules.md, "Wake loops"); a malformed one is refused.
+        origin = {"Lemongraph-Schedule-Origin": "queue-check/wk-1a, lead-review/sl-2b"}
+        ok(client.post("/v1/schedules/lead-review/wake", headers=origin), 202)
+        for bad in ("queue check/wk-1", "queue-check", ",".join(["a/wk-1"] * 9)):
+            refused = client.post(
+                "/v1/schedules/lead-review/wake", headers={"Lemongraph-Schedule-Origin": bad}
+            )
+            detail = error_of(refused, 422, "invalid_header")
+            assert "Lemongraph-Schedule-Origin" in detail["message"]
     wakes = [v for v in values(lane, "inbox", "lead-review") if v["type"] == "schedule.wake"]
-    assert len(wakes) == 2
+    assert len(wakes) == 3
     assert wakes[0]["schedule_id"] == "lead-review"
     assert wakes[0]["request_id"] == "wake-1"
     assert wakes[0]["context"] == {"reason": "a big lead came in"}
     assert wakes[0]["skip_if_running"] is True
+    assert wakes[0]["origin"] == []  # a person's wake comes from no run
+    assert wakes[2]["origin"] == ["queue-check/wk-1a", "lead-review/sl-2b"]
     audit = [a for a in values(lane, "audit", "lead-review") if a["action"] == "wake"]
-    assert len(audit) == 2
+    assert len(audit) == 3
     assert audit[0]["detail"]["run_id"] == woken["run_id"]
+    assert audit[2]["detail"]["origin"] == wakes[2]["origin"]
 
 
 def test_a_start_job_naming_no_registered_playbook_is_accepted_with_a_warning(
