@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -25,6 +27,7 @@ from compiler import (
     ToolResult,
     load_flow,
 )
+from tests.stream.cli.test_cli_flow_run import flow_run
 from topics import TaskOpenedRecord
 
 #: The producer's max request size: no record may be larger.
@@ -216,3 +219,31 @@ def test_an_llm_nodes_answer_over_the_bound_fails_it_with_output_too_large() -> 
     back = rig.read_back()
     assert back.flows["m"].status == "finished"
     assert back.flows["m"].stepped[1]["error"].startswith("output_too_large")
+
+
+def test_lemongraph_flow_run_fails_a_15_mb_answer_with_output_too_large(tmp_path: Path) -> None:
+    """The real console script and stand-in model: the draft node's 1.5 MB
+    answer fails it with output_too_large, its onError answers, the run
+    finishes, and no step line carries the answer."""
+    flows = tmp_path / "flows"
+    flows.mkdir()
+    (flows / "draft.yaml").write_text(DRAFT)
+    script = tmp_path / "draft.standin.yaml"
+    rules = [
+        {"when": {"flow_node": "draft"}, "say": "x" * (1536 * 1024)},
+        {"when": {"flow_node": "sorry"}, "say": "Sorry, that was too long."},
+    ]
+    script.write_text(json.dumps({"rules": rules}))
+
+    proc = flow_run(
+        "run", str(flows / "draft.yaml"), "--script", str(script), "--json", cwd=tmp_path
+    )
+
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert max(len(line) for line in proc.stdout.splitlines()) < 64 * 1024
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    end = lines[-1]
+    assert end["status"] == "finished"
+    assert end["outputs"] == {"answer": "Sorry, that was too long."}
+    [failed] = [s["input"] for s in lines if s["kind"] == "step" and s["input"].get("error")]
+    assert failed["error"].startswith("output_too_large: the answer is 1.5 MB")
