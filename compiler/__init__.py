@@ -50,6 +50,7 @@ from compiler.flows._flowbounds import (
     OUTPUT_MAX_BYTES,
     TOOL_RESULTS_KEPT,
     bound_input,
+    output_too_large,
 )
 from compiler.flows._flowrun import (
     FlowRun,
@@ -322,6 +323,7 @@ __all__ = [
     "load_located",
     "load_playbook",
     "next_slot",
+    "output_too_large",
     "parse_cron",
     "parse_duration",
     "parse_scenarios",

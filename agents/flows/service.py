@@ -43,6 +43,7 @@ from compiler import (
     fields_text,
     flow_input_from_json,
     from_iso,
+    output_too_large,
     readable,
     shown_fields,
     to_iso,
@@ -495,7 +496,7 @@ class FlowDriver:
             at=at if at is not None else self._now(),
             event=event,
             node=node,
-            outputs=outputs,
+            outputs=_journaled(outputs),
             error=error,
         )
 
@@ -521,6 +522,15 @@ _WAITING = (
     "That needs an approval first ({ask}). I have asked for it and will write again "
     "as soon as it is decided."
 )
+
+
+def _journaled(outputs: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The outputs as ``journal.flow`` keeps them: one over the output bound
+    (an ``append`` channel grown by a fan-out) is said, not copied, so the
+    record stays under the producer's request size (docs/flows.md, "Bounds")."""
+    if outputs is None:
+        return None
+    return {k: output_too_large(v, k) or v for k, v in outputs.items()}
 
 
 def _one_line(text: str) -> str:

@@ -81,6 +81,7 @@ class Rig:
         self.prompts: list[str] = []
         self.answer = answer
         self.crash_at: int | None = None
+        self.last_journal: BaseModel | None = None
 
     def put(self, key: bytes, value: bytes | None) -> None:
         self.written += len(key) + len(value or b"")
@@ -101,7 +102,9 @@ class Rig:
         await self.save_records(conv, after=True)
 
     async def publish(self, topic: str, key: str, record: BaseModel) -> None:
-        pass
+        raw = orjson.dumps(record.model_dump(mode="json", by_alias=True))
+        self.largest = max(self.largest, len(raw))
+        self.last_journal = record
 
     async def execute(self, action: Any, *, job_key: str, flow: str, run_id: str) -> FlowInput:
         if self.crash_at is not None and len(self.calls) == self.crash_at:
@@ -110,7 +113,8 @@ class Rig:
         if isinstance(action, CallModel):
             self.prompts.append(action.prompt)
             return ModelReply(call_id=action.call_id, text=self.answer(action))
-        return ToolResult(call_id=action.call_id, ok=True, result={"id": action.args["id"]})
+        result = {"id": action.args["id"], "note": "looked up, nothing to add"}
+        return ToolResult(call_id=action.call_id, ok=True, result=result)
 
     def driver(self) -> FlowDriver:
         return FlowDriver(
@@ -147,7 +151,7 @@ def _fanout(n: int) -> Rig:
     assert track.state is not None
     assert len(track.state.channels["results"]) == n
     assert len(set(rig.calls)) == len(rig.calls) == n
-    assert rig.largest < MAX_REQUEST
+    assert rig.largest < MAX_REQUEST  # checkpoints and journal records alike
     return rig
 
 
@@ -155,7 +159,12 @@ def test_a_fanouts_checkpoints_grow_linearly_with_its_items() -> None:
     """300, 3,000 and 10,000 items: the bytes written per item at 10,000 are
     within 2x of those at 300 (every step once wrote the whole run: 300 items
     wrote 46 MB, 1,000 wrote 507 MB), and no record reaches 1 MB."""
-    per_item = {n: _fanout(n).written / n for n in (300, 3_000, 10_000)}
+    rigs = {n: _fanout(n) for n in (300, 3_000, 10_000)}
+    per_item = {n: rig.written / n for n, rig in rigs.items()}
+    end = rigs[10_000].last_journal
+    assert end is not None
+    # Its 10,000 results outgrow a journal record: said, not copied.
+    assert str(getattr(end, "outputs", {})["results"]).startswith("output_too_large")
     assert per_item[10_000] < 2 * per_item[300], per_item
     assert per_item[3_000] < 2 * per_item[300], per_item
 
