@@ -60,6 +60,7 @@ from topics.mail import ADDRESS_MAX
 from agents.catalog import CONVERSATION, Catalog
 from agents.contacts import approves, is_contact, same_contact
 from agents.executor import Executor, tool_response_bound
+from agents.flows.checkpoint import owed_records
 from agents.flows.executor import FlowExecutor
 from agents.flows.handlers import load_registry
 from agents.flows.service import (
@@ -69,6 +70,7 @@ from agents.flows.service import (
     FlowTrack,
     answer_input,
     answer_of,
+    restore_tracks,
     tick_input,
 )
 from agents.model import Model, ModelSettings
@@ -271,6 +273,7 @@ class AgentService:
             return conv
         raw = self.db.get(key.encode())
         conv = Conversation.from_json(orjson.loads(raw)) if raw else Conversation(key)
+        restore_tracks(conv, self.db.get, self.flows.by_name)  # a large flow run's records
         self.live[key] = conv
         self._evict()
         return conv
@@ -319,14 +322,26 @@ class AgentService:
             log.warning("agents: %s: %d oldest turns dropped: the checkpoint is over %d bytes",
                         conv.job_key, dropped, self.checkpoint_bound)  # fmt: skip
         key = conv.job_key.encode()
+        await self.save_records(conv)
         await self.produce(self.topics.conversations, key, raw, partition=conv.partition)
         self.db[key] = raw
+        await self.save_records(conv, after=True)
         soonest = [t.expires_at() for t in conv.flows.values() if t.open_interrupt()]
         times = [t for t in soonest if t is not None]
         if times:
             self.expiring[conv.job_key] = min(times)
         else:
             self.expiring.pop(conv.job_key, None)
+
+    async def save_records(self, conv: Conversation, *, after: bool = False) -> None:
+        """The checkpoint records its flow runs owe (docs/flows.md, "Crash
+        safety"): written before its record, or deleted (``after``) after it."""
+        for key, value in owed_records(conv, after=after):
+            await self.produce(self.topics.conversations, key, value, partition=conv.partition)
+            if value is None:
+                self.db.delete(key)
+            else:
+                self.db[key] = value
 
     async def produce(
         self,
@@ -690,7 +705,14 @@ class AgentService:
         agents service")."""
         if self.execute is None and self.flows.by_name:
             self.execute = self._flow_executor()
-        return FlowDriver(self.flows, self.execute, self.publish, self.save, clock=self.clock)
+        return FlowDriver(
+            self.flows,
+            self.execute,
+            self.publish,
+            self.save,
+            clock=self.clock,
+            save_records=self.save_records,
+        )
 
     def _flow_executor(self) -> Execute:
         if self._model is None:

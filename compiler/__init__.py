@@ -45,6 +45,13 @@ from compiler.conditions._facts import Fact
 from compiler.conditions._parser import DEFAULT_WINDOW, MAX_WINDOW, Duration
 from compiler.conditions._verdict import Verdict
 from compiler.flows._flow import check_flow, load_flow
+from compiler.flows._flowbounds import (
+    FANOUT_MAX_ITEMS,
+    OUTPUT_MAX_BYTES,
+    TOOL_RESULTS_KEPT,
+    bound_input,
+    output_too_large,
+)
 from compiler.flows._flowrun import (
     FlowRun,
 )
@@ -192,13 +199,16 @@ __all__ = [
     "BUILTIN_CHANNELS",
     "DEFAULT_WINDOW",
     "END",
+    "FANOUT_MAX_ITEMS",
     "FLOW_RULES",
     "FLOW_WARNINGS",
     "MAX_REMEMBERED_KEYS",
     "MAX_WAKE_DEPTH",
     "MAX_WINDOW",
     "ORIGIN_HEADER",
+    "OUTPUT_MAX_BYTES",
     "SHORTHANDS",
+    "TOOL_RESULTS_KEPT",
     "Action",
     "ActiveRun",
     "And",
@@ -304,6 +314,7 @@ __all__ = [
     "Verdict",
     "Wake",
     "action_from_json",
+    "bound_input",
     "call_id",
     "canonical_json",
     "check_flow",
@@ -326,6 +337,7 @@ __all__ = [
     "next_slot",
     "origin_link",
     "origin_refusal",
+    "output_too_large",
     "parse_cron",
     "parse_duration",
     "parse_origin",

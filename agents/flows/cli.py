@@ -5,6 +5,7 @@ docs/operations.md, "Commands")."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from stream.runtime.kafka import read_topic, run
 from topics import Topics
 
 from agents.catalog import check_playbooks, load_catalog_file
+from agents.flows.checkpoint import RunLog, read_back
 from agents.flows.files import check_flow_file, check_flow_paths, check_playbook_flows
 from agents.flows.handlers import load_registry
 from agents.flows.replay import replay_flow, replay_job
@@ -179,11 +181,20 @@ def _conversation_of(settings: Settings, job: str) -> tuple[dict[str, Any] | Non
         found: dict[str, Any] | None = None
         keys: set[str] = set()
         topic = Topics(settings.topic_prefix).conversations
+        records: dict[bytes, bytes | None] = {}
         async for record in read_topic(bootstrap, topic, security=settings.kafka_security):
             key = record.key.decode(errors="replace") if record.key is not None else ""
+            if "\x00" in key:  # a flow run's checkpoint record (agents/flows/checkpoint.py)
+                records[record.key or b""] = record.value
+                continue
             keys.add(key)
             if key == job:
                 found = orjson.loads(record.value) if record.value is not None else None
+        for track in (found or {}).get("flows", {}).values():
+            if track.get("log") is not None:  # its last base: where the run was then
+                with contextlib.suppress(ValueError, KeyError):
+                    log = RunLog.from_json(track["log"])
+                    track.update(read_back(job, str(track["run_id"]), log, records.get)[0])
         return found, sorted(keys)
 
     result: tuple[dict[str, Any] | None, list[str]] = run(load())

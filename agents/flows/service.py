@@ -21,64 +21,44 @@ queued on the track and consumed once.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from compiler import (
     Action,
     Answer,
-    ApprovalNode,
     Ask,
     AwaitApproval,
     Fail,
     Finish,
-    Flow,
-    FlowError,
     FlowInput,
     FlowRun,
     FlowStart,
-    FlowState,
     FlowTick,
     Interrupt,
-    LemongraphError,
     action_from_json,
-    check_flow,
+    bound_input,
     fields_text,
     flow_input_from_json,
     from_iso,
-    load_flow,
+    output_too_large,
     readable,
     shown_fields,
     to_iso,
 )
 from pydantic import BaseModel
-from stream.runtime.files import load_playbooks_dir
-from topics import (
-    APPROVERS_DEFAULT,
-    Answerer,
-    JournalFlow,
-    JournalInterrupt,
-    MessageRecord,
-    ShownField,
-)
+from topics import Answerer, JournalFlow, JournalInterrupt, MessageRecord, ShownField
 
-from agents.catalog import Catalog
 from agents.compose import Turn
 from agents.contacts import addressee, approves
-from agents.flows.files import (
-    approval_bypasses,
-    approval_guards,
-    find_flow,
-    flow_tools,
-    milestone_context,
-)
+from agents.flows.loading import CONVERSATION_TURNS, Flows, load_flows, remembering
+from agents.flows.track import KEPT_INPUTS, FlowTrack, dump, restore_tracks
 
 __all__ = [
+    "CONVERSATION_TURNS",
+    "KEPT_INPUTS",
     "Execute",
     "FlowDriver",
     "FlowTrack",
@@ -86,16 +66,15 @@ __all__ = [
     "answer_of",
     "load_flows",
     "remembering",
+    "restore_tracks",
 ]
 
 log = logging.getLogger(__name__)
 
-#: Inputs a track keeps in its record of what was stepped (the oldest go first).
-KEPT_INPUTS = 1000
-#: Turns of the conversation a flow run starts with (its ``conversation`` channel).
-CONVERSATION_TURNS = 20
-
 Publish = Callable[[Literal["inbox", "messages", "journal"], str, BaseModel], Awaitable[None]]
+#: Writes the checkpoint records a conversation's flow runs owe, alone
+#: (agents/flows/checkpoint.py): a step of a large run checkpointed by its delta.
+SaveRecords = Callable[[Any], Awaitable[None]]
 
 
 class Execute(Protocol):
@@ -104,274 +83,6 @@ class Execute(Protocol):
     def __call__(
         self, action: Action, *, job_key: str, flow: str, run_id: str
     ) -> Awaitable[FlowInput]: ...
-
-
-def _dump(value: BaseModel) -> dict[str, Any]:
-    data: dict[str, Any] = value.model_dump(mode="json", by_alias=True)
-    return data
-
-
-@dataclass
-class FlowTrack:
-    """One flow run of one milestone's task, as the conversation keeps it."""
-
-    milestone: str
-    task_id: str
-    flow: str
-    #: ``{task_id}#{n}``, n counting the flow runs of the conversation: from our
-    #: own data, so call and interrupt ids (docs/flows.md, "Ids") are too.
-    run_id: str
-    #: The flow's inputs, from the job's subject (its ``inputs`` channels).
-    inputs: dict[str, Any] = field(default_factory=dict)
-    #: The FlowState (JSON); None until the run started.
-    state: dict[str, Any] | None = None
-    #: Actions returned by a step and not yet carried out, in order.
-    actions: list[dict[str, Any]] = field(default_factory=list)
-    #: Inputs received (answers, ticks) and not yet stepped.
-    queued: list[dict[str, Any]] = field(default_factory=list)
-    #: Every input stepped, in order (the recorded results a replay reads).
-    stepped: list[dict[str, Any]] = field(default_factory=list)
-    #: The time (ISO) each of ``stepped`` was stepped at: the ``now`` a replay passes.
-    stepped_at: list[str] = field(default_factory=list)
-    #: How many nodes of the state's trail are journaled (``journal.flow`` node),
-    #: whether ``started`` is, and the last one's ``at`` (see ``_journal_nodes``).
-    journaled: int = 0
-    journaled_start: bool = False
-    journaled_at: str | None = None
-    #: The interrupt whose question was sent and journaled ``open``.
-    asked: str | None = None
-    #: Interrupts closed (answered, expired, cancelled): a later answer is ignored.
-    closed: list[str] = field(default_factory=list)
-    status: Literal["running", "waiting", "finished", "failed", "stopped"] = "running"
-    #: Questions asked again under an id that had closed (a retried ``ask``).
-    reasked: int = 0
-    #: The contact the open question went to (None: to nobody on a channel, an
-    #: approval the operators answer): only they answer it on their channel.
-    asked_of: str | None = None
-    #: Who gave the answer queued or stepped last (an Answerer's JSON), for the
-    #: ``answered`` journal record.
-    answered_by: dict[str, Any] | None = None
-    #: Held while the run is stepped, journaled or ended (never while a call is
-    #: out): a ``task.closed`` read meanwhile (:meth:`FlowDriver.stop`, from the
-    #: service's consumer) waits for the step in hand instead of journaling its
-    #: nodes and its end beside it. In memory only.
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False, compare=False)
-
-    @property
-    def active(self) -> bool:
-        return self.status in ("running", "waiting")
-
-    @property
-    def owed(self) -> bool:
-        """Work is waiting: the start, an action, or an input to step."""
-        return self.active and (self.state is None or bool(self.actions) or bool(self.queued))
-
-    def flow_state(self) -> FlowState | None:
-        return FlowState.model_validate(self.state) if self.state is not None else None
-
-    def interrupt(self) -> dict[str, Any] | None:
-        """The interrupt the run waits on (JSON), if any."""
-        if self.state is None or not self.active:
-            return None
-        found = self.state.get("interrupt")
-        return found if isinstance(found, dict) else None
-
-    def open_interrupt(self) -> str | None:
-        """The id of the interrupt that may be answered now (asked, not closed)."""
-        found = self.interrupt()
-        if found is None or found.get("interrupt_id") != self.asked:
-            return None
-        return self.asked if self.asked not in self.closed else None
-
-    def expires_at(self) -> datetime | None:
-        found = self.interrupt()
-        if found is None or not found.get("expires_at"):
-            return None
-        return datetime.fromisoformat(str(found["expires_at"]).replace("Z", "+00:00"))
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "milestone": self.milestone,
-            "task_id": self.task_id,
-            "flow": self.flow,
-            "run_id": self.run_id,
-            "inputs": self.inputs,
-            "state": self.state,
-            "actions": self.actions,
-            "queued": self.queued,
-            "stepped": self.stepped,
-            "stepped_at": self.stepped_at,
-            "journaled": self.journaled,
-            "journaled_start": self.journaled_start,
-            "journaled_at": self.journaled_at,
-            "asked": self.asked,
-            "closed": self.closed,
-            "status": self.status,
-            "reasked": self.reasked,
-            "asked_of": self.asked_of,
-            "answered_by": self.answered_by,
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> FlowTrack:
-        return cls(
-            milestone=str(data["milestone"]),
-            task_id=str(data["task_id"]),
-            flow=str(data["flow"]),
-            run_id=str(data["run_id"]),
-            inputs=dict(data.get("inputs") or {}),
-            state=data.get("state"),
-            actions=list(data.get("actions") or []),
-            queued=list(data.get("queued") or []),
-            stepped=list(data.get("stepped") or []),
-            stepped_at=[str(t) for t in data.get("stepped_at") or []],
-            journaled=int(data.get("journaled", 0)),
-            # A checkpoint from before the key wrote its start before saving.
-            journaled_start=bool(data.get("journaled_start", True)),
-            journaled_at=data.get("journaled_at"),
-            asked=data.get("asked"),
-            closed=list(data.get("closed") or []),
-            status=data.get("status", "running"),
-            reasked=int(data.get("reasked", 0)),
-            asked_of=data.get("asked_of"),
-            answered_by=data.get("answered_by"),
-        )
-
-
-@dataclass
-class Flows:
-    """The flows the service runs: by name, and the flow each (playbook,
-    milestone) names."""
-
-    by_name: dict[str, Flow] = field(default_factory=dict)
-    by_milestone: dict[tuple[str, str], str] = field(default_factory=dict)
-    #: Who answers an approval whose node names no ``approvers`` (the catalog's).
-    approvers: tuple[str, ...] = APPROVERS_DEFAULT
-    #: Milestones whose flow is not run, with the flow as far as it could be
-    #: compiled: it does not load with the catalog and the milestone, or it walks
-    #: around another flow's approval (APPROVAL_BYPASS). What it guards stays
-    #: guarded (its milestone is worked by the conversation agent).
-    refused: dict[tuple[str, str], Flow] = field(default_factory=dict)
-
-    def of(self, playbook_key: str, milestone: str) -> str | None:
-        return self.by_milestone.get((playbook_key, milestone))
-
-    def descriptions(self, name: str) -> dict[str, str]:
-        """The ``description`` of each of flow ``name``'s channels that has one:
-        the labels of what it shows a person."""
-        flow = self.by_name.get(name)
-        channels = flow.channels if flow is not None else {}
-        return {k: c.description for k, c in channels.items() if c.description}
-
-    def approvers_of(self, name: str, node: str) -> tuple[str, ...]:
-        """Who may answer the approval ``node`` of flow ``name`` (docs/flows.md,
-        "Who approves"): the node's ``approvers``, else the catalog's."""
-        flow = self.by_name.get(name)
-        nodes = flow.spec.nodes if flow is not None else ()
-        for n in nodes:
-            if n.id == node and isinstance(n, ApprovalNode) and n.approvers:
-                return tuple(n.approvers)
-        return self.approvers
-
-    def guarded(self, playbook_key: str) -> dict[str, frozenset[str]]:
-        """By tool, the flows of the playbook's milestones that guard it with an
-        approval: only they call it; no agent is offered it (docs/flows.md, "An
-        approval cannot be walked around")."""
-        flows = [
-            self.by_name[name]
-            for (playbook, _), name in self.by_milestone.items()
-            if playbook == playbook_key and name in self.by_name
-        ]
-        flows += [f for (playbook, _), f in self.refused.items() if playbook == playbook_key]
-        return approval_guards(flows)
-
-    def inputs(
-        self,
-        name: str,
-        subject: Mapping[str, Any],
-        turns: Sequence[Any] = (),
-        remembered: Mapping[str, Any] | None = None,
-    ) -> dict[str, Any]:
-        """The values the flow's last run for the job left in the channels that
-        ``remembers`` (those that still do), the flow's ``inputs`` channels the
-        job's subject has, and the conversation so far (its last
-        ``CONVERSATION_TURNS`` turns, as ``{role, text, name?}``) as the
-        built-in ``conversation`` channel."""
-        flow = self.by_name.get(name)
-        if flow is None:
-            return {}
-        found = {k: v for k, v in (remembered or {}).items() if k in remembering(flow)}
-        found.update({k: subject[k] for k in flow.spec.inputs if k in subject})
-        found["conversation"] = [
-            {"role": t.role, "text": t.text, **({"name": t.name} if t.name else {})}
-            for t in turns[-CONVERSATION_TURNS:]
-        ]
-        return found
-
-
-def remembering(flow: Flow) -> set[str]:
-    """The flow's channels that ``remembers``."""
-    return {k for k, v in flow.spec.state.items() if v.remembers}
-
-
-def load_flows(folder: Path, catalog: Catalog | None, say: Callable[[str], None]) -> Flows:
-    """The flows the playbooks of ``folder`` name (``flows/NAME.yaml``), each
-    compiled with its milestone's tools. A playbook or flow that does not load
-    is said and skipped (`lemongraph check` names its problems); its milestone
-    is then worked by the conversation agent."""
-    found = Flows(approvers=catalog.approvers if catalog is not None else APPROVERS_DEFAULT)
-    if not folder.is_dir():
-        return found
-    playbooks = load_playbooks_dir(folder)
-    tools = flow_tools(catalog) if catalog is not None else None
-    for playbook in playbooks.by_key.values():
-        for milestone in playbook.milestones:
-            name = getattr(milestone, "flow", None)
-            if not name:
-                continue
-            path = find_flow(folder, name)
-            if path is None:
-                say(f"agents: flow {name!r} of {playbook.key}/{milestone.id}: no flows/{name}.yaml")
-                continue
-            if name not in found.by_name:
-                try:
-                    found.by_name[name] = load_flow(
-                        path.read_text(encoding="utf-8"),
-                        str(path),
-                        name,
-                        tools=tools,
-                        milestone=milestone_context(catalog, playbook, milestone.id),
-                    )
-                except (FlowError, LemongraphError, OSError, UnicodeDecodeError) as exc:
-                    say(f"agents: flow {path} does not load: {exc}")
-                    unchecked = _unchecked(path, name)
-                    if unchecked is not None:
-                        found.refused[(playbook.key, milestone.id)] = unchecked
-                    continue
-            found.by_milestone[(playbook.key, milestone.id)] = name
-        # A flow that calls a tool another flow of the playbook guards, with no
-        # approval of its own, is not run (`lemongraph check`: APPROVAL_BYPASS).
-        flows = {m: f for (key, m), f in found.refused.items() if key == playbook.key}
-        flows.update(
-            (m, found.by_name[name]) for (key, m), name in found.by_milestone.items()
-            if key == playbook.key
-        )  # fmt: skip
-        for bypass in approval_bypasses(playbook, flows, None):
-            where = (playbook.key, bypass.milestone)
-            if where in found.by_milestone:
-                name = found.by_milestone.pop(where)
-                found.refused[where] = found.by_name[name]
-                say(f"agents: flow {name!r} of {'/'.join(where)} is not run: {bypass.message}")
-    return found
-
-
-def _unchecked(path: Path, name: str) -> Flow | None:
-    """The flow compiled without the catalog and its milestone (so that what
-    it guards is known), or None when even that fails."""
-    try:
-        return check_flow(path.read_text(encoding="utf-8"), str(path), name).flow
-    except (OSError, UnicodeDecodeError):
-        return None
 
 
 def answer_of(record: MessageRecord) -> Any:
@@ -392,11 +103,15 @@ class FlowDriver:
         *,
         clock: Callable[[], datetime] | None = None,
         channel: str = "web",
+        save_records: SaveRecords | None = None,
     ) -> None:
         self.flows = flows
         self.execute = execute
         self.publish = publish
         self.save = save
+        #: Writes a large run's delta alone; None: every step saves the whole
+        #: conversation (docs/flows.md, "Crash safety").
+        self.save_records = save_records
         self.clock = clock or (lambda: datetime.now(UTC))
         self.channel = channel
 
@@ -404,16 +119,20 @@ class FlowDriver:
         """Work the track until it waits (an interrupt, nothing queued) or ends."""
         async with track.lock:
             flow = self.flows.by_name.get(track.flow)
-            if flow is None:
-                await self._end(conv, track, "failed", error=f"flow {track.flow!r} is not loaded")
+            broken = f"flow {track.flow!r} is not loaded" if flow is None else track.broken
+            if broken is not None:
+                if track.active:
+                    await self._end(conv, track, "failed", error=broken)
                 return
+            assert flow is not None
             step = FlowRun(flow)
             if track.state is None and track.active:
                 now = self.clock()
                 state, actions = step.start(track.run_id, track.inputs, now)
-                self._record(track, FlowStart(run_id=track.run_id, inputs=track.inputs), now)
-                track.state = _dump(state)
-                track.actions = [_dump(a) for a in actions]
+                track.record(FlowStart(run_id=track.run_id, inputs=track.inputs), now)
+                track.inputs = {}  # the start it was stepped with holds them
+                track.state = state
+                track.actions = [dump(a) for a in actions]
                 await self.save(conv)  # its started record is journaled with its nodes
         while True:
             async with track.lock:
@@ -428,8 +147,10 @@ class FlowDriver:
             async with track.lock:
                 if _ended(track):
                     return  # the task closed meanwhile
-                track.actions.pop(0)
-                await self._step(conv, track, step, result)
+                track.take()
+                # An answer or result over the bound is stepped as the call's
+                # failure, output_too_large (docs/flows.md, "Bounds").
+                await self._step(conv, track, step, bound_input(result), light=True)
 
     async def _advance(self, conv: Any, track: FlowTrack, step: FlowRun) -> Action | None:
         """With the lock: journal, ask, end and step what needs no call, until the
@@ -441,7 +162,7 @@ class FlowDriver:
                 action = action_from_json(track.actions[0])
                 if isinstance(action, Ask | AwaitApproval):
                     await self._ask(conv, track, action)
-                    track.actions.pop(0)
+                    track.take()
                     track.status = "waiting"
                     await self.save(conv)
                     continue
@@ -469,8 +190,11 @@ class FlowDriver:
         else:
             await self._end(conv, track, "failed", node=action.node, error=action.error)
 
-    async def _step(self, conv: Any, track: FlowTrack, step: FlowRun, given: FlowInput) -> None:
-        """Feed ``given`` to the step function; checkpoint; then say which
+    async def _step(
+        self, conv: Any, track: FlowTrack, step: FlowRun, given: FlowInput, *, light: bool = False
+    ) -> None:
+        """Feed ``given`` to the step function; checkpoint (``light``: a call's
+        result, by its delta alone when the run is large); then say which
         interrupt it closed."""
         before = track.open_interrupt()
         state = track.flow_state()
@@ -483,9 +207,9 @@ class FlowDriver:
             # stepped by the flow it started on, so it ends here.
             await self._end(conv, track, "failed", error=str(exc))
             return
-        self._record(track, given, now)
-        track.state = _dump(after)
-        track.actions.extend(_dump(a) for a in actions)
+        track.record(given, now)
+        track.state = after
+        track.actions.extend(dump(a) for a in actions)
         track.status = "waiting" if after.status == "waiting" else "running"
         closed: str | None = None
         if before is not None:
@@ -493,7 +217,7 @@ class FlowDriver:
             if still != before:
                 closed = before
                 track.closed.append(before)
-        await self.save(conv)
+        await self._checkpoint(conv, track, light=light and closed is None)
         if closed is not None:
             status: Literal["answered", "expired"] = (
                 "answered" if isinstance(given, Answer) else "expired"
@@ -501,17 +225,21 @@ class FlowDriver:
             answer = given.answer if isinstance(given, Answer) else None
             await self._journal_interrupt(conv, track, state.interrupt, status, answer)
 
-    def _record(self, track: FlowTrack, given: FlowInput, now: datetime) -> None:
-        track.stepped.append(_dump(given))
-        track.stepped_at.append(to_iso(now))
-        del track.stepped[:-KEPT_INPUTS]
-        del track.stepped_at[:-KEPT_INPUTS]
+    async def _checkpoint(self, conv: Any, track: FlowTrack, *, light: bool) -> None:
+        """After a step: a large run's delta alone (``light``, when nothing but
+        the run changed and no new base is due), else the conversation."""
+        log = track.log
+        if light and self.save_records is not None and log.light and not log.due(track):
+            log.mark(track)
+            await self.save_records(conv)
+            return
+        await self.save(conv)
 
     async def _journal_nodes(self, conv: Any, track: FlowTrack) -> None:
         """``started`` (once) and a record per node completed since, then counted
         in a checkpoint; a crash before it writes the same records again (their
         ``at`` from the checkpoint: docs/flows.md, "Crash safety")."""
-        trail = list((track.state or {}).get("trail") or [])
+        trail = track.trail()
         at = track.journaled_at
         owed: list[tuple[Literal["started", "node"], str | None]] = [("started", None)]
         owed = owed[int(track.journaled_start) :] + [("node", n) for n in trail[track.journaled :]]
@@ -522,7 +250,7 @@ class FlowDriver:
             record = self._flow_record(conv, track, event, node, at=at)
             await self.publish("journal", conv.job_key, record)
         track.journaled_start, track.journaled, track.journaled_at = True, len(trail), at
-        await self.save(conv)
+        await self._checkpoint(conv, track, light=True)
 
     def _after(self, track: FlowTrack, last: str | None) -> str:
         """The ``at`` of the run's next journal.flow record: its last step's
@@ -690,7 +418,7 @@ class FlowDriver:
         record = self._flow_record(conv, track, how, node, outputs=outputs, error=error, at=at)
         await self.publish("journal", conv.job_key, record)
         track.status, track.journaled_at = how, at
-        track.actions = []
+        track.drop_actions()
         track.queued = []
         if how != "stopped":
             self._remember(conv, track)
@@ -742,7 +470,7 @@ class FlowDriver:
         values to the next run of its flow for the job (a stopped run, cut
         short by its task closing, leaves what the run before it left)."""
         flow = self.flows.by_name.get(track.flow)
-        channels = (track.state or {}).get("channels") or {}
+        channels = track.state.channels if track.state is not None else {}
         if flow is None or not hasattr(conv, "remembered"):
             return
         kept = {k: channels[k] for k in sorted(remembering(flow)) if k in channels}
@@ -768,7 +496,7 @@ class FlowDriver:
             at=at if at is not None else self._now(),
             event=event,
             node=node,
-            outputs=outputs,
+            outputs=_journaled(outputs),
             error=error,
         )
 
@@ -782,11 +510,11 @@ def _ended(track: FlowTrack) -> bool:
 
 
 def tick_input() -> dict[str, Any]:
-    return _dump(FlowTick())
+    return dump(FlowTick())
 
 
 def answer_input(interrupt_id: str, answer: Any) -> dict[str, Any]:
-    return _dump(Answer(interrupt_id=interrupt_id, answer=answer))
+    return dump(Answer(interrupt_id=interrupt_id, answer=answer))
 
 
 #: What a contact who is not an approver is told while an approval waits.
@@ -794,6 +522,15 @@ _WAITING = (
     "That needs an approval first ({ask}). I have asked for it and will write again "
     "as soon as it is decided."
 )
+
+
+def _journaled(outputs: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The outputs as ``journal.flow`` keeps them: one over the output bound
+    (an ``append`` channel grown by a fan-out) is said, not copied, so the
+    record stays under the producer's request size (docs/flows.md, "Bounds")."""
+    if outputs is None:
+        return None
+    return {k: output_too_large(v, k) or v for k, v in outputs.items()}
 
 
 def _one_line(text: str) -> str:

@@ -39,6 +39,7 @@ from compiler import (
     FlowRun,
     FlowState,
     LemongraphError,
+    bound_input,
     load_flow,
     to_iso,
 )
@@ -139,7 +140,7 @@ async def drive(
             answer = await respond(action, tries[action.interrupt_id])
             fed = Answer(interrupt_id=action.interrupt_id, answer=answer)
         else:
-            fed = await perform(action)
+            fed = bound_input(await perform(action))  # docs/flows.md, "Bounds"
         now = clock()
         step = ActionTaken(len(steps) + 1, dump(action), dump(fed), to_iso(now))
         steps.append(step)

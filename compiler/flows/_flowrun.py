@@ -22,6 +22,8 @@ from datetime import datetime
 from typing import Any
 
 from compiler._durations import parse_duration
+from compiler.flows import _flowbounds as bounds
+from compiler.flows._flowmeaning import approval_says_yes, route_of
 from compiler.flows._flowschema import check_schema, value_kind
 from compiler.flows._flowspec import (
     END,
@@ -75,24 +77,11 @@ __all__ = [
 # ---------------------------------------------------------------------------
 # The step function
 
-#: An approval's answers that mean yes (compared trimmed and case-folded).
-APPROVAL_YES = frozenset({"yes", "y", "approve", "ok", "true"})
 #: More node entries than this in one step means the flow loops without ever
-#: waiting on anything (a fan-out over an empty list whose onError is itself).
-_MAX_ENTRIES_PER_STEP = 10_000
+#: waiting on anything (a fan-out over an empty list whose onError is itself);
+#: one fan-out alone enters up to FANOUT_MAX_ITEMS copies.
+_MAX_ENTRIES_PER_STEP = 2 * bounds.FANOUT_MAX_ITEMS
 _FENCE = re.compile(r"^```[A-Za-z0-9_-]*\s*\n(.*?)\n?```$", re.DOTALL)
-
-
-def approval_says_yes(answer: Any) -> bool:
-    """``yes``, ``y``, ``approve``, ``ok``, ``true`` (any case, trimmed), the
-    boolean ``true`` or ``{approved: true}``; anything else is no."""
-    if answer is True:
-        return True
-    if isinstance(answer, str):
-        return answer.strip().casefold() in APPROVAL_YES
-    if isinstance(answer, dict):
-        return answer.get("approved") is True
-    return False
 
 
 def _json_text(value: Any) -> str:
@@ -142,7 +131,9 @@ class _Step:
         status = self.status
         if not self.over:
             status = "waiting" if self.interrupt is not None else "running"
-        return FlowState(
+        # Its parts are the state's own, valid already: not checked again (a
+        # fan-out's step would check every copy's branch).
+        return FlowState.model_construct(
             flow=self.state.flow,
             version=self.state.version,
             digest=self.state.digest,
@@ -228,12 +219,19 @@ class _Step:
         self.branches.append(branch)
 
     def drop(self, branch: Branch) -> None:
-        self.branches = [b for b in self.branches if b is not branch]
+        # By identity, searched from the front (copies mostly end in order): a
+        # step costs little more than its own branch, in a fan-out of thousands.
+        at = next((i for i, b in enumerate(self.branches) if b is branch), None)
+        if at is not None:
+            del self.branches[at]
         waited = {branch.call_id, *(c["call_id"] for c in branch.calls)}
-        # A tools call another branch waits on too stays pending (its id is the
-        # call's content, so two fan-out copies may wait on one call).
-        waited -= {c["call_id"] for b in self.branches for c in b.calls if not c["done"]}
-        self.pending = [p for p in self.pending if p not in waited]
+        if branch.calls:
+            # A tools call another branch waits on too stays pending (its id is the
+            # call's content, so two fan-out copies may wait on one call).
+            waited -= {c["call_id"] for b in self.branches for c in b.calls if not c["done"]}
+        for cid in waited:
+            while cid in self.pending:
+                self.pending.remove(cid)
 
     def wait_call(self, branch: Branch, cid: str, waiting: str, action: Action) -> None:
         self.put(branch.model_copy(update={"call_id": cid, "waiting": waiting}))
@@ -364,6 +362,12 @@ class _Step:
         if not items:
             self.fail(branch, f"{node.over} is empty: the fan-out has nothing to spread over")
             return
+        too_many = bounds.fanout_too_large(
+            len(items)
+        )  # before any copy or call (docs/flows.md, "Bounds")
+        if too_many is not None:
+            self.fail(branch, too_many, retry=False)
+            return
         self.trail.append(node.id)
         self.attempts.pop(node.id, None)
         visit = self.count_visit(node.to)
@@ -408,7 +412,7 @@ class _Step:
         self.drop(branch)
         out = output_of(node)
         if write and out is not None:
-            problem = self.write(out, value)
+            problem = bounds.output_too_large(value) or self.write(out, value)
             if problem is not None:
                 self.fail(branch, problem)
                 return
@@ -460,7 +464,7 @@ class _Step:
             assert edge.when is not None
             name, *path = edge.when.split(".")
             value = _walk(self.channels.get(name), path)
-            route = _route_of(value)
+            route = route_of(value)
             if route not in edge.routes:
                 if "else" not in edge.routes:
                     self.fail(
@@ -629,6 +633,8 @@ class _Step:
         self.pending.remove(given.call_id)
         if given.ok:
             self.tool_results[given.call_id] = copy.deepcopy(given.result)
+            for old in list(self.tool_results)[: -bounds.TOOL_RESULTS_KEPT]:  # the latest are kept
+                del self.tool_results[old]
         answer = {
             "done": True,
             "result": given.result if given.ok else None,
@@ -723,19 +729,6 @@ def _interrupt_action(asked: Interrupt) -> Action:
 
 def _tool_record(call: dict[str, Any]) -> dict[str, Any]:
     return {k: call[k] for k in ("id", "name", "result", "error")}
-
-
-def _route_of(value: Any) -> str:
-    """The route name a ``when`` value chooses (docs/flows.md, "Edges")."""
-    if value is None:
-        return "none"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list | dict):
-        return "nonempty" if value else "empty"
-    return json.dumps(value)
 
 
 class FlowRun:

@@ -252,7 +252,7 @@ def test_the_task_closing_on_the_flows_own_result_ends_the_run_once_as_finished(
         conv, track, running = await _answered_yes(driver)
         # the pay call is out, then its result is stepped and checkpointed: the
         # task closes on it while the driver writes what follows
-        while "pay" not in ((track.state or {}).get("trail") or []):
+        while "pay" not in track.trail():
             await asyncio.sleep(0.001)
         await asyncio.gather(running, driver.stop(conv, track))
         assert track.status == "finished"
@@ -419,7 +419,8 @@ def test_remembers_channels_carry_to_the_next_run_of_the_flow_for_the_job() -> N
         await driver.drive(back, second)
         assert second.status == "finished"
         assert prompts == ["Runs so far: 0", "Runs so far: 1"]
-        assert (second.state or {})["outputs"] == {"runs": 2}
+        assert second.state is not None
+        assert second.state.outputs == {"runs": 2}
         assert back.remembered == {"count": {"runs": 2}}
         # A channel that no longer remembers is not passed (start would refuse it).
         assert "note" not in flows.inputs("count", {}, (), {"runs": 5, "note": "x"})

@@ -47,7 +47,7 @@ from compiler import (
     ToolResult,
     load_flow,
 )
-from compiler.flows._flowrun import APPROVAL_YES
+from compiler.flows._flowmeaning import APPROVAL_YES
 from compiler.flows._flowspec import ConditionalEdge
 from compiler.flows._flowvalues import Action, FlowInput
 from tests.compiler.flows import test_flow_step as ex
