@@ -286,13 +286,15 @@ class JournalMail(TopicRecord):
     wrong-kind reply address, SMTP 550 at RCPT; out: a message to an address
     that is not a contact of the job, not published; nothing written either
     way), ``unverified`` (a reply whose sender is not the contact its reply
-    address was issued to: not taken, nothing written)."""
+    address was issued to: not taken, nothing written), ``automatic`` (an
+    auto-reply, a list's mail or a report at a reply address: taken, nothing
+    written, no run; ``detail`` says why)."""
 
     type: Literal["journal.mail"] = "journal.mail"
     job_key: str
     at: str
     direction: Literal["in", "out"]
-    outcome: Literal["sent", "failed", "received", "bounced", "refused", "unverified"]
+    outcome: Literal["sent", "failed", "received", "bounced", "refused", "unverified", "automatic"]
     message_id: str | None = None
     #: The address the mail went to (out) or came from (in).
     address: str | None = None

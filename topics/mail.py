@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.message import EmailMessage, Message
@@ -23,10 +23,12 @@ from topics._messages import InboxEvent
 from topics.replies import ReplyRoute, normal_address, reply_address, short_token
 
 __all__ = [
+    "AUTOMATIC_HEADERS",
     "MailLogEntry",
     "MailSettings",
     "SenderNotContact",
     "SmtpTarget",
+    "automatic_reason",
     "from_header",
     "header_message_id",
     "inbound_message_id",
@@ -41,6 +43,10 @@ __all__ = [
 
 #: How long a reply address stays good, by default (30 days).
 REPLY_TTL_SECONDS = 30 * 24 * 3600
+#: At most this many agent mails per contact address per window, by default
+#: (docs/agents.md, "Email": "Mail loops").
+PER_CONTACT = 10
+PER_CONTACT_WINDOW_SECONDS = 3600
 
 
 @dataclass(frozen=True)
@@ -92,6 +98,10 @@ class MailSettings:
     reply_ttl: int = REPLY_TTL_SECONDS
     ingress_port: int = 2525
     inbound_secret: str = ""
+    #: At most ``per_contact`` agent mails to one address per ``per_contact_window``
+    #: seconds; the next is withheld (0: no bound).
+    per_contact: int = PER_CONTACT
+    per_contact_window: int = PER_CONTACT_WINDOW_SECONDS
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> MailSettings:
@@ -104,6 +114,8 @@ class MailSettings:
         if not ttl.isdigit() or int(ttl) < 1:
             raise ValueError(f"LEMONGRAPH_REPLY_TTL_DAYS={ttl!r} must be a whole number of days")
         domain = env.get("REPLY_DOMAIN", "").strip() or "reply.localhost"
+        per_contact = _whole(env, "LEMONGRAPH_MAIL_PER_CONTACT", PER_CONTACT, 0)
+        window = _whole(env, "LEMONGRAPH_MAIL_PER_CONTACT_WINDOW", PER_CONTACT_WINDOW_SECONDS, 1)
         return cls(
             smtp=SmtpTarget.parse(url) if url else None,
             mail_from=env.get("MAIL_FROM", "").strip() or f"lemongraph@{domain}",
@@ -112,7 +124,17 @@ class MailSettings:
             reply_ttl=int(ttl) * 24 * 3600,
             ingress_port=int(port),
             inbound_secret=env.get("LEMONGRAPH_INBOUND_SECRET", ""),
+            per_contact=per_contact,
+            per_contact_window=window,
         )
+
+
+def _whole(env: Mapping[str, str], name: str, default: int, least: int) -> int:
+    """A whole-number setting, at least ``least``; ``ValueError`` naming it else."""
+    value = env.get(name, "").strip() or str(default)
+    if not value.isdigit() or int(value) < least:
+        raise ValueError(f"{name}={value!r} must be a whole number, at least {least}")
+    return int(value)
 
 
 def header_message_id(message_id: str, domain: str) -> str:
@@ -167,11 +189,12 @@ class MailLogEntry(BaseModel):
     "Email"). Key ``out:<message id>``: an outbound message, ``attempt`` (before
     the SMTP send), then ``sent`` or ``failed``; ``written_at`` is the message's
     ``at`` (its reply addresses expire from then). Key
-    ``in:<mail id>:<kind>:<job>:<contact>``: a received mail, ``taken``."""
+    ``in:<mail id>:<kind>:<job>:<contact>``: a received mail, ``taken``. An outbound
+    message over the per-contact bound is ``withheld`` (never sent, not counted)."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
-    state: Literal["attempt", "sent", "failed", "taken"]
+    state: Literal["attempt", "sent", "failed", "taken", "withheld"]
     job_key: str
     message_id: str
     at: str
@@ -183,7 +206,9 @@ class MailLogEntry(BaseModel):
 def outbound_email(record: MessageRecord, settings: MailSettings, now: datetime) -> EmailMessage:
     """The email a ``direction: out``, ``channel: email`` message becomes: to its
     contact, ``Reply-To: reply+<token>@REPLY_DOMAIN`` (a short token of the
-    message, :func:`reply_routes`), a ``Message-ID`` derived from the message id."""
+    message, :func:`reply_routes`), a ``Message-ID`` derived from the message id,
+    and marked automatic (RFC 3834): ``Auto-Submitted: auto-generated``, and
+    ``X-Auto-Response-Suppress: OOF, AutoReply`` for Exchange's responders."""
     if record.contact is None or "@" not in record.contact:
         raise ValueError(
             f"message {record.message_id}: the contact {record.contact!r} is not an address"
@@ -198,6 +223,9 @@ def outbound_email(record: MessageRecord, settings: MailSettings, now: datetime)
     mail["Message-ID"] = header_message_id(record.message_id, settings.reply_domain)
     mail["Date"] = format_datetime(now)
     mail["X-Lemongraph-Job"] = record.job_key
+    # docs/agents.md, "Mail loops": a responder that honours these does not answer.
+    mail["Auto-Submitted"] = "auto-generated"
+    mail["X-Auto-Response-Suppress"] = "OOF, AutoReply"
     mail.set_content(record.text)
     return mail
 
@@ -308,3 +336,41 @@ def sender_of(header: str | None) -> str | None:
         return None
     local, _, domain = found[0].rpartition("@")
     return found[0].lower() if local and domain else None
+
+
+#: ``Precedence`` values of mail no person wrote to us (RFC 3834, section 2).
+_BULK = frozenset({"bulk", "junk", "list", "auto_reply"})
+#: The headers whose presence alone marks a mail automatic: two responders' own
+#: marks, and a mailing list's (RFC 2919, RFC 2369).
+AUTOMATIC_HEADERS = ("x-autoreply", "x-autorespond", "list-id", "list-unsubscribe")
+
+
+def automatic_reason(
+    headers: Iterable[tuple[str, str]], envelope_from: str | None = None
+) -> str | None:
+    """Why a received mail is automatic (an auto-reply, an out-of-office note, a
+    delivery report, a mailing list's mail), or None for a person's mail
+    (docs/agents.md, "Mail loops"). ``headers``: its top-level headers, as
+    written; ``envelope_from``: its SMTP ``MAIL FROM`` (``""`` the null sender;
+    None when not known, as by the webhook). Such a mail never starts a run."""
+    if envelope_from is not None and not envelope_from.strip().strip("<>").strip():
+        return "the null envelope sender (an automatic notice)"
+    found: dict[str, tuple[str, str]] = {}
+    for name, value in headers:
+        shown = " ".join(str(value).split())[:200]
+        found.setdefault(name.strip().lower(), (name.strip(), shown))
+    submitted = found.get("auto-submitted", ("", ""))[1].partition(";")[0].strip().lower()
+    if submitted not in ("", "no"):
+        return f"Auto-Submitted: {submitted}"
+    precedence = found.get("precedence", ("", ""))[1].strip().lower()
+    if precedence in _BULK:
+        return f"Precedence: {precedence}"
+    for marker in AUTOMATIC_HEADERS:
+        if marker in found and found[marker][1].strip().lower() != "no":
+            return f"{found[marker][0]}: {found[marker][1]}"
+    if found.get("content-type", ("", ""))[1].lower().startswith("multipart/report"):
+        return "a delivery report (multipart/report)"
+    senders = [envelope_from or "", *(a for _, a in getaddresses([found.get("from", ("", ""))[1]]))]
+    if any(s.strip("<> ").lower().partition("@")[0] == "mailer-daemon" for s in senders):
+        return "from MAILER-DAEMON (a delivery report)"
+    return None

@@ -20,13 +20,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from stream.runtime.config import Settings
 from stream.runtime.kafka import bootstrap_of, new_consumer
 from topics import Topics
 from topics.mail import MailLogEntry, MailSettings, reply_routes
-from topics.replies import ReplyRoute
+from topics.replies import ReplyRoute, normal_address
 
 __all__ = ["MailLog"]
 
@@ -45,6 +46,8 @@ class MailLog:
         self.entries: dict[str, MailLogEntry] = {}
         #: short token → what it names, from the ``out:`` entries.
         self.tokens: dict[str, ReplyRoute] = {}
+        #: contact address (normal) → {``out:`` key: when it was sent, epoch seconds}.
+        self.sends: dict[str, dict[str, float]] = {}
         self.consumer: AIOKafkaConsumer | None = None
         self.partitions: list[TopicPartition] = []
         self.reading = asyncio.Lock()
@@ -82,7 +85,9 @@ class MailLog:
 
     def _apply(self, key: str, value: bytes | None) -> None:
         if value is None:  # a tombstone
-            self.entries.pop(key, None)
+            gone = self.entries.pop(key, None)
+            if gone is not None and gone.contact:
+                self.sends.get(normal_address(gone.contact), {}).pop(key, None)
             return
         try:
             entry = MailLogEntry.model_validate_json(value)
@@ -95,6 +100,25 @@ class MailLog:
                     self.mail, entry.message_id, entry.job_key, entry.contact, entry.written_at
                 )
             )
+            self._count(key, entry)
+
+    def _count(self, key: str, entry: MailLogEntry) -> None:
+        """Keep what the per-contact bound counts: a mail sent, or being sent."""
+        sends = self.sends.setdefault(normal_address(entry.contact or ""), {})
+        if entry.state in ("attempt", "sent"):
+            sends[key] = _epoch(entry.at)
+        else:
+            sends.pop(key, None)
+
+    def sent_to(self, contact: str, since: datetime) -> int:
+        """How many mails the group sent (or was sending) to ``contact`` since
+        ``since``, as far as this process has read the log; older ones are
+        forgotten here."""
+        sends = self.sends.get(normal_address(contact), {})
+        edge = since.timestamp()
+        for key in [k for k, at in sends.items() if at < edge]:
+            del sends[key]
+        return len(sends)
 
     def get(self, key: str) -> MailLogEntry | None:
         """The latest entry of ``key`` this process has read or written."""
@@ -119,3 +143,11 @@ class MailLog:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.consumer.stop(), 5)
             self.consumer = None
+
+
+def _epoch(at: str) -> float:
+    """An entry's ``at`` (ISO 8601, UTC) in seconds; 0 when unreadable."""
+    try:
+        return datetime.fromisoformat(at.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0

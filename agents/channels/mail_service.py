@@ -22,6 +22,12 @@ One process, two directions:
   ``message_received`` event, once per mail (its ``Message-ID``, kept in the
   sent-log); from anyone else it is journaled ``unverified``, writes nothing,
   and ``DATA`` is answered ``550``. A bounce becomes an ``email_bounced`` event.
+  A mail is read off the event loop, bounded (:mod:`agents.channels.mail_read`:
+  too many parts, or nested too deep, is ``554`` and journaled); an automatic
+  one (an auto-reply, a list's, a report) is journaled ``automatic`` and writes
+  nothing: it never starts a run. Agent mail is bounded per contact
+  (``LEMONGRAPH_MAIL_PER_CONTACT``): past it a message is withheld, journaled as
+  a loop (docs/agents.md, "Mail loops").
 """
 
 from __future__ import annotations
@@ -29,14 +35,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import smtplib
 import ssl
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
-from email import message_from_bytes, policy
+from datetime import UTC, datetime, timedelta
 from email.message import EmailMessage
 from typing import Any
 
@@ -52,8 +56,6 @@ from topics.mail import (
     MailSettings,
     SenderNotContact,
     bounce_address,
-    from_header,
-    inbound_message_id,
     outbound_email,
     received,
     sender_of,
@@ -62,11 +64,20 @@ from topics.mail import (
 from topics.replies import SHORT_TAGS, ReplyRoute, ReplyTokenError, read_reply_address
 
 from agents.channels.mail_log import MailLog
+from agents.channels.mail_read import (
+    MailReader,
+    MailTooComplex,
+    ReadMail,
+    parse_bounded,
+    plain_text,
+)
 
 __all__ = ["MailCatcher", "MailChannel"]
 
 log = logging.getLogger(__name__)
 
+#: Bytes an SMTP session reads from its socket at a time (:class:`_Session`).
+READ_CHUNK = 16 * 1024
 #: Seconds between tries while the SMTP server is unreachable or says "later".
 RETRY_SECONDS = (1, 2, 5, 10, 30)
 
@@ -91,8 +102,10 @@ class MailChannel:
         self.producer: AIOKafkaProducer | None = None
         #: Set when the process is asked to stop: a send being retried gives up.
         self.stopping = asyncio.Event()
+        #: Reads received mail off the event loop (agents/channels/mail_read.py).
+        self.reader = MailReader()
         self.counts = {"sent": 0, "duplicate": 0, "failed": 0, "received": 0, "refused": 0,
-                       "unverified": 0, "again": 0}  # fmt: skip
+                       "unverified": 0, "again": 0, "automatic": 0, "withheld": 0}  # fmt: skip
 
     # -- writing --------------------------------------------------------------------
 
@@ -111,8 +124,9 @@ class MailChannel:
 
     async def deliver(self, value: bytes | None) -> str:
         """Send one ``messages`` record if it is an outbound email not sent yet;
-        what happened (``sent``, ``duplicate``, ``failed``, ``skipped``, or
-        ``stopped``: asked to stop while the server was unreachable)."""
+        what happened (``sent``, ``duplicate``, ``failed``, ``skipped``,
+        ``withheld``: over the per-contact bound, or ``stopped``: asked to stop
+        while the server was unreachable)."""
         try:
             record = MessageRecord.model_validate_json(value or b"")
         except ValueError:
@@ -129,6 +143,8 @@ class MailChannel:
             return "duplicate"
         if self.mail.smtp is None:
             raise RuntimeError("no LEMONGRAPH_SMTP_URL: outbound email cannot be sent")
+        if before is None and await self._over_bound(record):
+            return "withheld"
         now = self.clock()
         try:
             email = outbound_email(record, self.mail, now)
@@ -155,6 +171,35 @@ class MailChannel:
             )
         )  # fmt: skip
         return "sent"
+
+    async def _over_bound(self, record: MessageRecord) -> bool:
+        """True, withheld and journaled as a loop, when the group has sent
+        ``per_contact`` mails to this message's contact within the window
+        (docs/agents.md, "Mail loops"). An attempt cut off before is not counted
+        again: it is sent again whatever the bound."""
+        bound, window = self.mail.per_contact, self.mail.per_contact_window
+        contact = str(record.contact or "")
+        if bound <= 0 or not contact:
+            return False
+        sent = self.log.sent_to(contact, self.clock() - timedelta(seconds=window))
+        if sent < bound:
+            return False
+        why = (
+            f"withheld: loop: {sent} mails to {contact[:320]} within {window} s already "
+            f"(LEMONGRAPH_MAIL_PER_CONTACT={bound}, LEMONGRAPH_MAIL_PER_CONTACT_WINDOW={window})"
+        )
+        await self.log.write(f"out:{record.message_id}", self._entry(record, "withheld", why))
+        self.counts["withheld"] += 1
+        log.warning("mail: %s: %s", record.message_id, why)
+        await self._journal_out(record, "refused", why)
+        return True
+
+    async def _journal_out(self, record: MessageRecord, outcome: str, detail: str) -> None:
+        """The journal record of an outbound message not sent."""
+        entry = {"job_key": record.job_key, "at": self._now(), "direction": "out",
+                 "outcome": outcome, "message_id": record.message_id,
+                 "address": record.contact, "detail": detail[:500]}  # fmt: skip
+        await self.journal(JournalMail.model_validate(entry))
 
     def _entry(self, record: MessageRecord, state: str, detail: str = "") -> MailLogEntry:
         return MailLogEntry.model_validate(
@@ -194,12 +239,7 @@ class MailChannel:
     async def _failed(self, record: MessageRecord, why: str) -> str:
         await self.log.write(f"out:{record.message_id}", self._entry(record, "failed", why[:500]))
         self.counts["failed"] += 1
-        await self.journal(
-            JournalMail(
-                job_key=record.job_key, at=self._now(), direction="out", outcome="failed",
-                message_id=record.message_id, address=record.contact, detail=why[:500],
-            )
-        )  # fmt: skip
+        await self._journal_out(record, "failed", why)
         return "failed"
 
     def _send(self, email: EmailMessage, envelope_from: str, to: str) -> None:
@@ -260,7 +300,7 @@ class MailChannel:
             outcome = await self.deliver(r.value)
             if outcome == "stopped":
                 return outcome
-            if outcome in ("sent", "failed"):
+            if outcome in ("sent", "failed", "withheld"):
                 await consumer.commit({tp: r.offset + 1})
         return "done"
 
@@ -289,15 +329,40 @@ class MailChannel:
             )  # fmt: skip
             return f"550 5.7.1 Refused: {exc.reason} reply address"
 
-    async def take(self, route: ReplyRoute, content: bytes) -> bool:
+    async def read(self, content: bytes, envelope: Envelope) -> ReadMail | str:
+        """The mail read off the event loop (agents/channels/mail_read.py), or the
+        ``DATA`` refusal of one over its limits or unreadable, journaled for each
+        job it was for."""
+        try:
+            return await self.reader.read(content, envelope.mail_from)
+        except MailTooComplex as exc:
+            why, answer = str(exc), f"554 5.6.0 Refused: {exc}"
+        except Exception as exc:  # a mail the parser cannot read: said, not a bare 500
+            log.exception("mail: a mail from %s could not be read", envelope.mail_from)
+            why, answer = f"unreadable: {exc!r}"[:300], "554 5.6.0 Refused: the mail cannot be read"
+        routes: list[ReplyRoute] = getattr(envelope, "lemongraph_routes", [])
+        for route in routes:
+            self.counts["refused"] += 1
+            await self.journal(
+                JournalMail(
+                    job_key=route.job_key, at=self._now(), direction="in", outcome="refused",
+                    address=envelope.mail_from, contact=route.contact, detail=why[:500],
+                )
+            )  # fmt: skip
+        return answer
+
+    async def take(self, route: ReplyRoute, mail: ReadMail) -> bool:
         """A mail that passed ``RCPT``: a reply (message and event) or a bounce;
-        False for a reply not from its token's contact (journaled, nothing written)."""
-        mail = message_from_bytes(content, policy=policy.default)
-        message_id = inbound_message_id(mail.get("Message-ID"), content)
-        sender = sender_of(from_header(mail))
+        False for a reply not from its token's contact (journaled, nothing written).
+        An automatic reply is journaled and writes nothing (it never starts a run)."""
+        message_id = mail.message_id
+        sender = sender_of(mail.sender_header)
+        if route.kind == "reply" and mail.automatic is not None:
+            await self._automatic(route, mail, sender)
+            return True
         try:
             record, event = received(
-                route, message_id, sender, _plain_text(mail), self._now(), _bounce_reason(mail)
+                route, message_id, sender, mail.text, self._now(), mail.bounce_reason
             )
         except SenderNotContact as refusal:
             self.counts["unverified"] += 1
@@ -327,12 +392,24 @@ class MailChannel:
         )  # fmt: skip
         return True
 
+    async def _automatic(self, route: ReplyRoute, mail: ReadMail, sender: str | None) -> None:
+        """An auto-reply (or a list's mail, or a report) at a reply address: taken
+        (250) so that nothing bounces, journaled, and nothing written."""
+        self.counts["automatic"] += 1
+        await self.journal(
+            JournalMail(
+                job_key=route.job_key, at=self._now(), direction="in", outcome="automatic",
+                message_id=mail.message_id, address=sender, contact=route.contact,
+                detail=f"not a person's reply, no run: {mail.automatic}"[:500],
+            )
+        )  # fmt: skip
+
     async def serve(self, host: str, port: int) -> asyncio.Server:
         """Start the SMTP server in this loop."""
         handler = _Handler(self)
         loop = asyncio.get_running_loop()
         return await loop.create_server(
-            lambda: SMTP(handler, hostname=self.mail.reply_domain, data_size_limit=10_000_000),
+            lambda: _Session(handler, hostname=self.mail.reply_domain, data_size_limit=10_000_000),
             host,
             port,
         )
@@ -373,6 +450,21 @@ class MailChannel:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.producer.stop(), 5)
             await self.log.stop()
+            self.reader.close()
+
+
+class _Session(SMTP):
+    """aiosmtpd's session, reading at most :data:`READ_CHUNK` bytes a turn of the
+    event loop: it parses the DATA of a mail line by line, on the loop, so a large
+    mail of short lines (a MIME bomb) would otherwise hold the loop for a whole
+    socket read (256 KiB, some 25,000 lines) at a time, and every other session,
+    the sending and the broker's client with it (docs/agents.md, "What the
+    ingress reads")."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        if isinstance(getattr(transport, "max_size", None), int):
+            transport.max_size = READ_CHUNK  # type: ignore[attr-defined]
 
 
 class _Handler:
@@ -397,8 +489,11 @@ class _Handler:
     async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
         content = envelope.original_content or envelope.content
         raw = content if isinstance(content, bytes) else str(content).encode()
+        mail = await self.channel.read(raw, envelope)
+        if isinstance(mail, str):
+            return mail  # over the limits: refused, journaled
         routes: list[ReplyRoute] = getattr(envelope, "lemongraph_routes", [])
-        taken = [await self.channel.take(route, raw) for route in routes]
+        taken = [await self.channel.take(route, mail) for route in routes]
         if taken and not any(taken):
             # Refused in the session rather than accepted and dropped: nothing of
             # ours bounces to a forged sender, and a real person's server (or the
@@ -408,26 +503,6 @@ class _Handler:
                 "was sent to; reply from that address"
             )
         return "250 Message accepted"
-
-
-def _plain_text(mail: Any) -> str:
-    body = mail.get_body(preferencelist=("plain", "html"))
-    if body is None:
-        return ""
-    text = str(body.get_content())
-    if body.get_content_type() == "text/html":
-        text = re.sub(r"<[^>]+>", " ", text)
-    return text
-
-
-def _bounce_reason(mail: Any) -> str:
-    for part in mail.walk():
-        if part.get_content_type() == "message/delivery-status":
-            payload = part.get_payload()
-            if isinstance(payload, list):
-                return " ".join(str(p).strip().replace("\n", " ") for p in payload)
-            return str(payload)
-    return str(mail.get("Subject") or "bounced")
 
 
 def _code(exc: Exception) -> int | None:
@@ -455,7 +530,10 @@ class MailCatcher:
     async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
         content = envelope.original_content or envelope.content
         raw = content if isinstance(content, bytes) else str(content).encode()
-        mail = message_from_bytes(raw, policy=policy.default)
+        try:
+            mail = parse_bounded(raw)  # in the catcher's own thread
+        except MailTooComplex as exc:
+            return f"554 5.6.0 Refused: {exc}"
         entry = {
             "at": to_iso(datetime.now(UTC)),
             "envelope_from": envelope.mail_from,
@@ -464,7 +542,7 @@ class MailCatcher:
             "reply_to": str(mail.get("Reply-To") or ""),
             "message_id": str(mail.get("Message-ID") or ""),
             "job_key": str(mail.get("X-Lemongraph-Job") or ""),
-            "text": _plain_text(mail).strip(),
+            "text": plain_text(mail).strip(),
         }
         with self._lock:
             self.caught.append(entry)

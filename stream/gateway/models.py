@@ -146,16 +146,20 @@ class InboundEmail(_Body):
     message_id: StrictStr | None = Field(None, max_length=1000)
     #: For a bounce: the delivery status, in words.
     reason: StrictStr = Field("", max_length=2000)
+    #: The mail's top-level headers, name to value (any of them; those that mark a
+    #: mail automatic are read: docs/agents.md, "Mail loops").
+    headers: dict[StrictStr, StrictStr] = Field(default_factory=dict, max_length=200)
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
 class InboundAccepted(BaseModel):
-    """A verified reply written (a message and its event), or a bounce (an event)."""
+    """A verified reply written (a message and its event), a bounce (an event), or
+    an automatic mail (an auto-reply, a list's: journaled, nothing written)."""
 
     accepted: bool = True
     key: str
-    kind: Literal["reply", "bounce"]
+    kind: Literal["reply", "bounce", "automatic"]
     message_id: str
     event_id: str
     duplicate: bool = False

@@ -17,6 +17,7 @@ from topics import InboxEvent, JournalMail, MessageRecord, encode, first_error
 from topics.mail import (
     MailSettings,
     SenderNotContact,
+    automatic_reason,
     inbound_message_id,
     received,
     sender_of,
@@ -104,6 +105,28 @@ async def _write(
     return answer
 
 
+def _automatic(body: InboundEmail) -> str | None:
+    """Why the mail is automatic (its ``headers``, and ``from`` as its From), or
+    None: the same rules as the mail ingress's (docs/agents.md, "Mail loops")."""
+    headers = list(body.headers.items())
+    if body.from_ is not None:
+        headers.append(("From", body.from_))
+    return automatic_reason(headers)
+
+
+async def _journal_automatic(
+    gateway: Gateway, route: ReplyRoute, body: InboundEmail, message_id: str, why: str
+) -> InboundAccepted:
+    """An automatic mail at a reply address: journaled, nothing written, no run."""
+    held = JournalMail(
+        job_key=route.job_key, at=now_iso(), direction="in", outcome="automatic",
+        message_id=message_id, address=sender_of(body.from_), contact=route.contact,
+        detail=f"webhook: not a person's reply, no run: {why}"[:500],
+    )  # fmt: skip
+    await gateway.send(gateway.model.topics.journal, route.job_key, encode(held))
+    return InboundAccepted(key=route.job_key, kind="automatic", message_id=message_id, event_id="")
+
+
 @router.post(
     "/v1/inbound/email",
     status_code=202,
@@ -118,7 +141,10 @@ async def inbound_email(gateway: GatewayDep, request: Request) -> InboundAccepte
     checks it (403 `reply_refused`, journaled, nothing written), and so is the
     sender: a reply `from` anyone but the contact its address was issued to is
     403 `sender_not_contact` (journaled `unverified`, nothing written). A reply
-    becomes a message and its `message_received` event, a bounce `email_bounced`."""
+    becomes a message and its `message_received` event, a bounce `email_bounced`.
+    A reply that its `headers` (or `from`) mark automatic (`Auto-Submitted`,
+    `Precedence: bulk`, a list's `List-Id`, ...) is 202 `kind: automatic`:
+    journaled, nothing written, no run."""
     model = gateway.model
     mail = _configured(gateway)
     raw = await request.body()
@@ -134,6 +160,9 @@ async def inbound_email(gateway: GatewayDep, request: Request) -> InboundAccepte
         entry = model.entry(key)
         if entry is None or not entry.visible:
             raise ApiError(404, "job_not_found", f"no job {key!r}")
+        why = _automatic(body) if route.kind == "reply" else None
+        if why is not None:
+            return await _journal_automatic(gateway, route, body, message_id, why)
         try:
             record, event = received(
                 route, message_id, sender_of(body.from_), body.text, now_iso(), body.reason

@@ -8,11 +8,13 @@ from datetime import UTC, datetime
 
 import pytest
 
+from agents.channels.mail_read import MAX_PARTS, MailTooComplex, decode_text, read_mail
 from topics import MessageRecord
 from topics.mail import (
     MailSettings,
     SenderNotContact,
     SmtpTarget,
+    automatic_reason,
     bounce_address,
     header_message_id,
     inbound_message_id,
@@ -164,3 +166,64 @@ def test_only_an_outbound_emails_tokens_are_in_the_lookup_built_from_messages() 
     }
     for other in ({"direction": "in"}, {"channel": "web"}, {"contact": None}):
         assert message_tokens(SETTINGS, OUT.model_copy(update=other)) == {}
+
+
+def test_automatic_mail_is_told_from_a_persons() -> None:
+    person = [("From", "Ada <ada@example.com>"), ("Subject", "Re: hi")]
+    assert automatic_reason(person, "ada@example.com") is None
+    assert automatic_reason([*person, ("Auto-Submitted", "no")], "ada@example.com") is None
+    assert automatic_reason([*person, ("Precedence", "first-class")]) is None
+    cases = {
+        "Auto-Submitted: auto-replied": [("auto-submitted", "Auto-Replied; owner=x")],
+        "Auto-Submitted: auto-generated": [("Auto-Submitted", "auto-generated")],
+        "Precedence: junk": [("Precedence", " JUNK ")],
+        "Precedence: auto_reply": [("Precedence", "auto_reply")],
+        "X-Autorespond": [("X-Autorespond", "Out of office")],
+        "List-Unsubscribe": [("List-Unsubscribe", "<mailto:x@lists.example>")],
+        "multipart/report": [("Content-Type", "multipart/report; report-type=x")],
+    }
+    for why, extra in cases.items():
+        found = automatic_reason([*person, *extra], "ada@example.com")
+        assert found is not None
+        assert why.lower() in found.lower(), (why, found)
+    assert "null" in str(automatic_reason(person, ""))
+    assert "null" in str(automatic_reason(person, "<>"))
+    assert "MAILER-DAEMON" in str(automatic_reason(person, "MAILER-DAEMON@mx.example.com"))
+    assert automatic_reason([("From", "Mailer-Daemon@mx.example.com")]) is not None
+    assert automatic_reason(person) is None  # no envelope known (the webhook)
+
+
+def test_agent_mail_says_it_is_automatic() -> None:
+    mail = outbound_email(OUT, SETTINGS, NOW)
+    assert mail["Auto-Submitted"] == "auto-generated"
+    assert mail["X-Auto-Response-Suppress"] == "OOF, AutoReply"
+
+
+def test_the_per_contact_bound_is_read_with_clear_errors() -> None:
+    defaults = MailSettings.from_env({})
+    assert (defaults.per_contact, defaults.per_contact_window) == (10, 3600)
+    off = MailSettings.from_env({"LEMONGRAPH_MAIL_PER_CONTACT": "0"})
+    assert off.per_contact == 0
+    for name, bad in (("LEMONGRAPH_MAIL_PER_CONTACT", "-1"),
+                      ("LEMONGRAPH_MAIL_PER_CONTACT_WINDOW", "0"),
+                      ("LEMONGRAPH_MAIL_PER_CONTACT_WINDOW", "1h")):  # fmt: skip
+        with pytest.raises(ValueError, match=name):
+            MailSettings.from_env({name: bad})
+
+
+def test_a_mail_is_read_within_its_limits_in_any_charset() -> None:
+    def parts(count: int) -> bytes:
+        head = b'From: a@x\r\nContent-Type: multipart/mixed; boundary="B"\r\n\r\n'
+        return head + b"--B\r\n\r\nx\r\n" * count + b"--B--\r\n"
+
+    assert read_mail(parts(MAX_PARTS - 1)).text.strip() == "x"  # the message and 999 parts
+    with pytest.raises(MailTooComplex, match="too many MIME parts"):
+        read_mail(parts(MAX_PARTS))
+    words = "Tomorrow \u05e9\u05dc\u05d5\u05dd".encode("iso-8859-8")
+    assert decode_text(words, "ISO-8859-8-I") == "Tomorrow \u05e9\u05dc\u05d5\u05dd"
+    assert decode_text(words, "unknown-8bit") == "Tomorrow " + "\ufffd" * 4
+    assert decode_text(words, "x-user-defined") == words.decode("latin-1")
+    assert decode_text(words, "no-such-charset") == "Tomorrow " + "\ufffd" * 4
+    assert decode_text("café".encode(), None) == "café"
+    auto = read_mail(b"From: ada@example.com\r\nAuto-Submitted: auto-replied\r\n\r\nAway.\r\n")
+    assert (auto.text.strip(), auto.automatic) == ("Away.", "Auto-Submitted: auto-replied")

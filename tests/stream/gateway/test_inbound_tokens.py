@@ -137,3 +137,34 @@ def test_a_mail_delivered_twice_is_written_once(module_lane: Lane, hooked: Gatew
     mail_id = inbound_message_id("<d1@mail.example>", b"")
     written = [r["value"] for r in module_lane.read("messages")]
     assert sum(1 for r in written if r["message_id"] == mail_id) == 1
+
+
+def test_an_automatic_reply_by_webhook_writes_nothing(
+    module_lane: Lane, hooked: GatewayProcess
+) -> None:
+    started(hooked, "tok-auto")
+    address = sent_email(module_lane, hooked, "tok-auto", "tok-auto#out-1")
+    away = {"to": address, "from": "ada@example.com", "message_id": "<away@mail.example>",
+            "text": "Away.", "headers": {"Auto-Submitted": "auto-replied"}}  # fmt: skip
+    for payload in (away, dict(away, headers={"List-Id": "<news.example>"}, message_id="<l1@x>")):
+        answer = post(hooked.api, payload)
+        assert answer.status_code == 202, answer.text
+        assert (answer.json()["kind"], answer.json()["event_id"]) == ("automatic", "")
+    # a person's reply (headers that say so) is taken
+    person = dict(away, headers={"Auto-Submitted": "no"}, message_id="<p1@x>", text="Yes.")
+    assert post(hooked.api, person).json()["kind"] == "reply"
+
+    def mails_journaled() -> list[dict[str, Any]]:
+        return [
+            r["value"]
+            for r in module_lane.read("journal")
+            if r["value"].get("job_key") == "tok-auto"
+            and r["value"].get("type") == "journal.mail"
+            and r["value"]["outcome"] in ("automatic", "received")
+        ]
+
+    journal = wait_for(lambda: mails_journaled()[2:] and mails_journaled(), what="3 journaled")
+    assert [j["outcome"] for j in journal[-3:]].count("automatic") == 2
+    ins = [r["value"]["text"] for r in module_lane.read("messages")
+           if r["key"] == "tok-auto" and r["value"]["direction"] == "in"]  # fmt: skip
+    assert ins == ["Yes."]
