@@ -21,6 +21,8 @@ from typing import Any
 
 from topics.mail import automatic_reason, from_header, inbound_message_id
 
+from agents.errors import AgentsError
+
 __all__ = [
     "MAX_DEPTH",
     "MAX_PARTS",
@@ -55,7 +57,7 @@ CHARSET_ALIASES = {
 }
 
 
-class MailTooComplex(ValueError):
+class MailTooComplex(AgentsError, ValueError):
     """A mail over :data:`MAX_PARTS` or :data:`MAX_DEPTH`: refused at ``DATA``."""
 
 

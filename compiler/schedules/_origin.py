@@ -18,6 +18,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from compiler._errors import LemongraphError
+
 __all__ = [
     "MAX_WAKE_DEPTH",
     "ORIGIN_HEADER",
@@ -37,8 +39,10 @@ MAX_WAKE_DEPTH = 8
 _LINK = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}/[A-Za-z0-9._:@-]{1,200}")
 
 
-class OriginError(ValueError):
+class OriginError(LemongraphError, ValueError):
     """An origin header that is not a chain of ``<schedule id>/<run id>`` links."""
+
+    code = "invalid_origin"
 
 
 def origin_link(schedule_id: str, run_id: str) -> str:

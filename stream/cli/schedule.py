@@ -27,7 +27,7 @@ import orjson
 
 from compiler import LemongraphError, load_located
 from stream.gateway import schedule_ops as ops
-from stream.gateway.run_verdicts import decision_mark, judge, run_marks
+from stream.gateway.readmodels.run_verdicts import decision_mark, judge, run_marks
 from stream.runtime.broker import ensure_all_topics
 from stream.runtime.command import env_settings, require_kafka
 from stream.runtime.config import Settings

@@ -10,7 +10,8 @@ from fastapi import FastAPI
 from stream.gateway import docs
 from stream.gateway.errors import install_handlers
 from stream.gateway.guard import GuardMiddleware
-from stream.gateway.reply_lookup import ReplyTokens
+from stream.gateway.readmodels.reply_lookup import ReplyTokens
+from stream.gateway.readmodels.schedules import ScheduleModel
 from stream.gateway.routes import (
     answers,
     dev,
@@ -24,7 +25,6 @@ from stream.gateway.routes import (
     streams,
 )
 from stream.gateway.routes.shared import Gateway
-from stream.gateway.schedules import ScheduleModel
 
 __all__ = ["ROUTERS", "build_api"]
 
@@ -64,11 +64,12 @@ def build_api(gateway: Gateway) -> FastAPI:
     app.add_middleware(GuardMiddleware, guard=gateway.guard)
     if gateway.schedules is None:
         gateway.schedules = ScheduleModel(gateway.model.topics)
-    # A run whose input the core refused reads refused (stream/gateway/run_verdicts.py).
+    # A run whose input the core refused reads refused (stream/gateway/readmodels/run_verdicts.py).
     gateway.model.decision_readers.append(gateway.schedules.decided)
     mail = gateway.mail
     if mail is not None and mail.inbound_secret and gateway.tokens is None:
-        # What the webhook knows of messages, from those read (reply_lookup.py).
+        # What the webhook knows of messages, from those read
+        # (stream/gateway/readmodels/reply_lookup.py).
         gateway.tokens = ReplyTokens(mail)
         gateway.model.message_readers.append(gateway.tokens.read)
         gateway.model.message_readers.append(gateway.received.read)

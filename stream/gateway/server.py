@@ -33,7 +33,7 @@ from stream.gateway.api import build_api
 from stream.gateway.guard import Guard
 from stream.gateway.protocol import GatewayConfig, quiet_accept_errors, quiet_uvicorn
 from stream.gateway.ratelimit import RateLimiter
-from stream.gateway.readmodel import ReadModel
+from stream.gateway.readmodels.jobs import ReadModel
 from stream.gateway.routes.shared import Gateway
 from stream.runtime.config import Settings
 from stream.runtime.errors import GatewayStartError

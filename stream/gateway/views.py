@@ -17,7 +17,7 @@ from stream.gateway.models import (
     PendingWrite,
     TimerView,
 )
-from stream.gateway.readmodel import JobEntry, ReadModel
+from stream.gateway.readmodels.jobs import JobEntry, ReadModel
 from topics import ExplanationRecord, JobSnapshot, MilestoneSnapshot
 
 __all__ = ["held_view", "job_summary", "job_view", "list_row"]

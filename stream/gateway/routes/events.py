@@ -6,7 +6,7 @@ from fastapi import APIRouter
 
 from stream.gateway.errors import ApiError, error_responses
 from stream.gateway.models import Accepted, EventBody
-from stream.gateway.readmodel import idem
+from stream.gateway.readmodels.jobs import idem
 from stream.gateway.routes.capabilities import require
 from stream.gateway.routes.shared import SECURED, GatewayDep, PrincipalDep
 from topics import InboxEvent, event_id

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from stream.gateway.errors import ApiError, error_responses
 from stream.gateway.models import InboundAccepted, InboundEmail
-from stream.gateway.readmodel import idem
+from stream.gateway.readmodels.jobs import idem
 from stream.gateway.routes.shared import Gateway, GatewayDep, now_iso
 from topics import InboxEvent, JournalMail, MessageRecord, encode, first_error
 from topics.mail import (

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Query
 
 from stream.gateway.errors import ApiError, error_responses
 from stream.gateway.models import MessageAccepted, MessageBody, MessageList
-from stream.gateway.readmodel import idem
+from stream.gateway.readmodels.jobs import idem
 from stream.gateway.routes.capabilities import require
 from stream.gateway.routes.shared import SECURED, GatewayDep, PrincipalDep, newest_of, now_iso
 from topics import encode, inbound_message

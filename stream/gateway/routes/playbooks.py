@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query
 
 from stream.gateway.errors import ApiError, error_responses
 from stream.gateway.models import PlaybookList, PlaybookView
-from stream.gateway.readmodel import ReadModel
+from stream.gateway.readmodels.jobs import ReadModel
 from stream.gateway.routes.shared import SECURED, GatewayDep
 
 __all__ = ["get_playbook", "list_playbooks", "router"]

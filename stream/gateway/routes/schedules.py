@@ -1,5 +1,5 @@
 """The schedules' routes (docs/api.md, "Schedules"): ``/v1/schedules...``,
-served from the schedules' read model (stream/gateway/schedules.py).
+served from the schedules' read model (stream/gateway/readmodels/schedules.py).
 
 **Who may write**: reading takes any valid token; creating, changing, deleting
 and waking a schedule take a token whose source is ``world`` (an operator's or
@@ -22,15 +22,15 @@ from stream.gateway import schedule_ops as ops
 from stream.gateway.errors import ApiError, error_responses
 from stream.gateway.guard import principal_of
 from stream.gateway.models import _Body
-from stream.gateway.routes.capabilities import require
-from stream.gateway.routes.shared import SECURED, Gateway, GatewayDep, page
-from stream.gateway.schedules import (
+from stream.gateway.readmodels.schedules import (
     RUN_STATUSES,
     ScheduleEntry,
     ScheduleModel,
     WakeWrite,
     is_enabled,
 )
+from stream.gateway.routes.capabilities import require
+from stream.gateway.routes.shared import SECURED, Gateway, GatewayDep, page
 from stream.gateway.tokens import Principal
 
 __all__ = [

@@ -23,9 +23,9 @@ from fastapi.security import HTTPBearer
 
 from stream.gateway.errors import ApiError
 from stream.gateway.guard import Guard, principal_of
-from stream.gateway.readmodel import AcceptedWrite, JobEntry, ReadModel
-from stream.gateway.reply_lookup import ReceivedIds, ReplyTokens
-from stream.gateway.schedules import ScheduleModel
+from stream.gateway.readmodels.jobs import AcceptedWrite, JobEntry, ReadModel
+from stream.gateway.readmodels.reply_lookup import ReceivedIds, ReplyTokens
+from stream.gateway.readmodels.schedules import ScheduleModel
 from stream.gateway.tokens import Principal
 from topics import InboxEvent, JobStart, encode
 from topics.mail import MailSettings
@@ -78,7 +78,7 @@ class Gateway:
     tokens: ReplyTokens | None = None
     #: The person's messages on ``messages``, by job and id (the webhook's).
     received: ReceivedIds = field(default_factory=ReceivedIds)
-    #: The schedules' read model (stream/gateway/schedules.py); one is made
+    #: The schedules' read model (stream/gateway/readmodels/schedules.py); one is made
     #: for the model's topics when none is given.
     schedules: ScheduleModel | None = None
     _locks: weakref.WeakValueDictionary[str, asyncio.Lock] = field(

@@ -29,7 +29,7 @@ from agents.model import ModelSettings
 from agents.run import Conversation
 from agents.service import AgentService, Where
 from compiler import CallTool, FlowInput, ToolResult, load_flow
-from stream.gateway.readmodel import ReadModel
+from stream.gateway.readmodels.jobs import ReadModel
 from stream.runtime.broker import free_port
 from stream.runtime.config import Settings
 from tests.agents.channels.test_mail import Sink

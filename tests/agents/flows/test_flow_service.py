@@ -31,7 +31,7 @@ from agents.model import ModelSettings
 from agents.run import Conversation
 from agents.service import AgentService, Where
 from compiler import CallTool, FlowInput, ModelReply, ToolResult, load_flow
-from stream.gateway.readmodel import ReadModel
+from stream.gateway.readmodels.jobs import ReadModel
 from stream.runtime.config import Settings
 from tests.lanes import Lane, wait_for
 from tests.stream.gateway.conftest import GatewayProcess, start_gateway

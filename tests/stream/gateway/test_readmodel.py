@@ -15,7 +15,7 @@ import yaml
 from compiler import compile_playbook
 from stream.engine.engine import Engine, Record
 from stream.engine.registry import Registry
-from stream.gateway.readmodel import JOURNAL_KEPT, ReadModel
+from stream.gateway.readmodels.jobs import JOURNAL_KEPT, ReadModel
 from stream.gateway.views import job_summary, job_view
 from topics import JournalFlow, JournalRun, PlaybookRecord, Topics, encode
 

@@ -14,7 +14,7 @@ import orjson
 from compiler import compile_playbook
 from stream.engine.engine import Engine, Record
 from stream.engine.registry import Registry
-from stream.gateway.readmodel import AcceptedWrite, ReadModel, idem
+from stream.gateway.readmodels.jobs import AcceptedWrite, ReadModel, idem
 from stream.gateway.views import job_view
 from topics import PlaybookRecord, Topics, encode
 

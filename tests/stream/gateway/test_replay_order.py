@@ -1,5 +1,5 @@
 """The order a gateway re-reads its topics in after a restart
-(stream/gateway/follow.py, "The order of the catch-up"): an answer on
+(stream/gateway/readmodels/follow.py, "The order of the catch-up"): an answer on
 ``messages`` is never applied before the question it answers on ``journal``,
 however the fetches interleave the two topics, so an answered question does
 not stand open after a restart."""
@@ -14,8 +14,8 @@ import httpx
 import pytest
 from aiokafka.structs import TopicPartition
 
-from stream.gateway import follow
-from stream.gateway.follow import Replay
+from stream.gateway.readmodels import follow
+from stream.gateway.readmodels.follow import Replay
 from tests.stream.gateway.conftest import Lane, launch_gateway
 from topics import JobSnapshot, JournalInterrupt, MessageRecord, encode
 

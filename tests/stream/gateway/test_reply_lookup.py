@@ -1,4 +1,4 @@
-"""The webhook's memory of ``messages`` (stream/gateway/reply_lookup.py), without
+"""The webhook's memory of ``messages`` (stream/gateway/readmodels/reply_lookup.py), without
 Kafka: the short tokens of outbound email, bounded by expiry and by count, and the
 ids of the person's messages."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from stream.gateway.reply_lookup import ReceivedIds, ReplyTokens
+from stream.gateway.readmodels.reply_lookup import ReceivedIds, ReplyTokens
 from topics import MessageRecord
 from topics.mail import MailSettings, message_tokens
 

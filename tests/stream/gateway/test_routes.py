@@ -1,7 +1,7 @@
 """The API's wiring, without Kafka: every route is a named function of a router
 (stream/gateway/routes/), the operation ids clients generate code from stay as
 they are, one paging helper serves both lists, and both read models notice a
-log that went backwards (the one follow loop of stream/gateway/follow.py)."""
+log that went backwards (the one follow loop of stream/gateway/readmodels/follow.py)."""
 
 from __future__ import annotations
 
@@ -16,13 +16,13 @@ from aiokafka.structs import TopicPartition
 from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 
-from stream.gateway import follow
 from stream.gateway.api import ROUTERS, build_api
 from stream.gateway.guard import Guard
 from stream.gateway.ratelimit import RateLimiter
-from stream.gateway.readmodel import ReadModel
+from stream.gateway.readmodels import follow
+from stream.gateway.readmodels.jobs import ReadModel
+from stream.gateway.readmodels.schedules import ScheduleModel
 from stream.gateway.routes.shared import Gateway, page
-from stream.gateway.schedules import ScheduleModel
 from stream.runtime.kafka import KafkaSecurity
 from topics import Topics
 

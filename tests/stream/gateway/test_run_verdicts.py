@@ -1,5 +1,5 @@
 """The join of a schedule run with the decision of what it sent
-(stream/gateway/run_verdicts.py, docs/schedules.md "Run statuses"): in the
+(stream/gateway/readmodels/run_verdicts.py, docs/schedules.md "Run statuses"): in the
 gateway's read model whichever of the two is read first, and with a crash's
 re-sent start."""
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from stream.gateway.schedules import ScheduleModel
+from stream.gateway.readmodels.schedules import ScheduleModel
 from topics import Topics
 
 from .test_schedules_api import run_record

@@ -16,7 +16,7 @@ import httpx
 import orjson
 import pytest
 
-from stream.gateway.schedules import ScheduleModel
+from stream.gateway.readmodels.schedules import ScheduleModel
 from stream.runtime.partitions import home_partition
 from tests.stream.gateway.conftest import GatewayProcess, Lane, wait_for
 from topics import ScheduleRunRecord, Topics, encode

@@ -1,6 +1,6 @@
 """Whether the core took what a schedule run sent (docs/schedules.md, "Run
 statuses"): the join of a run with the decision of its input, shared by the
-gateway's read model (stream/gateway/schedules.py) and ``lemongraph schedule
+gateway's read model (stream/gateway/readmodels/schedules.py) and ``lemongraph schedule
 runs`` (stream/cli/schedule.py).
 
 The worker records a ``start_job`` or ``send_event`` run ``completed`` as soon

@@ -1,4 +1,4 @@
-"""What the gateway's read model holds per job (stream/gateway/readmodel.py): the
+"""What the gateway's read model holds per job (stream/gateway/readmodels/jobs.py): the
 writes this gateway accepted, and each job's entry."""
 
 from __future__ import annotations

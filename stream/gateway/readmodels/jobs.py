@@ -1,7 +1,7 @@
 """The gateway's read model: jobs, decisions and playbooks, fed by their topics
 and by the writes this gateway accepted itself (so a client reads its own writes).
 
-:meth:`ReadModel.follow` (the loop of stream/gateway/follow.py, which also
+:meth:`ReadModel.follow` (the loop of stream/gateway/readmodels/follow.py, which also
 notices a broker reset) reads ``jobs``, ``decisions`` and ``playbooks`` from the
 beginning with a plain consumer (no group: every partition assigned) and keeps
 following. It is *caught up* when every partition's position has reached the
@@ -55,9 +55,9 @@ from aiokafka.structs import TopicPartition
 from pydantic import TypeAdapter, ValidationError
 
 from compiler import LemongraphError, Playbook, compile_playbook
-from stream.gateway.entries import AcceptedWrite, JobEntry, idem
-from stream.gateway.follow import Followed
-from stream.gateway.interrupts import OpenQuestions
+from stream.gateway.readmodels.entries import AcceptedWrite, JobEntry, idem
+from stream.gateway.readmodels.follow import Followed
+from stream.gateway.readmodels.interrupts import OpenQuestions
 from topics import (
     JobSnapshot,
     JournalFlow,
@@ -160,7 +160,7 @@ class ReadModel(Followed):
         self.message_totals: dict[str, int] = {}
         self.message_ids: dict[str, set[str]] = {}  # of the messages kept, per job
         self.flow_ids: dict[str, set[tuple[Any, ...]]] = {}  # of the flow records kept
-        #: Flows' open questions per job (stream/gateway/interrupts.py).
+        #: Flows' open questions per job (stream/gateway/readmodels/interrupts.py).
         self.interrupts = OpenQuestions()
         self.decision_totals: dict[str, int] = {}  # decisions ever read, per job
         self.events: dict[str, OrderedDict[str, dict[str, Any]]] = {}
@@ -705,7 +705,7 @@ class ReadModel(Followed):
         kept = [w for w in entry.pending if not (w.partition == partition and w.offset <= offset)]
         self._set_pending(entry, kept)
 
-    # -- following the topics (stream/gateway/follow.py) ---------------------------------
+    # -- following the topics (stream/gateway/readmodels/follow.py) ------------------------------
 
     def followed(self) -> list[str]:
         t = self.topics

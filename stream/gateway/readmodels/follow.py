@@ -1,5 +1,5 @@
 """Following topics from their beginning: the one loop that feeds the gateway's
-read models (stream/gateway/readmodel.py for jobs, stream/gateway/schedules.py
+read models (stream/gateway/readmodels/jobs.py for jobs, stream/gateway/readmodels/schedules.py
 for schedules).
 
 A read model reads its topics from offset 0 with a consumer of its own (no

@@ -4,7 +4,7 @@ the compacted ``schedules`` topic and by ``schedule-runs``; the routes
 
 **The read model** (:class:`ScheduleModel`) follows both topics from the
 beginning with a consumer of its own (no group), beside the jobs' read model,
-in the loop of stream/gateway/follow.py (which notices a broker reset, as the
+in the loop of stream/gateway/readmodels/follow.py (which notices a broker reset, as the
 jobs' one does). A definition this gateway wrote is applied at once, from the
 broker's acknowledgement (a client reads its own write); the same record read
 back later changes nothing, and a record older than what is held (by offset) is
@@ -13,7 +13,7 @@ ignored.
 **A run the core refused** (docs/schedules.md, "Run statuses"): the jobs' read
 model hands this one every decision it reads (:meth:`ScheduleModel.decided`), and
 a ``completed`` run whose ``job.start`` or event the core refused reads
-``refused`` with the core's reason (stream/gateway/run_verdicts.py), whichever
+``refused`` with the core's reason (stream/gateway/readmodels/run_verdicts.py), whichever
 of the run and the decision is read first.
 
 **What it keeps** (docs/api.md, "A schedule's runs"): every
@@ -39,8 +39,8 @@ from aiokafka.structs import TopicPartition
 from pydantic import ValidationError
 
 from stream.gateway import schedule_ops as ops
-from stream.gateway.follow import Followed
-from stream.gateway.run_verdicts import REFUSED, decision_mark, judge, run_marks
+from stream.gateway.readmodels.follow import Followed
+from stream.gateway.readmodels.run_verdicts import REFUSED, decision_mark, judge, run_marks
 from stream.runtime.partitions import home_partition
 from topics import ScheduleRecord, ScheduleRunRecord, Topics
 
@@ -59,7 +59,8 @@ WAKES_KEPT = 64
 #: Run statuses that mean "still going".
 ACTIVE = ("pending", "running")
 #: Every run status (``?status=`` of the runs takes one of them): those of
-#: ``schedule-runs``, and ``refused``, read from ``decisions`` (stream/gateway/run_verdicts.py).
+#: ``schedule-runs``, and ``refused``, read from ``decisions``
+#: (stream/gateway/readmodels/run_verdicts.py).
 RUN_STATUSES: tuple[str, ...] = (
     *get_args(ScheduleRunRecord.model_fields["status"].annotation),
     REFUSED,
