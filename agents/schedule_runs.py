@@ -37,7 +37,6 @@ from typing import Any, Literal, Protocol
 import orjson
 from compiler import to_iso
 from pydantic import BaseModel
-from rocksdict import Rdict
 from topics import (
     JournalModelCall,
     SchedulePromptTask,
@@ -50,6 +49,7 @@ from agents.catalog import Catalog
 from agents.compose import OpenTask, Turn
 from agents.publish import Publish, Send
 from agents.run import Conversation, Outbox, Runner
+from agents.stores import Store
 
 __all__ = ["KIND", "PromptHost", "PromptRun", "PromptRuns", "run_key"]
 
@@ -140,7 +140,7 @@ class PromptHost(Protocol):
     runs that ended."""
 
     @property
-    def db(self) -> Rdict: ...
+    def db(self) -> Store: ...
 
     @property
     def topics(self) -> Topics: ...

@@ -73,7 +73,7 @@ from agents.publish import Send
 from agents.run import Conversation, Outbox, Runner
 from agents.schedule_runs import KIND as PROMPT_RUN
 from agents.schedule_runs import PromptRuns
-from agents.stores import open_store
+from agents.stores import Changelog, Disk
 
 __all__ = ["AgentService", "AgentStats", "Where", "data_path"]
 
@@ -158,10 +158,16 @@ class AgentService:
         self.flush: Callable[[], Any] | None = None
         folder = data_path(settings)
         folder.mkdir(parents=True, exist_ok=True)
-        self.db = open_store(folder / "conversations", "agents")
+        #: The stores, which go on through a full disk (agents/stores.py).
+        self.disk = Disk(folder, "agents")
+        self.db = self.disk.open("conversations")
         #: Per changelog partition, the next offset to read back (everything before
         #: it is in ``db``), kept beside the store so a restart reads only the tail.
-        self.offsets = open_store(folder / "offsets", "agents")
+        self.offsets = self.disk.open("offsets")
+        #: What ``db`` read of the changelog, and whether the broker still has it.
+        self.changelog = Changelog(settings, self.topics.conversations, self.db, self.offsets)
+        #: Held while partitions are assigned or the broker is checked.
+        self.assigning = asyncio.Lock()
         #: The assigned partitions of ``tasks``; set once its changelog is read back.
         self.partitions: dict[int, asyncio.Event] = {}
         self._model: Model | None = None
@@ -175,8 +181,34 @@ class AgentService:
         """Partitions of ``tasks`` now ours: read each one's changelog partition
         from where this store last read it to its end (another process may have
         written it meanwhile), then resume the runs owed on it. Records of a
-        partition wait until then. (records read, runs resumed)"""
-        new = sorted(p for p in set(partitions) if p not in self.partitions)
+        partition wait until then. What the store holds of a changelog the
+        broker no longer has (reset, recreated) is forgotten first, and read
+        again. (records read, runs resumed)"""
+        async with self.assigning:
+            return await self._assign(set(partitions))
+
+    async def check_broker(self) -> None:
+        """Before a record is taken: a broker that is not the one the store was
+        read from (restarted empty, replaced) is checked as at an assignment,
+        and the partitions held are read again from it (stream/runtime/resets.py)."""
+        if not self.partitions or not await self.changelog.moved():
+            return
+        async with self.assigning:
+            mine = set(self.partitions)
+            await self.revoke(mine)
+            await self._assign(mine)
+
+    async def _assign(self, mine: set[int]) -> tuple[int, int]:
+        reset = await self.changelog.resets(mine)
+        if reset:
+            await self.revoke(reset)  # their runs stop; read again below
+            gone = self.changelog.forget(reset)
+            stale = [k for k, c in self.live.items() if c.partition in reset or c.partition is None]
+            for key in stale:
+                self.live.pop(key)
+            log.warning("agents: forgot %d stored records of partitions %s; reading them "
+                        "again from the broker", gone, sorted(reset))  # fmt: skip
+        new = sorted(p for p in mine if p not in self.partitions)
         if not new:
             return 0, 0
         for partition in new:
@@ -190,7 +222,7 @@ class AgentService:
         """Read the changelog partitions from where this store last read them to
         their end into the store; forget what is held in memory of the keys read
         (it may be older). The number of keys read."""
-        start = {p: int(self.offsets.get(p) or 0) for p in partitions}
+        start = {p: self.changelog.start(p) for p in partitions}
         read: dict[bytes, bytes | None] = {}
         async for record in read_topic(
             bootstrap_of(self.settings.kafka_url or ""),
@@ -205,7 +237,9 @@ class AgentService:
             else:
                 self.db[record.key] = record.value
             read[record.key] = record.value
-            self.offsets[record.partition] = record.offset + 1
+            self.changelog.read(
+                record.partition, record.offset, record.timestamp_ms, record.key, record.value
+            )
         for key in read:
             self.live.pop(key.decode(), None)  # what this process held may be older
         return len(read)
@@ -616,8 +650,8 @@ class AgentService:
             await self._model.close()
         if self._client is not None:
             await self._client.aclose()
-        self.db.close()
-        self.offsets.close()
+        await self.changelog.close()
+        self.disk.close()
 
 
 #: The method that takes each kind of record: a person's or agent's message,
