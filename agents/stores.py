@@ -322,7 +322,10 @@ class Changelog:
         said in a line: every partition the store holds when the broker is
         another one; of ``partitions``, those whose log ends before what was
         read or holds another record there."""
-        now = self.cluster = await self.watch.current()
+        try:
+            now = self.cluster = await self.watch.current()
+        finally:
+            await self.watch.close()  # kept open for :meth:`moved` only
         stored = self.offsets.get("cluster")
         if stored and stored != now:
             every = set(range(self.partitions)) | set(partitions)
