@@ -150,6 +150,7 @@ class ServiceHooks:
             tasks = m.topic == self.ours[0]
             if tasks:
                 self.service.reading(m.partition, True)
+            await self.service.check_broker()  # a broker reset under us: docs/operations.md
             await self.service.on_record(event.value, where)
             if tasks:
                 self.service.reading(m.partition, m.offset + 1 < self._highwater(m))

@@ -6,16 +6,27 @@ change and tool calls take effect once. agents/run.py runs the agent on it.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
 from compiler import to_iso
-from topics import MessageRecord, TaskClosedRecord, TaskOpenedRecord
+from topics import Answerer, MessageRecord, TaskClosedRecord, TaskOpenedRecord
 
 from agents.compose import OpenTask, Turn
-from agents.flows.service import FlowTrack
+from agents.contacts import approves, same_contact
+from agents.flows.service import Flows, FlowTrack, answer_input, answer_of
 
-__all__ = ["EXCERPT", "KEPT_TURNS", "Conversation", "excerpt"]
+__all__ = [
+    "EXCERPT",
+    "KEPT_TURNS",
+    "Conversation",
+    "answerer",
+    "excerpt",
+    "take_answer",
+]
+
+log = logging.getLogger(__name__)
 
 #: Turns a conversation keeps (the model is sent the last ``history`` of them).
 KEPT_TURNS = 200
@@ -282,3 +293,67 @@ def _earliest(tracks: Any) -> str | None:
     times = [t.expires_at() for t in tracks if t.open_interrupt() is not None]
     found = [t for t in times if t is not None]
     return to_iso(min(found)) if found else None
+
+
+# -- a person's answer to a flow's open question (docs/api.md, "Approvals") --
+
+
+def take_answer(conv: Conversation, record: MessageRecord, flows: Flows) -> bool | None:
+    """A person's message that answers a flow's open question (the one it
+    names, else any open one): queued on the flow run, consumed once. An
+    answer to an interrupt not open (stale, answered) changes nothing. None
+    for a message that answers nothing (the conversation agent's to take)."""
+    if record.interrupt_id is None and conv.waiting_flow() is None:
+        return None
+    track = conv.waiting_flow(record.interrupt_id)
+    by = answerer(conv, track, record, flows)
+    if by is None and record.interrupt_id is None:
+        return None  # not theirs to answer: a message for the conversation agent
+    conv.received.append(record.message_id)
+    del conv.received[:-200]
+    if track is None or by is None:
+        log.info("agents: %s: an answer to %s, not open or not theirs: ignored",
+                 conv.job_key, record.interrupt_id)  # fmt: skip
+        return False
+    interrupt = track.open_interrupt()
+    assert interrupt is not None
+    if any(q.get("interrupt_id") == interrupt for q in track.queued):
+        return False  # answered already (queued): consumed once
+    conv.last_channel = record.channel
+    track.answered_by = by.model_dump(mode="json")
+    track.queued.append(answer_input(interrupt, answer_of(record)))
+    return True
+
+
+def answerer(
+    conv: Conversation, track: FlowTrack | None, record: MessageRecord, flows: Flows
+) -> Answerer | None:
+    """Who answers ``track``'s open interrupt with ``record``, or None when
+    they may not (docs/api.md, "Approvals"). Through the API (``by``, as the
+    gateway verified the token): a ``world`` token answers a question, an
+    approver's an approval its approvers let operators answer. On a channel:
+    a question only from the contact it was asked of (from anyone who writes
+    when it was asked of no one), an approval only from a contact its
+    approvers name."""
+    interrupt = track.interrupt() if track is not None else None
+    if track is None or interrupt is None:
+        return None
+    approval = interrupt.get("kind") == "approval"
+    approvers = flows.approvers_of(track.flow, str(interrupt.get("node")))
+    if record.interrupt_id is not None:
+        by = record.by
+        if by is None or by.source != "world":
+            return None
+        if approval and not (by.approver and "operators" in approvers):
+            return None
+        return by
+    if approval:
+        allowed = approves(approvers, record.contact, conv.contacts)
+    else:
+        # asked of no one (the job has no contacts): any person's message
+        allowed = track.asked_of is None or same_contact(
+            conv.contacts, record.contact, track.asked_of
+        )
+    if not allowed:
+        return None
+    return Answerer(contact=record.contact, channel=record.channel)

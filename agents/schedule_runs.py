@@ -37,7 +37,6 @@ from typing import Any, Literal, Protocol
 import orjson
 from compiler import ORIGIN_HEADER, origin_link, show_origin, to_iso
 from pydantic import BaseModel
-from rocksdict import Rdict
 from topics import (
     JournalModelCall,
     SchedulePromptTask,
@@ -51,6 +50,7 @@ from agents.compose import OpenTask, Turn
 from agents.executor import Executor
 from agents.publish import Publish, Send
 from agents.run import Conversation, Outbox, Runner
+from agents.stores import Store
 
 __all__ = ["KIND", "PromptHost", "PromptRun", "PromptRuns", "run_key"]
 
@@ -142,7 +142,7 @@ class PromptHost(Protocol):
     and its count of the runs that ended."""
 
     @property
-    def db(self) -> Rdict: ...
+    def db(self) -> Store: ...
 
     @property
     def topics(self) -> Topics: ...

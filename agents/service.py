@@ -40,7 +40,6 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from stream.runtime.config import Settings
 from stream.runtime.kafka import bootstrap_of, read_topic
 from topics import (
-    Answerer,
     DeadLetter,
     Headers,
     InboxEvent,
@@ -58,7 +57,8 @@ from topics import (
 from topics.mail import ADDRESS_MAX
 
 from agents.catalog import CONVERSATION, Catalog
-from agents.contacts import approves, is_contact, same_contact
+from agents.contacts import is_contact
+from agents.conversation import take_answer
 from agents.executor import Executor, tool_response_bound
 from agents.flows.checkpoint import owed_records
 from agents.flows.executor import FlowExecutor
@@ -67,9 +67,6 @@ from agents.flows.service import (
     Execute,
     FlowDriver,
     Flows,
-    FlowTrack,
-    answer_input,
-    answer_of,
     restore_tracks,
     tick_input,
 )
@@ -78,7 +75,13 @@ from agents.publish import Send
 from agents.run import Conversation, Outbox, RunEnd, Runner
 from agents.schedule_runs import KIND as PROMPT_RUN
 from agents.schedule_runs import PromptRuns
-from agents.stores import CHECKPOINT_MAX_BYTES, CheckpointTooLarge, fitted, open_store
+from agents.stores import (
+    CHECKPOINT_MAX_BYTES,
+    Changelog,
+    CheckpointTooLarge,
+    Disk,
+    fitted,
+)
 
 __all__ = ["AgentService", "AgentStats", "Where", "data_path"]
 
@@ -170,10 +173,16 @@ class AgentService:
         self.flush: Callable[[], Any] | None = None
         folder = data_path(settings)
         folder.mkdir(parents=True, exist_ok=True)
-        self.db = open_store(folder / "conversations", "agents")
+        #: The stores, which go on through a full disk (agents/stores.py).
+        self.disk = Disk(folder, "agents")
+        self.db = self.disk.open("conversations")
         #: Per changelog partition, the next offset to read back (everything before
         #: it is in ``db``), kept beside the store so a restart reads only the tail.
-        self.offsets = open_store(folder / "offsets", "agents")
+        self.offsets = self.disk.open("offsets")
+        #: What ``db`` read of the changelog, and whether the broker still has it.
+        self.changelog = Changelog(settings, self.topics.conversations, self.db, self.offsets)
+        #: Held while partitions are assigned or the broker is checked.
+        self.assigning = asyncio.Lock()
         #: The assigned partitions of ``tasks``; set once its changelog is read back.
         self.partitions: dict[int, asyncio.Event] = {}
         self._model: Model | None = None
@@ -187,8 +196,34 @@ class AgentService:
         """Partitions of ``tasks`` now ours: read each one's changelog partition
         from where this store last read it to its end (another process may have
         written it meanwhile), then resume the runs owed on it. Records of a
-        partition wait until then. (records read, runs resumed)"""
-        new = sorted(p for p in set(partitions) if p not in self.partitions)
+        partition wait until then. What the store holds of a changelog the
+        broker no longer has (reset, recreated) is forgotten first, and read
+        again. (records read, runs resumed)"""
+        async with self.assigning:
+            return await self._assign(set(partitions))
+
+    async def check_broker(self) -> None:
+        """Before a record is taken: a broker that is not the one the store was
+        read from (restarted empty, replaced) is checked as at an assignment,
+        and the partitions held are read again from it (stream/runtime/resets.py)."""
+        if not self.partitions or not await self.changelog.moved():
+            return
+        async with self.assigning:
+            mine = set(self.partitions)
+            await self.revoke(mine)
+            await self._assign(mine)
+
+    async def _assign(self, mine: set[int]) -> tuple[int, int]:
+        reset = await self.changelog.resets(mine)
+        if reset:
+            await self.revoke(reset)  # their runs stop; read again below
+            gone = self.changelog.forget(reset)
+            stale = [k for k, c in self.live.items() if c.partition in reset or c.partition is None]
+            for key in stale:
+                self.live.pop(key)
+            log.warning("agents: forgot %d stored records of partitions %s; reading them "
+                        "again from the broker", gone, sorted(reset))  # fmt: skip
+        new = sorted(p for p in mine if p not in self.partitions)
         if not new:
             return 0, 0
         for partition in new:
@@ -202,7 +237,7 @@ class AgentService:
         """Read the changelog partitions from where this store last read them to
         their end into the store; forget what is held in memory of the keys read
         (it may be older). The number of keys read."""
-        start = {p: int(self.offsets.get(p) or 0) for p in partitions}
+        start = {p: self.changelog.start(p) for p in partitions}
         read: dict[bytes, bytes | None] = {}
         async for record in read_topic(
             bootstrap_of(self.settings.kafka_url or ""),
@@ -217,7 +252,9 @@ class AgentService:
             else:
                 self.db[record.key] = record.value
             read[record.key] = record.value
-            self.offsets[record.partition] = record.offset + 1
+            self.changelog.read(
+                record.partition, record.offset, record.timestamp_ms, record.key, record.value
+            )
         for key in read:
             self.live.pop(key.decode(), None)  # what this process held may be older
         return len(read)
@@ -530,63 +567,9 @@ class AgentService:
         await self._settle(conv, False)
 
     def _answer(self, conv: Conversation, record: MessageRecord) -> bool | None:
-        """A person's message that answers a flow's open question (the one it
-        names, else any open one): queued on the flow run, consumed once. An
-        answer to an interrupt not open (stale, answered) changes nothing. None
-        for a message that answers nothing (the conversation agent's to take)."""
-        if record.interrupt_id is None and conv.waiting_flow() is None:
-            return None
-        track = conv.waiting_flow(record.interrupt_id)
-        by = self._answerer(conv, track, record)
-        if by is None and record.interrupt_id is None:
-            return None  # not theirs to answer: a message for the conversation agent
-        conv.received.append(record.message_id)
-        del conv.received[:-200]
-        if track is None or by is None:
-            log.info("agents: %s: an answer to %s, not open or not theirs: ignored",
-                     conv.job_key, record.interrupt_id)  # fmt: skip
-            return False
-        interrupt = track.open_interrupt()
-        assert interrupt is not None
-        if any(q.get("interrupt_id") == interrupt for q in track.queued):
-            return False  # answered already (queued): consumed once
-        conv.last_channel = record.channel
-        track.answered_by = by.model_dump(mode="json")
-        track.queued.append(answer_input(interrupt, answer_of(record)))
-        return True
-
-    def _answerer(
-        self, conv: Conversation, track: FlowTrack | None, record: MessageRecord
-    ) -> Answerer | None:
-        """Who answers ``track``'s open interrupt with ``record``, or None when
-        they may not (docs/api.md, "Approvals"). Through the API (``by``, as the
-        gateway verified the token): a ``world`` token answers a question, an
-        approver's an approval its approvers let operators answer. On a channel:
-        a question only from the contact it was asked of (from anyone who writes
-        when it was asked of no one), an approval only from a contact its
-        approvers name."""
-        interrupt = track.interrupt() if track is not None else None
-        if track is None or interrupt is None:
-            return None
-        approval = interrupt.get("kind") == "approval"
-        approvers = self.flows.approvers_of(track.flow, str(interrupt.get("node")))
-        if record.interrupt_id is not None:
-            by = record.by
-            if by is None or by.source != "world":
-                return None
-            if approval and not (by.approver and "operators" in approvers):
-                return None
-            return by
-        if approval:
-            allowed = approves(approvers, record.contact, conv.contacts)
-        else:
-            # asked of no one (the job has no contacts): any person's message
-            allowed = track.asked_of is None or same_contact(
-                conv.contacts, record.contact, track.asked_of
-            )
-        if not allowed:
-            return None
-        return Answerer(contact=record.contact, channel=record.channel)
+        """A person's message that answers a flow's open question
+        (:func:`agents.conversation.take_answer`)."""
+        return take_answer(conv, record, self.flows)
 
     async def tick(self, now: datetime | None = None) -> int:
         """Time passed: a flow run whose open question expired is stepped with a
@@ -736,8 +719,8 @@ class AgentService:
             await self._model.close()
         if self._client is not None:
             await self._client.aclose()
-        self.db.close()
-        self.offsets.close()
+        await self.changelog.close()
+        self.disk.close()
 
 
 #: The method that takes each kind of record: a person's or agent's message,

@@ -313,3 +313,20 @@ def wait_for(
             return value
         time.sleep(interval)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def restart_empty(broker: Any, lane: Lane) -> Any:
+    """Stop ``broker`` (an ``EmbeddedBroker``) and start another on its port:
+    empty, with another cluster id; the lane's topics are made again (as an
+    operator would). The new broker."""
+    from stream.runtime.broker import EmbeddedBroker, ensure_all_topics
+    from stream.runtime.config import Settings
+
+    port = broker.port
+    broker.stop()
+    again = EmbeddedBroker(port)
+    again.start()
+    partitions = int(lane.env()["LEMONGRAPH_PARTITIONS"])
+    settings = Settings(kafka_url=again.url, topic_prefix=lane.prefix, partitions=partitions)
+    asyncio.run(ensure_all_topics(settings))
+    return again

@@ -13,23 +13,34 @@ memory, and writes to it:
   reply (or bounce) addresses: the same mail delivered again writes nothing.
 
 Compaction keeps the latest entry of each key.
+
+The process keeps no folder: it reads the log at every start. A broker that is
+another one than at the start (restarted empty, replaced), or a log that went
+back (recreated), is noticed before the log is read again (before every send):
+what was read of the old log is forgotten and the log is read again from its
+beginning (docs/operations.md, "When the broker was reset").
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from stream.runtime.config import Settings
 from stream.runtime.kafka import bootstrap_of, new_consumer
+from stream.runtime.resets import ClusterWatch
 from topics import Topics
 from topics.mail import MailLogEntry, MailSettings, reply_routes
 from topics.replies import ReplyRoute, normal_address
 
 __all__ = ["MailLog"]
+
+log = logging.getLogger(__name__)
 
 #: Writes one record: topic, key, value.
 Produce = Callable[[str, str, bytes], Awaitable[None]]
@@ -51,14 +62,23 @@ class MailLog:
         self.consumer: AIOKafkaConsumer | None = None
         self.partitions: list[TopicPartition] = []
         self.reading = asyncio.Lock()
+        bootstrap = bootstrap_of(settings.kafka_url or "")
+        self.watch = ClusterWatch(bootstrap, "", settings.kafka_security)
+        #: The broker's cluster id when the log was read from its beginning.
+        self.cluster = ""
+        #: Per partition, the offset after the last entry read.
+        self.next: dict[TopicPartition, int] = {}
 
     async def start(self) -> None:
         """Read the whole log (the topic exists: ``ensure_all_topics``)."""
         consumer = new_consumer(
-            bootstrap_of(self.settings.kafka_url or ""), self.settings.kafka_security
+            bootstrap_of(self.settings.kafka_url or ""),
+            self.settings.kafka_security,
+            offsets="earliest",  # a log that went back is read from its beginning
         )
         await consumer.start()
         self.consumer = consumer
+        self.cluster = await self.watch.current()
         await consumer.topics()  # the metadata: the topic's partitions
         count = consumer.partitions_for_topic(self.topic) or set()
         self.partitions = [TopicPartition(self.topic, p) for p in sorted(count)]
@@ -73,15 +93,53 @@ class MailLog:
         if consumer is None or not self.partitions:
             return  # not started (a sender under test): what this process wrote
         async with self.reading:
+            await self._check_broker(consumer)
             ends = await consumer.end_offsets(self.partitions)
             while True:
-                behind = [tp for tp in self.partitions if await consumer.position(tp) < ends[tp]]
+                positions = {tp: await consumer.position(tp) for tp in self.partitions}
+                if any(positions[tp] > ends[tp] for tp in self.partitions):
+                    await self._read_again(consumer, "it now ends before what was read of it")
+                    continue
+                behind = [tp for tp in self.partitions if positions[tp] < ends[tp]]
                 if not behind:
                     return
                 batches = await consumer.getmany(*behind, timeout_ms=500)
-                for records in batches.values():
-                    for r in records:
-                        self._apply(r.key.decode() if r.key else "", r.value)
+                await self._take(consumer, batches)
+
+    async def _take(self, consumer: AIOKafkaConsumer, batches: dict[TopicPartition, Any]) -> None:
+        """Apply what was read; a partition whose offsets went back (its log
+        recreated) has the log read again."""
+        for tp, records in batches.items():
+            for r in records:
+                if r.offset < self.next.get(tp, 0):
+                    await self._read_again(
+                        consumer, f"partition {tp.partition} went back to offset {r.offset}"
+                    )
+                    return
+                self.next[tp] = r.offset + 1
+                self._apply(r.key.decode() if r.key else "", r.value)
+
+    async def _check_broker(self, consumer: AIOKafkaConsumer) -> None:
+        """A broker that is another one than the log was read from (restarted
+        empty, replaced): the log is read again from this one."""
+        try:
+            now = await self.watch.current(patience=5.0)
+        except Exception:  # not answering: the read below says so
+            return
+        if self.cluster and now != self.cluster:
+            self.cluster = now
+            await self._read_again(consumer, f"the broker is now cluster {now!r}")
+
+    async def _read_again(self, consumer: AIOKafkaConsumer, why: str) -> None:
+        log.warning(
+            "mail: the %s log was reset (%s): what was read of it is forgotten and it is "
+            "read again from its beginning (docs/operations.md, 'When the broker was reset')",
+            self.topic, why,
+        )  # fmt: skip
+        self.entries.clear()
+        self.tokens.clear()
+        self.next.clear()
+        await consumer.seek_to_beginning(*self.partitions)
 
     def _apply(self, key: str, value: bytes | None) -> None:
         if value is None:  # a tombstone
@@ -139,6 +197,7 @@ class MailLog:
 
     async def stop(self) -> None:
         """Stop reading (a broker that is gone does not hold this up)."""
+        await self.watch.close()
         if self.consumer is not None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.consumer.stop(), 5)

@@ -22,7 +22,6 @@ from compiler import to_iso
 from stream.engine.batch import Batch, Mark, Record, watermark_key
 from stream.engine.engine import Engine
 from stream.engine.registry import Registry
-from stream.engine.resets import ClusterWatch, find_resets
 from stream.engine.schedules import Schedules
 from stream.engine.table import JobTable
 from stream.engine.timers import INDEX_MARK
@@ -39,6 +38,7 @@ from stream.runtime.faust_tuning import (
 from stream.runtime.fetch import BatchApp, BatchConsumer, StopWorker
 from stream.runtime.kafka import bootstrap_of
 from stream.runtime.produce import Produced, produce_batches
+from stream.runtime.resets import ClusterWatch, find_resets
 from topics import TickRecord, Topics, encode
 
 __all__ = ["EngineApp", "EngineStats", "Worker", "build_app"]
@@ -259,7 +259,7 @@ class Worker:
     async def check_logs(self, partitions: Iterable[int]) -> None:
         """Stop the worker (nothing of the batch acknowledged) when the inbox log
         of one of ``partitions`` is not the one the state applied
-        (stream/engine/resets.py)."""
+        (stream/runtime/resets.py)."""
         marks = {}
         for partition in partitions:
             raw = self.table.get(watermark_key(partition), partition)

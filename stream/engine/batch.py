@@ -5,13 +5,13 @@ are the table rows stored once its outputs are acknowledged."""
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from compiler import JobState
 from stream.engine.store import Applied, encode_stored
 from stream.engine.timers import DUE_VALUE, INDEX_MARK, clamp_due, due_key
+from stream.runtime.resets import fingerprint
 
 __all__ = [
     "META_PREFIX",
@@ -128,7 +128,7 @@ class Mark:
     """A partition's inbox watermark: the last record handled there, with what
     identifies that record and the cluster it was read from, so that a log
     which was reset or recreated under the worker (the same offsets, other
-    records) is recognised (``stream/engine/resets.py``)."""
+    records) is recognised (``stream/runtime/resets.py``)."""
 
     offset: int
     timestamp_ms: int = -1
@@ -159,11 +159,6 @@ class Mark:
             cluster = "" if fields[3] == b"-" else fields[3].decode("utf-8", "replace")
             return cls(int(fields[0]), int(fields[1]), int(fields[2]), cluster)
         return cls(int(fields[0]))
-
-
-def fingerprint(key: bytes | None, value: bytes | None) -> int:
-    """crc32 of a record's key and value."""
-    return zlib.crc32(value or b"", zlib.crc32(key or b"\x00"))
 
 
 @dataclass

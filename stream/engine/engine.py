@@ -280,7 +280,7 @@ class Engine:
         what was seen since partitions were assigned): partition → (the last
         offset seen, the lower one now). Within one assignment a partition's
         offsets only grow, so this is a log that was reset under the worker,
-        unless the broker shows otherwise (``stream/engine/resets.py``). Changes
+        unless the broker shows otherwise (``stream/runtime/resets.py``). Changes
         nothing; call it before :meth:`process`."""
         inbox = self.topics.inbox
         last: dict[int, int] = {}

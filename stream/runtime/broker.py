@@ -136,7 +136,7 @@ class EmbeddedBroker:
         self._proc: subprocess.Popen[bytes] | None = None
         #: A new cluster id every start: the broker forgets everything when it
         #: stops, and a worker that meets another cluster id under its state
-        #: knows the log is not the one it applied (stream/engine/resets.py).
+        #: knows the log is not the one it applied (stream/runtime/resets.py).
         self.cluster_id = ""
         self._out: IO[bytes] | None = None
         self._err: IO[bytes] | None = None

@@ -55,6 +55,9 @@ class ExitCode(IntEnum):
     NO_DECISION = 3
     #: A worker's batch failed for a reason that is not one record's.
     BATCH_FAILED = 70
+    #: The agents service's disk refused writes for longer than it can keep them
+    #: in memory (EX_IOERR).
+    DISK = 74
     #: A worker's clean stop did not finish in time after SIGTERM or SIGINT.
     STOP_TIMEOUT = 75
     #: An inbox log was reset under a worker's state.

@@ -301,10 +301,8 @@ def test_a_broker_that_comes_back_empty_stops_the_worker_and_fails_healthz(
 
     import httpx
 
-    from stream.engine.worker import ensure_all_topics
     from stream.runtime.broker import EmbeddedBroker, free_port
-    from stream.runtime.config import Settings
-    from tests.lanes import LEMONGRAPH
+    from tests.lanes import LEMONGRAPH, restart_empty
 
     broker = EmbeddedBroker()
     broker.start()
@@ -340,12 +338,7 @@ def test_a_broker_that_comes_back_empty_stops_the_worker_and_fails_healthz(
             time.sleep(0.3)
 
         # The broker restarts empty, on the same port; an operator recreates the topics.
-        port = broker.port
-        broker.stop()
-        broker = EmbeddedBroker(port)
-        broker.start()
-        settings = Settings(kafka_url=broker.url, topic_prefix=mine.prefix, partitions=PARTITIONS)
-        asyncio.run(ensure_all_topics(settings))
+        broker = restart_empty(broker, mine)
         mine.send(*(start(f"after-{i}") for i in range(6)))  # acknowledged by the new broker
 
         assert worker.proc.wait(60) == 78

@@ -36,6 +36,7 @@ def test_exit_codes_are_one_enum_with_the_documented_numbers() -> None:
         "USAGE": 2,
         "NO_DECISION": 3,
         "BATCH_FAILED": 70,
+        "DISK": 74,
         "STOP_TIMEOUT": 75,
         "LOG_RESET": 78,
     }

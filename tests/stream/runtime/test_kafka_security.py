@@ -228,10 +228,10 @@ def test_the_clients_of_the_gateway_worker_and_cli_need_the_security() -> None:
     import inspect
 
     from stream.cli.outcome import send_and_wait
-    from stream.engine.resets import ClusterWatch, find_resets
     from stream.engine.table import JobTable
     from stream.gateway.readmodels.jobs import ReadModel
     from stream.runtime.broker import cluster_id, ensure_topics
+    from stream.runtime.resets import ClusterWatch, find_resets
 
     for function in (
         ReadModel.follow, send_and_wait, find_resets, ClusterWatch.__init__,

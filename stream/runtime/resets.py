@@ -1,23 +1,26 @@
-"""Is the inbox log still the one this worker's state was built from?
+"""Is a log still the one a process's state was built from?
 
 A worker skips an inbox record whose offset is at or below its partition's
-watermark: it was applied before the last commit. That is only true while the
-log is the same log. A broker that comes back empty (the embedded broker forgets
-everything when it stops), or a topic deleted and recreated, starts its offsets
-again at 0, and every new record would be skipped as a "re-delivery" without a
-trace. So whenever partitions are assigned, the worker reads the record at each
-watermark back from the broker and compares it with what it stored (offset,
-timestamp, crc32 of key and value, and the cluster id; see ``engine.Mark``). A
-log that ends before the watermark, or holds another record there, or a broker
-of another cluster, is a reset: the worker stops with an error naming the
-partition and the offsets, and decides nothing from it (docs/operations.md,
-"When the broker was reset").
+watermark: it was applied before the last commit. The agents service reads the
+``conversations`` changelog back from where its store last read it. Both are
+only right while the log is the same log. A broker that comes back empty (the
+embedded broker forgets everything when it stops), or a topic deleted and
+recreated, starts its offsets again at 0, and every new record would be skipped
+as a "re-delivery" (or never read back) without a trace. So whenever partitions
+are assigned, the process reads the record at each watermark back from the
+broker and compares it with what it stored (offset, timestamp, crc32 of key and
+value, and the cluster id: a :class:`Watermark`, the engine's ``Mark``). A log
+that ends before the watermark, or holds another record there, or a broker of
+another cluster, is a reset (docs/operations.md, "When the broker was reset"):
+the worker stops with an error naming the partition and the offsets, and
+decides nothing from it; the agents service forgets what its store holds of
+that partition and reads it again (its store is a copy of the changelog).
 
-Between assignments, two more checks run before every batch is decided: a
-partition whose offsets go back (``Engine.rewound``) is checked as above, and
-:class:`ClusterWatch` asks the broker for its cluster id, which the embedded
-broker makes new at every start: a broker that restarted empty is noticed at
-the first batch read from it, before a record of it is skipped or decided.
+Between assignments, more checks run: the worker looks for offsets that go
+back before every batch (``Engine.rewound``), and :class:`ClusterWatch` asks
+the broker for its cluster id (before every batch of the worker, every record
+of the agents service), which the embedded broker makes new at every start: a
+broker that restarted empty is noticed at the first record read from it.
 """
 
 from __future__ import annotations
@@ -25,27 +28,48 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import OffsetOutOfRangeError
 from aiokafka.structs import TopicPartition
 
-from stream.engine.batch import Mark, fingerprint
 from stream.runtime.kafka import KafkaSecurity, client_kwargs, new_consumer
 
-__all__ = ["ClusterWatch", "LogReset", "find_resets"]
+__all__ = ["ClusterWatch", "LogReset", "Watermark", "find_resets", "fingerprint"]
+
+
+class Watermark(Protocol):
+    """The last record a process took of a partition, and what identifies it
+    (the worker's is ``stream.engine.batch.Mark``)."""
+
+    @property
+    def offset(self) -> int: ...
+    @property
+    def timestamp_ms(self) -> int: ...  # -1: not known
+    @property
+    def fingerprint(self) -> int: ...  # :func:`fingerprint` of key and value; -1: not known
+    @property
+    def cluster(self) -> str: ...  # the broker's cluster id; "": not known
+
+
+def fingerprint(key: bytes | None, value: bytes | None) -> int:
+    """crc32 of a record's key and value."""
+    return zlib.crc32(value or b"", zlib.crc32(key or b"\x00"))
 
 
 @dataclass(frozen=True)
 class LogReset:
-    """A partition whose log is not the one the worker's state has applied."""
+    """A partition whose log is not the one a process's state was built from
+    (its ``str`` says it in the worker's words)."""
 
     topic: str
     partition: int
-    applied: int  # the last offset this worker's state applied
+    applied: int  # the last offset the state applied (read)
     found: str  # what the broker has instead, in words
 
     def __str__(self) -> str:
@@ -60,16 +84,20 @@ class LogReset:
 async def find_resets(
     bootstrap: str,
     topic: str,
-    marks: dict[int, Mark],
+    marks: Mapping[int, Watermark],
     cluster: str,
     timeout: float = 15.0,
     *,
     security: KafkaSecurity,
+    compacted: bool = False,
 ) -> list[LogReset]:
     """The partitions of ``topic`` whose log does not hold, at the watermark
     ``marks`` gives, the record that was applied there (or that were applied
-    from another cluster than ``cluster``). Raises ``TimeoutError`` when the
-    broker does not answer in ``timeout`` seconds."""
+    from another cluster than ``cluster``). Of a ``compacted`` topic, a log that
+    holds a later record instead is not a reset (compaction keeps each key's
+    latest record only), one that ends before the watermark or holds another
+    record there is. Raises ``TimeoutError`` when the broker does not answer in
+    ``timeout`` seconds."""
     pending = {p: m for p, m in marks.items() if m.offset >= 0}
     found = _other_cluster(topic, pending, cluster)
     if not pending:
@@ -80,13 +108,13 @@ async def find_resets(
         tps = {p: TopicPartition(topic, p) for p in pending}
         consumer.assign(list(tps.values()))
         await _seek_to_marks(consumer, tps, pending)
-        found += await _read_at_marks(consumer, topic, tps, pending, timeout)
+        found += await _read_at_marks(consumer, topic, tps, pending, timeout, compacted)
     finally:
         await consumer.stop()
     return sorted(found, key=lambda r: r.partition)
 
 
-def _other_cluster(topic: str, pending: dict[int, Mark], cluster: str) -> list[LogReset]:
+def _other_cluster(topic: str, pending: dict[int, Watermark], cluster: str) -> list[LogReset]:
     """The partitions applied from another cluster than ``cluster``: reset
     without reading them (they leave ``pending``)."""
     found: list[LogReset] = []
@@ -99,7 +127,7 @@ def _other_cluster(topic: str, pending: dict[int, Mark], cluster: str) -> list[L
 
 
 async def _seek_to_marks(
-    consumer: AIOKafkaConsumer, tps: dict[int, TopicPartition], pending: dict[int, Mark]
+    consumer: AIOKafkaConsumer, tps: dict[int, TopicPartition], pending: dict[int, Watermark]
 ) -> None:
     """Seek each pending partition to its watermark; one whose log now starts
     past it leaves ``pending``."""
@@ -117,8 +145,9 @@ async def _read_at_marks(
     consumer: AIOKafkaConsumer,
     topic: str,
     tps: dict[int, TopicPartition],
-    pending: dict[int, Mark],
+    pending: dict[int, Watermark],
     timeout: float,
+    compacted: bool,
 ) -> list[LogReset]:
     """Read the record at each pending partition's watermark until none is
     pending; the resets found on the way."""
@@ -136,13 +165,16 @@ async def _read_at_marks(
             found += await _out_of_range(consumer, topic, pending, exc)
             await asyncio.sleep(0.05)
             continue
-        found += _first_records_differ(topic, pending, batches)
+        found += _first_records_differ(topic, pending, batches, compacted)
         found += _logs_ended(consumer, topic, tps, pending)
     return found
 
 
 async def _out_of_range(
-    consumer: AIOKafkaConsumer, topic: str, pending: dict[int, Mark], exc: OffsetOutOfRangeError
+    consumer: AIOKafkaConsumer,
+    topic: str,
+    pending: dict[int, Watermark],
+    exc: OffsetOutOfRangeError,
 ) -> list[LogReset]:
     """The partitions whose watermark the broker called out of range leave
     ``pending``: a reset when their log ends before it."""
@@ -163,16 +195,21 @@ async def _out_of_range(
 
 
 def _first_records_differ(
-    topic: str, pending: dict[int, Mark], batches: dict[TopicPartition, list[Any]]
+    topic: str,
+    pending: dict[int, Watermark],
+    batches: dict[TopicPartition, list[Any]],
+    compacted: bool,
 ) -> list[LogReset]:
     """The partitions read (they leave ``pending``) whose first record is not
-    the one applied at the watermark."""
+    the one applied at the watermark (of a compacted topic: a later one is)."""
     found: list[LogReset] = []
     for tp, records in batches.items():
         if tp.partition not in pending or not records:
             continue
         mark = pending.pop(tp.partition)
         first = records[0]
+        if compacted and first.offset > mark.offset:
+            continue  # compacted away: the log goes on past it
         problem = _differs(mark, first.offset, first.timestamp, first.key, first.value)
         if problem:
             found.append(LogReset(topic, tp.partition, mark.offset, problem))
@@ -183,7 +220,7 @@ def _logs_ended(
     consumer: AIOKafkaConsumer,
     topic: str,
     tps: dict[int, TopicPartition],
-    pending: dict[int, Mark],
+    pending: dict[int, Watermark],
 ) -> list[LogReset]:
     """The pending partitions whose log now ends at or before the watermark
     (they leave ``pending``)."""
@@ -196,7 +233,7 @@ def _logs_ended(
 
 
 def _differs(
-    mark: Mark, offset: int, timestamp: int, key: bytes | None, value: bytes | None
+    mark: Watermark, offset: int, timestamp: int, key: bytes | None, value: bytes | None
 ) -> str | None:
     if offset != mark.offset:
         return f"the log has no record at offset {mark.offset} (the next is {offset})"
@@ -210,7 +247,7 @@ def _differs(
 class ClusterWatch:
     """Asks the broker for its cluster id (one small request on a kept
     connection, ~0.2 ms on loopback), to notice a broker that is not the one
-    the worker started against."""
+    the process started against (``expected``)."""
 
     def __init__(self, bootstrap: str, expected: str, security: KafkaSecurity) -> None:
         self.bootstrap = bootstrap
@@ -224,6 +261,12 @@ class ClusterWatch:
         slow answer) for up to ``patience`` seconds before the error is raised."""
         if not self.expected:
             return None
+        now = await self.current(patience)
+        return None if now == self.expected else now
+
+    async def current(self, patience: float = 60.0) -> str:
+        """The broker's cluster id now (asked again for up to ``patience``
+        seconds while the broker does not answer, then the error is raised)."""
         deadline = time.monotonic() + patience
         pause = 0.2
         while True:
@@ -235,15 +278,13 @@ class ClusterWatch:
                     await admin.start()
                     self._admin = admin
                 described = await self._admin.describe_cluster()
-                break
+                return str(described.get("cluster_id") or "")
             except Exception:
                 await self.close()
                 if time.monotonic() + pause > deadline:
                     raise
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, 5.0)
-        now = str(described.get("cluster_id") or "")
-        return None if now == self.expected else now
 
     async def close(self) -> None:
         """Close the connection, if one was opened."""
