@@ -33,6 +33,7 @@ from agents.catalog import CONVERSATION, MAX_DELEGATION_DEPTH, Bounds, Catalog
 from agents.compose import ModelRequest, OpenTask, Turn, compose, compose_closing
 from agents.contacts import addressee
 from agents.conversation import Conversation, excerpt
+from agents.errors import OutputError
 from agents.executor import Executor, derived_key
 from agents.model import Completion, Exchange, Model, ModelError, ToolCall, Usage
 from agents.publish import Publish, Send
@@ -291,9 +292,13 @@ class Runner:
         self, conv: Conversation, run_id: str, agent: str, work: Awaitable[str]
     ) -> str:
         """How ``work`` ended; a fault of ours (a bug, a recursion) ends it
-        ``error``, with a log line, never silently (docs/agents.md, "Bounds")."""
+        ``error``, with a log line, never silently (docs/agents.md, "Bounds"); a
+        record or checkpoint that could not be written is the service's to end
+        (:class:`OutputError`, docs/agents.md, "Output bounds")."""
         try:
             return await work
+        except OutputError:
+            raise  # not the run's fault: the service ends the run and journals why
         except Exception:
             log.exception("agents: %s: run %s (%s) stopped on an error", conv.job_key, run_id,
                           agent)  # fmt: skip

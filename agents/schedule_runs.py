@@ -47,6 +47,7 @@ from topics import (
 
 from agents.catalog import Catalog
 from agents.compose import OpenTask, Turn
+from agents.errors import OutputError
 from agents.executor import Executor
 from agents.publish import Publish, Send
 from agents.run import Conversation, Outbox, Runner
@@ -344,6 +345,9 @@ class PromptRuns:
         except TimeoutError:
             reason, reply = "deadline", ""
             error = f"deadline passed during the run (deadline {task.deadline})"
+        except OutputError as exc:  # logged by the service (docs/agents.md, "Output bounds")
+            reason, reply = "output_failed", ""
+            error = f"a record of the run could not be written ({exc})"
         self.service.count_run(reason)
         if reason == "done":
             return "completed", reply, None
@@ -353,7 +357,7 @@ class PromptRuns:
             return "failed", "", f"the model call failed ({why})"
         if reason == "error":  # a fault of ours, logged by the runner
             return "failed", "", "the run stopped on an error (the agents service's log has it)"
-        if reason != "deadline":
+        if reason not in ("deadline", "output_failed"):
             error = f"budget exceeded: {reason}"
         return "failed", "", error
 

@@ -59,6 +59,7 @@ from topics.mail import ADDRESS_MAX
 from agents.catalog import CONVERSATION, Catalog
 from agents.contacts import is_contact
 from agents.conversation import take_answer
+from agents.errors import OutputError
 from agents.executor import Executor, tool_response_bound
 from agents.flows.checkpoint import owed_records
 from agents.flows.executor import FlowExecutor
@@ -390,7 +391,8 @@ class AgentService:
     ) -> None:
         """Produce a record, acknowledged when this returns. A record that
         cannot be written is logged, and the error raised (whoever produced it
-        journals what it means: a run ends, a record is dead-lettered)."""
+        journals what it means: a run ends, a record is dead-lettered):
+        :class:`OutputError`."""
         assert self.send is not None
         try:
             await self.send(topic, key, value, headers, partition)
@@ -398,7 +400,7 @@ class AgentService:
             log.error("agents: %s: a record of %d bytes to %s cannot be written: %s: %s",
                       (key or b"").decode(errors="replace"), len(value or b""), topic,
                       type(exc).__name__, exc)  # fmt: skip
-            raise
+            raise OutputError(f"{topic}: {type(exc).__name__}: {exc}") from exc
 
     def count_run(self, reason: str) -> None:
         """A run ended (a job's or a prompt's): counted for the status line."""
@@ -623,8 +625,7 @@ class AgentService:
                 if conv.closing:
                     await self.settled(conv.partition)  # a task the decision opens comes first
                     if not conv.tasks and not conv.flows_open():
-                        self.count_run((await self.runner().close(conv, outbox)).reason)
-                        await self.save(conv)
+                        self.count_run((await self._run(conv, outbox, closing=True)).reason)
                         continue
                     conv.closing = False  # the new frontier's turn (or its flow) answers instead
                 if not (conv.due and conv.open_tasks()):
@@ -635,12 +636,14 @@ class AgentService:
                 conv.ran = conv.inputs
                 await self.save(conv)
 
-    async def _run(self, conv: Conversation, outbox: Outbox) -> RunEnd:
-        """One run of the conversation agent, checkpointed. A run whose output or
-        checkpoint cannot be written ends there, journaled (docs/agents.md,
-        "Output bounds"): the job answers its next message."""
+    async def _run(self, conv: Conversation, outbox: Outbox, *, closing: bool = False) -> RunEnd:
+        """One run of the conversation agent (its closing turn: docs/agents.md,
+        "The closing turn"), checkpointed. A run whose output or checkpoint
+        cannot be written ends there, journaled (docs/agents.md, "Output
+        bounds"): the job answers its next message."""
         try:
-            end = await self.runner().run(conv, outbox)
+            runner = self.runner()
+            end = await (runner.close(conv, outbox) if closing else runner.run(conv, outbox))
             await self.save(conv)
         except Exception as exc:
             return await self._run_failed(conv, exc)

@@ -34,7 +34,7 @@ from stream.runtime.kafka import bootstrap_of
 from stream.runtime.partitions import home_partition
 from stream.runtime.resets import ClusterWatch, LogReset, find_resets, fingerprint
 
-from agents.errors import AgentsError
+from agents.errors import OutputError
 
 __all__ = [
     "CHECKPOINT_MAX_BYTES",
@@ -83,7 +83,7 @@ def open_store(path: Path, process: str, *, read_only: bool = False) -> Rdict:
 CHECKPOINT_MAX_BYTES = 900_000
 
 
-class CheckpointTooLarge(AgentsError):
+class CheckpointTooLarge(OutputError):
     """A conversation whose checkpoint is over :data:`CHECKPOINT_MAX_BYTES` even
     with none of its turns: what is left is what a replay needs (the run's
     tape, the open tasks, the subject, the flows' state)."""

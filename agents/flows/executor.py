@@ -183,6 +183,8 @@ class FlowExecutor:
         except ModelError as exc:
             outcome: Any = exc.kind
             error = exc.message
+            if exc.kind == "too_large":  # over LEMONGRAPH_MAX_REPLY_BYTES: docs/flows.md, "Bounds"
+                error = f"output_too_large: {exc.message}"
             seconds = time.monotonic() - started
             answer = exc.message
         else:

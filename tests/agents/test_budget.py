@@ -17,6 +17,7 @@ import pytest
 from fastapi import FastAPI
 from pydantic import BaseModel
 
+import agents.run as run_module
 from agents.catalog import (
     MAX_DELEGATION_DEPTH,
     AgentSpec,
@@ -284,25 +285,48 @@ def test_a_run_ended_by_its_bound_says_so_and_the_next_message_gets_a_run(
 
 
 def test_a_run_that_fails_is_journaled_and_logged_and_the_next_message_gets_a_run(
-    tmp_path: Path, serve: Callable[[Any], str], caplog: pytest.LogCaptureFixture
+    tmp_path: Path,
+    serve: Callable[[Any], str],
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """A fault of ours inside a run (here: composing its request raises) ends it
+    ``error``, logged by the runner; a checkpoint the changelog refuses is not the
+    run's fault: the service ends the run ``output_failed`` (docs/agents.md,
+    "Output bounds"). After each, the next message gets a run."""
     lane = Service(tmp_path, serve, cyclic(Bounds(max_turns=6)))
     tasks, messages = lane.service.topics.tasks, lane.service.topics.messages
-    # the checkpoint of the run's first paid reply is refused: the run fails there
-    lane.refuse = lambda conv: bool(conv.get("tape"))
+    real_compose = run_module.compose
+
+    def compose_fails_once(*args: Any, **kwargs: Any) -> Any:
+        monkeypatch.setattr(run_module, "compose", real_compose)
+        raise RuntimeError("a fault of ours")
+
+    monkeypatch.setattr(run_module, "compose", compose_fails_once)
 
     async def steps() -> None:
-        with caplog.at_level(logging.ERROR, logger="agents.run"):
+        with caplog.at_level(logging.ERROR):
             await lane.take(opened("job-1"), tasks)
-        assert lane.standin.state.calls == 1
+        assert lane.standin.state.calls == 0
         assert [r["ended"] for r in lane.of("journal.run")] == ["error"]
         [line] = [r for r in caplog.records if r.name == "agents.run"]
         assert line.getMessage() == "agents: job-1: run job-1#1 (conversation) stopped on an error"
         assert line.exc_info is not None
-        assert "the changelog refused the checkpoint" in str(line.exc_info[1])
+        assert "a fault of ours" in str(line.exc_info[1])
         assert lane.service.load("job-1").active is None
-        await lane.take(inbound("job-1", "m-1", "thanks"), messages)
-        assert [m["text"] for m in lane.of("message")] == ["You are welcome."]
-        assert [r["run_id"] for r in lane.of("journal.run")] == ["job-1#1", "job-1#2"]
+        # the checkpoint of the next run's first paid reply is refused
+        lane.refuse = lambda conv: bool(conv.get("tape"))
+        caplog.clear()
+        with caplog.at_level(logging.ERROR):
+            await lane.take(inbound("job-1", "m-1", "hello"), messages)
+        assert [r["ended"] for r in lane.of("journal.run")] == ["error", "output_failed"]
+        assert any(
+            r.name == "agents.service" and "ended (output_failed)" in r.getMessage()
+            for r in caplog.records
+        )
+        assert lane.service.load("job-1").active is None
+        await lane.take(inbound("job-1", "m-2", "thanks"), messages)
+        assert [m["text"] for m in lane.of("message")][-1] == "You are welcome."
+        assert [r["run_id"] for r in lane.of("journal.run")][-1] == "job-1#3"
 
     lane.walk(steps)

@@ -255,4 +255,7 @@ def test_lemongraph_flow_run_fails_a_15_mb_answer_with_output_too_large(tmp_path
     assert end["status"] == "finished"
     assert end["outputs"] == {"answer": "Sorry, that was too long."}
     [failed] = [s["input"] for s in lines if s["kind"] == "step" and s["input"].get("error")]
-    assert failed["error"].startswith("output_too_large: the answer is 1.5 MB")
+    # The model's reply bound (LEMONGRAPH_MAX_REPLY_BYTES, 64 KiB) is met before the
+    # flow's own (256 KiB): the node fails with output_too_large all the same.
+    assert failed["error"].startswith("output_too_large: the reply (text) is 1,572,864 bytes")
+    assert "LEMONGRAPH_MAX_REPLY_BYTES" in failed["error"]
