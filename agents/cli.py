@@ -31,8 +31,8 @@ def agents(loglevel: str) -> None:
 
     from agents.app import build_service
     from agents.catalog import load_catalog_file
-    from agents.executor import tool_response_bound
     from agents.model import ModelSettings
+    from agents.tools.executor import tool_response_bound
 
     settings = env_settings()
     require_kafka(settings)

@@ -34,9 +34,9 @@ from agents.compose import ModelRequest, OpenTask, Turn, compose, compose_closin
 from agents.contacts import addressee
 from agents.conversation import Conversation, excerpt
 from agents.errors import OutputError
-from agents.executor import Executor, derived_key
 from agents.model import Completion, Exchange, Model, ModelError, ToolCall, Usage
 from agents.publish import Publish, Send
+from agents.tools.executor import Executor, derived_key
 
 __all__ = ["Conversation", "Outbox", "Publish", "RunEnd", "Runner", "Send", "excerpt"]
 

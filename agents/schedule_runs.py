@@ -48,10 +48,10 @@ from topics import (
 from agents.catalog import Catalog
 from agents.compose import OpenTask, Turn
 from agents.errors import OutputError
-from agents.executor import Executor
 from agents.publish import Publish, Send
 from agents.run import Conversation, Outbox, Runner
 from agents.stores import Store
+from agents.tools.executor import Executor
 
 __all__ = ["KIND", "PromptHost", "PromptRun", "PromptRuns", "run_key"]
 

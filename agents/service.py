@@ -60,7 +60,6 @@ from agents.catalog import CONVERSATION, Catalog
 from agents.contacts import is_contact
 from agents.conversation import take_answer
 from agents.errors import OutputError
-from agents.executor import Executor, tool_response_bound
 from agents.flows.checkpoint import owed_records
 from agents.flows.executor import FlowExecutor
 from agents.flows.handlers import load_registry
@@ -83,6 +82,7 @@ from agents.stores import (
     Disk,
     fitted,
 )
+from agents.tools.executor import Executor, tool_response_bound
 
 __all__ = ["AgentService", "AgentStats", "Where", "data_path"]
 

@@ -6,7 +6,7 @@ input to feed back.
   the answer is asked for as JSON of that shape (the API's structured output),
   and the step function checks it. The instructions name the flow and the node
   (``Flow: NAME`` / ``Node: ID`` lines), so the stand-in's rules can match them.
-- ``CallTool``: the trusted executor (agents/executor.py) runs the catalog
+- ``CallTool``: the trusted executor (agents/tools/executor.py) runs the catalog
   tool, with the action's ``call_id`` as the idempotency key (made from the
   run's own data, never from the model); with a job, the fact a confirmed call
   records goes to the inbox as ``source: tool`` evidence, as an agent's does.
@@ -42,10 +42,10 @@ from pydantic import BaseModel
 from topics import JournalHandlerCall, JournalModelCall, JournalToolCall, Tokens
 
 from agents.compose import ModelRequest
-from agents.executor import Executor, Outcome
 from agents.flows.handlers import HandlerRegistry
 from agents.model import Model, ModelError
 from agents.publish import Publish
+from agents.tools.executor import Executor, Outcome
 
 __all__ = ["FLOW_AGENT", "FlowExecutor", "Publish", "flow_instructions", "json_schema_of"]
 

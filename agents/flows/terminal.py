@@ -485,9 +485,9 @@ async def _run(
 ) -> FlowState:
     import httpx
 
-    from agents.executor import Executor
     from agents.flows.executor import FlowExecutor
     from agents.model import Model, ModelSettings
+    from agents.tools.executor import Executor
 
     settings = ModelSettings.from_env(env)
     async with AsyncExitStack() as stack:

@@ -18,10 +18,10 @@ from fastapi import FastAPI
 from agents.catalog import load_catalog
 from agents.compose import ModelRequest
 from agents.dev.standin import StandinScript, build_standin
-from agents.executor import FACT_MAX_BYTES, Executor, Outcome, tool_response_bound
 from agents.model import MAX_REPLY_BYTES, Model, ModelError, ModelSettings
 from agents.service import AgentService, Where
 from agents.stores import CheckpointTooLarge, fitted
+from agents.tools.executor import FACT_MAX_BYTES, Executor, Outcome, tool_response_bound
 from stream.runtime.config import Settings
 from tests.agents import test_service_live as live
 from tests.agents.test_service_live import CATALOG, inbound

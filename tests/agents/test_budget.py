@@ -31,10 +31,10 @@ from agents.catalog import (
 )
 from agents.compose import Turn
 from agents.dev.standin import StandinScript, build_standin
-from agents.executor import Executor
 from agents.model import Model, ModelSettings
 from agents.run import Conversation, Outbox, RunEnd, Runner, stopped_text
 from agents.service import AgentService, Where
+from agents.tools.executor import Executor
 from stream.runtime.config import Settings
 from topics import Headers, JournalRun, JournalToolCall, MessageRecord, TaskOpenedRecord
 

@@ -18,9 +18,9 @@ from pydantic import BaseModel
 from agents.catalog import load_catalog
 from agents.compose import Turn
 from agents.dev.standin import StandinScript, build_standin
-from agents.executor import Executor, derived_key
 from agents.model import Model, ModelSettings
 from agents.run import Conversation, Outbox, RunEnd, Runner
+from agents.tools.executor import Executor, derived_key
 from topics import (
     InboxEvent,
     JournalMail,

@@ -15,7 +15,7 @@ import orjson
 
 from agents.catalog import load_catalog_file
 from agents.dev.demo_tools import TOOL_URLS, build_demo_tools
-from agents.executor import Executor, Outcome
+from agents.tools.executor import Executor, Outcome
 
 ROOT = Path(__file__).resolve().parents[3]
 

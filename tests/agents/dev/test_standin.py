@@ -230,7 +230,7 @@ def test_a_bad_script_is_refused_naming_the_file(tmp_path: Path) -> None:
 
 
 def test_the_model_call_id_is_kept_verbatim() -> None:
-    # The executor never names a side effect by it (agents/executor.py); it is
+    # The executor never names a side effect by it (agents/tools/executor.py); it is
     # only echoed back to the model.
     call = ToolCall("call_xyz", "schedule_meeting", "{}")
     assert Exchange(call, "{}").call.call_id == "call_xyz"

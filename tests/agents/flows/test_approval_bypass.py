@@ -20,12 +20,12 @@ from agents.catalog import load_catalog
 from agents.compose import OpenTask, compose
 from agents.dev.demo_tools import build_demo_tools
 from agents.dev.standin import StandinScript, build_standin
-from agents.executor import Executor
 from agents.flows.executor import FlowExecutor
 from agents.flows.handlers import HandlerRegistry
 from agents.flows.service import FlowDriver, Flows, answer_input, load_flows
 from agents.model import Model, ModelSettings
 from agents.run import Conversation, Outbox, Runner
+from agents.tools.executor import Executor
 from tests.stream.cli.test_cli_approval_bypass import APPROVE_REFUND, CATALOG, QUICK_REFUND, SIBLING
 from topics import InboxEvent, JournalToolCall, TaskOpenedRecord
 

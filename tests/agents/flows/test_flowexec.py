@@ -19,12 +19,12 @@ from pydantic import BaseModel
 from agents.catalog import load_catalog_file
 from agents.dev.demo_tools import build_demo_tools
 from agents.dev.standin import StandinScript, build_standin
-from agents.executor import Executor
 from agents.flows import demo_handlers
 from agents.flows.executor import FlowExecutor, json_schema_of
 from agents.flows.handlers import HandlerRegistry, RegistryError, handler, load_registry, router
 from agents.flows.terminal import drive
 from agents.model import Model, ModelSettings
+from agents.tools.executor import Executor
 from compiler import (
     CallHandler,
     CallModel,

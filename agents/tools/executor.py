@@ -4,7 +4,7 @@
 It refuses a tool the open tasks do not grant and arguments that fail the
 tool's schema; runs the tool's ``http`` call (an idempotent tool gets our
 derived key as ``Idempotency-Key``); and on a confirmed success — a 2xx whose
-JSON body passes the tool's success rule (agents/success.py) — returns the fact
+JSON body passes the tool's success rule (agents/tools/success.py) — returns the fact
 the tool records, as an inbox event with ``source: tool`` and that same key as
 its idempotency key. The key is derived from our own data — task id, tool,
 canonical arguments and occurrence — never from the model's call id, so a
@@ -27,7 +27,7 @@ from topics import InboxEvent, encode
 
 from agents.catalog import Catalog, ToolSpec, expand_env
 from agents.model import whole_number
-from agents.success import Verdict, judge, response_path
+from agents.tools.success import Verdict, judge, response_path
 
 __all__ = [
     "FACT_MAX_BYTES",

@@ -1,4 +1,4 @@
-"""What a tool's 2xx answer says (agents/success.py, docs/agents.md "What
+"""What a tool's 2xx answer says (agents/tools/success.py, docs/agents.md "What
 success is"): the pure judgement, rule by rule, on bodies as bytes."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from agents.catalog import Success
-from agents.success import Verdict, judge
+from agents.tools.success import Verdict, judge
 
 SUCCEEDED, FAILED, UNSAID = Verdict.SUCCEEDED, Verdict.FAILED, Verdict.UNSAID
 

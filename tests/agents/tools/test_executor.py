@@ -16,7 +16,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from agents.catalog import load_catalog
-from agents.executor import Executor, Outcome, derived_key, redact_url, response_path
+from agents.tools.executor import Executor, Outcome, derived_key, redact_url, response_path
 
 CATALOG = load_catalog(
     """\
