@@ -25,12 +25,16 @@ from topics import APPROVERS_DEFAULT, Approver
 from agents.errors import AgentsError
 
 __all__ = [
+    "COMMAND_RESULT",
     "CONVERSATION",
     "MAX_DELEGATION_DEPTH",
+    "PLACEHOLDER",
+    "TOOL_KINDS",
     "AgentSpec",
     "Bounds",
     "Catalog",
     "CatalogError",
+    "CommandAction",
     "HttpAction",
     "IntegrationSpec",
     "Records",
@@ -40,6 +44,7 @@ __all__ = [
     "check_playbooks",
     "load_catalog",
     "load_catalog_file",
+    "redact_env",
 ]
 
 #: The agent composed over a job's frontier (every catalog has one).
@@ -53,6 +58,13 @@ MAX_DELEGATION_DEPTH = 3
 
 _NAME = r"^[A-Za-z_][A-Za-z0-9_\-]{0,63}$"
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+#: A command's argv element that is one placeholder, ``{name}``: filled, whole,
+#: with the model's argument ``name`` (docs/agents.md, "Command tools").
+PLACEHOLDER = re.compile(r"^\{([A-Za-z_][A-Za-z0-9_]*)\}$")
+_VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: A ``{name}`` inside a longer element (not a ``${VAR}``): refused when it
+#: names a parameter, since it would not be filled.
+_INNER = re.compile(r"(?<!\$)\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 class _Spec(BaseModel):
@@ -67,6 +79,19 @@ class HttpAction(_Spec):
     method: Literal["GET", "POST", "PUT", "PATCH", "DELETE"] = "POST"
     headers: dict[str, str] = Field(default_factory=dict)
     timeout: float = Field(10.0, gt=0, le=300)
+
+
+class CommandAction(_Spec):
+    """Run a program the catalog names (docs/agents.md, "Command tools"). An
+    argv element that is exactly ``{name}`` is filled with the model's argument
+    ``name``, whole; ``${VAR}`` in argv and cwd is read from the service's
+    environment when the command runs. ``env`` names the variables of the
+    service's environment the command gets: nothing else."""
+
+    argv: tuple[str, ...] = Field(min_length=1)
+    cwd: str | None = None
+    timeout: float = Field(60.0, gt=0, le=86_400)
+    env: tuple[str, ...] = ("PATH",)
 
 
 class Records(_Spec):
@@ -121,8 +146,12 @@ class ToolSpec(_Spec):
     description: str = Field(min_length=1)
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
     http: HttpAction | None = None
+    command: CommandAction | None = None
     idempotent: bool = False
     records: Records | None = None
+    #: The fact a call that ran and failed records (a command's non-zero exit):
+    #: a failed run is evidence too (docs/agents.md, "Command tools").
+    records_on_failure: Records | None = None
     #: What a 2xx answer must say to confirm the call (None: the default rule).
     success: Success | None = None
     #: Whether a call changes something (flows warn about a write with no
@@ -420,9 +449,21 @@ def _callees_first(calls: Mapping[str, list[str]]) -> list[str]:
     return order
 
 
+#: What trusted code can do for a tool: a tool says exactly one of them
+#: (docs/agents.md, "Tool kinds").
+TOOL_KINDS = ("http", "command")
+#: The kinds whose call can run and fail, so ``records_on_failure`` means something.
+_FAILURE_RECORDED = ("command",)
+#: What a command's result holds, for its ``records`` paths (docs/agents.md,
+#: "Command tools").
+COMMAND_RESULT = (
+    "exit_code", "duration_ms", "output_tail", "output_sha256", "output_bytes", "timed_out"
+)  # fmt: skip
+
+
 def _check_tools(spec: _CatalogSpec, problem: _Problem) -> None:
-    """Each tool's parameters are an object's JSON Schema, it calls something
-    (http), and its response paths start at ``$``."""
+    """Each tool's parameters are an object's JSON Schema, it says exactly one
+    thing to do (one of :data:`TOOL_KINDS`), and its response paths start at ``$``."""
     for name, tool in spec.tools.items():
         try:
             Draft202012Validator.check_schema(tool.parameters)
@@ -433,12 +474,15 @@ def _check_tools(spec: _CatalogSpec, problem: _Problem) -> None:
                 ("tools", name, "parameters"),
                 f"tools.{name}.parameters: the arguments must be an object (type: object)",
             )
-        if tool.http is None:
-            problem(("tools", name), f"tools.{name}: says nothing for trusted code to do (http)")
+        _check_kind(name, tool, problem)
+        if tool.command is not None:
+            _check_command(name, tool, problem)
         paths: list[tuple[tuple[str, ...], str]] = []
-        if tool.records is not None:
-            props = tool.records.properties.items()
-            paths += [(("records", "properties", prop), ref) for prop, ref in props]
+        for field in ("records", "records_on_failure"):
+            records: Records | None = getattr(tool, field)
+            if records is not None:
+                props = records.properties.items()
+                paths += [((field, "properties", prop), ref) for prop, ref in props]
         if tool.success is not None:
             paths.append((("success", "path"), tool.success.path))
         for at, ref in paths:
@@ -446,6 +490,91 @@ def _check_tools(spec: _CatalogSpec, problem: _Problem) -> None:
                 problem(
                     ("tools", name, *at),
                     f"tools.{name}.{'.'.join(at)}: {ref!r} is not a response path ($ or $.field)",
+                )
+
+
+def _check_kind(name: str, tool: ToolSpec, problem: _Problem) -> None:
+    """Exactly one of :data:`TOOL_KINDS`; ``records_on_failure`` only where a call
+    can run and fail."""
+    kinds = [kind for kind in TOOL_KINDS if getattr(tool, kind) is not None]
+    if len(kinds) != 1:
+        said = f"more than one thing ({', '.join(kinds)})" if kinds else "nothing"
+        problem(
+            ("tools", name),
+            f"tools.{name}: says {said} for trusted code to do: "
+            f"exactly one of {', '.join(TOOL_KINDS)}",
+        )
+    elif tool.records_on_failure is not None and kinds[0] not in _FAILURE_RECORDED:
+        problem(
+            ("tools", name, "records_on_failure"),
+            f"tools.{name}.records_on_failure: a failed {kinds[0]} call records nothing "
+            f"(only {', '.join(_FAILURE_RECORDED)} tools record a failure)",
+        )
+
+
+def _check_command(name: str, tool: ToolSpec, problem: _Problem) -> None:
+    """A command's program is the catalog's, each ``{name}`` placeholder a whole
+    argv element naming one of the tool's parameters, each ``${VAR}`` well
+    formed, its env names variable names, its records paths the result's fields
+    (docs/agents.md, "Command tools")."""
+    assert tool.command is not None
+    at = ("tools", name, "command")
+    known = set(tool.parameters.get("properties") or ())
+    argv = tool.command.argv
+    if not argv[0].strip():
+        problem((*at, "argv", 0), f"tools.{name}.command.argv: the program (argv[0]) is empty")
+    elif PLACEHOLDER.match(argv[0]):
+        problem(
+            (*at, "argv", 0),
+            f"tools.{name}.command.argv: the program (argv[0]) cannot come from the model",
+        )
+    for i, element in enumerate(argv):
+        whole = PLACEHOLDER.match(element)
+        if whole is not None and whole.group(1) not in known:
+            problem(
+                (*at, "argv", i),
+                f"tools.{name}.command.argv: {element!r} names no property of the "
+                f"tool's parameters ({', '.join(sorted(known)) or 'none'})",
+            )
+        inner = [n for n in _INNER.findall(element) if n in known]
+        if whole is None and inner:
+            problem(
+                (*at, "argv", i),
+                f"tools.{name}.command.argv: {element!r}: a placeholder must be a whole "
+                f"argv element (make {{{inner[0]}}} an element of its own)",
+            )
+    texts: list[tuple[tuple[str | int, ...], str]] = [(("argv", i), e) for i, e in enumerate(argv)]
+    if tool.command.cwd is not None:
+        texts.append((("cwd",), tool.command.cwd))
+    for where, text in texts:
+        if text.count("${") != len(_ENV.findall(text)):
+            problem(
+                (*at, *where),
+                f"tools.{name}.command.{where[0]}: {text!r}: a ${{VAR}} is not well formed",
+            )
+    for i, var in enumerate(tool.command.env):
+        if not _VAR_NAME.match(var):
+            problem((*at, "env", i), f"tools.{name}.command.env: {var!r} is not a variable name")
+    _check_command_paths(name, tool, problem)
+
+
+def _check_command_paths(name: str, tool: ToolSpec, problem: _Problem) -> None:
+    """A command's records read its result: ``$`` or ``$.`` one of its fields."""
+    for field in ("records", "records_on_failure"):
+        records: Records | None = getattr(tool, field)
+        if records is None:
+            continue
+        refs: list[tuple[tuple[str, ...], str]]
+        refs = [(("properties", p), ref) for p, ref in records.properties.items()]
+        if records.value is not None:
+            refs.append((("value",), records.value))
+        for where, ref in refs:
+            head = ref.removeprefix("$.").split(".")[0]
+            if ref.startswith("$.") and head not in COMMAND_RESULT:
+                problem(
+                    ("tools", name, field, *where),
+                    f"tools.{name}.{field}.{'.'.join(where)}: {ref!r}: a command's result "
+                    f"has {', '.join(COMMAND_RESULT)}",
                 )
 
 
@@ -480,3 +609,9 @@ def expand_env(text: str, env: Mapping[str, str] | None = None) -> str:
     """``${VAR}`` replaced from the environment (an unset variable is empty)."""
     values = os.environ if env is None else env
     return _ENV.sub(lambda m: values.get(m.group(1), ""), text)
+
+
+def redact_env(text: str, shown: str = "***") -> str:
+    """``text`` with each ``${VAR}`` as ``shown``: what a journal shows of a
+    value read from the environment (docs/agents.md, "Command tools")."""
+    return _ENV.sub(shown, text)

@@ -581,7 +581,7 @@ class Runner:
         await self._journal_tool(
             conv, outbox, run_id, agent, call, task_id, outcome.status, outcome.key,
             outcome.http_status, outcome.url, outcome.output, started,
-            fact.action if fact is not None else None,
+            fact.action if fact is not None else None, outcome.journaled(),
         )  # fmt: skip
         tape.record(
             {
@@ -659,6 +659,7 @@ class Runner:
         result: str,
         started: float,
         fact: str | None,
+        extra: Mapping[str, Any] | None = None,
     ) -> None:
         await outbox.publish(
             "journal",
@@ -678,6 +679,7 @@ class Runner:
                 result=excerpt(result),
                 latency_ms=_ms(time.monotonic() - started),
                 fact=fact,
+                **(extra or {}),
             ),
         )
 

@@ -166,7 +166,7 @@ class JournalModelCall(TopicRecord):
 
 class JournalToolCall(TopicRecord):
     """One tool call (or delegation): the tool, its arguments (opening), the
-    outcome, our idempotency key, the endpoint (redacted) and how long."""
+    outcome, our idempotency key, the endpoint or command (redacted) and how long."""
 
     type: Literal["journal.tool_call"] = "journal.tool_call"
     job_key: str
@@ -186,6 +186,12 @@ class JournalToolCall(TopicRecord):
     #: A call a flow's tool node made (docs/flows.md): the flow and the node id.
     flow: str | None = None
     node: str | None = None
+    #: A command tool's call (docs/agents.md, "Command tools"): its argv, the
+    #: values read from the environment as ``***``; its exit code and the
+    #: SHA-256 of its whole output.
+    command: str | None = None
+    exit_code: int | None = None
+    output_sha256: str | None = None
 
 
 class JournalHandlerCall(TopicRecord):

@@ -258,6 +258,7 @@ class FlowExecutor:
                 fact=fact.action if fact is not None else None,
                 flow=flow,
                 node=action.node,
+                **outcome.journaled(),
             ),
         )
         if fact is not None and self.publish is not None and job_key is not None:

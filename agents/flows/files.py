@@ -43,7 +43,12 @@ _SUFFIXES = (".yaml", ".yml", ".json")
 def flow_tools(catalog: Catalog) -> dict[str, FlowTool]:
     """The catalog's tools as the flow compiler sees them."""
     return {
-        name: FlowTool(name, tool.writes, tool.records.fact if tool.records else None)
+        name: FlowTool(
+            name,
+            tool.writes,
+            tool.records.fact if tool.records else None,
+            tool.records_on_failure.fact if tool.records_on_failure else None,
+        )
         for name, tool in catalog.tools.items()
     }
 

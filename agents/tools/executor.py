@@ -2,11 +2,13 @@
 (docs/agents.md, "Tools as evidence").
 
 It refuses a tool the open tasks do not grant and arguments that fail the
-tool's schema; runs the tool's ``http`` call (an idempotent tool gets our
-derived key as ``Idempotency-Key``); and on a confirmed success — a 2xx whose
-JSON body passes the tool's success rule (agents/tools/success.py) — returns the fact
-the tool records, as an inbox event with ``source: tool`` and that same key as
-its idempotency key. The key is derived from our own data — task id, tool,
+tool's schema; runs what the tool says, by its kind (docs/agents.md, "Tool
+kinds"): an ``http`` call (an idempotent tool gets our derived key as
+``Idempotency-Key``; success judged by agents/tools/success.py) or a
+``command`` (agents/tools/command.py); and on a confirmed success returns the
+fact the tool records — or, for a command that ran and failed, the fact its
+``records_on_failure`` says — as an inbox event with ``source: tool`` and that
+same key as its idempotency key. The key is derived from our own data — task id, tool,
 canonical arguments and occurrence — never from the model's call id, so a
 re-delivered task or a retried model turn records the fact once.
 """
@@ -25,8 +27,9 @@ import orjson
 from jsonschema import Draft202012Validator
 from topics import InboxEvent, encode
 
-from agents.catalog import Catalog, ToolSpec, expand_env
+from agents.catalog import Catalog, Records, ToolSpec, expand_env
 from agents.model import whole_number
+from agents.tools.command import CommandError, prepare, run_command, told
 from agents.tools.success import Verdict, judge, response_path
 
 __all__ = [
@@ -84,7 +87,9 @@ class Outcome:
     did not happen, or an idempotent tool may be retried with the same key),
     ``refused`` (not run), ``outcome_unknown`` (a non-idempotent call that may
     have taken effect: never repeated blindly). ``output`` is what the model is
-    told; ``url`` the endpoint, redacted.
+    told; ``url`` the endpoint, redacted; ``command`` a command's argv, with
+    the values read from the environment as ``***`` (docs/agents.md, "Command
+    tools").
     """
 
     status: Literal["done", "failed", "refused", "outcome_unknown"]
@@ -94,12 +99,28 @@ class Outcome:
     http_status: int | None = None
     url: str | None = None
     seconds: float = 0.0
-    #: The response's JSON on ``done``, whole (``output`` is an excerpt).
+    #: The response's JSON on ``done``, whole (``output`` is an excerpt); a
+    #: command's result, on ``done`` and on ``failed`` when it ran.
     data: Any = None
+    command: str | None = None
+
+    def journaled(self) -> dict[str, Any]:
+        """What a ``journal.tool_call`` record holds of this call beyond the
+        fields every call has: a command's argv (redacted), exit code and
+        output's hash."""
+        if self.command is None:
+            return {}
+        data = self.data if isinstance(self.data, dict) else {}
+        return {
+            "command": self.command,
+            "exit_code": data.get("exit_code"),
+            "output_sha256": data.get("output_sha256"),
+        }
 
 
 class Executor:
-    """Runs catalog tools over HTTP. ``env`` supplies ``${VAR}`` values."""
+    """Runs catalog tools, each by its kind. ``env`` supplies ``${VAR}`` values
+    and a command's allowed environment (None: this process's environment)."""
 
     def __init__(
         self,
@@ -172,7 +193,13 @@ class Executor:
         if refused is not None:
             return Outcome("refused", _tell(False, refused), key)
         tool = self.catalog.tools[name]
-        assert tool.http is not None  # the catalog requires it
+        if tool.command is not None:
+            return await self._command(tool, job_key, key, args)
+        return await self._http(tool, job_key, key, args)
+
+    async def _http(self, tool: ToolSpec, job_key: str, key: str, args: Any) -> Outcome:
+        """Make the tool's HTTP call and judge its answer."""
+        assert tool.http is not None  # the catalog requires one kind
         url = expand_env(tool.http.url, self.env)
         shown = redact_url(url)
         headers = {k: expand_env(v, self.env) for k, v in tool.http.headers.items()}
@@ -208,16 +235,10 @@ class Executor:
             return Outcome("failed", _tell(False, why), key, None, status, shown, seconds)
         if judged.verdict is Verdict.UNSAID:
             return self._unanswered(tool, key, shown, seconds, why, status)
-        fact = self._fact(tool, job_key, key, judged.data)
-        told = _tell(True, judged.data)
-        size = len(encode(fact)) if fact is not None else 0
-        if size > FACT_MAX_BYTES:
-            fact = None
-            told = _tell(True, f"it happened, but the fact it records is {size:,} bytes, over "
-                         f"{FACT_MAX_BYTES:,}: not recorded")  # fmt: skip
+        fact, oversize = self._fact(tool.records, job_key, key, judged.data)
         return Outcome(
             "done",
-            told,
+            _tell(True, oversize or judged.data),
             key,
             fact=fact,
             http_status=status,
@@ -271,25 +292,61 @@ class Executor:
             seconds=seconds,
         )
 
-    def _fact(self, tool: ToolSpec, job_key: str, key: str, data: Any) -> InboxEvent | None:
-        if tool.records is None:
-            return None
+    async def _command(self, tool: ToolSpec, job_key: str, key: str, args: Any) -> Outcome:
+        """Run the tool's command (agents/tools/command.py): ``done`` on exit 0
+        with what ``records`` says, else ``failed`` with what
+        ``records_on_failure`` says (docs/agents.md, "Command tools")."""
+        assert tool.command is not None
+        prepared = prepare(tool.command, args, self.env)
+        started = time.monotonic()
+        try:
+            result = await run_command(prepared, tool.command.timeout)
+        except CommandError as exc:
+            seconds = time.monotonic() - started
+            why = f"the command did not start: {exc}"
+            return Outcome(
+                "failed", _tell(False, why), key, seconds=seconds, command=prepared.shown
+            )
+        seconds = time.monotonic() - started
+        data = result.data()
+        records = tool.records if result.ok else tool.records_on_failure
+        fact, oversize = self._fact(records, job_key, key, data)
+        output = _tell(result.ok, oversize) if oversize else told(result, RESULT_EXCERPT)
+        status: Literal["done", "failed"] = "done" if result.ok else "failed"
+        return Outcome(
+            status, output, key, fact=fact, seconds=seconds, data=data, command=prepared.shown
+        )
+
+    def _fact(
+        self, records: Records | None, job_key: str, key: str, data: Any
+    ) -> tuple[InboxEvent | None, str | None]:
+        """The fact ``records`` says, read from ``data``, and None; or, over
+        :data:`FACT_MAX_BYTES`, no fact and what the model is told of it."""
+        if records is None:
+            return None, None
         properties = {}
-        for name, path in tool.records.properties.items():
+        for name, path in records.properties.items():
             found, value = response_path(data, path)
             if found:
                 properties[name] = value
         value = None
-        if tool.records.value is not None:
-            found, value = response_path(data, tool.records.value)
-        return InboxEvent(
+        if records.value is not None:
+            found, value = response_path(data, records.value)
+        fact = InboxEvent(
             key=job_key,
-            action=tool.records.fact,
+            action=records.fact,
             value=value if isinstance(value, str | int | float | bool) else None,
             properties=properties,
             idempotency_key=key,
             source="tool",
         )
+        size = len(encode(fact))
+        if size > FACT_MAX_BYTES:
+            return None, (
+                f"it happened, but the fact it records is {size:,} bytes, over "
+                f"{FACT_MAX_BYTES:,}: not recorded"
+            )
+        return fact, None
 
 
 def tool_response_bound(env: Mapping[str, str] | None) -> int:

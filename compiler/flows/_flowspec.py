@@ -317,11 +317,13 @@ AnyEdge: TypeAlias = PlainEdge | ConditionalEdge
 @dataclass(frozen=True, slots=True)
 class FlowTool:
     """A catalog tool as the flow compiler sees it: whether it changes
-    something (``writes``) and the fact it records on success."""
+    something (``writes``), the fact it records on success and the one it
+    records when it ran and failed (a command's ``records_on_failure``)."""
 
     name: str
     writes: bool = True
     fact: str | None = None
+    failure_fact: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

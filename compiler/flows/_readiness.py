@@ -255,9 +255,10 @@ class Readiness:
             elif isinstance(node, ToolsNode):
                 names = flow.tools
             for tool in names:
-                fact = self.tools[tool].fact if tool in self.tools else None
-                if fact is not None:
-                    facts[fact] = tool
+                known = self.tools.get(tool)
+                for fact in (known.fact, known.failure_fact) if known is not None else ():
+                    if fact is not None:
+                        facts[fact] = tool
         if facts.keys() & self.milestone.facts:
             return
         wanted = ", ".join(sorted(self.milestone.facts)) or "none"

@@ -440,7 +440,8 @@ function journalRow(r) {
   } else if (r.type === "journal.tool_call") {
     what = "tool " + r.tool + (label ? " · " + label : "");
     outcome = r.outcome;
-    detail = [r.http_status ? "HTTP " + r.http_status : null, r.fact ? "recorded " + r.fact : null,
+    detail = [r.http_status ? "HTTP " + r.http_status : null,
+      r.exit_code != null ? "exit " + r.exit_code : null, r.fact ? "recorded " + r.fact : null,
       `${r.latency_ms} ms`, r.result].filter(Boolean).join(" · ");
   } else if (r.type === "journal.mail") {
     what = "email " + r.direction;
