@@ -61,7 +61,7 @@ tools:
       additionalProperties: false
     # The one line that says what kind of tool it is. Its side effect is a line
     # in ${EFFECTS}, then 4 s of work; as a command tool (agents/tools/command.py):
-    # command: {argv: [sh, -c, 'echo "$0" >> "$1"; sleep 4', "{suite}", "${EFFECTS}"]}
+    # command: {argv: [/bin/sh, -c, 'echo "$0" >> "$1"; sleep 4', "{suite}", "${EFFECTS}"]}
     http: {url: "${JOB_URL}/run", method: POST}
 """
 SCRIPT = StandinScript.model_validate(
