@@ -1,5 +1,5 @@
-"""Scheduled prompts in the agents service (docs/agents.md, "Scheduled prompts and
-heartbeats").
+"""Scheduled prompts and commands in the agents service (docs/agents.md,
+"Scheduled prompts and heartbeats"; docs/schedules.md, "Command jobs").
 
 A ``schedule.prompt`` task on ``tasks`` (key: the schedule id) asks for one run of
 a catalog agent on a prompt. It has no job: its state is a :class:`PromptRun`
@@ -8,7 +8,10 @@ under ``schedule-run/<run id>`` (a key no job can have: a job key has no ``/``),
 on the partition the task came on. The run's steps are checkpointed there as a
 job's run's are (docs/agents.md, "Crash safety"), so a task delivered again, or a
 service killed mid-run, never runs it twice: a recorded model reply is replayed,
-a tool call takes effect once.
+a tool call takes effect once. A ``schedule.command`` task is a run of the same
+kind whose one step is a catalog tool's call (agents/tools/scheduled.py): checkpointed
+as begun before it is made, so a run cut short never makes a non-idempotent call
+twice (its outcome is unknown).
 
 When the run ends, a :class:`~topics.ScheduleReport` goes to ``schedule-runs``
 (key: the schedule id, the task's partition): ``completed`` with the reply as it
@@ -39,6 +42,8 @@ from compiler import ORIGIN_HEADER, origin_link, show_origin, to_iso
 from pydantic import BaseModel
 from topics import (
     JournalModelCall,
+    JournalToolCall,
+    ScheduleCommandTask,
     SchedulePromptTask,
     ScheduleReport,
     Topics,
@@ -52,13 +57,17 @@ from agents.publish import Publish, Send
 from agents.run import Conversation, Outbox, Runner
 from agents.stores import Store
 from agents.tools.executor import Executor
+from agents.tools.scheduled import CommandResult, run_command, task_id_of
 
 __all__ = ["KIND", "PromptHost", "PromptRun", "PromptRuns", "run_key"]
 
 log = logging.getLogger(__name__)
 
-#: What a prompt run's stored record says it is (beside the jobs' conversations).
+#: What a prompt or command run's stored record says it is (beside the jobs'
+#: conversations); its task's ``type`` says which.
 KIND = "schedule.prompt"
+#: A command run's task type (docs/schedules.md, "Command jobs").
+COMMAND = "schedule.command"
 #: The milestone a prompt run's one task is filed under (what ``compose`` needs).
 MILESTONE = "schedule"
 #: How long past its task's deadline a reported run's record is kept.
@@ -98,10 +107,21 @@ class PromptRun:
     conversation: dict[str, Any] | None = None
     started_at: str | None = None
     report: dict[str, Any] | None = None
+    #: A command run's call was begun (checkpointed before it was made).
+    begun: bool = False
 
     @property
     def record(self) -> SchedulePromptTask:
         return SchedulePromptTask.model_validate(self.task)
+
+    @property
+    def is_command(self) -> bool:
+        return self.task.get("type") == COMMAND
+
+    @property
+    def what(self) -> str:
+        """``prompt run`` or ``command run``, as the log says it."""
+        return "command run" if self.is_command else "prompt run"
 
     @property
     def run_id(self) -> str:
@@ -121,6 +141,7 @@ class PromptRun:
             "conversation": self.conversation,
             "started_at": self.started_at,
             "report": self.report,
+            "begun": self.begun,
         }
 
     @classmethod
@@ -132,6 +153,7 @@ class PromptRun:
             conversation=data.get("conversation"),
             started_at=data.get("started_at"),
             report=data.get("report"),
+            begun=bool(data.get("begun", False)),
         )
 
 
@@ -199,16 +221,18 @@ class PromptRuns:
 
     # -- records ------------------------------------------------------------------------
 
-    async def take(self, task: SchedulePromptTask, partition: int | None) -> None:
-        """A ``schedule.prompt`` task: run it, unless this run id was taken before
-        (a task delivered again: the run in flight, or its checkpoint, goes on;
-        a run reported already publishes nothing)."""
+    async def take(
+        self, task: SchedulePromptTask | ScheduleCommandTask, partition: int | None
+    ) -> None:
+        """A ``schedule.prompt`` or ``schedule.command`` task: run it, unless this
+        run id was taken before (a task delivered again: the run in flight, or its
+        checkpoint, goes on; a run reported already publishes nothing)."""
         run = self.load(task.run_id)
         if run is None:
             run = PromptRun(task.model_dump(mode="json", by_alias=True), partition)
             await self.save(run)
         elif run.status == "reported":
-            log.info("agents: prompt run %s was reported already: ignored", task.run_id)
+            log.info("agents: %s %s was reported already: ignored", run.what, task.run_id)
             return
         self.start(run)
 
@@ -289,14 +313,18 @@ class PromptRuns:
         except Exception:
             # Not an outcome of the run (those are reported): a fault of ours.
             # The run stays owed; the worker times it out (docs/schedules.md).
-            log.exception("agents: prompt run %s stopped on an error", run_id)
+            log.exception("agents: schedule run %s stopped on an error", run_id)
         finally:
             if self.running.get(run_id) is asyncio.current_task():
                 del self.running[run_id]
                 self.partition_of.pop(run_id, None)
 
     async def _work(self, run: PromptRun) -> None:
-        """Run the agent (or refuse to); checkpoint the report as ``ended``."""
+        """Run the agent or the command (or refuse to); checkpoint the report as
+        ``ended``."""
+        if run.is_command:
+            await self._command(run)
+            return
         task = run.record
         now = self.service.clock()
         status: Literal["completed", "failed"] = "failed"
@@ -378,17 +406,77 @@ class PromptRuns:
 
     def _runner(self, task: SchedulePromptTask) -> Runner:
         """The service's runner, for one catalog agent on a prompt: its own tools
-        and delegates, its bounds, its journal records, no person to talk to.
-        Its tool calls carry the run's origin (docs/schedules.md, "Wake loops"):
-        the runs that woke it and the run itself."""
+        and delegates, its bounds, its journal records, no person to talk to."""
         base = self.service.runner()  # makes the model and HTTP clients on first use
+        executor = self._executor(base, task)
+        return Runner(base.catalog, base.model, executor, history=base.history, clock=base.clock)
+
+    @staticmethod
+    def _executor(base: Runner, task: SchedulePromptTask | ScheduleCommandTask) -> Executor:
+        """The service's executor, whose calls carry the run's origin
+        (docs/schedules.md, "Wake loops"): the runs that woke it and the run itself."""
         chain = [*task.origin, origin_link(task.schedule_id, task.run_id)]
         headers = {ORIGIN_HEADER: show_origin(chain)}
         tools = base.executor
-        executor = Executor(
+        return Executor(
             tools.catalog, tools.client, tools.env, max_response=tools.max_response, headers=headers
         )
-        return Runner(base.catalog, base.model, executor, history=base.history, clock=base.clock)
+
+    # -- a command run (docs/schedules.md, "Command jobs") -------------------------------
+
+    async def _command(self, run: PromptRun) -> None:
+        """Call the task's tool once (agents/tools/scheduled.py), journal the
+        call and checkpoint the report as ``ended``."""
+        task = ScheduleCommandTask.model_validate(run.task)
+        now = self.service.clock()
+        run.started_at = run.started_at or to_iso(now)
+
+        async def begin() -> None:
+            run.begun = True
+            await self.save(run)  # durable before the side effect
+
+        result = await run_command(
+            task,
+            self._executor(self.service.runner(), task),
+            now=now,
+            deadline=_parse_time(task.deadline),
+            begun=run.begun,
+            begin=begin,
+        )
+        await self._journal_command(task, result)
+        self.service.count_run("done" if result.status == "completed" else "failed")
+        run.report = ScheduleReport(
+            schedule_id=task.schedule_id,
+            run_id=task.run_id,
+            status=result.status,
+            output=result.output,
+            error=result.error,
+            at=to_iso(self.service.clock()),
+            outcome=result.outcome,
+            exit_code=result.exit_code,
+        ).model_dump(mode="json", by_alias=True)
+        run.status = "ended"
+        await self.save(run)
+
+    async def _journal_command(self, task: ScheduleCommandTask, result: CommandResult) -> None:
+        """The call's ``journal.tool_call`` record, filed under the schedule."""
+        job_key = job_key_of(task.schedule_id)
+        record = JournalToolCall(
+            job_key=job_key,
+            run_id=task.run_id,
+            agent="schedule",
+            at=to_iso(self.service.clock()),
+            tool=task.tool,
+            task_id=task_id_of(task.schedule_id, task.run_id),
+            arguments=orjson.dumps(task.args).decode()[:300],
+            outcome=result.outcome,
+            key=result.key,
+            http_status=result.http_status,
+            url=result.url,
+            result=(result.told or result.error or "")[:300],
+            latency_ms=int(result.seconds * 1000),
+        )
+        await self.service.publish("journal", job_key, record)
 
 
 class _PromptOutbox:

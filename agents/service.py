@@ -46,6 +46,7 @@ from topics import (
     JournalMail,
     JournalRun,
     MessageRecord,
+    ScheduleCommandTask,
     SchedulePromptTask,
     TaskClosedRecord,
     TaskOpenedRecord,
@@ -539,8 +540,11 @@ class AgentService:
         taken = self._answer(conv, record)
         await self._settle(conv, conv.receive(record) if taken is None else taken)
 
-    async def _take_prompt(self, record: SchedulePromptTask, partition: int | None) -> None:
-        """A schedule's run (docs/agents.md, "Scheduled prompts and heartbeats")."""
+    async def _take_prompt(
+        self, record: SchedulePromptTask | ScheduleCommandTask, partition: int | None
+    ) -> None:
+        """A schedule's run (docs/agents.md, "Scheduled prompts and heartbeats";
+        docs/schedules.md, "Command jobs")."""
         await self.prompts.take(record, partition)
 
     async def _take_opened(self, record: TaskOpenedRecord, partition: int | None) -> None:
@@ -727,10 +731,11 @@ class AgentService:
 
 
 #: The method that takes each kind of record: a person's or agent's message,
-#: and the three kinds of ``tasks`` records (topics' ``TaskRecord``).
+#: and the four kinds of ``tasks`` records (topics' ``TaskRecord``).
 _TAKERS: dict[type[BaseModel], Callable[[AgentService, Any, int | None], Awaitable[None]]] = {
     MessageRecord: AgentService._take_message,
     SchedulePromptTask: AgentService._take_prompt,
+    ScheduleCommandTask: AgentService._take_prompt,
     TaskOpenedRecord: AgentService._take_opened,
     TaskClosedRecord: AgentService._take_closed,
 }

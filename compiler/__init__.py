@@ -155,6 +155,7 @@ from compiler.schedules._cron import (
     slots_between,
 )
 from compiler.schedules._definition import (
+    REPORTED_ACTIONS,
     Schedule,
     render_key,
     validate_schedule,
@@ -207,6 +208,7 @@ __all__ = [
     "MAX_WINDOW",
     "ORIGIN_HEADER",
     "OUTPUT_MAX_BYTES",
+    "REPORTED_ACTIONS",
     "SHORTHANDS",
     "TOOL_RESULTS_KEPT",
     "Action",

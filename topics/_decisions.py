@@ -28,6 +28,7 @@ __all__ = [
     "PlaybookRecord",
     "RecordForward",
     "RecordOrigin",
+    "ScheduleCommandTask",
     "SchedulePromptTask",
     "StartInput",
     "TaskClosedEffect",
@@ -218,8 +219,31 @@ class SchedulePromptTask(TopicRecord):
     origin: list[str] = Field(default_factory=list, max_length=8)
 
 
+class ScheduleCommandTask(TopicRecord):
+    """A command schedule's run for the agents service (docs/schedules.md,
+    "Command jobs"): call the catalog tool ``tool`` with ``args`` once per
+    ``run_id`` through the trusted executor and report on ``schedule-runs``
+    (:class:`ScheduleReport`) by ``deadline``. The record key is the schedule id."""
+
+    type: Literal["schedule.command"] = "schedule.command"
+    schedule_id: str
+    run_id: str
+    tool: str = Field(min_length=1, max_length=64)
+    args: dict[str, Any] = Field(default_factory=dict)
+    context: dict[str, Any] | None = None  # a wake's: recorded, not given to the tool
+    slot: str | None = None  # the nominal slot (ISO UTC); None: a wake run
+    attempt: int = 0
+    deadline: str
+    triggered_by: Literal["schedule", "manual", "wake", "retry"] = "schedule"
+    at: str | None = None  # when it was dispatched
+    #: A wake run's origin (docs/schedules.md, "Wake loops"): an HTTP tool's
+    #: call carries it and the run's own link.
+    origin: list[str] = Field(default_factory=list, max_length=8)
+
+
 TaskRecord = Annotated[
-    TaskOpenedRecord | TaskClosedRecord | SchedulePromptTask, Field(discriminator="type")
+    TaskOpenedRecord | TaskClosedRecord | SchedulePromptTask | ScheduleCommandTask,
+    Field(discriminator="type"),
 ]
 
 

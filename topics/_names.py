@@ -10,7 +10,11 @@ __all__ = ["TOPIC_NAMES", "Topics"]
 TOPIC_NAMES: dict[str, tuple[str, bool]] = {
     "inbox": ("job starts, events (by job key) and schedule wakes (by schedule id)", False),
     "ticks": ("clock ticks, one per partition, co-partitioned with the inbox", False),
-    "tasks": ("task.opened / task.closed (by job key), schedule.prompt (by schedule id)", False),
+    "tasks": (
+        "task.opened / task.closed (by job key), schedule.prompt and schedule.command "
+        "(by schedule id)",
+        False,
+    ),
     "decisions": ("one record per decision: the audit log, replayable", False),
     "jobs": ("job snapshots for read models, keyed by job key", True),
     "playbooks": ("the playbook registry, keyed KEY@vN (one key per version)", True),

@@ -76,11 +76,21 @@ class ScheduleRunRecord(TopicRecord):
     context: dict[str, Any] | None = None
     job_key: str | None = None
     delivered_to: str | None = None
+    #: A command run's exit code, when its tool ran a program (docs/schedules.md,
+    #: "Command jobs").
+    exit_code: int | None = None
+
+
+#: How a command run's tool call went (the executor's outcome, docs/agents.md).
+ToolOutcome = Literal["done", "failed", "refused", "outcome_unknown"]
 
 
 class ScheduleReport(TopicRecord):
-    """How a prompt run ended (``schedule-runs``, key: the schedule id), written
-    by the agents service; the worker reads it and records the run's end."""
+    """How a prompt or command run ended (``schedule-runs``, key: the schedule
+    id), written by the agents service; the worker reads it and records the
+    run's end. A command run's report says its tool call's ``outcome`` and,
+    when the tool ran a program, its ``exit_code`` (``output``: the output's
+    tail); a run whose ``outcome`` is ``outcome_unknown`` is not retried."""
 
     type: Literal["schedule.report"] = "schedule.report"
     schedule_id: str
@@ -89,6 +99,8 @@ class ScheduleReport(TopicRecord):
     output: str = ""
     error: str | None = None
     at: str
+    outcome: ToolOutcome | None = None
+    exit_code: int | None = None
 
 
 ScheduleRunsRecord = Annotated[ScheduleRunRecord | ScheduleReport, Field(discriminator="type")]

@@ -21,6 +21,7 @@ from compiler._errors import LemongraphError
 from compiler._time import to_iso
 from compiler.scenarios._scenario import Scenario, ScenarioChange, ScriptedReply
 from compiler.schedules._definition import (
+    REPORTED_ACTIONS,
     Schedule,
     validate_schedule,
 )
@@ -179,7 +180,7 @@ class _Clock:
             self.deliveries.append(Delivery(now, d.run_id, d.target, d.text, after))
 
     def _dispatched(self, schedule_id: str, now: datetime, dispatch: Dispatch) -> None:
-        if dispatch.action.get("type") != "prompt":
+        if dispatch.action.get("type") not in REPORTED_ACTIONS:
             return  # start_job / send_event: the dispatch is the whole run
         script = self.replies.get(schedule_id)
         if not script:

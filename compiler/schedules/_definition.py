@@ -33,6 +33,7 @@ __all__ = [
     "MAX_DURATION_MS",
     "OVERLAPS",
     "PLACEHOLDER",
+    "REPORTED_ACTIONS",
     "Overlap",
     "Schedule",
     "duration_text",
@@ -44,7 +45,13 @@ __all__ = [
 
 Overlap = Literal["skip", "buffer_one", "allow_all"]
 OVERLAPS: tuple[Overlap, ...] = ("skip", "buffer_one", "allow_all")
-ACTION_TYPES = ("start_job", "send_event", "prompt")
+ACTION_TYPES = ("start_job", "send_event", "prompt", "command")
+#: The actions whose runs stay active until the agents service reports them
+#: (or they time out): the overlap, timeout and retry policies apply to them
+#: (docs/schedules.md, "Overlap").
+REPORTED_ACTIONS = ("prompt", "command")
+#: A catalog tool's name, as the catalog allows it (docs/agents.md).
+_TOOL = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]{0,63}")
 
 #: the longest jitter, timeout, retry_backoff or catchup_window (366 days)
 MAX_DURATION_MS = 366 * 86_400_000
@@ -55,6 +62,7 @@ _FIELDS = (
     "schedule",
     "timezone",
     "action",
+    "command",
     "enabled",
     "jitter",
     "timeout",
@@ -69,7 +77,10 @@ _ACTION_FIELDS = {
     "start_job": ("type", "playbook_key", "subject", "key"),
     "send_event": ("type", "job_key", "event"),
     "prompt": ("type", "agent", "prompt"),
+    "command": ("type", "tool", "args"),
 }
+#: The fields of the seed's form, ``command: {tool: NAME, args: {...}}``.
+_COMMAND_FIELDS = ("tool", "args")
 _EVENT_FIELDS = ("action", "value", "properties")
 _SYNONYMS = {
     "cron": "schedule",
@@ -86,6 +97,13 @@ _SYNONYMS = {
     "job": "job_key",
     "text": "prompt",
     "message": "prompt",
+    "cmd": "command",
+    "script": "command",
+    "run": "command",
+    "arguments": "args",
+    "params": "args",
+    "parameters": "args",
+    "input": "args",
 }
 _PLACEHOLDERS = ("slot", "schedule", "date", "time", "instant")
 #: A ``{placeholder}`` of a key template (render_key fills them).
@@ -100,8 +118,9 @@ class Schedule:
     ``catchup_window_ms`` is None for the default (one period: the newest slot
     due catches up, older ones are missed). ``action`` is the normalised action
     object (``{"type": "start_job", "playbook_key": ..., "subject"?, "key"?}``,
-    ``{"type": "send_event", "job_key": ..., "event": {...}}`` or
-    ``{"type": "prompt", "agent": ..., "prompt": ...}``)."""
+    ``{"type": "send_event", "job_key": ..., "event": {...}}``,
+    ``{"type": "prompt", "agent": ..., "prompt": ...}`` or
+    ``{"type": "command", "tool": ..., "args": {...}}``)."""
 
     id: str
     name: str
@@ -246,7 +265,7 @@ def _validate(data: object) -> Schedule:
     if not isinstance(timezone, str):
         raise ScheduleError("timezone", f"must be an IANA time zone name, got {timezone!r}")
     zone(timezone)
-    action = _action(data.get("action"))
+    action = _action(_action_of(data))
     enabled = data.get("enabled", True)
     if not isinstance(enabled, bool):
         raise ScheduleError("enabled", f"must be true or false, got {enabled!r}")
@@ -337,6 +356,72 @@ def _deliver_to(target: object) -> None:
     )
 
 
+def _action_of(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The action as written: ``action``, or the seed's form ``command: {tool,
+    args}``, which is the action ``{type: command, tool, args}``
+    (docs/schedules.md, "Command jobs")."""
+    command = data.get("command")
+    if command is None:
+        return _action(data.get("action"))
+    if data.get("action") is not None:
+        raise ScheduleError(
+            "command",
+            "give action or command, not both (command: {tool, args} is the action "
+            "{type: command, tool, args})",
+        )
+    if not isinstance(command, Mapping):
+        raise ScheduleError("command", "must be an object: {tool: NAME, args: {...}}")
+    _unknown(command, _COMMAND_FIELDS, "command.")
+    return _command(command, "command.")
+
+
+def _command(raw: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+    """A command action: a catalog tool's name and its arguments, a JSON object
+    (the catalog, which the compiler does not read, checks both: docs/schedules.md,
+    "Command jobs")."""
+    tool = _text(raw, "tool", f"{prefix}tool")
+    assert tool is not None
+    if not _TOOL.fullmatch(tool):
+        raise ScheduleError(
+            f"{prefix}tool",
+            f"{tool!r} is not a tool name: 1-64 letters, digits, '_' and '-', starting with "
+            "a letter or '_'",
+        )
+    args = raw.get("args")
+    if args is None:
+        args = {}
+    if not isinstance(args, Mapping):
+        raise ScheduleError(
+            f"{prefix}args",
+            f"must be a JSON object (the tool's arguments), got {type(args).__name__}",
+        )
+    _json_value(args, f"{prefix}args")
+    return {"type": "command", "tool": tool, "args": plain_data(args)}
+
+
+def _json_value(value: object, path: str) -> None:
+    """Refuse what JSON cannot carry (a YAML date, a non-text key, NaN)."""
+    if value is None or isinstance(value, str | bool | int):
+        return
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ScheduleError(path, f"{value!r} is not a JSON number")
+        return
+    if isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            _json_value(item, f"{path}.{index}")
+        return
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ScheduleError(path, f"the key {key!r} is not text: JSON keys are text")
+            _json_value(item, f"{path}.{key}")
+        return
+    raise ScheduleError(
+        path, f"{value!r} ({type(value).__name__}) is not JSON: quote it to make it text"
+    )
+
+
 def _action(raw: object) -> dict[str, Any]:
     if raw is None:
         raise ScheduleError("action", "this field is required")
@@ -349,6 +434,8 @@ def _action(raw: object) -> dict[str, Any]:
         )
     _unknown(raw, _ACTION_FIELDS[kind], "action.")
     out: dict[str, Any] = {"type": kind}
+    if kind == "command":
+        return _command(raw, "action.")
     if kind == "start_job":
         out["playbook_key"] = _text(raw, "playbook_key", "action.playbook_key")
         subject = raw.get("subject")

@@ -47,7 +47,7 @@ __all__ = [
 MAX_RECORDS = 100
 #: the wake request ids a state remembers for de-duplication
 MAX_REQUESTS = 64
-#: Prompt runs one schedule may have active at once (docs/schedules.md, "Overlap");
+#: Prompt and command runs one schedule may have active at once (docs/schedules.md, "Overlap");
 #: a run beyond is recorded ``skipped``.
 MAX_ACTIVE = 32
 #: the longest output excerpt a run record carries
@@ -71,7 +71,7 @@ def fire_ms(schedule: Schedule, slot_ms: int) -> int:
 
 @dataclass(frozen=True)
 class ActiveRun:
-    """A prompt run dispatched and not yet ended."""
+    """A prompt or command run dispatched and not yet ended."""
 
     run_id: str
     slot_ms: int | None
@@ -207,12 +207,17 @@ class Wake:
 
 @dataclass(frozen=True)
 class Report:
-    """How a prompt run ended (a ``schedule.report`` record)."""
+    """How a prompt or command run ended (a ``schedule.report`` record).
+    ``exit_code``: a command's; ``retry`` False: a failure that must not be
+    tried again (a call whose outcome is unknown: it may have taken effect,
+    docs/schedules.md, "Command jobs")."""
 
     run_id: str
     status: Literal["completed", "failed"]
     output: str = ""
     error: str | None = None
+    exit_code: int | None = None
+    retry: bool = True
 
 
 ScheduleInput = Define | Remove | ScheduleTick | Wake | Report

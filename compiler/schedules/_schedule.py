@@ -17,7 +17,13 @@ from compiler.schedules._cron import (
     previous_slot,
     slots_between,
 )
-from compiler.schedules._definition import Schedule, duration_text, plain_data, render_key
+from compiler.schedules._definition import (
+    REPORTED_ACTIONS,
+    Schedule,
+    duration_text,
+    plain_data,
+    render_key,
+)
 from compiler.schedules._ids import (
     request_run_id,
     retry_id,
@@ -117,6 +123,7 @@ class _Decision:
         delivered_to: str | None = None,
         slot_last_ms: int | None = None,
         missed_count: int | None = None,
+        exit_code: int | None = None,
     ) -> None:
         self.effects.append(
             RunRecorded(
@@ -141,6 +148,7 @@ class _Decision:
                     "context": plain_data(context) if context is not None else None,
                     "job_key": job_key,
                     "delivered_to": delivered_to,
+                    "exit_code": exit_code,
                 }
             )
         )
@@ -177,7 +185,8 @@ class _Decision:
         root = root_run_id or run_id
         action: dict[str, Any] = plain_data(schedule.action)
         kind = action["type"]
-        if kind == "prompt" and len(self.active) >= MAX_ACTIVE:
+        reported = kind in REPORTED_ACTIONS  # active until reported (docs/schedules.md)
+        if reported and len(self.active) >= MAX_ACTIVE:
             # allow_all and wakes add runs; each stays in the state until it ends
             self.record(
                 run_id,
@@ -202,7 +211,7 @@ class _Decision:
             job_key = action["job_key"]
         else:
             deadline = self.now_ms + schedule.timeout_ms
-            if context:
+            if context and kind == "prompt":
                 action["prompt"] = f"{action['prompt']}\n\nContext: {_canonical(context)}"
         self.effects.append(
             Dispatch(
@@ -219,7 +228,7 @@ class _Decision:
                 origin,
             )
         )
-        if kind == "prompt":
+        if reported:
             assert deadline is not None
             self.active.append(
                 ActiveRun(
@@ -252,8 +261,8 @@ class _Decision:
         )
 
     def fire_slot(self, slot_ms: int) -> None:
-        """A slot whose turn came: the overlap policy decides (prompt runs only
-        are ever active)."""
+        """A slot whose turn came: the overlap policy decides (prompt and command
+        runs only are ever active)."""
         run = slot_id(self.schedule.id, at_ms(slot_ms))
         if self.active and self.schedule.overlap != "allow_all":
             if self.schedule.overlap == "skip":
@@ -273,7 +282,15 @@ class _Decision:
 
     # ends
 
-    def end(self, run: ActiveRun, status: str, output: str | None, error: str | None) -> None:
+    def end(
+        self,
+        run: ActiveRun,
+        status: str,
+        output: str | None,
+        error: str | None,
+        exit_code: int | None = None,
+        retry: bool = True,
+    ) -> None:
         self.active = [a for a in self.active if a.run_id != run.run_id]
         schedule = self.schedule
         suppressed = status == "suppressed"
@@ -302,9 +319,11 @@ class _Decision:
             suppressed=suppressed,
             context=run.context,
             delivered_to=delivered_to,
+            exit_code=exit_code,
         )
         if (
-            status in ("failed", "timeout")
+            retry
+            and status in ("failed", "timeout")
             and run.triggered_by in ("schedule", "retry")
             and run.attempt < schedule.max_retries
         ):
@@ -546,9 +565,11 @@ def schedule_step(
             return ScheduleStep(state, ())  # late, duplicate, or after a timeout
         if item.status == "completed":
             quiet = state.schedule.heartbeat and item.output.strip() == HEARTBEAT_OK
-            decision.end(ended, "suppressed" if quiet else "completed", item.output, None)
+            status = "suppressed" if quiet else "completed"
+            decision.end(ended, status, item.output, None, item.exit_code)
         else:
-            decision.end(ended, "failed", item.output or None, item.error or "failed")
+            error = item.error or "failed"
+            decision.end(ended, "failed", item.output or None, error, item.exit_code, item.retry)
     else:  # pragma: no cover
         raise TypeError(f"not a schedule input: {item!r}")
     return decision.step()

@@ -8,6 +8,7 @@ import sys
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -28,13 +29,30 @@ from stream.runtime.files import (
     schedules_file,
 )
 
-__all__ = ["CHECKS", "check"]
+__all__ = ["CHECKS", "SCHEDULE_CHECKS", "check", "schedule_problems"]
 
 #: The entry-point group of the checks other packages add: each is a function
 #: called with ``playbooks`` (the parsed files, as (path, playbook)), ``catalogs``,
 #: ``flows`` and ``roots`` (the folders given), keywords only, that returns one
 #: line per problem.
 CHECKS = "lemongraph.checks"
+#: The entry-point group of the checks of schedules against a catalog (a command
+#: schedule's tool and args, docs/schedules.md, "Command jobs"): each is called
+#: with ``schedules`` (``(where, normalised definition)`` pairs) and ``catalog``
+#: (a path), keywords only, and returns one line per problem.
+SCHEDULE_CHECKS = "lemongraph.schedule_checks"
+
+
+def schedule_problems(
+    schedules: list[tuple[str, dict[str, Any]]], catalogs: list[Path]
+) -> list[str]:
+    """The problems the registered schedule checks find with ``schedules``
+    against each catalog (none without a catalog at hand)."""
+    problems: list[str] = []
+    for point in sorted(entry_points(group=SCHEDULE_CHECKS), key=lambda p: p.name):
+        for catalog in catalogs:
+            problems.extend(point.load()(schedules=schedules, catalog=catalog))
+    return problems
 
 
 @dataclass
@@ -46,9 +64,15 @@ class _Found:
     flows: list[Path] = field(default_factory=list)  # docs/flows.md
     schedules: int = 0  # schedules.yaml files checked (docs/schedules.md)
     problems: list[str] = field(default_factory=list)
+    #: The valid definitions of those files, with where each is.
+    definitions: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
     def add_schedules(self, path: Path) -> None:
-        self.problems.extend(load_schedules_file(path).problems)
+        loaded = load_schedules_file(path)
+        self.problems.extend(loaded.problems)
+        self.definitions += [
+            (w, s.to_json()) for w, s in zip(loaded.where, loaded.schedules, strict=True)
+        ]
         self.schedules += 1
 
 
@@ -69,7 +93,9 @@ def check(paths: tuple[Path, ...]) -> None:
         problems.extend(
             point.load()(playbooks=located, catalogs=found.catalogs, flows=found.flows, roots=roots)
         )
-    problems = list(dict.fromkeys(problems))  # a flow a milestone names is checked twice
+    problems.extend(schedule_problems(found.definitions, found.catalogs))
+    # a flow a milestone names is checked twice; a catalog's problem is said once
+    problems = list(dict.fromkeys(problems))
     for problem in problems:
         click.echo(problem)
     if problems:

@@ -26,6 +26,7 @@ import click
 import orjson
 
 from compiler import LemongraphError, load_located
+from stream.cli.checks import schedule_problems
 from stream.gateway import schedule_ops as ops
 from stream.gateway.readmodels.run_verdicts import decision_mark, judge, run_marks
 from stream.runtime.broker import ensure_all_topics
@@ -226,6 +227,8 @@ def _run_line(run: dict[str, Any]) -> str:
         parts.append(f"job {run['job_key']}")
     if run.get("error"):
         parts.append(f"error: {run['error']}")
+    if run.get("exit_code") is not None:  # a command run's (docs/schedules.md)
+        parts.append(f"exit code {run['exit_code']}")
     if run.get("output"):
         parts.append(f"output: {str(run['output'])[:80]!r}")
     return "  ".join(parts)
@@ -332,6 +335,9 @@ def add(source: str, replace: bool) -> None:
                 f"{item.where(located, 'id')}: id {sid!r} is also used by {first[sid].label}"
             )
         first.setdefault(sid, item)
+    catalog = settings.catalog_file  # a command's tool and args, when it is at hand
+    where = [(first[str(s["id"])].where(located), s) for s in specs]
+    problems += schedule_problems(where, [catalog] if catalog.is_file() else [])
     if problems:
         for problem in problems:
             click.echo(f"error: {problem}", err=True)

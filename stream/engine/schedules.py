@@ -79,6 +79,7 @@ from topics import (
     JobStart,
     MessageRecord,
     RecordError,
+    ScheduleCommandTask,
     SchedulePromptTask,
     ScheduleRecord,
     ScheduleReport,
@@ -255,7 +256,12 @@ class Schedules:
             raise RecordError(
                 f"record key {record.key!r} is not the schedule id {report.schedule_id!r}"
             )
-        item = Report(report.run_id, report.status, report.output, report.error)
+        # A call whose outcome is unknown may have taken effect: never retried
+        # (docs/schedules.md, "Command jobs").
+        retry = report.outcome != "outcome_unknown"
+        item = Report(
+            report.run_id, report.status, report.output, report.error, report.exit_code, retry
+        )
         return Decide(report.schedule_id, _instant(now_ms), item)
 
     def wake(
@@ -393,7 +399,8 @@ class Schedules:
     ) -> Output:
         """The run's record: a ``job.start`` or an ``event`` on the inbox at the
         job's home partition (stamped with the decision's ``now``, so that the job
-        is decided at the instant the slot fired), or a ``schedule.prompt`` task."""
+        is decided at the instant the slot fired), or a ``schedule.prompt`` or
+        ``schedule.command`` task."""
         action: Mapping[str, Any] = dispatch.action
         headers = [
             (SCHEDULE_HEADER, dispatch.schedule_id.encode()),
@@ -425,28 +432,33 @@ class Schedules:
             raw = job_key.encode()
             value = _dumps(message.compact())
             return Output(self.names.inbox, raw, value, home(raw), now_ms, headers)
-        if kind == "prompt":
-            deadline = dispatch.deadline_ms
-            if deadline is None:
-                deadline = now_ms + schedule.timeout_ms
-            task = SchedulePromptTask(
-                schedule_id=dispatch.schedule_id,
-                run_id=dispatch.run_id,
-                agent=action["agent"],
-                prompt=action["prompt"],  # with the run's context, if any
-                context=dict(dispatch.context) if dispatch.context else None,
-                slot=None if dispatch.slot_ms is None else to_iso(_instant(dispatch.slot_ms)),
-                attempt=dispatch.attempt,
-                deadline=to_iso(_instant(deadline)),
-                triggered_by=dispatch.triggered_by,
-                at=to_iso(now),
-                origin=list(dispatch.origin),
-            )
-            value = _dumps(task.dump())
-            return Output(
-                self.names.tasks, dispatch.schedule_id.encode(), value, partition, now_ms, headers
-            )
-        raise ValueError(f"unknown action type {kind!r}")
+        deadline = dispatch.deadline_ms
+        if deadline is None:
+            deadline = now_ms + schedule.timeout_ms
+        common: dict[str, Any] = {
+            "schedule_id": dispatch.schedule_id,
+            "run_id": dispatch.run_id,
+            "context": dict(dispatch.context) if dispatch.context else None,
+            "slot": None if dispatch.slot_ms is None else to_iso(_instant(dispatch.slot_ms)),
+            "attempt": dispatch.attempt,
+            "deadline": to_iso(_instant(deadline)),
+            "triggered_by": dispatch.triggered_by,
+            "at": to_iso(now),
+            "origin": list(dispatch.origin),
+        }
+        task: SchedulePromptTask | ScheduleCommandTask
+        if kind == "command":  # docs/schedules.md, "Command jobs"
+            args = dict(action.get("args", {}))
+            task = ScheduleCommandTask(tool=action["tool"], args=args, **common)
+        elif kind == "prompt":
+            # the prompt carries the run's context, if any
+            task = SchedulePromptTask(agent=action["agent"], prompt=action["prompt"], **common)
+        else:
+            raise ValueError(f"unknown action type {kind!r}")
+        value = _dumps(task.dump())
+        return Output(
+            self.names.tasks, dispatch.schedule_id.encode(), value, partition, now_ms, headers
+        )
 
     def _deliver(
         self,

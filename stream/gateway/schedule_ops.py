@@ -218,6 +218,8 @@ def merged(spec: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
     ``action`` or ``meta`` given is given whole); a field set to null goes back
     to its default. The id cannot change (:class:`Invalid`)."""
     out = dict(spec)
+    if patch.get("command") is not None:
+        out.pop("action", None)  # the seed's form of a command action (docs/schedules.md)
     for name, value in patch.items():
         if name in FIXED and value != spec.get(name):
             raise Invalid(f"{name}: a schedule's id cannot change (create a new one)", name)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from compiler import (
@@ -162,6 +162,8 @@ class ScheduleSet:
 
     schedules: list[Schedule]
     problems: list[str]
+    #: Where each of ``schedules`` is, ``FILE:LINE: schedules[N] (id)``.
+    where: list[str] = field(default_factory=list)
 
 
 def load_schedules_file(path: Path) -> ScheduleSet:
@@ -207,4 +209,5 @@ def load_schedules_file(path: Path) -> ScheduleSet:
             continue
         seen[schedule.id] = index
         found.schedules.append(schedule)
+        found.where.append(f"{at}: {label}")
     return found

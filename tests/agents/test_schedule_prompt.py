@@ -23,6 +23,7 @@ from agents.dev.standin import StandinScript, build_standin
 from agents.model import ModelSettings
 from agents.schedule_runs import run_key
 from agents.service import AgentService, Where
+from agents.tools.executor import derived_key
 from stream.engine.worker import ensure_all_topics
 from stream.runtime.config import Settings
 from stream.runtime.kafka import bootstrap_of, producer, read_topic
@@ -51,6 +52,17 @@ tools:
     http: {url: "${QUEUE_URL}/check", method: POST}
     idempotent: true
     records: {fact: queue_checked, properties: {waiting: "$.waiting"}}
+  nightly_job:
+    description: Run the nightly job (not idempotent).
+    parameters:
+      type: object
+      properties: {suite: {type: string}}
+      required: [suite]
+      additionalProperties: false
+    # The one line that says what kind of tool it is. Its side effect is a line
+    # in ${EFFECTS}, then 4 s of work; as a command tool (agents/tools/command.py):
+    # command: {argv: [/bin/sh, -c, 'echo "$0" >> "$1"; sleep 4', "{suite}", "${EFFECTS}"]}
+    http: {url: "${JOB_URL}/run", method: POST}
 """
 SCRIPT = StandinScript.model_validate(
     {
@@ -111,8 +123,24 @@ def reports(lane: Lane, at_least: int = 1) -> list[dict[str, Any]] | None:
     return found if len(found) >= at_least else None
 
 
+def nightly(effects: Path) -> FastAPI:
+    """The nightly job's endpoint: its side effect (a line in ``effects``),
+    then 4 s of work (long enough to kill the service mid-call)."""
+    app = FastAPI()
+
+    @app.post("/run")
+    async def run(request: Request) -> dict[str, Any]:
+        body = await request.json()
+        with effects.open("a") as out:
+            out.write(f"{body['suite']}\n")
+        await asyncio.sleep(4)
+        return {"ran": body["suite"]}
+
+    return app
+
+
 def start_agents(
-    lane: Lane, serve: Callable[[Any], str], tools: FastAPI
+    lane: Lane, serve: Callable[[Any], str], tools: FastAPI, **more: str
 ) -> tuple[FastAPI, dict[str, str]]:
     (lane.playbooks / "catalog.yaml").write_text(CATALOG)
     model = build_standin(SCRIPT)
@@ -121,6 +149,7 @@ def start_agents(
         "OPENAI_API_KEY": "sk-test",
         "QUEUE_URL": serve(tools),
         "LEMONGRAPH_MODEL_RETRIES": "1",
+        **more,
     }
     # At info: it says which task it ignored (a run reported already).
     lane.start(["agents", "--loglevel", "info"], "agents: ready", **env)
@@ -240,6 +269,81 @@ def test_a_service_killed_mid_run_resumes_it_and_reports_once(
     [end] = [j for j in journal if j["type"] == "journal.run"]
     assert (end["ended"], end["replayed"]) == ("done", 1)
     assert [j["type"] for j in journal].count("journal.model_call") == 2
+
+
+def command(schedule: str, run: str, tool: str, args: dict[str, Any]) -> bytes:
+    """A ``schedule.command`` task as the worker dispatches it (docs/schedules.md,
+    "Command jobs"): a prompt's task with a tool and its args instead."""
+    body = orjson.loads(task(schedule, run, "-", type="schedule.command", tool=tool, args=args))
+    del body["agent"], body["prompt"]
+    return orjson.dumps(body)
+
+
+def test_command_runs_call_their_tool_once_and_report_across_a_kill(
+    lane: Lane, serve: Callable[[Any], str]
+) -> None:
+    """docs/schedules.md, "Command jobs": the service calls a command run's
+    catalog tool through the executor (our key: the schedule and the run) and
+    reports the outcome on schedule-runs; killed mid-call, a non-idempotent
+    call is never made again: its run reports the outcome unknown."""
+    tools = queue()
+    effects = lane.root / "effects"
+    effects.write_text("")
+    job_url = serve(nightly(effects))
+    _, env = start_agents(lane, serve, tools, JOB_URL=job_url, EFFECTS=str(effects))
+    quick = (b"s-quick", command("s-quick", "sl-c1", "check_queue", {}))
+    tasks = [
+        quick,
+        (b"s-nope", command("s-nope", "sl-c3", "no_such_tool", {})),
+        (b"s-bad", command("s-bad", "sl-c4", "nightly_job", {"suite": 5})),
+    ]
+    lane.produce(tasks, topic="tasks")
+    wait_for(lambda: reports(lane, 3), 60, 0.3, "three reports")
+    slow = (b"s-night", command("s-night", "sl-c2", "nightly_job", {"suite": "smoke"}))
+    lane.produce([slow, slow], topic="tasks")  # delivered twice at once: one run
+    wait_for(lambda: effects.read_text(), 60, 0.1, "the nightly job's side effect")
+    lane.workers[-1].stop(signal.SIGKILL)  # mid-call: the job has not answered
+    lane.start(["agents", "--loglevel", "info"], "agents: ready", **env)
+    wait_for(lambda: reports(lane, 4), 60, 0.3, "the fourth report")
+    lane.produce([quick, slow], topic="tasks")  # and again, after their reports
+    wait_ignored_runs(lane, "command run", "sl-c1", "sl-c2")
+
+    by_run: dict[str, dict[str, Any]] = {}
+    for record in reports(lane) or []:
+        body = record["value"]
+        assert by_run.setdefault(body["run_id"], body) == body  # a repeat is the same
+        assert record["key"] == body["schedule_id"]
+    assert sorted(by_run) == ["sl-c1", "sl-c2", "sl-c3", "sl-c4"]
+    got = {k: (v["status"], v["outcome"], v["exit_code"]) for k, v in by_run.items()}
+    assert got == {
+        "sl-c1": ("completed", "done", None),  # an HTTP tool: no exit code
+        "sl-c2": ("failed", "outcome_unknown", None),
+        "sl-c3": ("failed", "refused", None),
+        "sl-c4": ("failed", "refused", None),
+    }
+    assert by_run["sl-c1"]["output"] == '{"waiting":3}'  # an excerpt of the result
+    assert by_run["sl-c2"]["error"].startswith("outcome unknown: the call was begun by a run")
+    assert by_run["sl-c3"]["error"].startswith("refused: unknown tool 'no_such_tool'")
+    assert "suite: 5 is not of type 'string'" in by_run["sl-c4"]["error"]
+    # The side effect happened once: not again after the restart, nor for the
+    # task delivered twice, nor for the args that did not fit.
+    assert effects.read_text() == "smoke\n"
+    # The idempotent tool was called once, with the key of the schedule and run.
+    assert tools.state.calls == [derived_key("schedule:s-quick/sl-c1", "check_queue", {}, 1)]
+    journal = [r["value"] for r in lane.read("journal") if r["value"]["run_id"].startswith("sl-c")]
+    calls = {(j["job_key"], j["tool"], j["outcome"]) for j in journal}
+    assert calls == {
+        ("schedule:s-quick", "check_queue", "done"),
+        ("schedule:s-night", "nightly_job", "outcome_unknown"),
+        ("schedule:s-nope", "no_such_tool", "refused"),
+        ("schedule:s-bad", "nightly_job", "refused"),
+    }
+
+
+def wait_ignored_runs(lane: Lane, what: str, *run_ids: str) -> None:
+    """As :func:`wait_ignored`, for runs of another kind (``command run``)."""
+    for run_id in run_ids:
+        lane.workers[-1].wait_for(f"agents: {what} {run_id} was reported already: ignored")
 
 
 @asynccontextmanager

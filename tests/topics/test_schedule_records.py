@@ -13,6 +13,7 @@ import topics
 from topics import (
     AuditRecord,
     RecordError,
+    ScheduleCommandTask,
     SchedulePromptTask,
     ScheduleRecord,
     ScheduleReport,
@@ -150,6 +151,42 @@ def test_a_prompt_task_is_a_third_kind_of_task_record() -> None:
     assert isinstance(closed, TaskClosedRecord)
 
 
+def test_a_command_task_and_its_report_docs_schedules_command_jobs() -> None:
+    adapter: TypeAdapter[Any] = TypeAdapter(TaskRecord)
+    task = adapter.validate_python(
+        {
+            "type": "schedule.command",
+            "schedule_id": "nightly",
+            "run_id": "sl-1",
+            "tool": "run_tests",
+            "args": {"suite": "smoke"},
+            "deadline": "2026-03-09T14:35:00Z",
+        }
+    )
+    assert isinstance(task, ScheduleCommandTask)
+    assert (task.tool, task.args, task.attempt, task.triggered_by) == (
+        "run_tests", {"suite": "smoke"}, 0, "schedule"
+    )  # fmt: skip
+    with pytest.raises(ValidationError):
+        adapter.validate_python({**task.dump(), "args": ["--all"]})  # a JSON object only
+    report = ScheduleReport.model_validate(
+        {
+            "type": "schedule.report",
+            "schedule_id": "nightly",
+            "run_id": "sl-1",
+            "status": "failed",
+            "error": "failed: exit code 2",
+            "at": "2026-03-09T14:31:00Z",
+            "outcome": "failed",
+            "exit_code": 2,
+        }
+    )
+    assert (report.outcome, report.exit_code) == ("failed", 2)
+    with pytest.raises(ValidationError):
+        ScheduleReport.model_validate({**report.dump(), "outcome": "maybe"})
+    assert ScheduleRunRecord.model_validate({**RUN, "exit_code": 0}).exit_code == 0
+
+
 # -- the inbox's schedule.wake ----------------------------------------------------------
 
 
@@ -203,6 +240,7 @@ def test_a_record_without_a_type_names_the_three_inbox_types() -> None:
 def test_the_schedule_names_are_exported() -> None:
     for name in (
         "AuditRecord",
+        "ScheduleCommandTask",
         "ScheduleId",
         "SchedulePromptTask",
         "ScheduleRecord",

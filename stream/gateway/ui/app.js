@@ -799,6 +799,7 @@ function actionText(action) {
   if (action.type === "start_job") return `start job (${action.playbook_key})`;
   if (action.type === "send_event") return `event ${action.event && action.event.action} → ${action.job_key}`;
   if (action.type === "prompt") return `prompt ${action.agent}`;
+  if (action.type === "command") return `command ${action.tool}`;
   return action.type;
 }
 
@@ -837,6 +838,7 @@ function runDetail(run) {
   const parts = [];
   if (run.missed_count) parts.push(`${run.missed_count} slots missed, to ${run.slot_last}`);
   if (run.error) parts.push(`error: ${run.error}`);
+  if (run.exit_code !== null && run.exit_code !== undefined) parts.push(`exit code ${run.exit_code}`);
   if (run.output) parts.push(`output: ${run.output}`);
   if (run.delivered_to) parts.push(`delivered to ${run.delivered_to}`);
   if (run.context) parts.push(`context: ${JSON.stringify(run.context)}`);

@@ -132,7 +132,7 @@ ERRORS = [
     (
         definition(action={"type": "email"}),
         "action.type",
-        "action.type: must be one of start_job, send_event, prompt, got 'email'",
+        "action.type: must be one of start_job, send_event, prompt, command, got 'email'",
     ),
     (
         definition(action={"type": "start_job"}),

@@ -193,11 +193,21 @@ def test_sigkill_while_slots_are_due_fires_every_slot_once(lane: Lane) -> None:
         "nudger",
         {"type": "send_event", "job_key": "target", "event": {"action": "reminder_due"}},
     )
-    parts = {home("starter"), home("nudger")}
+    # A command schedule (docs/schedules.md, "Command jobs"), in the seed's form:
+    # no agents service reports, so each run stays running (allow_all: none skipped).
+    runner = {
+        "id": "runner",
+        "name": "runner",
+        "schedule": "every 1m",
+        "command": {"tool": "run_tests", "args": {"suite": "smoke"}},
+        "overlap": "allow_all",
+        "timeout": "1h",
+    }
+    parts = {home("starter"), home("nudger"), home("runner")}
     began = time.monotonic()
     first = start_worker(lane)
     lane.send({"type": "job.start", "key": "target", "playbook_key": "onboarding"})
-    define(lane, starter, nudger)
+    define(lane, starter, nudger, runner)
     ready = time.monotonic()
     # The ticks go out one minute at a time, every 50 ms, from another thread;
     # the worker is killed while they come, and they go on while it is down.
@@ -215,7 +225,8 @@ def test_sigkill_while_slots_are_due_fires_every_slot_once(lane: Lane) -> None:
 
     def settled(records: list[dict[str, Any]]) -> bool:
         ids = {(r["schedule_id"], r["run_id"]) for r in records if r["status"] == "completed"}
-        return len(ids) == 2 * slots
+        running = {r["run_id"] for r in records if r["status"] == "running"}
+        return len(ids) == 2 * slots and len(running) == slots
 
     lane.wait_until(
         "schedule-runs",
@@ -263,13 +274,31 @@ def test_sigkill_while_slots_are_due_fires_every_slot_once(lane: Lane) -> None:
         assert bodies.setdefault(ident, body) == body, f"{ident} recorded twice, differently"
     assert {i[1] for i in bodies if i[0] == "starter"} == want_starts
     assert {i[1] for i in bodies if i[0] == "nudger"} == want_events
+    # one command run per slot: one run id each, its task on tasks; a task sent
+    # again (a batch decided again after the SIGKILL) is byte for byte the same,
+    # and the agents service runs a run id once
+    want_commands = {slot("runner", at(m)) for m in range(1, slots + 1)}
+    assert {i[1] for i in bodies if i[0] == "runner"} == want_commands
+    commands: dict[str, bytes] = {}
+    for record in lane.read("tasks"):
+        task = record["value"]
+        if task["type"] != "schedule.command":
+            continue  # the started jobs' tasks
+        assert (record["key"], task["tool"], task["args"]) == (
+            "runner",
+            "run_tests",
+            {"suite": "smoke"},
+        )
+        body = orjson.dumps(task, option=orjson.OPT_SORT_KEYS)
+        assert commands.setdefault(task["run_id"], body) == body, "a slot dispatched twice"
+    assert set(commands) == want_commands
     # every dispatched inbox record names its schedule and run
     dispatched = [r for r in lane.read("inbox") if r["key"] in want_starts]
     assert {r["key"] for r in dispatched} == want_starts
     stopped = "".join(second.lines)
     skipped = re.search(r"(\d+) re-deliveries skipped", stopped)
     print(
-        f"\n{slots} slots x 2 schedules: worker ready after {ready - began:.1f}s, "
+        f"\n{slots} slots x 3 schedules: worker ready after {ready - began:.1f}s, "
         f"SIGKILL at {killed - began:.1f}s, all fired once {time.monotonic() - killed:.1f}s "
         f"after; {len(dispatched)} job.start records for {len(want_starts)} jobs, "
         f"{skipped.group(1) if skipped else '?'} re-deliveries skipped by the second worker"

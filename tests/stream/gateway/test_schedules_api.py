@@ -127,6 +127,14 @@ def test_a_schedule_is_created_listed_shown_paused_resumed_and_deleted(
         assert changed["spec"]["overlap"] == "buffer_one"
         windowed = client.patch("/v1/schedules/queue-check", json={"catchup_window": "2h"})
         assert ok(windowed)["catchup_window_effective"] == "2h"
+        # The seed's form of a command job replaces the action (docs/schedules.md,
+        # "Command jobs"); it is stored as the action.
+        command = {"tool": "run_tests", "args": {"suite": "smoke"}}
+        scripted = ok(client.patch("/v1/schedules/queue-check", json={"command": command}))
+        assert scripted["spec"]["action"] == {"type": "command", **command}
+        assert "command" not in scripted["spec"]
+        bad = client.patch("/v1/schedules/queue-check", json={"command": {"tool": "t", "args": []}})
+        assert error_of(bad, 422, "invalid_schedule")["field"] == "command.args"
         reset = ok(client.patch("/v1/schedules/lead-review", json={"overlap": None}))
         assert reset["spec"]["overlap"] == "skip"
         # The id cannot change.
