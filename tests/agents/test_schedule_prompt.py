@@ -59,10 +59,9 @@ tools:
       properties: {suite: {type: string}}
       required: [suite]
       additionalProperties: false
-    # The one line that says what kind of tool it is. Its side effect is a line
-    # in ${EFFECTS}, then 4 s of work; as a command tool (agents/tools/command.py):
-    # command: {argv: [/bin/sh, -c, 'echo "$0" >> "$1"; sleep 4', "{suite}", "${EFFECTS}"]}
-    http: {url: "${JOB_URL}/run", method: POST}
+    # A command tool (agents/tools/command.py): its side effect is a line in
+    # ${EFFECTS}, then 4 s of work (long enough to kill the service mid-call).
+    command: {argv: [/bin/sh, -c, 'echo "$0" >> "$1"; sleep 4', "{suite}", "${EFFECTS}"]}
 """
 SCRIPT = StandinScript.model_validate(
     {
@@ -121,22 +120,6 @@ def reports(lane: Lane, at_least: int = 1) -> list[dict[str, Any]] | None:
         r for r in lane.read("schedule-runs", idle=0.2) if r["value"]["type"] == "schedule.report"
     ]
     return found if len(found) >= at_least else None
-
-
-def nightly(effects: Path) -> FastAPI:
-    """The nightly job's endpoint: its side effect (a line in ``effects``),
-    then 4 s of work (long enough to kill the service mid-call)."""
-    app = FastAPI()
-
-    @app.post("/run")
-    async def run(request: Request) -> dict[str, Any]:
-        body = await request.json()
-        with effects.open("a") as out:
-            out.write(f"{body['suite']}\n")
-        await asyncio.sleep(4)
-        return {"ran": body["suite"]}
-
-    return app
 
 
 def start_agents(
@@ -289,8 +272,7 @@ def test_command_runs_call_their_tool_once_and_report_across_a_kill(
     tools = queue()
     effects = lane.root / "effects"
     effects.write_text("")
-    job_url = serve(nightly(effects))
-    _, env = start_agents(lane, serve, tools, JOB_URL=job_url, EFFECTS=str(effects))
+    _, env = start_agents(lane, serve, tools, EFFECTS=str(effects))
     quick = (b"s-quick", command("s-quick", "sl-c1", "check_queue", {}))
     tasks = [
         quick,
