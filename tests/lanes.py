@@ -28,6 +28,7 @@ from aiokafka import TopicPartition
 from aiokafka.partitioner import DefaultPartitioner
 
 from stream.runtime.kafka import bootstrap_of, new_consumer, producer, read_topic
+from tests.inprocess import invoke
 from topics import DeadLetter, Topics
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -156,16 +157,23 @@ class Lane:
         for worker in self.workers:
             worker.stop(signal.SIGKILL)
 
-    def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        result = subprocess.run(
-            [str(LEMONGRAPH), *args],
-            cwd=self.root,
-            env=self.env(),
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+    def cli(
+        self, *args: str, check: bool = True, process: bool = False
+    ) -> subprocess.CompletedProcess[str]:
+        """``lemongraph ARGS`` on this lane: in the test's process (tests/inprocess.py),
+        or with ``process`` as its own process through the console script."""
+        if process:
+            result = subprocess.run(
+                [str(LEMONGRAPH), *args],
+                cwd=self.root,
+                env=self.env(),
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+        else:
+            result = invoke(args, env=self.env(), cwd=self.root)
         if check and result.returncode != 0:
             raise AssertionError(
                 f"lemongraph {' '.join(args)} failed:\n{result.stdout}{result.stderr}"
