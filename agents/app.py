@@ -11,9 +11,8 @@ from typing import Any
 import faust
 from stream.runtime.config import Settings
 from stream.runtime.faust_tuning import (
-    FETCH_MAX_WAIT_MS,
-    FETCH_MAX_WAIT_MS_TANSU,
     common_settings,
+    fetch_max_wait,
     set_fetch_max_wait,
 )
 from topics import Headers, Topics
@@ -41,7 +40,7 @@ def build_service(
 ) -> tuple[faust.App, AgentService]:
     """The Faust app that runs the service."""
     # Tansu holds a fetch for its whole wait: keep it short there (stream/runtime/faust_tuning.py).
-    set_fetch_max_wait(FETCH_MAX_WAIT_MS_TANSU if tansu else FETCH_MAX_WAIT_MS)
+    set_fetch_max_wait(fetch_max_wait(tansu))
     options = common_settings(
         settings.kafka_url,
         data_path(settings) / "faust",

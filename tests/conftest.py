@@ -18,6 +18,11 @@ from tests.lanes import ROOT, Lane
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # The processes tests start let the embedded broker hold an empty fetch for
+    # 100 ms, not 20: a little latency per hop for a third of the CPU an idle
+    # worker and its broker spend polling (docs/operations.md, "Settings that
+    # matter here"). The benchmarks' smoke tests measure the default.
+    os.environ.setdefault("LEMONGRAPH_FETCH_MAX_WAIT_MS", "100")
     # Test what runs: a compiled module older than its source would be tested
     # in its old form (see stream/runtime/native.py).
     try:

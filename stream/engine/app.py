@@ -28,11 +28,10 @@ from stream.engine.timers import INDEX_MARK
 from stream.runtime.config import Settings
 from stream.runtime.errors import ExitCode
 from stream.runtime.faust_tuning import (
-    FETCH_MAX_WAIT_MS,
-    FETCH_MAX_WAIT_MS_TANSU,
     BoundedRocksDBOptions,
     bound_rocksdb,
     common_settings,
+    fetch_max_wait,
     set_fetch_max_wait,
 )
 from stream.runtime.fetch import BatchApp, BatchConsumer, StopWorker
@@ -166,7 +165,7 @@ class Worker:
         topics = self.topics = Topics(settings.topic_prefix)
         # Apache Kafka answers a fetch when data is there; Tansu waits out the whole
         # fetch wait, so keep it short there (see stream/runtime/faust_tuning.py).
-        set_fetch_max_wait(FETCH_MAX_WAIT_MS_TANSU if tansu else FETCH_MAX_WAIT_MS)
+        set_fetch_max_wait(fetch_max_wait(tansu))
         app_name = app_id or f"{settings.topic_prefix}engine"
         app = self.app = BatchApp(app_name, **faust_settings(settings, tansu))
         self.stats = stats if stats is not None else EngineStats()

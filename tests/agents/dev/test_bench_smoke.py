@@ -20,6 +20,7 @@ def test_bench_agents_measures_every_figure(tmp_path: Path) -> None:
     out = tmp_path / "agents.json"
     env = dict(os.environ, LEMONGRAPH_PLAYBOOKS_DIR=str(ROOT / "examples"))
     env.pop("LEMONGRAPH_KAFKA_URL", None)  # its own embedded broker, as documented
+    env.pop("LEMONGRAPH_FETCH_MAX_WAIT_MS", None)  # the default the benchmark measures
     result = subprocess.run(
         [str(Path(sys.executable).parent / "lemongraph"), "bench-agents", "--jobs", "20",
          "--json", str(out)],

@@ -63,6 +63,7 @@ def test_bench_quick_measures_every_figure(tmp_path: Path) -> None:
         os.environ, LEMONGRAPH_PLAYBOOKS_DIR=str(ROOT / "examples"), LEMONGRAPH_BENCH_SMOKE="1"
     )
     env.pop("LEMONGRAPH_KAFKA_URL", None)  # its own embedded broker, as documented
+    env.pop("LEMONGRAPH_FETCH_MAX_WAIT_MS", None)  # the default the benchmark measures
     env.pop("LEMONGRAPH_KAFKA_COMPRESSION", None)  # the default codec
     result = subprocess.run(
         [str(Path(sys.executable).parent / "lemongraph"), "bench", "--quick", "--json", str(out)],

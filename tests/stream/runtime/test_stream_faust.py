@@ -158,3 +158,19 @@ def test_faust_still_drains_and_produces_the_way_stream_fetch_mirrors() -> None:
     assert "create_consumer" in inspect.getsource(faust.App._new_consumer)
     assert "self._new_transport()" in inspect.getsource(faust.App.transport.fget)  # type: ignore[attr-defined]
     assert callable(faust_aiokafka.Producer._ensure_producer)
+
+
+def test_the_fetch_wait_is_the_brokers_default_unless_configured() -> None:
+    from stream.runtime.faust_tuning import (
+        FETCH_MAX_WAIT_MS,
+        FETCH_MAX_WAIT_MS_TANSU,
+        fetch_max_wait,
+    )
+
+    assert fetch_max_wait(True, {}) == FETCH_MAX_WAIT_MS_TANSU == 20
+    assert fetch_max_wait(False, {}) == FETCH_MAX_WAIT_MS == 500
+    assert fetch_max_wait(True, {"LEMONGRAPH_FETCH_MAX_WAIT_MS": " 100 "}) == 100
+    assert fetch_max_wait(False, {"LEMONGRAPH_FETCH_MAX_WAIT_MS": "100"}) == 100
+    for bad in ("0", "10001", "-5", "1.5", "soon"):
+        with pytest.raises(ValueError, match="LEMONGRAPH_FETCH_MAX_WAIT_MS"):
+            fetch_max_wait(True, {"LEMONGRAPH_FETCH_MAX_WAIT_MS": bad})
