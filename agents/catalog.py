@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -33,7 +33,10 @@ __all__ = [
     "CatalogError",
     "HttpAction",
     "IntegrationSpec",
+    "McpAction",
+    "McpServerSpec",
     "Records",
+    "ServerTool",
     "Success",
     "ToolSpec",
     "catalog_path",
@@ -67,6 +70,48 @@ class HttpAction(_Spec):
     method: Literal["GET", "POST", "PUT", "PATCH", "DELETE"] = "POST"
     headers: dict[str, str] = Field(default_factory=dict)
     timeout: float = Field(10.0, gt=0, le=300)
+
+
+class McpServerSpec(_Spec):
+    """An MCP server (docs/agents.md, "MCP servers"): a ``command`` the service
+    starts and talks to over stdio (``env`` names the service's variables it
+    gets, ``cwd`` where it runs), or a streamable HTTP ``url`` with ``headers``.
+    ``${VAR}`` in the command, URL and header values is read from the service's
+    environment."""
+
+    command: tuple[str, ...] | None = Field(None, min_length=1)
+    env: tuple[str, ...] = ()
+    cwd: str | None = None
+    url: str | None = Field(None, min_length=1)
+    headers: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerSpec:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("says exactly one of command (stdio) and url (streamable HTTP)")
+        if self.command is not None and self.headers:
+            raise ValueError("headers go with url, not command")
+        if self.url is not None and (self.env or self.cwd is not None):
+            raise ValueError("env and cwd go with command, not url")
+        return self
+
+
+class McpAction(_Spec):
+    """Call ``tool`` of the MCP server ``server`` (a name under ``mcp_servers``)
+    with the arguments; ``timeout``: how long the answer may take."""
+
+    server: str = Field(min_length=1)
+    tool: str = Field(min_length=1)
+    timeout: float = Field(30.0, gt=0, le=3600)
+
+
+@dataclass(frozen=True)
+class ServerTool:
+    """An MCP tool as its server listed it: what the model is told of it when
+    the catalog says nothing (docs/agents.md, "MCP servers")."""
+
+    description: str
+    parameters: Mapping[str, Any]
 
 
 class Records(_Spec):
@@ -118,11 +163,16 @@ class ToolSpec(_Spec):
     """A tool: what the model is told, the schema of its arguments, what
     trusted code does, and what it records on success."""
 
-    description: str = Field(min_length=1)
+    #: Required, except for an mcp tool (its server's description is used).
+    description: str = ""
+    #: For an mcp tool that omits it, its server's input schema is used.
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
     http: HttpAction | None = None
+    mcp: McpAction | None = None
     idempotent: bool = False
     records: Records | None = None
+    #: What a call that did not succeed records (an MCP error result), if anything.
+    records_on_failure: Records | None = None
     #: What a 2xx answer must say to confirm the call (None: the default rule).
     success: Success | None = None
     #: Whether a call changes something (flows warn about a write with no
@@ -166,6 +216,7 @@ class _CatalogSpec(_Spec):
     agents: dict[str, AgentSpec] = Field(default_factory=dict)
     tools: dict[str, ToolSpec] = Field(default_factory=dict)
     skills: dict[str, str] = Field(default_factory=dict)
+    mcp_servers: dict[str, McpServerSpec] = Field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -180,6 +231,26 @@ class Catalog:
     #: Who answers an approval whose flow node names no ``approvers``
     #: (docs/agents.md, "Who approves").
     approvers: tuple[str, ...] = APPROVERS_DEFAULT
+    mcp_servers: Mapping[str, McpServerSpec] = field(default_factory=dict)
+    #: The mcp tools that may be offered now, as their servers listed them
+    #: (``McpServers.catalog``); None: no server was asked, each is offered as
+    #: the catalog says (docs/agents.md, "MCP servers").
+    mcp_listed: Mapping[str, ServerTool] | None = None
+
+    def offer(self, name: str) -> tuple[str, Mapping[str, Any]] | None:
+        """(description, parameters) the model is told of tool ``name``, or None
+        when it is not offered now (an mcp tool its server does not list as it did)."""
+        tool = self.tools[name]
+        if tool.mcp is None or self.mcp_listed is None:
+            return tool.description, tool.parameters
+        listed = self.mcp_listed.get(name)
+        if listed is None:
+            return None
+        given = "parameters" in tool.model_fields_set
+        return (
+            tool.description or listed.description,
+            tool.parameters if given else listed.parameters,
+        )
 
     def grants(self, integrations: Iterable[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """(tools, delegate agents) that ``integrations`` grant, each once, in
@@ -257,7 +328,13 @@ def load_catalog(text: str, source: str = "<catalog>", base: Path | None = None)
     if problems:
         raise CatalogError(problems)
     return Catalog(
-        source, spec.integrations, spec.agents, spec.tools, skills, approvers=spec.approvers
+        source,
+        spec.integrations,
+        spec.agents,
+        spec.tools,
+        skills,
+        approvers=spec.approvers,
+        mcp_servers=spec.mcp_servers,
     )
 
 
@@ -267,7 +344,7 @@ _Problem = Callable[[tuple[str | int, ...], str], None]
 
 def _check_names(spec: _CatalogSpec, problem: _Problem) -> None:
     """Names that are valid, the conversation agent, no tool named as an agent."""
-    for section in ("integrations", "agents", "tools", "skills"):
+    for section in ("integrations", "agents", "tools", "skills", "mcp_servers"):
         for name in getattr(spec, section):
             if not re.match(_NAME, name):
                 problem((section, name), f"{section}: {name!r} is not a valid name")
@@ -433,12 +510,18 @@ def _check_tools(spec: _CatalogSpec, problem: _Problem) -> None:
                 ("tools", name, "parameters"),
                 f"tools.{name}.parameters: the arguments must be an object (type: object)",
             )
-        if tool.http is None:
-            problem(("tools", name), f"tools.{name}: says nothing for trusted code to do (http)")
+        kinds = [kind for kind in ("http", "mcp") if getattr(tool, kind) is not None]
+        if not kinds:
+            what = f"tools.{name}: says nothing for trusted code to do (http, mcp)"
+            problem(("tools", name), what)
+        elif len(kinds) > 1:
+            problem(("tools", name), f"tools.{name}: says {' and '.join(kinds)}: exactly one")
+        _check_mcp_tool(spec, name, tool, problem)
         paths: list[tuple[tuple[str, ...], str]] = []
-        if tool.records is not None:
-            props = tool.records.properties.items()
-            paths += [(("records", "properties", prop), ref) for prop, ref in props]
+        for field_name in ("records", "records_on_failure"):
+            records = getattr(tool, field_name)
+            props = records.properties.items() if records is not None else ()
+            paths += [((field_name, "properties", prop), ref) for prop, ref in props]
         if tool.success is not None:
             paths.append((("success", "path"), tool.success.path))
         for at, ref in paths:
@@ -447,6 +530,20 @@ def _check_tools(spec: _CatalogSpec, problem: _Problem) -> None:
                     ("tools", name, *at),
                     f"tools.{name}.{'.'.join(at)}: {ref!r} is not a response path ($ or $.field)",
                 )
+
+
+def _check_mcp_tool(spec: _CatalogSpec, name: str, tool: ToolSpec, problem: _Problem) -> None:
+    """An mcp tool names a declared server; any other tool has a description."""
+    if tool.mcp is None:
+        if not tool.description:
+            problem(("tools", name), f"tools.{name}: a description is required")
+        return
+    if tool.mcp.server not in spec.mcp_servers:
+        declared = ", ".join(sorted(spec.mcp_servers)) or "none"
+        problem(
+            ("tools", name, "mcp", "server"),
+            f"tools.{name}.mcp: unknown server {tool.mcp.server!r} (mcp_servers: {declared})",
+        )
 
 
 def _read_skills(spec: _CatalogSpec, base: Path, problem: _Problem) -> dict[str, str]:

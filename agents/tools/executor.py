@@ -17,7 +17,7 @@ import hashlib
 import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -28,6 +28,9 @@ from topics import InboxEvent, encode
 from agents.catalog import Catalog, ToolSpec, expand_env
 from agents.model import whole_number
 from agents.tools.success import Verdict, judge, response_path
+
+if TYPE_CHECKING:
+    from agents.tools.mcp import McpServers
 
 __all__ = [
     "FACT_MAX_BYTES",
@@ -109,8 +112,11 @@ class Executor:
         *,
         max_response: int = MAX_TOOL_RESPONSE_BYTES,
         headers: Mapping[str, str] | None = None,
+        mcp: McpServers | None = None,
     ) -> None:
         self.catalog = catalog
+        #: The catalog's MCP servers, connected (agents/tools/mcp.py).
+        self.mcp = mcp
         self.client = client
         self.env = env
         #: The most of a tool's answer read (``LEMONGRAPH_MAX_TOOL_RESPONSE_BYTES``).
@@ -144,7 +150,14 @@ class Executor:
             args = orjson.loads(arguments or "{}")
         except orjson.JSONDecodeError as exc:
             return None, f"the arguments are not JSON: {exc}"
-        errors = sorted(self._validators[name].iter_errors(args), key=lambda e: list(e.path))
+        validator = self._validators[name]
+        if self.catalog.tools[name].mcp is not None:  # docs/agents.md, "MCP servers"
+            if self.mcp is None:
+                return args, "refused: no MCP server is connected here"
+            why, validator = self.mcp.admit(name, self.catalog.tools[name], validator)
+            if why is not None:
+                return args, why
+        errors = sorted(validator.iter_errors(args), key=lambda e: list(e.path))
         if errors:
             first = errors[0]
             where = "/".join(str(p) for p in first.absolute_path) or "arguments"
@@ -172,6 +185,10 @@ class Executor:
         if refused is not None:
             return Outcome("refused", _tell(False, refused), key)
         tool = self.catalog.tools[name]
+        if tool.mcp is not None:
+            from agents.tools.mcp_result import run_mcp
+
+            return await run_mcp(self, tool, name=name, args=args, key=key, job_key=job_key)
         assert tool.http is not None  # the catalog requires it
         url = expand_env(tool.http.url, self.env)
         shown = redact_url(url)
