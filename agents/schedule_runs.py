@@ -386,8 +386,9 @@ class PromptRuns:
         headers = {ORIGIN_HEADER: show_origin(chain)}
         tools = base.executor
         executor = Executor(
-            tools.catalog, tools.client, tools.env, max_response=tools.max_response, headers=headers
-        )
+            tools.catalog, tools.client, tools.env, max_response=tools.max_response,
+            headers=headers, mcp=tools.mcp,
+        )  # fmt: skip
         return Runner(base.catalog, base.model, executor, history=base.history, clock=base.clock)
 
 

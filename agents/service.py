@@ -83,6 +83,7 @@ from agents.stores import (
     fitted,
 )
 from agents.tools.executor import Executor, tool_response_bound
+from agents.tools.mcp import McpServers
 
 __all__ = ["AgentService", "AgentStats", "Where", "data_path"]
 
@@ -145,6 +146,8 @@ class AgentService:
         self.flow_calls: dict[str, int] = {}
         self.topics = Topics(settings.topic_prefix)
         self.catalog = catalog
+        #: The catalog's MCP servers, once started (:meth:`start_mcp`).
+        self.mcp: McpServers | None = None
         self.model_settings = model_settings
         self.history = history
         self.tool_env = tool_env
@@ -679,11 +682,13 @@ class AgentService:
             self._model = Model(self.model_settings)
         if self._client is None:
             self._client = httpx.AsyncClient()
+        # MCP tools are offered as their servers list them now (docs/agents.md).
+        catalog = self.mcp.catalog(self.catalog) if self.mcp is not None else self.catalog
         executor = Executor(
-            self.catalog, self._client, self.tool_env, max_response=self.max_tool_response
+            catalog, self._client, self.tool_env, max_response=self.max_tool_response, mcp=self.mcp
         )
         return Runner(
-            self.catalog, self._model, executor, history=self.history, guarded=self.flows.guarded
+            catalog, self._model, executor, history=self.history, guarded=self.flows.guarded
         )
 
     def flow_driver(self) -> FlowDriver:
@@ -706,18 +711,27 @@ class AgentService:
         if self._client is None:
             self._client = httpx.AsyncClient()
         tools = Executor(
-            self.catalog, self._client, self.tool_env, max_response=self.max_tool_response
-        )
+            self.catalog, self._client, self.tool_env, max_response=self.max_tool_response,
+            mcp=self.mcp,
+        )  # fmt: skip
         registry = load_registry(self.tool_env)
         flow_executor = FlowExecutor(self._model, tools, registry, self.publish)
         self.flow_calls = flow_executor.calls
         return flow_executor.execute
 
+    async def start_mcp(self) -> None:
+        """Start the catalog's MCP servers, once (docs/agents.md, "MCP servers")."""
+        if self.mcp is None and self.catalog.mcp_servers:
+            self.mcp = McpServers(self.catalog, self.tool_env)
+            await self.mcp.start()
+
     async def close(self) -> None:
-        """Wait for runs in flight; close the clients and the store."""
+        """Wait for runs in flight; close the clients, the MCP servers and the store."""
         runs = [*self.running.values(), *self.prompts.running.values()]
         if runs:
             await asyncio.gather(*runs, return_exceptions=True)
+        if self.mcp is not None:
+            await self.mcp.close()
         if self._model is not None:
             await self._model.close()
         if self._client is not None:
