@@ -95,6 +95,11 @@ class McpServerSpec(_Spec):
             raise ValueError("env and cwd go with command, not url")
         return self
 
+    def configured(self, env: Mapping[str, str] | None = None) -> bool:
+        """Whether it names something to reach: a URL that is not empty once its
+        ``${VAR}`` are read from ``env`` (a command always does)."""
+        return self.url is None or bool(expand_env(self.url, env).strip())
+
 
 class McpAction(_Spec):
     """Call ``tool`` of the MCP server ``server`` (a name under ``mcp_servers``)

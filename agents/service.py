@@ -28,10 +28,10 @@ import contextlib
 import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 import orjson
@@ -83,7 +83,9 @@ from agents.stores import (
     fitted,
 )
 from agents.tools.executor import Executor, tool_response_bound
-from agents.tools.mcp import McpServers
+
+if TYPE_CHECKING:
+    from agents.tools.mcp import McpServers
 
 __all__ = ["AgentService", "AgentStats", "Where", "data_path"]
 
@@ -148,6 +150,7 @@ class AgentService:
         self.catalog = catalog
         #: The catalog's MCP servers, once started (:meth:`start_mcp`).
         self.mcp: McpServers | None = None
+        self._mcp_tried = False
         self.model_settings = model_settings
         self.history = history
         self.tool_env = tool_env
@@ -682,8 +685,14 @@ class AgentService:
             self._model = Model(self.model_settings)
         if self._client is None:
             self._client = httpx.AsyncClient()
-        # MCP tools are offered as their servers list them now (docs/agents.md).
-        catalog = self.mcp.catalog(self.catalog) if self.mcp is not None else self.catalog
+        # MCP tools are offered as their servers list them now (docs/agents.md,
+        # "MCP servers"); with none running, none is offered.
+        if self.mcp is not None:
+            catalog = self.mcp.catalog(self.catalog)
+        else:
+            catalog = (
+                replace(self.catalog, mcp_listed={}) if self.catalog.mcp_servers else self.catalog
+            )
         executor = Executor(
             catalog, self._client, self.tool_env, max_response=self.max_tool_response, mcp=self.mcp
         )
@@ -720,8 +729,19 @@ class AgentService:
         return flow_executor.execute
 
     async def start_mcp(self) -> None:
-        """Start the catalog's MCP servers, once (docs/agents.md, "MCP servers")."""
-        if self.mcp is None and self.catalog.mcp_servers:
+        """Start the catalog's MCP servers, once (docs/agents.md, "MCP servers").
+        The SDK is imported only when one is configured (a URL read from an unset
+        variable is not): every process of the service would pay for it."""
+        if self.mcp is not None or self._mcp_tried:
+            return
+        self._mcp_tried = True
+        servers = self.catalog.mcp_servers
+        unset = [name for name, spec in servers.items() if not spec.configured(self.tool_env)]
+        if unset:
+            log.warning("agents: MCP servers not started, their url is empty: %s", ", ".join(unset))
+        if len(unset) < len(servers):
+            from agents.tools.mcp import McpServers
+
             self.mcp = McpServers(self.catalog, self.tool_env)
             await self.mcp.start()
 

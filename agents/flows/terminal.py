@@ -526,8 +526,8 @@ async def _tools(stack: AsyncExitStack, catalog: Any, client: Any, env: dict[str
     from agents.tools.executor import Executor
     from agents.tools.mcp import McpServers
 
-    if not catalog.mcp_servers:
-        return Executor(catalog, client, env)
+    if not any(spec.configured(env) for spec in catalog.mcp_servers.values()):
+        return Executor(catalog, client, env)  # the SDK is not even imported
     mcp = McpServers(catalog, env)
     await mcp.start()
     stack.push_async_callback(mcp.close)

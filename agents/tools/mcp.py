@@ -148,7 +148,8 @@ class _Connection:
 
     def refusal(self, tool: str) -> str | None:
         if tool in self.refused:
-            return f"refused: the MCP server {self.name}'s tool {tool} {self.refused[tool]}"
+            why = self.refused[tool]
+            return f"refused: the MCP server {self.name}'s tool {tool} {why} (until a restart)"
         if self.listed is None:
             why = f" ({self.error})" if self.error else ""
             return f"refused: the MCP server {self.name} has not been reached yet{why}"
@@ -156,17 +157,22 @@ class _Connection:
 
     async def supervise(self) -> None:
         """Connect, watch, reconnect with backoff, until stopped."""
+        if not self.spec.configured(self.env):
+            self.error = "not configured: its url is empty"
+            self.attempted.set()
+            return
         delay = BACKOFF_FIRST
+        down = False
         while not self.stop.is_set():
             try:
                 await self._connect_and_watch()
-                delay = BACKOFF_FIRST
+                delay, down = BACKOFF_FIRST, False
             except Exception as exc:
                 self.error = _describe(exc)
-                # Said once while it stays down (and again after it was up).
-                first = self.connects or not self.attempted.is_set()
-                level = logging.WARNING if first else logging.DEBUG
+                # Said once while it stays down.
+                level = logging.DEBUG if down else logging.WARNING
                 log.log(level, "mcp: server %s (%s): %s", self.name, self.shown, self.error)
+                down = True
             finally:
                 self.session = None
                 self.connected.clear()
@@ -185,7 +191,8 @@ class _Connection:
         async with AsyncExitStack() as stack:
             read, write = await stack.enter_async_context(self._transport(stack))
             session = await stack.enter_async_context(ClientSession(read, write))
-            async with asyncio.timeout(CONNECT_TIMEOUT):
+            # anyio's scopes inside the SDK's task groups (not asyncio.timeout).
+            with anyio.fail_after(CONNECT_TIMEOUT):
                 await session.initialize()
                 tools = await _list_all(session)
             self._take(tools)
@@ -252,19 +259,16 @@ class _Connection:
                 self._refuse(name, "changed its input schema since the service started")
 
     def _refuse(self, tool: str, why: str) -> None:
-        self.refused[tool] = f"{why} (refused until the service restarts)"
+        self.refused[tool] = why
         log.warning("mcp: server %s: tool %s %s: refused", self.name, tool, why)
 
     async def _watch(self, session: ClientSession) -> None:
         """Until stopped or broken: a ping now and then (a dead server shows)."""
         while not self.stop.is_set():
-            try:
-                async with asyncio.timeout(self.ping_every):
-                    await self.wake.wait()
+            with anyio.move_on_after(self.ping_every):
+                await self.wake.wait()
                 return  # stopping, or a call found the connection broken
-            except TimeoutError:
-                pass
-            async with asyncio.timeout(PING_TIMEOUT):
+            with anyio.fail_after(PING_TIMEOUT):
                 await session.send_ping()
 
     def broken(self) -> None:

@@ -23,15 +23,19 @@ from typing import Any, TypeVar
 
 import httpx
 import pytest
+from click.testing import CliRunner
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from agents.catalog import Catalog, load_catalog
+from agents.catalog import Catalog, CatalogError, load_catalog, load_catalog_file
 from agents.compose import OpenTask, compose
+from agents.dev.demo_mcp import SETUP_MCP_URL, build_demo_mcp
 from agents.dev.serving import AppThread
+from agents.tools.cli import tools
 from agents.tools.executor import Executor, Outcome, derived_key
 from agents.tools.mcp import McpServers
 from stream.runtime.broker import free_port
 from tests.agents.tools import mcp_fixture
+from tests.lanes import ROOT
 
 T = TypeVar("T")
 FIXTURE = Path(mcp_fixture.__file__)
@@ -332,9 +336,9 @@ def test_a_changed_schema_after_a_reconnect_is_refused_and_logged(
 
 
 def test_check_refuses_a_catalog_naming_an_undeclared_server() -> None:
-    with pytest.raises(Exception, match="unknown server 'nowhere'"):
+    with pytest.raises(CatalogError, match="unknown server 'nowhere'"):
         load_catalog(CATALOG.replace("server: clock", "server: nowhere"))
-    with pytest.raises(Exception, match="exactly one of command"):
+    with pytest.raises(CatalogError, match="exactly one of command"):
         load_catalog(
             CATALOG.replace('clock: {command: ["python",', 'clock: {url: "x", command: ["python",')
         )
@@ -342,3 +346,58 @@ def test_check_refuses_a_catalog_naming_an_undeclared_server() -> None:
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+def test_tools_list_shows_each_servers_tools_next_to_the_grants(
+    world: World, tmp_path: Path
+) -> None:
+    catalog = tmp_path / "catalog.yaml"
+    catalog.write_text(
+        f"""\
+agents: {{conversation: {{instructions: Help.}}}}
+mcp_servers:
+  web: {{url: "{world.env["WEB_URL"]}/mcp", headers: {{Authorization: "Bearer ${{TOKEN}}"}}}}
+tools:
+  web_key: {{mcp: {{server: web, tool: echo_key}}}}
+  gone: {{mcp: {{server: web, tool: nope}}}}
+  book: {{description: Book., http: {{url: "https://example.com/book?token=${{T}}"}}}}
+"""
+    )
+    env = {"LEMONGRAPH_CATALOG": str(catalog), "TOKEN": TOKEN, "T": "secret"}
+    result = CliRunner().invoke(tools, ["list"], env=env)
+    lines = [line.split() for line in result.output.splitlines()]
+    assert result.exit_code == 1, result.output  # a granted tool is missing
+    assert lines[0][:4] == ["mcp", "server", "web", f"({world.env['WEB_URL']}/mcp):"]
+    assert ["echo_key", "granted", "as", "web_key"] in lines
+    assert ["fails", "not", "granted"] in lines
+    assert ["nope", "missing", "as", "gone:", "is", "not", "listed", "by", "the", "server"] in lines
+    assert lines[-1] == ["http", "tool", "book:", "POST", "https://example.com/book?token=***"]
+
+
+def test_the_bundled_catalogs_demo_setup_guide_records_self_service(world: World) -> None:
+    catalog = load_catalog_file(ROOT / "examples" / "catalog.yaml")
+    demo = AppThread(build_demo_mcp().streamable_http_app(), "127.0.0.1", free_port(), "demo")
+    demo.start()
+    servers = McpServers(catalog, {SETUP_MCP_URL: f"{demo.url}/mcp"})
+
+    async def go() -> Outcome:
+        await servers.start()
+        try:
+            view = servers.catalog(catalog)
+            assert view.offer("check_setup") is not None
+            executor = Executor(view, world.executor.client, {}, mcp=servers)
+            return await executor.run(
+                job_key="job-1", task_id="t-setup", name="check_setup", arguments="{}",
+                granted=["check_setup"], occurrence=1,
+            )  # fmt: skip
+        finally:
+            await servers.close()
+
+    try:
+        outcome = world.run(go())
+    finally:
+        demo.stop()
+    assert outcome.status == "done", outcome.output
+    assert outcome.fact is not None
+    assert outcome.fact.action == "self_service_completed"
+    assert outcome.fact.properties == {"steps": 4}
