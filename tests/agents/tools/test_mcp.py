@@ -8,6 +8,7 @@ its own, as the agents service holds them; each test calls through it."""
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import logging
 import os
@@ -30,6 +31,7 @@ from agents.catalog import Catalog, CatalogError, load_catalog, load_catalog_fil
 from agents.compose import OpenTask, compose
 from agents.dev.demo_mcp import SETUP_MCP_URL, build_demo_mcp
 from agents.dev.serving import AppThread
+from agents.flows.terminal import run_flow
 from agents.tools.cli import tools
 from agents.tools.executor import Executor, Outcome, derived_key
 from agents.tools.mcp import McpServers
@@ -187,7 +189,6 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         await servers.start()
         return Executor(catalog, httpx.AsyncClient(), env, mcp=servers)
 
-    started = time.process_time()
     executor = asyncio.run_coroutine_threadsafe(up(), loop).result(60)
     world = World(loop, catalog, servers, executor, env, marks, port, web)
     yield world
@@ -198,7 +199,6 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     loop.close()
     world.web.stop()
     errlog.close()
-    print(f"mcp module: {time.process_time() - started:.2f}s CPU in the test process")
 
 
 def test_a_time_servers_result_records_its_fact_under_our_key(world: World) -> None:
@@ -401,3 +401,39 @@ def test_the_bundled_catalogs_demo_setup_guide_records_self_service(world: World
     assert outcome.fact is not None
     assert outcome.fact.action == "self_service_completed"
     assert outcome.fact.properties == {"steps": 4}
+
+
+def test_a_flows_tool_node_calls_an_mcp_tool_in_flow_run(world: World, tmp_path: Path) -> None:
+    catalog = tmp_path / "catalog.yaml"
+    catalog.write_text(
+        f"""\
+agents: {{conversation: {{instructions: Help.}}}}
+mcp_servers:
+  web: {{url: "{world.env["WEB_URL"]}/mcp", headers: {{Authorization: "Bearer ${{TOKEN}}"}}}}
+tools:
+  web_key: {{mcp: {{server: web, tool: echo_key}}, idempotent: true, writes: false}}
+"""
+    )
+    flow = tmp_path / "echo.yaml"
+    flow.write_text(
+        """\
+version: "1"
+description: Ask the web server for the key it was sent.
+outputs: [seen]
+state:
+  seen: {type: object, description: What the server answered.}
+tools: [web_key]
+start: ask
+nodes:
+  - {id: ask, type: tool, tool: web_key, args: {}, output: seen}
+edges:
+  - {from: ask, to: END}
+"""
+    )
+    out, err = io.StringIO(), io.StringIO()
+    env = {**os.environ, "TOKEN": TOKEN}
+    code = run_flow(flow, catalog_file=catalog, as_json=True, out=out, err=err, env=env)
+    assert code == 0, out.getvalue() + err.getvalue()
+    end = json.loads(out.getvalue().splitlines()[-1])
+    # The server was sent the flow's call id as the key (docs/flows.md, "Ids").
+    assert (end["status"], end["outputs"]) == ("finished", {"seen": {"key": "run-echo/ask/1/1"}})
