@@ -348,20 +348,29 @@ if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
 
 
+def web_catalog(world: World, folder: Path, tools: str) -> Path:
+    """A catalog file with the web server (its token from ``${TOKEN}``) and ``tools``."""
+    url = f"{world.env['WEB_URL']}/mcp"
+    head = (
+        "agents: {conversation: {instructions: Help.}}\nmcp_servers:\n"
+        f'  web: {{url: "{url}", headers: {{Authorization: "Bearer ${{TOKEN}}"}}}}\ntools:\n'
+    )
+    path = folder / "catalog.yaml"
+    path.write_text(head + tools)
+    return path
+
+
 def test_tools_list_shows_each_servers_tools_next_to_the_grants(
     world: World, tmp_path: Path
 ) -> None:
-    catalog = tmp_path / "catalog.yaml"
-    catalog.write_text(
-        f"""\
-agents: {{conversation: {{instructions: Help.}}}}
-mcp_servers:
-  web: {{url: "{world.env["WEB_URL"]}/mcp", headers: {{Authorization: "Bearer ${{TOKEN}}"}}}}
-tools:
-  web_key: {{mcp: {{server: web, tool: echo_key}}}}
-  gone: {{mcp: {{server: web, tool: nope}}}}
-  book: {{description: Book., http: {{url: "https://example.com/book?token=${{T}}"}}}}
-"""
+    catalog = web_catalog(
+        world,
+        tmp_path,
+        """\
+  web_key: {mcp: {server: web, tool: echo_key}}
+  gone: {mcp: {server: web, tool: nope}}
+  book: {description: Book., http: {url: "https://example.com/book?token=${T}"}}
+""",
     )
     env = {"LEMONGRAPH_CATALOG": str(catalog), "TOKEN": TOKEN, "T": "secret"}
     result = CliRunner().invoke(tools, ["list"], env=env)
@@ -404,16 +413,8 @@ def test_the_bundled_catalogs_demo_setup_guide_records_self_service(world: World
 
 
 def test_a_flows_tool_node_calls_an_mcp_tool_in_flow_run(world: World, tmp_path: Path) -> None:
-    catalog = tmp_path / "catalog.yaml"
-    catalog.write_text(
-        f"""\
-agents: {{conversation: {{instructions: Help.}}}}
-mcp_servers:
-  web: {{url: "{world.env["WEB_URL"]}/mcp", headers: {{Authorization: "Bearer ${{TOKEN}}"}}}}
-tools:
-  web_key: {{mcp: {{server: web, tool: echo_key}}, idempotent: true, writes: false}}
-"""
-    )
+    tool = "  web_key: {mcp: {server: web, tool: echo_key}, idempotent: true, writes: false}\n"
+    catalog = web_catalog(world, tmp_path, tool)
     flow = tmp_path / "echo.yaml"
     flow.write_text(
         """\
