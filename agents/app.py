@@ -67,6 +67,7 @@ def build_service(
     app.task(hooks.ready)
     app.on_partitions_revoked.connect(hooks.on_revoked)
     app.on_partitions_assigned.connect(hooks.on_assigned)
+    app.on_before_shutdown.connect(hooks.on_shutdown)
     # One stream of both topics (co-partitioned: a job's tasks and messages share
     # a partition number), so a job's records are taken in one order.
     source = app.topic(topics.tasks, topics.messages, key_type=bytes, value_type=bytes)
@@ -138,6 +139,7 @@ class ServiceHooks:
 
     async def tasks(self, stream: Any) -> None:
         """The Faust agent: each record of the stream, with where it was read."""
+        await self.service.start_mcp()  # before the first run: docs/agents.md, "MCP servers"
         async for event in stream.events():
             m = event.message
             stamp = m.timestamp
@@ -160,6 +162,11 @@ class ServiceHooks:
             return int(self.app.consumer.highwater(message.tp) or 0)
         except (AttributeError, KeyError, TypeError, AssertionError):
             return 0
+
+    async def on_shutdown(self, sender: Any, /, *args: Any, **kwargs: Any) -> None:
+        """The worker stops: the MCP servers are closed (a stdio one's process ends)."""
+        if self.service.mcp is not None:
+            await self.service.mcp.close()
 
     async def flow_ticks(self) -> None:
         await self.service.tick()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -37,7 +37,10 @@ __all__ = [
     "CommandAction",
     "HttpAction",
     "IntegrationSpec",
+    "McpAction",
+    "McpServerSpec",
     "Records",
+    "ServerTool",
     "Success",
     "ToolSpec",
     "catalog_path",
@@ -94,6 +97,53 @@ class CommandAction(_Spec):
     env: tuple[str, ...] = ("PATH",)
 
 
+class McpServerSpec(_Spec):
+    """An MCP server (docs/agents.md, "MCP servers"): a ``command`` the service
+    starts and talks to over stdio (``env`` names the service's variables it
+    gets, ``cwd`` where it runs), or a streamable HTTP ``url`` with ``headers``.
+    ``${VAR}`` in the command, URL and header values is read from the service's
+    environment."""
+
+    command: tuple[str, ...] | None = Field(None, min_length=1)
+    env: tuple[str, ...] = ()
+    cwd: str | None = None
+    url: str | None = Field(None, min_length=1)
+    headers: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerSpec:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("says exactly one of command (stdio) and url (streamable HTTP)")
+        if self.command is not None and self.headers:
+            raise ValueError("headers go with url, not command")
+        if self.url is not None and (self.env or self.cwd is not None):
+            raise ValueError("env and cwd go with command, not url")
+        return self
+
+    def configured(self, env: Mapping[str, str] | None = None) -> bool:
+        """Whether it names something to reach: a URL that is not empty once its
+        ``${VAR}`` are read from ``env`` (a command always does)."""
+        return self.url is None or bool(expand_env(self.url, env).strip())
+
+
+class McpAction(_Spec):
+    """Call ``tool`` of the MCP server ``server`` (a name under ``mcp_servers``)
+    with the arguments; ``timeout``: how long the answer may take."""
+
+    server: str = Field(min_length=1)
+    tool: str = Field(min_length=1)
+    timeout: float = Field(30.0, gt=0, le=3600)
+
+
+@dataclass(frozen=True)
+class ServerTool:
+    """An MCP tool as its server listed it: what the model is told of it when
+    the catalog says nothing (docs/agents.md, "MCP servers")."""
+
+    description: str
+    parameters: Mapping[str, Any]
+
+
 class Records(_Spec):
     """The fact a successful call records, with properties read from the JSON
     response by path (``$.when``, ``$.booking.id``)."""
@@ -143,14 +193,17 @@ class ToolSpec(_Spec):
     """A tool: what the model is told, the schema of its arguments, what
     trusted code does, and what it records on success."""
 
-    description: str = Field(min_length=1)
+    #: Required, except for an mcp tool (its server's description is used).
+    description: str = ""
+    #: For an mcp tool that omits it, its server's input schema is used.
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
     http: HttpAction | None = None
     command: CommandAction | None = None
+    mcp: McpAction | None = None
     idempotent: bool = False
     records: Records | None = None
-    #: The fact a call that ran and failed records (a command's non-zero exit):
-    #: a failed run is evidence too (docs/agents.md, "Command tools").
+    #: The fact a call that ran and failed records (a command's non-zero exit, an
+    #: MCP error result): a failed run is evidence too (docs/agents.md, "Tool kinds").
     records_on_failure: Records | None = None
     #: What a 2xx answer must say to confirm the call (None: the default rule).
     success: Success | None = None
@@ -195,6 +248,7 @@ class _CatalogSpec(_Spec):
     agents: dict[str, AgentSpec] = Field(default_factory=dict)
     tools: dict[str, ToolSpec] = Field(default_factory=dict)
     skills: dict[str, str] = Field(default_factory=dict)
+    mcp_servers: dict[str, McpServerSpec] = Field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -209,6 +263,26 @@ class Catalog:
     #: Who answers an approval whose flow node names no ``approvers``
     #: (docs/agents.md, "Who approves").
     approvers: tuple[str, ...] = APPROVERS_DEFAULT
+    mcp_servers: Mapping[str, McpServerSpec] = field(default_factory=dict)
+    #: The mcp tools that may be offered now, as their servers listed them
+    #: (``McpServers.catalog``); None: no server was asked, each is offered as
+    #: the catalog says (docs/agents.md, "MCP servers").
+    mcp_listed: Mapping[str, ServerTool] | None = None
+
+    def offer(self, name: str) -> tuple[str, Mapping[str, Any]] | None:
+        """(description, parameters) the model is told of tool ``name``, or None
+        when it is not offered now (an mcp tool its server does not list as it did)."""
+        tool = self.tools[name]
+        if tool.mcp is None or self.mcp_listed is None:
+            return tool.description, tool.parameters
+        listed = self.mcp_listed.get(name)
+        if listed is None:
+            return None
+        given = "parameters" in tool.model_fields_set
+        return (
+            tool.description or listed.description,
+            tool.parameters if given else listed.parameters,
+        )
 
     def grants(self, integrations: Iterable[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """(tools, delegate agents) that ``integrations`` grant, each once, in
@@ -286,7 +360,13 @@ def load_catalog(text: str, source: str = "<catalog>", base: Path | None = None)
     if problems:
         raise CatalogError(problems)
     return Catalog(
-        source, spec.integrations, spec.agents, spec.tools, skills, approvers=spec.approvers
+        source,
+        spec.integrations,
+        spec.agents,
+        spec.tools,
+        skills,
+        approvers=spec.approvers,
+        mcp_servers=spec.mcp_servers,
     )
 
 
@@ -296,7 +376,7 @@ _Problem = Callable[[tuple[str | int, ...], str], None]
 
 def _check_names(spec: _CatalogSpec, problem: _Problem) -> None:
     """Names that are valid, the conversation agent, no tool named as an agent."""
-    for section in ("integrations", "agents", "tools", "skills"):
+    for section in ("integrations", "agents", "tools", "skills", "mcp_servers"):
         for name in getattr(spec, section):
             if not re.match(_NAME, name):
                 problem((section, name), f"{section}: {name!r} is not a valid name")
@@ -451,9 +531,9 @@ def _callees_first(calls: Mapping[str, list[str]]) -> list[str]:
 
 #: What trusted code can do for a tool: a tool says exactly one of them
 #: (docs/agents.md, "Tool kinds").
-TOOL_KINDS = ("http", "command")
+TOOL_KINDS = ("http", "command", "mcp")
 #: The kinds whose call can run and fail, so ``records_on_failure`` means something.
-_FAILURE_RECORDED = ("command",)
+_FAILURE_RECORDED = ("command", "mcp")
 #: What a command's result holds, for its ``records`` paths (docs/agents.md,
 #: "Command tools").
 COMMAND_RESULT = (
@@ -477,12 +557,13 @@ def _check_tools(spec: _CatalogSpec, problem: _Problem) -> None:
         _check_kind(name, tool, problem)
         if tool.command is not None:
             _check_command(name, tool, problem)
+        _check_mcp_tool(spec, name, tool, problem)
         paths: list[tuple[tuple[str, ...], str]] = []
-        for field in ("records", "records_on_failure"):
-            records: Records | None = getattr(tool, field)
+        for part in ("records", "records_on_failure"):
+            records: Records | None = getattr(tool, part)
             if records is not None:
                 props = records.properties.items()
-                paths += [((field, "properties", prop), ref) for prop, ref in props]
+                paths += [((part, "properties", prop), ref) for prop, ref in props]
         if tool.success is not None:
             paths.append((("success", "path"), tool.success.path))
         for at, ref in paths:
@@ -560,8 +641,8 @@ def _check_command(name: str, tool: ToolSpec, problem: _Problem) -> None:
 
 def _check_command_paths(name: str, tool: ToolSpec, problem: _Problem) -> None:
     """A command's records read its result: ``$`` or ``$.`` one of its fields."""
-    for field in ("records", "records_on_failure"):
-        records: Records | None = getattr(tool, field)
+    for part in ("records", "records_on_failure"):
+        records: Records | None = getattr(tool, part)
         if records is None:
             continue
         refs: list[tuple[tuple[str, ...], str]]
@@ -572,10 +653,24 @@ def _check_command_paths(name: str, tool: ToolSpec, problem: _Problem) -> None:
             head = ref.removeprefix("$.").split(".")[0]
             if ref.startswith("$.") and head not in COMMAND_RESULT:
                 problem(
-                    ("tools", name, field, *where),
-                    f"tools.{name}.{field}.{'.'.join(where)}: {ref!r}: a command's result "
+                    ("tools", name, part, *where),
+                    f"tools.{name}.{part}.{'.'.join(where)}: {ref!r}: a command's result "
                     f"has {', '.join(COMMAND_RESULT)}",
                 )
+
+
+def _check_mcp_tool(spec: _CatalogSpec, name: str, tool: ToolSpec, problem: _Problem) -> None:
+    """An mcp tool names a declared server; any other tool has a description."""
+    if tool.mcp is None:
+        if not tool.description:
+            problem(("tools", name), f"tools.{name}: a description is required")
+        return
+    if tool.mcp.server not in spec.mcp_servers:
+        declared = ", ".join(sorted(spec.mcp_servers)) or "none"
+        problem(
+            ("tools", name, "mcp", "server"),
+            f"tools.{name}.mcp: unknown server {tool.mcp.server!r} (mcp_servers: {declared})",
+        )
 
 
 def _read_skills(spec: _CatalogSpec, base: Path, problem: _Problem) -> dict[str, str]:

@@ -217,13 +217,15 @@ def _offers(
     delegates: Iterable[str],
     withheld: Collection[str],
 ) -> tuple[ToolOffer, ...]:
-    """The tools offered (those in the catalog, none ``withheld``), then the
-    delegates (called as tools)."""
-    offers = [
-        ToolOffer(name, catalog.tools[name].description, catalog.tools[name].parameters)
+    """The tools offered (those in the catalog, none ``withheld``, an mcp tool
+    as its server lists it: docs/agents.md, "MCP servers"), then the delegates
+    (called as tools)."""
+    offered = (
+        (name, catalog.offer(name))
         for name in tool_names
         if name in catalog.tools and name not in withheld
-    ]
+    )
+    offers = [ToolOffer(name, *offer) for name, offer in offered if offer is not None]
     offers.extend(
         ToolOffer(
             name,

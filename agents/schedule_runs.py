@@ -419,8 +419,9 @@ class PromptRuns:
         headers = {ORIGIN_HEADER: show_origin(chain)}
         tools = base.executor
         return Executor(
-            tools.catalog, tools.client, tools.env, max_response=tools.max_response, headers=headers
-        )
+            tools.catalog, tools.client, tools.env, max_response=tools.max_response,
+            headers=headers, mcp=tools.mcp,
+        )  # fmt: skip
 
     # -- a command run (docs/schedules.md, "Command jobs") -------------------------------
 

@@ -28,10 +28,10 @@ import contextlib
 import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 import orjson
@@ -84,6 +84,9 @@ from agents.stores import (
     fitted,
 )
 from agents.tools.executor import Executor, tool_response_bound
+
+if TYPE_CHECKING:
+    from agents.tools.mcp import McpServers
 
 __all__ = ["AgentService", "AgentStats", "Where", "data_path"]
 
@@ -146,6 +149,9 @@ class AgentService:
         self.flow_calls: dict[str, int] = {}
         self.topics = Topics(settings.topic_prefix)
         self.catalog = catalog
+        #: The catalog's MCP servers, once started (:meth:`start_mcp`).
+        self.mcp: McpServers | None = None
+        self._mcp_tried = False
         self.model_settings = model_settings
         self.history = history
         self.tool_env = tool_env
@@ -683,11 +689,19 @@ class AgentService:
             self._model = Model(self.model_settings)
         if self._client is None:
             self._client = httpx.AsyncClient()
+        # MCP tools are offered as their servers list them now (docs/agents.md,
+        # "MCP servers"); with none running, none is offered.
+        if self.mcp is not None:
+            catalog = self.mcp.catalog(self.catalog)
+        else:
+            catalog = (
+                replace(self.catalog, mcp_listed={}) if self.catalog.mcp_servers else self.catalog
+            )
         executor = Executor(
-            self.catalog, self._client, self.tool_env, max_response=self.max_tool_response
+            catalog, self._client, self.tool_env, max_response=self.max_tool_response, mcp=self.mcp
         )
         return Runner(
-            self.catalog, self._model, executor, history=self.history, guarded=self.flows.guarded
+            catalog, self._model, executor, history=self.history, guarded=self.flows.guarded
         )
 
     def flow_driver(self) -> FlowDriver:
@@ -710,18 +724,38 @@ class AgentService:
         if self._client is None:
             self._client = httpx.AsyncClient()
         tools = Executor(
-            self.catalog, self._client, self.tool_env, max_response=self.max_tool_response
-        )
+            self.catalog, self._client, self.tool_env, max_response=self.max_tool_response,
+            mcp=self.mcp,
+        )  # fmt: skip
         registry = load_registry(self.tool_env)
         flow_executor = FlowExecutor(self._model, tools, registry, self.publish)
         self.flow_calls = flow_executor.calls
         return flow_executor.execute
 
+    async def start_mcp(self) -> None:
+        """Start the catalog's MCP servers, once (docs/agents.md, "MCP servers").
+        The SDK is imported only when one is configured (a URL read from an unset
+        variable is not): every process of the service would pay for it."""
+        if self.mcp is not None or self._mcp_tried:
+            return
+        self._mcp_tried = True
+        servers = self.catalog.mcp_servers
+        unset = [name for name, spec in servers.items() if not spec.configured(self.tool_env)]
+        if unset:
+            log.warning("agents: MCP servers not started, their url is empty: %s", ", ".join(unset))
+        if len(unset) < len(servers):
+            from agents.tools.mcp import McpServers
+
+            self.mcp = McpServers(self.catalog, self.tool_env)
+            await self.mcp.start()
+
     async def close(self) -> None:
-        """Wait for runs in flight; close the clients and the store."""
+        """Wait for runs in flight; close the clients, the MCP servers and the store."""
         runs = [*self.running.values(), *self.prompts.running.values()]
         if runs:
             await asyncio.gather(*runs, return_exceptions=True)
+        if self.mcp is not None:
+            await self.mcp.close()
         if self._model is not None:
             await self._model.close()
         if self._client is not None:

@@ -99,6 +99,7 @@ class DevAgents:
             self.stops.append(demo.stop)
             env.update({name: demo.url + TOOL_URLS[name] for name in unset})
             self.say(f"agents: demo tools at {demo.url} for {', '.join(unset)} (docs/agents.md)")
+        self.start_demo_mcp(env, settings)
         children = [_child(["agents"], env)]
         self.stops.append(functools.partial(_stop_children, children))
         if self.smtp_url is not None:
@@ -107,6 +108,23 @@ class DevAgents:
             env["REPLY_TOKEN_SECRET"] = secrets.token_urlsafe(32)  # as the gateway's new_secret
             self.say("mail: REPLY_TOKEN_SECRET is empty: using a random secret for this session")
         children.append(_child(["mail-ingress"], env))
+
+    def start_demo_mcp(self, env: dict[str, str], settings: Settings) -> None:
+        """The demo MCP server over streamable HTTP, when the catalog names
+        ``${SETUP_MCP_URL}`` and it is unset (docs/agents.md, "MCP servers")."""
+        from agents.dev.demo_mcp import SETUP_MCP_URL, build_demo_mcp
+        from agents.dev.serving import AppThread
+
+        named = "${" + SETUP_MCP_URL + "}"
+        if env.get(SETUP_MCP_URL) or named not in settings.catalog_file.read_text("utf-8"):
+            return
+        app = build_demo_mcp().streamable_http_app()
+        server = AppThread(app, "127.0.0.1", free_port(), "demo MCP server").start()
+        self.stops.append(server.stop)
+        env[SETUP_MCP_URL] = f"{server.url}/mcp"
+        self.say(
+            f"agents: demo MCP server at {server.url}/mcp for {SETUP_MCP_URL} (docs/agents.md)"
+        )
 
     def start_model(self, env: dict[str, str], flows: Path) -> None:
         """The stand-in model when ``LEMONGRAPH_STANDIN_SCRIPT`` names a script, or

@@ -487,14 +487,13 @@ async def _run(
 
     from agents.flows.executor import FlowExecutor
     from agents.model import Model, ModelSettings
-    from agents.tools.executor import Executor
 
     settings = ModelSettings.from_env(env)
     async with AsyncExitStack() as stack:
         client = await stack.enter_async_context(httpx.AsyncClient())
         model = Model(settings)
         stack.push_async_callback(model.close)
-        tools = Executor(catalog, client, env) if catalog is not None else None
+        tools = await _tools(stack, catalog, client, env) if catalog is not None else None
         executor = FlowExecutor(model, tools, registry)
         started = datetime.now(UTC)
         printer.emit(
@@ -519,6 +518,20 @@ async def _run(
         )
         printer.end(state)
         return state
+
+
+async def _tools(stack: AsyncExitStack, catalog: Any, client: Any, env: dict[str, str]) -> Any:
+    """The executor of the catalog's tools, its MCP servers started for the run
+    and closed after it (docs/agents.md, "MCP servers")."""
+    from agents.tools.executor import Executor
+    from agents.tools.mcp import McpServers
+
+    if not any(spec.configured(env) for spec in catalog.mcp_servers.values()):
+        return Executor(catalog, client, env)  # the SDK is not even imported
+    mcp = McpServers(catalog, env)
+    await mcp.start()
+    stack.push_async_callback(mcp.close)
+    return Executor(mcp.catalog(catalog), client, env, mcp=mcp)
 
 
 def _first_then_now(first: datetime) -> Callable[[], datetime]:

@@ -32,6 +32,7 @@ from typing import Any
 import orjson
 
 from agents.catalog import PLACEHOLDER, CommandAction, expand_env, redact_env
+from agents.errors import AgentsError
 
 __all__ = [
     "KILL_GRACE",
@@ -54,7 +55,7 @@ _CHUNK = 1 << 16
 REDACTED = "***"
 
 
-class CommandError(Exception):
+class CommandError(AgentsError):
     """The command did not start (no such program, no such cwd, ...)."""
 
 

@@ -19,7 +19,7 @@ import hashlib
 import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -31,6 +31,9 @@ from agents.catalog import Catalog, Records, ToolSpec, expand_env
 from agents.model import whole_number
 from agents.tools.command import CommandError, prepare, run_command, told
 from agents.tools.success import Verdict, judge, response_path
+
+if TYPE_CHECKING:
+    from agents.tools.mcp import McpServers
 
 __all__ = [
     "FACT_MAX_BYTES",
@@ -130,8 +133,11 @@ class Executor:
         *,
         max_response: int = MAX_TOOL_RESPONSE_BYTES,
         headers: Mapping[str, str] | None = None,
+        mcp: McpServers | None = None,
     ) -> None:
         self.catalog = catalog
+        #: The catalog's MCP servers, connected (agents/tools/mcp.py).
+        self.mcp = mcp
         self.client = client
         self.env = env
         #: The most of a tool's answer read (``LEMONGRAPH_MAX_TOOL_RESPONSE_BYTES``).
@@ -165,7 +171,14 @@ class Executor:
             args = orjson.loads(arguments or "{}")
         except orjson.JSONDecodeError as exc:
             return None, f"the arguments are not JSON: {exc}"
-        errors = sorted(self._validators[name].iter_errors(args), key=lambda e: list(e.path))
+        validator = self._validators[name]
+        if self.catalog.tools[name].mcp is not None:  # docs/agents.md, "MCP servers"
+            if self.mcp is None:
+                return args, "refused: no MCP server is connected here"
+            why, validator = self.mcp.admit(name, self.catalog.tools[name], validator)
+            if why is not None:
+                return args, why
+        errors = sorted(validator.iter_errors(args), key=lambda e: list(e.path))
         if errors:
             first = errors[0]
             where = "/".join(str(p) for p in first.absolute_path) or "arguments"
@@ -193,6 +206,10 @@ class Executor:
         if refused is not None:
             return Outcome("refused", _tell(False, refused), key)
         tool = self.catalog.tools[name]
+        if tool.mcp is not None:
+            from agents.tools.mcp_result import run_mcp
+
+            return await run_mcp(self, tool, name=name, args=args, key=key, job_key=job_key)
         if tool.command is not None:
             return await self._command(tool, job_key, key, args)
         return await self._http(tool, job_key, key, args)

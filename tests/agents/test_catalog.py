@@ -102,7 +102,7 @@ def test_check_names_an_integration_the_catalog_lacks(tmp_path: Path) -> None:
         "integration 'email' is not in the catalog"
     ) in done.stdout
     (tmp_path / "catalog.yaml").write_text(
-        GOOD.replace("integrations:\n", "integrations:\n  email: {}\n")
+        GOOD.replace("integrations:\n", "integrations:\n  email: {}\n  setup: {}\n")
     )
     done = subprocess.run(
         [str(LEMONGRAPH), "check", str(tmp_path)], capture_output=True, text=True, check=False
