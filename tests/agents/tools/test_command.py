@@ -284,8 +284,8 @@ tools:
     problems = [p.split(": ", 1)[1] for p in caught.value.problems]
     assert problems == [
         "tools.both: says more than one thing (http, command) for trusted code to do: "
-        "exactly one of http, command",
-        "tools.neither: says nothing for trusted code to do: exactly one of http, command",
+        "exactly one of http, command, mcp",
+        "tools.neither: says nothing for trusted code to do: exactly one of http, command, mcp",
         "tools.bad.command.argv: the program (argv[0]) cannot come from the model",
         "tools.bad.command.argv: '{nope}' names no property of the tool's parameters (path)",
         "tools.bad.command.argv: '--in={path}': a placeholder must be a whole argv element "
@@ -297,7 +297,7 @@ tools:
         "duration_ms, output_tail, output_sha256, output_bytes, timed_out",
         "tools.empty.command.argv: the program (argv[0]) is empty",
         "tools.failing_http.records_on_failure: a failed http call records nothing "
-        "(only command tools record a failure)",
+        "(only command, mcp tools record a failure)",
     ]
 
 
