@@ -210,7 +210,8 @@ def _size(path: Path) -> int | None:
 def _read(root: Path, args: dict[str, Any]) -> dict[str, Any]:
     """A file's lines (all, or ``start_line``..``end_line``), at most
     :data:`OUTPUT_CHARS` characters of them: ``truncated`` and ``next_line``
-    say where to go on."""
+    say where to go on. A first line longer than that is cut (``line_cut``),
+    so that reading on always moves on."""
     path = _where(root, _text_argument(args, "path"), writing=False)
     lines = _read_text(root, path).splitlines(keepends=True)
     start = int(args.get("start_line") or 1)
@@ -224,6 +225,9 @@ def _read(root: Path, args: dict[str, Any]) -> dict[str, Any]:
         taken.append(lines[line - 1])
         size += len(lines[line - 1])
         line += 1
+    cut = not taken and line <= end
+    if cut:
+        taken, line = [lines[line - 1][:OUTPUT_CHARS]], line + 1
     return {
         "path": _relative(root, path),
         "start_line": start,
@@ -232,6 +236,7 @@ def _read(root: Path, args: dict[str, Any]) -> dict[str, Any]:
         "text": "".join(taken),
         "truncated": line <= end,
         "next_line": line if line <= end else None,
+        "line_cut": cut,
     }
 
 

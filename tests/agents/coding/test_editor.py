@@ -241,6 +241,10 @@ def test_bounds_and_no_workspace(tmp_path: Path, job: Worktree) -> None:
     more = call(tmp_path, "read_file", {"path": "long.txt", "start_line": first.data["next_line"]})
     assert more.data["text"].startswith(f"line {first.data['next_line']:05d}\n")
     assert len(first.output) < 16_000
+    write(job.path, {"min.js": "x" * 20_000 + "\nnext\n"})  # a line over the bound
+    minified = call(tmp_path, "read_file", {"path": "min.js"})
+    assert minified.data["line_cut"]
+    assert (len(minified.data["text"]), minified.data["next_line"]) == (12_000, 2)
     missing = call(tmp_path, "read_file", {"path": "nowhere.py"})
     assert missing.status == "failed"
     assert "no such file" in told(missing)["error"]
