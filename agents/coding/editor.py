@@ -62,14 +62,17 @@ class Edited:
 def perform(root: Path, op: str, args: dict[str, Any]) -> Edited:
     """Do ``op`` with the model's (schema-checked) ``args`` in the worktree at
     ``root``."""
+    real = Path(os.path.realpath(root))
     try:
-        return Edited("done", data=_OPS[op](Path(os.path.realpath(root)), args))
+        return Edited("done", data=_OPS[op](real, args))
     except _Refused as exc:
         return Edited("refused", str(exc))
     except (_Failed, GitError) as exc:
         return Edited("failed", str(exc))
     except OSError as exc:
-        return Edited("failed", f"{exc.strerror or type(exc).__name__}: {_shown(exc.filename)}")
+        return Edited(
+            "failed", f"{exc.strerror or type(exc).__name__}: {_shown(real, exc.filename)}"
+        )
 
 
 # -- where: a path the model gives, checked --------------------------------------------------
@@ -134,8 +137,13 @@ def _inside(root: Path, target: Path, what: str) -> None:
         raise _Refused(f"{what} into .git: git's own files are not the editor's")
 
 
-def _shown(path: Any) -> str:
-    return str(path) if path is not None else ""
+def _shown(root: Path, path: Any) -> str:
+    """A path an error names, relative to the worktree (the model is not
+    told where the service keeps its data)."""
+    if not isinstance(path, str | os.PathLike):
+        return ""
+    found = Path(path)
+    return _relative(root, found) if found.is_relative_to(root) else found.name
 
 
 def _relative(root: Path, path: Path) -> str:
