@@ -22,6 +22,7 @@ from jsonschema.exceptions import SchemaError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from topics import APPROVERS_DEFAULT, Approver
 
+from agents.coding.ops import WorkspaceAction, implied_fields, parameter_problems
 from agents.errors import AgentsError
 
 __all__ = [
@@ -200,6 +201,8 @@ class ToolSpec(_Spec):
     http: HttpAction | None = None
     command: CommandAction | None = None
     mcp: McpAction | None = None
+    #: An editor op in the job's worktree (docs/coding.md, "The editor's tools").
+    workspace: WorkspaceAction | None = None
     idempotent: bool = False
     records: Records | None = None
     #: The fact a call that ran and failed records (a command's non-zero exit, an
@@ -210,6 +213,12 @@ class ToolSpec(_Spec):
     #: Whether a call changes something (flows warn about a write with no
     #: approval before it, docs/flows.md); a tool writes unless it says not.
     writes: bool = True
+
+    @model_validator(mode="before")
+    @classmethod
+    def _implied(cls, data: Any) -> Any:
+        """A workspace op implies its parameters, ``writes`` and ``idempotent``."""
+        return implied_fields(data)
 
 
 class IntegrationSpec(_Spec):
@@ -531,7 +540,7 @@ def _callees_first(calls: Mapping[str, list[str]]) -> list[str]:
 
 #: What trusted code can do for a tool: a tool says exactly one of them
 #: (docs/agents.md, "Tool kinds").
-TOOL_KINDS = ("http", "command", "mcp")
+TOOL_KINDS = ("http", "command", "mcp", "workspace")
 #: The kinds whose call can run and fail, so ``records_on_failure`` means something.
 _FAILURE_RECORDED = ("command", "mcp")
 #: What a command's result holds, for its ``records`` paths (docs/agents.md,
@@ -558,6 +567,9 @@ def _check_tools(spec: _CatalogSpec, problem: _Problem) -> None:
         if tool.command is not None:
             _check_command(name, tool, problem)
         _check_mcp_tool(spec, name, tool, problem)
+        if tool.workspace is not None:
+            for said in parameter_problems(tool.workspace.op, tool.parameters):
+                problem(("tools", name, "parameters"), f"tools.{name}.parameters: {said}")
         paths: list[tuple[tuple[str, ...], str]] = []
         for part in ("records", "records_on_failure"):
             records: Records | None = getattr(tool, part)

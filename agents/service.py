@@ -58,6 +58,7 @@ from topics import (
 from topics.mail import ADDRESS_MAX
 
 from agents.catalog import CONVERSATION, Catalog
+from agents.coding.worktree import Workspaces
 from agents.contacts import is_contact
 from agents.conversation import take_answer
 from agents.errors import OutputError
@@ -187,6 +188,8 @@ class AgentService:
         #: Per changelog partition, the next offset to read back (everything before
         #: it is in ``db``), kept beside the store so a restart reads only the tail.
         self.offsets = self.disk.open("offsets")
+        #: The jobs' worktrees, for ``workspace`` tools (docs/coding.md, "Worktrees").
+        self.workspaces = Workspaces(folder / "coding")
         #: What ``db`` read of the changelog, and whether the broker still has it.
         self.changelog = Changelog(settings, self.topics.conversations, self.db, self.offsets)
         #: Held while partitions are assigned or the broker is checked.
@@ -698,8 +701,9 @@ class AgentService:
                 replace(self.catalog, mcp_listed={}) if self.catalog.mcp_servers else self.catalog
             )
         executor = Executor(
-            catalog, self._client, self.tool_env, max_response=self.max_tool_response, mcp=self.mcp
-        )
+            catalog, self._client, self.tool_env, max_response=self.max_tool_response,
+            mcp=self.mcp, workspaces=self.workspaces,
+        )  # fmt: skip
         return Runner(
             catalog, self._model, executor, history=self.history, guarded=self.flows.guarded
         )
@@ -726,6 +730,7 @@ class AgentService:
         tools = Executor(
             self.catalog, self._client, self.tool_env, max_response=self.max_tool_response,
             mcp=self.mcp,
+            workspaces=self.workspaces,
         )  # fmt: skip
         registry = load_registry(self.tool_env)
         flow_executor = FlowExecutor(self._model, tools, registry, self.publish)

@@ -5,7 +5,8 @@ It refuses a tool the open tasks do not grant and arguments that fail the
 tool's schema; runs what the tool says, by its kind (docs/agents.md, "Tool
 kinds"): an ``http`` call (an idempotent tool gets our derived key as
 ``Idempotency-Key``; success judged by agents/tools/success.py) or a
-``command`` (agents/tools/command.py); and on a confirmed success returns the
+``command`` (agents/tools/command.py) or a ``workspace`` op in the job's
+worktree (agents/coding/editor.py); and on a confirmed success returns the
 fact the tool records — or, for a command that ran and failed, the fact its
 ``records_on_failure`` says — as an inbox event with ``source: tool`` and that
 same key as its idempotency key. The key is derived from our own data — task id, tool,
@@ -15,6 +16,7 @@ re-delivered task or a retried model turn records the fact once.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
 from collections.abc import Collection, Mapping
@@ -28,6 +30,8 @@ from jsonschema import Draft202012Validator
 from topics import InboxEvent, encode
 
 from agents.catalog import Catalog, Records, ToolSpec, expand_env
+from agents.coding.editor import perform
+from agents.coding.worktree import Workspaces
 from agents.model import whole_number
 from agents.tools.command import CommandError, prepare, run_command, told
 from agents.tools.success import Verdict, judge, response_path
@@ -48,6 +52,9 @@ __all__ = [
 
 #: How much of a tool's response the model is shown.
 RESULT_EXCERPT = 2000
+#: How much of an editor op's result the model is shown: a file's text is
+#: bounded by the editor first (agents/coding/ops.py, ``OUTPUT_CHARS``).
+WORKSPACE_EXCERPT = 16_000
 #: The default of ``LEMONGRAPH_MAX_TOOL_RESPONSE_BYTES``: the most of a tool's
 #: answer read (docs/agents.md, "Output bounds").
 MAX_TOOL_RESPONSE_BYTES = 4 << 20
@@ -134,10 +141,14 @@ class Executor:
         max_response: int = MAX_TOOL_RESPONSE_BYTES,
         headers: Mapping[str, str] | None = None,
         mcp: McpServers | None = None,
+        workspaces: Workspaces | None = None,
     ) -> None:
         self.catalog = catalog
         #: The catalog's MCP servers, connected (agents/tools/mcp.py).
         self.mcp = mcp
+        #: Where each job's worktree is, for ``workspace`` tools (None: no job
+        #: has one, and such a tool is refused: docs/coding.md).
+        self.workspaces = workspaces
         self.client = client
         self.env = env
         #: The most of a tool's answer read (``LEMONGRAPH_MAX_TOOL_RESPONSE_BYTES``).
@@ -212,6 +223,8 @@ class Executor:
             return await run_mcp(self, tool, name=name, args=args, key=key, job_key=job_key)
         if tool.command is not None:
             return await self._command(tool, job_key, key, args)
+        if tool.workspace is not None:
+            return await self._workspace(tool, job_key, key, args)
         return await self._http(tool, job_key, key, args)
 
     async def _http(self, tool: ToolSpec, job_key: str, key: str, args: Any) -> Outcome:
@@ -334,6 +347,24 @@ class Executor:
             status, output, key, fact=fact, seconds=seconds, data=data, command=prepared.shown
         )
 
+    async def _workspace(self, tool: ToolSpec, job_key: str, key: str, args: Any) -> Outcome:
+        """Do the tool's editor op in the job's worktree (agents/coding/editor.py,
+        in a thread: it reads files and runs git). A write is a result, not
+        evidence: it records a fact only when the tool says ``records``
+        (docs/coding.md, "The editor's tools")."""
+        assert tool.workspace is not None
+        root = self.workspaces.root(job_key) if self.workspaces is not None else None
+        if root is None:
+            return Outcome("refused", _tell(False, "no workspace for this job"), key)
+        started = time.monotonic()
+        edited = await asyncio.to_thread(perform, root, tool.workspace.op, args)
+        seconds = time.monotonic() - started
+        if edited.status != "done":
+            return Outcome(edited.status, _tell(False, edited.why), key, seconds=seconds)
+        fact, oversize = self._fact(tool.records, job_key, key, edited.data)
+        output = _tell(True, oversize or edited.data, WORKSPACE_EXCERPT)
+        return Outcome("done", output, key, fact=fact, seconds=seconds, data=edited.data)
+
     def _fact(
         self, records: Records | None, job_key: str, key: str, data: Any
     ) -> tuple[InboxEvent | None, str | None]:
@@ -387,11 +418,11 @@ def _opening(body: bytes) -> str:
     return text if len(text) <= BODY_EXCERPT else text[: BODY_EXCERPT - 3] + "..."
 
 
-def _tell(ok: bool, detail: Any) -> str:
+def _tell(ok: bool, detail: Any, limit: int = RESULT_EXCERPT) -> str:
     """What the model is told about a call, as JSON; a long one cut, with a note."""
     body = {"ok": ok, "result" if ok else "error": detail}
     text = orjson.dumps(body, default=str).decode()
-    if len(text) <= RESULT_EXCERPT:
+    if len(text) <= limit:
         return text
     note = f" [cut: {len(text):,} characters in all]"
-    return text[: RESULT_EXCERPT - len(note) - 3] + "..." + note
+    return text[: limit - len(note) - 3] + "..." + note

@@ -284,8 +284,9 @@ tools:
     problems = [p.split(": ", 1)[1] for p in caught.value.problems]
     assert problems == [
         "tools.both: says more than one thing (http, command) for trusted code to do: "
-        "exactly one of http, command, mcp",
-        "tools.neither: says nothing for trusted code to do: exactly one of http, command, mcp",
+        "exactly one of http, command, mcp, workspace",
+        "tools.neither: says nothing for trusted code to do: "
+        "exactly one of http, command, mcp, workspace",
         "tools.bad.command.argv: the program (argv[0]) cannot come from the model",
         "tools.bad.command.argv: '{nope}' names no property of the tool's parameters (path)",
         "tools.bad.command.argv: '--in={path}': a placeholder must be a whole argv element "
