@@ -67,7 +67,7 @@ def finished(steps: list[Step]) -> list[JobFinished]:
 def test_the_override_path_ends_completed_with_override_and_the_record_says_so() -> None:
     state, steps = run(FIX_OR_ACCEPT, (1, "validation_failed"), (2, "failed_validation_accepted"))
     assert state.status is JobStatus.COMPLETED_WITH_OVERRIDE
-    assert state.status == "completed_with_override"
+    assert str(state.status) == "completed_with_override"  # its wire string
     assert state.ended_at == T0 + timedelta(hours=2)
     assert [(f.status, f.at) for f in finished(steps)] == [
         ("completed_with_override", T0 + timedelta(hours=2))

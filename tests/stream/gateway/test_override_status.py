@@ -5,18 +5,25 @@ the read model, then listed and filtered through the real route
 
 from __future__ import annotations
 
+import threading
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
+import uvicorn
 from fastapi.testclient import TestClient
+from playwright.sync_api import expect, sync_playwright
 
 from stream.gateway.api import build_api
 from stream.gateway.guard import Guard
 from stream.gateway.ratelimit import RateLimiter
 from stream.gateway.routes.shared import Gateway
+from stream.gateway.server import build_ui
 from stream.gateway.tokens import mint_token
 from stream.gateway.views import job_summary, job_view
+from tests.lanes import wait_for
+from tests.stream.gateway.test_browser import ARGS, CHROMIUM
 from tests.stream.gateway.test_readmodel import model_after
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)  # test_readmodel's: its worker clock is 30 days on
@@ -78,7 +85,7 @@ def test_the_api_lists_filters_and_shows_an_override_apart_from_done() -> None:
     assert job_summary(entry).status == "completed_with_override"
 
     model.caught_up = True
-    gateway = Gateway(model, _Producer(), Guard(SECRET, RateLimiter(100, 100), 1 << 20))  # type: ignore[arg-type]
+    gateway = Gateway(model, _Producer(), Guard(SECRET, RateLimiter(100, 100), 1 << 20))
     token = mint_token(SECRET, now=time.time())
     with TestClient(build_api(gateway)) as client:
         auth = {"Authorization": f"Bearer {token}"}
@@ -97,3 +104,50 @@ def test_the_api_lists_filters_and_shows_an_override_apart_from_done() -> None:
         wrong = client.get("/v1/jobs", params={"status": "overridden"}, headers=auth)
         assert wrong.status_code == 422
         assert "completed_with_override" in wrong.text
+
+
+@pytest.mark.browser
+@pytest.mark.timeout(120)
+def test_the_ui_says_completed_with_override_not_done() -> None:
+    """The real page and API served (uvicorn, in this process) over a read model, in
+    headless Chromium: the list's badge says "completed with override", in
+    another colour than done's, and the status filter keeps only that job."""
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} is missing: scripts/test installs Debian's chromium")
+    model = model_after(
+        start("overridden", 0),
+        start("passed", 0),
+        event("overridden", "failed_validation_accepted", 1),
+        event("passed", "validation_passed", 2),
+        spec=SPEC,
+    )
+    model.caught_up = True
+    gateway = Gateway(model, _Producer(), Guard(SECRET, RateLimiter(100, 100), 1 << 20))
+    server = uvicorn.Server(
+        uvicorn.Config(build_ui(build_api(gateway)), host="127.0.0.1", port=0, log_level="warning")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: server.started, timeout=30, what="the API serving")
+        port = server.servers[0].sockets[0].getsockname()[1]
+        token = mint_token(SECRET, now=time.time())
+        with sync_playwright() as playwright:
+            chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+            try:
+                page = chromium.new_page()
+                page.goto(f"http://127.0.0.1:{port}/#token={token}")
+                overridden = page.locator('tr[data-job="overridden"] .badge')
+                passed = page.locator('tr[data-job="passed"] .badge')
+                expect(overridden).to_have_text("completed with override")
+                expect(passed).to_have_text("done")
+                color = "el => getComputedStyle(el).color"
+                assert overridden.evaluate(color) != passed.evaluate(color)
+                page.select_option("#status-filter", "completed_with_override")
+                expect(page.locator("tr.job-row")).to_have_count(1)
+                expect(page.locator("tr.job-row")).to_have_attribute("data-job", "overridden")
+            finally:
+                chromium.close()
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
