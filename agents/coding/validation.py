@@ -2,7 +2,7 @@
 them as command tools (docs/coding.md, "Validation").
 
 The commands come from the target repository's own files, and only from a file
-git tracks, unmodified against HEAD, read as committed (``git show HEAD:FILE``):
+git tracks, unmodified against HEAD, read as committed (``git show HEAD:./FILE``):
 ``.lemongraph.json`` (``{"setup": [...], "validate": [...]}``), else a root
 ``AGENTS.md``'s setup, build, test and check sections, copied exactly. The
 operator's ``--validate`` commands replace both. Never from a model: nothing a
@@ -192,7 +192,7 @@ def trusted_text(repo: Path, name: str) -> tuple[str | None, str | None]:
     diff = _git(repo, "diff", "--quiet", "--no-ext-diff", "--no-textconv", "HEAD", "--", name)
     if diff.returncode == 1:
         return None, f"{name} has changes against HEAD: not trusted"
-    shown = _git(repo, "show", f"HEAD:{name}")
+    shown = _git(repo, "show", f"HEAD:./{name}")  # ./: at ``repo``, as ls-files and diff
     if diff.returncode != 0 or shown.returncode != 0:
         error = (diff.stderr or shown.stderr).decode("utf-8", "replace").strip()
         return None, f"{name}: git could not read it ({error[:200]}): not trusted"
