@@ -350,7 +350,7 @@ _RESULT: Final = {
 def as_command_tools(
     validation: Validation,
     worktree: Path,
-    fingerprint: Mapping[str, str],
+    fingerprint: Mapping[str, object],
     *,
     timeout: float = DEFAULT_TIMEOUT,
     env: Sequence[str] = DEFAULT_ENV,
@@ -510,7 +510,7 @@ class ValidationRun:
 async def run_validation(
     validation: Validation,
     worktree: Path,
-    fingerprint: Mapping[str, str],
+    fingerprint: Mapping[str, object],
     *,
     job_key: str,
     task_id: str,

@@ -37,7 +37,13 @@ from agents.coding.validation import (
 from agents.tools.command import Prepared, run_command
 from agents.tools.executor import Executor, Outcome, derived_key
 
-FINGERPRINT = {"head": "0" * 40, "branch": "lemongraph/job-1", "diff": "d" * 64, "untracked": "u"}
+#: The shape of the worktree's fingerprint (agents/coding/fingerprint.py, built beside this).
+FINGERPRINT = {
+    "head": "0" * 40,
+    "branch": "lemongraph/job-1",
+    "diff_sha256": "d" * 64,
+    "untracked_sha256": "u" * 64,
+}
 
 AGENTS_MD = """\
 # Project
