@@ -147,11 +147,15 @@ class ServerTool:
 
 class Records(_Spec):
     """The fact a successful call records, with properties read from the JSON
-    response by path (``$.when``, ``$.booking.id``)."""
+    response by path (``$.when``, ``$.booking.id``), and ``fixed`` ones as the
+    catalog writes them (a read path of the same name wins)."""
 
     fact: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
     properties: dict[str, str] = Field(default_factory=dict)
     value: str | None = None
+    #: Properties recorded as written here, not read from the answer
+    #: (docs/agents.md, "The catalog"): trusted text, like the rest of a tool.
+    fixed: dict[str, Any] = Field(default_factory=dict)
 
 
 class Success(_Spec):

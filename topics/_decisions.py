@@ -172,7 +172,7 @@ class JobFinishedEffect(_Part):
 
     type: Literal["job.finished"] = "job.finished"
     job_key: str
-    status: Literal[JobStatus.DONE, JobStatus.FAILED]
+    status: Literal[JobStatus.DONE, JobStatus.FAILED, JobStatus.COMPLETED_WITH_OVERRIDE]
     at: str
 
 

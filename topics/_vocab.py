@@ -47,11 +47,15 @@ class MilestoneStatus(StrEnum):
 
 
 class JobStatus(StrEnum):
-    """Where a job stands: running until its goals are met (done) or cannot be (failed)."""
+    """Where a job stands: running until its goals are met (done) or cannot be
+    (failed). A job whose goals were met through a milestone marked ``ends:
+    completed_with_override`` ends ``completed_with_override``, never ``done``
+    (docs/playbooks.md, "Ending with an override"). The three last are terminal."""
 
     RUNNING = "running"
     DONE = "done"
     FAILED = "failed"
+    COMPLETED_WITH_OVERRIDE = "completed_with_override"
 
 
 class TaskOutcome(StrEnum):

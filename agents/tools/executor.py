@@ -372,7 +372,7 @@ class Executor:
         :data:`FACT_MAX_BYTES`, no fact and what the model is told of it."""
         if records is None:
             return None, None
-        properties = {}
+        properties = dict(records.fixed)
         for name, path in records.properties.items():
             found, value = response_path(data, path)
             if found:

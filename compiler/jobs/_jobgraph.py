@@ -12,8 +12,9 @@ Every milestone transition rule lives in this file, in ``_Decision``:
                          it can no longer matter to any unsettled goal (pruning),
                          or the job ended
 
-The job is ``done`` when its goals are met per ``complete_when``, ``failed``
-when that became impossible. Within one instant the rules run to a fixed point
+The job is ``done`` when its goals are met per ``complete_when`` (or
+``completed_with_override``, when a milestone marked so is done then),
+``failed`` when that became impossible. Within one instant the rules run to a fixed point
 in rank order, so the result never depends on dict order or on timing.
 
 Order inside a step (docs/decisions.md, "One step"):
@@ -406,13 +407,22 @@ class _Decision:
             failed = all(s in LOST for s in goals)
         if not (done or failed):
             return False
-        self.status = JobStatus.DONE if done else JobStatus.FAILED
+        self.status = self._done_as() if done else JobStatus.FAILED
         self.ended_at = at
         for milestone in self.playbook.milestones:
             if self.milestones[milestone.id].status not in SETTLED:
                 self._settle(milestone, TaskOutcome.DROPPED, at, f"job {self.status.value}")
         self.finished = JobFinished(self.state.key, self.status, at)
         return True
+
+    def _done_as(self) -> JobStatus:
+        """How a job whose goals are met ends: ``completed_with_override`` when a
+        milestone marked so is done, else ``done`` (docs/playbooks.md, "Ending
+        with an override"): an override accepted on the way is never a plain success."""
+        for milestone in self.playbook.overrides:
+            if self.milestones[milestone].status == DONE:
+                return JobStatus.COMPLETED_WITH_OVERRIDE
+        return JobStatus.DONE
 
     def _prune(self, at: datetime) -> bool:
         """Drop what can no longer matter to any unsettled goal."""

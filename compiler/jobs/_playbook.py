@@ -38,6 +38,9 @@ __all__ = [
 
 _IDENT = r"^[A-Za-z_][A-Za-z0-9_\-]*$"
 _KEY = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$"
+#: What a milestone's ``ends`` may say: how a job whose goals are met through
+#: it ends instead of ``done`` (docs/playbooks.md, "Ending with an override").
+ENDS = ("completed_with_override",)
 
 
 class MilestoneSpec(BaseModel):
@@ -54,6 +57,19 @@ class MilestoneSpec(BaseModel):
     due: str | None = None
     #: The flow that does the milestone's work (``flows/NAME.yaml``, docs/flows.md).
     flow: str | None = Field(None, pattern=_IDENT, max_length=100)
+    #: How the job ends, instead of ``done``, when this milestone is done when
+    #: its goals are met (docs/playbooks.md, "Ending with an override").
+    ends: StrictStr | None = None
+
+    @field_validator("ends")
+    @classmethod
+    def _ends_is_known(cls, value: str | None) -> str | None:
+        if value is not None and value not in ENDS:
+            raise ValueError(
+                f"{value!r} is not a way for a job to end: write {' or '.join(ENDS)} "
+                "(a job that reaches its goals through this milestone ends so, never done)"
+            )
+        return value
 
     @field_validator("due")
     @classmethod
@@ -124,6 +140,8 @@ class Milestone:
     atom_keys: tuple[tuple[str, Atom], ...]
     #: The flow that does its work (docs/flows.md), if one is named.
     flow: str | None = None
+    #: How the job ends instead of ``done`` when it is done then (``ENDS``).
+    ends: str | None = None
 
 
 @dataclass(frozen=True)
@@ -138,6 +156,10 @@ class Playbook:
     atoms_by_fact: Mapping[str, tuple[tuple[str, Atom], ...]] = field(repr=False)
     #: The milestones whose condition reads a fact, by the fact's name.
     milestones_by_fact: Mapping[str, frozenset[str]] = field(repr=False)
+    #: The milestones marked ``ends: completed_with_override``, in rank order:
+    #: one of them done when the goals are met makes the job end so, not done
+    #: (docs/playbooks.md, "Ending with an override").
+    overrides: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -426,6 +448,7 @@ class _Compiler:
                 due=parse_duration(m.due) if m.due is not None else None,
                 atom_keys=tuple((print_atom(a), a) for a in conditions[m.id].atoms),
                 flow=m.flow,
+                ends=m.ends,
             )
             for i, m in enumerate(spec.milestones)
         ]
@@ -443,6 +466,7 @@ class _Compiler:
             by_id={m.id: m for m in ranked},
             atoms_by_fact={k: tuple(v.items()) for k, v in atoms.items()},
             milestones_by_fact={k: frozenset(v) for k, v in readers.items()},
+            overrides=tuple(m.id for m in ranked if m.ends == "completed_with_override"),
         )
 
 

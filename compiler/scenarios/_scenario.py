@@ -56,7 +56,7 @@ class Expectation(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    status: Literal["running", "done", "failed"] | None = None
+    status: Literal["running", "done", "failed", "completed_with_override"] | None = None
     done: list[str] | None = None
     knocked: list[str] | None = None
     dropped: list[str] | None = None

@@ -36,7 +36,7 @@ __all__ = [
     "TimerView",
 ]
 
-JobStatus = Literal["starting", "running", "done", "failed", "refused"]
+JobStatus = Literal["starting", "running", "done", "failed", "completed_with_override", "refused"]
 Scalar = StrictStr | int | float | bool | None
 
 

@@ -28,6 +28,7 @@ _VIEW_STATUS: dict[topics.JobStatus, JobStatus] = {
     topics.JobStatus.RUNNING: "running",
     topics.JobStatus.DONE: "done",
     topics.JobStatus.FAILED: "failed",
+    topics.JobStatus.COMPLETED_WITH_OVERRIDE: "completed_with_override",
 }
 
 

@@ -127,6 +127,12 @@ function contactLabel(c) {
 
 // -- job list --------------------------------------------------------------------------
 
+// A job's status as a person reads it: an override is said in words, never
+// shown as "done" (docs/playbooks.md, "Ending with an override").
+function statusLabel(status) {
+  return status === "completed_with_override" ? "completed with override" : status;
+}
+
 async function renderList(append) {
   const view = state.view;
   const params = new URLSearchParams({ limit: "100" });
@@ -146,7 +152,7 @@ async function renderList(append) {
     const row = h("tr", { class: "job-row", "data-job": job.key, "data-status": job.status, "data-href": href },
       h("td", {}, h("a", { href, "data-nav": "job" }, job.key)),
       h("td", { class: "subject" }, subjectText(job.subject)),
-      h("td", {}, h("span", { class: "badge status-" + job.status }, job.status)),
+      h("td", {}, h("span", { class: "badge status-" + job.status }, statusLabel(job.status))),
       h("td", {}, job.playbook_key + (job.playbook_version ? " v" + job.playbook_version : "")),
       h("td", {}, job.next_step || ""),
       h("td", {}, states.length ? `${done}/${states.length} done` : ""),
@@ -611,7 +617,7 @@ function renderJob(job) {
   state.job = job;
   document.getElementById("job-title").textContent = job.key;
   const badge = document.getElementById("job-status");
-  badge.textContent = job.status;
+  badge.textContent = statusLabel(job.status);
   badge.className = "badge status-" + job.status;
   const next = job.milestones.find((m) => m.id === job.next_step);
   const nextHeld = Boolean(next) && heldBack(job, next);

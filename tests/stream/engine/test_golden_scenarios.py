@@ -30,6 +30,7 @@ EXPECTED: dict[str, int] = {
     "failing-job-opens-no-task.scenario.yaml": 2,
     "any-merge-loser-opens-no-task.scenario.yaml": 2,
     "not-within-completes-at-window-close.scenario.yaml": 4,
+    "override-ends-completed-with-override.scenario.yaml": 4,
     "unreachable-when-no-path-survives.scenario.yaml": 2,
     "until-stops-the-clock.scenario.yaml": 3,
     "within-default-30d.scenario.yaml": 4,
@@ -55,7 +56,7 @@ def test_every_golden_file_is_listed() -> None:
 def test_all_golden_scenarios_are_found() -> None:
     run = simulate_files(scenario_files(GOLDEN))
     assert run.errors == [], _describe(run)
-    assert len(run.results) == sum(EXPECTED.values()) == 53
+    assert len(run.results) == sum(EXPECTED.values()) == 57
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))

@@ -8,6 +8,7 @@ playbook listed out of rank order must still come back in rank order."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import orjson
 import yaml
@@ -39,9 +40,11 @@ milestones:
 )
 
 
-def model_after(*messages: tuple[dict[str, object], datetime]) -> ReadModel:
-    """A read model fed what the engine wrote for ``messages``."""
-    playbook = compile_playbook(SPEC)
+def model_after(
+    *messages: tuple[dict[str, object], datetime], spec: dict[str, Any] = SPEC
+) -> ReadModel:
+    """A read model fed what the engine wrote for ``messages``, jobs on ``spec``."""
+    playbook = compile_playbook(spec)
     store: dict[str, bytes] = {}
     engine = Engine(
         TOPICS,
@@ -51,8 +54,8 @@ def model_after(*messages: tuple[dict[str, object], datetime]) -> ReadModel:
         wall_ms=lambda: int((T0 + timedelta(days=30)).timestamp() * 1000),
     )
     model = ReadModel(TOPICS, {})
-    record = PlaybookRecord(key="ranks", version=3, spec=playbook.to_json())
-    model.apply(TOPICS.playbooks, b"ranks", encode(record))
+    record = PlaybookRecord(key=playbook.key, version=playbook.version, spec=playbook.to_json())
+    model.apply(TOPICS.playbooks, playbook.key.encode(), encode(record))
     for offset, (message, at) in enumerate(messages):
         key = str(message["key"]).encode()
         stamp = int(at.timestamp() * 1000)
