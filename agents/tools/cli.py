@@ -97,8 +97,9 @@ def _report(catalog: Catalog, servers: list[ServerStatus]) -> dict[str, Any]:
 def _lines(report: dict[str, Any]) -> list[str]:
     lines = []
     for server in report["mcp_servers"]:
+        listed = len(server["listed"])
         state = (
-            f"connected, {len(server['listed'])} tools listed"
+            f"connected, {listed} tool{'' if listed == 1 else 's'} listed"
             if server["connected"]
             else f"not reached: {server['error']}"
         )
