@@ -25,14 +25,42 @@ from __future__ import annotations
 import base64
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import orjson
 
-if TYPE_CHECKING:
-    from agents.flows.track import FlowTrack
-
 __all__ = ["INLINE_BYTES", "PART_BYTES", "RunLog", "owed_records", "read_back", "record_key"]
+
+
+class Tracked(Protocol):
+    """What of a flow run's track (agents/flows/track.py, ``FlowTrack``) its
+    checkpoint reads."""
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def journaled(self) -> int: ...
+
+    @property
+    def journaled_start(self) -> bool: ...
+
+    @property
+    def journaled_at(self) -> str | None: ...
+
+    @property
+    def status(self) -> str: ...
+
+    @property
+    def log(self) -> RunLog: ...
+
+    @property
+    def active(self) -> bool: ...
+
+    def small_json(self) -> dict[str, Any]: ...
+
+    def run_json(self) -> dict[str, Any]: ...
+
 
 #: A run whose state, actions and kept inputs take more bytes than this is
 #: kept as a base and deltas; below it, whole in the conversation's record.
@@ -94,7 +122,7 @@ class RunLog:
         if self.gen:
             self.inputs.append((data, at))
 
-    def due(self, track: FlowTrack) -> bool:
+    def due(self, track: Tracked) -> bool:
         """The run is to be written again as a base: the deltas outweigh it,
         or it ended (so that reading it back steps nothing)."""
         if not self.deltas and not self.inputs:
@@ -106,7 +134,7 @@ class RunLog:
         """A step may be checkpointed by its delta alone (no conversation record)."""
         return self.gen > 0
 
-    def checkpoint(self, track: FlowTrack) -> dict[str, Any]:
+    def checkpoint(self, track: Tracked) -> dict[str, Any]:
         """The run as the conversation's record keeps it (its records owed)."""
         self.seq += 1
         small = track.small_json()
@@ -122,7 +150,7 @@ class RunLog:
             self._flush(None)
         return {**small, "log": self.meta()}
 
-    def mark(self, track: FlowTrack) -> None:
+    def mark(self, track: Tracked) -> None:
         """A checkpoint by deltas alone: the inputs stepped, and the fields a
         step changes (``snapshot``) on the last of them."""
         self.seq += 1

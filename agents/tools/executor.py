@@ -20,9 +20,7 @@ import asyncio
 import hashlib
 import time
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
-from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import orjson
@@ -34,6 +32,7 @@ from agents.coding.editor import perform
 from agents.coding.worktree import Workspaces
 from agents.model import whole_number
 from agents.tools.command import CommandError, prepare, run_command, told
+from agents.tools.outcome import RESULT_EXCERPT, Outcome, redact_url, tell
 from agents.tools.success import Verdict, judge, response_path
 
 if TYPE_CHECKING:
@@ -50,8 +49,6 @@ __all__ = [
     "tool_response_bound",
 ]
 
-#: How much of a tool's response the model is shown.
-RESULT_EXCERPT = 2000
 #: How much of an editor op's result the model is shown: a file's text is
 #: bounded by the editor first (agents/coding/ops.py, ``OUTPUT_CHARS``).
 WORKSPACE_EXCERPT = 16_000
@@ -72,60 +69,6 @@ def derived_key(task_id: str, tool: str, arguments: Any, occurrence: int) -> str
     arguments (canonical JSON) and occurrence, whatever the model called it."""
     canonical = orjson.dumps([task_id, tool, arguments, occurrence], option=orjson.OPT_SORT_KEYS)
     return "lg-" + hashlib.sha256(canonical).hexdigest()[:40]
-
-
-def redact_url(url: str) -> str:
-    """``url`` without credentials and with every query value hidden, for the
-    journal and logs (a secret in a URL never leaves the process)."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    query = "&".join(
-        f"{pair.split('=', 1)[0]}=***" if "=" in pair else pair
-        for pair in parts.query.split("&")
-        if pair
-    )
-    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What happened to one tool call.
-
-    ``status``: ``done`` (a 2xx whose JSON body passes the tool's success rule;
-    ``fact`` is what it records, if anything), ``failed`` (the endpoint said it
-    did not happen, or an idempotent tool may be retried with the same key),
-    ``refused`` (not run), ``outcome_unknown`` (a non-idempotent call that may
-    have taken effect: never repeated blindly). ``output`` is what the model is
-    told; ``url`` the endpoint, redacted; ``command`` a command's argv, with
-    the values read from the environment as ``***`` (docs/agents.md, "Command
-    tools").
-    """
-
-    status: Literal["done", "failed", "refused", "outcome_unknown"]
-    output: str
-    key: str
-    fact: InboxEvent | None = None
-    http_status: int | None = None
-    url: str | None = None
-    seconds: float = 0.0
-    #: The response's JSON on ``done``, whole (``output`` is an excerpt); a
-    #: command's result, on ``done`` and on ``failed`` when it ran.
-    data: Any = None
-    command: str | None = None
-
-    def journaled(self) -> dict[str, Any]:
-        """What a ``journal.tool_call`` record holds of this call beyond the
-        fields every call has: a command's argv (redacted), exit code and
-        output's hash."""
-        if self.command is None:
-            return {}
-        data = self.data if isinstance(self.data, dict) else {}
-        return {
-            "command": self.command,
-            "exit_code": data.get("exit_code"),
-            "output_sha256": data.get("output_sha256"),
-        }
 
 
 class Executor:
@@ -215,7 +158,7 @@ class Executor:
         if key is None:
             key = derived_key(task_id, name, args, occurrence)
         if refused is not None:
-            return Outcome("refused", _tell(False, refused), key)
+            return Outcome("refused", tell(False, refused), key)
         tool = self.catalog.tools[name]
         if tool.mcp is not None:
             from agents.tools.mcp_result import run_mcp
@@ -248,7 +191,7 @@ class Executor:
         seconds = time.monotonic() - started
         if not 200 <= status < 300:
             why = f"HTTP {status}: {_opening(body)}"
-            return Outcome("failed", _tell(False, why), key, None, status, shown, seconds)
+            return Outcome("failed", tell(False, why), key, None, status, shown, seconds)
         if cut:
             # Not read whole, so not judged: what it did is unknown (docs/agents.md,
             # "Output bounds").
@@ -262,13 +205,13 @@ class Executor:
         judged = judge(tool.success, body)
         why = f"HTTP {status}, but {judged.why}: {_opening(body)}"
         if judged.verdict is Verdict.FAILED:
-            return Outcome("failed", _tell(False, why), key, None, status, shown, seconds)
+            return Outcome("failed", tell(False, why), key, None, status, shown, seconds)
         if judged.verdict is Verdict.UNSAID:
             return self._unanswered(tool, key, shown, seconds, why, status)
         fact, oversize = self._fact(tool.records, job_key, key, judged.data)
         return Outcome(
             "done",
-            _tell(True, oversize or judged.data),
+            tell(True, oversize or judged.data),
             key,
             fact=fact,
             http_status=status,
@@ -312,10 +255,10 @@ class Executor:
         # did (none came, or a 2xx body that does not say). An idempotent tool
         # is safe to call again with the same key; any other is not.
         if tool.idempotent:
-            return Outcome("failed", _tell(False, reason), key, None, http_status, url, seconds)
+            return Outcome("failed", tell(False, reason), key, None, http_status, url, seconds)
         return Outcome(
             "outcome_unknown",
-            _tell(False, f"{reason}; it may or may not have taken effect: do not repeat it"),
+            tell(False, f"{reason}; it may or may not have taken effect: do not repeat it"),
             key,
             http_status=http_status,
             url=url,
@@ -334,14 +277,12 @@ class Executor:
         except CommandError as exc:
             seconds = time.monotonic() - started
             why = f"the command did not start: {exc}"
-            return Outcome(
-                "failed", _tell(False, why), key, seconds=seconds, command=prepared.shown
-            )
+            return Outcome("failed", tell(False, why), key, seconds=seconds, command=prepared.shown)
         seconds = time.monotonic() - started
         data = result.data()
         records = tool.records if result.ok else tool.records_on_failure
         fact, oversize = self._fact(records, job_key, key, data)
-        output = _tell(result.ok, oversize) if oversize else told(result, RESULT_EXCERPT)
+        output = tell(result.ok, oversize) if oversize else told(result, RESULT_EXCERPT)
         status: Literal["done", "failed"] = "done" if result.ok else "failed"
         return Outcome(
             status, output, key, fact=fact, seconds=seconds, data=data, command=prepared.shown
@@ -355,14 +296,14 @@ class Executor:
         assert tool.workspace is not None
         root = self.workspaces.root(job_key) if self.workspaces is not None else None
         if root is None:
-            return Outcome("refused", _tell(False, "no workspace for this job"), key)
+            return Outcome("refused", tell(False, "no workspace for this job"), key)
         started = time.monotonic()
         edited = await asyncio.to_thread(perform, root, tool.workspace.op, args)
         seconds = time.monotonic() - started
         if edited.status != "done":
-            return Outcome(edited.status, _tell(False, edited.why), key, seconds=seconds)
+            return Outcome(edited.status, tell(False, edited.why), key, seconds=seconds)
         fact, oversize = self._fact(tool.records, job_key, key, edited.data)
-        output = _tell(True, oversize or edited.data, WORKSPACE_EXCERPT)
+        output = tell(True, oversize or edited.data, WORKSPACE_EXCERPT)
         return Outcome("done", output, key, fact=fact, seconds=seconds, data=edited.data)
 
     def _fact(
@@ -416,13 +357,3 @@ def _opening(body: bytes) -> str:
         return "(no body)"
     text = body[: BODY_EXCERPT * 4].decode("utf-8", "replace")
     return text if len(text) <= BODY_EXCERPT else text[: BODY_EXCERPT - 3] + "..."
-
-
-def _tell(ok: bool, detail: Any, limit: int = RESULT_EXCERPT) -> str:
-    """What the model is told about a call, as JSON; a long one cut, with a note."""
-    body = {"ok": ok, "result" if ok else "error": detail}
-    text = orjson.dumps(body, default=str).decode()
-    if len(text) <= limit:
-        return text
-    note = f" [cut: {len(text):,} characters in all]"
-    return text[: limit - len(note) - 3] + "..." + note

@@ -41,7 +41,7 @@ from mcp_types import (
 )
 
 from agents.catalog import Catalog, McpAction, McpServerSpec, ServerTool, ToolSpec, expand_env
-from agents.tools.executor import redact_url
+from agents.tools.outcome import redact_url
 
 __all__ = ["McpAnswer", "McpServers", "ServerStatus"]
 

@@ -19,35 +19,60 @@ answer onto the same :class:`Outcome` an HTTP call gives:
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 from mcp_types import CallToolResult, TextContent
+from topics import InboxEvent
 
-from agents.catalog import ToolSpec
-from agents.tools.executor import Executor, Outcome, _tell
+from agents.catalog import Records, ToolSpec
+from agents.tools.mcp import McpServers
+from agents.tools.outcome import Outcome, tell
 from agents.tools.success import Verdict, judge
 
-__all__ = ["result_data", "run_mcp"]
+__all__ = ["Settling", "result_data", "run_mcp"]
+
+
+class Settling(Protocol):
+    """What of the executor (agents/tools/executor.py) an mcp call needs: the
+    supervisor, the answer bound, and the rules every kind shares for a fact and
+    for an answer that never came."""
+
+    mcp: McpServers | None
+    max_response: int
+
+    def _fact(
+        self, records: Records | None, job_key: str, key: str, data: Any
+    ) -> tuple[InboxEvent | None, str | None]: ...
+
+    def _unanswered(
+        self,
+        tool: ToolSpec,
+        key: str,
+        url: str,
+        seconds: float,
+        reason: str,
+        http_status: int | None = None,
+    ) -> Outcome: ...
 
 
 async def run_mcp(
-    executor: Executor, tool: ToolSpec, *, name: str, args: Any, key: str, job_key: str
+    executor: Settling, tool: ToolSpec, *, name: str, args: Any, key: str, job_key: str
 ) -> Outcome:
     """Call mcp tool ``name`` (checked by the executor) and say what came of it."""
     servers = executor.mcp
     if servers is None:
-        return Outcome("refused", _tell(False, "refused: no MCP server is connected here"), key)
+        return Outcome("refused", tell(False, "refused: no MCP server is connected here"), key)
     shown = servers.where(name)
     started = time.monotonic()
     answer = await servers.call(name, args, key)
     seconds = time.monotonic() - started
     if answer.refused is not None:
-        return Outcome("refused", _tell(False, answer.refused), key, url=shown)
+        return Outcome("refused", tell(False, answer.refused), key, url=shown)
     if answer.unsent is not None or answer.error is not None:
         # Not run: not sent, or the server refused the request itself.
         why = answer.unsent or answer.error
-        return Outcome("failed", _tell(False, why), key, url=shown, seconds=seconds)
+        return Outcome("failed", tell(False, why), key, url=shown, seconds=seconds)
     if answer.lost is not None or answer.result is None:
         return executor._unanswered(tool, key, shown, seconds, answer.lost or "no answer")
     result = answer.result
@@ -69,7 +94,7 @@ async def run_mcp(
         if judged.verdict is Verdict.UNSAID:
             return executor._unanswered(tool, key, shown, seconds, judged.why)
     fact, oversize = executor._fact(tool.records, job_key, key, data)
-    told = _tell(True, oversize or data)
+    told = tell(True, oversize or data)
     return Outcome("done", told, key, fact=fact, url=shown, seconds=seconds, data=data)
 
 
@@ -86,7 +111,7 @@ def result_data(result: CallToolResult) -> Any:
 
 
 def _failed(
-    executor: Executor,
+    executor: Settling,
     tool: ToolSpec,
     key: str,
     job_key: str,
@@ -98,5 +123,5 @@ def _failed(
     """The server said the call failed: what ``records_on_failure`` records, if anything."""
     fact, oversize = executor._fact(tool.records_on_failure, job_key, key, data)
     detail = f"{why}: {orjson.dumps(data, default=str).decode()}" if why else data
-    told = _tell(False, oversize or detail)
+    told = tell(False, oversize or detail)
     return Outcome("failed", told, key, fact=fact, url=shown, seconds=seconds, data=data)
