@@ -1,0 +1,210 @@
+"""``lemongraph code`` (docs/coding.md, "`lemongraph code`").
+
+In process: the fold of a job's records into its lines, status and checkpoint
+(agents/coding/follow.py), from records made with the topics' own models; the
+subject a job starts with, from a real git repository's trusted AGENTS.md; a
+repository with no validation command refused before anything is sent.
+
+Against the real broker (one lane for the module): the records the worker and
+the agents service write for a job waiting at a checkpoint are produced on the
+lane's topics; `code status` reads them (exit 5, the question and the allowed
+answers), `code resume` refuses a response the checkpoint does not take (exit
+2, listing them) and writes an allowed one on `messages` exactly as the answers
+API does; once the answer is journaled and the job ends by override, `code
+status` says so (exit 4)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from agents.coding.cli import job_subject, new_job_key
+from agents.coding.follow import FLOW, JobView
+from agents.coding.validation import discover
+from tests.agents.coding.repos import make_repo, sh_git, write
+from tests.inprocess import invoke
+from tests.lanes import Lane
+from topics import (
+    JournalHandlerCall,
+    JournalInterrupt,
+    JournalModelCall,
+    JournalToolCall,
+    MessageRecord,
+)
+
+AT = "2026-12-06T22:00:00Z"
+ANSWERS = ["revise", "accept_failed_validation", "abort"]
+
+
+def _head(job: str) -> dict[str, Any]:
+    return {"job_key": job, "run_id": f"{job}/change#1", "at": AT}
+
+
+def _plan(job: str) -> dict[str, Any]:
+    return JournalModelCall(
+        **_head(job), agent="flow", request="...", latency_ms=3, outcome="ok", flow=FLOW,
+        node="plan", response='{"steps": ["fix add()", "run the tests"], "files": ["calc.py"]}',
+    ).model_dump(mode="json")  # fmt: skip
+
+
+def _edit(job: str) -> dict[str, Any]:
+    return JournalToolCall(
+        **_head(job), agent="flow", tool="write_file", outcome="done", result="{}",
+        arguments='{"content": "x", "path": "calc.py"}', latency_ms=2, flow=FLOW, node="tools",
+    ).model_dump(mode="json")  # fmt: skip
+
+
+def _validated(job: str, attempt: int, verdict: str, code: int) -> dict[str, Any]:
+    result = {"verdict": verdict, "attempt": attempt, "exit_codes": [code]}
+    return JournalHandlerCall(
+        **_head(job), flow=FLOW, node="validate", kind="handler", name="coding_validate",
+        call_id=f"{job}/change#1/validate/{attempt}/1", outcome="ok",
+        result=orjson.dumps(result).decode(), latency_ms=40,
+    ).model_dump(mode="json")  # fmt: skip
+
+
+def _interrupt(job: str, status: str, **extra: Any) -> dict[str, Any]:
+    return JournalInterrupt(
+        **_head(job), flow=FLOW, node="checkpoint", interrupt_id=f"{job}/change#1/checkpoint/1",
+        kind="ask", status=status, **extra,
+    ).model_dump(mode="json")  # fmt: skip
+
+
+def _decision(job: str, status: str) -> dict[str, Any]:
+    """The fields of a decision record the fold reads."""
+    return {"type": "decision", "job_key": job, "outcome": "applied", "status": status,
+            "input": {"type": "event"}}  # fmt: skip
+
+
+def test_the_fold_says_each_step_and_where_the_job_is() -> None:
+    job = "code-1"
+    view = JobView(job)
+    records = [
+        _decision(job, "running"),
+        _plan(job),
+        _edit(job),
+        _validated(job, 1, "failed", 1),
+        {**_plan("another-job")},  # another job's record: nothing
+        _interrupt(job, "open", question="Validation failed 3 times. What now?", answers=ANSWERS),
+    ]
+    lines = [step.line() for r in records for step in view.add(r)]
+    assert lines == [
+        "plan: fix add(); run the tests",
+        "edit: write_file calc.py (done)",
+        "validation 1: failed (exit 1)",
+        "checkpoint: Validation failed 3 times. What now?",
+    ]
+    assert view.where == "waiting"
+    asked = view.checkpoint
+    assert asked is not None
+    assert asked.answers == tuple(ANSWERS)
+    assert asked.allows(" Accept_Failed_Validation ") == "accept_failed_validation"
+    assert asked.allows("accept") is None
+    later = [
+        _interrupt(job, "answered", answer="revise"),
+        _validated(job, 2, "passed", 0),
+        _decision(job, "done"),
+    ]
+    lines = [step.line() for r in later for step in view.add(r)]
+    assert lines == ["answered: revise", "validation 2: passed (exit 0)", "status: done"]
+    assert view.where == "done"
+    assert view.checkpoint is None
+
+
+def test_a_refused_start_is_said() -> None:
+    view = JobView("code-2")
+    steps = view.add(
+        {"type": "decision", "job_key": "code-2", "outcome": "refused",
+         "refused": "unknown playbook 'coding-task'", "input": {"type": "job.start"}}
+    )  # fmt: skip
+    assert [s.line() for s in steps] == ["refused: unknown playbook 'coding-task'"]
+    assert view.where == "refused"
+
+
+def test_the_subject_carries_the_trusted_commands(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    write(repo, {"AGENTS.md": "# Notes\n\n## Tests\n\n- `python -m pytest -q`\n"})
+    sh_git(repo, "add", "AGENTS.md")
+    sh_git(repo, "commit", "--quiet", "-m", "agents")
+    subject = job_subject(repo, "make answer() say 42", discover(repo), 3, "auto")
+    assert subject == {
+        "repo": str(repo),
+        "task": "make answer() say 42",
+        "validate": [
+            {"text": "python -m pytest -q", "source": "AGENTS.md", "line": 5, "kind": "test"}
+        ],
+        "validation_source": "AGENTS.md",
+        "max_attempts": 3,
+        "review": "auto",
+    }
+    operator = job_subject(repo, "t", discover(repo, ["make check"]), 1, "never")
+    assert [c["text"] for c in operator["validate"]] == ["make check"]
+    assert new_job_key().startswith("code-")
+    assert new_job_key() != new_job_key()
+
+
+def test_no_validation_command_starts_nothing(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    env = {"PATH": "/usr/bin:/bin", "LEMONGRAPH_KAFKA_URL": "kafka://127.0.0.1:1"}
+    done = invoke(["code", "run", "--repo", str(repo), "--task", "t"], env=env, cwd=tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "no validation command" in done.stderr
+    assert "give --validate CMD" in done.stderr
+    assert "job:" not in done.stdout
+
+
+@pytest.mark.timeout(120)
+def test_status_and_resume_over_the_broker(module_lane: Lane) -> None:
+    lane = module_lane
+    job = "code-checkpoint-1"
+    asked = _interrupt(
+        job, "open", question="Validation failed 3 times. What now?", answers=ANSWERS
+    )
+    journal = [_plan(job), _edit(job), _validated(job, 1, "failed", 1), asked]
+    lane.produce([(job.encode(), orjson.dumps(r)) for r in journal], topic="journal")
+    lane.produce([(job.encode(), orjson.dumps(_decision(job, "running")))], topic="decisions")
+
+    status = lane.cli("code", "status", job, check=False)
+    assert status.returncode == 5, status.stdout + status.stderr
+    assert status.stdout.splitlines()[0] == f"job: {job}"
+    assert "validation 1: failed (exit 1)" in status.stdout
+    assert "checkpoint: Validation failed 3 times. What now?" in status.stdout
+    assert "answers: revise, accept_failed_validation, abort" in status.stdout
+
+    wrong = lane.cli("code", "resume", job, "--response", "ship-it", check=False)
+    assert wrong.returncode == 2
+    assert "one of revise, accept_failed_validation, abort" in wrong.stderr
+    bare = lane.cli("code", "resume", job, "--response", "revise", check=False)
+    assert bare.returncode == 2
+    assert "revise needs --message" in bare.stderr
+    assert not [m for m in lane.read("messages") if m["key"] == job]
+
+    sent = lane.cli(
+        "code", "resume", job, "--response", "ACCEPT_failed_validation", "--no-wait", check=False
+    )
+    assert sent.returncode == 0, sent.stdout + sent.stderr
+    [message] = [m["value"] for m in lane.read("messages") if m["key"] == job]
+    record = MessageRecord.model_validate(message)
+    assert record.interrupt_id == asked["interrupt_id"]
+    assert record.message_id == f"answer:{asked['interrupt_id']}"
+    assert record.answer == "accept_failed_validation"
+    assert record.direction == "in"
+    assert record.by is not None
+    assert record.by.source == "world"
+
+    answered = _interrupt(job, "answered", answer="accept_failed_validation")
+    lane.produce([(job.encode(), orjson.dumps(answered))], topic="journal")
+    ended = _decision(job, "completed_with_override")
+    lane.produce([(job.encode(), orjson.dumps(ended))], topic="decisions")
+    after = lane.cli("code", "status", job, "--json", check=False)
+    assert after.returncode == 4, after.stdout + after.stderr
+    kinds = [orjson.loads(line) for line in after.stdout.splitlines()]
+    assert kinds[0] == {"kind": "job", "key": job}
+    assert kinds[-1]["kind"] == "end"
+    assert kinds[-1]["status"] == "completed_with_override"
+    again = lane.cli("code", "resume", job, "--response", "abort", check=False)
+    assert again.returncode == 1
+    assert "waits at no checkpoint" in again.stderr
