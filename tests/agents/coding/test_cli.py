@@ -5,7 +5,13 @@ In process: the fold of a job's records into its lines, status and checkpoint
 subject a job starts with, from a real git repository's trusted AGENTS.md; a
 repository with no validation command refused before anything is sent.
 
-Against the real broker (one lane for the module): the records the worker and
+Against the real broker (one lane for the module, its worker and agents
+service started once, the stand-in model on the example's script): `code
+run` on a repository whose test fails runs the coding-task playbook end to
+end: the stand-in first only claims the fix (validation fails), then writes it
+with a workspace tool; validation passes (its fact names the exit code and the
+fingerprint), the patch is applied to the source repository, exit 0 `done`.
+On the same lane, the records the worker and
 the agents service write for a job waiting at a checkpoint are produced on the
 lane's topics; `code status` reads them (exit 5, the question and the allowed
 answers), `code resume` refuses a response the checkpoint does not take (exit
@@ -15,18 +21,24 @@ status` says so (exit 4)."""
 
 from __future__ import annotations
 
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+import yaml
 
 from agents.coding.cli import job_subject, new_job_key
 from agents.coding.follow import FLOW, JobView
 from agents.coding.validation import discover
-from tests.agents.coding.repos import make_repo, sh_git, write
+from agents.dev.serving import AppThread
+from agents.dev.standin import StandinScript, build_standin
+from stream.runtime.broker import free_port
+from tests.agents.coding.repos import make_repo, sh_git, snapshot, write
 from tests.inprocess import invoke
-from tests.lanes import Lane
+from tests.lanes import ROOT, Lane
 from topics import (
     JournalHandlerCall,
     JournalInterrupt,
@@ -208,3 +220,97 @@ def test_status_and_resume_over_the_broker(module_lane: Lane) -> None:
     again = lane.cli("code", "resume", job, "--response", "abort", check=False)
     assert again.returncode == 1
     assert "waits at no checkpoint" in again.stderr
+
+
+# -- end to end: the real worker, agents service and stand-in model ----------------------
+
+#: The workspace tools by name and op (docs/coding.md, "The editor's tools").
+OPS = {"read_file": "read", "write_file": "write", "edit_file": "replace",
+       "list_files": "list", "search_files": "search"}  # fmt: skip
+CATALOG = (
+    f"integrations:\n  workspace: {{tools: [{', '.join(OPS)}]}}\n"
+    "agents:\n  conversation: {instructions: You change repositories.}\ntools:\n"
+    + "".join(
+        f"  {name}: {{description: The op {op}., workspace: {{op: {op}}}}}\n"
+        for name, op in OPS.items()
+    )
+)
+BUGGY = {
+    # Without it, the __pycache__ the validation's python writes in the
+    # worktree is a new file of the job's patch, like any other.
+    ".gitignore": "__pycache__/\n",
+    "calc.py": "def add(a, b):\n    return a - b\n",
+    "test_calc.py": "from calc import add\n\nassert add(2, 3) == 5, add(2, 3)\nprint('ok')\n",
+    "AGENTS.md": "# Calc\n\n## Tests\n\n- `python3 test_calc.py`\n",
+}
+
+
+@pytest.fixture(scope="module")
+def coding(module_lane: Lane) -> Iterator[Lane]:
+    """The module's worker and agents service, with the coding-task playbook,
+    its flow and a catalog of the workspace tools; the stand-in model on the
+    example flow's script."""
+    lane = module_lane
+    for path in lane.playbooks.glob("*.yaml"):
+        path.unlink()  # only the coding playbook
+    (lane.playbooks / "catalog.yaml").write_text(CATALOG)
+    shutil.copy(ROOT / "examples" / "coding-task.yaml", lane.playbooks)
+    (lane.playbooks / "flows").mkdir()
+    shutil.copy(ROOT / "examples" / "flows" / "coding-change.yaml", lane.playbooks / "flows")
+    script = yaml.safe_load((ROOT / "examples/flows/coding-change.standin.yaml").read_text())
+    model = AppThread(
+        build_standin(StandinScript.model_validate(script)), "127.0.0.1", free_port(), "stand-in"
+    ).start()
+    lane.start_worker()
+    agents = lane.start(
+        ["agents"], "agents: ready", OPENAI_BASE_URL=f"{model.url}/v1", OPENAI_API_KEY="sk-test"
+    )
+    assert any("1 milestones run by flows" in line for line in agents.lines), agents.lines
+    yield lane
+    model.stop()
+
+
+def _repo(root: Path) -> Path:
+    repo = root / "calc"
+    repo.mkdir(parents=True)
+    sh_git(repo, "init", "--quiet")
+    write(repo, BUGGY)
+    sh_git(repo, "add", "-A")
+    sh_git(repo, "commit", "--quiet", "-m", "add() is wrong")
+    return repo
+
+
+@pytest.mark.timeout(240)
+def test_code_run_fixes_the_repository_end_to_end(coding: Lane) -> None:
+    repo = _repo(coding.root / "repos")
+    done = coding.cli("code", "run", "--repo", str(repo), "--task", "make the test pass",
+                      check=False)  # fmt: skip
+    lines = done.stdout.splitlines()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert lines[0].startswith("job: code-")
+    job = lines[0].removeprefix("job: ")
+    assert lines[1:] == [
+        "plan: fix add() in calc.py; let the tests decide",
+        "validation 1: failed (exit 1)",  # the claim alone: no change, the test fails
+        "edit: write_file calc.py (done)",
+        "validation 2: passed (exit 0)",
+        "status: done",
+    ], done.stdout
+    # The patch is in the source repository's working tree (not committed).
+    assert (repo / "calc.py").read_text() == "def add(a, b):\n    return a + b\n"
+    assert sh_git(repo, "status", "--porcelain") == " M calc.py\n"
+    facts = {
+        r["value"]["input"]["action"]: r["value"]["input"]
+        for r in coding.read("decisions")
+        if r["key"] == job and r["value"]["input"].get("type") == "event"
+    }
+    passed = facts["validation_passed"]
+    assert passed["source"] == "tool"
+    assert passed["properties"]["exit_code"] == 0
+    assert passed["properties"]["command"] == "python3 test_calc.py"
+    assert set(passed["properties"]["fingerprint"]) == {
+        "head", "branch", "diff_sha256", "untracked_sha256"
+    }  # fmt: skip
+    assert facts["validation_failed"]["properties"]["exit_code"] == 1
+    assert facts["patch_applied"]["properties"]["files"] == ["calc.py"]
+    assert snapshot(repo)["calc.py"] == (repo / "calc.py").read_bytes()

@@ -1,0 +1,179 @@
+"""The coding flow's handlers and router (docs/coding.md, "How the parts join"):
+trusted code the flow ``coding-change`` calls by name, registered under the
+entry-point group ``lemongraph.handlers`` (pyproject.toml).
+
+The model never reaches them: they read only channels the flow's inputs (the
+job's subject) and trusted code wrote, and they record the facts that settle
+the playbook's milestones: validation's (``source: tool``, from
+``run_validation``), ``patch_applied`` (``source: tool``), and a person's
+checkpoint answer (``failed_validation_accepted``, ``coding_aborted``:
+``source: world``, as the agents service records a person's message).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Final
+
+from topics import InboxEvent
+
+from agents.coding.fingerprint import fingerprint
+from agents.coding.lease import Leases
+from agents.coding.validation import Validation, ValidationCommand, run_validation
+from agents.coding.worktree import Worktree, apply_back, close_worktree, open_worktree
+from agents.flows.handlers import HandlerContext, handler, router
+
+__all__ = [
+    "after_validation",
+    "coding_abort",
+    "coding_accept",
+    "coding_apply",
+    "coding_open",
+    "coding_validate",
+]
+
+#: How much of a failure the next edit is told (docs/coding.md, "Validation").
+EXCERPT: Final = 2000
+
+
+def _data_dir(context: HandlerContext) -> Path:
+    """The agents service's coding folder: where its workspaces live."""
+    workspaces = getattr(context.tools, "workspaces", None)
+    if workspaces is None:
+        raise RuntimeError("this runner keeps no workspaces (no agents service data folder)")
+    return Path(workspaces.folder).parent
+
+
+def _job(context: HandlerContext) -> str:
+    if context.job_key is None:
+        raise RuntimeError("the coding flow runs for a job")
+    return context.job_key
+
+
+def _worktree(context: HandlerContext) -> Worktree:
+    found = context.tools.workspaces.get(_job(context))
+    if found is None:
+        raise RuntimeError(f"job {_job(context)} has no worktree")
+    assert isinstance(found, Worktree)
+    return found
+
+
+async def _record(
+    context: HandlerContext, action: str, properties: dict[str, Any], source: str = "tool"
+) -> None:
+    """A fact for the job, keyed by the call (made from the run's own data)."""
+    event = InboxEvent(
+        key=_job(context), action=action, properties=properties,
+        idempotency_key=f"{context.call_id}/{action}", source=source,
+    )  # fmt: skip
+    if context.publish is not None:
+        await context.publish("inbox", _job(context), event)
+
+
+@handler("coding_open", context=True)
+def coding_open(view: dict[str, Any], context: HandlerContext) -> dict[str, Any]:
+    """Take the repository's lease (a second job is refused with the first's
+    key) and open the job's worktree (again, as it is, on a resume)."""
+    data = _data_dir(context)
+    repo = Path(str(view["repo"]))
+    Leases(data).acquire(repo, _job(context))
+    made = open_worktree(repo, _job(context), data)
+    return {"path": str(made.path), "branch": made.branch, "fingerprint": fingerprint(made.path)}
+
+
+def _validation(view: dict[str, Any]) -> Validation:
+    commands = tuple(
+        ValidationCommand(str(c["text"]), str(c["source"]), int(c["line"]), c["kind"])
+        for c in view.get("validate") or ()
+    )
+    source = view.get("validation_source")
+    return Validation(commands, str(source) if source else None)
+
+
+@handler("coding_validate", context=True)
+async def coding_validate(view: dict[str, Any], context: HandlerContext) -> dict[str, Any]:
+    """Run the job's trusted validation once on the worktree as it is now; its
+    facts go to the inbox (``source: tool``). The attempt is the one after the
+    last (``validation.attempt``)."""
+    worktree = _worktree(context)
+    last = view.get("validation") or {}
+    attempt = int(last.get("attempt") or 0) + 1
+    state = fingerprint(worktree.path)
+    ran = await run_validation(
+        _validation(view), worktree.path, state,
+        job_key=_job(context), task_id=context.run_id, attempt=attempt,
+    )  # fmt: skip
+    for fact in ran.facts:
+        if context.publish is not None:
+            await context.publish("inbox", fact.key, fact)
+    return {
+        "verdict": ran.verdict,
+        "attempt": attempt,
+        "exit_codes": list(ran.exit_codes),
+        "fingerprint": dict(state),
+        "excerpt": ran.excerpt(EXCERPT),
+    }
+
+
+@router("coding_after_validation")
+def after_validation(view: dict[str, Any]) -> str:
+    """``passed``; ``retry`` while attempts are left (``max_attempts``, plus one
+    per ``revise``); else ``checkpoint`` (at once for an environment failure,
+    which uses up no attempt; and for no validation at all)."""
+    validation = view.get("validation") or {}
+    verdict = validation.get("verdict")
+    if verdict == "passed":
+        return "passed"
+    if verdict != "failed":
+        return "checkpoint"
+    allowed = int(view.get("max_attempts") or 1) + int(view.get("extra_attempts") or 0)
+    return "retry" if int(validation.get("attempt") or 0) < allowed else "checkpoint"
+
+
+@handler("coding_revise")
+def coding_revise(view: dict[str, Any]) -> int:
+    """``revise``: exactly one more attempt than were used."""
+    validation = view.get("validation") or {}
+    used = int(validation.get("attempt") or 0)
+    return used + 1 - int(view.get("max_attempts") or 1)
+
+
+async def _finish(
+    context: HandlerContext, worktree: Worktree, fact: str, source: str
+) -> dict[str, Any]:
+    """Apply the job's patch back; then the fact, the lease and the worktree
+    released. A patch that does not apply fails (the worktree is kept)."""
+    applied = apply_back(worktree)
+    if not applied.ok:
+        raise RuntimeError(applied.why or "the patch does not apply")
+    properties = {"files": list(applied.files), "patch_sha256": applied.patch_sha256}
+    await _record(context, fact, properties, source)
+    Leases(_data_dir(context)).release(worktree.source, _job(context))
+    close_worktree(worktree)
+    return properties
+
+
+@handler("coding_apply", context=True)
+async def coding_apply(view: dict[str, Any], context: HandlerContext) -> dict[str, Any]:
+    """Validation passed: the patch goes to the source repository
+    (``patch_applied``, ``source: tool``)."""
+    if (view.get("validation") or {}).get("verdict") != "passed":
+        raise RuntimeError("validation has not passed")
+    return await _finish(context, _worktree(context), "patch_applied", "tool")
+
+
+@handler("coding_accept", context=True)
+async def coding_accept(view: dict[str, Any], context: HandlerContext) -> dict[str, Any]:
+    """A person accepted the failed validation: the patch goes back, and the
+    fact that settles the override (``source: world``: the person's answer)."""
+    return await _finish(context, _worktree(context), "failed_validation_accepted", "world")
+
+
+@handler("coding_abort", context=True)
+async def coding_abort(view: dict[str, Any], context: HandlerContext) -> dict[str, Any]:
+    """A person aborted: nothing goes back; the lease and the worktree are let go."""
+    worktree = _worktree(context)
+    await _record(context, "coding_aborted", {}, "world")
+    Leases(_data_dir(context)).release(worktree.source, _job(context))
+    close_worktree(worktree)
+    return {"aborted": True}
