@@ -92,6 +92,9 @@ class JobView:
     open: dict[str, Checkpoint] = field(default_factory=dict)
     closed: set[str] = field(default_factory=set)
     validations: int = 0
+    #: Where reading goes on: (topic, partition) → the next offset, so that a
+    #: second follow of the same view reads only what came since.
+    offsets: dict[tuple[str, int], int] = field(default_factory=dict)
 
     @property
     def checkpoint(self) -> Checkpoint | None:
@@ -241,10 +244,14 @@ async def follow_job(
         tps = [TopicPartition(t, p) for t in topics for p in await _partitions(consumer, t)]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
+        for tp in tps:
+            if (tp.topic, tp.partition) in view.offsets:
+                consumer.seek(tp, view.offsets[tp.topic, tp.partition])
         while True:
             batches = await consumer.getmany(timeout_ms=int(poll * 1000), max_records=5000)
-            for records in batches.values():
+            for tp, records in batches.items():
                 for r in records:
+                    view.offsets[tp.topic, tp.partition] = r.offset + 1
                     if r.key == key and r.value is not None:
                         for step in view.add(orjson.loads(r.value)):
                             on_step(step)
