@@ -13,11 +13,11 @@ checkpoint answer (``failed_validation_accepted``, ``coding_aborted``:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from topics import InboxEvent
 
-from agents.coding.fingerprint import fingerprint
+from agents.coding.fingerprint import Fingerprint, check_resume, fingerprint
 from agents.coding.lease import Leases
 from agents.coding.validation import Validation, ValidationCommand, run_validation
 from agents.coding.worktree import Worktree, apply_back, close_worktree, open_worktree
@@ -29,6 +29,8 @@ __all__ = [
     "coding_accept",
     "coding_apply",
     "coding_open",
+    "coding_pause",
+    "coding_resume",
     "coding_validate",
 ]
 
@@ -128,6 +130,39 @@ def after_validation(view: dict[str, Any]) -> str:
         return "checkpoint"
     allowed = int(view.get("max_attempts") or 1) + int(view.get("extra_attempts") or 0)
     return "retry" if int(validation.get("attempt") or 0) < allowed else "checkpoint"
+
+
+@handler("coding_pause", context=True)
+def coding_pause(view: dict[str, Any], context: HandlerContext) -> dict[str, Any]:
+    """Before the checkpoint's question: the worktree's fingerprint, and the
+    lease paused (no one reclaims it while the job waits for a person)."""
+    worktree = _worktree(context)
+    Leases(_data_dir(context)).pause(worktree.source, _job(context))
+    return {"fingerprint": dict(fingerprint(worktree.path))}
+
+
+@handler("coding_resume", context=True)
+def coding_resume(view: dict[str, Any], context: HandlerContext) -> dict[str, Any]:
+    """After the answer: the route. The person's answer when the worktree is as
+    it was at the checkpoint (the lease running again); ``changed`` when its
+    files changed meanwhile (the resume refused with both fingerprints: asked
+    again); ``moved`` when git moved its HEAD or branch (the job fails)."""
+    worktree = _worktree(context)
+    expected = cast(Fingerprint, (view.get("paused") or {}).get("fingerprint") or {})
+    refusal = check_resume(worktree.path, expected)
+    if refusal is None:
+        Leases(_data_dir(context)).resume(worktree.source, _job(context))
+        return {"route": str(view.get("decision")), "why": ""}
+    actual = dict(refusal.actual) if refusal.actual is not None else None
+    why = f"The answer was not taken: {refusal.why}."
+    if not refusal.fails:
+        why += " Answer again to go on from the worktree as it is now."
+    return {
+        "route": refusal.reason,
+        "why": why,
+        "expected": dict(refusal.expected),
+        "actual": actual,
+    }
 
 
 @handler("coding_revise")
