@@ -12,6 +12,7 @@ checkpoint answer (``failed_validation_accepted``, ``coding_aborted``:
 
 from __future__ import annotations
 
+from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any, Final, cast
 
@@ -20,22 +21,42 @@ from topics import InboxEvent
 from agents.coding.fingerprint import Fingerprint, check_resume, fingerprint
 from agents.coding.lease import Leases
 from agents.coding.validation import Validation, ValidationCommand, run_validation
-from agents.coding.worktree import Worktree, apply_back, close_worktree, open_worktree
+from agents.coding.worktree import (
+    Worktree,
+    apply_back,
+    close_worktree,
+    job_patch,
+    open_worktree,
+)
 from agents.flows.handlers import HandlerContext, handler, router
 
 __all__ = [
     "after_validation",
     "coding_abort",
     "coding_accept",
+    "coding_accept_review",
     "coding_apply",
     "coding_open",
     "coding_pause",
     "coding_resume",
+    "coding_risk",
     "coding_validate",
 ]
 
 #: How much of a failure the next edit is told (docs/coding.md, "Validation").
 EXCERPT: Final = 2000
+#: The review rule (docs/coding.md, "How the parts join"): with ``--review auto``
+#: a change is reviewed when it touches more files than this, or a file that
+#: decides how the repository is built, checked or validated.
+REVIEW_OVER_FILES: Final = 5
+REVIEW_GLOBS: Final = (
+    "AGENTS.md", ".lemongraph.json", ".github/*", ".gitlab-ci.yml", ".gitattributes",
+    ".gitmodules", "Makefile", "setup.py", "setup.cfg", "pyproject.toml", "tox.ini",
+    "noxfile.py", "conftest.py", "*/conftest.py", "package.json", "*.lock",
+    "package-lock.json", "Dockerfile", "*.sh",
+)  # fmt: skip
+#: How much of the patch the review is shown.
+REVIEW_DIFF: Final = 12000
 
 
 def _data_dir(context: HandlerContext) -> Path:
@@ -165,6 +186,32 @@ def coding_resume(view: dict[str, Any], context: HandlerContext) -> dict[str, An
     }
 
 
+def review_required(review: str, files: list[str]) -> tuple[bool, str]:
+    """Whether the change must be reviewed, and why: the operator's ``always``
+    or ``never``; with ``auto``, more than :data:`REVIEW_OVER_FILES` files, or a
+    file matching :data:`REVIEW_GLOBS`. Deterministic: no model has a say."""
+    if review in ("always", "never"):
+        return review == "always", f"--review {review}"
+    risky = [f for f in files if any(fnmatch(f, g) for g in REVIEW_GLOBS)]
+    if risky:
+        return True, f"it changes {', '.join(risky[:5])}"
+    if len(files) > REVIEW_OVER_FILES:
+        return True, f"it touches {len(files)} files, over {REVIEW_OVER_FILES}"
+    return False, f"it touches {len(files)} file(s), none that needs a review"
+
+
+@handler("coding_risk", context=True)
+def coding_risk(view: dict[str, Any], context: HandlerContext) -> dict[str, Any]:
+    """After validation passed: the files the job's patch touches, the patch
+    (bounded, for the review) and whether a review is required."""
+    patch, files = job_patch(_worktree(context))
+    required, why = review_required(str(view.get("review") or "auto"), list(files))
+    text = patch.decode("utf-8", "replace")
+    if len(text) > REVIEW_DIFF:
+        text = text[:REVIEW_DIFF] + f"\n… ({len(text) - REVIEW_DIFF} more characters)"
+    return {"files": list(files), "required": required, "why": why, "diff": text}
+
+
 @handler("coding_revise")
 def coding_revise(view: dict[str, Any]) -> int:
     """``revise``: exactly one more attempt than were used."""
@@ -202,6 +249,13 @@ async def coding_accept(view: dict[str, Any], context: HandlerContext) -> dict[s
     """A person accepted the failed validation: the patch goes back, and the
     fact that settles the override (``source: world``: the person's answer)."""
     return await _finish(context, _worktree(context), "failed_validation_accepted", "world")
+
+
+@handler("coding_accept_review", context=True)
+async def coding_accept_review(view: dict[str, Any], context: HandlerContext) -> dict[str, Any]:
+    """A person accepted the review's findings as they are: the patch goes
+    back, and the fact that settles the override (``source: world``)."""
+    return await _finish(context, _worktree(context), "review_findings_accepted", "world")
 
 
 @handler("coding_abort", context=True)

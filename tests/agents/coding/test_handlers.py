@@ -4,7 +4,8 @@ on a repository is refused with the first's key; a validation's facts go to
 the inbox as ``source: tool`` with the fingerprint; at a checkpoint the lease is
 paused, and an answer after a person changed the worktree is not taken (both
 fingerprints said), after git moved its HEAD the route is ``moved`` (the job
-fails); the router counts attempts, and ``revise`` grants exactly one."""
+fails); the router counts attempts, and ``revise`` grants exactly one; the
+review rule is the operator's or deterministic (a changed AGENTS.md is reviewed)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,9 @@ from agents.coding.handlers import (
     coding_pause,
     coding_resume,
     coding_revise,
+    coding_risk,
     coding_validate,
+    review_required,
 )
 from agents.coding.lease import LeaseHeld, Leases
 from agents.coding.worktree import Workspaces
@@ -108,3 +111,23 @@ def test_a_checkpoint_pauses_the_lease_and_checks_the_worktree(tmp_path: Path) -
     moved = coding_resume({"decision": "revise", "paused": paused}, job)
     assert moved["route"] == "moved"
     assert "git was run in it" in moved["why"]
+
+
+def test_the_review_rule_is_the_operators_or_deterministic(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    data = tmp_path / "data"
+    job = context(data, "code-4", [])
+    worktree = Path(coding_open({"repo": str(repo)}, job)["path"])
+    (worktree / "src" / "app.py").write_text("def answer():\n    return 42\n")
+    plain = coding_risk({"review": "auto"}, job)
+    assert (plain["files"], plain["required"]) == (["src/app.py"], False)
+    assert "+    return 42" in plain["diff"]
+    assert coding_risk({"review": "always"}, job)["required"] is True
+    # The model changing what validates the repository is always reviewed under auto.
+    (worktree / "AGENTS.md").write_text("## Tests\n\n- `true`\n")
+    risky = coding_risk({"review": "auto"}, job)
+    assert risky["required"] is True
+    assert risky["why"] == "it changes AGENTS.md"
+    assert coding_risk({"review": "never"}, job)["required"] is False
+    many = [f"src/m{i}.py" for i in range(6)]
+    assert review_required("auto", many) == (True, "it touches 6 files, over 5")
