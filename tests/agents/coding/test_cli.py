@@ -15,7 +15,8 @@ A fix that never passes: after the attempts a checkpoint (exit 5, the question
 and the allowed answers; the source repository untouched); a response it does
 not take exits 2 listing them; `revise` with a message gives exactly one more
 attempt; `accept_failed_validation` ends `completed_with_override` (exit 4),
-and only then is the patch in the source repository."""
+and only then is the patch in the source repository. `abort` fails the job
+(exit 1): nothing goes back, the lease and the worktree are let go."""
 
 from __future__ import annotations
 
@@ -325,3 +326,22 @@ def test_a_fix_that_never_passes_waits_then_ends_by_override(coding: Lane, tmp_p
     again = coding.cli("code", "resume", job, "--response", "abort", check=False)
     assert again.returncode == 1
     assert "waits at no checkpoint" in again.stderr
+
+
+@pytest.mark.timeout(240)
+def test_an_abort_fails_the_job_and_changes_nothing(coding: Lane, tmp_path: Path) -> None:
+    never = "from calc import add\n\nassert add(2, 3) == 7, add(2, 3)\n"
+    repo = _repo(tmp_path, **{"test_calc.py": never})
+    before = snapshot(repo)
+    run = coding.cli("code", "run", "--repo", str(repo), "--task", "make the test pass",
+                     "--max-attempts", "1", check=False)  # fmt: skip
+    assert run.returncode == 5, run.stdout + run.stderr
+    job = run.stdout.splitlines()[0].removeprefix("job: ")
+    leases = coding.root / "data" / "agents" / "coding" / "leases"
+    assert [p.name for p in leases.glob("*.json")]  # held, paused, while the job waits
+    aborted = coding.cli("code", "resume", job, "--response", "abort", check=False)
+    assert aborted.returncode == 1, aborted.stdout + aborted.stderr
+    assert aborted.stdout.splitlines()[-1] == "status: failed"
+    assert snapshot(repo) == before
+    assert not list(leases.glob("*.json"))  # let go: the next job may edit the repository
+    assert sh_git(repo, "branch", "--list", "lemongraph/*") == ""  # the worktree closed
