@@ -36,6 +36,7 @@ __all__ = [
     "coding_accept",
     "coding_accept_review",
     "coding_apply",
+    "coding_calls",
     "coding_open",
     "coding_pause",
     "coding_resume",
@@ -210,6 +211,14 @@ def coding_risk(view: dict[str, Any], context: HandlerContext) -> dict[str, Any]
     if len(text) > REVIEW_DIFF:
         text = text[:REVIEW_DIFF] + f"\n… ({len(text) - REVIEW_DIFF} more characters)"
     return {"files": list(files), "required": required, "why": why, "diff": text}
+
+
+@handler("coding_calls")
+def coding_calls(view: dict[str, Any]) -> list[Any]:
+    """The tool calls of the model's edit answer (``{calls: [...]}``, checked by
+    its schema), as the list the ``tools`` node reads."""
+    calls = (view.get("edit_out") or {}).get("calls")
+    return list(calls) if isinstance(calls, list) else []
 
 
 @handler("coding_revise")
