@@ -42,7 +42,7 @@ from pydantic import BaseModel
 from topics import JournalHandlerCall, JournalModelCall, JournalToolCall, Tokens
 
 from agents.compose import ModelRequest
-from agents.flows.handlers import HandlerRegistry
+from agents.flows.handlers import HandlerContext, HandlerRegistry
 from agents.model import Model, ModelError
 from agents.publish import Publish
 from agents.tools.executor import Executor, Outcome
@@ -150,7 +150,10 @@ class FlowExecutor:
         if isinstance(action, CallHandler):
             kind: Literal["handler", "router"] = "handler"
             node, name = action.node, action.handler
-            result = await self.registry.call_handler(action)
+            context = HandlerContext(
+                job_key, run, action.call_id, flow, node, self.publish, self.tools
+            )
+            result = await self.registry.call_handler(action, context)
         else:
             kind, node, name = "router", action.edge_from, action.router
             result = await self.registry.call_router(action)

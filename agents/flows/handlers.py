@@ -37,9 +37,11 @@ import orjson
 from compiler import CallHandler, CallRouter, HandlerResult, LemongraphError, RouterResult
 
 from agents.errors import AgentsError
+from agents.publish import Publish
 
 __all__ = [
     "ENTRY_POINTS",
+    "HandlerContext",
     "HandlerRegistry",
     "RegistryError",
     "handler",
@@ -52,6 +54,8 @@ __all__ = [
 ENTRY_POINTS = "lemongraph.handlers"
 #: The attribute the decorators set on a function: ``(kind, name)``.
 _MARK = "__lemongraph_flow__"
+#: Set on a handler that takes the call's context as its second argument.
+_WANTS_CONTEXT = "__lemongraph_context__"
 
 Kind = Literal["handler", "router"]
 F = TypeVar("F", bound=Callable[..., Any])
@@ -68,10 +72,35 @@ def _mark(kind: Kind, name: str) -> Callable[[F], F]:
     return decorate
 
 
-def handler(name: str) -> Callable[[F], F]:
+def handler(name: str, *, context: bool = False) -> Callable[[F], F]:
     """Register the function as handler ``name``: called with the view (a dict
-    of the channels the node reads), it returns a JSON value."""
-    return _mark("handler", name)
+    of the channels the node reads), it returns a JSON value. With ``context``
+    it is called with a :class:`HandlerContext` too (docs/flows.md, "Handlers
+    and routers"): trusted code that needs the job (the coding workflow's)."""
+    marked = _mark("handler", name)
+
+    def decorate(fn: F) -> F:
+        setattr(fn, _WANTS_CONTEXT, context)
+        return marked(fn)
+
+    return decorate
+
+
+@dataclass(frozen=True)
+class HandlerContext:
+    """What a handler registered with ``context=True`` is given besides its
+    view: the job (None outside one), the run, the call (its id: made from the
+    run's own data, a key for what the handler records), the flow and node,
+    ``publish`` (``"inbox"`` for facts, ``"journal"``) and the trusted tool
+    executor (its ``workspaces``: the jobs' worktrees)."""
+
+    job_key: str | None
+    run_id: str
+    call_id: str
+    flow: str
+    node: str
+    publish: Publish | None = None
+    tools: Any = None
 
 
 def router(name: str) -> Callable[[F], F]:
@@ -120,9 +149,12 @@ class HandlerRegistry:
             table[name] = fn
             self.origins[key] = module.__name__
 
-    async def call_handler(self, action: CallHandler) -> HandlerResult:
-        """Run the handler on the action's view; what it raised is ``ok: false``."""
-        ok, value = await self._run("handler", self.handlers, action.handler, action.view)
+    async def call_handler(
+        self, action: CallHandler, context: HandlerContext | None = None
+    ) -> HandlerResult:
+        """Run the handler on the action's view (and ``context``, for a handler
+        that takes it); what it raised is ``ok: false``."""
+        ok, value = await self._run("handler", self.handlers, action.handler, action.view, context)
         if ok:
             try:
                 value = orjson.loads(orjson.dumps(value))  # a JSON value, or it fails here
@@ -152,14 +184,22 @@ class HandlerRegistry:
         return RouterResult(call_id=action.call_id, route="")
 
     async def _run(
-        self, kind: Kind, table: Mapping[str, Callable[..., Any]], name: str, view: Any
+        self,
+        kind: Kind,
+        table: Mapping[str, Callable[..., Any]],
+        name: str,
+        view: Any,
+        context: HandlerContext | None = None,
     ) -> tuple[bool, Any]:
         """(True, what it returned) or (False, why it failed)."""
         fn = table.get(name)
         if fn is None:
             return False, f"{kind} {name!r} is not registered"
+        wants = getattr(fn, _WANTS_CONTEXT, False)
+        if wants and context is None:
+            return False, f"{kind} {name!r} needs the job's context, which this runner has not"
         try:
-            value = fn(dict(view))
+            value = fn(dict(view), context) if wants else fn(dict(view))
             if inspect.isawaitable(value):
                 value = await value
         except Exception as exc:  # a registered function's failure is the node's

@@ -1,0 +1,268 @@
+"""What a coding job's records say (docs/coding.md, "`lemongraph code`"): one
+line per step, the job's status and its open checkpoint, folded from the
+``journal`` and ``decisions`` records of the job, and the loop that reads them
+from Kafka until the job ends or waits at a checkpoint.
+
+The fold (:class:`JobView`) is pure: records in, steps out. It reads only what
+trusted code wrote (the worker's decisions, the agents service's journal); a
+model's words reach a line only as the data a node of the flow kept (its plan,
+its review), never as a status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import orjson
+from aiokafka.structs import TopicPartition
+from stream.runtime.kafka import KafkaSecurity, _partitions, _start, caught_up, new_consumer
+
+__all__ = [
+    "EXIT_CODES",
+    "FLOW",
+    "Checkpoint",
+    "JobView",
+    "Step",
+    "follow_job",
+]
+
+#: The flow that does a coding job's work (docs/coding.md, "How the parts join"),
+#: the handler of it that runs the trusted validation, and its nodes whose
+#: model answers are shown: (plan, review).
+FLOW: Final = "coding-change"
+VALIDATE_HANDLER: Final = "coding_validate"
+SHOWN_NODES: Final = ("plan", "review")
+#: The exit codes of ``code run``, ``code resume`` and ``code status`` by where
+#: the job is (docs/coding.md, "`lemongraph code`"); 3: still running.
+EXIT_CODES: Final[Mapping[str, int]] = {
+    "done": 0,
+    "failed": 1,
+    "refused": 1,
+    "completed_with_override": 4,
+    "waiting": 5,
+    "running": 3,
+}
+#: The end statuses of a job.
+ENDED: Final = frozenset({"done", "failed", "completed_with_override"})
+#: How much of a model's answer a line shows.
+_SHOWN: Final = 200
+
+
+@dataclass(frozen=True)
+class Step:
+    """One line: ``kind`` (``plan``, ``edit``, ``validation``, ``review``,
+    ``checkpoint``, ``flow``, ``status``), its text, and the data it came from."""
+
+    kind: str
+    text: str
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+    def line(self) -> str:
+        return f"{self.kind}: {self.text}"
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A question the job waits on: its interrupt id, the question and the
+    allowed answers (empty: any text)."""
+
+    interrupt_id: str
+    node: str
+    question: str
+    answers: tuple[str, ...]
+
+    def allows(self, response: str) -> str | None:
+        """The allowed answer ``response`` names (trimmed, any case), or None."""
+        if not self.answers:
+            return response
+        said = response.strip().casefold()
+        return next((a for a in self.answers if a.strip().casefold() == said), None)
+
+
+@dataclass
+class JobView:
+    """A job's steps, status and open checkpoints, from its records in order."""
+
+    job_key: str
+    status: str = "running"
+    refused: str | None = None
+    open: dict[str, Checkpoint] = field(default_factory=dict)
+    closed: set[str] = field(default_factory=set)
+    validations: int = 0
+    #: Where reading goes on: (topic, partition) → the next offset, so that a
+    #: second follow of the same view reads only what came since.
+    offsets: dict[tuple[str, int], int] = field(default_factory=dict)
+
+    @property
+    def checkpoint(self) -> Checkpoint | None:
+        """The checkpoint asked last and not answered."""
+        return next(reversed(self.open.values()), None) if self.open else None
+
+    @property
+    def where(self) -> str:
+        """``done``, ``failed``, ``completed_with_override``, ``refused``,
+        ``waiting`` (at a checkpoint) or ``running``."""
+        if self.refused is not None:
+            return "refused"
+        if self.status in ENDED:
+            return self.status
+        return "waiting" if self.open else "running"
+
+    def add(self, record: Mapping[str, Any]) -> list[Step]:
+        """Fold one record of the job in: the steps it shows."""
+        if record.get("job_key") != self.job_key:
+            return []
+        kind = record.get("type")
+        if kind == "decision":
+            return self._decision(record)
+        if kind == "journal.interrupt":
+            return self._interrupt(record)
+        if record.get("flow") != FLOW:
+            return []
+        if kind == "journal.model_call":
+            return self._model(record)
+        if kind == "journal.tool_call":
+            return [_edit(record)]
+        if kind == "journal.handler_call" and record.get("name") == VALIDATE_HANDLER:
+            return self._validation(record)
+        if kind == "journal.flow" and record.get("event") == "failed":
+            text = f"failed at {record.get('node')}: {record.get('error')}"
+            return [Step("flow", text, record)]
+        return []
+
+    def _decision(self, record: Mapping[str, Any]) -> list[Step]:
+        if record.get("outcome") == "refused":
+            if self.status == "running" and _input_kind(record) == "job.start":
+                self.refused = str(record.get("refused") or "refused")
+                return [Step("refused", self.refused, record)]
+            return []
+        status = record.get("status")
+        if not isinstance(status, str) or status == self.status:
+            return []
+        self.status = status
+        return [Step("status", status, record)] if status in ENDED else []
+
+    def _interrupt(self, record: Mapping[str, Any]) -> list[Step]:
+        interrupt_id = str(record.get("interrupt_id"))
+        state = record.get("status")
+        if state == "open" and interrupt_id not in self.closed:
+            asked = Checkpoint(
+                interrupt_id,
+                str(record.get("node")),
+                str(record.get("question") or ""),
+                tuple(str(a) for a in record.get("answers") or ()),
+            )
+            self.open[interrupt_id] = asked
+            return [Step("checkpoint", asked.question, record)]
+        if state in ("answered", "expired", "cancelled"):
+            self.closed.add(interrupt_id)
+            self.open.pop(interrupt_id, None)
+            if state == "answered":
+                return [Step("answered", _text(record.get("answer")), record)]
+        return []
+
+    def _model(self, record: Mapping[str, Any]) -> list[Step]:
+        node = record.get("node")
+        if node not in SHOWN_NODES or record.get("outcome") != "ok":
+            return []
+        said = _json(str(record.get("response") or ""))
+        if node == SHOWN_NODES[0]:
+            steps = said.get("steps") if isinstance(said, dict) else None
+            text = "; ".join(map(str, steps)) if isinstance(steps, list) else _text(said)
+            return [Step("plan", _cut(text), record)]
+        verdict = said.get("verdict") if isinstance(said, dict) else None
+        return [Step("review", _cut(_text(verdict if verdict is not None else said)), record)]
+
+    def _validation(self, record: Mapping[str, Any]) -> list[Step]:
+        if record.get("outcome") != "ok":
+            return [Step("validation", f"did not run: {record.get('result')}", record)]
+        self.validations += 1
+        said = _json(str(record.get("result") or ""))
+        said = said if isinstance(said, dict) else {}
+        attempt = said.get("attempt", self.validations)
+        codes = ", ".join("none" if c is None else str(c) for c in said.get("exit_codes") or ())
+        text = f"{said.get('verdict', '?')}" + (f" (exit {codes})" if codes else "")
+        return [Step(f"validation {attempt}", text, said)]
+
+
+def _input_kind(record: Mapping[str, Any]) -> str | None:
+    given = record.get("input")
+    return given.get("type") if isinstance(given, dict) else None
+
+
+def _edit(record: Mapping[str, Any]) -> Step:
+    """A workspace tool's call: the tool, the path, the outcome."""
+    args = _json(str(record.get("arguments") or ""))
+    path = args.get("path") if isinstance(args, dict) else None
+    text = f"{record.get('tool')}" + (f" {path}" if path else "") + f" ({record.get('outcome')})"
+    return Step("edit", text, record)
+
+
+def _json(text: str) -> Any:
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return text
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else orjson.dumps(value).decode()
+
+
+def _cut(text: str) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= _SHOWN else line[: _SHOWN - 1] + "…"
+
+
+# -- reading the job's records ----------------------------------------------------------
+
+
+async def follow_job(
+    bootstrap: str,
+    topics: tuple[str, ...],
+    view: JobView,
+    on_step: Callable[[Step], None],
+    *,
+    follow: bool = True,
+    until_closed: str | None = None,
+    security: KafkaSecurity | None = None,
+    poll: float = 0.2,
+) -> str:
+    """Read the job's records on ``topics`` (its ``decisions`` and ``journal``)
+    from their beginning into ``view``, calling ``on_step`` for each step, and
+    return where the job is once everything written so far is read and the job
+    ended or waits at a checkpoint (without ``follow``: once it is read, wherever
+    the job is). ``until_closed``: an interrupt just answered: the job is not
+    taken to wait on it until its answer is journaled."""
+    key = view.job_key.encode()
+    consumer = new_consumer(bootstrap, security, offsets="earliest")
+    await _start(consumer)
+    try:
+        tps = [TopicPartition(t, p) for t in topics for p in await _partitions(consumer, t)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        for tp in tps:
+            if (tp.topic, tp.partition) in view.offsets:
+                consumer.seek(tp, view.offsets[tp.topic, tp.partition])
+        while True:
+            batches = await consumer.getmany(timeout_ms=int(poll * 1000), max_records=5000)
+            for tp, records in batches.items():
+                for r in records:
+                    view.offsets[tp.topic, tp.partition] = r.offset + 1
+                    if r.key == key and r.value is not None:
+                        for step in view.add(orjson.loads(r.value)):
+                            on_step(step)
+            if batches or not await caught_up(consumer, tps):
+                continue
+            where = view.where
+            waiting_on_answer = until_closed is not None and until_closed not in view.closed
+            if not follow or where in ("refused", *ENDED):
+                return where
+            if where == "waiting" and not waiting_on_answer:
+                return where
+            await asyncio.sleep(poll)
+    finally:
+        await consumer.stop()

@@ -1,0 +1,277 @@
+"""The coding flow's handlers and router (docs/coding.md, "How the parts join"):
+trusted code the flow ``coding-change`` calls by name, registered under the
+entry-point group ``lemongraph.handlers`` (pyproject.toml).
+
+The model never reaches them: they read only channels the flow's inputs (the
+job's subject) and trusted code wrote, and they record the facts that settle
+the playbook's milestones: validation's (``source: tool``, from
+``run_validation``), ``patch_applied`` (``source: tool``), and a person's
+checkpoint answer (``failed_validation_accepted``, ``coding_aborted``:
+``source: world``, as the agents service records a person's message).
+"""
+
+from __future__ import annotations
+
+from fnmatch import fnmatch
+from pathlib import Path
+from typing import Any, Final, cast
+
+from topics import InboxEvent
+
+from agents.coding.fingerprint import Fingerprint, check_resume, fingerprint
+from agents.coding.lease import Leases
+from agents.coding.validation import Validation, ValidationCommand, run_validation
+from agents.coding.worktree import (
+    Worktree,
+    apply_back,
+    close_worktree,
+    job_patch,
+    open_worktree,
+)
+from agents.flows.handlers import HandlerContext, handler, router
+
+__all__ = [
+    "after_validation",
+    "coding_abort",
+    "coding_accept",
+    "coding_accept_review",
+    "coding_apply",
+    "coding_calls",
+    "coding_open",
+    "coding_pause",
+    "coding_resume",
+    "coding_risk",
+    "coding_validate",
+]
+
+#: How much of a failure the next edit is told (docs/coding.md, "Validation").
+EXCERPT: Final = 2000
+#: The review rule (docs/coding.md, "How the parts join"): with ``--review auto``
+#: a change is reviewed when it touches more files than this, or a file that
+#: decides how the repository is built, checked or validated.
+REVIEW_OVER_FILES: Final = 5
+REVIEW_GLOBS: Final = (
+    "AGENTS.md", ".lemongraph.json", ".github/*", ".gitlab-ci.yml", ".gitattributes",
+    ".gitmodules", "Makefile", "setup.py", "setup.cfg", "pyproject.toml", "tox.ini",
+    "noxfile.py", "conftest.py", "*/conftest.py", "package.json", "*.lock",
+    "package-lock.json", "Dockerfile", "*.sh",
+)  # fmt: skip
+#: How much of the patch the review is shown.
+REVIEW_DIFF: Final = 12000
+
+
+def _data_dir(context: HandlerContext) -> Path:
+    """The agents service's coding folder: where its workspaces live."""
+    workspaces = getattr(context.tools, "workspaces", None)
+    if workspaces is None:
+        raise RuntimeError("this runner keeps no workspaces (no agents service data folder)")
+    return Path(workspaces.folder).parent
+
+
+def _job(context: HandlerContext) -> str:
+    if context.job_key is None:
+        raise RuntimeError("the coding flow runs for a job")
+    return context.job_key
+
+
+def _worktree(context: HandlerContext) -> Worktree:
+    found = context.tools.workspaces.get(_job(context))
+    if found is None:
+        raise RuntimeError(f"job {_job(context)} has no worktree")
+    assert isinstance(found, Worktree)
+    return found
+
+
+async def _record(
+    context: HandlerContext, action: str, properties: dict[str, Any], source: str = "tool"
+) -> None:
+    """A fact for the job, keyed by the call (made from the run's own data)."""
+    event = InboxEvent(
+        key=_job(context), action=action, properties=properties,
+        idempotency_key=f"{context.call_id}/{action}", source=source,
+    )  # fmt: skip
+    if context.publish is not None:
+        await context.publish("inbox", _job(context), event)
+
+
+@handler("coding_open", context=True)
+def coding_open(view: dict[str, Any], context: HandlerContext) -> dict[str, Any]:
+    """Take the repository's lease (a second job is refused with the first's
+    key) and open the job's worktree (again, as it is, on a resume)."""
+    data = _data_dir(context)
+    repo = Path(str(view["repo"]))
+    Leases(data).acquire(repo, _job(context))
+    made = open_worktree(repo, _job(context), data)
+    return {"path": str(made.path), "branch": made.branch, "fingerprint": fingerprint(made.path)}
+
+
+def _validation(view: dict[str, Any]) -> Validation:
+    commands = tuple(
+        ValidationCommand(str(c["text"]), str(c["source"]), int(c["line"]), c["kind"])
+        for c in view.get("validate") or ()
+    )
+    source = view.get("validation_source")
+    return Validation(commands, str(source) if source else None)
+
+
+@handler("coding_validate", context=True)
+async def coding_validate(view: dict[str, Any], context: HandlerContext) -> dict[str, Any]:
+    """Run the job's trusted validation once on the worktree as it is now; its
+    facts go to the inbox (``source: tool``). The attempt is the one after the
+    last (``validation.attempt``)."""
+    worktree = _worktree(context)
+    last = view.get("validation") or {}
+    attempt = int(last.get("attempt") or 0) + 1
+    state = fingerprint(worktree.path)
+    ran = await run_validation(
+        _validation(view), worktree.path, state,
+        job_key=_job(context), task_id=context.run_id, attempt=attempt,
+    )  # fmt: skip
+    for fact in ran.facts:
+        if context.publish is not None:
+            await context.publish("inbox", fact.key, fact)
+    return {
+        "verdict": ran.verdict,
+        "attempt": attempt,
+        "exit_codes": list(ran.exit_codes),
+        "fingerprint": dict(state),
+        "excerpt": ran.excerpt(EXCERPT),
+    }
+
+
+@router("coding_after_validation")
+def after_validation(view: dict[str, Any]) -> str:
+    """``passed``; ``retry`` while attempts are left (``max_attempts``, plus one
+    per ``revise``); else ``checkpoint`` (at once for an environment failure,
+    which uses up no attempt; and for no validation at all)."""
+    validation = view.get("validation") or {}
+    verdict = validation.get("verdict")
+    if verdict == "passed":
+        return "passed"
+    if verdict != "failed":
+        return "checkpoint"
+    allowed = int(view.get("max_attempts") or 1) + int(view.get("extra_attempts") or 0)
+    return "retry" if int(validation.get("attempt") or 0) < allowed else "checkpoint"
+
+
+@handler("coding_pause", context=True)
+def coding_pause(view: dict[str, Any], context: HandlerContext) -> dict[str, Any]:
+    """Before the checkpoint's question: the worktree's fingerprint, and the
+    lease paused (no one reclaims it while the job waits for a person)."""
+    worktree = _worktree(context)
+    Leases(_data_dir(context)).pause(worktree.source, _job(context))
+    return {"fingerprint": dict(fingerprint(worktree.path))}
+
+
+@handler("coding_resume", context=True)
+def coding_resume(view: dict[str, Any], context: HandlerContext) -> dict[str, Any]:
+    """After the answer: the route. The person's answer when the worktree is as
+    it was at the checkpoint (the lease running again); ``changed`` when its
+    files changed meanwhile (the resume refused with both fingerprints: asked
+    again); ``moved`` when git moved its HEAD or branch (the job fails)."""
+    worktree = _worktree(context)
+    expected = cast(Fingerprint, (view.get("paused") or {}).get("fingerprint") or {})
+    refusal = check_resume(worktree.path, expected)
+    if refusal is None:
+        Leases(_data_dir(context)).resume(worktree.source, _job(context))
+        return {"route": str(view.get("decision")), "why": ""}
+    actual = dict(refusal.actual) if refusal.actual is not None else None
+    why = f"The answer was not taken: {refusal.why}."
+    if not refusal.fails:
+        why += " Answer again to go on from the worktree as it is now."
+    return {
+        "route": refusal.reason,
+        "why": why,
+        "expected": dict(refusal.expected),
+        "actual": actual,
+    }
+
+
+def review_required(review: str, files: list[str]) -> tuple[bool, str]:
+    """Whether the change must be reviewed, and why: the operator's ``always``
+    or ``never``; with ``auto``, more than :data:`REVIEW_OVER_FILES` files, or a
+    file matching :data:`REVIEW_GLOBS`. Deterministic: no model has a say."""
+    if review in ("always", "never"):
+        return review == "always", f"--review {review}"
+    risky = [f for f in files if any(fnmatch(f, g) for g in REVIEW_GLOBS)]
+    if risky:
+        return True, f"it changes {', '.join(risky[:5])}"
+    if len(files) > REVIEW_OVER_FILES:
+        return True, f"it touches {len(files)} files, over {REVIEW_OVER_FILES}"
+    return False, f"it touches {len(files)} file(s), none that needs a review"
+
+
+@handler("coding_risk", context=True)
+def coding_risk(view: dict[str, Any], context: HandlerContext) -> dict[str, Any]:
+    """After validation passed: the files the job's patch touches, the patch
+    (bounded, for the review) and whether a review is required."""
+    patch, files = job_patch(_worktree(context))
+    required, why = review_required(str(view.get("review") or "auto"), list(files))
+    text = patch.decode("utf-8", "replace")
+    if len(text) > REVIEW_DIFF:
+        text = text[:REVIEW_DIFF] + f"\n… ({len(text) - REVIEW_DIFF} more characters)"
+    return {"files": list(files), "required": required, "why": why, "diff": text}
+
+
+@handler("coding_calls")
+def coding_calls(view: dict[str, Any]) -> list[Any]:
+    """The tool calls of the model's edit answer (``{calls: [...]}``, checked by
+    its schema), as the list the ``tools`` node reads."""
+    calls = (view.get("edit_out") or {}).get("calls")
+    return list(calls) if isinstance(calls, list) else []
+
+
+@handler("coding_revise")
+def coding_revise(view: dict[str, Any]) -> int:
+    """``revise``: exactly one more attempt than were used."""
+    validation = view.get("validation") or {}
+    used = int(validation.get("attempt") or 0)
+    return used + 1 - int(view.get("max_attempts") or 1)
+
+
+async def _finish(
+    context: HandlerContext, worktree: Worktree, fact: str, source: str
+) -> dict[str, Any]:
+    """Apply the job's patch back; then the fact, the lease and the worktree
+    released. A patch that does not apply fails (the worktree is kept)."""
+    applied = apply_back(worktree)
+    if not applied.ok:
+        raise RuntimeError(applied.why or "the patch does not apply")
+    properties = {"files": list(applied.files), "patch_sha256": applied.patch_sha256}
+    await _record(context, fact, properties, source)
+    Leases(_data_dir(context)).release(worktree.source, _job(context))
+    close_worktree(worktree)
+    return properties
+
+
+@handler("coding_apply", context=True)
+async def coding_apply(view: dict[str, Any], context: HandlerContext) -> dict[str, Any]:
+    """Validation passed: the patch goes to the source repository
+    (``patch_applied``, ``source: tool``)."""
+    if (view.get("validation") or {}).get("verdict") != "passed":
+        raise RuntimeError("validation has not passed")
+    return await _finish(context, _worktree(context), "patch_applied", "tool")
+
+
+@handler("coding_accept", context=True)
+async def coding_accept(view: dict[str, Any], context: HandlerContext) -> dict[str, Any]:
+    """A person accepted the failed validation: the patch goes back, and the
+    fact that settles the override (``source: world``: the person's answer)."""
+    return await _finish(context, _worktree(context), "failed_validation_accepted", "world")
+
+
+@handler("coding_accept_review", context=True)
+async def coding_accept_review(view: dict[str, Any], context: HandlerContext) -> dict[str, Any]:
+    """A person accepted the review's findings as they are: the patch goes
+    back, and the fact that settles the override (``source: world``)."""
+    return await _finish(context, _worktree(context), "review_findings_accepted", "world")
+
+
+@handler("coding_abort", context=True)
+async def coding_abort(view: dict[str, Any], context: HandlerContext) -> dict[str, Any]:
+    """A person aborted: nothing goes back; the lease and the worktree are let go."""
+    worktree = _worktree(context)
+    await _record(context, "coding_aborted", {}, "world")
+    Leases(_data_dir(context)).release(worktree.source, _job(context))
+    close_worktree(worktree)
+    return {"aborted": True}

@@ -1,0 +1,347 @@
+"""``lemongraph code`` (docs/coding.md, "`lemongraph code`").
+
+In process: the fold of a job's records into its lines, status and checkpoint
+(agents/coding/follow.py), from records made with the topics' own models; the
+subject a job starts with, from a real git repository's trusted AGENTS.md; a
+repository with no validation command refused before anything is sent.
+
+Against the real broker (one lane for the module, its worker and agents
+service started once, the stand-in model on the example's script): `code
+run` on a repository whose test fails runs the coding-task playbook end to
+end: the stand-in first only claims the fix (validation fails), then writes it
+with a workspace tool; validation passes (its fact names the exit code and the
+fingerprint), the patch is applied to the source repository, exit 0 `done`.
+A fix that never passes: after the attempts a checkpoint (exit 5, the question
+and the allowed answers; the source repository untouched); a response it does
+not take exits 2 listing them; `revise` with a message gives exactly one more
+attempt; `accept_failed_validation` ends `completed_with_override` (exit 4),
+and only then is the patch in the source repository. `abort` fails the job
+(exit 1): nothing goes back, the lease and the worktree are let go."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import yaml
+
+from agents.coding.cli import job_subject, new_job_key
+from agents.coding.follow import FLOW, JobView
+from agents.coding.validation import discover
+from agents.dev.serving import AppThread
+from agents.dev.standin import StandinScript, build_standin
+from stream.runtime.broker import free_port
+from tests.agents.coding.repos import make_repo, sh_git, snapshot, write
+from tests.inprocess import invoke
+from tests.lanes import ROOT, Lane
+from topics import (
+    JournalHandlerCall,
+    JournalInterrupt,
+    JournalModelCall,
+    JournalToolCall,
+    MessageRecord,
+)
+
+AT = "2026-12-06T22:00:00Z"
+ANSWERS = ["revise", "accept_failed_validation", "abort"]
+
+
+def _head(job: str) -> dict[str, Any]:
+    return {"job_key": job, "run_id": f"{job}/change#1", "at": AT}
+
+
+def _plan(job: str) -> dict[str, Any]:
+    return JournalModelCall(
+        **_head(job), agent="flow", request="...", latency_ms=3, outcome="ok", flow=FLOW,
+        node="plan", response='{"steps": ["fix add()", "run the tests"], "files": ["calc.py"]}',
+    ).model_dump(mode="json")  # fmt: skip
+
+
+def _edit(job: str) -> dict[str, Any]:
+    return JournalToolCall(
+        **_head(job), agent="flow", tool="write_file", outcome="done", result="{}",
+        arguments='{"content": "x", "path": "calc.py"}', latency_ms=2, flow=FLOW, node="tools",
+    ).model_dump(mode="json")  # fmt: skip
+
+
+def _validated(job: str, attempt: int, verdict: str, code: int) -> dict[str, Any]:
+    result = {"verdict": verdict, "attempt": attempt, "exit_codes": [code]}
+    return JournalHandlerCall(
+        **_head(job), flow=FLOW, node="validate", kind="handler", name="coding_validate",
+        call_id=f"{job}/change#1/validate/{attempt}/1", outcome="ok",
+        result=orjson.dumps(result).decode(), latency_ms=40,
+    ).model_dump(mode="json")  # fmt: skip
+
+
+def _interrupt(job: str, status: str, **extra: Any) -> dict[str, Any]:
+    return JournalInterrupt(
+        **_head(job), flow=FLOW, node="checkpoint", interrupt_id=f"{job}/change#1/checkpoint/1",
+        kind="ask", status=status, **extra,
+    ).model_dump(mode="json")  # fmt: skip
+
+
+def _decision(job: str, status: str) -> dict[str, Any]:
+    """The fields of a decision record the fold reads."""
+    return {"type": "decision", "job_key": job, "outcome": "applied", "status": status,
+            "input": {"type": "event"}}  # fmt: skip
+
+
+def test_the_fold_says_each_step_and_where_the_job_is() -> None:
+    job = "code-1"
+    view = JobView(job)
+    records = [
+        _decision(job, "running"),
+        _plan(job),
+        _edit(job),
+        _validated(job, 1, "failed", 1),
+        {**_plan("another-job")},  # another job's record: nothing
+        _interrupt(job, "open", question="Validation failed 3 times. What now?", answers=ANSWERS),
+    ]
+    lines = [step.line() for r in records for step in view.add(r)]
+    assert lines == [
+        "plan: fix add(); run the tests",
+        "edit: write_file calc.py (done)",
+        "validation 1: failed (exit 1)",
+        "checkpoint: Validation failed 3 times. What now?",
+    ]
+    assert view.where == "waiting"
+    asked = view.checkpoint
+    assert asked is not None
+    assert asked.answers == tuple(ANSWERS)
+    assert asked.allows(" Accept_Failed_Validation ") == "accept_failed_validation"
+    assert asked.allows("accept") is None
+    later = [
+        _interrupt(job, "answered", answer="revise"),
+        _validated(job, 2, "passed", 0),
+        _decision(job, "done"),
+    ]
+    lines = [step.line() for r in later for step in view.add(r)]
+    assert lines == ["answered: revise", "validation 2: passed (exit 0)", "status: done"]
+    assert view.where == "done"
+    assert view.checkpoint is None
+
+
+def test_a_refused_start_is_said() -> None:
+    view = JobView("code-2")
+    steps = view.add(
+        {"type": "decision", "job_key": "code-2", "outcome": "refused",
+         "refused": "unknown playbook 'coding-task'", "input": {"type": "job.start"}}
+    )  # fmt: skip
+    assert [s.line() for s in steps] == ["refused: unknown playbook 'coding-task'"]
+    assert view.where == "refused"
+
+
+def test_the_subject_carries_the_trusted_commands(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    write(repo, {"AGENTS.md": "# Notes\n\n## Tests\n\n- `python -m pytest -q`\n"})
+    sh_git(repo, "add", "AGENTS.md")
+    sh_git(repo, "commit", "--quiet", "-m", "agents")
+    subject = job_subject(repo, "make answer() say 42", discover(repo), 3, "auto")
+    assert subject == {
+        "repo": str(repo),
+        "task": "make answer() say 42",
+        "validate": [
+            {"text": "python -m pytest -q", "source": "AGENTS.md", "line": 5, "kind": "test"}
+        ],
+        "validation_source": "AGENTS.md",
+        "max_attempts": 3,
+        "review": "auto",
+    }
+    operator = job_subject(repo, "t", discover(repo, ["make check"]), 1, "never")
+    assert [c["text"] for c in operator["validate"]] == ["make check"]
+    assert new_job_key().startswith("code-")
+    assert new_job_key() != new_job_key()
+
+
+def test_no_validation_command_starts_nothing(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    env = {"PATH": "/usr/bin:/bin", "LEMONGRAPH_KAFKA_URL": "kafka://127.0.0.1:1"}
+    done = invoke(["code", "run", "--repo", str(repo), "--task", "t"], env=env, cwd=tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "no validation command" in done.stderr
+    assert "give --validate CMD" in done.stderr
+    assert "job:" not in done.stdout
+
+
+# -- end to end: the real worker, agents service and stand-in model ----------------------
+
+#: The workspace tools by name and op (docs/coding.md, "The editor's tools").
+OPS = {"read_file": "read", "write_file": "write", "edit_file": "replace",
+       "list_files": "list", "search_files": "search"}  # fmt: skip
+CATALOG = (
+    f"integrations:\n  workspace: {{tools: [{', '.join(OPS)}]}}\n"
+    "agents:\n  conversation: {instructions: You change repositories.}\ntools:\n"
+    + "".join(
+        f"  {name}: {{description: The op {op}., workspace: {{op: {op}}}}}\n"
+        for name, op in OPS.items()
+    )
+)
+BUGGY = {
+    "calc.py": "def add(a, b):\n    return a - b\n",
+    "test_calc.py": "from calc import add\n\nassert add(2, 3) == 5, add(2, 3)\nprint('ok')\n",
+    "AGENTS.md": "# Calc\n\n## Tests\n\n- `python3 -B test_calc.py`\n",
+}
+
+
+@pytest.fixture(scope="module")
+def coding(module_lane: Lane) -> Iterator[Lane]:
+    """The module's worker and agents service, with the coding-task playbook,
+    its flow and a catalog of the workspace tools; the stand-in model on the
+    example flow's script."""
+    lane = module_lane
+    for path in lane.playbooks.glob("*.yaml"):
+        path.unlink()  # only the coding playbook
+    (lane.playbooks / "catalog.yaml").write_text(CATALOG)
+    shutil.copy(ROOT / "examples" / "coding-task.yaml", lane.playbooks)
+    (lane.playbooks / "flows").mkdir()
+    shutil.copy(ROOT / "examples" / "flows" / "coding-change.yaml", lane.playbooks / "flows")
+    script = yaml.safe_load((ROOT / "examples/flows/coding-change.standin.yaml").read_text())
+    model = AppThread(
+        build_standin(StandinScript.model_validate(script)), "127.0.0.1", free_port(), "stand-in"
+    ).start()
+    lane.start_worker()
+    agents = lane.start(
+        ["agents"], "agents: ready", OPENAI_BASE_URL=f"{model.url}/v1", OPENAI_API_KEY="sk-test"
+    )
+    assert any("1 milestones run by flows" in line for line in agents.lines), agents.lines
+    yield lane
+    model.stop()
+
+
+def _repo(root: Path, **files: str) -> Path:
+    repo = root / "calc"
+    repo.mkdir(parents=True)
+    sh_git(repo, "init", "--quiet")
+    write(repo, {**BUGGY, **files})
+    sh_git(repo, "add", "-A")
+    sh_git(repo, "commit", "--quiet", "-m", "add() is wrong")
+    return repo
+
+
+@pytest.mark.timeout(240)
+def test_code_run_fixes_the_repository_end_to_end(coding: Lane) -> None:
+    repo = _repo(coding.root / "repos")
+    done = coding.cli("code", "run", "--repo", str(repo), "--task", "make the test pass",
+                      check=False)  # fmt: skip
+    lines = done.stdout.splitlines()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert lines[0].startswith("job: code-")
+    job = lines[0].removeprefix("job: ")
+    assert lines[1:] == [
+        "plan: fix add() in calc.py; let the tests decide",
+        "validation 1: failed (exit 1)",  # the claim alone: no change, the test fails
+        "edit: write_file calc.py (done)",
+        "validation 2: passed (exit 0)",
+        "status: done",
+    ], done.stdout
+    # The patch is in the source repository's working tree (not committed).
+    assert (repo / "calc.py").read_text() == "def add(a, b):\n    return a + b\n"
+    assert sh_git(repo, "status", "--porcelain") == " M calc.py\n"
+    facts = {
+        r["value"]["input"]["action"]: r["value"]["input"]
+        for r in coding.read("decisions")
+        if r["key"] == job and r["value"]["input"].get("type") == "event"
+    }
+    passed = facts["validation_passed"]
+    assert passed["source"] == "tool"
+    assert passed["properties"]["exit_code"] == 0
+    # -B: no __pycache__, whose stale .pyc (a fix of the same size, written in
+    # the same second) Python would run instead of the fix; and which would be
+    # a new file of the job's patch, as any file the validation writes is.
+    assert passed["properties"]["command"] == "python3 -B test_calc.py"
+    assert set(passed["properties"]["fingerprint"]) == {
+        "head", "branch", "diff_sha256", "untracked_sha256"
+    }  # fmt: skip
+    assert facts["validation_failed"]["properties"]["exit_code"] == 1
+    assert facts["patch_applied"]["properties"]["files"] == ["calc.py"]
+    assert snapshot(repo)["calc.py"] == (repo / "calc.py").read_bytes()
+
+
+@pytest.mark.timeout(240)
+def test_a_fix_that_never_passes_waits_then_ends_by_override(coding: Lane, tmp_path: Path) -> None:
+    never = "from calc import add\n\nassert add(2, 3) == 6, add(2, 3)\n"  # a + b is not it
+    repo = _repo(tmp_path, **{"test_calc.py": never})
+    before = snapshot(repo)
+    run = coding.cli("code", "run", "--repo", str(repo), "--task", "make the test pass",
+                     "--max-attempts", "2", check=False)  # fmt: skip
+    assert run.returncode == 5, run.stdout + run.stderr
+    lines = run.stdout.splitlines()
+    job = lines[0].removeprefix("job: ")
+    assert lines[1:5] == [
+        "plan: fix add() in calc.py; let the tests decide",
+        "validation 1: failed (exit 1)",
+        "edit: write_file calc.py (done)",
+        "validation 2: failed (exit 1)",
+    ], run.stdout
+    assert lines[5].startswith("checkpoint: The validation did not pass (failed, attempt 2)")
+    # The question ends with the failure's excerpt (its lines), then the answers.
+    assert "AssertionError: 5" in run.stdout
+    assert lines[-2] == "answers: revise, accept_failed_validation, abort"
+    assert snapshot(repo) == before  # nothing goes back before a person says so
+
+    status = coding.cli("code", "status", job, check=False)
+    assert status.returncode == 5
+    assert "answers: revise, accept_failed_validation, abort" in status.stdout
+    wrong = coding.cli("code", "resume", job, "--response", "ship-it", check=False)
+    assert wrong.returncode == 2
+    assert "one of revise, accept_failed_validation, abort" in wrong.stderr
+    bare = coding.cli("code", "resume", job, "--response", "revise", check=False)
+    assert bare.returncode == 2
+    assert "revise needs --message" in bare.stderr
+
+    revised = coding.cli("code", "resume", job, "--response", "revise",
+                         "--message", "6 is what the test wants", check=False)  # fmt: skip
+    assert revised.returncode == 5, revised.stdout + revised.stderr
+    # Exactly one more attempt, then the checkpoint again; resume says only
+    # what came after the checkpoint it answered.
+    steps = revised.stdout.splitlines()
+    assert steps[1:4] == [
+        "answered: revise",
+        "answered: 6 is what the test wants",
+        "validation 3: failed (exit 1)",
+    ], revised.stdout
+    assert "checkpoint: The validation did not pass (failed, attempt 3)" in revised.stdout
+    assert snapshot(repo) == before
+
+    accepted = coding.cli("code", "resume", job, "--response", "ACCEPT_failed_validation",
+                          "--json", check=False)  # fmt: skip
+    assert accepted.returncode == 4, accepted.stdout + accepted.stderr
+    said = [orjson.loads(line) for line in accepted.stdout.splitlines()]
+    assert said[0] == {"kind": "job", "key": job}
+    assert said[-1]["kind"] == "end"
+    assert said[-1]["status"] == "completed_with_override"
+    assert (repo / "calc.py").read_text() == "def add(a, b):\n    return a + b\n"
+    answers = [
+        MessageRecord.model_validate(r["value"]) for r in coding.read("messages")
+        if r["key"] == job and r["value"]["direction"] == "in"
+    ]  # fmt: skip
+    assert [(m.answer, m.message_id.startswith("answer:")) for m in answers] == [
+        ("revise", True), ("6 is what the test wants", True), ("accept_failed_validation", True)
+    ]  # fmt: skip
+    assert {m.by.source for m in answers if m.by is not None} == {"world"}
+    again = coding.cli("code", "resume", job, "--response", "abort", check=False)
+    assert again.returncode == 1
+    assert "waits at no checkpoint" in again.stderr
+
+
+@pytest.mark.timeout(240)
+def test_an_abort_fails_the_job_and_changes_nothing(coding: Lane, tmp_path: Path) -> None:
+    never = "from calc import add\n\nassert add(2, 3) == 7, add(2, 3)\n"
+    repo = _repo(tmp_path, **{"test_calc.py": never})
+    before = snapshot(repo)
+    run = coding.cli("code", "run", "--repo", str(repo), "--task", "make the test pass",
+                     "--max-attempts", "1", check=False)  # fmt: skip
+    assert run.returncode == 5, run.stdout + run.stderr
+    job = run.stdout.splitlines()[0].removeprefix("job: ")
+    leases = coding.root / "data" / "agents" / "coding" / "leases"
+    assert [p.name for p in leases.glob("*.json")]  # held, paused, while the job waits
+    aborted = coding.cli("code", "resume", job, "--response", "abort", check=False)
+    assert aborted.returncode == 1, aborted.stdout + aborted.stderr
+    assert aborted.stdout.splitlines()[-1] == "status: failed"
+    assert snapshot(repo) == before
+    assert not list(leases.glob("*.json"))  # let go: the next job may edit the repository
+    assert sh_git(repo, "branch", "--list", "lemongraph/*") == ""  # the worktree closed

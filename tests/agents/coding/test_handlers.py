@@ -1,0 +1,133 @@
+"""The coding flow's handlers (agents/coding/handlers.py), in process, on real
+git repositories and the real worktrees, leases and validation: a second job
+on a repository is refused with the first's key; a validation's facts go to
+the inbox as ``source: tool`` with the fingerprint; at a checkpoint the lease is
+paused, and an answer after a person changed the worktree is not taken (both
+fingerprints said), after git moved its HEAD the route is ``moved`` (the job
+fails); the router counts attempts, and ``revise`` grants exactly one; the
+review rule is the operator's or deterministic (a changed AGENTS.md is reviewed)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from agents.coding.handlers import (
+    after_validation,
+    coding_open,
+    coding_pause,
+    coding_resume,
+    coding_revise,
+    coding_risk,
+    coding_validate,
+    review_required,
+)
+from agents.coding.lease import LeaseHeld, Leases
+from agents.coding.worktree import Workspaces
+from agents.flows.handlers import HandlerContext
+from tests.agents.coding.repos import make_repo, sh_git
+
+VALIDATE = [{"text": "test -f answer.txt", "source": "operator", "line": 1, "kind": "validate"}]
+
+
+def context(data: Path, job: str, sent: list[tuple[str, BaseModel]]) -> HandlerContext:
+    async def publish(topic: str, key: str, record: BaseModel) -> None:
+        sent.append((topic, record))
+
+    workspaces = SimpleNamespace(workspaces=Workspaces(data))  # what the executor carries
+    return HandlerContext(job, f"{job}/change#1", f"{job}/change#1/n/1/1", "coding-change",
+                          "n", publish, workspaces)  # fmt: skip
+
+
+def test_open_validate_and_the_lease(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    data = tmp_path / "data"
+    sent: list[tuple[str, BaseModel]] = []
+    first = context(data, "code-1", sent)
+    opened = coding_open({"repo": str(repo)}, first)
+    assert Path(opened["path"]).is_dir()
+    assert set(opened["fingerprint"]) == {"head", "branch", "diff_sha256", "untracked_sha256"}
+    with pytest.raises(LeaseHeld, match="code-1"):
+        coding_open({"repo": str(repo)}, context(data, "code-2", []))
+    assert coding_open({"repo": str(repo)}, first)["path"] == opened["path"]  # a resume
+
+    view: dict[str, Any] = {"validate": VALIDATE, "validation_source": "operator"}
+    failed = asyncio.run(coding_validate(view, first))
+    assert (failed["verdict"], failed["attempt"], failed["exit_codes"]) == ("failed", 1, [1])
+    (Path(opened["path"]) / "answer.txt").write_text("42\n")
+    passed = asyncio.run(coding_validate({**view, "validation": failed}, first))
+    assert (passed["verdict"], passed["attempt"], passed["exit_codes"]) == ("passed", 2, [0])
+    facts: list[Any] = [r for topic, r in sent if topic == "inbox"]
+    assert [(f.action, f.source) for f in facts] == [
+        ("validation_failed", "tool"), ("validation_passed", "tool")
+    ]  # fmt: skip
+    assert facts[1].properties["fingerprint"] == passed["fingerprint"]
+    assert facts[1].properties["fingerprint"] != failed["fingerprint"]
+
+
+def test_attempts_and_revise() -> None:
+    def route(attempt: int, extra: int = 0, verdict: str = "failed") -> str:
+        view = {"validation": {"verdict": verdict, "attempt": attempt}, "max_attempts": 2,
+                "extra_attempts": extra}  # fmt: skip
+        return after_validation(view)
+
+    assert [route(1), route(2), route(1, verdict="passed")] == ["retry", "checkpoint", "passed"]
+    assert route(1, verdict="env_failed") == "checkpoint"  # uses up no attempt
+    extra = coding_revise({"validation": {"attempt": 2}, "max_attempts": 2})
+    assert (extra, route(3, extra), route(4, extra)) == (1, "checkpoint", "checkpoint")
+    assert route(2, extra) == "retry"
+    # revised again after attempt 3: exactly one more again (attempt 4, the last)
+    again = coding_revise({"validation": {"attempt": 3}, "max_attempts": 2})
+    assert (again, route(4, again)) == (2, "checkpoint")
+
+
+def test_a_checkpoint_pauses_the_lease_and_checks_the_worktree(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    data = tmp_path / "data"
+    job = context(data, "code-3", [])
+    worktree = Path(coding_open({"repo": str(repo)}, job)["path"])
+    paused = coding_pause({}, job)
+    assert Leases(data).holder(repo).state == "paused"  # type: ignore[union-attr]
+    taken = coding_resume({"decision": "revise", "paused": paused}, job)
+    assert taken == {"route": "revise", "why": ""}
+    assert Leases(data).holder(repo).state == "running"  # type: ignore[union-attr]
+
+    paused = coding_pause({}, job)
+    (worktree / "src" / "app.py").write_text("def answer():\n    return 42\n")  # by hand
+    refused = coding_resume({"decision": "accept_failed_validation", "paused": paused}, job)
+    assert refused["route"] == "changed"
+    assert "the worktree changed since the checkpoint (tracked files)" in refused["why"]
+    assert refused["expected"] == paused["fingerprint"]
+    assert refused["actual"]["diff_sha256"] != paused["fingerprint"]["diff_sha256"]
+    assert Leases(data).holder(repo).state == "paused"  # type: ignore[union-attr]
+
+    paused = coding_pause({}, job)  # asked again: from the worktree as it is now
+    sh_git(worktree, "commit", "--quiet", "-am", "someone ran git")
+    moved = coding_resume({"decision": "revise", "paused": paused}, job)
+    assert moved["route"] == "moved"
+    assert "git was run in it" in moved["why"]
+
+
+def test_the_review_rule_is_the_operators_or_deterministic(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    data = tmp_path / "data"
+    job = context(data, "code-4", [])
+    worktree = Path(coding_open({"repo": str(repo)}, job)["path"])
+    (worktree / "src" / "app.py").write_text("def answer():\n    return 42\n")
+    plain = coding_risk({"review": "auto"}, job)
+    assert (plain["files"], plain["required"]) == (["src/app.py"], False)
+    assert "+    return 42" in plain["diff"]
+    assert coding_risk({"review": "always"}, job)["required"] is True
+    # The model changing what validates the repository is always reviewed under auto.
+    (worktree / "AGENTS.md").write_text("## Tests\n\n- `true`\n")
+    risky = coding_risk({"review": "auto"}, job)
+    assert risky["required"] is True
+    assert risky["why"] == "it changes AGENTS.md"
+    assert coding_risk({"review": "never"}, job)["required"] is False
+    many = [f"src/m{i}.py" for i in range(6)]
+    assert review_required("auto", many) == (True, "it touches 6 files, over 5")
