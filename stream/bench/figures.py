@@ -55,6 +55,17 @@ class Parameters:
     #: that codec's first round instead of a burst of its own: the same figures,
     #: one worker fewer, but not measured beside the other codecs' rounds.
     codec_round_from_engine: bool = False
+    #: Seconds a worker is left after its last decision for that batch's writes
+    #: and offset commit to settle (its commit interval is 1 s), before its RSS
+    #: is read or it is stopped.
+    write_settle_seconds: float = 1.5
+    #: Consecutive ticks of each schedules tick run (the figure is their median).
+    schedule_tick_repeats: int = 11
+    #: The idle run with ``idle_large`` jobs restarts the worker of the run with
+    #: ``idle_small`` (its jobs written over that table) instead of a worker
+    #: seeded for it, and the cold restore's topics are created rather than
+    #: seeded by a worker run on them: the same figures, two worker starts fewer.
+    idle_one_seed: bool = False
 
     @classmethod
     def for_run(cls, quick: bool) -> Parameters:
@@ -101,6 +112,9 @@ class Parameters:
                     schedules_total=2_000,
                     idle_seconds=1.0,
                     codec_round_from_engine=True,
+                    write_settle_seconds=0.5,
+                    schedule_tick_repeats=3,
+                    idle_one_seed=True,
                 )
             return params
         return cls(False, 100_000, 30_000, 10_000, 1_000, 10.0, 100_000, 3_000, 1_000_000, 1_000)

@@ -43,6 +43,7 @@ from stream.bench.cluster import PARTITIONS, Cluster, produce
 from stream.engine.registry import Registry
 from stream.engine.store import next_due_ms
 from stream.engine.timers import DUE_VALUE, INDEX_MARK, JOBS, due_key
+from stream.runtime.broker import ensure_topics
 from stream.runtime.files import load_playbook_file
 from stream.runtime.kafka import producer
 from stream.runtime.partitions import home_partition
@@ -173,9 +174,13 @@ class Seeded:
 class Idle:
     """The idle jobs' figures of one bench run (``stream/bench/run.py``)."""
 
-    def __init__(self, bench: Cluster, idle_seconds: float = IDLE_SECONDS) -> None:
+    def __init__(
+        self, bench: Cluster, idle_seconds: float = IDLE_SECONDS, settle_seconds: float = 1.5
+    ) -> None:
         self.bench = bench
         self.idle_seconds = idle_seconds
+        #: after the seed's decisions: the batch's writes stored, the offsets committed
+        self.settle_seconds = settle_seconds
 
     def seed(self, *names: str) -> list[Seeded]:
         """A worker per name on fresh topics (all at once) decides one job
@@ -195,7 +200,7 @@ class Idle:
                 asyncio.run(produce(bench.bootstrap, s.topics.inbox, [(b"seed", start)]))
             for s in seeded:
                 bench.wait_decisions(s.topics.decisions, 1, 120)
-            time.sleep(1.5)  # the batch's writes stored, the offsets committed
+            time.sleep(self.settle_seconds)  # the batch's writes stored, the offsets committed
         finally:
             # All asked at once, then each waited for: a clean stop takes up to
             # 6 s (docs/operations.md, "How a worker stops"), the slowest's, not the sum.
@@ -213,13 +218,28 @@ class Idle:
                 )
         return seeded
 
-    def restart(self, seeded: Seeded, jobs: int) -> IdleRun:
+    def unseeded(self, name: str) -> Seeded:
+        """Fresh topics for a cold restore, with no worker run on them: the inbox,
+        the decisions and the table's changelog are created (the worker creates
+        the rest when it starts); the data folder is empty."""
+        bench = self.bench
+        prefix = f"bench-{bench.run_id}-{name}."
+        topics = Topics(prefix)
+        changelog = f"{prefix}engine-jobstate-changelog"
+        names = {topics.inbox: PARTITIONS, topics.decisions: PARTITIONS, changelog: PARTITIONS}
+        asyncio.run(ensure_topics(bench.bootstrap, names, {changelog}, security=bench.security))
+        data = bench.workdir / name
+        data.mkdir(parents=True, exist_ok=True)
+        return Seeded(name, topics, bench.worker_env(prefix, data), data)
+
+    def restart(self, seeded: Seeded, jobs: int, keep: bool = False) -> IdleRun:
         """Write ``jobs`` jobs into a seeded worker's databases, restart it and
-        measure (see the module)."""
+        measure (see the module); ``keep``: its data folder stays, for a run with
+        more jobs written over the same keys and more."""
         began = time.perf_counter()
         rows = job_rows(self.bench.playbooks, jobs, PARTITIONS, prefix=seeded.name)
         write_jobs(partition_databases(seeded.data), rows)
-        return self._measure(seeded, jobs, time.perf_counter() - began, 300)
+        return self._measure(seeded, jobs, time.perf_counter() - began, 300, keep)
 
     def cold_restore(self, seeded: Seeded, jobs: int) -> IdleRun:
         """Drop a seeded worker's data folder, produce the same rows to the
@@ -237,7 +257,9 @@ class Idle:
         run.produced_mb = produced
         return run
 
-    def _measure(self, seeded: Seeded, jobs: int, fill_s: float, timeout: float) -> IdleRun:
+    def _measure(
+        self, seeded: Seeded, jobs: int, fill_s: float, timeout: float, keep: bool = False
+    ) -> IdleRun:
         """Start the worker, time its first decision of an event for a stored
         job, let it idle, read its RSS, stop it."""
         bench, topics, data = self.bench, seeded.topics, seeded.data
@@ -252,7 +274,10 @@ class Idle:
             recovery = max(stamps) / 1000 - started
             samples = _rss_samples(worker.proc.pid, self.idle_seconds, rss_mb)
         finally:
-            worker.kill()
+            # kept for another run: a clean stop, as the seed's, so that the next
+            # worker joins the group at once (a killed one holds it for its
+            # session timeout)
+            worker.kill(signal.SIGTERM if keep else signal.SIGKILL)
         run = IdleRun(
             jobs,
             recovery,
@@ -261,7 +286,8 @@ class Idle:
             fill_s,
             _disk_mb(data),
         )
-        shutil.rmtree(data, ignore_errors=True)
+        if not keep:
+            shutil.rmtree(data, ignore_errors=True)
         return run
 
 

@@ -212,7 +212,7 @@ class Bench(Cluster):
             done_before = self.decisions_so_far(topics.decisions)
             asyncio.run(produce(self.bootstrap, topics.inbox, starts))
             self.wait_decisions(topics.decisions, done_before + more, 900)
-            time.sleep(1.5)  # let the last batch's writes and commit settle
+            time.sleep(self.params.write_settle_seconds)  # the last batch's writes and commit
             jobs = have + more
             rss = rss_mb(worker.proc.pid)
             self.figures.rss_mb_per_100k_jobs = (rss - base_rss) * 100_000 / jobs
@@ -242,13 +242,19 @@ class Bench(Cluster):
         RSS and restart with idle_small and idle_large jobs in its table, and a
         cold restore of cold_restore_jobs from the changelog."""
         f, params = self.figures, self.params
-        idle = Idle(self, idle_seconds=params.idle_seconds)
-        small_run, large_run, cold_run = idle.seed(
-            f"idle{params.idle_small}", f"idle{params.idle_large}", "cold"
-        )
+        idle = Idle(self, params.idle_seconds, params.write_settle_seconds)
+        shared = params.idle_one_seed
+        names = [f"idle{params.idle_small}", f"idle{params.idle_large}", "cold"]
+        if shared:  # one seeded worker for both idle runs; the cold one's topics made
+            names = names[:1]
+        seeds = idle.seed(*names)
+        small_run = seeds[0]
+        large_run = small_run if shared else seeds[1]
+        cold_run = idle.unseeded("cold") if shared else seeds[2]
         runs: list[IdleRun] = []
         for seeded, jobs in ((small_run, params.idle_small), (large_run, params.idle_large)):
-            run = idle.restart(seeded, jobs)
+            # shared: the large run's jobs are written over the small run's table
+            run = idle.restart(seeded, jobs, keep=shared and not runs)
             runs.append(run)
             self.say(
                 f"idle: worker RSS {run.rss_mb:.0f} MB (peak {run.rss_mb_peak:.0f}) holding "
@@ -615,7 +621,7 @@ def bench_schedules(
 ) -> None:
     """The schedules' figures (stream/bench/schedules.py), into ``f``."""
     total, due = params.schedules_total, params.schedules_due
-    small, large = schedule_tick_ms((due, total), due, workdir)
+    small, large = schedule_tick_ms((due, total), due, workdir, params.schedule_tick_repeats)
     f.schedule_tick_ms_100, f.schedule_tick_ms_100k = small, large
     f.schedule_tick_ratio = large / small
     say(

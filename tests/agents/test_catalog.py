@@ -3,8 +3,7 @@ playbooks; every problem is named with file, line and column."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
+import os
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +11,9 @@ import pytest
 
 from agents.catalog import CatalogError, check_playbooks, load_catalog, load_catalog_file
 from stream.runtime.files import load_playbooks_dir, playbook_files
+from tests.inprocess import invoke
 
 ROOT = Path(__file__).resolve().parents[2]
-LEMONGRAPH = Path(sys.executable).parent / "lemongraph"
 
 GOOD = """\
 integrations:
@@ -93,9 +92,7 @@ def test_check_names_an_integration_the_catalog_lacks(tmp_path: Path) -> None:
     (tmp_path / "catalog.yaml").write_text(GOOD)
     playbook = (ROOT / "examples" / "onboarding.yaml").read_text()
     (tmp_path / "onboarding.yaml").write_text(playbook)
-    done = subprocess.run(
-        [str(LEMONGRAPH), "check", str(tmp_path)], capture_output=True, text=True, check=False
-    )
+    done = invoke(["check", str(tmp_path)], env=os.environ, cwd=Path.cwd())
     assert done.returncode == 1
     assert (
         f"{tmp_path / 'catalog.yaml'}: playbook onboarding milestone collectIdentity: "
@@ -104,9 +101,7 @@ def test_check_names_an_integration_the_catalog_lacks(tmp_path: Path) -> None:
     (tmp_path / "catalog.yaml").write_text(
         GOOD.replace("integrations:\n", "integrations:\n  email: {}\n  setup: {}\n")
     )
-    done = subprocess.run(
-        [str(LEMONGRAPH), "check", str(tmp_path)], capture_output=True, text=True, check=False
-    )
+    done = invoke(["check", str(tmp_path)], env=os.environ, cwd=Path.cwd())
     assert done.returncode == 0, done.stdout
     assert "ok: 2 file(s) valid" in done.stdout
 

@@ -1,7 +1,7 @@
 """Every fenced YAML example in README.md and docs/*.md runs, so the documentation
 cannot rot: a playbook through `lemongraph check`, a scenario through
-`lemongraph simulate`, a flow through `lemongraph flow check` (the real console
-script, as a user runs it; no broker).
+`lemongraph simulate`, a flow through `lemongraph flow check` (no broker; the
+click command the console script runs, in the test's process: tests/inprocess.py).
 
 How a page marks its examples (the fence's info string, after `yaml`):
 

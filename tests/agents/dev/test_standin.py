@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,8 +25,8 @@ from agents.compose import DELEGATE_PARAMETERS, TOOL_TURN, ModelRequest, ToolOff
 from agents.dev.standin import StandinScript, _seen, build_standin, load_script
 from agents.model import Exchange, Model, ModelError, ModelSettings, ToolCall
 from stream.runtime.broker import free_port
+from tests.inprocess import LEMONGRAPH, invoke
 
-LEMONGRAPH = Path(sys.executable).parent / "lemongraph"
 BOOK = ToolOffer(
     "schedule_meeting",
     "Book a meeting.",
@@ -217,13 +217,9 @@ def test_the_standin_command_serves_a_script(tmp_path: Path) -> None:
 def test_a_bad_script_is_refused_naming_the_file(tmp_path: Path) -> None:
     script = tmp_path / "bad.yaml"
     script.write_text("rules:\n  - when: {agent: x}\n    say: a\n    call: {tool: t}\n")
-    done = subprocess.run(
-        [str(LEMONGRAPH), "standin", "--script", str(script)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=30,
-    )
+    # in the test's process (tests/inprocess.py); the script of the command that
+    # serves runs as a real process above
+    done = invoke(["standin", "--script", str(script)], env=os.environ, cwd=Path.cwd())
     assert done.returncode != 0
     assert str(script) in done.stdout + done.stderr
     assert "exactly one of say or call" in done.stdout + done.stderr

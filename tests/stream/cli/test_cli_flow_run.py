@@ -1,7 +1,8 @@
 """`lemongraph flow run` and `lemongraph flow replay` (docs/flows.md, "Running a
-flow at the terminal", "Replay"), through the real console script: each
-shipped example on the stand-in with its script, answers on stdin, --json,
-and a recorded run replayed with no model and no tool call."""
+flow at the terminal", "Replay"): each shipped example on the stand-in with its
+script, answers on stdin, --json, and a recorded run replayed with no model and
+no tool call. The commands run in the test's process (tests/inprocess.py); a
+question answered on a real process's stdin runs the console script."""
 
 from __future__ import annotations
 
@@ -16,14 +17,21 @@ import pytest
 
 from agents.dev.demo_tools import build_demo_tools
 from agents.dev.standin import build_standin
-from tests.stream.cli.test_cli_simulate_check import LEMONGRAPH, PLAYBOOKS, ROOT
+from tests.inprocess import lemongraph
+from tests.stream.cli.test_cli_simulate_check import PLAYBOOKS, ROOT
 
 FLOWS = PLAYBOOKS / "flows"
 
 
 def flow_run(
-    *args: str, stdin: str = "", env: dict[str, str] | None = None, cwd: Path | None = None
+    *args: str,
+    stdin: str = "",
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    process: bool = False,
 ) -> subprocess.CompletedProcess[str]:
+    """``lemongraph flow ARGS``: in the test's process (tests/inprocess.py), or with
+    ``process`` through the console script."""
     # No model configured: the stand-in; no tool URL: the demo tools.
     environ = {
         k: v
@@ -32,16 +40,7 @@ def flow_run(
         and k not in ("CRM_URL", "BILLING_URL", "CALENDAR_URL")
     }
     environ.update(env or {})
-    return subprocess.run(
-        [str(LEMONGRAPH), "flow", *args],
-        cwd=cwd or ROOT,
-        env=environ,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return lemongraph("flow", *args, cwd=cwd or ROOT, env=environ, input=stdin, process=process)
 
 
 def example(name: str) -> list[str]:
@@ -138,7 +137,9 @@ def test_a_question_is_printed_and_an_answer_not_allowed_is_asked_again(tmp_path
         "edges:\n  - {from: ask, to: END}\n",
         encoding="utf-8",
     )
-    proc = flow_run("run", "pick.yaml", stdin="green\nblue\n", cwd=tmp_path)
+    # the console script as its own process, answers on its stdin (the rest of
+    # this module runs `lemongraph flow` in-process)
+    proc = flow_run("run", "pick.yaml", stdin="green\nblue\n", cwd=tmp_path, process=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0] == "? ask: Red or blue? [red | blue]"

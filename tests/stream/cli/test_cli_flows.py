@@ -1,5 +1,6 @@
-"""`lemongraph flow check` and `lemongraph check` with flows (docs/flows.md),
-through the real console script."""
+"""`lemongraph flow check` and `lemongraph check` with flows (docs/flows.md), the
+click command in the test's process (tests/inprocess.py; the console script
+itself: tests/stream/cli/test_cli_flow_run.py, test_cli_simulate_check.py)."""
 
 from __future__ import annotations
 

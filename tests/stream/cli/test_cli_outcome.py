@@ -90,6 +90,8 @@ def test_no_worker_means_no_decision_in_time_exit_3(lane: Lane) -> None:
 def test_no_topics_yet_means_no_decision_in_time_exit_3(lane: Lane) -> None:
     # No worker ever ran under this prefix: there is no decisions topic to read.
     env = lane.env(LEMONGRAPH_TOPIC_PREFIX=f"fresh{uuid.uuid4().hex[:8]}.")
+    # the console script as its own process: start-job's real-process test (the
+    # module's other commands run in the test's process, Lane.cli)
     done = subprocess.run(
         [str(LEMONGRAPH), "start-job", "job-1", "onboarding", "--timeout", "1"],
         cwd=lane.root,

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from stream.runtime.broker import free_port
-from tests.lanes import LEMONGRAPH, ROOT
+from tests.inprocess import lemongraph as run
+from tests.lanes import ROOT
 
 
 @pytest.fixture
@@ -25,7 +26,9 @@ def taken() -> Iterator[int]:
         yield sock.getsockname()[1]
 
 
-def lemongraph(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
+def lemongraph(
+    *args: str, cwd: Path, process: bool = False, **env: str
+) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("LEMONGRAPH_")}
     clean.pop("API_TOKEN_SECRET", None)
     clean.update(
@@ -36,15 +39,12 @@ def lemongraph(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess
         LEMONGRAPH_MAIL_INGRESS_PORT=str(free_port()),
     )
     clean.update(env)
-    return subprocess.run(
-        [str(LEMONGRAPH), *args],
-        cwd=cwd,
-        env=clean,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    # In the test's process (tests/inprocess.py) unless ``process``: each command
+    # here fails on its port check, before it starts anything. Their console
+    # scripts run as real processes in tests/stream/cli/test_dev.py (dev),
+    # tests/stream/gateway/conftest.py (gateway), tests/agents/dev/test_standin.py
+    # (standin) and below (demo-tools).
+    return run(*args, env=clean, cwd=cwd, process=process, timeout=60)
 
 
 @pytest.mark.parametrize(
@@ -91,7 +91,7 @@ def test_gateway_names_a_taken_port(taken: int, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("command", ["standin", "demo-tools"])
 def test_a_server_command_names_a_taken_port(taken: int, tmp_path: Path, command: str) -> None:
-    done = lemongraph(command, "--port", str(taken), cwd=tmp_path)
+    done = lemongraph(command, "--port", str(taken), cwd=tmp_path, process=command == "demo-tools")
     assert done.returncode != 0
     assert f"port {taken} is in use" in done.stderr
     assert "pass --port" in done.stderr

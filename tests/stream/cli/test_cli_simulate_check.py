@@ -1,6 +1,7 @@
-"""The real ``lemongraph`` console script: ``simulate`` and ``check``
-(docs/scenarios.md; docs/playbooks.md, 'Checking a playbook'), run as a
-subprocess the way a user runs them."""
+"""``lemongraph simulate`` and ``lemongraph check`` (docs/scenarios.md;
+docs/playbooks.md, 'Checking a playbook'): the click command in the test's process
+(tests/inprocess.py); the shipped playbooks' simulate and check run the real
+console script as a process, the way a user runs them."""
 
 from __future__ import annotations
 
@@ -8,16 +9,15 @@ import json
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 
+from tests.inprocess import LEMONGRAPH, lemongraph
+
 ROOT = Path(__file__).resolve().parents[3]
 PLAYBOOKS = ROOT / "examples"
-LEMONGRAPH = Path(sys.executable).parent / "lemongraph"
 
 PLAYBOOK = """\
 key: cli-pb
@@ -58,18 +58,14 @@ scenarios:
 """
 
 
-def run(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> Any:
+def run(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, process: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """``lemongraph ARGS`` with no LEMONGRAPH_ setting but ``env``'s: in the test's
+    process (tests/inprocess.py), or with ``process`` through the console script."""
     environ = {k: v for k, v in os.environ.items() if not k.startswith("LEMONGRAPH_")}
     environ.update(env or {})
-    return subprocess.run(
-        [str(LEMONGRAPH), *args],
-        cwd=cwd or ROOT,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return lemongraph(*args, cwd=cwd or ROOT, env=environ, process=process)
 
 
 def count_scenarios(folder: Path) -> int:
@@ -95,7 +91,8 @@ def test_the_script_exists() -> None:
 
 
 def test_simulate_the_shipped_playbooks_passes() -> None:
-    proc = run("simulate", "--dir", str(PLAYBOOKS))
+    # the console script as its own process (the rest of this module runs in-process)
+    proc = run("simulate", "--dir", str(PLAYBOOKS), process=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
     n = count_scenarios(PLAYBOOKS)
@@ -303,7 +300,8 @@ def test_simulate_coverage_in_json(folder: Path) -> None:
 
 
 def test_check_the_shipped_playbooks() -> None:
-    proc = run("check", str(PLAYBOOKS))
+    # the console script as its own process (the rest of this module runs in-process)
+    proc = run("check", str(PLAYBOOKS), process=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     # Every playbook, scenario, catalog and flow file; a flow's stand-in model
     # script (flows/NAME.standin.yaml) is the stand-in's, not one check reads.

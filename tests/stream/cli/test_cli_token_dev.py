@@ -14,22 +14,16 @@ import httpx
 import pytest
 
 from stream.runtime.broker import free_port
-from tests.lanes import LEMONGRAPH
+from tests.inprocess import invoke
 from tests.stream.cli.test_dev import exit_within, start_dev
 
 
 def token(cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LEMONGRAPH_")}
     env.pop("API_TOKEN_SECRET", None)
-    return subprocess.run(
-        [str(LEMONGRAPH), "token", "--name", "me"],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    # in the test's process (tests/inprocess.py); `lemongraph dev` is a real process,
+    # and so is `token` in tests/stream/gateway/test_tokens.py
+    return invoke(["token", "--name", "me"], env=env, cwd=cwd)
 
 
 def test_token_without_a_secret_or_a_running_dev_says_where_it_looked(tmp_path: Path) -> None:

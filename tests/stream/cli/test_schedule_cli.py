@@ -1,7 +1,8 @@
-"""`lemongraph schedule ...` through the real console script: `next` with no
-broker (the DST days of docs/schedules.md, invalid expressions exit 1 naming the
-field); add, list, show, pause, resume, wake, runs and remove against the real
-embedded broker, and what each puts on `schedules`, the inbox and `audit`."""
+"""`lemongraph schedule ...`, in the test's process (tests/inprocess.py; one
+command through the real console script): `next` with no broker (the DST days
+of docs/schedules.md, invalid expressions exit 1 naming the field); add, list,
+show, pause, resume, wake, runs and remove against the real embedded broker,
+and what each puts on `schedules`, the inbox and `audit`."""
 
 from __future__ import annotations
 
@@ -14,20 +15,18 @@ from typing import Any
 
 import pytest
 
-from tests.lanes import LEMONGRAPH, Lane
+from tests.inprocess import lemongraph
+from tests.lanes import Lane
 from topics import ScheduleRunRecord, encode
 
 
-def cli(*args: str, stdin: str | None = None, env: dict[str, str] | None = None) -> Any:
-    return subprocess.run(
-        [str(LEMONGRAPH), *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env=env if env is not None else dict(os.environ),
-    )
+def cli(
+    *args: str, stdin: str | None = None, env: dict[str, str] | None = None, process: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """``lemongraph ARGS``: in the test's process (tests/inprocess.py), or with
+    ``process`` through the console script."""
+    environ = env if env is not None else dict(os.environ)
+    return lemongraph(*args, env=environ, cwd=Path.cwd(), input=stdin, process=process)
 
 
 def at(tz: str, start: str, count: int) -> list[str]:
@@ -328,7 +327,9 @@ def test_add_validates_everything_before_writing_and_reads_stdin(
 
 def test_a_command_without_a_broker_says_so() -> None:
     env = {k: v for k, v in os.environ.items() if k != "LEMONGRAPH_KAFKA_URL"}
-    result = cli("schedule", "list", env=env)
+    # the console script as its own process (the module's other commands run in
+    # the test's process)
+    result = cli("schedule", "list", env=env, process=True)
     assert result.returncode == 1
     assert "LEMONGRAPH_KAFKA_URL is not set" in result.stderr
 

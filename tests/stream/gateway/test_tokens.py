@@ -6,7 +6,6 @@ import base64
 import hashlib
 import hmac
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,8 +16,8 @@ import stream.gateway
 from stream.gateway import ApiError, mint_token, verify_token
 from stream.gateway.ratelimit import RateLimiter
 from stream.runtime.config import ConfigError, Settings
+from tests.inprocess import lemongraph
 
-LEMONGRAPH = Path(sys.executable).parent / "lemongraph"
 NOW = 1_800_000_000.0
 CLI_SECRET = "cli-secret-0123456789-0123456789-01"
 
@@ -93,20 +92,19 @@ def test_the_rate_limit_is_a_token_bucket_per_identity() -> None:
     assert slow.take("x", 0.0) == 10
 
 
-def run_token(*args: str, secret: str) -> subprocess.CompletedProcess[str]:
+def run_token(*args: str, secret: str, process: bool = False) -> subprocess.CompletedProcess[str]:
+    """``lemongraph token ARGS``: in the test's process (tests/inprocess.py), or with
+    ``process`` through the console script."""
     env = {"PATH": "/usr/bin:/bin", "API_TOKEN_SECRET": secret}
-    return subprocess.run(
-        [str(LEMONGRAPH), "token", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
-    )
+    return lemongraph("token", *args, env=env, cwd=Path.cwd(), process=process, timeout=60)
 
 
 def test_the_token_command_prints_the_token_alone_on_its_last_line() -> None:
-    result = run_token("--source", "tool", "--ttl", "2h", "--name", "ops", secret=CLI_SECRET)
+    # the console script as its own process (the module's other token commands run
+    # in the test's process)
+    result = run_token(
+        "--source", "tool", "--ttl", "2h", "--name", "ops", secret=CLI_SECRET, process=True
+    )
     assert result.returncode == 0, result.stderr
     last = result.stdout.strip().splitlines()[-1]
     assert last.startswith("lemongraph_sk_")

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import ast
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,9 +14,9 @@ from click.testing import CliRunner
 from stream.cli import main
 from stream.runtime import errors
 from stream.runtime.errors import ExitCode, ShellError, StopWorker
+from tests.inprocess import invoke
 
 ROOT = Path(__file__).resolve().parents[3]
-LEMONGRAPH = Path(sys.executable).parent / "lemongraph"
 
 
 @pytest.mark.parametrize("name", [n for n in errors.__all__ if n != "ExitCode"])
@@ -68,14 +66,7 @@ def test_the_cli_reports_a_shell_error_as_one_line_with_its_exit_code() -> None:
 
 def test_a_bad_setting_is_one_line_naming_the_variable() -> None:
     env = {**os.environ, "LEMONGRAPH_PARTITIONS": "0", "LEMONGRAPH_KAFKA_URL": "kafka://x:1"}
-    done = subprocess.run(
-        [str(LEMONGRAPH), "worker"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
-    )
+    done = invoke(["worker"], env=env, cwd=Path.cwd())  # in-process: tests/inprocess.py
     assert done.returncode == 1
     assert done.stderr.strip() == "Error: LEMONGRAPH_PARTITIONS='0' must be at least 1"
 
