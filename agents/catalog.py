@@ -22,8 +22,8 @@ from jsonschema.exceptions import SchemaError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from topics import APPROVERS_DEFAULT, Approver
 
-from agents.coding.ops import WorkspaceAction, implied_fields, parameter_problems
 from agents.errors import AgentsError
+from agents.workspace.ops import WorkspaceAction, implied_fields, parameter_problems
 
 __all__ = [
     "COMMAND_RESULT",

@@ -58,7 +58,6 @@ from topics import (
 from topics.mail import ADDRESS_MAX
 
 from agents.catalog import CONVERSATION, Catalog
-from agents.coding.worktree import Workspaces
 from agents.contacts import is_contact
 from agents.conversation import take_answer
 from agents.errors import OutputError
@@ -85,6 +84,7 @@ from agents.stores import (
     fitted,
 )
 from agents.tools.executor import Executor, tool_response_bound
+from agents.workspace.worktree import Workspaces
 
 if TYPE_CHECKING:
     from agents.tools.mcp import McpServers

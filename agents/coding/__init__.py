@@ -1,2 +1,3 @@
-"""The coding workflow (docs/coding.md): an isolated worktree per job, the
-editor's confined tools, one writer per repository, and trusted validation."""
+"""The coding workflow (docs/coding.md): trusted validation, the coding flow's
+handlers and the ``lemongraph code`` commands, built on a job's worktree and
+its confined editor (agents/workspace/)."""

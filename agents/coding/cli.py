@@ -29,7 +29,7 @@ from topics import Answerer, JobStart, MessageRecord, Topics, encode
 
 from agents.coding.follow import EXIT_CODES, Checkpoint, JobView, Step, follow_job
 from agents.coding.validation import Validation, discover
-from agents.coding.worktree import source_top
+from agents.workspace.worktree import source_top
 
 __all__ = ["code", "job_subject", "new_job_key"]
 

@@ -18,7 +18,13 @@ from typing import Any, Final
 
 import orjson
 from aiokafka.structs import TopicPartition
-from stream.runtime.kafka import KafkaSecurity, _partitions, _start, caught_up, new_consumer
+from stream.runtime.kafka import (
+    KafkaSecurity,
+    caught_up,
+    new_consumer,
+    partitions_of,
+    start_consumer,
+)
 
 __all__ = [
     "EXIT_CODES",
@@ -239,9 +245,9 @@ async def follow_job(
     taken to wait on it until its answer is journaled."""
     key = view.job_key.encode()
     consumer = new_consumer(bootstrap, security, offsets="earliest")
-    await _start(consumer)
+    await start_consumer(consumer)
     try:
-        tps = [TopicPartition(t, p) for t in topics for p in await _partitions(consumer, t)]
+        tps = [TopicPartition(t, p) for t in topics for p in await partitions_of(consumer, t)]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
         for tp in tps:

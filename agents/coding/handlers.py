@@ -18,17 +18,17 @@ from typing import Any, Final, cast
 
 from topics import InboxEvent
 
-from agents.coding.fingerprint import Fingerprint, check_resume, fingerprint
-from agents.coding.lease import Leases
 from agents.coding.validation import Validation, ValidationCommand, run_validation
-from agents.coding.worktree import (
+from agents.flows.handlers import HandlerContext, handler, router
+from agents.workspace.fingerprint import Fingerprint, check_resume, fingerprint
+from agents.workspace.lease import Leases
+from agents.workspace.worktree import (
     Worktree,
     apply_back,
     close_worktree,
     job_patch,
     open_worktree,
 )
-from agents.flows.handlers import HandlerContext, handler, router
 
 __all__ = [
     "after_validation",

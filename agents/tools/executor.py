@@ -6,7 +6,7 @@ tool's schema; runs what the tool says, by its kind (docs/agents.md, "Tool
 kinds"): an ``http`` call (an idempotent tool gets our derived key as
 ``Idempotency-Key``; success judged by agents/tools/success.py) or a
 ``command`` (agents/tools/command.py) or a ``workspace`` op in the job's
-worktree (agents/coding/editor.py); and on a confirmed success returns the
+worktree (agents/workspace/editor.py); and on a confirmed success returns the
 fact the tool records — or, for a command that ran and failed, the fact its
 ``records_on_failure`` says — as an inbox event with ``source: tool`` and that
 same key as its idempotency key. The key is derived from our own data — task id, tool,
@@ -28,12 +28,12 @@ from jsonschema import Draft202012Validator
 from topics import InboxEvent, encode
 
 from agents.catalog import Catalog, Records, ToolSpec, expand_env
-from agents.coding.editor import perform
-from agents.coding.worktree import Workspaces
 from agents.model import whole_number
 from agents.tools.command import CommandError, prepare, run_command, told
 from agents.tools.outcome import RESULT_EXCERPT, Outcome, redact_url, tell
 from agents.tools.success import Verdict, judge, response_path
+from agents.workspace.editor import perform
+from agents.workspace.worktree import Workspaces
 
 if TYPE_CHECKING:
     from agents.tools.mcp import McpServers
@@ -50,7 +50,7 @@ __all__ = [
 ]
 
 #: How much of an editor op's result the model is shown: a file's text is
-#: bounded by the editor first (agents/coding/ops.py, ``OUTPUT_CHARS``).
+#: bounded by the editor first (agents/workspace/ops.py, ``OUTPUT_CHARS``).
 WORKSPACE_EXCERPT = 16_000
 #: The default of ``LEMONGRAPH_MAX_TOOL_RESPONSE_BYTES``: the most of a tool's
 #: answer read (docs/agents.md, "Output bounds").
@@ -289,7 +289,7 @@ class Executor:
         )
 
     async def _workspace(self, tool: ToolSpec, job_key: str, key: str, args: Any) -> Outcome:
-        """Do the tool's editor op in the job's worktree (agents/coding/editor.py,
+        """Do the tool's editor op in the job's worktree (agents/workspace/editor.py,
         in a thread: it reads files and runs git). A write is a result, not
         evidence: it records a fact only when the tool says ``records``
         (docs/coding.md, "The editor's tools")."""

@@ -35,12 +35,12 @@ from stream.runtime.errors import ExitCode
 from stream.runtime.files import load_playbooks_dir
 from stream.runtime.kafka import (
     KafkaSecurity,
-    _partitions,
-    _start,
     caught_up,
     client_kwargs,
     new_consumer,
+    partitions_of,
     producer,
+    start_consumer,
 )
 from topics import Topics
 
@@ -210,10 +210,10 @@ async def send_and_wait(
         meta = await _produce(bootstrap, security, topics.inbox, value, raw_key)
         return Sent(topics.inbox, meta.partition, meta.offset, "sent")
     consumer = new_consumer(bootstrap, security)
-    await _start(consumer)
+    await start_consumer(consumer)
     admin: AIOKafkaAdminClient | None = None
     try:
-        partitions = await _partitions(consumer, topics.decisions)
+        partitions = await partitions_of(consumer, topics.decisions)
         every = [TopicPartition(topics.decisions, p) for p in partitions]
         # Before producing: the decision cannot be at or before these.
         ends: dict[TopicPartition, int] = await consumer.end_offsets(every) if every else {}

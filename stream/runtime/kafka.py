@@ -36,9 +36,11 @@ __all__ = [
     "compression_type",
     "configured_compression",
     "new_consumer",
+    "partitions_of",
     "producer",
     "read_topic",
     "run",
+    "start_consumer",
     "topic_partitions",
 ]
 
@@ -331,7 +333,8 @@ class ConsumedRecord:
     headers: tuple[tuple[str, bytes], ...] = ()
 
 
-async def _start(consumer: AIOKafkaConsumer) -> None:
+async def start_consumer(consumer: AIOKafkaConsumer) -> None:
+    """Start ``consumer``; stopped again when starting fails."""
     try:
         await consumer.start()
     except BaseException:
@@ -339,7 +342,8 @@ async def _start(consumer: AIOKafkaConsumer) -> None:
         raise
 
 
-async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> list[int]:
+async def partitions_of(consumer: AIOKafkaConsumer, topic: str) -> list[int]:
+    """The partitions of ``topic`` as the started ``consumer`` sees them now."""
     # A consumer without a group stopped right after it started can raise
     # CancelledError from its never-scheduled housekeeping task: let it run once.
     await asyncio.sleep(0)
@@ -352,9 +356,9 @@ async def topic_partitions(
 ) -> list[int]:
     """The partitions of ``topic`` (empty when it does not exist)."""
     consumer = new_consumer(bootstrap, security)
-    await _start(consumer)
+    await start_consumer(consumer)
     try:
-        return await _partitions(consumer, topic)
+        return await partitions_of(consumer, topic)
     finally:
         await consumer.stop()
 
@@ -390,9 +394,9 @@ async def read_topic(
     ``security``: the caller's settings' (the environment's when None).
     """
     consumer = new_consumer(bootstrap, security, offsets="earliest")
-    await _start(consumer)
+    await start_consumer(consumer)
     try:
-        partitions = await _partitions(consumer, topic)
+        partitions = await partitions_of(consumer, topic)
         if start is not None:
             partitions = [p for p in partitions if p in start]
         if not partitions:

@@ -27,9 +27,9 @@ from agents.coding.handlers import (
     coding_validate,
     review_required,
 )
-from agents.coding.lease import LeaseHeld, Leases
-from agents.coding.worktree import Workspaces
 from agents.flows.handlers import HandlerContext
+from agents.workspace.lease import LeaseHeld, Leases
+from agents.workspace.worktree import Workspaces
 from tests.agents.coding.repos import make_repo, sh_git
 
 VALIDATE = [{"text": "test -f answer.txt", "source": "operator", "line": 1, "kind": "validate"}]

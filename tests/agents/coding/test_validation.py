@@ -37,7 +37,7 @@ from agents.coding.validation import (
 from agents.tools.command import Prepared, run_command
 from agents.tools.executor import Executor, Outcome, derived_key
 
-#: The shape of the worktree's fingerprint (agents/coding/fingerprint.py, built beside this).
+#: The shape of the worktree's fingerprint (agents/workspace/fingerprint.py, built beside this).
 FINGERPRINT = {
     "head": "0" * 40,
     "branch": "lemongraph/job-1",

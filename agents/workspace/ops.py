@@ -3,7 +3,7 @@ editor's tools"): ``workspace: {op: read}`` and the schema each op implies.
 
 The catalog (agents/catalog.py) imports this module and nothing else of the
 coding package: what an op takes and its bounds are data; the editor
-(agents/coding/editor.py) does the work.
+(agents/workspace/editor.py) does the work.
 """
 
 from __future__ import annotations

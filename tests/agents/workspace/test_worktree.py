@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from agents.coding.fingerprint import check_resume, fingerprint
-from agents.coding.worktree import (
+from agents.workspace.fingerprint import check_resume, fingerprint
+from agents.workspace.worktree import (
     Workspaces,
     WorktreeError,
     apply_back,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.coding.lease import LeaseError, LeaseHeld, Leases, pid_alive
+from agents.workspace.lease import LeaseError, LeaseHeld, Leases, pid_alive
 from tests.agents.coding.repos import make_repo
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[3]
 HOLDER = """\
 import sys
 from pathlib import Path
-from agents.coding.lease import Leases
+from agents.workspace.lease import Leases
 leases = Leases(Path(sys.argv[1]))
 leases.acquire(Path(sys.argv[2]), sys.argv[3])
 if sys.argv[4] == "pause":

@@ -29,8 +29,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
-from agents.coding.worktree import WorktreeError, source_top
 from agents.errors import AgentsError
+from agents.workspace.worktree import WorktreeError, source_top
 
 __all__ = ["Lease", "LeaseError", "LeaseHeld", "Leases", "pid_alive", "process_start"]
 

@@ -8,7 +8,7 @@ worktree and checked before anything is read or written: an absolute path, a
 ``..``, anything under ``.git``, a symbolic link on the path that leads out of
 the worktree (or, for a write, any symbolic link at all) is refused with the
 reason, and nothing is touched. A write is text (no NUL), at most
-:data:`~agents.coding.ops.MAX_FILE_BYTES`; so is what is read. A search is a
+:data:`~agents.workspace.ops.MAX_FILE_BYTES`; so is what is read. A search is a
 ``git grep`` with the pattern after ``-e`` and literal pathspecs: an argv,
 never a shell. The model never runs git.
 """
@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from agents.coding.fingerprint import fingerprint
-from agents.coding.gitrun import GitError, git, git_argv, git_env
-from agents.coding.ops import MAX_FILE_BYTES, MAX_PATH_CHARS, OUTPUT_CHARS
 from agents.errors import AgentsError
+from agents.workspace.fingerprint import fingerprint
+from agents.workspace.gitrun import GitError, git, git_argv, git_env
+from agents.workspace.ops import MAX_FILE_BYTES, MAX_PATH_CHARS, OUTPUT_CHARS
 
 __all__ = ["MAX_LIST_ENTRIES", "MAX_MATCHES", "Edited", "perform"]
 

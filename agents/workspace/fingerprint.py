@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, TypedDict
 
-from agents.coding.gitrun import GitError, git
+from agents.workspace.gitrun import GitError, git
 
 __all__ = ["DIFF_ARGS", "Fingerprint", "ResumeRefusal", "check_resume", "fingerprint", "untracked"]
 

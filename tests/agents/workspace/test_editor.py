@@ -18,13 +18,13 @@ import pytest
 from pydantic import BaseModel
 
 from agents.catalog import CatalogError, load_catalog
-from agents.coding.fingerprint import fingerprint
-from agents.coding.ops import MAX_FILE_BYTES, OP_PARAMETERS
-from agents.coding.worktree import Workspaces, Worktree, open_worktree
 from agents.dev.standin import StandinScript, build_standin
 from agents.model import Model, ModelSettings
 from agents.run import Conversation, Outbox, Runner
 from agents.tools.executor import Executor, Outcome
+from agents.workspace.fingerprint import fingerprint
+from agents.workspace.ops import MAX_FILE_BYTES, OP_PARAMETERS
+from agents.workspace.worktree import Workspaces, Worktree, open_worktree
 from tests.agents.coding.repos import COMMITTED, make_repo, snapshot, write
 from topics import InboxEvent, JournalToolCall, TaskOpenedRecord
 

@@ -28,9 +28,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from agents.coding.fingerprint import DIFF_ARGS
-from agents.coding.gitrun import GitError, git
 from agents.errors import AgentsError
+from agents.workspace.fingerprint import DIFF_ARGS
+from agents.workspace.gitrun import GitError, git
 
 __all__ = [
     "Applied",
