@@ -478,6 +478,9 @@ class ValidationRun:
 
     verdict: Literal["passed", "failed", "env_failed", "none"]
     steps: tuple[StepRun, ...]
+    #: Where the commands ran: shown as ``./`` in the excerpt, so that a person
+    #: at a checkpoint reads the repository's paths, not the service's data folder.
+    worktree: Path | None = None
 
     @property
     def facts(self) -> tuple[InboxEvent, ...]:
@@ -503,6 +506,9 @@ class ValidationRun:
             + (f": {step.why}" if step.why else "")
         )
         tail = str(data.get("output_tail") or step.outcome.output)
+        if self.worktree is not None:
+            for root in {str(self.worktree), str(self.worktree.resolve())}:
+                tail = tail.replace(root + "/", "./")
         room = max(0, limit - len(head) - 1)
         return (head + "\n" + tail[-room:] if room else head)[:limit]
 
@@ -547,8 +553,8 @@ async def run_validation(
             step = _judged(command, name, tool, outcome, job_key)
             steps.append(step)
             if step.verdict != "passed":
-                return ValidationRun(step.verdict, tuple(steps))
-    return ValidationRun("passed", tuple(steps))
+                return ValidationRun(step.verdict, tuple(steps), worktree)
+    return ValidationRun("passed", tuple(steps), worktree)
 
 
 def _judged(

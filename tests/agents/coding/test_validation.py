@@ -417,6 +417,19 @@ def test_a_failing_validation_stops_and_records_validation_failed(tmp_path: Path
     assert len(result.excerpt(60)) == 60
 
 
+def test_the_excerpt_names_files_in_the_repository_not_in_the_data_folder(
+    tmp_path: Path,
+) -> None:
+    # A traceback names the worktree's files by their absolute path: a person at
+    # the checkpoint reads ./test_calc.py, not the service's data folder.
+    result = run(operator("echo File $PWD/test_calc.py, line 3; exit 1"), tmp_path)
+    assert result.verdict == "failed"
+    assert str(tmp_path) in str(result.steps[-1].outcome.data["output_tail"])
+    excerpt = result.excerpt()
+    assert "File ./test_calc.py, line 3" in excerpt
+    assert str(tmp_path) not in excerpt
+
+
 def test_an_environment_failure_is_its_own_fact(tmp_path: Path) -> None:
     result = run(operator("nosuchcmd-lemongraph run", "true"), tmp_path)
     assert result.verdict == "env_failed"
