@@ -417,11 +417,7 @@ class PromptRuns:
         (docs/schedules.md, "Wake loops"): the runs that woke it and the run itself."""
         chain = [*task.origin, origin_link(task.schedule_id, task.run_id)]
         headers = {ORIGIN_HEADER: show_origin(chain)}
-        tools = base.executor
-        return Executor(
-            tools.catalog, tools.client, tools.env, max_response=tools.max_response,
-            headers=headers, mcp=tools.mcp,
-        )  # fmt: skip
+        return base.executor.carrying(headers)
 
     # -- a command run (docs/schedules.md, "Command jobs") -------------------------------
 

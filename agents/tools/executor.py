@@ -17,6 +17,7 @@ re-delivered task or a retried model turn records the fact once.
 from __future__ import annotations
 
 import asyncio
+import copy
 import hashlib
 import time
 from collections.abc import Collection, Mapping
@@ -102,6 +103,13 @@ class Executor:
         self._validators = {
             name: Draft202012Validator(tool.parameters) for name, tool in catalog.tools.items()
         }
+
+    def carrying(self, headers: Mapping[str, str]) -> Executor:
+        """This executor, whose calls carry ``headers`` too (a prompt run's origin:
+        docs/schedules.md, "Wake loops"); everything else shared."""
+        other = copy.copy(self)
+        other.headers = {**self.headers, **headers}
+        return other
 
     def check(
         self,
