@@ -82,6 +82,15 @@ from topics._keys import (
     check_label,
 )
 from topics._limits import MAX_DEPTH, MAX_RECORD_BYTES, LimitError, plain_json
+from topics._memory import (
+    GROUNDED_SOURCES,
+    FactRememberedEffect,
+    MemoryErase,
+    MemoryFact,
+    ProfileFact,
+    SubjectProfile,
+    subject_key,
+)
 from topics._messages import (
     InboxEvent,
     InboxMessage,
@@ -116,6 +125,7 @@ __all__ = [
     "CONTACT_NAMED_BY",
     "DEADLETTER_HEADERS",
     "FORWARDED_FROM_HEADER",
+    "GROUNDED_SOURCES",
     "MAX_CONTACT_LENGTH",
     "MAX_DEPTH",
     "MAX_KEY_LENGTH",
@@ -140,6 +150,7 @@ __all__ = [
     "Effect",
     "EventInput",
     "ExplanationRecord",
+    "FactRememberedEffect",
     "Headers",
     "IdempotencyKey",
     "InboxEvent",
@@ -159,10 +170,13 @@ __all__ = [
     "JournalRun",
     "JournalToolCall",
     "LimitError",
+    "MemoryErase",
+    "MemoryFact",
     "MessageRecord",
     "MilestoneSnapshot",
     "MilestoneStatus",
     "PlaybookRecord",
+    "ProfileFact",
     "RecordError",
     "RecordForward",
     "RecordOrigin",
@@ -177,6 +191,7 @@ __all__ = [
     "ShownField",
     "Source",
     "StartInput",
+    "SubjectProfile",
     "TaskClosedEffect",
     "TaskClosedRecord",
     "TaskOpenedEffect",
@@ -205,4 +220,5 @@ __all__ = [
     "mail",
     "plain_json",
     "replies",
+    "subject_key",
 ]

@@ -26,6 +26,8 @@ TOPIC_NAMES: dict[str, tuple[str, bool]] = {
     "schedule-runs": ("every run of a schedule, and the agents' reports, by schedule id", False),
     "audit": ("operator actions on schedules, keyed by schedule id", False),
     "mail-log": ("the mail service's sent-log and received mail ids, shared by its group", True),
+    "memory-facts": ("facts jobs remembered and subject erasures, keyed by subject", False),
+    "memory": ("each subject's profile (docs/memory.md); a tombstone erases it", True),
 }
 
 
@@ -104,6 +106,16 @@ class Topics:
     def mail_log(self) -> str:
         """The mail service's compacted sent-log (docs/agents.md, "Email")."""
         return f"{self.prefix}mail-log"
+
+    @property
+    def memory_facts(self) -> str:
+        """Facts jobs remembered, and erasures, by subject (docs/memory.md)."""
+        return f"{self.prefix}memory-facts"
+
+    @property
+    def memory(self) -> str:
+        """Compacted subject profiles (docs/memory.md)."""
+        return f"{self.prefix}memory"
 
     def all(self) -> dict[str, str]:
         """short name → full name, for every topic."""

@@ -375,6 +375,8 @@ SHORT = [
     "schedule-runs",
     "audit",
     "mail-log",
+    "memory-facts",
+    "memory",
 ]
 
 
@@ -401,6 +403,7 @@ def test_only_the_latest_state_topics_are_compacted() -> None:
         "conversations",
         "schedules",
         "mail-log",
+        "memory",
     }
     assert all(what for what, _compacted in TOPIC_NAMES.values())
 
