@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import click
 import orjson
@@ -29,7 +29,8 @@ from topics import Answerer, JobStart, MessageRecord, Topics, encode
 
 from agents.coding.follow import EXIT_CODES, Checkpoint, JobView, Step, follow_job
 from agents.coding.validation import Validation, discover
-from agents.workspace.worktree import source_top
+from agents.workspace.fingerprint import Fingerprint, check_resume
+from agents.workspace.worktree import Workspaces, source_top
 
 __all__ = ["code", "job_subject", "new_job_key"]
 
@@ -85,14 +86,24 @@ class _Printer:
             click.echo(f"answers: {', '.join(answers) if answers else '(any text)'}")
         elif kind == "end":
             click.echo(f"status: {fields['status']}")
+        elif kind == "refused":
+            click.echo(f"refused: 409 {fields['code']}: {fields['why']}", err=True)
+            click.echo(f"at the checkpoint: {_fields(fields['expected'])}", err=True)
+            click.echo(f"now: {_fields(fields['actual'])}", err=True)
 
     def step(self, step: Step) -> None:
         if step.kind not in ("checkpoint", "status"):  # said at the end, once
             self.emit("step", step=step.kind, text=step.text)
 
 
-def _end(printer: _Printer, view: JobView, where: str, key: str) -> None:
-    """Say where the job is and exit with its code."""
+def _fields(found: Any) -> str:
+    if not isinstance(found, dict):
+        return "(no worktree)"
+    return " ".join(f"{k}={v}" for k, v in found.items())
+
+
+def _end(printer: _Printer, view: JobView, where: str, key: str, *, then_exit: bool = True) -> None:
+    """Say where the job is and exit with its code (unless not ``then_exit``)."""
     asked = view.checkpoint
     if where == "waiting" and asked is not None:
         printer.emit(
@@ -103,7 +114,8 @@ def _end(printer: _Printer, view: JobView, where: str, key: str) -> None:
             click.echo(f"answer: lemongraph code resume {key} --response R [--message M]")
     else:
         printer.emit("end", key=key, status=where, reason=view.refused)
-    sys.exit(EXIT_CODES[where])
+    if then_exit:
+        sys.exit(EXIT_CODES[where])
 
 
 def _follow(
@@ -207,6 +219,10 @@ def code_resume(job: str, response: str, message: str | None, as_json: bool, no_
         click.echo(f"job {job} waits at no checkpoint (it is {where})", err=True)
         sys.exit(ExitCode.FAILED)
     chosen = _allowed(asked, response, message)
+    here = _changed_here(settings, job, view.paused)
+    if here is not None:  # nothing is sent: the job still waits
+        _refused(printer, job, here)
+    refused_before = len(view.refusals)
     _answer(settings, job, asked, chosen)
     if no_wait:
         sys.exit(ExitCode.OK)
@@ -216,7 +232,40 @@ def code_resume(job: str, response: str, message: str | None, as_json: bool, no_
     if chosen == REVISE and message and follow_up is not None and not follow_up.answers:
         _answer(settings, job, follow_up, message)
         where = _follow_or_leave(settings, view, printer, until_closed=follow_up.interrupt_id)
+    said = view.refusals[refused_before:]
+    if where == "waiting" and said and said[-1].get("route") == "changed":
+        # The agents service made the check (this machine does not hold its
+        # worktrees): it did not take the answer, and asks again.
+        _end(printer, view, where, job, then_exit=False)
+        _refused(printer, job, said[-1])
     _end(printer, view, where, job)
+
+
+def _changed_here(settings: Settings, job: str, paused: Any) -> dict[str, Any] | None:
+    """The agents service's check of the worktree (docs/coding.md, "A changed
+    worktree: the 409"), made before the answer is sent when this machine
+    holds the service's data folder (``$LEMONGRAPH_DATA_DIR/agents/coding``,
+    agents/service.py ``data_path``): the refusal when its files changed since
+    the checkpoint, else None (a moved HEAD or branch is the flow's to fail)."""
+    found = Workspaces(settings.data_dir / "agents" / "coding").get(job)
+    if found is None or not isinstance(paused, dict):
+        return None
+    refusal = check_resume(found.path, cast(Fingerprint, paused))
+    if refusal is None or refusal.fails:
+        return None
+    return {
+        "route": refusal.reason, "why": f"The answer was not sent: {refusal.why}.",
+        "expected": dict(refusal.expected), "actual": dict(refusal.actual or {}),
+    }  # fmt: skip
+
+
+def _refused(printer: _Printer, job: str, said: dict[str, Any]) -> None:
+    """The 409: the answer not taken, with both fingerprints; exit 6."""
+    printer.emit(
+        "refused", key=job, status=409, code="worktree_changed", why=said.get("why"),
+        expected=said.get("expected"), actual=said.get("actual"),
+    )  # fmt: skip
+    sys.exit(EXIT_CODES["worktree_changed"])
 
 
 def _allowed(asked: Checkpoint, response: str, message: str | None) -> str:

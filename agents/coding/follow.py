@@ -40,6 +40,11 @@ __all__ = [
 #: model answers are shown: (plan, review).
 FLOW: Final = "coding-change"
 VALIDATE_HANDLER: Final = "coding_validate"
+#: The handlers around a checkpoint: the worktree's fingerprint as the job
+#: paused, and the check of the worktree when an answer came (docs/coding.md,
+#: "A changed worktree: the 409").
+PAUSE_HANDLER: Final = "coding_pause"
+RESUME_HANDLER: Final = "coding_resume"
 SHOWN_NODES: Final = ("plan", "review")
 #: The exit codes of ``code run``, ``code resume`` and ``code status`` by where
 #: the job is (docs/coding.md, "`lemongraph code`"); 3: still running.
@@ -50,6 +55,9 @@ EXIT_CODES: Final[Mapping[str, int]] = {
     "completed_with_override": 4,
     "waiting": 5,
     "running": 3,
+    # An answer refused because the worktree changed since the checkpoint
+    # (the API's 409 worktree_changed): the job still waits.
+    "worktree_changed": 6,
 }
 #: The end statuses of a job.
 ENDED: Final = frozenset({"done", "failed", "completed_with_override"})
@@ -98,6 +106,12 @@ class JobView:
     open: dict[str, Checkpoint] = field(default_factory=dict)
     closed: set[str] = field(default_factory=set)
     validations: int = 0
+    #: The worktree's fingerprint as the job paused at its last checkpoint.
+    paused: dict[str, Any] | None = None
+    #: Each answer the service did not take because the worktree changed (or
+    #: git moved it): ``coding_resume``'s result (``route``, ``why``,
+    #: ``expected``, ``actual``), in order.
+    refusals: list[dict[str, Any]] = field(default_factory=list)
     #: Where reading goes on: (topic, partition) → the next offset, so that a
     #: second follow of the same view reads only what came since.
     offsets: dict[tuple[str, int], int] = field(default_factory=dict)
@@ -134,6 +148,8 @@ class JobView:
             return [_edit(record)]
         if kind == "journal.handler_call" and record.get("name") == VALIDATE_HANDLER:
             return self._validation(record)
+        if kind == "journal.handler_call" and record.get("outcome") == "ok":
+            return self._around_checkpoint(record)
         if kind == "journal.flow" and record.get("event") == "failed":
             text = f"failed at {record.get('node')}: {record.get('error')}"
             return [Step("flow", text, record)]
@@ -192,6 +208,17 @@ class JobView:
         codes = ", ".join("none" if c is None else str(c) for c in said.get("exit_codes") or ())
         text = f"{said.get('verdict', '?')}" + (f" (exit {codes})" if codes else "")
         return [Step(f"validation {attempt}", text, said)]
+
+    def _around_checkpoint(self, record: Mapping[str, Any]) -> list[Step]:
+        said = _json(str(record.get("result") or ""))
+        if not isinstance(said, dict):
+            return []
+        if record.get("name") == PAUSE_HANDLER and isinstance(said.get("fingerprint"), dict):
+            self.paused = said["fingerprint"]
+        elif record.get("name") == RESUME_HANDLER and said.get("route") in ("changed", "moved"):
+            self.refusals.append(said)
+            return [Step("refused", str(said.get("why") or said["route"]), said)]
+        return []
 
 
 def _input_kind(record: Mapping[str, Any]) -> str | None:

@@ -20,7 +20,12 @@ from topics import InboxEvent
 
 from agents.coding.validation import Validation, ValidationCommand, run_validation
 from agents.flows.handlers import HandlerContext, handler, router
-from agents.workspace.fingerprint import Fingerprint, check_resume, fingerprint
+from agents.workspace.fingerprint import (
+    Fingerprint,
+    check_resume,
+    fingerprint,
+    fingerprint_text,
+)
 from agents.workspace.lease import Leases
 from agents.workspace.worktree import (
     Worktree,
@@ -176,7 +181,12 @@ def coding_resume(view: dict[str, Any], context: HandlerContext) -> dict[str, An
         Leases(_data_dir(context)).resume(worktree.source, _job(context))
         return {"route": str(view.get("decision")), "why": ""}
     actual = dict(refusal.actual) if refusal.actual is not None else None
-    why = f"The answer was not taken: {refusal.why}."
+    # Both fingerprints in the words too: the question asked again shows them
+    # to whoever answers through the API (docs/coding.md, "A changed worktree").
+    why = (
+        f"The answer was not taken: {refusal.why} (at the checkpoint: "
+        f"{fingerprint_text(refusal.expected)}; now: {fingerprint_text(refusal.actual)})."
+    )
     if not refusal.fails:
         why += " Answer again to go on from the worktree as it is now."
     return {

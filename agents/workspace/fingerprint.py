@@ -20,7 +20,15 @@ from typing import Literal, TypedDict
 
 from agents.workspace.gitrun import GitError, git
 
-__all__ = ["DIFF_ARGS", "Fingerprint", "ResumeRefusal", "check_resume", "fingerprint", "untracked"]
+__all__ = [
+    "DIFF_ARGS",
+    "Fingerprint",
+    "ResumeRefusal",
+    "check_resume",
+    "fingerprint",
+    "fingerprint_text",
+    "untracked",
+]
 
 #: How a diff is taken, whatever the user's git config says.
 DIFF_ARGS = (
@@ -99,6 +107,17 @@ def _untracked_hash(worktree: Path) -> str:
         else:
             digest.update(b"D")
     return digest.hexdigest()
+
+
+def fingerprint_text(found: Fingerprint | None) -> str:
+    """A fingerprint on one line, its hashes cut to 12 characters (what a
+    person compares; the records keep them whole)."""
+    if found is None:
+        return "(no worktree)"
+    return (
+        f"head {found['head'][:12] or '(none)'}, branch {found['branch'] or '(none)'}, "
+        f"diff {found['diff_sha256'][:12]}, untracked {found['untracked_sha256'][:12]}"
+    )
 
 
 def check_resume(worktree: Path, expected: Fingerprint) -> ResumeRefusal | None:

@@ -34,6 +34,8 @@ from agents.coding.follow import FLOW, JobView
 from agents.coding.validation import discover
 from agents.dev.serving import AppThread
 from agents.dev.standin import StandinScript, build_standin
+from agents.workspace.fingerprint import fingerprint
+from agents.workspace.worktree import safe_name
 from stream.runtime.broker import free_port
 from tests.agents.coding.repos import make_repo, sh_git, snapshot, write
 from tests.inprocess import invoke
@@ -187,6 +189,54 @@ BUGGY = {
 }
 
 
+#: What a model tries in the escape drill, and the fix it writes meanwhile.
+ESCAPES = [
+    ("up", "write_file", {"path": "../x", "content": "out\n"}),
+    ("link", "write_file", {"path": "out/pwned.txt", "content": "out\n"}),
+    ("read", "read_file", {"path": "out/secret.txt"}),
+    ("git", "write_file", {"path": ".git/hooks/pre-commit", "content": "#!/bin/sh\n"}),
+    ("fix", "write_file", {"path": "calc.py", "content": "def add(a, b):\n    return a + b\n"}),
+]
+
+
+def drills(root: Path) -> list[dict[str, Any]]:
+    """The stand-in's rules for this module's drills, tried before the example's
+    (first match wins), each keyed on its task's marker: ``ESCAPE-DRILL`` (the
+    model tries paths out of its worktree and proposes a validation command that
+    would write ``root/pwned``), ``REVIEW-CHANGES`` (a change the risk rule sends
+    to review, whose reviewer asks for changes once, then approves) and
+    ``REVIEW-PERSON`` (the reviewer asks a person)."""
+    pwned = f"touch {root / 'pwned'}"
+    fix = ESCAPES[-1][2]
+    risky = [
+        {"name": "write_file", "id": "fix", "args": fix},
+        {"name": "write_file", "id": "conftest",
+         "args": {"path": "conftest.py", "content": "x = 1\n"}},
+    ]  # fmt: skip
+    edit, review = {"flow": FLOW, "flow_node": "edit"}, {"flow": FLOW, "flow_node": "review"}
+    why = {"path": "notes/reviewed.txt", "content": "why\n"}
+    said = {"calls": [{"name": "write_file", "id": "why", "args": why}]}
+    return [
+        {"when": {"flow": FLOW, "flow_node": "plan", "prompt_contains": "ESCAPE-DRILL"},
+         "json": {"steps": ["fix add()"], "validate": [pwned]}},
+        {"when": {**edit, "prompt_contains": "notes/reviewed.txt"}, "json": {"calls": []}},
+        {"when": {**edit, "prompt_contains": "REVIEW-FINDING-1"}, "json": said},
+        {"when": {**edit, "prompt_contains": "diff_sha256"}, "json": {"calls": []}},
+        {"when": {**edit, "prompt_contains": "ESCAPE-DRILL"}, "json": {
+            "calls": [{"name": "run_command", "id": "cmd", "args": {"command": pwned}}]
+            + [{"name": tool, "id": i, "args": a} for i, tool, a in ESCAPES],
+            "validate": [pwned]}},
+        {"when": {**edit, "prompt_contains": "REVIEW-CHANGES"}, "json": {"calls": risky}},
+        {"when": {**edit, "prompt_contains": "REVIEW-PERSON"}, "json": {"calls": risky}},
+        {"when": {**review, "prompt_contains": "notes/reviewed.txt"},
+         "json": {"verdict": "approve", "findings": []}},
+        {"when": {**review, "prompt_contains": "REVIEW-CHANGES"},
+         "json": {"verdict": "changes", "findings": ["REVIEW-FINDING-1: say why"]}},
+        {"when": {**review, "prompt_contains": "REVIEW-PERSON"},
+         "json": {"verdict": "person", "findings": ["conftest.py is new: a person decides"]}},
+    ]  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def coding(module_lane: Lane) -> Iterator[Lane]:
     """The module's worker and agents service, with the coding-task playbook,
@@ -200,6 +250,7 @@ def coding(module_lane: Lane) -> Iterator[Lane]:
     (lane.playbooks / "flows").mkdir()
     shutil.copy(ROOT / "examples" / "flows" / "coding-change.yaml", lane.playbooks / "flows")
     script = yaml.safe_load((ROOT / "examples/flows/coding-change.standin.yaml").read_text())
+    script["rules"] = drills(lane.root) + script["rules"]
     model = AppThread(
         build_standin(StandinScript.model_validate(script)), "127.0.0.1", free_port(), "stand-in"
     ).start()
@@ -345,3 +396,151 @@ def test_an_abort_fails_the_job_and_changes_nothing(coding: Lane, tmp_path: Path
     assert snapshot(repo) == before
     assert not list(leases.glob("*.json"))  # let go: the next job may edit the repository
     assert sh_git(repo, "branch", "--list", "lemongraph/*") == ""  # the worktree closed
+
+
+def _worktree(coding: Lane, job: str) -> Path:
+    path = coding.root / "data" / "agents" / "coding" / "worktrees" / safe_name(job)
+    assert path.is_dir(), path
+    return path
+
+
+@pytest.mark.timeout(240)
+def test_a_resume_on_a_changed_worktree_is_refused_with_both_fingerprints(
+    coding: Lane, tmp_path: Path
+) -> None:
+    never = "from calc import add\n\nassert add(2, 3) == 8, add(2, 3)\n"
+    repo = _repo(tmp_path, **{"test_calc.py": never})
+    run = coding.cli("code", "run", "--repo", str(repo), "--task", "make the test pass",
+                     "--max-attempts", "1", check=False)  # fmt: skip
+    assert run.returncode == 5, run.stdout + run.stderr
+    job = run.stdout.splitlines()[0].removeprefix("job: ")
+    worktree = _worktree(coding, job)
+    paused = fingerprint(worktree)
+    (worktree / "calc.py").write_text("def add(a, b):\n    return 0\n")  # by hand
+    changed = fingerprint(worktree)
+
+    # Here the CLI sees the service's data folder: it checks before sending.
+    here = coding.cli("code", "resume", job, "--response", "abort", check=False)
+    assert here.returncode == 6, here.stdout + here.stderr
+    assert "refused: 409 worktree_changed: The answer was not sent" in here.stderr
+    assert f"diff_sha256={paused['diff_sha256']}" in here.stderr  # at the checkpoint
+    assert f"diff_sha256={changed['diff_sha256']}" in here.stderr  # now
+    waiting = coding.cli("code", "status", job, check=False)
+    assert waiting.returncode == 5, waiting.stdout  # nothing was sent: it still waits
+    assert "answered" not in waiting.stdout
+
+    # Elsewhere (not the service's data folder): the agents service checks the
+    # answer, does not take it, and asks again; the CLI says so, both fingerprints.
+    elsewhere = invoke(["code", "resume", job, "--response", "abort", "--json"],
+                       env=coding.env(LEMONGRAPH_DATA_DIR=str(tmp_path / "elsewhere")),
+                       cwd=coding.root)  # fmt: skip
+    assert elsewhere.returncode == 6, elsewhere.stdout + elsewhere.stderr
+    said = [orjson.loads(line) for line in elsewhere.stdout.splitlines()]
+    refused = said[-1]
+    assert (refused["kind"], refused["status"]) == ("refused", 409)
+    assert (refused["expected"], refused["actual"]) == (dict(paused), dict(changed))
+    assert said[-2]["kind"] == "checkpoint"  # asked again, from the worktree as it is now
+    assert "The answer was not taken" in said[-2]["question"]
+    assert (repo / "calc.py").read_text() == BUGGY["calc.py"]  # nothing went back
+
+    # git moved the worktree's HEAD: the next answer fails the job.
+    sh_git(worktree, "commit", "--quiet", "-am", "by hand")
+    moved = coding.cli("code", "resume", job, "--response", "accept_failed_validation",
+                       check=False)  # fmt: skip
+    assert moved.returncode == 1, moved.stdout + moved.stderr
+    assert "git was run in it" in moved.stdout
+    assert moved.stdout.splitlines()[-1] == "status: failed"
+    assert (repo / "calc.py").read_text() == BUGGY["calc.py"]
+
+
+def _journal(coding: Lane, job: str, kind: str) -> list[dict[str, Any]]:
+    return [r["value"] for r in coding.read("journal")
+            if r["key"] == job and r["value"]["type"] == kind]  # fmt: skip
+
+
+@pytest.mark.timeout(240)
+def test_escape_attempts_are_refused_and_journaled_and_the_job_goes_on(
+    coding: Lane, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("secret\n")
+    repo = tmp_path / "calc"
+    _repo(tmp_path)
+    (repo / "out").symlink_to(outside)  # a link pointing out of the repository
+    sh_git(repo, "add", "out")
+    sh_git(repo, "commit", "--quiet", "-m", "a link out")
+    done = coding.cli("code", "run", "--repo", str(repo), "--task", "ESCAPE-DRILL: fix add()",
+                      check=False)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    job = done.stdout.splitlines()[0].removeprefix("job: ")
+    assert done.stdout.splitlines()[1:] == [
+        "plan: fix add()",
+        "edit: write_file ../x (refused)",
+        "edit: write_file out/pwned.txt (refused)",
+        "edit: read_file out/secret.txt (refused)",
+        "edit: write_file .git/hooks/pre-commit (refused)",
+        "edit: write_file calc.py (done)",
+        "validation 1: passed (exit 0)",
+        "status: done",
+    ], done.stdout
+    calls = {r["tool"] + " " + orjson.loads(r["arguments"]).get("path", ""): r
+             for r in _journal(coding, job, "journal.tool_call")}  # fmt: skip
+    assert "goes up ('..')" in calls["write_file ../x"]["result"]
+    assert "a symbolic link" in calls["write_file out/pwned.txt"]["result"]
+    assert "outside the worktree" in calls["read_file out/secret.txt"]["result"]
+    assert "secret" not in calls["read_file out/secret.txt"]["result"].replace("secret.txt", "")
+    assert "in .git" in calls["write_file .git/hooks/pre-commit"]["result"]
+    assert not (tmp_path / "x").exists()
+    assert [p.name for p in outside.iterdir()] == ["secret.txt"]
+    # The commands it proposed (a tool of its own, a `validate` in its answers)
+    # are journaled as what it said, and never run: the flow refuses a tool it
+    # does not have (the model is told so), and nothing reads `validate`.
+    said = {r["node"]: r for r in _journal(coding, job, "journal.model_call")}
+    assert "pwned" in said["plan"]["response"]
+    edits = [r for r in _journal(coding, job, "journal.model_call") if r["node"] == "edit"]
+    assert "run_command" in edits[0]["response"]
+    assert "tool 'run_command' is not in the flow's tools" in edits[1]["request"]
+    assert not (coding.root / "pwned").exists()
+    passed = [r["value"]["input"] for r in coding.read("decisions") if r["key"] == job
+              and r["value"]["input"].get("action") == "validation_passed"]  # fmt: skip
+    assert [p["properties"]["command"] for p in passed] == ["python3 -B test_calc.py"]
+    assert (repo / "calc.py").read_text() == ESCAPES[-1][2]["content"]
+
+
+@pytest.mark.timeout(240)
+def test_the_review_asks_for_changes_then_approves(coding: Lane, tmp_path: Path) -> None:
+    repo = _repo(tmp_path)
+    done = coding.cli("code", "run", "--repo", str(repo), "--task", "REVIEW-CHANGES: fix add()",
+                      check=False)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines()[2:] == [
+        "edit: write_file calc.py (done)",
+        "edit: write_file conftest.py (done)",
+        "validation 1: passed (exit 0)",
+        "review: changes",  # conftest.py: the risk rule's glob sends it to review
+        "edit: write_file notes/reviewed.txt (done)",
+        "validation 2: passed (exit 0)",
+        "review: approve",
+        "status: done",
+    ], done.stdout
+    assert (repo / "notes" / "reviewed.txt").read_text() == "why\n"
+
+
+@pytest.mark.timeout(240)
+def test_the_review_asks_a_person_who_accepts_its_findings(coding: Lane, tmp_path: Path) -> None:
+    repo = _repo(tmp_path)
+    before = snapshot(repo)
+    run = coding.cli("code", "run", "--repo", str(repo), "--task", "REVIEW-PERSON: fix add()",
+                     check=False)  # fmt: skip
+    assert run.returncode == 5, run.stdout + run.stderr
+    job = run.stdout.splitlines()[0].removeprefix("job: ")
+    assert "review: person" in run.stdout
+    assert "checkpoint: The review asks a person (it changes conftest.py)" in run.stdout
+    assert "answers: revise, accept_failed_validation, abort, accept_review_findings" in run.stdout
+    assert snapshot(repo) == before
+    accepted = coding.cli("code", "resume", job, "--response", "accept_review_findings",
+                          check=False)  # fmt: skip
+    assert accepted.returncode == 4, accepted.stdout + accepted.stderr
+    assert accepted.stdout.splitlines()[-1] == "status: completed_with_override"
+    assert (repo / "conftest.py").read_text() == "x = 1\n"
