@@ -43,6 +43,7 @@ __all__ = [
     "ENV_FAILED",
     "FAILED",
     "PASSED",
+    "QUIET_ENV",
     "STEP_PASSED",
     "StepRun",
     "Validation",
@@ -67,6 +68,10 @@ PASSED: Final = "validation_passed"
 STEP_PASSED: Final = "validation_step_passed"
 FAILED: Final = "validation_failed"
 ENV_FAILED: Final = "validation_env_failed"
+#: Set for every validation command (through ``env``, before ``sh``): Python
+#: writes no bytecode cache into the worktree (a ``__pycache__`` the repository
+#: does not ignore would be a file of the job's; docs/coding.md, "Environment").
+QUIET_ENV: Final = ("env", "PYTHONDONTWRITEBYTECODE=1")
 #: What a validation command's environment lets through (besides these, nothing
 #: of the service's environment reaches it: docs/agents.md, "Command tools").
 DEFAULT_ENV: Final = (
@@ -379,7 +384,10 @@ def as_command_tools(
             ),
             parameters={"type": "object", "properties": {}, "additionalProperties": False},
             command=CommandAction(
-                argv=("sh", "-c", command.text), cwd=str(worktree), timeout=timeout, env=tuple(env)
+                argv=(*QUIET_ENV, "sh", "-c", command.text),
+                cwd=str(worktree),
+                timeout=timeout,
+                env=tuple(env),
             ),
             # A validation run may run again (a resumed job's): its fact's key is
             # the same, so it is recorded once.

@@ -49,6 +49,10 @@ __all__ = [
 WORKTREES = "worktrees"
 #: The branch prefix of a job's worktree.
 BRANCH_PREFIX = "lemongraph/"
+#: What never goes in a job's patch, ignored or not (pathspecs): Python's
+#: bytecode caches, which a validation run writes when the repository does not
+#: ignore them (docs/coding.md, "Files the validation writes").
+NOT_IN_PATCH = (":(exclude,glob)**/__pycache__/**",)
 
 
 class WorktreeError(AgentsError):
@@ -249,12 +253,13 @@ def _staged(path: Path) -> bool:
 
 def job_patch(worktree: Worktree) -> tuple[bytes, tuple[str, ...]]:
     """The job's patch: every change in the worktree since its base, new files
-    (not ignored) and deletions included, and the files it touches. Taken
-    through a private index: the worktree's own index is not touched."""
+    (not ignored) and deletions included, and the files it touches; never
+    Python's bytecode caches (:data:`NOT_IN_PATCH`). Taken through a private
+    index: the worktree's own index is not touched."""
     with tempfile.TemporaryDirectory(prefix="lemongraph-patch-") as tmp:
         env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
         git(["read-tree", worktree.base], worktree.path, env=env)
-        git(["add", "-A"], worktree.path, env=env)
+        git(["add", "-A", "--", ".", *NOT_IN_PATCH], worktree.path, env=env)
         diff = ["diff", "--cached", worktree.base]
         patch = git([*diff, *DIFF_ARGS], worktree.path, env=env)
         names = git([*diff, "--no-renames", "--name-only", "-z"], worktree.path, env=env)

@@ -24,6 +24,7 @@ from agents.coding.validation import (
     ENV_FAILED,
     FAILED,
     PASSED,
+    QUIET_ENV,
     STEP_PASSED,
     Validation,
     ValidationCommand,
@@ -338,7 +339,7 @@ def test_the_tools_run_the_exact_text_in_the_worktree_and_load_as_a_catalog(
     assert list(tools) == ["validate_1", "validate_2"]
     first = tools["validate_1"]
     assert first.command is not None
-    assert first.command.argv == ("sh", "-c", "make build && make test")
+    assert first.command.argv == (*QUIET_ENV, "sh", "-c", "make build && make test")
     assert first.command.cwd == str(tmp_path)
     assert first.records is not None
     assert first.records_on_failure is not None
@@ -457,10 +458,15 @@ def test_no_trusted_command_runs_nothing(tmp_path: Path) -> None:
 def test_a_command_gets_only_the_allowed_environment(tmp_path: Path) -> None:
     env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "MODEL_KEY": "sk-secret"}
     # ${MODEL_KEY} reads what the shell would: nothing, since it is not let through.
-    validation = operator('echo "home=${HOME} key=${MODEL_KEY} also=$MODEL_KEY" > env.txt')
+    validation = operator(
+        'echo "home=${HOME} key=${MODEL_KEY} also=$MODEL_KEY" > env.txt',
+        "python3 -c 'import m' && echo bytecode=$PYTHONDONTWRITEBYTECODE >> env.txt",
+    )
+    (tmp_path / "m.py").write_text("x = 1\n")
     result = run(validation, tmp_path, env=env)
     assert result.verdict == "passed"
-    assert (tmp_path / "env.txt").read_text() == f"home={tmp_path} key= also=\n"
+    assert (tmp_path / "env.txt").read_text() == f"home={tmp_path} key= also=\nbytecode=1\n"
+    assert not (tmp_path / "__pycache__").exists()  # no cache to land in the patch
     shown = result.steps[0].outcome.journaled()["command"]
     assert "sk-secret" not in orjson.dumps(shown).decode()
 

@@ -129,12 +129,15 @@ def test_the_patch_back_applies_the_jobs_changes_only(tmp_path: Path) -> None:
     wt = open_worktree(repo, JOB, tmp_path / "data")
     write(wt.path, {"src/app.py": "def answer():\n    return 42\n", "tests/test_app.py": "ok\n"})
     (wt.path / "src/util.py").unlink()
+    # Bytecode caches (not ignored here) never go back (docs/coding.md).
+    write(wt.path, {"src/__pycache__/app.cpython-311.pyc": "x", "__pycache__/t.pyc": "y"})
     applied = apply_back(wt)
     assert applied.ok, applied.why
     assert applied.files == ("src/app.py", "src/util.py", "tests/test_app.py")
     assert (repo / "src/app.py").read_text() == "def answer():\n    return 42\n"
     assert (repo / "tests/test_app.py").read_text() == "ok\n"
     assert not (repo / "src/util.py").exists()
+    assert not (repo / "src/__pycache__").exists()
     assert (repo / "README.md").read_text() == "# Demo\n\nHello, user.\n"  # once
     # the working tree only: the user's index and commits are theirs
     assert sh_git(repo, "diff", "--cached", "--name-only") == ""
