@@ -27,7 +27,14 @@ from stream.runtime.errors import ExitCode
 from stream.runtime.kafka import producer, run
 from topics import Answerer, JobStart, MessageRecord, Topics, encode
 
-from agents.coding.follow import EXIT_CODES, Checkpoint, JobView, Step, follow_job
+from agents.coding.follow import (
+    EXIT_CODES,
+    Checkpoint,
+    JobView,
+    Step,
+    follow_job,
+    from_the_end,
+)
 from agents.coding.validation import Validation, discover
 from agents.workspace.fingerprint import Fingerprint, check_resume
 from agents.workspace.worktree import Workspaces, source_top
@@ -179,12 +186,17 @@ def code_run(
         key=key, playbook_key=PLAYBOOK,
         subject=job_subject(top, task, validation, max_attempts, review),
     )  # fmt: skip
+    view = JobView(key)
+    if not no_wait:  # the job's records all come after this: read from here
+        topics = Topics(settings.topic_prefix)
+        reading = (topics.decisions, topics.journal)
+        security = settings.kafka_security
+        run(from_the_end(require_kafka(settings), reading, view, security=security))
     # On the inbox as `lemongraph start-job` sends it; a refusal (an unknown
     # playbook) is the job's first decision, which the follow reads.
     run(_send(settings, Topics(settings.topic_prefix).inbox, key, encode(message)))
     if no_wait:
         sys.exit(ExitCode.OK)
-    view = JobView(key)
     _end(printer, view, _follow_or_leave(settings, view, printer), key)
 
 

@@ -25,6 +25,7 @@ from stream.runtime.kafka import (
     partitions_of,
     start_consumer,
 )
+from stream.runtime.partitions import home_partition
 
 __all__ = [
     "EXIT_CODES",
@@ -33,6 +34,7 @@ __all__ = [
     "JobView",
     "Step",
     "follow_job",
+    "from_the_end",
 ]
 
 #: The flow that does a coding job's work (docs/coding.md, "How the parts join"),
@@ -253,6 +255,42 @@ def _cut(text: str) -> str:
 # -- reading the job's records ----------------------------------------------------------
 
 
+async def _home_partitions(
+    consumer: Any, topics: tuple[str, ...], key: str
+) -> list[TopicPartition]:
+    """The partition of each topic the job's records are on: its key's home
+    (docs/kafka.md, "Partitioning"), so a long-lived broker's other jobs are
+    never read."""
+    tps = []
+    for topic in topics:
+        count = len(await partitions_of(consumer, topic))
+        if count:
+            tps.append(TopicPartition(topic, home_partition(key.encode(), count)))
+    return tps
+
+
+async def from_the_end(
+    bootstrap: str,
+    topics: tuple[str, ...],
+    view: JobView,
+    *,
+    security: KafkaSecurity | None = None,
+) -> None:
+    """Start ``view``'s reading at the end of the job's partitions as they are
+    now (a little before: the embedded broker's ListOffsets answer can be a
+    batch short, stream/runtime/kafka.py): for a job about to start, whose
+    records all come later."""
+    consumer = new_consumer(bootstrap, security, offsets="earliest")
+    await start_consumer(consumer)
+    try:
+        tps = await _home_partitions(consumer, topics, view.job_key)
+        ends = await consumer.end_offsets(tps) if tps else {}
+        for tp, end in ends.items():
+            view.offsets[tp.topic, tp.partition] = max(0, end - 100)
+    finally:
+        await consumer.stop()
+
+
 async def follow_job(
     bootstrap: str,
     topics: tuple[str, ...],
@@ -265,16 +303,18 @@ async def follow_job(
     poll: float = 0.2,
 ) -> str:
     """Read the job's records on ``topics`` (its ``decisions`` and ``journal``)
-    from their beginning into ``view``, calling ``on_step`` for each step, and
-    return where the job is once everything written so far is read and the job
-    ended or waits at a checkpoint (without ``follow``: once it is read, wherever
-    the job is). ``until_closed``: an interrupt just answered: the job is not
-    taken to wait on it until its answer is journaled."""
+    from their beginning (of the job's home partitions; or from where
+    ``view.offsets`` says: :func:`from_the_end`) into ``view``, calling
+    ``on_step`` for each step, and return where the job is once everything
+    written so far is read and the job ended or waits at a checkpoint (without
+    ``follow``: once it is read, wherever the job is). ``until_closed``: an
+    interrupt just answered: the job is not taken to wait on it until its
+    answer is journaled."""
     key = view.job_key.encode()
     consumer = new_consumer(bootstrap, security, offsets="earliest")
     await start_consumer(consumer)
     try:
-        tps = [TopicPartition(t, p) for t in topics for p in await partitions_of(consumer, t)]
+        tps = await _home_partitions(consumer, topics, view.job_key)
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
         for tp in tps:
