@@ -125,6 +125,11 @@ async def coding_validate(view: dict[str, Any], context: HandlerContext) -> dict
     facts go to the inbox (``source: tool``). The attempt is the one after the
     last (``validation.attempt``)."""
     worktree = _worktree(context)
+    # The job's own lease, as this process: after a restart (the agents service
+    # killed) the lease still names the dead process until it is taken again
+    # here; another job that took it over meanwhile refuses the run
+    # (docs/coding.md, "A restart of the agents service").
+    Leases(_data_dir(context)).acquire(worktree.source, _job(context))
     last = view.get("validation") or {}
     attempt = int(last.get("attempt") or 0) + 1
     state = fingerprint(worktree.path)

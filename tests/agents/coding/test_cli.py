@@ -237,19 +237,27 @@ def drills(root: Path) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
+def coding_playbooks(lane: Lane) -> dict[str, Any]:
+    """The lane's playbooks: only the coding playbook, its flow and a catalog of
+    the workspace tools; the example flow's stand-in script, returned."""
+    for path in lane.playbooks.glob("*.yaml"):
+        path.unlink()
+    (lane.playbooks / "catalog.yaml").write_text(CATALOG)
+    shutil.copy(ROOT / "examples" / "coding-task.yaml", lane.playbooks)
+    (lane.playbooks / "flows").mkdir()
+    shutil.copy(ROOT / "examples" / "flows" / "coding-change.yaml", lane.playbooks / "flows")
+    script = yaml.safe_load((ROOT / "examples/flows/coding-change.standin.yaml").read_text())
+    assert isinstance(script, dict)
+    return script
+
+
 @pytest.fixture(scope="module")
 def coding(module_lane: Lane) -> Iterator[Lane]:
     """The module's worker and agents service, with the coding-task playbook,
     its flow and a catalog of the workspace tools; the stand-in model on the
     example flow's script."""
     lane = module_lane
-    for path in lane.playbooks.glob("*.yaml"):
-        path.unlink()  # only the coding playbook
-    (lane.playbooks / "catalog.yaml").write_text(CATALOG)
-    shutil.copy(ROOT / "examples" / "coding-task.yaml", lane.playbooks)
-    (lane.playbooks / "flows").mkdir()
-    shutil.copy(ROOT / "examples" / "flows" / "coding-change.yaml", lane.playbooks / "flows")
-    script = yaml.safe_load((ROOT / "examples/flows/coding-change.standin.yaml").read_text())
+    script = coding_playbooks(lane)
     script["rules"] = drills(lane.root) + script["rules"]
     model = AppThread(
         build_standin(StandinScript.model_validate(script)), "127.0.0.1", free_port(), "stand-in"
@@ -263,7 +271,7 @@ def coding(module_lane: Lane) -> Iterator[Lane]:
     model.stop()
 
 
-def _repo(root: Path, **files: str) -> Path:
+def calc_repo(root: Path, **files: str) -> Path:
     repo = root / "calc"
     repo.mkdir(parents=True)
     sh_git(repo, "init", "--quiet")
@@ -275,7 +283,7 @@ def _repo(root: Path, **files: str) -> Path:
 
 @pytest.mark.timeout(240)
 def test_code_run_fixes_the_repository_end_to_end(coding: Lane) -> None:
-    repo = _repo(coding.root / "repos")
+    repo = calc_repo(coding.root / "repos")
     done = coding.cli("code", "run", "--repo", str(repo), "--task", "make the test pass",
                       check=False)  # fmt: skip
     lines = done.stdout.splitlines()
@@ -315,7 +323,7 @@ def test_code_run_fixes_the_repository_end_to_end(coding: Lane) -> None:
 @pytest.mark.timeout(240)
 def test_a_fix_that_never_passes_waits_then_ends_by_override(coding: Lane, tmp_path: Path) -> None:
     never = "from calc import add\n\nassert add(2, 3) == 6, add(2, 3)\n"  # a + b is not it
-    repo = _repo(tmp_path, **{"test_calc.py": never})
+    repo = calc_repo(tmp_path, **{"test_calc.py": never})
     before = snapshot(repo)
     run = coding.cli("code", "run", "--repo", str(repo), "--task", "make the test pass",
                      "--max-attempts", "2", check=False)  # fmt: skip
@@ -382,7 +390,7 @@ def test_a_fix_that_never_passes_waits_then_ends_by_override(coding: Lane, tmp_p
 @pytest.mark.timeout(240)
 def test_an_abort_fails_the_job_and_changes_nothing(coding: Lane, tmp_path: Path) -> None:
     never = "from calc import add\n\nassert add(2, 3) == 7, add(2, 3)\n"
-    repo = _repo(tmp_path, **{"test_calc.py": never})
+    repo = calc_repo(tmp_path, **{"test_calc.py": never})
     before = snapshot(repo)
     run = coding.cli("code", "run", "--repo", str(repo), "--task", "make the test pass",
                      "--max-attempts", "1", check=False)  # fmt: skip
@@ -409,7 +417,7 @@ def test_a_resume_on_a_changed_worktree_is_refused_with_both_fingerprints(
     coding: Lane, tmp_path: Path
 ) -> None:
     never = "from calc import add\n\nassert add(2, 3) == 8, add(2, 3)\n"
-    repo = _repo(tmp_path, **{"test_calc.py": never})
+    repo = calc_repo(tmp_path, **{"test_calc.py": never})
     run = coding.cli("code", "run", "--repo", str(repo), "--task", "make the test pass",
                      "--max-attempts", "1", check=False)  # fmt: skip
     assert run.returncode == 5, run.stdout + run.stderr
@@ -466,7 +474,7 @@ def test_escape_attempts_are_refused_and_journaled_and_the_job_goes_on(
     outside.mkdir()
     (outside / "secret.txt").write_text("secret\n")
     repo = tmp_path / "calc"
-    _repo(tmp_path)
+    calc_repo(tmp_path)
     (repo / "out").symlink_to(outside)  # a link pointing out of the repository
     sh_git(repo, "add", "out")
     sh_git(repo, "commit", "--quiet", "-m", "a link out")
@@ -510,7 +518,7 @@ def test_escape_attempts_are_refused_and_journaled_and_the_job_goes_on(
 
 @pytest.mark.timeout(240)
 def test_the_review_asks_for_changes_then_approves(coding: Lane, tmp_path: Path) -> None:
-    repo = _repo(tmp_path)
+    repo = calc_repo(tmp_path)
     done = coding.cli("code", "run", "--repo", str(repo), "--task", "REVIEW-CHANGES: fix add()",
                       check=False)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
@@ -529,7 +537,7 @@ def test_the_review_asks_for_changes_then_approves(coding: Lane, tmp_path: Path)
 
 @pytest.mark.timeout(240)
 def test_the_review_asks_a_person_who_accepts_its_findings(coding: Lane, tmp_path: Path) -> None:
-    repo = _repo(tmp_path)
+    repo = calc_repo(tmp_path)
     before = snapshot(repo)
     run = coding.cli("code", "run", "--repo", str(repo), "--task", "REVIEW-PERSON: fix add()",
                      check=False)  # fmt: skip
