@@ -197,7 +197,10 @@ def code_run(
     run(_send(settings, Topics(settings.topic_prefix).inbox, key, encode(message)))
     if no_wait:
         sys.exit(ExitCode.OK)
-    _end(printer, view, _follow_or_leave(settings, view, printer), key)
+    where = _follow_or_leave(settings, view, printer)
+    if _at_terminal(as_json):
+        where = _ask_here(settings, view, printer, where)
+    _end(printer, view, where, key)
 
 
 @code.command("status")
@@ -231,26 +234,77 @@ def code_resume(job: str, response: str, message: str | None, as_json: bool, no_
         click.echo(f"job {job} waits at no checkpoint (it is {where})", err=True)
         sys.exit(ExitCode.FAILED)
     chosen = _allowed(asked, response, message)
-    here = _changed_here(settings, job, view.paused)
-    if here is not None:  # nothing is sent: the job still waits
-        _refused(printer, job, here)
-    refused_before = len(view.refusals)
-    _answer(settings, job, asked, chosen)
+    where, refusal = _give(settings, view, printer, asked, chosen, message, no_wait=no_wait)
+    if refusal is not None:
+        if where == "waiting":  # asked again by the service: say the new question first
+            _end(printer, view, where, job, then_exit=False)
+        _refused(printer, job, refusal)
+        sys.exit(EXIT_CODES["worktree_changed"])
     if no_wait:
         sys.exit(ExitCode.OK)
+    if _at_terminal(as_json):
+        where = _ask_here(settings, view, printer, where)
+    _end(printer, view, where, job)
+
+
+def _give(
+    settings: Settings, view: JobView, printer: _Printer, asked: Checkpoint, chosen: str,
+    message: str | None, *, no_wait: bool = False,
+) -> tuple[str, dict[str, Any] | None]:  # fmt: skip
+    """Answer ``asked`` with ``chosen`` (and, for ``revise``, the flow's next
+    question with ``message``) and follow the job: where it is then, and the
+    refusal when the worktree changed since the checkpoint (the 409: checked
+    here before sending, or said by the agents service)."""
+    here = _changed_here(settings, view.job_key, view.paused)
+    if here is not None:  # nothing is sent: the job still waits
+        return "waiting", here
+    refused_before = len(view.refusals)
+    _answer(settings, view.job_key, asked, chosen)
+    if no_wait:
+        return "running", None
     where = _follow_or_leave(settings, view, printer, until_closed=asked.interrupt_id)
     follow_up = view.checkpoint
     # revise: the flow then asks what to change (a question that takes any text)
     if chosen == REVISE and message and follow_up is not None and not follow_up.answers:
-        _answer(settings, job, follow_up, message)
+        _answer(settings, view.job_key, follow_up, message)
         where = _follow_or_leave(settings, view, printer, until_closed=follow_up.interrupt_id)
     said = view.refusals[refused_before:]
     if where == "waiting" and said and said[-1].get("route") == "changed":
         # The agents service made the check (this machine does not hold its
         # worktrees): it did not take the answer, and asks again.
-        _end(printer, view, where, job, then_exit=False)
-        _refused(printer, job, said[-1])
-    _end(printer, view, where, job)
+        return where, said[-1]
+    return where, None
+
+
+def _at_terminal(as_json: bool) -> bool:
+    """A person at a terminal (docs/coding.md, "On a terminal"): the
+    checkpoint's question is asked here."""
+    return not as_json and sys.stdin.isatty() and sys.stdout.isatty()
+
+
+def _ask_here(settings: Settings, view: JobView, printer: _Printer, where: str) -> str:
+    """While the job waits at a checkpoint: its question, and the person's
+    answer (an empty one leaves it waiting, as Ctrl-C does); where it is then."""
+    while where == "waiting" and (asked := view.checkpoint) is not None:
+        click.echo(f"checkpoint: {asked.question}")
+        click.echo(f"answers: {', '.join(asked.answers) if asked.answers else '(any text)'}")
+        try:
+            said = click.prompt("answer (empty: leave it waiting)", default="",
+                                show_default=False)  # fmt: skip
+        except click.Abort:
+            said = ""
+        if not said.strip():
+            click.echo(f"the job waits: lemongraph code resume {view.job_key} --response R")
+            sys.exit(EXIT_CODES["waiting"])
+        chosen = asked.allows(said)
+        if chosen is None:
+            click.echo(f"{said.strip()!r} is not one of {', '.join(asked.answers)}")
+            continue
+        message = click.prompt("what should change") if chosen == REVISE else None
+        where, refusal = _give(settings, view, printer, asked, chosen, message)
+        if refusal is not None:
+            _refused(printer, view.job_key, refusal)
+    return where
 
 
 def _changed_here(settings: Settings, job: str, paused: Any) -> dict[str, Any] | None:
@@ -272,12 +326,11 @@ def _changed_here(settings: Settings, job: str, paused: Any) -> dict[str, Any] |
 
 
 def _refused(printer: _Printer, job: str, said: dict[str, Any]) -> None:
-    """The 409: the answer not taken, with both fingerprints; exit 6."""
+    """The 409: the answer not taken, with both fingerprints."""
     printer.emit(
         "refused", key=job, status=409, code="worktree_changed", why=said.get("why"),
         expected=said.get("expected"), actual=said.get("actual"),
     )  # fmt: skip
-    sys.exit(EXIT_CODES["worktree_changed"])
 
 
 def _allowed(asked: Checkpoint, response: str, message: str | None) -> str:

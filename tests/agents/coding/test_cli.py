@@ -20,7 +20,12 @@ and only then is the patch in the source repository. `abort` fails the job
 
 from __future__ import annotations
 
+import os
+import pty
+import select
 import shutil
+import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -38,7 +43,7 @@ from agents.workspace.fingerprint import fingerprint
 from agents.workspace.worktree import safe_name
 from stream.runtime.broker import free_port
 from tests.agents.coding.repos import make_repo, sh_git, snapshot, write
-from tests.inprocess import invoke
+from tests.inprocess import LEMONGRAPH, invoke
 from tests.lanes import ROOT, Lane
 from topics import (
     JournalHandlerCall,
@@ -552,3 +557,50 @@ def test_the_review_asks_a_person_who_accepts_its_findings(coding: Lane, tmp_pat
     assert accepted.returncode == 4, accepted.stdout + accepted.stderr
     assert accepted.stdout.splitlines()[-1] == "status: completed_with_override"
     assert (repo / "conftest.py").read_text() == "x = 1\n"
+
+
+def _read_until(fd: int, text: str, seen: bytearray, timeout: float = 120) -> str:
+    """What the terminal showed, once it shows ``text`` (or the process ended)."""
+    deadline = time.monotonic() + timeout
+    while text.encode() not in seen:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise AssertionError(f"never showed {text!r}:\n{seen.decode(errors='replace')}")
+        ready, _, _ = select.select([fd], [], [], left)
+        if ready:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:  # the process ended: the terminal is closed
+                break
+            if not chunk:
+                break
+            seen.extend(chunk)
+    return seen.decode(errors="replace")
+
+
+@pytest.mark.timeout(240)
+def test_on_a_terminal_code_run_asks_the_checkpoint_itself(coding: Lane, tmp_path: Path) -> None:
+    never = "from calc import add\n\nassert add(2, 3) == 9, add(2, 3)\n"
+    repo = calc_repo(tmp_path, **{"test_calc.py": never})
+    main, child = pty.openpty()
+    proc = subprocess.Popen(
+        [str(LEMONGRAPH), "code", "run", "--repo", str(repo), "--task", "make the test pass",
+         "--max-attempts", "1"],
+        stdin=child, stdout=child, stderr=child, env=coding.env(), cwd=coding.root,
+    )  # fmt: skip
+    os.close(child)
+    seen = bytearray()
+    try:
+        shown = _read_until(main, "answer (empty: leave it waiting):", seen)
+        assert "answers: revise, accept_failed_validation, abort" in shown
+        os.write(main, b"ship it\n")
+        _read_until(main, "'ship it' is not one of", seen)
+        os.write(main, b"abort\n")
+        shown = _read_until(main, "status: failed", seen)
+        assert proc.wait(60) == 1, shown
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(main)
+    assert (repo / "calc.py").read_text() == BUGGY["calc.py"]
