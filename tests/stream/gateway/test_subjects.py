@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 
 from stream.runtime.broker import ensure_all_topics
@@ -186,3 +187,24 @@ def test_an_erasure_is_one_record_and_says_what_remains(
     assert len(erasures) == 1, erasures
     assert erasures[0]["request_id"] == first["request_id"]
     assert erasures[0]["subject"] == "s-ada"
+
+
+def test_the_cli_shows_a_subjects_facts(module_lane: Lane, gateway: GatewayProcess) -> None:
+    shown = module_lane.cli("subject", "show", "s-ada").stdout.splitlines()
+    assert shown == [
+        "s-ada: 2 facts now",
+        f"  account_activated  (tool, since {T1B}, event e-18, job job-a)",
+        f"  plan_chosen: team  (world, since {T2}, event e-40, job job-b)",
+    ]
+    then = module_lane.cli("subject", "show", "s-ada", "--as-of", "2026-12-02T00:00:00Z")
+    assert f"  plan_chosen: pro  (world, since {T1} until {T2}, event e-17, job job-a)" in (
+        then.stdout.splitlines()
+    )
+    body = orjson.loads(module_lane.cli("subject", "show", "s-ada", "--json").stdout)
+    with gateway.client(gateway.token()) as client:
+        assert body == ok(client.get("/v1/subjects/s-ada/profile"))
+    gone = module_lane.cli("subject", "show", "s-gone", check=False)
+    assert gone.returncode == 1
+    assert "no profile" in gone.stderr
+    bad = module_lane.cli("subject", "show", "s-ada", "--as-of", "soon", check=False)
+    assert bad.returncode == 2
