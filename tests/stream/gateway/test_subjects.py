@@ -155,6 +155,9 @@ def test_a_subjects_jobs(module_lane: Lane, gateway: GatewayProcess) -> None:
         assert row["status"] == "running"
         assert row["links"]["job"] == "/v1/jobs/sj-2"
         assert row["links"]["ui"] == "/jobs/sj-2"
+        # the job's view names the key its subject's profile is under (the UI reads it)
+        assert ok(client.get("/v1/jobs/sj-2"))["subject_key"] == "ada@example.com"
+        assert ok(client.get("/v1/jobs/sj-1"))["subject_key"] == "s-ada"
         assert ok(client.get("/v1/subjects/s-nobody/jobs")) == {
             "subject": "s-nobody", "jobs": [], "total": 0,
         }  # fmt: skip
