@@ -67,6 +67,7 @@ def build_service(
     service.flush = hooks.flush
     app.task(hooks.ready)
     app.task(hooks.memory)  # the subjects' facts: docs/memory.md, "Given to agents"
+    service.memory.followed = True  # a run waits for its first read to the end
     app.on_partitions_revoked.connect(hooks.on_revoked)
     app.on_partitions_assigned.connect(hooks.on_assigned)
     app.on_before_shutdown.connect(hooks.on_shutdown)

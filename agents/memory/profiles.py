@@ -71,6 +71,9 @@ class Profiles:
         self.wait = wait
         self.held: OrderedDict[str, tuple[ProfileFact, ...]] = OrderedDict()
         self.caught_up = asyncio.Event()
+        #: Set when :meth:`follow` runs or is to run (the app sets it when it
+        #: starts the service: agents/app.py); a run waits for the catch-up only then.
+        self.followed = False
         self.dropped = 0  # subjects dropped for ``subjects_kept``
         self.skipped = 0  # records that did not decode
 
@@ -115,8 +118,9 @@ class Profiles:
         return fact_dicts(newest[:FLOW_FACTS])
 
     async def ready(self) -> None:
-        """Wait for the first catch-up, at most :attr:`wait` seconds."""
-        if self.caught_up.is_set():
+        """Wait for the first catch-up, at most :attr:`wait` seconds (not at all
+        when nothing follows the topic: a service made without its app)."""
+        if self.caught_up.is_set() or not self.followed:
             return
         try:
             await asyncio.wait_for(self.caught_up.wait(), self.wait)
@@ -152,6 +156,7 @@ class Profiles:
         stopping: Callable[[], bool] = lambda: False,
     ) -> None:
         """Read ``memory`` from its beginning and keep following."""
+        self.followed = True
         consumer = new_consumer(bootstrap, security, offsets="earliest")
         await start_consumer(consumer)
         try:

@@ -111,6 +111,7 @@ def test_a_remembered_subject_is_told_and_an_erased_one_is_not(
 
     async def go() -> None:
         stopped = False
+        service.memory.followed = True  # as the app sets it: a run waits for the catch-up
         follower = asyncio.create_task(
             service.memory.follow(lane.bootstrap, settings.kafka_security, lambda: stopped)
         )

@@ -32,7 +32,7 @@ from stream.gateway.routes.shared import SECURED, Gateway, GatewayDep, Principal
 from stream.gateway.views import list_row
 from topics import TOPIC_NAMES, MemoryErase, SubjectProfile, encode
 
-__all__ = ["erase_subject", "profile", "router", "subject_jobs"]
+__all__ = ["erase_subject", "router", "subject_jobs", "subject_profile"]
 
 router = APIRouter(dependencies=SECURED)
 
@@ -152,7 +152,7 @@ def _instant(text: str) -> datetime:
     response_model=ProfileView,
     responses=error_responses(403, 404, 422, 503),
 )
-async def profile(
+async def subject_profile(
     gateway: GatewayDep,
     principal: PrincipalDep,
     subject: str,
