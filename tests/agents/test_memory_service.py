@@ -24,7 +24,7 @@ from agents.service import AgentService, Where
 from stream.runtime.broker import ensure_all_topics
 from stream.runtime.config import Settings
 from tests.agents.test_service_live import CATALOG, opened
-from tests.lanes import Lane
+from tests.lanes import Lane, wait_for
 from topics import Headers, ProfileFact, SubjectProfile, encode
 
 pytestmark = [pytest.mark.broker, pytest.mark.timeout(120)]
@@ -145,3 +145,27 @@ def test_a_remembered_subject_is_told_and_an_erased_one_is_not(
     assert "What we know" not in erased
     assert "team" not in erased
     assert "What we know" not in nobody
+
+
+def test_the_agents_process_follows_memory_from_its_start(
+    lane: Lane, serve: Callable[[Any], str]
+) -> None:
+    """``lemongraph agents`` as its own process (its app starts the follower):
+    a task of a job whose subject has a profile gets the section in its request."""
+    (lane.playbooks / "catalog.yaml").write_text(
+        "integrations: {email: {}}\nagents: {conversation: {instructions: Help.}}\n"
+    )
+    settings = Settings(kafka_url=lane.kafka_url, topic_prefix=lane.prefix, partitions=4)
+    asyncio.run(ensure_all_topics(settings))
+    lane.produce([(b"s-ada", encode(ADA))], topic="memory")
+    standin = Recording(build_standin())
+    lane.start(
+        ["agents"], "agents: ready",
+        OPENAI_BASE_URL=f"{serve(standin)}/v1", OPENAI_API_KEY="sk-test",
+    )  # fmt: skip
+    record = opened("job-p").model_copy(update={"subject": {"id": "s-ada"}})
+    lane.produce([(b"job-p", record.model_dump_json(by_alias=True).encode())], topic="tasks")
+    wait_for(lambda: standin.bodies, timeout=60, what="the run's first model request")
+    assert "- plan_chosen: pro (world, 2026-12-01, event e-17, job job-a)" in str(
+        standin.bodies[0]["instructions"]
+    )
