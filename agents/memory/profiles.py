@@ -24,6 +24,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import orjson
 from aiokafka.structs import TopicPartition
 from compiler import from_iso
 from pydantic import ValidationError
@@ -45,9 +46,15 @@ log = logging.getLogger(__name__)
 #: The facts a flow's ``memory`` channel holds at most (the newest): the
 #: channel is kept in the conversation's checkpoint (docs/flows.md, "Crash safety").
 FLOW_FACTS = 50
-#: Current facts held per subject (the newest), and subjects held.
+#: Current facts held per subject (the newest), subjects held, and the bytes
+#: of all held (the facts as compact JSON: 10,000 facts of a subject are about 2 MB
+#: so, and about 15 MB as objects, which is why they are parsed when a run asks).
 FACTS_PER_SUBJECT = 10_000
 SUBJECTS_KEPT = 100_000
+MEMORY_BYTES = 128 << 20
+#: Subjects whose facts are also held parsed (the most recently asked for): a
+#: run's every turn asks again, and 10,000 facts take a quarter of a second to parse.
+PARSED_KEPT = 4
 
 
 class Profiles:
@@ -60,6 +67,7 @@ class Profiles:
         tokens: int = MEMORY_TOKENS,
         facts_per_subject: int = FACTS_PER_SUBJECT,
         subjects_kept: int = SUBJECTS_KEPT,
+        memory_bytes: int = MEMORY_BYTES,
         wait: float = 10.0,
     ) -> None:
         self.topics = topics
@@ -67,9 +75,13 @@ class Profiles:
         self.tokens = tokens
         self.facts_per_subject = facts_per_subject
         self.subjects_kept = subjects_kept
+        self.memory_bytes = memory_bytes
         #: Seconds a run waits for the first catch-up before it goes on without.
         self.wait = wait
-        self.held: OrderedDict[str, tuple[ProfileFact, ...]] = OrderedDict()
+        #: Per subject its current facts as compact JSON, least recently used first.
+        self.held: OrderedDict[str, bytes] = OrderedDict()
+        self.held_bytes = 0
+        self._parsed: OrderedDict[str, tuple[ProfileFact, ...]] = OrderedDict()
         self.caught_up = asyncio.Event()
         #: Set when :meth:`follow` runs or is to run (the app sets it when it
         #: starts the service: agents/app.py); a run waits for the catch-up only then.
@@ -79,13 +91,14 @@ class Profiles:
 
     @classmethod
     def from_env(cls, topics: Topics, env: Mapping[str, str]) -> Profiles:
-        """With ``LEMONGRAPH_MEMORY_TOKENS`` and ``LEMONGRAPH_MEMORY_SUBJECTS``
-        (docs/memory.md, "Given to agents"); a value that is not a count of 1
-        or more raises :class:`ValueError`."""
+        """With ``LEMONGRAPH_MEMORY_TOKENS``, ``LEMONGRAPH_MEMORY_SUBJECTS`` and
+        ``LEMONGRAPH_MEMORY_BYTES`` (docs/memory.md, "Given to agents"); a value
+        that is not a count of 1 or more raises :class:`ValueError`."""
         return cls(
             topics,
             tokens=_count(env, "LEMONGRAPH_MEMORY_TOKENS", MEMORY_TOKENS),
             subjects_kept=_count(env, "LEMONGRAPH_MEMORY_SUBJECTS", SUBJECTS_KEPT),
+            memory_bytes=_count(env, "LEMONGRAPH_MEMORY_BYTES", MEMORY_BYTES),
         )
 
     def facts(self, subject: str) -> tuple[ProfileFact, ...]:
@@ -94,7 +107,15 @@ class Profiles:
         if found is None:
             return ()
         self.held.move_to_end(subject)
-        return found
+        parsed = self._parsed.get(subject)
+        if parsed is None:
+            # Validated when read from the topic: constructed again as they were.
+            parsed = tuple(ProfileFact.model_construct(**f) for f in orjson.loads(found))
+            self._parsed[subject] = parsed
+            while len(self._parsed) > PARSED_KEPT:
+                self._parsed.popitem(last=False)
+        self._parsed.move_to_end(subject)
+        return parsed
 
     def of_job(
         self, subject: Mapping[str, Any], contacts: Sequence[Any]
@@ -133,8 +154,11 @@ class Profiles:
             self.skipped += 1
             return
         subject = key.decode("utf-8", "replace")
+        self._parsed.pop(subject, None)
+        earlier = self.held.pop(subject, None)
+        if earlier is not None:
+            self.held_bytes -= len(earlier)
         if value is None:
-            self.held.pop(subject, None)
             return
         try:
             profile = SubjectProfile.model_validate_json(value)
@@ -142,12 +166,21 @@ class Profiles:
             self.skipped += 1
             return
         current = [f for f in profile.facts if f.valid_to is None and f.source in GROUNDED_SOURCES]
-        self.held[subject] = tuple(current[-self.facts_per_subject :])
-        self.held.move_to_end(subject)
-        while len(self.held) > self.subjects_kept:
-            gone, _ = self.held.popitem(last=False)
+        kept = current[-self.facts_per_subject :]
+        if not kept:
+            return
+        raw = orjson.dumps([f.model_dump(mode="json") for f in kept])
+        self.held[subject] = raw
+        self.held_bytes += len(raw)
+        while len(self.held) > 1 and (
+            len(self.held) > self.subjects_kept or self.held_bytes > self.memory_bytes
+        ):
+            gone, dropped = self.held.popitem(last=False)
+            self._parsed.pop(gone, None)
+            self.held_bytes -= len(dropped)
             self.dropped += 1
-            log.warning("agents: memory: subject %r dropped (LEMONGRAPH_MEMORY_SUBJECTS)", gone)
+            log.warning("agents: memory: subject %r dropped (LEMONGRAPH_MEMORY_SUBJECTS, "
+                        "LEMONGRAPH_MEMORY_BYTES)", gone)  # fmt: skip
 
     async def follow(
         self,
