@@ -15,6 +15,7 @@ from stream.runtime.faust_tuning import (
     fetch_max_wait,
     set_fetch_max_wait,
 )
+from stream.runtime.kafka import bootstrap_of
 from topics import Headers, Topics
 
 from agents.catalog import Catalog
@@ -65,6 +66,8 @@ def build_service(
     service.send = hooks.send
     service.flush = hooks.flush
     app.task(hooks.ready)
+    app.task(hooks.memory)  # the subjects' facts: docs/memory.md, "Given to agents"
+    service.memory.followed = True  # a run waits for its first read to the end
     app.on_partitions_revoked.connect(hooks.on_revoked)
     app.on_partitions_assigned.connect(hooks.on_assigned)
     app.on_before_shutdown.connect(hooks.on_shutdown)
@@ -116,6 +119,17 @@ class ServiceHooks:
 
     async def ready(self) -> None:
         self.say(f"agents: ready (group {self.app.conf.id})")
+
+    async def memory(self) -> None:
+        """Follow the ``memory`` topic into the service's read model of it."""
+        settings = self.service.settings
+        assert settings.kafka_url is not None
+        await self.service.memory.follow(
+            bootstrap_of(settings.kafka_url), settings.kafka_security, self._stopping
+        )
+
+    def _stopping(self) -> bool:
+        return bool(self.app.should_stop)
 
     async def on_revoked(self, sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
         [revoked] = args

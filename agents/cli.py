@@ -15,6 +15,7 @@ from stream.runtime.broker import cluster_id, ensure_all_topics, is_tansu
 from stream.runtime.command import env_settings, require_kafka, say
 from stream.runtime.errors import ConfigError, ExitCode
 from stream.runtime.kafka import bootstrap_of, run
+from topics import Topics
 from topics.mail import MailSettings
 
 __all__ = ["agents", "mail_ingress"]
@@ -31,6 +32,7 @@ def agents(loglevel: str) -> None:
 
     from agents.app import build_service
     from agents.catalog import load_catalog_file
+    from agents.memory import Profiles
     from agents.model import ModelSettings
     from agents.tools.executor import tool_response_bound
 
@@ -40,6 +42,7 @@ def agents(loglevel: str) -> None:
     try:
         model = ModelSettings.from_env(env)
         tool_response_bound(env)  # docs/agents.md, "Output bounds"
+        Profiles.from_env(Topics(settings.topic_prefix), env)  # docs/memory.md, its settings
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     if not model.api_key and not model.base_url:

@@ -17,8 +17,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import orjson
+from topics import ProfileFact
 
 from agents.catalog import CONVERSATION, Catalog
+from agents.memory.recall import MEMORY_TOKENS, known_lines
 
 __all__ = [
     "DELEGATE_PARAMETERS",
@@ -107,6 +109,8 @@ def compose(
     agent: str = CONVERSATION,
     request: str | None = None,
     withheld: Collection[str] = (),
+    known: tuple[str, Sequence[ProfileFact]] | None = None,
+    known_tokens: int = MEMORY_TOKENS,
 ) -> ModelRequest:
     """The model request for ``agent`` on a job.
 
@@ -116,13 +120,18 @@ def compose(
     ``request`` what it was asked) only its own. The last ``history`` turns are
     sent; the earlier ones are summarised as a count. No agent is offered a
     tool in ``withheld``: a flow of the job's playbook guards it with an
-    approval, and only that flow calls it (docs/flows.md).
+    approval, and only that flow calls it (docs/flows.md). ``known`` is the
+    job's subject key and its current facts: the conversation agent is told
+    the most relevant of them to the open tasks and the person's latest turn,
+    within ``known_tokens`` (docs/memory.md, "Given to agents").
     """
     spec = catalog.agents[agent]
     lines = [f"Agent: {agent}", spec.instructions.strip()]
     lines.extend(catalog.skills[s].strip() for s in spec.skills if s in catalog.skills)
     if agent == CONVERSATION:
         lines += _job_lines(playbook_instructions, tasks, subject, contacts)
+        if known is not None:
+            lines += known_lines(known[0], known[1], _asked(tasks, turns), known_tokens)
         tool_names, delegates = catalog.grants(i for t in tasks for i in t.integrations)
     else:
         tool_names, delegates = spec.tools, spec.delegates
@@ -136,6 +145,14 @@ def compose(
         tuple(_message(t) for t in kept),
         _offers(catalog, tool_names, delegates, withheld),
     )
+
+
+def _asked(tasks: Sequence[OpenTask], turns: Sequence[Turn]) -> list[str]:
+    """What the subject's facts are ranked against: the open tasks' milestones
+    and instructions, and the person's latest turn."""
+    asked = [f"{t.milestone} {t.instructions}" for t in tasks]
+    latest = next((t.text for t in reversed(turns) if t.role == "person"), None)
+    return [*asked, latest] if latest is not None else asked
 
 
 def _kept(turns: Sequence[Turn], history: int, lines: list[str]) -> list[Turn]:

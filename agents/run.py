@@ -26,6 +26,7 @@ from topics import (
     JournalRun,
     JournalToolCall,
     MessageRecord,
+    ProfileFact,
     Tokens,
 )
 
@@ -34,6 +35,7 @@ from agents.compose import ModelRequest, OpenTask, Turn, compose, compose_closin
 from agents.contacts import addressee
 from agents.conversation import Conversation, excerpt
 from agents.errors import OutputError
+from agents.memory.profiles import Profiles
 from agents.model import Completion, Exchange, Model, ModelError, ToolCall, Usage
 from agents.publish import Publish, Send
 from agents.tools.executor import Executor, derived_key
@@ -180,6 +182,7 @@ class Runner:
         channel: str = "web",
         clock: Callable[[], datetime] | None = None,
         guarded: Callable[[str], Mapping[str, frozenset[str]]] | None = None,
+        memory: Profiles | None = None,
     ) -> None:
         self.catalog = catalog
         self.model = model
@@ -190,6 +193,8 @@ class Runner:
         #: By playbook key: the tools its flows guard with an approval, each
         #: with those flows; no agent is offered or runs them (docs/flows.md).
         self.guarded = guarded or (lambda playbook_key: {})
+        #: The subjects' current facts (docs/memory.md, "Given to agents").
+        self.memory = memory
 
     async def run(self, conv: Conversation, outbox: Outbox) -> RunEnd:
         """One run of the conversation agent on ``conv`` (mutated), then journaled.
@@ -362,8 +367,10 @@ class Runner:
             spent = own.before_model() or budget.before_model()
             if spent is not None:
                 return spent
+            known = None
             if agent == CONVERSATION:
                 budget.seen = conv.inputs
+                known = await self._known(conv)
             request = compose(
                 self.catalog,
                 playbook_instructions=conv.playbook_instructions,
@@ -375,6 +382,8 @@ class Runner:
                 agent=agent,
                 request=request_text,
                 withheld=self.guarded(conv.playbook_key),
+                known=known,
+                known_tokens=self.memory.tokens if self.memory is not None else 0,
             )
             replayed = tape.replay("model", agent)
             if replayed is not None:
@@ -411,6 +420,15 @@ class Runner:
                     conv, outbox, run_id, agent, request, call, budget, tape, depth
                 )
                 exchanges.append(Exchange(call, output))
+
+    async def _known(self, conv: Conversation) -> tuple[str, Sequence[ProfileFact]] | None:
+        """The job's subject key and its current facts, once the memory read
+        model has caught up (bounded); None without a subject or facts."""
+        if self.memory is None:
+            return None
+        await self.memory.ready()
+        found = self.memory.of_job(conv.subject, conv.contacts)
+        return found if found is not None and found[1] else None
 
     async def _model_call(
         self,

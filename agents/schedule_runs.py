@@ -72,11 +72,39 @@ COMMAND = "schedule.command"
 MILESTONE = "schedule"
 #: How long past its task's deadline a reported run's record is kept.
 FORGET_AFTER = timedelta(days=1)
+#: What a prompt run is given of its schedule's earlier runs (docs/schedules.md,
+#: "Previous reports"): the newest this many reports, each cut to this many characters.
+PREVIOUS_REPORTS = 3
+REPORT_CHARS = 600
+#: What the stored record of a schedule's previous reports says it is.
+REPORTS = "schedule.reports"
 
 
 def run_key(run_id: str) -> bytes:
     """The store and changelog key of a prompt run."""
     return f"schedule-run/{run_id}".encode()
+
+
+def reports_key(schedule_id: str) -> bytes:
+    """The store and changelog key of a schedule's previous reports (on the
+    partition its tasks come on: they are keyed by the schedule id)."""
+    return f"schedule-reports/{schedule_id}".encode()
+
+
+def report_lines(held: list[dict[str, Any]]) -> str:
+    """The previous reports as a prompt run's turn shows them, oldest first."""
+    if not held:
+        return ""
+    lines = ["Your previous reports for this schedule (oldest first):"]
+    for r in held:
+        said = r.get("output") if r.get("status") == "completed" else r.get("error")
+        lines.append(f"- {r.get('at')} ({r.get('status')}): {str(said or '').strip()}")
+    return "\n".join(lines)
+
+
+def _cut(text: str | None) -> str:
+    text = text or ""
+    return text if len(text) <= REPORT_CHARS else text[: REPORT_CHARS - 1] + "…"
 
 
 def job_key_of(schedule_id: str) -> str:
@@ -205,6 +233,8 @@ class PromptRuns:
         self.forget: list[tuple[float, str, int | None]] = []
         #: How long past a task's deadline its reported run is remembered.
         self.keep = FORGET_AFTER
+        #: How many of a schedule's reports its next prompt run is given.
+        self.previous = PREVIOUS_REPORTS
 
     # -- state ------------------------------------------------------------------------
 
@@ -307,6 +337,8 @@ class PromptRuns:
                         None,
                         run.partition,
                     )
+                    if not run.is_command and run.started_at is not None:
+                        await self._keep_report(run, report)  # one that ran
                     run.status = "reported"
                     await self.save(run)
                     self._forget_later(run)
@@ -318,6 +350,31 @@ class PromptRuns:
             if self.running.get(run_id) is asyncio.current_task():
                 del self.running[run_id]
                 self.partition_of.pop(run_id, None)
+
+    def held_reports(self, schedule_id: str) -> list[dict[str, Any]]:
+        """The schedule's previous reports this store holds, oldest first."""
+        raw = self.service.db.get(reports_key(schedule_id))
+        return list(orjson.loads(raw).get("reports") or []) if raw else []
+
+    async def _keep_report(self, run: PromptRun, report: ScheduleReport) -> None:
+        """Keep the report (cut) among the schedule's newest :attr:`previous`:
+        changelog first, then the store. A report kept already (a crash before
+        the run was marked reported) is kept once."""
+        held = self.held_reports(report.schedule_id)
+        if any(r.get("run_id") == report.run_id for r in held):
+            return
+        held.append(
+            {"run_id": report.run_id, "status": report.status, "at": report.at,
+             "output": _cut(report.output), "error": _cut(report.error)}
+        )  # fmt: skip
+        record = {
+            "kind": REPORTS, "schedule_id": report.schedule_id, "partition": run.partition,
+            "reports": held[-self.previous :],
+        }  # fmt: skip
+        raw = orjson.dumps(record)
+        key = reports_key(report.schedule_id)
+        await self.service.produce(self.service.topics.conversations, key, raw, None, run.partition)
+        self.service.db[key] = raw
 
     async def _work(self, run: PromptRun) -> None:
         """Run the agent or the command (or refuse to); checkpoint the report as
@@ -395,11 +452,14 @@ class PromptRuns:
         if run.conversation is not None:
             return Conversation.from_json(run.conversation)
         text = prompt_text(task.prompt, task.context)
+        # The schedule's previous reports follow the prompt (docs/schedules.md,
+        # "Previous reports"): fixed when the run starts, checkpointed with it.
+        earlier = report_lines(self.held_reports(task.schedule_id)[-self.previous :])
         return Conversation(
             job_key_of(task.schedule_id),
             tasks={MILESTONE: OpenTask(task.run_id, MILESTONE, text, task.deadline, ())},
             frontier=[MILESTONE],
-            turns=[Turn("person", text)],
+            turns=[Turn("person", f"{text}\n\n{earlier}" if earlier else text)],
             partition=run.partition,
             active=task.run_id,
         )

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -35,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 import orjson
-from compiler import to_iso
+from compiler import from_iso, to_iso
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from stream.runtime.config import Settings
 from stream.runtime.kafka import bootstrap_of, read_topic
@@ -71,6 +72,7 @@ from agents.flows.service import (
     restore_tracks,
     tick_input,
 )
+from agents.memory import Profiles
 from agents.model import Model, ModelSettings
 from agents.publish import Send
 from agents.run import Conversation, Outbox, RunEnd, Runner
@@ -200,6 +202,8 @@ class AgentService:
         self._client: httpx.AsyncClient | None = None
         #: The ``schedule.prompt`` runs (agents/schedule_runs.py).
         self.prompts = PromptRuns(self)
+        #: The subjects' current facts (docs/memory.md, "Given to agents"), followed by the app.
+        self.memory = Profiles.from_env(self.topics, os.environ if tool_env is None else tool_env)
 
     # -- state ----------------------------------------------------------------------
 
@@ -284,7 +288,7 @@ class AgentService:
                 resumed += self.prompts.resume(data)
                 continue
             if data.get("flow_expires"):
-                self.expiring[str(data["job_key"])] = _parse_time(data["flow_expires"])
+                self.expiring[str(data["job_key"])] = from_iso(data["flow_expires"])
             if data.get("due") or data.get("flow_due"):
                 self.start(str(data["job_key"]))
                 resumed += 1
@@ -562,7 +566,10 @@ class AgentService:
         conv = self._conversation(record.job_key, partition)
         flow = self.flows.of(record.playbook_key, record.milestone)
         if flow:
-            inputs = self.flows.inputs(flow, record.subject, conv.turns, conv.remembered.get(flow))
+            known = await self.memory.channel(record.subject, record.contacts)  # docs/flows.md
+            inputs = self.flows.inputs(
+                flow, record.subject, conv.turns, conv.remembered.get(flow), known
+            )
             owes = conv.open_flow(record, flow, inputs)
         else:
             owes = conv.apply(record)
@@ -705,8 +712,9 @@ class AgentService:
             mcp=self.mcp, workspaces=self.workspaces,
         )  # fmt: skip
         return Runner(
-            catalog, self._model, executor, history=self.history, guarded=self.flows.guarded
-        )
+            catalog, self._model, executor, history=self.history, guarded=self.flows.guarded,
+            memory=self.memory,
+        )  # fmt: skip
 
     def flow_driver(self) -> FlowDriver:
         """What runs a flow's actions and steps it (docs/flows.md, "Flows in the
@@ -785,10 +793,6 @@ def _log_failure(task: asyncio.Task[None]) -> None:
     (the job's next record starts its runs again)."""
     if not task.cancelled() and task.exception() is not None:
         log.error("agents: %s failed", task.get_name(), exc_info=task.exception())
-
-
-def _parse_time(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 def data_path(settings: Settings) -> Path:

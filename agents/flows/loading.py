@@ -81,12 +81,14 @@ class Flows:
         subject: Mapping[str, Any],
         turns: Sequence[Any] = (),
         remembered: Mapping[str, Any] | None = None,
+        memory: Sequence[Mapping[str, Any]] = (),
     ) -> dict[str, Any]:
         """The values the flow's last run for the job left in the channels that
         ``remembers`` (those that still do), the flow's ``inputs`` channels the
-        job's subject has, and the conversation so far (its last
+        job's subject has, the conversation so far (its last
         ``CONVERSATION_TURNS`` turns, as ``{role, text, name?}``) as the
-        built-in ``conversation`` channel."""
+        built-in ``conversation`` channel, and the subject's current facts
+        (agents/memory/profiles.py) as the built-in, read-only ``memory``."""
         flow = self.by_name.get(name)
         if flow is None:
             return {}
@@ -96,6 +98,7 @@ class Flows:
             {"role": t.role, "text": t.text, **({"name": t.name} if t.name else {})}
             for t in turns[-CONVERSATION_TURNS:]
         ]
+        found["memory"] = [dict(f) for f in memory]
         return found
 
 

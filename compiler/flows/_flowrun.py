@@ -545,14 +545,15 @@ class _Step:
         if state.visits or state.trail or state.branches or given.run_id != state.run_id:
             return False
         spec = self.flow.spec
-        allowed = {*spec.inputs, "conversation"} | {k for k, v in spec.state.items() if v.remembers}
+        allowed = {*spec.inputs, "conversation", "memory"}
+        allowed |= {k for k, v in spec.state.items() if v.remembers}
         unknown = sorted(set(given.inputs) - allowed)
         if unknown:
             raise ValueError(
                 f"flow {self.flow.name}: {', '.join(unknown)} is not an input "
                 f"(inputs: {', '.join(spec.inputs) or 'none'}; or a channel that remembers)"
             )
-        channels: dict[str, Any] = {"conversation": [], "last_error": None}
+        channels: dict[str, Any] = {"conversation": [], "memory": [], "last_error": None}
         for name, channel in spec.state.items():
             if channel.default is not None:
                 channels[name] = copy.deepcopy(channel.default)

@@ -66,8 +66,14 @@ __all__ = [
 #: The reserved destination: the run finishes.
 END = "END"
 #: Channels every flow has without declaring them (docs/flows.md, "Built-in
-#: channels"): the job's conversation so far, and the last failure.
-BUILTIN_CHANNELS: Mapping[str, str] = {"conversation": "list", "last_error": "object"}
+#: channels"): the job's conversation so far, its subject's current facts, and
+#: the last failure.
+BUILTIN_CHANNELS: Mapping[str, str] = {
+    "conversation": "list",
+    "last_error": "object",
+    # The job's subject's current facts (docs/flows.md, "Channels"; docs/memory.md).
+    "memory": "list",
+}
 #: Names no node can have.
 RESERVED_IDS = (END, "START")
 

@@ -28,6 +28,7 @@ COMMANDS: dict[str, str] = {
     "send-event": "stream.cli.jobs:send_event",
     "simulate": "stream.cli.simulate:simulate",
     "start-job": "stream.cli.jobs:start_job",
+    "subject": "stream.cli.subject:subject",
     "tail": "stream.cli.jobs:tail",
     "ticker": "stream.cli.services:ticker",
     "token": "stream.cli.token:token",

@@ -10,6 +10,7 @@ from fastapi import FastAPI
 from stream.gateway import docs
 from stream.gateway.errors import install_handlers
 from stream.gateway.guard import GuardMiddleware
+from stream.gateway.readmodels.memory import SubjectModel
 from stream.gateway.readmodels.reply_lookup import ReplyTokens
 from stream.gateway.readmodels.schedules import ScheduleModel
 from stream.gateway.routes import (
@@ -23,6 +24,7 @@ from stream.gateway.routes import (
     playbooks,
     schedules,
     streams,
+    subjects,
 )
 from stream.gateway.routes.shared import Gateway
 
@@ -41,6 +43,7 @@ ROUTERS = (
     dev.router,
     streams.router,
     playbooks.router,
+    subjects.router,
 )
 
 
@@ -49,7 +52,10 @@ def build_api(gateway: Gateway) -> FastAPI:
     app = FastAPI(
         title="lemongraph gateway",
         version="1",
-        summary="Start jobs, send events, read jobs, decisions and playbooks, and run schedules.",
+        summary=(
+            "Start jobs, send events, read jobs, decisions and playbooks, run schedules, "
+            "and read or erase what is remembered of a subject."
+        ),
         description=(
             "Every `/v1` call needs `Authorization: Bearer lemongraph_sk_...` "
             "(mint one with `lemongraph token`). Errors are always "
@@ -66,6 +72,10 @@ def build_api(gateway: Gateway) -> FastAPI:
         gateway.schedules = ScheduleModel(gateway.model.topics)
     # A run whose input the core refused reads refused (stream/gateway/readmodels/run_verdicts.py).
     gateway.model.decision_readers.append(gateway.schedules.decided)
+    if gateway.subjects is None:
+        gateway.subjects = SubjectModel(gateway.model.topics)
+    # Jobs by subject, from their applied starts (stream/gateway/readmodels/memory.py).
+    gateway.model.decision_readers.append(gateway.subjects.decided)
     mail = gateway.mail
     if mail is not None and mail.inbound_secret and gateway.tokens is None:
         # What the webhook knows of messages, from those read

@@ -284,6 +284,9 @@ class JobView(BaseModel):
     #: What the job is about and who the agents talk to (from its start).
     subject: dict[str, Any] = Field(default_factory=dict)
     contacts: list[Any] = Field(default_factory=list)
+    #: The key its subject's profile is kept under (docs/memory.md, "Subjects":
+    #: the subject's id, else its first contact's address); None: it names none.
+    subject_key: str | None = None
     #: False when this gateway let go of the job to bound its memory
     #: (docs/operations.md): status, milestone states and ``seq`` are its last
     #: snapshot's; deadlines, explanations, evidence and timers are not held

@@ -201,7 +201,8 @@ async def serve(
         mail = None
     gateway = Gateway(
         model, producer, guard, dev_mail=dev_mail, mail=mail,
-        send_timeout=settings.gateway_write_timeout,
+        send_timeout=settings.gateway_write_timeout, bootstrap=bootstrap,
+        security=settings.kafka_security,
     )  # fmt: skip
     api = build_api(gateway)
     quiet_accept_errors(asyncio.get_running_loop(), say)
@@ -217,6 +218,10 @@ async def serve(
     assert gateway.schedules is not None  # build_api made it
     schedules = asyncio.create_task(
         gateway.schedules.follow(bootstrap, settings.kafka_security, gateway.stopping, say)
+    )
+    assert gateway.subjects is not None  # build_api made it
+    subjects = asyncio.create_task(
+        gateway.subjects.follow(bootstrap, settings.kafka_security, gateway.stopping, say)
     )
     running = [asyncio.create_task(s.serve()) for s in servers]
     try:
@@ -235,7 +240,7 @@ async def serve(
         for s in servers:
             s.should_exit = True
         await asyncio.gather(*running, return_exceptions=True)
-        await asyncio.gather(follower, schedules, return_exceptions=True)
+        await asyncio.gather(follower, schedules, subjects, return_exceptions=True)
         await producer.stop()
         refused = ", ".join(f"{n}×{s}" for s, n in sorted(guard.refused.items())) or "none"
         say(f"gateway: stopped; {gateway.accepted_writes} writes accepted; refused: {refused}")

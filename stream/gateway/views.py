@@ -18,7 +18,7 @@ from stream.gateway.models import (
     TimerView,
 )
 from stream.gateway.readmodels.jobs import JobEntry, ReadModel
-from topics import ExplanationRecord, JobSnapshot, MilestoneSnapshot
+from topics import ExplanationRecord, JobSnapshot, MilestoneSnapshot, subject_key
 
 __all__ = ["held_view", "job_summary", "job_view", "list_row"]
 
@@ -195,6 +195,7 @@ def job_view(model: ReadModel, entry: JobEntry) -> JobView:
         refused=entry.refused,
         subject=_subject(entry),
         contacts=_contacts(entry),
+        subject_key=subject_key(_subject(entry), _contacts(entry)),
     )
 
 

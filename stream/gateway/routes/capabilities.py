@@ -30,6 +30,8 @@ Capability: TypeAlias = Literal[
     "answer_question",
     "answer_approval",
     "write_schedules",
+    "read_profile",
+    "erase_subject",
 ]
 
 #: The sources that may use each capability. ``answer_approval`` also needs the
@@ -44,6 +46,12 @@ ALLOWED: Mapping[Capability, frozenset[Source]] = MappingProxyType(
         "answer_question": frozenset({"world"}),
         "answer_approval": frozenset({"world"}),
         "write_schedules": frozenset({"world"}),
+        # What the world and verified tools said about a person: read by those
+        # who vouch for it; an agent is given its subject's current facts by the
+        # agents service, bounded (docs/memory.md, "Given to agents").
+        "read_profile": frozenset({"world", "tool"}),
+        # An operator's act: never an agent's or a tool's (docs/memory.md, "Erasing").
+        "erase_subject": frozenset({"world"}),
     }
 )
 
@@ -56,6 +64,8 @@ WHAT: Mapping[Capability, str] = MappingProxyType(
         "answer_question": "questions are answered",
         "answer_approval": "approvals are answered",
         "write_schedules": "schedules are written",
+        "read_profile": "a subject's profile and jobs are read",
+        "erase_subject": "a subject is erased",
     }
 )
 

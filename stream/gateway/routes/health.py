@@ -28,10 +28,18 @@ async def healthz(gateway: GatewayDep) -> Response:
     backwards (the broker was reset under it)."""
     model = gateway.model
     broker = await gateway.broker_reachable()
-    schedules = gateway.schedules
-    caught_up = model.caught_up and (schedules is None or schedules.caught_up)
+    schedules, subjects = gateway.schedules, gateway.subjects
+    caught_up = (
+        model.caught_up
+        and (schedules is None or schedules.caught_up)
+        and (subjects is None or subjects.caught_up)
+    )
     status = "ok" if broker and caught_up else ("starting" if broker else "degraded")
-    problem = model.reset or (schedules.reset if schedules is not None else None)
+    problem = (
+        model.reset
+        or (schedules.reset if schedules is not None else None)
+        or (subjects.reset if subjects is not None else None)
+    )
     if problem is not None:
         status = "degraded"
     body = Health(

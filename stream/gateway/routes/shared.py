@@ -24,9 +24,11 @@ from fastapi.security import HTTPBearer
 from stream.gateway.errors import ApiError
 from stream.gateway.guard import Guard, principal_of
 from stream.gateway.readmodels.jobs import AcceptedWrite, JobEntry, ReadModel
+from stream.gateway.readmodels.memory import SubjectModel
 from stream.gateway.readmodels.reply_lookup import ReceivedIds, ReplyTokens
 from stream.gateway.readmodels.schedules import ScheduleModel
 from stream.gateway.tokens import Principal
+from stream.runtime.kafka import KafkaSecurity
 from topics import InboxEvent, JobStart, encode
 from topics.mail import MailSettings
 
@@ -81,6 +83,12 @@ class Gateway:
     #: The schedules' read model (stream/gateway/readmodels/schedules.py); one is made
     #: for the model's topics when none is given.
     schedules: ScheduleModel | None = None
+    #: The subjects' read model (stream/gateway/readmodels/memory.py); one is made
+    #: for the model's topics when none is given.
+    subjects: SubjectModel | None = None
+    #: The broker and how to reach it (an erasure reads the topics' retention).
+    bootstrap: str = ""
+    security: KafkaSecurity | None = None
     _locks: weakref.WeakValueDictionary[str, asyncio.Lock] = field(
         default_factory=weakref.WeakValueDictionary
     )

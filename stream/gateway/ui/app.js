@@ -649,6 +649,41 @@ function renderJob(job) {
   document.getElementById("job-body").hidden = false;
 }
 
+// The job's subject's current facts (docs/memory.md, "Reading it"): each with its
+// source, since when, and a link to the job whose event proved it.
+function profileRow(f) {
+  const props = Object.keys(f.properties || {}).length ? JSON.stringify(f.properties) : "";
+  return h("tr", { "data-fact": f.name },
+    h("td", {}, f.name),
+    h("td", {}, [f.value === null ? "" : String(f.value), props ? " " + props : ""].join("")),
+    h("td", {}, f.source),
+    h("td", {}, when(f.valid_from)),
+    h("td", {}, "event ", h("code", {}, f.event_id), " · ",
+      h("a", { href: "/jobs/" + encodeURIComponent(f.job_key), "data-nav": "job" },
+        "job " + f.job_key)));
+}
+
+async function renderProfile(job, view) {
+  const section = document.getElementById("profile");
+  const subject = job.subject_key;
+  if (!subject) { section.hidden = true; return; }
+  let facts;
+  try {
+    facts = (await api("/v1/subjects/" + encodeURIComponent(subject) + "/profile")).facts;
+  } catch (e) {
+    if (view !== state.view) return;
+    // 404: nothing remembered (or erased); 403: this token may not read profiles
+    if (e.status !== 404) { section.hidden = true; return; }
+    facts = [];
+  }
+  if (view !== state.view) return;
+  document.getElementById("profile-subject").textContent = subject;
+  document.querySelector("#profile-facts tbody").replaceChildren(...(facts.length
+    ? facts.map(profileRow)
+    : [h("tr", {}, h("td", { colspan: "5", class: "muted" }, "Nothing remembered of this subject."))]));
+  section.hidden = false;
+}
+
 function showMissing(key, error) {
   const box = document.getElementById("job-missing");
   box.replaceChildren(h("strong", {}, "no job with key ", h("code", {}, key)),
@@ -707,6 +742,7 @@ async function showJob(key, view) {
   if (view !== state.view) return;  // the page moved on while these were read
   notice("");
   renderJob(job);
+  renderProfile(job, view);
   state.decisions = trail.decisions;
   renderDecisions();
   state.journal = journal.records;

@@ -62,6 +62,13 @@ OPERATIONS = {
         "/v1/schedules/{schedule_id}/wake",
         "wake_schedule_v1_schedules__schedule_id__wake_post",
     ),
+    ("DELETE", "/v1/subjects/{subject}", "erase_subject_v1_subjects__subject__delete"),
+    ("GET", "/v1/subjects/{subject}/jobs", "subject_jobs_v1_subjects__subject__jobs_get"),
+    (
+        "GET",
+        "/v1/subjects/{subject}/profile",
+        "subject_profile_v1_subjects__subject__profile_get",
+    ),
 }
 
 
@@ -205,7 +212,8 @@ def test_healthz_names_a_reset_of_the_schedules_topics() -> None:
     gateway = _gateway()
     app = build_api(gateway)
     assert gateway.schedules is not None
-    gateway.model.caught_up = gateway.schedules.caught_up = True
+    assert gateway.subjects is not None
+    gateway.model.caught_up = gateway.schedules.caught_up = gateway.subjects.caught_up = True
     with TestClient(app) as client:
         assert client.get("/healthz").status_code == 200
         gateway.schedules.reset = "routes.schedules partition 0 was reset or recreated: ..."
