@@ -170,6 +170,8 @@ def compare(live: MemoryTable, fresh: MemoryTable) -> list[str]:
     for subject in sorted(mine.keys() | theirs.keys()):
         if mine.get(subject) != theirs.get(subject):
             out.append(f"memory: verify: subject {subject!r}: the profile differs")
+    if dict(live.floors()) != dict(fresh.floors()):
+        out.append("memory: verify: the profiles' floors differ")
     if dict(live.erasures()) != dict(fresh.erasures()):
         out.append("memory: verify: the erasure rows differ")
     if live.offsets() != fresh.offsets():

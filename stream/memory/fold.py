@@ -12,10 +12,15 @@ Pure: data in, data out, no I/O and no clock; the processor
   a worker that re-decided a batch after a crash sends it again.
 * Bounded (:class:`Bounds`): at most ``versions`` per name, the oldest closed
   ones dropped first, and at most ``names`` per subject, the names whose newest
-  version is the oldest dropped first. A dropped fact sent again is dropped
-  again (everything kept is newer), so redelivery never changes a profile.
-* An erasure removes the profile, and a fact decided at or before the erasure
-  that arrives later is ignored (the processor keeps the erasure's instant).
+  version is the oldest dropped first. A name dropped raises the profile's
+  *floor* to its newest version: a fact at or before the floor is ignored, so a
+  fact sent again after its name was dropped stays out even if the name came
+  back since. A version dropped from a kept name is dropped again if sent again
+  (everything kept of its name is newer). So redelivery never changes a
+  profile.
+* An erasure removes the profile, and a fact decided at or before the erasure,
+  or at or before the newest fact of the profile it removed, that arrives later
+  is ignored (the processor keeps that instant, under a hash of the subject).
 """
 
 from __future__ import annotations
@@ -66,11 +71,14 @@ class Profile:
     """One subject's profile while it is folded: per name, its kept versions
     (``ProfileFact`` fields, as data) in order, with their sort keys."""
 
-    def __init__(self, subject: str) -> None:
+    def __init__(self, subject: str, floor: SortKey | None = None) -> None:
         self.subject = subject
         self.names: dict[str, list[dict[str, Any]]] = {}
         self._keys: dict[str, list[SortKey]] = {}
         self.updated_at: str | None = None
+        #: The newest version of any name dropped for staler ones: a fact at or
+        #: before it is ignored (None: no name was dropped).
+        self.floor = floor
 
     # -- folding ------------------------------------------------------------------
 
@@ -87,6 +95,9 @@ class Profile:
             "valid_from": fact["at"],
             "valid_to": None,
         }
+        key = sort_key(version)
+        if self.floor is not None and key <= self.floor:
+            return False
         versions = self.names.get(name)
         if versions is None:
             versions = self.names[name] = []
@@ -97,7 +108,6 @@ class Profile:
             for v in versions
         ):
             return False
-        key = sort_key(version)
         at = bisect.bisect(keys, key)
         keys.insert(at, key)
         versions.insert(at, version)
@@ -123,6 +133,9 @@ class Profile:
         ``added`` is among those dropped."""
         ranked = sorted(self.names, key=lambda n: (self._keys[n][-1], n), reverse=True)
         for name in ranked[limit:]:
+            newest = self._keys[name][-1]
+            if self.floor is None or self.floor < newest:
+                self.floor = newest
             del self.names[name], self._keys[name]
         return added in self.names
 
@@ -150,11 +163,22 @@ class Profile:
         profile, the same bytes (fields in a fixed order)."""
         return orjson.dumps(self.record())
 
+    def encode_floor(self) -> bytes | None:
+        """The floor as the table keeps it beside the profile (None: none)."""
+        if self.floor is None:
+            return None
+        at, event_id, job_key = self.floor
+        return orjson.dumps([at.isoformat(), event_id, job_key])
+
     @classmethod
-    def decode(cls, raw: bytes) -> Profile:
-        """The inverse of :meth:`encode`."""
+    def decode(cls, raw: bytes, floor: bytes | None = None) -> Profile:
+        """The inverse of :meth:`encode` (and of :meth:`encode_floor`)."""
         data = orjson.loads(raw)
-        profile = cls(data["subject"])
+        below: SortKey | None = None
+        if floor is not None:
+            at, event_id, job_key = orjson.loads(floor)
+            below = (instant(at), event_id, job_key)
+        profile = cls(data["subject"], below)
         for version in data["facts"]:
             name = version["name"]
             profile.names.setdefault(name, []).append(version)
@@ -194,10 +218,11 @@ def fold_record(
     new erasure instant and whether the profile changed (a change to write:
     the profile, or a tombstone when it is None)."""
     if record["type"] == "memory.erase":
-        at = record["at"]
-        if erased is None or instant(erased) < instant(at):
-            erased = at
-        # The profile as it stands is gone, whatever its facts' instants.
+        # The profile as it stands is gone, whatever its facts' instants; none
+        # of them comes back if it is sent again.
+        for at in (record["at"], profile.updated_at if profile is not None else None):
+            if at is not None and (erased is None or instant(erased) < instant(at)):
+                erased = at
         return None, erased, True
     if erased is not None and instant(record["at"]) <= instant(erased):
         return profile, erased, False  # decided before its subject was erased

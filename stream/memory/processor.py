@@ -48,7 +48,8 @@ class Changes:
     erasure instants, each partition's next offset, and the records skipped
     because they were not a fact or an erasure."""
 
-    profiles: dict[str, bytes | None] = field(default_factory=dict)
+    #: subject → (its profile, its floor), None for a tombstone
+    profiles: dict[str, tuple[bytes, bytes | None] | None] = field(default_factory=dict)
     erasures: dict[str, str] = field(default_factory=dict)
     offsets: dict[int, int] = field(default_factory=dict)
     invalid: int = 0
@@ -74,7 +75,8 @@ def fold_batch(
         subject = record.subject
         if subject not in live:
             raw = table.profile(subject)
-            live[subject] = (Profile.decode(raw) if raw else None, table.erased(subject))
+            stored = Profile.decode(raw, table.floor(subject)) if raw else None
+            live[subject] = (stored, table.erased(subject))
         profile, erased = live[subject]
         profile, after, moved = fold_record(profile, erased, record.model_dump(), bounds)
         live[subject] = (profile, after)
@@ -85,7 +87,9 @@ def fold_batch(
             changed.add(subject)
     for subject in sorted(changed):
         profile = live[subject][0]
-        changes.profiles[subject] = profile.encode() if profile is not None else None
+        changes.profiles[subject] = (
+            (profile.encode(), profile.encode_floor()) if profile is not None else None
+        )
     return changes
 
 
@@ -180,8 +184,8 @@ class MemoryProcessor:
         ]
         changes = fold_batch(self.table, records, self.bounds)
         sent = [
-            await out.send(self.topics.memory, value=raw, key=subject.encode())
-            for subject, raw in changes.profiles.items()
+            await out.send(self.topics.memory, value=row[0] if row else None, key=subject.encode())
+            for subject, row in changes.profiles.items()
         ]
         await asyncio.gather(*sent)  # acknowledged before the table moves on
         self.table.write(changes.profiles, changes.erasures, changes.offsets)

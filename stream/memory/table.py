@@ -1,9 +1,10 @@
 """The memory processor's table (docs/memory.md, "How it is built"): in one
 RocksDB database (rocksdict), each subject's profile as the ``memory`` topic
-holds it, each erased subject's erasure instant under a hash of the subject
-(never the subject itself), and per ``memory-facts`` partition the next offset
-to read. One batch of records is one write batch, offsets included, so the
-table is always a fold of a prefix of each partition."""
+holds it (and its floor, stream/memory/fold.py), each erased subject's erasure
+instant under a hash of the subject (never the subject itself), and per
+``memory-facts`` partition the next offset to read. One batch of records is one
+write batch, offsets included, so the table is always a fold of a prefix of
+each partition."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from rocksdict import AccessType, Options, Rdict, WriteBatch
 __all__ = ["MemoryTable", "erasure_key"]
 
 _PROFILE = b"p/"
+_FLOOR = b"f/"
 _ERASED = b"e/"
 _OFFSET = b"o/"
 _CLUSTER = b"cluster"
@@ -46,6 +48,11 @@ class MemoryTable:
     def profile(self, subject: str) -> bytes | None:
         """The subject's profile as stored (None: it has none)."""
         raw: bytes | None = self.db.get(_PROFILE + subject.encode())
+        return raw
+
+    def floor(self, subject: str) -> bytes | None:
+        """The subject's profile's floor (stream/memory/fold.py; None: none)."""
+        raw: bytes | None = self.db.get(_FLOOR + subject.encode())
         return raw
 
     def erased(self, subject: str) -> str | None:
@@ -80,25 +87,36 @@ class MemoryTable:
         for key, value in self._rows(_PROFILE):
             yield key.decode(), value
 
+    def floors(self) -> Iterator[tuple[bytes, bytes]]:
+        """Every floor row: (subject, floor)."""
+        return self._rows(_FLOOR)
+
     def erasures(self) -> Iterator[tuple[bytes, bytes]]:
         """Every erasure row: (the subject's hash, the instant)."""
         return self._rows(_ERASED)
 
     def write(
         self,
-        profiles: Mapping[str, bytes | None],
+        profiles: Mapping[str, tuple[bytes, bytes | None] | None],
         erasures: Mapping[str, str],
         offsets: Mapping[int, int],
     ) -> None:
-        """One batch: the changed profiles (None deletes one), the erasure
-        instants and the partitions' next offsets, in one atomic write."""
+        """One batch: the changed profiles with their floors (None deletes
+        both), the erasure instants and the partitions' next offsets, in one
+        atomic write."""
         batch = WriteBatch(raw_mode=True)
-        for subject, raw in profiles.items():
+        for subject, row in profiles.items():
             key = _PROFILE + subject.encode()
-            if raw is None:
+            floor = _FLOOR + subject.encode()
+            if row is None:
                 batch.delete(key)
+                batch.delete(floor)
+                continue
+            batch.put(key, row[0])
+            if row[1] is None:
+                batch.delete(floor)
             else:
-                batch.put(key, raw)
+                batch.put(floor, row[1])
         for subject, at in erasures.items():
             batch.put(erasure_key(subject), at.encode())
         for partition, offset in offsets.items():

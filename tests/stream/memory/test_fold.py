@@ -114,6 +114,25 @@ def test_bounds_drop_the_oldest_closed_versions_then_the_stalest_names() -> None
     assert versions(raw, "a")[-1][2] is None
 
 
+def test_a_fact_sent_again_after_its_name_was_dropped_stays_out() -> None:
+    # One name at most: "plan" at 3 is dropped for "seats" at 5; "plan" comes back
+    # at 7. The fact at 3, sent again, is at or before the floor (5) and stays out.
+    bounds = Bounds(versions=3, names=1)
+    first = [fact("seats", 1, 5, "a"), fact("plan", "x", 3, "b"), fact("plan", "y", 7, "c")]
+    clean = fold(first, bounds)
+    assert [(v[0], v[2]) for v in versions(clean, "plan")] == [("y", None)]
+    assert fold([*first, first[1], first[0]], bounds) == clean
+
+
+def test_a_fact_of_an_erased_profile_sent_again_stays_out() -> None:
+    # The erasure is stamped before the fact was decided (another clock): the
+    # fact, sent again, is at or before the erased profile's newest and stays out.
+    records = [fact("p", "pro", 30, "e1"), erase(10)]
+    assert fold(records) is None
+    assert fold([*records, records[0]]) is None
+    assert fold([*records, fact("p", "team", 31, "e2")]) is not None
+
+
 def test_an_erasure_removes_the_profile_and_a_late_older_fact() -> None:
     profile, erased, changed = fold_record(None, None, fact("p", "pro", 0, "e1"), Bounds())
     profile, erased, changed = fold_record(profile, erased, erase(10), Bounds())
