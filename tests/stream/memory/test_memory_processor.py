@@ -11,6 +11,7 @@ from typing import Any
 
 import orjson
 import pytest
+from aiokafka.partitioner import DefaultPartitioner
 
 from stream.memory.fold import Bounds, Profile, fold_record
 from tests.lanes import Lane, WorkerProcess, wait_for
@@ -85,7 +86,7 @@ def remembering(module_lane: Lane) -> Lane:
 
 def test_grounded_facts_reach_the_profile_and_a_claim_never_does(remembering: Lane) -> None:
     lane = remembering
-    key = "mem-job-1"
+    key = "mem-job-2"  # its home partition is 1, its subject's 3
     lane.send(
         {"type": "job.start", "key": key, "playbook_key": "remembering", "subject": {"id": "S1"}},
         {"type": "event", "key": key, "action": "plan_chosen", "value": "pro",
@@ -103,6 +104,11 @@ def test_grounded_facts_reach_the_profile_and_a_claim_never_does(remembering: La
     )  # fmt: skip
     lane.wait_until("decisions", lambda rs: sum(r["key"] == key for r in rs) == 5)
     facts = [r for r in handled(lane) if r["key"] == "S1"]
+    # On the subject's partition, as Kafka's default partitioner puts its key.
+    every = list(range(4))
+    choose = DefaultPartitioner()
+    assert choose(key.encode(), every, every) != choose(b"S1", every, every)
+    assert {f["partition"] for f in facts} == {choose(b"S1", every, every)}
     assert [(f["value"]["name"], f["value"]["value"], f["value"]["source"]) for f in facts] == [
         ("plan_chosen", "pro", "world"),
         ("account_activated", None, "tool"),
