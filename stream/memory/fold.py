@@ -83,7 +83,8 @@ class Profile:
     # -- folding ------------------------------------------------------------------
 
     def add(self, fact: Mapping[str, Any], bounds: Bounds) -> bool:
-        """Fold one ``MemoryFact`` (as data) in; True when the profile changed."""
+        """Fold one ``MemoryFact`` (as data) in; True when the profile or its
+        floor changed (both are stored)."""
         name = fact["name"]
         version = {
             "name": name,
@@ -117,16 +118,16 @@ class Profile:
             drop = len(versions) - bounds.versions
             kept = at >= drop
             del versions[:drop], keys[:drop]
-        if not versions:
-            del self.names[name], self._keys[name]
         _close(versions)
+        floor = self.floor
         if len(self.names) > bounds.names:
             kept = self._drop_names(bounds.names, name) and kept
         if kept:
             newest = self.updated_at
             if newest is None or instant(newest) < key[0]:
                 self.updated_at = fact["at"]
-        return kept
+        # A new name dropped at once leaves the facts as they were, and raises the floor.
+        return kept or self.floor != floor
 
     def _drop_names(self, limit: int, added: str) -> bool:
         """Keep the ``limit`` names whose newest version is newest; False when

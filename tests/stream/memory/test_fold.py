@@ -124,6 +124,20 @@ def test_a_fact_sent_again_after_its_name_was_dropped_stays_out() -> None:
     assert fold([*first, first[1], first[0]], bounds) == clean
 
 
+def test_a_new_name_dropped_at_once_still_raises_the_floor() -> None:
+    bounds = Bounds(versions=3, names=1)
+    profile, _, _ = fold_record(None, None, fact("seats", 1, 5, "a"), bounds)
+    assert profile is not None
+    before = profile.encode()
+    profile, _, changed = fold_record(profile, None, fact("plan", "x", 3, "b"), bounds)
+    assert profile is not None
+    assert profile.encode() == before  # the facts are as they were
+    assert changed  # but the floor moved, and the table must keep it
+    assert profile.encode_floor() is not None
+    kept = Profile.decode(profile.encode(), profile.encode_floor())
+    assert kept.floor == profile.floor
+
+
 def test_a_fact_of_an_erased_profile_sent_again_stays_out() -> None:
     # The erasure is stamped before the fact was decided (another clock): the
     # fact, sent again, is at or before the erased profile's newest and stays out.
@@ -254,3 +268,18 @@ def test_ten_thousand_facts_for_one_subject_stay_bounded(names: int, capsys: Any
             f"\n10,000 facts of {names} names, one subject: profile {len(profile)} versions, "
             f"{len(raw)} bytes; fold {spent:.2f} s CPU"
         )
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(facts_, max_size=25), bounds_)
+def test_a_profile_stored_and_read_back_folds_on_alike(
+    records: list[dict[str, Any]], bounds: Bounds
+) -> None:
+    # What the table keeps (the profile's bytes and its floor) is all the fold
+    # needs: a processor that stops after any record goes on to the same profile.
+    profile: Profile | None = None
+    for record in records:
+        if profile is not None:
+            profile = Profile.decode(profile.encode(), profile.encode_floor())
+        profile, _, _ = fold_record(profile, None, record, bounds)
+    assert (profile.encode() if profile is not None else None) == fold(records, bounds)
