@@ -40,7 +40,9 @@ each emitted task whose milestone is no longer open; a timer set or cancelled
 only when it is in one state and not the other. So a milestone that opens and
 settles (or is dropped) within one step emits no task, a job that ends opens
 none, and a timer set and cancelled in one step appears in neither list. Its
-transitions are in the decision record all the same.
+transitions are in the decision record all the same. Before them all comes the
+input's own effect, if any: a ``fact.remembered`` for an event its playbook
+remembers (``_Decision.record``; docs/memory.md, "What is remembered").
 """
 
 from __future__ import annotations
