@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import CommitFailedError, IllegalStateError
 from pydantic import TypeAdapter, ValidationError
 
 from stream.memory.fold import Bounds, Profile, fold_record
@@ -190,12 +191,16 @@ class MemoryProcessor:
         await asyncio.gather(*sent)  # acknowledged before the table moves on
         self.table.write(changes.profiles, changes.erasures, changes.offsets)
         self.folded += len(records)
-        await self.consumer.commit(
-            {
-                TopicPartition(self.topics.memory_facts, p): offset
-                for p, offset in changes.offsets.items()
-            }
-        )
+        try:
+            # For the group's lag only: it resumes from the table's offsets.
+            await self.consumer.commit(
+                {
+                    TopicPartition(self.topics.memory_facts, p): offset
+                    for p, offset in changes.offsets.items()
+                }
+            )
+        except (CommitFailedError, IllegalStateError) as exc:  # a rebalance took them
+            log.info("memory: offsets not committed to the group: %s", exc)
 
     async def serve(self) -> None:
         """Run until SIGTERM or SIGINT, saying what it does."""
