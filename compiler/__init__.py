@@ -101,6 +101,7 @@ from compiler.flows._flowvalues import input_from_json as flow_input_from_json
 from compiler.flows._readable import fields_text, label_of, readable, readable_inline, shown_fields
 from compiler.jobs._effects import (
     Effect,
+    FactRemembered,
     JobFinished,
     Step,
     TaskClosed,
@@ -243,6 +244,7 @@ __all__ = [
     "Expr",
     "Fact",
     "FactRef",
+    "FactRemembered",
     "Fail",
     "Finish",
     "Flow",

@@ -92,8 +92,16 @@ def test_the_table_has_the_layers_of_the_stack() -> None:
         "stream/gateway",
         "stream/cli",
         "stream/bench",
+        "stream/memory",
     }
-    above_runtime = {"stream.engine", "stream.gateway", "stream.cli", "stream.bench", "agents"}
+    above_runtime = {
+        "stream.engine",
+        "stream.gateway",
+        "stream.cli",
+        "stream.bench",
+        "stream.memory",
+        "agents",
+    }
     assert above_runtime <= set(LAYERS["stream/runtime"].banned)
     assert {"agents", "stream.gateway", "stream.cli", "stream.bench"} <= set(
         LAYERS["stream/engine"].banned
@@ -104,6 +112,10 @@ def test_the_table_has_the_layers_of_the_stack() -> None:
     assert {"stream.engine", "stream.gateway", "stream.cli", "stream.bench"} <= set(
         LAYERS["agents"].banned
     )
+    assert {"agents", "stream.engine", "stream.gateway", "stream.cli", "stream.bench"} <= set(
+        LAYERS["stream/memory"].banned
+    )
+    assert "stream.memory" in LAYERS["stream/engine"].banned
     for folder, layer in LAYERS.items():
         if folder.startswith("stream"):
             assert "agents" in layer.banned, folder

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from topics._memory import FactRememberedEffect
 from topics._messages import Scalar, TopicRecord
 from topics._vocab import JobStatus, MilestoneStatus, Source, TaskOutcome, TimerKind
 
@@ -177,7 +178,12 @@ class JobFinishedEffect(_Part):
 
 
 Effect = Annotated[
-    TaskOpenedEffect | TaskClosedEffect | TimerSetEffect | TimerCancelledEffect | JobFinishedEffect,
+    FactRememberedEffect
+    | TaskOpenedEffect
+    | TaskClosedEffect
+    | TimerSetEffect
+    | TimerCancelledEffect
+    | JobFinishedEffect,
     Field(discriminator="type"),
 ]
 

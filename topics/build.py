@@ -23,8 +23,10 @@ __all__ = [
     "decision_body",
     "decision_record",
     "event_input",
+    "fact_remembered",
     "job_finished",
     "job_snapshot",
+    "memory_fact_record",
     "milestone_snapshot",
     "record_origin",
     "start_input",
@@ -158,7 +160,36 @@ def job_finished(job_key: str, status: str, at: str) -> dict[str, Any]:
     return {"type": "job.finished", "job_key": job_key, "status": status, "at": at}
 
 
+def fact_remembered(
+    subject: str,
+    name: str,
+    value: Any,
+    properties: Mapping[str, Any] | None,
+    source: str,
+    event_id: str,
+    job_key: str,
+    at: str,
+) -> dict[str, Any]:
+    """``FactRememberedEffect`` (topics/_memory.py)."""
+    return {
+        "type": "fact.remembered",
+        "subject": subject,
+        "name": name,
+        "value": value,
+        "properties": dict(properties) if properties is not None else {},
+        "source": source,
+        "event_id": event_id,
+        "job_key": job_key,
+        "at": at,
+    }
+
+
 # -- records on the topics ---------------------------------------------------------------
+
+
+def memory_fact_record(effect: Mapping[str, Any]) -> dict[str, Any]:
+    """``MemoryFact`` (memory-facts topic): the ``fact.remembered`` effect as a record."""
+    return {"schema": SCHEMA, **effect, "type": "memory.fact"}
 
 
 def task_opened_record(

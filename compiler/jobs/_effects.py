@@ -11,6 +11,7 @@ from typing import Any, TypeAlias
 from topics import JobStatus, MilestoneStatus, TaskOutcome
 from topics.build import (
     decision_body,
+    fact_remembered,
     job_finished,
     task_closed,
     task_opened,
@@ -26,6 +27,7 @@ from compiler.jobs._state import JobState, Timer
 
 __all__ = [
     "Effect",
+    "FactRemembered",
     "JobFinished",
     "Step",
     "TaskClosed",
@@ -172,7 +174,58 @@ class JobFinished:
         return job_finished(self.job_key, self.status, to_iso(self.at))
 
 
-Effect: TypeAlias = TaskOpened | TaskClosed | TimerSet | TimerCancelled | JobFinished
+@dataclass(frozen=True, slots=True)
+class FactRemembered:
+    """An applied event its playbook remembers (``remember``), said by the world
+    or a tool, for the job's subject: the worker sends it to ``memory-facts``
+    (docs/memory.md, "What is remembered")."""
+
+    subject: str
+    name: str
+    value: Any
+    properties: Mapping[str, Any] | None
+    source: str
+    event_id: str
+    job_key: str
+    at: datetime
+
+    def __init__(
+        self,
+        subject: str,
+        name: str,
+        value: Any,
+        properties: Mapping[str, Any] | None,
+        source: str,
+        event_id: str,
+        job_key: str,
+        at: datetime,
+    ) -> None:
+        object.__setattr__(self, "subject", subject)
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "value", value)
+        object.__setattr__(self, "properties", properties)
+        object.__setattr__(self, "source", source)
+        object.__setattr__(self, "event_id", event_id)
+        object.__setattr__(self, "job_key", job_key)
+        object.__setattr__(self, "at", at)
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready, with ``type``."""
+        return fact_remembered(
+            self.subject,
+            self.name,
+            self.value,
+            self.properties,
+            self.source,
+            self.event_id,
+            self.job_key,
+            to_iso(self.at),
+        )
+
+
+Effect: TypeAlias = (
+    FactRemembered | TaskOpened | TaskClosed | TimerSet | TimerCancelled | JobFinished
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,7 +40,9 @@ each emitted task whose milestone is no longer open; a timer set or cancelled
 only when it is in one state and not the other. So a milestone that opens and
 settles (or is dropped) within one step emits no task, a job that ends opens
 none, and a timer set and cancelled in one step appears in neither list. Its
-transitions are in the decision record all the same.
+transitions are in the decision record all the same. Before them all comes the
+input's own effect, if any: a ``fact.remembered`` for an event its playbook
+remembers (``_Decision.record``; docs/memory.md, "What is remembered").
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Final
 
-from topics import JobStatus, MilestoneStatus, TaskOutcome
+from topics import GROUNDED_SOURCES, JobStatus, MilestoneStatus, TaskOutcome, subject_key
 
 from compiler._errors import GraphMismatch
 from compiler._time import require_aware
@@ -57,6 +59,7 @@ from compiler.conditions._condition import Tally, count
 from compiler.conditions._verdict import Verdict
 from compiler.jobs._effects import (
     Effect,
+    FactRemembered,
     JobFinished,
     Step,
     TaskClosed,
@@ -189,6 +192,7 @@ class _Decision:
         self.verdicts: list[Verdicts] = []
         self.transitions: list[Transition] = []
         self.finished: JobFinished | None = None
+        self.remembered: FactRemembered | None = None
         # Milestones in the order their task came due, and the order they
         # settled: the order of the step's task effects.
         self._due_order: list[str] = []
@@ -245,11 +249,33 @@ class _Decision:
         if event.idempotency_key is not None:
             keys = (*self.recent_keys, remembered_key(event))
             self.recent_keys = keys[-MAX_REMEMBERED_KEYS:]
+        remembers = self.playbook.remembers
+        if remembers and event.action in remembers and event.source in GROUNDED_SOURCES:
+            self._remember(event, now)
         if event.source == "agent" or self.status != RUNNING:
             return
         fact = event.fact(fallback_id=f"{self.state.key}#{self.state.seq + 1}")
         count(self.playbook.atoms_by_fact.get(fact.name, ()), self.tallies, fact)
         self._stale |= self.playbook.milestones_by_fact.get(fact.name, frozenset())
+
+    def _remember(self, event: Event, now: datetime) -> None:
+        """The playbook remembers this world or tool event: it is a fact about
+        the job's subject, if the job has one (docs/memory.md, "What is
+        remembered"). Its id is the one verdicts cite it by."""
+        state = self.state
+        subject = subject_key(dict(state.subject), list(state.contacts))
+        if subject is None:
+            return
+        self.remembered = FactRemembered(
+            subject,
+            event.action,
+            event.value,
+            event.properties,
+            event.source,
+            event.id or event.idempotency_key or f"{state.key}#{state.seq + 1}",
+            state.key,
+            now,
+        )
 
     def finish(self, now: datetime, input: Input) -> Step:
         """Run the rules at ``now`` and package the step."""
@@ -466,10 +492,12 @@ class _Decision:
         """The effects of the step: what it changed between the state it began
         with and the one it ends with (see the module's docstring). Tasks closed
         first, in the order their milestones settled; then timers cancelled and
-        set; tasks opened, in the order they came due; the job finished."""
+        set; tasks opened, in the order they came due; the job finished. Before
+        them all, the fact the step's event made remembered, if any."""
         before = self.state.milestones
         key = self.state.key
-        effects: list[Effect] = []
+        # The remembered fact first: it is the input's, before what the rules made of it.
+        effects: list[Effect] = [self.remembered] if self.remembered is not None else []
         for mid in self._settle_order:
             now = self.milestones[mid]
             if before[mid].task_open and not now.task_open:

@@ -41,6 +41,9 @@ _KEY = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$"
 #: What a milestone's ``ends`` may say: how a job whose goals are met through
 #: it ends instead of ``done`` (docs/playbooks.md, "Ending with an override").
 ENDS = ("completed_with_override",)
+#: The longest event action (topics.InboxEvent): a longer ``remember`` name
+#: could never be remembered.
+_ACTION_MAX = 200
 
 
 class MilestoneSpec(BaseModel):
@@ -91,6 +94,12 @@ class PlaybookSpec(BaseModel):
     complete_when: Literal["all", "any"] = "all"
     goals: tuple[str, ...] | None = None
     milestones: tuple[MilestoneSpec, ...] = Field(min_length=1)
+    #: The event actions whose facts enter the job's subject's profile when the
+    #: world or a tool says them (docs/playbooks.md, "Remembering";
+    #: docs/memory.md, "What is remembered").
+    #: None (not an empty list) when not given, so the spec of a playbook that
+    #: remembers nothing reads back exactly as it did before ``remember`` existed.
+    remember: tuple[StrictStr, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +169,10 @@ class Playbook:
     #: one of them done when the goals are met makes the job end so, not done
     #: (docs/playbooks.md, "Ending with an override").
     overrides: tuple[str, ...] = ()
+    #: The actions it remembers (``remember``): an applied world or tool event
+    #: of one of them is a ``fact.remembered`` effect (docs/memory.md). Empty:
+    #: the decision core does nothing more per event.
+    remembers: frozenset[str] = frozenset()
 
     @property
     def key(self) -> str:
@@ -247,6 +260,7 @@ class _Compiler:
         ids = self._unique_ids(spec)
         self._known_needs(spec, ids)
         goals = self._goals(spec, ids)
+        self._remember(spec)
         if self.problems:
             raise self.fail()
         depth = self._depths(spec)
@@ -378,6 +392,26 @@ class _Compiler:
                 self.problem(f"goals: unknown milestone {goal!r}", ("goals", j))
         return spec.goals
 
+    def _remember(self, spec: PlaybookSpec) -> None:
+        """``remember``: unique event actions, each one as an event's ``action``
+        may be (1 to 200 characters, not only spaces) (docs/playbooks.md,
+        "Remembering")."""
+        first: dict[str, int] = {}
+        for j, name in enumerate(spec.remember or ()):
+            if not name.strip() or len(name) > _ACTION_MAX:
+                self.problem(
+                    f"remember: {name!r} is not an event action (1 to {_ACTION_MAX} "
+                    "characters, not only spaces)",
+                    ("remember", j),
+                )
+            elif name in first:
+                self.problem(
+                    f"remember: {name!r} is named twice (first as #{first[name] + 1})",
+                    ("remember", j),
+                )
+            else:
+                first[name] = j
+
     def _depths(self, spec: PlaybookSpec) -> dict[str, int]:
         needs = {m.id: m.needs for m in spec.milestones}
         index = {m.id: i for i, m in enumerate(spec.milestones)}
@@ -467,6 +501,7 @@ class _Compiler:
             atoms_by_fact={k: tuple(v.items()) for k, v in atoms.items()},
             milestones_by_fact={k: frozenset(v) for k, v in readers.items()},
             overrides=tuple(m.id for m in ranked if m.ends == "completed_with_override"),
+            remembers=frozenset(spec.remember or ()),
         )
 
 

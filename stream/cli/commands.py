@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "check": "stream.cli.checks:check",
     "dev": "stream.cli.dev:dev",
     "gateway": "stream.cli.services:gateway",
+    "memory": "stream.memory.command:memory",
     "replay": "stream.cli.replay:replay",
     "schedule": "stream.cli.schedule:schedule",
     "send-event": "stream.cli.jobs:send_event",

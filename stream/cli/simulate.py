@@ -16,6 +16,7 @@ import click
 from compiler import (
     Coverage,
     Event,
+    FactRemembered,
     LemongraphError,
     Playbook,
     ScenarioFile,
@@ -198,6 +199,11 @@ def _describe_effect(effect: object) -> str | None:
     if isinstance(effect, TimerSet | TimerCancelled):
         verb = "set" if isinstance(effect, TimerSet) else "cancelled"
         return f"timer {verb} {effect.timer.kind} {effect.timer.milestone}"
+    if isinstance(effect, FactRemembered):  # docs/memory.md, "What is remembered"
+        return (
+            f"fact.remembered {effect.name}={effect.value!r} of {effect.subject} "
+            f"(source {effect.source}, id {effect.event_id})"
+        )
     return f"job finished: {getattr(effect, 'status', '?')}"
 
 

@@ -96,7 +96,9 @@ class Output:
     The engine sends every output to the partition its input came from: every
     lemongraph topic has the inbox's partition count, so a job's records share
     one partition number everywhere (its order kept, compaction per key intact),
-    and no partitioner runs per record. A forwarded inbox record (and a dead
+    and no partitioner runs per record. The one exception is a remembered
+    fact, which goes to its subject's partition of ``memory-facts``
+    (docs/memory.md). A forwarded inbox record (and a dead
     letter) carries headers, and a forward keeps its original's timestamp."""
 
     topic: str

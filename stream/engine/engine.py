@@ -179,7 +179,7 @@ class Engine:
         #: partition → the last inbox offset seen since partitions were assigned
         self._seen: dict[int, int] = {}
         #: The jobs' adapter (stream/engine/jobs.py), with its cache of states.
-        self.jobs = Jobs(topics, registry, load, cache_size)
+        self.jobs = Jobs(topics, registry, load, cache_size, self._homes)
         #: The schedules' adapter (stream/engine/schedules.py); None: their
         #: topics are not read
         self.schedules = schedules

@@ -1,13 +1,15 @@
 """The jobs' adapter of the engine (stream/engine/engine.py): an inbox record
 (``job.start`` or an event) or a tick becomes an input of the pure core
 (``JobGraph.next``, compiler/), and its step becomes the records to produce — a
-decision, the tasks it opened or closed, and once per batch each changed job's
-snapshot — and the state to store (``Batch.states``). The engine decides where
-a record is decided (its home partition), when a timer fires (the due-time
-index, stream/engine/due.py) and what is dead-lettered; this module reads a
-job's state (the batch's own first, then a cache of recently stored ones, then
-the table) and decides it. Everything that can fail happens before the batch is
-touched, so a failure leaves nothing of a record behind (docs/operations.md).
+decision, the tasks it opened or closed, the fact it remembered (to
+``memory-facts``, on its subject's partition: docs/memory.md), and once per
+batch each changed job's snapshot — and the state to store (``Batch.states``).
+The engine decides where a record is decided (its home partition), when a
+timer fires (the due-time index, stream/engine/due.py) and what is
+dead-lettered; this module reads a job's state (the batch's own first, then a
+cache of recently stored ones, then the table) and decides it. Everything that
+can fail happens before the batch is touched, so a failure leaves nothing of a
+record behind (docs/operations.md).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import orjson
 
 from compiler import (
     Event,
+    FactRemembered,
     JobGraph,
     JobState,
     Start,
@@ -35,10 +38,12 @@ from stream.engine.registry import Registry
 from stream.engine.store import NOTHING_APPLIED, Applied, Stored, decode_stored, next_due_ms
 from stream.engine.timers import JOBS
 from stream.runtime.errors import StorageError
+from stream.runtime.partitions import Homes
 from topics import InboxEvent, JobStart, Topics, event_id
 from topics.build import (
     decision_record,
     job_snapshot,
+    memory_fact_record,
     record_origin,
     task_closed_record,
     task_opened_record,
@@ -70,7 +75,9 @@ def snapshot_of(graph: JobGraph, state: JobState) -> dict[str, Any]:
 
 class Jobs:
     """The jobs of the partitions the engine owns: see the module's docstring.
-    ``load`` reads a stored job (bytes) by key and partition from the table."""
+    ``load`` reads a stored job (bytes) by key and partition from the table;
+    ``homes`` says which partition a key lives on (a remembered fact goes to
+    its subject's, on ``memory-facts``)."""
 
     def __init__(
         self,
@@ -78,6 +85,7 @@ class Jobs:
         registry: Registry,
         load: Callable[[str, int], bytes | None],
         cache_size: int,
+        homes: Homes,
     ) -> None:
         # The names read for every output (a Topics property formats its name
         # on each read).
@@ -85,6 +93,8 @@ class Jobs:
         self._decisions_topic = topics.decisions
         self._tasks_topic = topics.tasks
         self._jobs_topic = topics.jobs
+        self._memory_facts_topic = topics.memory_facts
+        self._homes = homes
         self.registry = registry
         self.load = load
         # Recently stored jobs, decoded: a job that just had an event is likely to
@@ -253,6 +263,16 @@ class Jobs:
                 task = task_opened_record(data, state.playbook_key, state.subject, state.contacts)
             elif isinstance(effect, TaskClosed):
                 task = task_closed_record(data)
+            elif isinstance(effect, FactRemembered):
+                # Keyed by the subject, on the subject's partition (murmur2, as
+                # Kafka's default partitioner): one subject's facts are one
+                # partition's, in order, for the memory processor (docs/memory.md).
+                subject = effect.subject.encode()
+                fact = _dumps(memory_fact_record(data))
+                encoded.append(
+                    Output(self._memory_facts_topic, subject, fact, self._homes.of(subject))
+                )
+                continue
             else:
                 continue
             encoded.append(Output(self._tasks_topic, ref[1].encode(), _dumps(task), ref[0]))

@@ -23,8 +23,10 @@ from pydantic import BaseModel
 from topics import (
     DecisionRecord,
     EventInput,
+    FactRememberedEffect,
     JobFinishedEffect,
     JobSnapshot,
+    MemoryFact,
     MilestoneSnapshot,
     MilestoneStatus,
     RecordOrigin,
@@ -173,6 +175,32 @@ def test_task_closed(task_id: str, job: str, milestone: str, at: str, outcome: T
 @given(texts, st.sampled_from(["done", "failed"]), instants)
 def test_job_finished(job: str, status: str, at: str) -> None:
     agrees(JobFinishedEffect, build.job_finished(job, status, at))
+
+
+@SETTINGS
+@given(
+    texts,
+    texts,
+    scalars,
+    st.none() | objects,
+    st.sampled_from(["world", "tool"]),
+    texts,
+    texts,
+    instants,
+)
+def test_fact_remembered(
+    subject: str,
+    name: str,
+    value: Any,
+    properties: dict[str, Any] | None,
+    source: str,
+    event_id: str,
+    job: str,
+    at: str,
+) -> None:
+    effect = build.fact_remembered(subject, name, value, properties, source, event_id, job, at)
+    agrees(FactRememberedEffect, effect)
+    agrees(MemoryFact, build.memory_fact_record(effect))
 
 
 @SETTINGS

@@ -116,6 +116,7 @@ def test_the_dev_loop_of_the_readme_closes_offline(tmp_path: Path) -> None:
         dev.wait_for(": ready (group", timeout=90)
         dev.wait_for("agents: ready", timeout=90)
         dev.wait_for("mail: ready", timeout=90)
+        dev.wait_for("memory: reading", timeout=90)  # the memory processor (docs/memory.md)
         said = "".join(dev.lines)
         assert "agents: demo tools at" in said
         assert "mail: outbound mail is caught at smtp://" in said
