@@ -99,6 +99,8 @@ class ServiceHooks:
         #: The topics whose partitions are the service's (``tasks``, ``messages``).
         self.ours = ours
         self.say = say
+        #: The last status line said.
+        self.said = ""
 
     async def send(
         self,
@@ -186,9 +188,14 @@ class ServiceHooks:
         await self.service.tick()
 
     async def status(self) -> None:
+        """The status line, when it changed since the last one (quiet when idle:
+        docs/operations.md, "Metrics")."""
         s = self.service.stats
         ended = ", ".join(f"{k} {v}" for k, v in sorted(s.ended.items())) or "none"
-        self.say(f"agents: {s.records} task records, {s.runs} runs (ended: {ended})")
+        line = f"agents: {s.records} task records, {s.runs} runs (ended: {ended})"
+        if line != self.said:
+            self.said = line
+            self.say(line)
 
 
 def _header_list(headers: Any) -> Headers:

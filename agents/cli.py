@@ -15,10 +15,15 @@ from stream.runtime.broker import cluster_id, ensure_all_topics, is_tansu
 from stream.runtime.command import env_settings, require_kafka, say
 from stream.runtime.errors import ConfigError, ExitCode
 from stream.runtime.kafka import bootstrap_of, run
+from stream.runtime.metrics import MAILS, serve_metrics
 from topics import Topics
 from topics.mail import MailSettings
 
-__all__ = ["agents", "mail_ingress"]
+__all__ = ["DEV_CHILD", "agents", "mail_ingress"]
+
+#: Set to 1 in the environment of the processes ``lemongraph dev`` starts
+#: (agents/dev/parts.py): what dev printed already, they do not print again.
+DEV_CHILD = "LEMONGRAPH_DEV_CHILD"
 
 
 @click.command()
@@ -56,8 +61,9 @@ def agents(loglevel: str) -> None:
     catalog = load_catalog_file(settings.catalog_file)
     names = run(ensure_all_topics(settings))
     cluster = run(cluster_id(bootstrap_of(settings.kafka_url or ""), settings.kafka_security))
-    say(f"topics: {len(names)} ready under prefix {settings.topic_prefix!r}")
-    say(f"agents: model {model.model} at {model.base_url or 'OpenAI'} ({model.api} API)")
+    if os.environ.get(DEV_CHILD) != "1":  # under dev, dev said both already
+        say(f"topics: {len(names)} ready under prefix {settings.topic_prefix!r}")
+        say(f"agents: model {model.model} at {model.base_url or 'OpenAI'} ({model.api} API)")
     app, service = build_service(
         settings,
         catalog,
@@ -69,6 +75,7 @@ def agents(loglevel: str) -> None:
         tansu=is_tansu(cluster),
         say=say,
     )
+    metrics = serve_metrics("agents", settings.metrics_port, settings.metrics_host, say)
     worker = faust.Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
     worker.spinner = None
     try:
@@ -76,6 +83,9 @@ def agents(loglevel: str) -> None:
     except SystemExit as exc:
         say(f"agents: stopped; {service.stats.records} task records, {service.stats.runs} runs")
         sys.exit(exc.code if isinstance(exc.code, int) else ExitCode.OK)
+    finally:
+        if metrics is not None:
+            metrics.stop()
 
 
 def _at_least_one(env: dict[str, str], name: str, default: int) -> int:
@@ -130,6 +140,8 @@ def mail_ingress(port: int | None, host: str) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop)
         channel = MailChannel(settings, mail, say)
+        MAILS.sources.append(channel.counts.copy)  # read at each scrape
+        metrics = serve_metrics("mail-ingress", settings.metrics_port, settings.metrics_host, say)
         try:
             await channel.run(stopping, host)
         except OSError as exc:
@@ -137,6 +149,9 @@ def mail_ingress(port: int | None, host: str) -> None:
                 f"mail-ingress: cannot listen on {host}:{mail.ingress_port} ({exc.strerror}); "
                 "set --port or LEMONGRAPH_MAIL_INGRESS_PORT"
             ) from None
+        finally:
+            if metrics is not None:
+                metrics.stop()
         say(f"mail: stopped ({', '.join(f'{k} {v}' for k, v in channel.counts.items())})")
 
     run(go())

@@ -40,6 +40,7 @@ from compiler import from_iso, to_iso
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from stream.runtime.config import Settings
 from stream.runtime.kafka import bootstrap_of, read_topic
+from stream.runtime.metrics import count_journal
 from topics import (
     DeadLetter,
     Headers,
@@ -446,6 +447,7 @@ class AgentService:
             topic = "journal"
         value = encode(record.compact() if isinstance(record, InboxEvent) else record)
         await self.produce(self.topics.name(topic), key.encode(), value)
+        count_journal(record)  # model and tool calls: docs/operations.md, "Metrics"
 
     def _not_a_contact(self, record: MessageRecord) -> bool:
         """An outbound email whose address is not a contact of its job (whoever

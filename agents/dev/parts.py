@@ -91,6 +91,10 @@ class DevAgents:
             LEMONGRAPH_TOPIC_PREFIX=settings.topic_prefix,
             LEMONGRAPH_PARTITIONS=str(settings.partitions),
             LEMONGRAPH_PLAYBOOKS_DIR=str(settings.playbooks_dir),
+            LEMONGRAPH_DEV_CHILD="1",  # dev said the topics and the model: not again
+            # Each child serves its metrics on a free port and says where.
+            LEMONGRAPH_METRICS_PORT="0" if settings.metrics_port is not None else "",
+            LEMONGRAPH_METRICS_HOST=settings.metrics_host,
         )
         self.start_model(env, settings.playbooks_dir / "flows")
         unset = [name for name in TOOL_URLS if not env.get(name)]

@@ -72,7 +72,9 @@ def dev(broker_port: int, loglevel: str) -> None:
     from stream.engine.worker import prepare, run_worker
     from stream.gateway import GatewayThread, addresses, mint_token, new_secret
 
-    settings = env_settings()
+    # Every process of dev serves its metrics on a free port, each saying where
+    # (`metrics: <process> URL`; docs/operations.md, "Metrics").
+    settings = dataclasses.replace(env_settings(), metrics_port=0)
     say(native())
     parts: list[DevPart] = [point.load()(say) for point in entry_points(group=DEV_PARTS)]
     _check_dev_ports(settings, broker_port, parts)

@@ -24,7 +24,7 @@ from stream.engine.engine import Engine
 from stream.engine.registry import Registry
 from stream.engine.schedules import Schedules
 from stream.engine.table import JobTable
-from stream.engine.timers import INDEX_MARK
+from stream.engine.timers import DUE_PREFIX, INDEX_MARK
 from stream.runtime.config import Settings
 from stream.runtime.errors import ExitCode
 from stream.runtime.faust_tuning import (
@@ -36,6 +36,14 @@ from stream.runtime.faust_tuning import (
 )
 from stream.runtime.fetch import BatchApp, BatchConsumer, StopWorker
 from stream.runtime.kafka import bootstrap_of
+from stream.runtime.metrics import (
+    CONSUMER_LAG,
+    DEADLETTERS,
+    DECISION_SECONDS,
+    DECISIONS,
+    SCHEDULE_RUNS,
+    TIMERS_PENDING,
+)
 from stream.runtime.produce import Produced, produce_batches
 from stream.runtime.resets import ClusterWatch, find_resets
 from topics import TickRecord, Topics, encode
@@ -209,6 +217,7 @@ class Worker:
         self.handled = 0
         app.on_partitions_assigned.connect(self.on_partitions_assigned)
         app.consume_in_batches(source, self.on_batch, BATCH_MAX)
+        CONSUMER_LAG.add(self.lag)
         if ticker:
             self.ticks = app.topic(
                 topics.ticks, partitions=settings.partitions, key_type=bytes, value_type=bytes
@@ -253,7 +262,29 @@ class Worker:
                     last_keys[partition],
                 )
                 await self.index_partition(partition)
+        await self.count_timers(mine)
         log.info("partitions assigned: %s", ", ".join(map(str, sorted(mine))) or "none")
+
+    async def count_timers(self, partitions: Iterable[int]) -> None:
+        """Set ``lemongraph_timers_pending`` to the index rows of ``partitions``
+        (then each batch moves it by the rows it adds and deletes): read at each
+        assignment, a part at a time like the indexing, about 1 s per 1,000,000
+        timers on a 2-core machine."""
+        total = 0
+        for partition in partitions:
+            rows = self.table.scan(partition, DUE_PREFIX, DUE_PREFIX[:-1] + "0")
+            while True:
+                counted = sum(1 for _ in itertools.islice(rows, INDEX_PART))
+                total += counted
+                if counted < INDEX_PART:
+                    break
+                await asyncio.sleep(0)
+        TIMERS_PENDING.set(total)
+
+    def lag(self) -> dict[tuple[str, int], int]:
+        """The consumer lag of this worker's partitions (``lemongraph_consumer_lag``)."""
+        consumer = self.app.consumer
+        return consumer.lag() if isinstance(consumer, BatchConsumer) else {}
 
     async def check_logs(self, partitions: Iterable[int]) -> None:
         """Stop the worker (nothing of the batch acknowledged) when the inbox log
@@ -399,6 +430,7 @@ class Worker:
         stats.seconds["produce"] += acked - decided
         stats.seconds["store"] += ended - acked
         stats.count(len(records), batch)
+        count_batch(batch, time.time_ns() // 1_000_000 - round((ended - acked) * 1000))
 
     # -- the ticker -------------------------------------------------------------------
 
@@ -410,6 +442,22 @@ class Worker:
             record = TickRecord(partition=partition, at=at)
             await self.ticks.send(key=b"tick", value=encode(record), partition=partition)
         self.stats.ticks_sent += settings.partitions
+
+
+def count_batch(batch: Batch, acked_ms: int) -> None:
+    """Hand a stored batch's tallies to the worker's metrics, once per batch
+    (docs/operations.md, "Metrics"); ``acked_ms``: when its outputs were
+    acknowledged, the decisions' instant for ``lemongraph_decision_seconds``."""
+    for (playbook, outcome), n in batch.tally.items():
+        DECISIONS.labels(playbook, outcome).inc(n)
+    for (topic, reason), n in batch.dead.items():
+        DEADLETTERS.labels(topic, reason).inc(n)
+    for status, n in batch.runs.items():
+        SCHEDULE_RUNS.labels(status).inc(n)
+    if batch.stamps:
+        DECISION_SECONDS.observe_since(acked_ms, batch.stamps)
+    if batch.timers_delta:
+        TIMERS_PENDING.inc(batch.timers_delta)
 
 
 def _headers(headers: Any) -> list[tuple[str, bytes]]:

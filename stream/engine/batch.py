@@ -201,6 +201,27 @@ class Batch:
     #: this batch is stored (see ``DueIndex.settle``, stream/engine/due.py)
     floors: dict[tuple[int, str], int] = field(default_factory=dict)
 
+    # What the worker's metrics count of this batch, handed over once it is
+    # stored (stream/runtime/metrics; docs/operations.md, "Metrics"): per batch,
+    # so that a record's cost does not grow with them.
+    #: (playbook key, outcome) → job decisions (outcome: applied, refused, duplicate)
+    tally: dict[tuple[str, str], int] = field(default_factory=dict)
+    #: the timestamps (ms) of the inbox records decided
+    stamps: list[int] = field(default_factory=list)
+    #: (topic read, reason code) → records dead-lettered
+    dead: dict[tuple[str, str], int] = field(default_factory=dict)
+    #: run status → schedule run records written
+    runs: dict[str, int] = field(default_factory=dict)
+    #: index rows added less rows deleted by ``writes`` (the pending timers' change)
+    timers_delta: int = 0
+
+    def decided(self, playbook: str, outcome: str, record: Record, inbox: bool) -> None:
+        """Count a job's decision on ``record`` (an inbox record when ``inbox``)."""
+        where = (playbook, outcome)
+        self.tally[where] = self.tally.get(where, 0) + 1
+        if inbox:
+            self.stamps.append(record.timestamp_ms)
+
     def writes(self) -> list[tuple[str, int, bytes | None]]:
         """The table rows to write, (key, partition, bytes or None to delete),
         in an order that any prefix of keeps the due-time index complete
@@ -232,6 +253,10 @@ class Batch:
             for (p, kind, name), (was, _now) in moved
             if was is not None
         )
+        # A row put where there was none, or deleted with none put back.
+        self.timers_delta = sum(
+            (was is None) - (now is None) for _where, (was, now) in moved
+        ) - len(self.stale)
         out.extend(
             (watermark_key(p), p, Mark.of(record, self.cluster).encode())
             for p, record in sorted(self.watermarks.items())

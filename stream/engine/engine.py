@@ -321,7 +321,7 @@ class Engine:
                     # Nothing of this record reached the batch (see jobs.Jobs.decided):
                     # it is dead-lettered and the batch goes on.
                     log.warning("inbox %d@%d: %s", record.partition, record.offset, _why(exc))
-                    self.dead(record, f"could not be decided: {_why(exc)}", batch)
+                    self.dead(record, f"could not be decided: {_why(exc)}", batch, "undecidable")
             elif record.topic == ticks:
                 self._tick(record, batch)
             elif record.topic in self._schedule_topics and self.schedules is not None:
@@ -333,9 +333,9 @@ class Engine:
                     log.warning(
                         "%s %d@%d: %s", record.topic, record.partition, record.offset, _why(exc)
                     )
-                    self.dead(record, f"could not be decided: {_why(exc)}", batch)
+                    self.dead(record, f"could not be decided: {_why(exc)}", batch, "undecidable")
             else:
-                self.dead(record, f"unexpected topic {record.topic!r}", batch)
+                self.dead(record, f"unexpected topic {record.topic!r}", batch, "unexpected_topic")
         self.jobs.snapshots(batch)
         return batch
 
@@ -378,7 +378,7 @@ class Engine:
     def _inbox(self, record: Record, batch: Batch) -> None:
         if record.key is None:
             reason = "no record key: an inbox record's key must be its job key"
-            self.dead(record, reason, batch)
+            self.dead(record, reason, batch, "no_key")
             return
         home = self.home(record.key)
         if home != record.partition:
@@ -389,11 +389,12 @@ class Engine:
             message = decode_inbox(record.value, record.key)
             now_ms, bound = self.clock(record.timestamp_ms)
         except RecordError as exc:
-            self.dead(record, exc.reason, batch)
+            self.dead(record, exc.reason, batch, "invalid_record")
             return
         if isinstance(message, ScheduleWake):
             if self.schedules is None:
-                self.dead(record, "schedule.wake: this engine runs no schedules", batch)
+                why = "schedule.wake: this engine runs no schedules"
+                self.dead(record, why, batch, "no_schedules")
             else:
                 self._wake(self.schedules, record, origin, message, batch)
             return
@@ -422,14 +423,14 @@ class Engine:
         """Send an inbox record on to its home partition, unless it could not
         be decided there either."""
         if record.value is None:
-            self.dead(record, "empty record (no value)", batch)  # as at home
+            self.dead(record, "empty record (no value)", batch, "invalid_record")  # as at home
             return
         size = len(record.value) + len(record.key or b"")
         size += sum(len(n) + len(v) for n, v in record.headers)
         if size > MAX_RECORD_BYTES:
             # Refused at home anyway; a copy could be larger than the broker takes.
             reason = f"record of {size:,} bytes is larger than the limit of {MAX_RECORD_BYTES:,}"
-            self.dead(record, reason, batch)
+            self.dead(record, reason, batch, "too_large")
             return
         self.forward(record, home, batch)
 
@@ -469,7 +470,7 @@ class Engine:
             tick = TickRecord.model_validate_json(record.value or b"")
             now = from_iso(tick.at)
         except ValueError as exc:
-            self.dead(record, f"invalid tick: {exc}", batch)
+            self.dead(record, f"invalid tick: {exc}", batch, "invalid_tick")
             return
         now_ms = int(now.timestamp() * 1000)
         limit = self.wall_ms() + self.max_skew_ms
@@ -478,7 +479,7 @@ class Engine:
                 f"tick at {tick.at} is ahead of this worker's clock by more than the allowed "
                 f"skew ({self.max_skew_ms / 1000:g}s, LEMONGRAPH_MAX_CLOCK_SKEW)"
             )
-            self.dead(record, reason, batch)
+            self.dead(record, reason, batch, "tick_ahead")
             return
         self._fire(record, JOBS, now, now_ms, self.tick_budget, 0, batch)
         schedules = self.schedules
@@ -535,7 +536,10 @@ class Engine:
                 why = _why(exc)
                 where = (record.partition, record.offset)
                 log.error("tick %d@%d, %s %r: %s", *where, noun, label, why)
-                self.dead(record, f"deciding {noun} {name!r} on this tick failed: {why}", batch)
+                self.dead(
+                    record, f"deciding {noun} {name!r} on this tick failed: {why}", batch,
+                    "timer_failed",
+                )  # fmt: skip
         index.settle(partition, kind, now_ms, candidates, batch)
 
     def _fire_one(
@@ -556,7 +560,7 @@ class Engine:
             self.held.due(partition, name, batch)
             if self.index.fires(partition, kind, name, due, from_table, batch):
                 for wake, _origin in self.held.take(partition, name, batch):
-                    self.dead(wake, expired(name), batch)
+                    self.dead(wake, expired(name), batch, "wake_expired")
             return True
         if kind == SCHEDULES and schedules is not None:
             schedules.state(partition, name, batch, self._load)  # its due time as stored
@@ -588,13 +592,15 @@ class Engine:
             return
         batch.marks[where] = b"%d" % record.offset
         if record.key is None:
-            self.dead(record, f"no record key: a {short} record's key is its schedule id", batch)
+            self.dead(
+                record, f"no record key: a {short} record's key is its schedule id", batch, "no_key"
+            )
             return
         home = self.home(record.key)
         try:
             reading = schedules.read(record, home, self.clock)
         except RecordError as exc:
-            self.dead(record, exc.reason, batch)
+            self.dead(record, exc.reason, batch, "invalid_record")
             return
         if isinstance(reading, Forward):
             self.forward(record, home, batch)
@@ -613,7 +619,7 @@ class Engine:
         try:
             now_ms, _bound = self.clock(record.timestamp_ms)
         except RecordError as exc:
-            self.dead(record, exc.reason, batch)
+            self.dead(record, exc.reason, batch, "invalid_record")
             return
         partition = record.partition
         if schedules.state(partition, message.schedule_id, batch, self._load) is None:
@@ -621,7 +627,7 @@ class Engine:
             request = schedules.request(message, origin)
             why = self.held.hold(message.schedule_id, (record, origin), request, now_ms, batch)
             if why is not None:
-                self.dead(record, why, batch)
+                self.dead(record, why, batch, "wake_refused")
             return
         self._step_wake(schedules, partition, message, origin, _instant(now_ms), batch)
 
@@ -638,6 +644,7 @@ class Engine:
         reading = schedules.wake(message, origin, partition, now)
         if isinstance(reading, Output):
             batch.outputs.append(reading)  # switched off: a skipped run
+            batch.runs["skipped"] = batch.runs.get("skipped", 0) + 1
             return
         self._decide_schedule(schedules, partition, reading, batch)
 
@@ -653,7 +660,7 @@ class Engine:
                 raise
             except Exception as exc:  # nothing of this wake reached the batch
                 log.warning("held wake %d@%d: %s", record.partition, record.offset, _why(exc))
-                self.dead(record, f"could not be decided: {_why(exc)}", batch)
+                self.dead(record, f"could not be decided: {_why(exc)}", batch, "undecidable")
 
     def _decide_schedule(
         self, schedules: Schedules, partition: int, decide: Decide, batch: Batch
@@ -664,7 +671,7 @@ class Engine:
         stepped = schedules.step(before, partition, decide, self.home)
         if stepped is None:
             return
-        raw, due, outputs = stepped
+        raw, due, outputs, statuses = stepped
         where = (partition, SCHEDULES, schedule_id)
         known = batch.timers.get(where)
         # -- nothing below can fail --
@@ -672,15 +679,19 @@ class Engine:
         batch.timers[where] = (known[0] if known is not None else None, due)
         self.index.unpark(partition, SCHEDULES, schedule_id)
         batch.outputs.extend(outputs)
+        for status in statuses:
+            batch.runs[status] = batch.runs.get(status, 0) + 1
         batch.decisions += 1
         if before is None and isinstance(decide.item, Define):
             self._release(schedules, partition, decide, batch)
 
     # -- dead letters -----------------------------------------------------------------
 
-    def dead(self, record: Record, reason: str, batch: Batch) -> None:
+    def dead(self, record: Record, reason: str, batch: Batch, code: str) -> None:
         """Dead-letter ``record`` with ``reason``: its key, value and headers
-        to the dead-letter topic, at the partition it came from."""
+        to the dead-letter topic, at the partition it came from. ``code`` is the
+        reason's code of a fixed set, what the metrics count it under
+        (``stream.runtime.metrics.DEADLETTER_REASONS``)."""
         letter = DeadLetter.of(
             record.topic,
             record.partition,
@@ -697,6 +708,8 @@ class Engine:
             (DEADLETTER_FORWARDED_FROM, v) for n, v in record.headers if n == FORWARDED_FROM_HEADER
         ]
         batch.deadletters += 1
+        where = (record.topic, code)
+        batch.dead[where] = batch.dead.get(where, 0) + 1
         batch.outputs.append(
             Output(
                 self._deadletter_topic,

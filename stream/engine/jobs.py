@@ -250,10 +250,12 @@ class Jobs:
         where = (ref[0], JOBS, ref[1])
         if step.noop:
             return True
+        inbox = record.topic == self._inbox_topic
         if step.duplicate:
             # A retried idempotency key: applied once already, so no decision and
             # no write (a re-delivery of this retry is a duplicate again).
             batch.duplicates += 1
+            batch.decided(graph.playbook.key, "duplicate", record, inbox)
             return False
         body = self.decision_body(record, origin, ref[1], graph, before, step, clock)
         encoded = [Output(self._decisions_topic, ref[1].encode(), _dumps(body), ref[0])]
@@ -279,7 +281,6 @@ class Jobs:
         due = next_due_ms(state) if state is not None else None
         # -- nothing below can fail --
         if state is not None:
-            inbox = record.topic == self._inbox_topic
             batch.states[ref] = (applied.after(origin[0], origin[1]) if inbox else applied, state)
             batch.changed.add(ref)
             known = batch.timers.get(where)
@@ -287,6 +288,7 @@ class Jobs:
         if clock is not None:
             batch.bounded += 1
         batch.decisions += 1
+        batch.decided(graph.playbook.key, "applied", record, inbox)
         batch.outputs.extend(encoded)
         return state is not None
 
@@ -335,6 +337,10 @@ class Jobs:
             # second decision.
             batch.states[ref] = (applied.after(origin[0], origin[1]), state)
         batch.decisions += 1
+        # A playbook a job runs (registered when it started), never a key an
+        # input named that is not registered: labels stay bounded.
+        playbook = state.playbook_key if state is not None else ""
+        batch.decided(playbook, "refused", record, record.topic == self._inbox_topic)
         batch.outputs.append(output)
 
 

@@ -174,8 +174,9 @@ class Forward:
 FORWARD = Forward()
 
 #: A schedule's decision, for the engine to add to its batch: (its state row,
-#: None to delete it; its due time; the records to produce).
-Stepped = tuple[bytes | None, int | None, list[Output]]
+#: None to delete it; its due time; the records to produce; the statuses of the
+#: run records among them, which the worker's metrics count).
+Stepped = tuple[bytes | None, int | None, list[Output], list[str]]
 
 #: Reads a row of the engine's table: ``load(key, partition)``.
 Load = Callable[[str, int], bytes | None]
@@ -368,7 +369,8 @@ class Schedules:
         _fits(schedule_key(schedule_id), raw, outputs)
         if any(isinstance(effect, Dispatch) for effect in step.effects):
             self.fired += 1
-        return raw, due, outputs
+        statuses = [str(e.run["status"]) for e in step.effects if isinstance(e, RunRecorded)]
+        return raw, due, outputs, statuses
 
     # -- effects → records ----------------------------------------------------------------
 

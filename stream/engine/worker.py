@@ -22,6 +22,7 @@ from stream.runtime.errors import ExitCode
 from stream.runtime.fetch import exit_now
 from stream.runtime.files import load_playbooks_dir, load_schedules_file, schedules_file
 from stream.runtime.kafka import bootstrap_of, producer, read_topic, run
+from stream.runtime.metrics import DEADLETTERS, serve_metrics
 from stream.runtime.partitions import home_partition
 from topics import (
     AuditRecord,
@@ -73,6 +74,7 @@ async def prepare_registry(
                 record.timestamp_ms,
             )
             dead.append((record.key, record.value, letter.headers(record.headers)))
+            DEADLETTERS.labels(record.topic, "invalid_playbook").inc()
     published = 0
     async with producer(bootstrap) as client:
         for playbook in found.by_key.values():
@@ -215,18 +217,25 @@ def run_worker(
         )
 
     if status_every > 0:
+        said: list[str] = []
 
         @app.timer(status_every)  # type: ignore[untyped-decorator]
         async def status() -> None:
-            say(
+            line = (
                 f"worker: {stats.records} records, {stats.decisions} decisions, "
                 f"{stats.forwarded} forwarded to their home partition, "
                 f"{stats.bounded} at a bounded clock, "
                 f"{stats.deadletters} dead-lettered, {stats.skipped} re-deliveries and "
                 f"{stats.duplicates} retried keys ignored"
             )
+            # Quiet when idle (docs/operations.md, "Metrics"): a line only when
+            # something but the ticks' records changed; the metrics say the rest.
+            if said[-1:] != [line.split(", ", 1)[1]]:
+                said[:] = [line.split(", ", 1)[1]]
+                say(line)
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    metrics = serve_metrics("worker", settings.metrics_port, settings.metrics_host, say)
     worker = _Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
     worker.tell = say  # type: ignore[attr-defined]
     worker.spinner = None  # its terminal escapes would garble the status lines
@@ -246,6 +255,9 @@ def run_worker(
             f"{stats.ticks_sent} ticks sent"
         )
         return code
+    finally:
+        if metrics is not None:
+            metrics.stop()
 
 
 #: Seconds a worker has to stop cleanly after SIGTERM or SIGINT. Faust's own

@@ -10,6 +10,7 @@ from fastapi import FastAPI
 from stream.gateway import docs
 from stream.gateway.errors import install_handlers
 from stream.gateway.guard import GuardMiddleware
+from stream.gateway.metering import RequestMetrics
 from stream.gateway.readmodels.memory import SubjectModel
 from stream.gateway.readmodels.reply_lookup import ReplyTokens
 from stream.gateway.readmodels.schedules import ScheduleModel
@@ -68,6 +69,8 @@ def build_api(gateway: Gateway) -> FastAPI:
     )
     install_handlers(app)
     app.add_middleware(GuardMiddleware, guard=gateway.guard)
+    # Outermost: the guard's refusals are counted too (docs/operations.md, "Metrics").
+    app.add_middleware(RequestMetrics, routes=app.router.routes)
     if gateway.schedules is None:
         gateway.schedules = ScheduleModel(gateway.model.topics)
     # A run whose input the core refused reads refused (stream/gateway/readmodels/run_verdicts.py).

@@ -39,6 +39,7 @@ from stream.runtime.config import Settings
 from stream.runtime.errors import GatewayStartError
 from stream.runtime.files import load_playbooks_dir
 from stream.runtime.kafka import bootstrap_of, client_kwargs, compression_type
+from stream.runtime.metrics import TASKS_OPEN, MetricsServer, serve_metrics
 from topics import Topics
 from topics.mail import MailSettings
 
@@ -224,7 +225,10 @@ async def serve(
         gateway.subjects.follow(bootstrap, settings.kafka_security, gateway.stopping, say)
     )
     running = [asyncio.create_task(s.serve()) for s in servers]
+    TASKS_OPEN.set_function(model.open_task_count)
+    metrics: MetricsServer | None = None
     try:
+        metrics = serve_metrics("gateway", settings.metrics_port, settings.metrics_host, say)
         while not all(s.started for s in servers):
             if any(t.done() for t in running):
                 failed = next(t for t in running if t.done())
@@ -242,6 +246,8 @@ async def serve(
         await asyncio.gather(*running, return_exceptions=True)
         await asyncio.gather(follower, schedules, subjects, return_exceptions=True)
         await producer.stop()
+        if metrics is not None:
+            metrics.stop()
         refused = ", ".join(f"{n}×{s}" for s, n in sorted(guard.refused.items())) or "none"
         say(f"gateway: stopped; {gateway.accepted_writes} writes accepted; refused: {refused}")
 

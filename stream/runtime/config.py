@@ -215,6 +215,11 @@ class Settings:
     schedules_enabled: bool = True
     #: RocksDB's memory in a worker (LEMONGRAPH_ROCKSDB_*; docs/operations.md, "Memory").
     rocksdb: RocksDBMemory = field(default_factory=RocksDBMemory)
+    #: Where this process serves its Prometheus metrics (docs/operations.md,
+    #: "Metrics"): LEMONGRAPH_METRICS_PORT (None: not served; 0: a free port) on
+    #: LEMONGRAPH_METRICS_HOST.
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
 
     @property
     def catalog_file(self) -> Path:
@@ -271,4 +276,14 @@ class Settings:
             else None,
             schedules_enabled=_flag(env, "LEMONGRAPH_SCHEDULES_ENABLED", True),
             rocksdb=RocksDBMemory.from_env(env),
+            metrics_port=_metrics_port(env),
+            metrics_host=env.get("LEMONGRAPH_METRICS_HOST", "").strip() or "127.0.0.1",
         )
+
+
+def _metrics_port(env: dict[str, str]) -> int | None:
+    """LEMONGRAPH_METRICS_PORT: unset or empty, no metrics are served (a port
+    is opened only when an operator asks for one: docs/operations.md, "Metrics")."""
+    if not env.get("LEMONGRAPH_METRICS_PORT", "").strip():
+        return None
+    return _int(env, "LEMONGRAPH_METRICS_PORT", 0, low=0, high=65535)

@@ -24,6 +24,7 @@ pins them (the RocksDB options: tests/stream/engine/test_rocksdb_memory.py).
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -111,7 +112,30 @@ def common_settings(
         # Tansu reports the end offset of a partition as the base offset of its
         # last batch + 1, which trips Faust's recovery consistency check.
         options["recovery_consistency_check"] = False
+    quiet_sensorless_rebalances()
     return options
+
+
+class _SensorlessRebalance(logging.Filter):
+    """Drops Faust's ``Missing sensor state for rebalance #N`` (and ``... rebalance
+    end #N``). Not actionable: Faust's app asks its sensors for a state at every
+    rebalance and warns when the answer is empty, which it always is for an app
+    with no sensors installed, as ours (our metrics are lemongraph's own,
+    docs/operations.md "Metrics", not Faust's per-message sensor hooks, which
+    would cost the worker's batches a call per record). Every start printed it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Missing sensor state for rebalance" not in str(record.msg)
+
+
+_SENSORLESS = _SensorlessRebalance()
+
+
+def quiet_sensorless_rebalances() -> None:
+    """Install :class:`_SensorlessRebalance` on Faust's app logger (once)."""
+    logger = logging.getLogger("faust.app.base")
+    if _SENSORLESS not in logger.filters:
+        logger.addFilter(_SENSORLESS)
 
 
 _ORIGINAL = faust_aiokafka.AIOKafkaConsumerThread._create_worker_consumer

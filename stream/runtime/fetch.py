@@ -82,6 +82,29 @@ class BatchConsumer(faust_aiokafka.Consumer):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.rewound = {}
+        #: TP → the last offset read and handled: copied from Faust's read
+        #: offsets once a fetch's batches are all handled (``lag``).
+        self.handled: dict[Any, int | None] = {}
+
+    def lag(self) -> dict[tuple[str, int], int]:
+        """(topic, partition) → records of an assigned partition of the batch
+        topics not handled yet: its end as last fetched, less the next offset
+        to handle (docs/operations.md, "Metrics"). A partition not fetched yet
+        is left out. Read from the metrics server's thread: it only reads."""
+        found: dict[tuple[str, int], int] = {}
+        for tp in list(self.assignment()):
+            if tp.topic not in self.batch_topics:
+                continue
+            try:
+                # None until a fetch response told it (aiokafka), whatever Faust's type says
+                end: int | None = self.highwater(tp)
+            except Exception:  # noqa: S112 - revoked under us, or not fetched yet
+                continue
+            if end is None:
+                continue
+            last = self.handled.get(tp, self._read_offset.get(tp))
+            found[(tp.topic, tp.partition)] = max(0, end - (last + 1 if last is not None else 0))
+        return found
 
     async def _drain_messages(self, fetcher: Any) -> None:  # pragma: no cover - run by brokers
         # Faust's loop (faust/transport/consumer.py, Consumer._drain_messages),
@@ -119,6 +142,8 @@ class BatchConsumer(faust_aiokafka.Consumer):
                 for start in range(0, len(batch), step):
                     # Shielded: stopping the fetcher must not cut a batch in two.
                     await asyncio.shield(self._deliver(batch[start : start + step]))
+                if batch:
+                    self.handled = dict(read_offset)
                 if self._commit_every is not None and self._n_acked >= self._commit_every:
                     self._n_acked = 0
                     await self.commit()

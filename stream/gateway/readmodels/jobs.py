@@ -149,6 +149,10 @@ class ReadModel(Followed):
         self._starting: set[str] = set()  # keys of jobs with an undecided start
         self.evicted = 0  # jobs evicted from memory
         self.forgotten = 0  # evicted jobs whose summary went too
+        #: Open milestones (each has its open task) per job held, and in all
+        #: (``lemongraph_tasks_open``, docs/operations.md "Metrics").
+        self._open_tasks: dict[str, int] = {}
+        self.tasks_open = 0
         self.trimmed = 0  # records dropped for a job's byte budget
         self._pending_jobs: set[str] = set()  # keys of jobs with pending writes
         self.playbooks = playbooks
@@ -416,7 +420,18 @@ class ReadModel(Followed):
             forgotten, _ = self.gone.popitem(last=False)
             self._drop_gone_size(forgotten)
             self._relist(forgotten)
+            self._count_open(forgotten, 0)
             self.forgotten += 1
+
+    def _count_open(self, key: str, count: int) -> None:
+        """Job ``key`` has ``count`` open tasks now."""
+        self.tasks_open += count - self._open_tasks.pop(key, 0)
+        if count:
+            self._open_tasks[key] = count
+
+    def open_task_count(self) -> int:
+        """The open tasks of every job held, evicted ones' summaries included."""
+        return self.tasks_open
 
     # -- accepted writes -----------------------------------------------------------
 
@@ -606,6 +621,7 @@ class ReadModel(Followed):
         self._take(snapshot.key, "snapshot", held)
         self._add(snapshot.key, "snapshot", size or len(snapshot.model_dump_json()))
         entry.snapshot = snapshot
+        self._count_open(snapshot.key, sum(s == "open" for s in snapshot.milestones.values()))
         entry.in_memory = True
         entry.refused = None
         self._set_start(entry, None)  # and listed under its status

@@ -19,6 +19,7 @@ import pytest
 
 from stream.runtime.broker import free_port
 from tests.lanes import LEMONGRAPH, ROOT, WorkerProcess
+from tests.scrape import Samples, metrics_urls, scrape, value
 
 pytestmark = [pytest.mark.broker, pytest.mark.timeout(240)]
 
@@ -150,6 +151,12 @@ def test_the_dev_loop_of_the_readme_closes_offline(tmp_path: Path) -> None:
             event = {"key": "job-1", "action": "id_uploaded", "idempotency_key": "evt-1"}
             assert client.post("/v1/events", json=event).status_code == 202
             until(lambda: agent_said("bookCall"), "the agent to write about bookCall")
+            # bookCall and selfServe are open now (docs/operations.md, "Metrics").
+            [gateway_metrics] = metrics_urls(dev.lines)["gateway"]
+            until(
+                lambda: value(scrape(gateway_metrics), "lemongraph_tasks_open") >= 2,
+                "the gateway to count bookCall's and selfServe's tasks open",
+            )
             # Ada has an email address: the agent's first words went to her by email,
             # caught by dev's mail catcher, with a signed reply address.
             caught = until(
@@ -194,6 +201,9 @@ def test_the_dev_loop_of_the_readme_closes_offline(tmp_path: Path) -> None:
                 return run if run and run["status"] not in ("pending", "running") else None
 
             beat = until(heartbeat_ended, "the woken heartbeat's end")
+            metered = _metrics_after_the_walk(dev, until)
+            listed = client.get("/v1/jobs", params={"limit": 500}).json()["jobs"]
+            open_listed = sum(s == "open" for j in listed for s in j["milestones"].values())
         # Ctrl-C: everything stops cleanly, and the worker's stop deadline (armed by
         # the signal) does not fire afterwards while dev stops the rest.
         stopped_at = len(dev.lines)
@@ -229,8 +239,53 @@ def test_the_dev_loop_of_the_readme_closes_offline(tmp_path: Path) -> None:
         moved = [t for t in decision["transitions"] if t["to"] == "done"]
         if moved:
             assert decision["input"].get("source") in ("world", "tool"), decision["input"]
+    _check_the_walk_s_metrics(metered, "".join(dev.lines))
+    # The gauge is what the gateway lists: job-1 done, its tasks closed.
+    assert ("lemongraph_tasks_open", ()) in metered["gateway"], metered["gateway"]
+    assert value(metered["gateway"], "lemongraph_tasks_open") == open_listed, open_listed
     by_tool = [d for d in trail if d["input"].get("source") == "tool" and d["transitions"]]
     assert [d["input"]["action"] for d in by_tool] == ["account_activated"]
     claims = [d for d in trail if d["input"].get("source") == "agent"]
     assert claims, "the agent's words were recorded as agent events"
     assert all(not d["transitions"] for d in claims)
+
+
+def _metrics_after_the_walk(dev: WorkerProcess, until: Callable[..., Any]) -> dict[str, Samples]:
+    """Each process's /metrics once the walk's counts are in (docs/operations.md,
+    "Metrics"): the dev line of each names where."""
+    urls = metrics_urls(dev.lines)
+    assert sorted(urls) == ["agents", "gateway", "mail-ingress", "worker"], urls
+    assert all(len(found) == 1 for found in urls.values()), urls
+
+    def settled() -> dict[str, Samples] | None:
+        got = {process: scrape(url) for process, [url] in urls.items()}
+        lags = [v for (n, _ls), v in got["worker"].items() if n == "lemongraph_consumer_lag"]
+        done = value(got["worker"], "lemongraph_schedule_runs_total", status="suppressed")
+        return got if lags and not any(lags) and done >= 1 else None
+
+    found: dict[str, Samples] = until(settled, "the worker's lag at 0 and the run counted")
+    return found
+
+
+def _check_the_walk_s_metrics(metered: dict[str, Samples], said: str) -> None:
+    worker, gateway, agents = metered["worker"], metered["gateway"], metered["agents"]
+    decided = "lemongraph_decisions_total"
+    assert value(worker, decided, playbook="onboarding", outcome="applied") >= 4, worker
+    assert value(worker, "lemongraph_decision_seconds_count") >= 4
+    requests = "lemongraph_gateway_requests_total"
+    assert value(gateway, requests, route="/v1/jobs", status="202") == 1, gateway
+    assert value(gateway, requests, route="/v1/jobs/{key}/messages", status="202") == 2
+    assert value(gateway, requests, route="/v1/jobs/{key}/messages", status="200") >= 1
+    assert value(agents, "lemongraph_tool_calls_total", tool="schedule_meeting", outcome="done")
+    calls = [v for (n, ls), v in agents.items() if n == "lemongraph_model_calls_total"]
+    assert sum(calls) >= 3, agents
+    tokens = [v for (n, ls), v in agents.items() if n == "lemongraph_model_tokens_total"]
+    assert sum(tokens) > 0, agents
+    assert value(metered["mail-ingress"], "lemongraph_mails_total", outcome="sent") >= 1
+    # No job key in any label of any process.
+    for samples in metered.values():
+        assert not [ls for (_n, ls) in samples if any("job-1" in v for _k, v in ls)]
+    # Quiet (issue 34): no start-up line twice, no Faust warning at start.
+    assert said.count("topics: ") == 1, said
+    assert said.count("agents: model") == 1, said
+    assert "Missing sensor state" not in said, said

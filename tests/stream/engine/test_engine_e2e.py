@@ -12,7 +12,8 @@ import pytest
 from aiokafka.partitioner import DefaultPartitioner
 
 from stream.runtime.kafka import producer
-from tests.lanes import Lane
+from tests.lanes import Lane, wait_for
+from tests.scrape import Samples, metrics_urls, scrape, value
 from topics import FORWARDED_FROM_HEADER, DecisionRecord
 
 pytestmark = [pytest.mark.broker, pytest.mark.timeout(240)]
@@ -52,7 +53,7 @@ def worked(module_lane: Lane) -> Lane:
         "key: quick2s\nversion: 1\nmilestones:\n"
         "  - id: reply\n    condition: customer_replied WITHIN 2s\n"
     )
-    module_lane.start_worker()
+    module_lane.start_worker(LEMONGRAPH_METRICS_PORT="0")  # test_the_worker_s_metrics
     return module_lane
 
 
@@ -92,6 +93,51 @@ def test_a_job_runs_end_to_end_and_tasks_arrive_in_order(worked: Lane) -> None:
     assert [d["seq"] for d in decisions] == [1, 2, 3, 4]
     evidence = decisions[1]["verdicts"][0]["atoms"][0]["evidence"]
     assert evidence == ["evt-1"]
+
+
+def test_the_worker_s_metrics_count_decisions_and_dead_letters_with_bounded_labels(
+    worked: Lane,
+) -> None:
+    """docs/operations.md, "Metrics": after a walk of many jobs, a refusal and a
+    poison record, /metrics counts the decisions under their playbook and
+    outcome and the poison record under its reason code, the inbox's lag falls
+    to 0, and no label holds a job key."""
+    lane = worked
+    [url] = metrics_urls(lane.workers[0].lines)["worker"]
+    before = scrape(url)
+    keys = [f"metered-{i}" for i in range(40)]
+    lane.send(*(start(key) for key in keys), event("metered-unknown", "id_uploaded"))
+    lane.produce([(b"metered-poison", b"not json at all")])
+    lane.drain()  # every record above is decided (or dead-lettered) by now
+    inbox = lane.topics.inbox
+
+    def grew(now: Samples, name: str, **labels: str) -> float:
+        return value(now, name, **labels) - value(before, name, **labels)
+
+    def counted() -> Samples | None:
+        now = scrape(url)
+        lags = [v for (n, ls), v in now.items() if n == "lemongraph_consumer_lag" and
+                dict(ls)["topic"] == inbox]  # fmt: skip
+        decisions = "lemongraph_decisions_total"
+        ok = (
+            grew(now, decisions, playbook="onboarding", outcome="applied") >= len(keys)
+            # the unknown job's event (and drain's markers): no playbook is named
+            and grew(now, decisions, playbook="", outcome="refused") >= 1
+            and grew(now, "lemongraph_deadletters_total", topic=inbox, reason="invalid_record") == 1
+            and len(lags) == 4
+            and not any(lags)
+        )
+        return now if ok else None
+
+    now = wait_for(counted, 30, 0.3, "the worker's metrics to count the walk")
+    decided = value(now, "lemongraph_decision_seconds_count") - value(
+        before, "lemongraph_decision_seconds_count"
+    )
+    assert decided >= len(keys) + 1, decided
+    # Each onboarding job waits on a timer (collectIdentity WITHIN 30d by default).
+    assert value(now, "lemongraph_timers_pending") >= len(keys)
+    labels = {v for (_n, ls) in now for _k, v in ls}
+    assert not [v for v in labels if "metered" in v], labels
 
 
 def test_a_within_deadline_fires_from_ticks(worked: Lane) -> None:

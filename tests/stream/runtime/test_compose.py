@@ -58,6 +58,8 @@ def test_compose_services_use_real_commands_and_known_settings() -> None:
 
 
 LOOPBACK = "${LEMONGRAPH_PUBLISH_ADDRESS:-127.0.0.1}"
+#: The metrics profile's images run as their own unprivileged users, named explicitly.
+IMAGE_USERS = {"prometheus": "65534:65534", "grafana": "472:0"}
 
 
 def test_compose_publishes_on_loopback_and_runs_no_container_as_root() -> None:
@@ -68,7 +70,7 @@ def test_compose_publishes_on_loopback_and_runs_no_container_as_root() -> None:
                 f"{name} publishes {port} on every interface"
             )
         if name != "kafka":  # the apache/kafka image runs as its own appuser
-            assert service["user"] == "10001:10001", name
+            assert service["user"] == IMAGE_USERS.get(name, "10001:10001"), name
             assert service["cap_drop"] == ["ALL"], name
     dockerfile = (ROOT / "Dockerfile").read_text()
     assert "useradd --system --uid 10001" in dockerfile
