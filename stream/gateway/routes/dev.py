@@ -11,10 +11,10 @@ from stream.gateway.routes.shared import SECURED, GatewayDep
 
 __all__ = ["dev_mail", "router"]
 
-router = APIRouter(dependencies=SECURED)
+router = APIRouter(dependencies=SECURED, tags=["dev"])
 
 
-@router.get("/v1/dev/mail", responses=error_responses(404))
+@router.get("/v1/dev/mail", operation_id="listDevMail", responses=error_responses("not_dev"))
 async def dev_mail(gateway: GatewayDep) -> dict[str, Any]:
     """Under `lemongraph dev` with no LEMONGRAPH_SMTP_URL: the emails the agents
     sent, as its local mail catcher received them (newest 200, oldest first).
