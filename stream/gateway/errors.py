@@ -18,6 +18,9 @@ the same idempotency key); ``internal`` (500). Answered by the connection itself
 before any route (stream/gateway/protocol.py): ``request_timeout`` (408: headers or
 body not in within ``LEMONGRAPH_GATEWAY_REQUEST_TIMEOUT``) and
 ``too_many_connections`` (503: past ``LEMONGRAPH_GATEWAY_MAX_CONNECTIONS``).
+
+:data:`CODES` holds each route code's status; :func:`error_responses` documents
+a route's errors from the codes it answers (docs/api.md, "The OpenAPI document").
 """
 
 from __future__ import annotations
