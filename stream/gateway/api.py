@@ -5,9 +5,8 @@ and is reached by them through ``request.app.state.gateway``."""
 
 from __future__ import annotations
 
-from fastapi import FastAPI
-
 from stream.gateway import docs
+from stream.gateway.contract import TAGS, GatewayApp
 from stream.gateway.errors import install_handlers
 from stream.gateway.guard import GuardMiddleware
 from stream.gateway.metering import RequestMetrics
@@ -48,9 +47,9 @@ ROUTERS = (
 )
 
 
-def build_api(gateway: Gateway) -> FastAPI:
+def build_api(gateway: Gateway) -> GatewayApp:
     """The API app."""
-    app = FastAPI(
+    app = GatewayApp(
         title="lemongraph gateway",
         version="1",
         summary=(
@@ -64,6 +63,7 @@ def build_api(gateway: Gateway) -> FastAPI:
             "the token as `?access_token=` because a browser's EventSource cannot send "
             "headers."
         ),
+        openapi_tags=TAGS,
         docs_url=None,
         redoc_url=None,
     )

@@ -18,6 +18,9 @@ the same idempotency key); ``internal`` (500). Answered by the connection itself
 before any route (stream/gateway/protocol.py): ``request_timeout`` (408: headers or
 body not in within ``LEMONGRAPH_GATEWAY_REQUEST_TIMEOUT``) and
 ``too_many_connections`` (503: past ``LEMONGRAPH_GATEWAY_MAX_CONNECTIONS``).
+
+:data:`CODES` holds each route code's status; :func:`error_responses` documents
+a route's errors from the codes it answers (docs/api.md, "The OpenAPI document").
 """
 
 from __future__ import annotations
@@ -35,6 +38,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from topics import MAX_DEPTH, describe_errors
 
 __all__ = [
+    "BODY_CODES",
+    "CODES",
+    "TOKEN_CODES",
+    "WRITE_CODES",
     "ApiError",
     "ErrorBody",
     "ErrorDetail",
@@ -84,10 +91,89 @@ class ApiError(Exception):
         self.extra = dict(extra or {})
 
 
-def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """A route's ``responses`` for its OpenAPI document: the error body for 401
-    and 429 (every ``/v1`` route's) and for ``statuses``."""
-    return {s: {"model": ErrorBody} for s in (401, 429, *statuses)}
+#: Every code a route answers, with its status (docs/api.md, "Errors"). The
+#: codes the connection itself answers before any route (408, 503
+#: ``too_many_connections``, 405 and 500) are the same shape, and in no operation.
+CODES: dict[str, int] = {
+    "malformed_json": 400,
+    "malformed_request": 400,
+    "auth_not_configured": 401,
+    "token_missing": 401,
+    "token_malformed": 401,
+    "token_invalid": 401,
+    "token_expired": 401,
+    "signature_invalid": 401,
+    "source_not_allowed": 403,
+    "not_an_approver": 403,
+    "reply_refused": 403,
+    "sender_not_contact": 403,
+    "job_not_found": 404,
+    "playbook_not_found": 404,
+    "schedule_not_found": 404,
+    "subject_not_found": 404,
+    "not_dev": 404,
+    "inbound_not_configured": 404,
+    "job_exists": 409,
+    "interrupt_not_open": 409,
+    "schedule_exists": 409,
+    "body_too_large": 413,
+    "invalid_body": 422,
+    "invalid_query": 422,
+    "invalid_header": 422,
+    "invalid_schedule": 422,
+    "answer_not_allowed": 422,
+    "rate_limited": 429,
+    "too_many_streams": 429,
+    "broker_unavailable": 503,
+    "gateway_full": 503,
+    "streams_full": 503,
+    "schedules_loading": 503,
+    "schedules_full": 503,
+    "subjects_loading": 503,
+    "profile_not_held": 503,
+}
+#: What the guard answers for a token route before the route runs (401, 429).
+TOKEN_CODES = (
+    "auth_not_configured",
+    "token_missing",
+    "token_malformed",
+    "token_invalid",
+    "token_expired",
+    "rate_limited",
+)
+#: What a route with a JSON body answers about the body (400, 413, 422).
+BODY_CODES = ("malformed_json", "malformed_request", "body_too_large", "invalid_body")
+#: What a write answers when the broker did not take it, or this gateway's
+#: writes no worker decided yet fill its memory (503).
+WRITE_CODES = ("broker_unavailable", "gateway_full")
+_REASONS = {
+    400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not Found",
+    409: "Conflict",
+    413: "Content Too Large",
+    422: "Unprocessable Content",
+    429: "Too Many Requests",
+    503: "Service Unavailable",
+}
+
+
+def error_responses(*codes: str, token: bool = True) -> dict[int | str, dict[str, Any]]:
+    """A route's ``responses`` for its OpenAPI document: per status, the error
+    body and, in its description, the codes the route answers with it: those
+    given and, for a ``token`` route (every ``/v1`` route but the signed
+    webhook), the guard's 401 and 429 (docs/api.md, "An API contract")."""
+    by_status: dict[int, list[str]] = {}
+    for code in (*TOKEN_CODES, *codes) if token else codes:
+        by_status.setdefault(CODES[code], []).append(code)
+    return {
+        status: {
+            "model": ErrorBody,
+            "description": f"{_REASONS[status]}: " + ", ".join(f"`{c}`" for c in named),
+        }
+        for status, named in sorted(by_status.items())
+    }
 
 
 def error_response(error: ApiError) -> JSONResponse:

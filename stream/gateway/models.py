@@ -15,6 +15,7 @@ from topics import Contact, Contacts, IdempotencyKey, JobKey, LimitError, Source
 __all__ = [
     "Accepted",
     "DecisionList",
+    "DevMailList",
     "EventBody",
     "EvidenceEvent",
     "Health",
@@ -356,6 +357,13 @@ class PlaybookList(BaseModel):
     """The latest version of every known playbook."""
 
     playbooks: list[PlaybookView]
+
+
+class DevMailList(BaseModel):
+    """``GET /v1/dev/mail``: what the mail catcher of ``lemongraph dev`` received
+    (newest 200, oldest first), each mail as it parsed it."""
+
+    mails: list[dict[str, Any]]
 
 
 class Health(BaseModel):

@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 from fastapi import APIRouter
 
-from stream.gateway.errors import ApiError, error_responses
+from stream.gateway.errors import BODY_CODES, WRITE_CODES, ApiError, error_responses
 from stream.gateway.models import AnswerAccepted, AnswerBody, InterruptList
 from stream.gateway.routes.capabilities import require
 from stream.gateway.routes.shared import SECURED, Gateway, GatewayDep, PrincipalDep, now_iso
@@ -18,7 +18,7 @@ from topics import APPROVERS_DEFAULT, Answerer, JournalInterrupt, MessageRecord,
 
 __all__ = ["get_interrupts", "post_answer", "router"]
 
-router = APIRouter(dependencies=SECURED)
+router = APIRouter(dependencies=SECURED, tags=["interrupts"])
 
 
 async def _may_answer(
@@ -55,7 +55,16 @@ async def _may_answer(
     "/v1/jobs/{key}/answers",
     status_code=202,
     response_model=AnswerAccepted,
-    responses=error_responses(400, 403, 404, 409, 413, 422, 503),
+    operation_id="answerInterrupt",
+    responses=error_responses(
+        *BODY_CODES,
+        *WRITE_CODES,
+        "source_not_allowed",
+        "not_an_approver",
+        "job_not_found",
+        "interrupt_not_open",
+        "answer_not_allowed",
+    ),
 )
 async def post_answer(
     gateway: GatewayDep, key: str, body: AnswerBody, principal: PrincipalDep
@@ -119,7 +128,10 @@ async def post_answer(
 
 
 @router.get(
-    "/v1/jobs/{key}/interrupts", response_model=InterruptList, responses=error_responses(404)
+    "/v1/jobs/{key}/interrupts",
+    response_model=InterruptList,
+    operation_id="listInterrupts",
+    responses=error_responses("job_not_found"),
 )
 async def get_interrupts(gateway: GatewayDep, key: str) -> InterruptList:
     """The job's open flow questions and approvals (what

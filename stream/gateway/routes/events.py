@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from stream.gateway.errors import ApiError, error_responses
+from stream.gateway.errors import BODY_CODES, WRITE_CODES, ApiError, error_responses
 from stream.gateway.models import Accepted, EventBody
 from stream.gateway.readmodels.jobs import idem
 from stream.gateway.routes.capabilities import require
@@ -13,14 +13,15 @@ from topics import InboxEvent, event_id
 
 __all__ = ["router", "send_event"]
 
-router = APIRouter(dependencies=SECURED)
+router = APIRouter(dependencies=SECURED, tags=["events"])
 
 
 @router.post(
     "/v1/events",
     status_code=202,
     response_model=Accepted,
-    responses=error_responses(400, 404, 413, 422, 503),
+    operation_id="sendEvent",
+    responses=error_responses(*BODY_CODES, *WRITE_CODES, "job_not_found"),
 )
 async def send_event(gateway: GatewayDep, body: EventBody, principal: PrincipalDep) -> Accepted:
     """Send an event to a job. Its source is the token's. A retried

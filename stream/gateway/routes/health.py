@@ -10,7 +10,7 @@ from stream.gateway.routes.shared import GatewayDep
 
 __all__ = ["healthz", "home", "router"]
 
-router = APIRouter()
+router = APIRouter(tags=["health"])
 
 
 @router.get("/", include_in_schema=False)
@@ -21,7 +21,12 @@ async def home() -> HTMLResponse:
     )
 
 
-@router.get("/healthz", response_model=Health, responses={503: {"model": Health}})
+@router.get(
+    "/healthz",
+    response_model=Health,
+    operation_id="getHealth",
+    responses={503: {"model": Health, "description": "Not ready: starting or degraded"}},
+)
 async def healthz(gateway: GatewayDep) -> Response:
     """Is the broker reachable and the read model caught up? 200 when both, else
     503; also 503, with the ``problem`` named, once a log it follows went

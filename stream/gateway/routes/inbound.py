@@ -9,7 +9,7 @@ import time
 from fastapi import APIRouter, Request
 from pydantic import ValidationError
 
-from stream.gateway.errors import ApiError, error_responses
+from stream.gateway.errors import WRITE_CODES, ApiError, error_responses
 from stream.gateway.models import InboundAccepted, InboundEmail
 from stream.gateway.readmodels.jobs import idem
 from stream.gateway.routes.shared import Gateway, GatewayDep, now_iso
@@ -27,7 +27,7 @@ from topics.replies import ReplyRoute, ReplyTokenError, read_reply_address
 
 __all__ = ["inbound_email", "router"]
 
-router = APIRouter()
+router = APIRouter(tags=["inbound"])
 
 
 def _configured(gateway: Gateway) -> MailSettings:
@@ -131,7 +131,21 @@ async def _journal_automatic(
     "/v1/inbound/email",
     status_code=202,
     response_model=InboundAccepted,
-    responses=error_responses(400, 401, 403, 404, 413, 422, 503),
+    operation_id="receiveEmail",
+    responses=error_responses(
+        # The body is read as JSON here, not by the framework: not JSON is 422.
+        "malformed_request",
+        "body_too_large",
+        "invalid_body",
+        *WRITE_CODES,
+        "signature_invalid",
+        "rate_limited",
+        "reply_refused",
+        "sender_not_contact",
+        "inbound_not_configured",
+        "job_not_found",
+        token=False,
+    ),
 )
 async def inbound_email(gateway: GatewayDep, request: Request) -> InboundAccepted:
     """For mail providers that deliver by webhook: an email received for a

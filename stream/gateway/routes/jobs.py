@@ -7,7 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from stream.gateway.errors import ApiError, error_responses
+from stream.gateway.errors import BODY_CODES, WRITE_CODES, ApiError, error_responses
 from stream.gateway.models import (
     Accepted,
     DecisionList,
@@ -24,14 +24,17 @@ from topics import JobStart
 
 __all__ = ["get_decisions", "get_job", "get_journal", "list_jobs", "router", "start_job"]
 
-router = APIRouter(dependencies=SECURED)
+router = APIRouter(dependencies=SECURED, tags=["jobs"])
 
 
 @router.post(
     "/v1/jobs",
     status_code=202,
     response_model=Accepted,
-    responses=error_responses(400, 403, 404, 409, 413, 422, 503),
+    operation_id="startJob",
+    responses=error_responses(
+        *BODY_CODES, *WRITE_CODES, "source_not_allowed", "playbook_not_found", "job_exists"
+    ),
 )
 async def start_job(gateway: GatewayDep, body: StartJobBody, principal: PrincipalDep) -> Accepted:
     """Start a job: a `job.start` on the inbox, acknowledged before the 202.
@@ -55,7 +58,12 @@ async def start_job(gateway: GatewayDep, body: StartJobBody, principal: Principa
     return Accepted(type="job.start", key=body.key, partition=write.partition, offset=write.offset)
 
 
-@router.get("/v1/jobs", response_model=JobList, responses=error_responses(422))
+@router.get(
+    "/v1/jobs",
+    response_model=JobList,
+    operation_id="listJobs",
+    responses=error_responses("invalid_query"),
+)
 async def list_jobs(
     gateway: GatewayDep,
     status: Annotated[JobStatus | None, Query(description="Only jobs in this status.")] = None,
@@ -71,7 +79,12 @@ async def list_jobs(
     return JobList(jobs=[list_row(model, key) for key in chosen], total=len(keys), next=after)
 
 
-@router.get("/v1/jobs/{key}", response_model=JobView, responses=error_responses(404))
+@router.get(
+    "/v1/jobs/{key}",
+    response_model=JobView,
+    operation_id="getJob",
+    responses=error_responses("job_not_found"),
+)
 async def get_job(gateway: GatewayDep, key: str) -> JobView:
     """A job: status, milestones with state, deadline and verdict explanation,
     the frontier (the first is the next best step), pending timers, and this
@@ -80,7 +93,10 @@ async def get_job(gateway: GatewayDep, key: str) -> JobView:
 
 
 @router.get(
-    "/v1/jobs/{key}/decisions", response_model=DecisionList, responses=error_responses(404, 422)
+    "/v1/jobs/{key}/decisions",
+    response_model=DecisionList,
+    operation_id="listDecisions",
+    responses=error_responses("job_not_found", "invalid_query"),
 )
 async def get_decisions(
     gateway: GatewayDep, key: str, limit: Annotated[int, Query(ge=1, le=1000)] = 200
@@ -94,7 +110,10 @@ async def get_decisions(
 
 
 @router.get(
-    "/v1/jobs/{key}/journal", response_model=JournalList, responses=error_responses(404, 422)
+    "/v1/jobs/{key}/journal",
+    response_model=JournalList,
+    operation_id="listJournal",
+    responses=error_responses("job_not_found", "invalid_query"),
 )
 async def get_journal(
     gateway: GatewayDep, key: str, limit: Annotated[int, Query(ge=1, le=1000)] = 200

@@ -8,7 +8,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from stream.gateway.errors import ApiError, error_responses
+from stream.gateway.errors import BODY_CODES, WRITE_CODES, ApiError, error_responses
 from stream.gateway.models import MessageAccepted, MessageBody, MessageList
 from stream.gateway.readmodels.jobs import idem
 from stream.gateway.routes.capabilities import require
@@ -17,14 +17,15 @@ from topics import encode, inbound_message
 
 __all__ = ["get_messages", "post_message", "router"]
 
-router = APIRouter(dependencies=SECURED)
+router = APIRouter(dependencies=SECURED, tags=["messages"])
 
 
 @router.post(
     "/v1/jobs/{key}/messages",
     status_code=202,
     response_model=MessageAccepted,
-    responses=error_responses(400, 403, 404, 413, 422, 503),
+    operation_id="sendMessage",
+    responses=error_responses(*BODY_CODES, *WRITE_CODES, "source_not_allowed", "job_not_found"),
 )
 async def post_message(
     gateway: GatewayDep, key: str, body: MessageBody, principal: PrincipalDep
@@ -63,7 +64,10 @@ async def post_message(
 
 
 @router.get(
-    "/v1/jobs/{key}/messages", response_model=MessageList, responses=error_responses(404, 422)
+    "/v1/jobs/{key}/messages",
+    response_model=MessageList,
+    operation_id="listMessages",
+    responses=error_responses("job_not_found", "invalid_query"),
 )
 async def get_messages(
     gateway: GatewayDep, key: str, limit: Annotated[int, Query(ge=1, le=1000)] = 200

@@ -13,7 +13,7 @@ from stream.gateway.routes.shared import SECURED, GatewayDep
 
 __all__ = ["get_playbook", "list_playbooks", "router"]
 
-router = APIRouter(dependencies=SECURED)
+router = APIRouter(dependencies=SECURED, tags=["playbooks"])
 
 
 def _playbook(model: ReadModel, key: str, version: int | None) -> PlaybookView:
@@ -24,14 +24,24 @@ def _playbook(model: ReadModel, key: str, version: int | None) -> PlaybookView:
     )
 
 
-@router.get("/v1/playbooks", response_model=PlaybookList, responses=error_responses())
+@router.get(
+    "/v1/playbooks",
+    response_model=PlaybookList,
+    operation_id="listPlaybooks",
+    responses=error_responses(),
+)
 async def list_playbooks(gateway: GatewayDep) -> PlaybookList:
     """The latest version of every playbook (folder and registry)."""
     model = gateway.model
     return PlaybookList(playbooks=[_playbook(model, k, None) for k in sorted(model.playbooks)])
 
 
-@router.get("/v1/playbooks/{key}", response_model=PlaybookView, responses=error_responses(404, 422))
+@router.get(
+    "/v1/playbooks/{key}",
+    response_model=PlaybookView,
+    operation_id="getPlaybook",
+    responses=error_responses("playbook_not_found", "invalid_query"),
+)
 async def get_playbook(
     gateway: GatewayDep, key: str, version: Annotated[int | None, Query(ge=1)] = None
 ) -> PlaybookView:

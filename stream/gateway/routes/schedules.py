@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field, StrictBool, StrictStr
 
 from compiler import ORIGIN_HEADER, OriginError, parse_origin
 from stream.gateway import schedule_ops as ops
-from stream.gateway.errors import ApiError, error_responses
+from stream.gateway.errors import BODY_CODES, ApiError, error_responses
 from stream.gateway.guard import principal_of
 from stream.gateway.models import _Body
 from stream.gateway.readmodels.schedules import (
@@ -48,7 +48,11 @@ __all__ = [
 VIEW_SLOTS = 5
 ROW_SLOTS = 3
 
-router = APIRouter(dependencies=SECURED)
+router = APIRouter(dependencies=SECURED, tags=["schedules"])
+#: What every schedule write may answer besides its own refusals: a token that
+#: may not write (403), the topic not read to its end yet or the broker not
+#: taking the write (503).
+_WRITE = ("source_not_allowed", "schedules_loading", "broker_unavailable")
 
 
 # -- bodies --------------------------------------------------------------------------------
@@ -232,7 +236,10 @@ async def _publish(
     "/v1/schedules",
     status_code=201,
     response_model=ScheduleView,
-    responses=error_responses(400, 403, 409, 413, 422, 503),
+    operation_id="createSchedule",
+    responses=error_responses(
+        *BODY_CODES, *_WRITE, "invalid_schedule", "schedule_exists", "schedules_full"
+    ),
 )
 async def create_schedule(
     gateway: GatewayDep,
@@ -269,7 +276,8 @@ async def create_schedule(
 @router.get(
     "/v1/schedules",
     response_model=ScheduleList,
-    responses=error_responses(422),
+    operation_id="listSchedules",
+    responses=error_responses("invalid_query"),
 )
 async def list_schedules(
     gateway: GatewayDep,
@@ -288,7 +296,8 @@ async def list_schedules(
 @router.get(
     "/v1/schedules/{schedule_id}",
     response_model=ScheduleView,
-    responses=error_responses(404),
+    operation_id="getSchedule",
+    responses=error_responses("schedule_not_found"),
 )
 async def get_schedule(gateway: GatewayDep, schedule_id: str) -> ScheduleView:
     """A schedule: its definition, next 5 slots (in its timezone and UTC; none
@@ -300,7 +309,8 @@ async def get_schedule(gateway: GatewayDep, schedule_id: str) -> ScheduleView:
 @router.patch(
     "/v1/schedules/{schedule_id}",
     response_model=ScheduleView,
-    responses=error_responses(400, 403, 404, 413, 422, 503),
+    operation_id="updateSchedule",
+    responses=error_responses(*BODY_CODES, *_WRITE, "invalid_schedule", "schedule_not_found"),
 )
 async def update_schedule(
     gateway: GatewayDep,
@@ -340,7 +350,8 @@ async def update_schedule(
 @router.delete(
     "/v1/schedules/{schedule_id}",
     response_model=Deleted,
-    responses=error_responses(403, 404, 503),
+    operation_id="deleteSchedule",
+    responses=error_responses(*_WRITE, "schedule_not_found"),
 )
 async def delete_schedule(gateway: GatewayDep, request: Request, schedule_id: str) -> Deleted:
     """Delete a schedule: a tombstone on `schedules` and an `audit` record
@@ -361,7 +372,10 @@ async def delete_schedule(gateway: GatewayDep, request: Request, schedule_id: st
     "/v1/schedules/{schedule_id}/wake",
     status_code=202,
     response_model=WakeAccepted,
-    responses=error_responses(400, 403, 404, 413, 422, 503),
+    operation_id="wakeSchedule",
+    responses=error_responses(
+        *BODY_CODES, *_WRITE, "invalid_query", "invalid_header", "schedule_not_found"
+    ),
 )
 async def wake_schedule(
     gateway: GatewayDep,
@@ -445,7 +459,8 @@ def _origin(header: str | None) -> tuple[str, ...]:
 @router.get(
     "/v1/schedules/{schedule_id}/runs",
     response_model=RunList,
-    responses=error_responses(404, 422),
+    operation_id="listScheduleRuns",
+    responses=error_responses("schedule_not_found", "invalid_query"),
 )
 async def schedule_runs(
     gateway: GatewayDep,

@@ -18,7 +18,7 @@ from stream.gateway.views import held_view
 
 __all__ = ["job_events", "router"]
 
-router = APIRouter(dependencies=SECURED)
+router = APIRouter(dependencies=SECURED, tags=["streams"])
 
 _KEEPALIVE_SECONDS = 15.0
 #: A job stream's position: decisions, journal records and messages read for the job.
@@ -30,8 +30,9 @@ _POSITION_RE = re.compile(_POSITION)
     "/v1/jobs/{key}/events",
     responses={
         200: {"content": {"text/event-stream": {}}, "description": "Server-sent events"},
-        **error_responses(404),
+        **error_responses("job_not_found", "invalid_query", "too_many_streams", "streams_full"),
     },
+    operation_id="streamJobEvents",
     response_class=StreamingResponse,
 )
 async def job_events(

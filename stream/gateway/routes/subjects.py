@@ -24,7 +24,7 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
 from compiler import from_iso
-from stream.gateway.errors import ApiError, error_responses
+from stream.gateway.errors import WRITE_CODES, ApiError, error_responses
 from stream.gateway.readmodels.memory import SubjectModel, current_facts, facts_as_of
 from stream.gateway.retention import describe_retention
 from stream.gateway.routes.capabilities import require
@@ -34,7 +34,7 @@ from topics import TOPIC_NAMES, MemoryErase, SubjectProfile, encode
 
 __all__ = ["erase_subject", "router", "subject_jobs", "subject_profile"]
 
-router = APIRouter(dependencies=SECURED)
+router = APIRouter(dependencies=SECURED, tags=["subjects"])
 
 #: The raw logs that may still hold what a subject's facts came from, and what
 #: each holds of it (the 202 of an erasure lists them with their retention).
@@ -150,7 +150,14 @@ def _instant(text: str) -> datetime:
 @router.get(
     "/v1/subjects/{subject}/profile",
     response_model=ProfileView,
-    responses=error_responses(403, 404, 422, 503),
+    operation_id="getSubjectProfile",
+    responses=error_responses(
+        "source_not_allowed",
+        "subject_not_found",
+        "invalid_query",
+        "subjects_loading",
+        "profile_not_held",
+    ),
 )
 async def subject_profile(
     gateway: GatewayDep,
@@ -179,7 +186,8 @@ async def subject_profile(
 @router.get(
     "/v1/subjects/{subject}/jobs",
     response_model=SubjectJobs,
-    responses=error_responses(403, 422),
+    operation_id="listSubjectJobs",
+    responses=error_responses("source_not_allowed", "invalid_query"),
 )
 async def subject_jobs(
     gateway: GatewayDep,
@@ -227,7 +235,8 @@ def erase_id(subject: str, profile_updated_at: str | None) -> str:
     "/v1/subjects/{subject}",
     status_code=202,
     response_model=Erased,
-    responses=error_responses(403, 503),
+    operation_id="eraseSubject",
+    responses=error_responses("source_not_allowed", "subjects_loading", *WRITE_CODES),
 )
 async def erase_subject(gateway: GatewayDep, principal: PrincipalDep, subject: str) -> Erased:
     """Erase a subject: a `memory.erase` on `memory-facts` (keyed by the

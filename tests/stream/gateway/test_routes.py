@@ -1,6 +1,6 @@
 """The API's wiring, without Kafka: every route is a named function of a router
-(stream/gateway/routes/), the operation ids clients generate code from stay as
-they are, one paging helper serves both lists, and both read models notice a
+(stream/gateway/routes/), the operation ids and tags clients generate code from
+stay as they are, one paging helper serves both lists, and both read models notice a
 log that went backwards (the one follow loop of stream/gateway/readmodels/follow.py)."""
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 
 from stream.gateway.api import ROUTERS, build_api
+from stream.gateway.contract import TAGS
 from stream.gateway.guard import Guard
 from stream.gateway.ratelimit import RateLimiter
 from stream.gateway.readmodels import follow
@@ -28,47 +29,36 @@ from topics import Topics
 
 TOPICS = Topics("routes.")
 
-#: (method, path, operationId) of every operation in /openapi.json: FastAPI derives
-#: the ids from the route functions' names, so a renamed function would change them.
+#: (method, path, operationId, tag) of every operation in /openapi.json: each route
+#: names its operationId and its router its tag (docs/api.md, "The OpenAPI document"),
+#: so that renaming a function or a path changes nothing a generated client calls.
 OPERATIONS = {
-    ("GET", "/healthz", "healthz_healthz_get"),
-    ("GET", "/v1/dev/mail", "dev_mail_v1_dev_mail_get"),
-    ("POST", "/v1/events", "send_event_v1_events_post"),
-    ("POST", "/v1/inbound/email", "inbound_email_v1_inbound_email_post"),
-    ("GET", "/v1/jobs", "list_jobs_v1_jobs_get"),
-    ("POST", "/v1/jobs", "start_job_v1_jobs_post"),
-    ("GET", "/v1/jobs/{key}", "get_job_v1_jobs__key__get"),
-    ("POST", "/v1/jobs/{key}/answers", "post_answer_v1_jobs__key__answers_post"),
-    ("GET", "/v1/jobs/{key}/decisions", "get_decisions_v1_jobs__key__decisions_get"),
-    ("GET", "/v1/jobs/{key}/events", "job_events_v1_jobs__key__events_get"),
-    ("GET", "/v1/jobs/{key}/interrupts", "get_interrupts_v1_jobs__key__interrupts_get"),
-    ("GET", "/v1/jobs/{key}/journal", "get_journal_v1_jobs__key__journal_get"),
-    ("GET", "/v1/jobs/{key}/messages", "get_messages_v1_jobs__key__messages_get"),
-    ("POST", "/v1/jobs/{key}/messages", "post_message_v1_jobs__key__messages_post"),
-    ("GET", "/v1/playbooks", "list_playbooks_v1_playbooks_get"),
-    ("GET", "/v1/playbooks/{key}", "get_playbook_v1_playbooks__key__get"),
-    ("GET", "/v1/schedules", "list_schedules_v1_schedules_get"),
-    ("POST", "/v1/schedules", "create_schedule_v1_schedules_post"),
-    ("DELETE", "/v1/schedules/{schedule_id}", "delete_schedule_v1_schedules__schedule_id__delete"),
-    ("GET", "/v1/schedules/{schedule_id}", "get_schedule_v1_schedules__schedule_id__get"),
-    ("PATCH", "/v1/schedules/{schedule_id}", "update_schedule_v1_schedules__schedule_id__patch"),
-    (
-        "GET",
-        "/v1/schedules/{schedule_id}/runs",
-        "schedule_runs_v1_schedules__schedule_id__runs_get",
-    ),
-    (
-        "POST",
-        "/v1/schedules/{schedule_id}/wake",
-        "wake_schedule_v1_schedules__schedule_id__wake_post",
-    ),
-    ("DELETE", "/v1/subjects/{subject}", "erase_subject_v1_subjects__subject__delete"),
-    ("GET", "/v1/subjects/{subject}/jobs", "subject_jobs_v1_subjects__subject__jobs_get"),
-    (
-        "GET",
-        "/v1/subjects/{subject}/profile",
-        "subject_profile_v1_subjects__subject__profile_get",
-    ),
+    ("GET", "/healthz", "getHealth", "health"),
+    ("GET", "/v1/dev/mail", "listDevMail", "dev"),
+    ("POST", "/v1/events", "sendEvent", "events"),
+    ("POST", "/v1/inbound/email", "receiveEmail", "inbound"),
+    ("GET", "/v1/jobs", "listJobs", "jobs"),
+    ("POST", "/v1/jobs", "startJob", "jobs"),
+    ("GET", "/v1/jobs/{key}", "getJob", "jobs"),
+    ("POST", "/v1/jobs/{key}/answers", "answerInterrupt", "interrupts"),
+    ("GET", "/v1/jobs/{key}/decisions", "listDecisions", "jobs"),
+    ("GET", "/v1/jobs/{key}/events", "streamJobEvents", "streams"),
+    ("GET", "/v1/jobs/{key}/interrupts", "listInterrupts", "interrupts"),
+    ("GET", "/v1/jobs/{key}/journal", "listJournal", "jobs"),
+    ("GET", "/v1/jobs/{key}/messages", "listMessages", "messages"),
+    ("POST", "/v1/jobs/{key}/messages", "sendMessage", "messages"),
+    ("GET", "/v1/playbooks", "listPlaybooks", "playbooks"),
+    ("GET", "/v1/playbooks/{key}", "getPlaybook", "playbooks"),
+    ("GET", "/v1/schedules", "listSchedules", "schedules"),
+    ("POST", "/v1/schedules", "createSchedule", "schedules"),
+    ("DELETE", "/v1/schedules/{schedule_id}", "deleteSchedule", "schedules"),
+    ("GET", "/v1/schedules/{schedule_id}", "getSchedule", "schedules"),
+    ("PATCH", "/v1/schedules/{schedule_id}", "updateSchedule", "schedules"),
+    ("GET", "/v1/schedules/{schedule_id}/runs", "listScheduleRuns", "schedules"),
+    ("POST", "/v1/schedules/{schedule_id}/wake", "wakeSchedule", "schedules"),
+    ("DELETE", "/v1/subjects/{subject}", "eraseSubject", "subjects"),
+    ("GET", "/v1/subjects/{subject}/jobs", "listSubjectJobs", "subjects"),
+    ("GET", "/v1/subjects/{subject}/profile", "getSubjectProfile", "subjects"),
 }
 
 
@@ -97,14 +87,28 @@ def test_every_route_is_a_named_function_of_its_router() -> None:
         assert getattr(sys.modules[endpoint.__module__], endpoint.__name__) is endpoint
 
 
-def test_the_operation_ids_stay() -> None:
+def test_every_operation_names_its_id_and_one_tag() -> None:
+    # A route added without them (FastAPI would make its id up from the function
+    # and the path) fails here, whoever adds it: set operation_id= in its
+    # decorator and tags= on its router (one of contract.TAGS).
+    tags = {tag["name"] for tag in TAGS}
+    for router in ROUTERS:
+        for route in router.routes:
+            if isinstance(route, APIRoute) and route.include_in_schema:
+                assert route.operation_id, f"{route.path}: no operation_id"
+                assert len(route.tags) == 1, (route.path, route.tags)
+                assert route.tags[0] in tags, (route.path, route.tags)
+
+
+def test_the_operation_ids_and_tags_stay() -> None:
     schema = build_api(_gateway()).openapi()
     found = {
-        (method.upper(), path, operation["operationId"])
+        (method.upper(), path, operation["operationId"], *operation["tags"])
         for path, methods in schema["paths"].items()
         for method, operation in methods.items()
     }
     assert found == OPERATIONS
+    assert [tag["name"] for tag in schema["tags"]] == [tag["name"] for tag in TAGS]
 
 
 def test_a_page_starts_after_the_cursor() -> None:
