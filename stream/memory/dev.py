@@ -45,6 +45,8 @@ class DevMemory:
             "LEMONGRAPH_DATA_DIR": str(settings.data_dir),
             "LEMONGRAPH_TOPIC_PREFIX": settings.topic_prefix,
             "LEMONGRAPH_PARTITIONS": str(settings.partitions),
+            # dev serves every process's metrics on a free port (docs/operations.md, "Metrics")
+            "LEMONGRAPH_METRICS_PORT": "0" if settings.metrics_port is not None else "",
         }
         self.child = subprocess.Popen(  # our own interpreter and entry point
             [sys.executable, "-m", "stream", "memory"],

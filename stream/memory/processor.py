@@ -32,6 +32,7 @@ from stream.memory.table import MemoryTable
 from stream.runtime.config import Settings
 from stream.runtime.faust_tuning import fetch_max_wait
 from stream.runtime.kafka import bootstrap_of, new_consumer, producer, start_consumer
+from stream.runtime.metrics import MEMORY_RECORDS, serve_metrics
 from topics import MemoryErase, MemoryFact, Topics
 
 __all__ = ["BATCH_MAX", "Changes", "MemoryProcessor", "fold_batch"]
@@ -132,6 +133,8 @@ class MemoryProcessor:
         self.say = say
         self.consumer: Any = None
         self.folded = 0
+        #: By kind, for ``lemongraph_memory_records`` (docs/operations.md, "Metrics").
+        self.counts = {"fact": 0, "erasure": 0, "invalid": 0}
 
     async def resume(self, assigned: list[TopicPartition]) -> None:
         """Read each of ``assigned`` from the table's offset for it."""
@@ -191,6 +194,10 @@ class MemoryProcessor:
         await asyncio.gather(*sent)  # acknowledged before the table moves on
         self.table.write(changes.profiles, changes.erasures, changes.offsets)
         self.folded += len(records)
+        counts = self.counts
+        counts["fact"] += changes.facts
+        counts["invalid"] += changes.invalid
+        counts["erasure"] += len(records) - changes.facts - changes.invalid
         try:
             # For the group's lag only: it resumes from the table's offsets.
             await self.consumer.commit(
@@ -214,5 +221,12 @@ class MemoryProcessor:
             f"(table {self.table.path}; {bounds.versions} versions per name, "
             f"{bounds.names} names per subject)"
         )
-        await self.run(stop)
+        MEMORY_RECORDS.sources.append(self.counts.copy)  # read at each scrape
+        settings = self.settings
+        metrics = serve_metrics("memory", settings.metrics_port, settings.metrics_host, self.say)
+        try:
+            await self.run(stop)
+        finally:
+            if metrics is not None:
+                metrics.stop()
         self.say(f"memory: stopped after {self.folded} records")

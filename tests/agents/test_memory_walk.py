@@ -20,6 +20,7 @@ from agents.dev.standin import build_standin
 from stream.runtime.broker import free_port
 from tests.agents.test_memory_service import Recording
 from tests.lanes import Lane, wait_for
+from tests.scrape import metrics_urls, scrape, value
 from tests.stream.gateway.conftest import GatewayProcess, launch_gateway
 
 pytestmark = [pytest.mark.broker, pytest.mark.timeout(300)]
@@ -53,19 +54,20 @@ def same_partition_as(subject: str, partitions: int = 4) -> str:
 
 
 @pytest.fixture(scope="module")
-def walk(module_lane: Lane) -> Iterator[tuple[Lane, Recording, GatewayProcess]]:
+def walk(module_lane: Lane) -> Iterator[tuple[Lane, Recording, GatewayProcess, str]]:
     lane = module_lane
     (lane.playbooks / "remembering.yaml").write_text(PLAYBOOK)
     (lane.playbooks / "catalog.yaml").write_text(CATALOG)
     standin = Recording(build_standin())
     model = AppThread(standin, "127.0.0.1", free_port(), "stand-in model").start()
     lane.start_worker()
-    lane.start(["memory"], "memory: reading")
+    memory = lane.start(["memory"], "memory: reading", LEMONGRAPH_METRICS_PORT="0")
+    [metrics] = metrics_urls(memory.lines)["memory"]
     lane.start(
         ["agents"], "agents: ready", OPENAI_BASE_URL=f"{model.url}/v1", OPENAI_API_KEY="sk-test"
     )
     gateway = launch_gateway(lane)
-    yield lane, standin, gateway
+    yield lane, standin, gateway, metrics
     gateway.stop()
     model.stop()
 
@@ -112,9 +114,9 @@ def current(gateway: GatewayProcess, subject: str, facts: int) -> list[dict[str,
 
 
 def test_a_second_job_is_told_what_the_world_and_tools_said_never_a_claim(
-    walk: tuple[Lane, Recording, GatewayProcess],
+    walk: tuple[Lane, Recording, GatewayProcess, str],
 ) -> None:
-    lane, standin, gateway = walk
+    lane, standin, gateway, _metrics = walk
     start(lane, "mw-a", {"id": SUBJECT})
     event(lane, "mw-a", "plan_chosen", "pro", "world")
     event(lane, "mw-a", "account_activated", None, "tool")
@@ -157,9 +159,9 @@ def test_a_second_job_is_told_what_the_world_and_tools_said_never_a_claim(
 
 
 def test_a_newer_fact_closes_the_older_one(
-    walk: tuple[Lane, Recording, GatewayProcess],
+    walk: tuple[Lane, Recording, GatewayProcess, str],
 ) -> None:
-    lane, _standin, gateway = walk
+    lane, _standin, gateway, _metrics = walk
     subject = "cust-t"
     start(lane, "mw-t1", {"id": subject})
     event(lane, "mw-t1", "plan_chosen", "pro", "world")
@@ -178,9 +180,9 @@ def test_a_newer_fact_closes_the_older_one(
 
 
 def test_an_erased_subject_is_gone_for_later_jobs_and_replay_still_verifies(
-    walk: tuple[Lane, Recording, GatewayProcess],
+    walk: tuple[Lane, Recording, GatewayProcess, str],
 ) -> None:
-    lane, standin, gateway = walk
+    lane, standin, gateway, metrics = walk
     subject = "cust-e"
     start(lane, "mw-e1", {"id": subject})
     event(lane, "mw-e1", "plan_chosen", "pro", "world")
@@ -206,3 +208,7 @@ def test_an_erased_subject_is_gone_for_later_jobs_and_replay_still_verifies(
     lane.cli("memory", "verify")
     tombstones = [r for r in lane.read("memory") if r["key"] == subject and r["value"] is None]
     assert tombstones
+    # The processor's /metrics counts what it folded (docs/operations.md, "Metrics").
+    samples = scrape(metrics)
+    assert value(samples, "lemongraph_memory_records_total", kind="erasure") >= 1
+    assert value(samples, "lemongraph_memory_records_total", kind="fact") >= 2

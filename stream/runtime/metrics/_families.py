@@ -35,6 +35,7 @@ __all__ = [
     "DECISION_SECONDS",
     "GATEWAY_REQUESTS",
     "MAILS",
+    "MEMORY_RECORDS",
     "MODEL_CALLS",
     "MODEL_TOKENS",
     "SCHEDULE_RUNS",
@@ -285,6 +286,14 @@ class CountsCollector(Collector):
             family.add_metric([name], n)
         yield family
 
+
+MEMORY_RECORDS = CountsCollector(
+    "lemongraph_memory_records",
+    "Records of memory-facts the memory processor folded, by kind: fact, erasure, invalid "
+    '(docs/memory.md, "How it is built")',
+    "kind",
+    registry("memory"),
+)
 
 MAILS = CountsCollector(
     "lemongraph_mails",
