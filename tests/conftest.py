@@ -46,6 +46,35 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.broker)
         if starts_processes(item) and item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(PROCESS_TIMEOUT))
+    items[:] = longest_modules_first(items)
+
+
+#: What a test is guessed to cost, by its marks (seconds of wall time on the 2-core
+#: machine, roughly): ``longest_modules_first`` orders modules by their sum.
+SLOW_COST, BROKER_COST, PROCESS_COST, UNIT_COST = 100.0, 8.0, 1.5, 0.01
+
+
+def longest_modules_first(items: list[pytest.Item]) -> list[pytest.Item]:
+    """The modules in order of their guessed cost, the costliest first, each
+    module's tests together and in their own order. scripts/test hands whole
+    modules to its test processes (``--dist loadfile``), the next one to whichever
+    process is free: started first, the long broker modules (the benchmark's
+    smoke run, the crash and takeover tests) end before the short ones do
+    instead of being the run's tail, and a module's shared processes
+    (``module_lane``) are started once, in one test process."""
+    modules: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        modules.setdefault(item.nodeid.split("::")[0], []).append(item)
+
+    def cost(item: pytest.Item) -> float:
+        if item.get_closest_marker("slow"):
+            return SLOW_COST
+        if item.get_closest_marker("broker"):
+            return BROKER_COST
+        return PROCESS_COST if starts_processes(item) else UNIT_COST
+
+    ranked = sorted(modules.values(), key=lambda tests: -sum(map(cost, tests)))
+    return [item for tests in ranked for item in tests]
 
 
 def starts_processes(item: pytest.Item) -> bool:

@@ -39,7 +39,7 @@ from topics.replies import read_reply_address
 
 __all__ = ["start_gateway"]  # the fixture
 
-pytestmark = [pytest.mark.broker, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.broker, pytest.mark.slow, pytest.mark.timeout(240)]
 
 ADA = "ada@example.com"
 #: The refund milestone is the flow's; ``help``, open beside it, is the

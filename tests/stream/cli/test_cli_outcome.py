@@ -7,6 +7,8 @@ from __future__ import annotations
 import subprocess
 import uuid
 
+from stream.engine.worker import prepare
+from stream.runtime.config import Settings
 from tests.lanes import LEMONGRAPH, Lane
 
 
@@ -75,9 +77,9 @@ def test_the_cli_says_what_the_worker_decided(lane: Lane) -> None:
 
 
 def test_no_worker_means_no_decision_in_time_exit_3(lane: Lane) -> None:
-    # The topics exist (a worker made them) but no worker runs now.
-    worker = lane.start_worker()
-    worker.stop()
+    # The topics exist and the playbooks are registered (what a worker's start does
+    # before it joins its group: stream.engine.worker.prepare), but no worker runs.
+    prepare(Settings.from_env(lane.env()), say=lambda _line: None)
     done = lane.cli("start-job", "job-1", "onboarding", "--timeout", "1.5", check=False)
     assert done.returncode == 3, done.stdout + done.stderr
     assert done.stdout.startswith("no decision within 1.5 s: sent to "), done.stdout

@@ -34,6 +34,7 @@ def test_token_without_a_secret_or_a_running_dev_says_where_it_looked(tmp_path: 
 
 
 @pytest.mark.broker
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_a_token_minted_while_dev_runs_is_accepted_by_it(tmp_path: Path) -> None:
     api_port = free_port()

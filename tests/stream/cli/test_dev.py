@@ -21,7 +21,7 @@ from stream.runtime.broker import free_port
 from tests.lanes import LEMONGRAPH, ROOT, WorkerProcess
 from tests.scrape import Samples, metrics_urls, scrape, value
 
-pytestmark = [pytest.mark.broker, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.broker, pytest.mark.slow, pytest.mark.timeout(240)]
 
 
 def start_dev(cwd: Path, broker_port: int, **extra: str) -> WorkerProcess:

@@ -60,6 +60,7 @@ def test_the_flows_scripts_answer_only_their_own_flow_then_the_named_script(
         dev_script(named, flows)
 
 
+@pytest.mark.slow  # `lemongraph dev`, every part started
 def test_dev_answers_with_the_script_of_its_env_file_and_names_the_stand_in(
     tmp_path: Path,
 ) -> None:

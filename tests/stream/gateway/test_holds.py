@@ -11,14 +11,24 @@ import socket
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
 
-from tests.stream.gateway.conftest import GatewayProcess
+from tests.lanes import Lane
+from tests.stream.gateway.conftest import GatewayProcess, launch_gateway
 
 pytestmark = [pytest.mark.broker, pytest.mark.timeout(180)]
+
+
+@pytest.fixture(scope="module")
+def deadline_gateway(module_lane: Lane) -> Iterator[GatewayProcess]:
+    """One gateway with a request deadline of 1 s for the tests of that deadline:
+    each keeps to connections and job keys of its own."""
+    gateway = launch_gateway(module_lane, LEMONGRAPH_GATEWAY_REQUEST_TIMEOUT="1s")
+    yield gateway
+    gateway.stop()
 
 
 def _open_partial(port: int, count: int) -> list[socket.socket]:
@@ -56,9 +66,9 @@ def _closed_by_server(sock: socket.socket) -> bool:
 
 
 def test_connections_that_never_finish_their_headers_are_closed(
-    start_gateway: Callable[..., GatewayProcess],
+    deadline_gateway: GatewayProcess,
 ) -> None:
-    gateway = start_gateway(LEMONGRAPH_GATEWAY_REQUEST_TIMEOUT="1s")
+    gateway = deadline_gateway
     port = int(gateway.api.rsplit(":", 1)[1])
     lines_before = sum(len(line) for line in gateway.lines)
     opened = time.monotonic()
@@ -84,9 +94,9 @@ def test_connections_that_never_finish_their_headers_are_closed(
 
 
 def test_a_slow_body_is_cut_off_and_what_came_is_not_taken_for_the_request(
-    start_gateway: Callable[..., GatewayProcess],
+    deadline_gateway: GatewayProcess,
 ) -> None:
-    gateway = start_gateway(LEMONGRAPH_GATEWAY_REQUEST_TIMEOUT="1s")
+    gateway = deadline_gateway
     port = int(gateway.api.rsplit(":", 1)[1])
     token = gateway.token(name="slow")
     start = b'{"key": "slow-1", "playbook_key": "onboarding"}'
@@ -218,7 +228,8 @@ def test_a_refused_request_closes_its_connection(
                 assert _closes(sock)
 
 
-def test_a_connection_is_closed_after_its_request_budget(gateway: GatewayProcess) -> None:
+def test_a_connection_is_closed_after_its_request_budget(shared_gateway: GatewayProcess) -> None:
+    gateway = shared_gateway  # a connection of its own
     port = int(gateway.api.rsplit(":", 1)[1])
     with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
         for number in range(1, 101):
@@ -230,9 +241,9 @@ def test_a_connection_is_closed_after_its_request_budget(gateway: GatewayProcess
 
 
 def test_a_kept_alive_connection_and_an_event_stream_outlive_the_deadline(
-    start_gateway: Callable[..., GatewayProcess],
+    deadline_gateway: GatewayProcess,
 ) -> None:
-    gateway = start_gateway(LEMONGRAPH_GATEWAY_REQUEST_TIMEOUT="1s")
+    gateway = deadline_gateway
     port = int(gateway.api.rsplit(":", 1)[1])
     token = gateway.token(name="long")
     _start_job(gateway, token, "long-1")
@@ -314,8 +325,9 @@ def wait_healthy(gateway: GatewayProcess) -> bool:
 
 @pytest.mark.parametrize("chunked", [False, True])
 def test_a_body_too_large_is_answered_413_that_the_client_reads(
-    gateway: GatewayProcess, chunked: bool
+    shared_gateway: GatewayProcess, chunked: bool
 ) -> None:
+    gateway = shared_gateway  # refused: nothing written
     body = b'{"type": "x", "pad": "' + b"a" * (5 << 20) + b'"}'
     request = urllib.request.Request(
         f"{gateway.api}/v1/events",
@@ -336,7 +348,8 @@ def test_a_body_too_large_is_answered_413_that_the_client_reads(
     assert wait_healthy(gateway)
 
 
-def test_every_answer_of_both_ports_has_security_headers(gateway: GatewayProcess) -> None:
+def test_every_answer_of_both_ports_has_security_headers(shared_gateway: GatewayProcess) -> None:
+    gateway = shared_gateway  # reads only
     token = gateway.token(name="headers")
     for base in (gateway.api, gateway.ui):
         for path, auth, status in [
@@ -359,7 +372,8 @@ def test_every_answer_of_both_ports_has_security_headers(gateway: GatewayProcess
     assert "default-src 'none'" in home.headers["Content-Security-Policy"]
 
 
-def test_the_ui_is_served_with_security_headers(gateway: GatewayProcess) -> None:
+def test_the_ui_is_served_with_security_headers(shared_gateway: GatewayProcess) -> None:
+    gateway = shared_gateway  # reads only
     for path in ("/", "/jobs/job-1", "/ui/app.js", "/ui/app.css"):
         response = httpx.get(f"{gateway.ui}{path}", timeout=10)
         assert response.status_code == 200, path
