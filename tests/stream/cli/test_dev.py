@@ -254,7 +254,7 @@ def _metrics_after_the_walk(dev: WorkerProcess, until: Callable[..., Any]) -> di
     """Each process's /metrics once the walk's counts are in (docs/operations.md,
     "Metrics"): the dev line of each names where."""
     urls = metrics_urls(dev.lines)
-    assert sorted(urls) == ["agents", "gateway", "mail-ingress", "worker"], urls
+    assert sorted(urls) == ["agents", "gateway", "mail-ingress", "memory", "worker"], urls
     assert all(len(found) == 1 for found in urls.values()), urls
 
     def settled() -> dict[str, Samples] | None:

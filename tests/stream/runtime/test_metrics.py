@@ -152,7 +152,7 @@ def test_compose_s_metrics_profile_and_the_scrape_config_agree() -> None:
                 assert (ROOT / source).exists(), volume
     scrape_config = _load("deploy/prometheus.yml")
     jobs = {job["job_name"]: job for job in scrape_config["scrape_configs"]}
-    assert set(jobs) == {"worker", "gateway", "agents", "mail-ingress"}
+    assert set(jobs) == {"worker", "gateway", "agents", "mail-ingress", "memory"}
     for job in jobs.values():
         [sd] = job["dns_sd_configs"]
         [service] = sd["names"]
@@ -160,7 +160,13 @@ def test_compose_s_metrics_profile_and_the_scrape_config_agree() -> None:
         port = environment["LEMONGRAPH_METRICS_PORT"]
         assert port == f"${{LEMONGRAPH_METRICS_PORT:-{sd['port']}}}", (service, port)
         assert environment["LEMONGRAPH_METRICS_HOST"] == "0.0.0.0"
-        assert services[service]["command"][0] in ("worker", "gateway", "agents", "mail-ingress")
+        assert services[service]["command"][0] in (
+            "worker",
+            "gateway",
+            "agents",
+            "mail-ingress",
+            "memory",
+        )
     provisioned = _load("deploy/grafana/provisioning/datasources/prometheus.yml")
     [source] = provisioned["datasources"]
     assert source["url"] == "http://prometheus:9090"
