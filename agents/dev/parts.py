@@ -153,7 +153,7 @@ class DevAgents:
                 if named
                 else "neither OPENAI_API_KEY nor OPENAI_BASE_URL is set"
             )
-            self.say(f"agents: model: the stand-in ({answers}) at {standin.url} ({why})")
+            self.say(f"agents: model standin: the stand-in ({answers}) at {standin.url} ({why})")
             return
         try:
             model = ModelSettings.from_env(env)
