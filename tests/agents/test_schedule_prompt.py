@@ -217,8 +217,8 @@ def test_a_prompt_task_runs_once_and_reports_its_reply_or_why_it_failed(
         # of its schedule is told what that one reported: docs/schedules.md)
         _, context, after = call["request"].partition('Context: {"ticket":"T-9"}')
         assert context, call["request"]
-        reports = after.lstrip("\n")
-        assert after == "" or reports.startswith("Your previous reports"), call["request"]
+        told = after.lstrip("\n")
+        assert after == "" or told.startswith("Your previous reports"), call["request"]
 
     # Delivered again, after their reports: nothing runs, nothing is reported.
     lane.produce([tasks[0], tasks[1], tasks[3]], topic="tasks")
