@@ -424,8 +424,8 @@ class Runner:
     async def _known(self, conv: Conversation) -> tuple[str, Sequence[ProfileFact]] | None:
         """The job's subject key and its current facts, once the memory read
         model has caught up (bounded); None without a subject or facts."""
-        if self.memory is None:
-            return None
+        if self.memory is None or self.memory.of_job(conv.subject, conv.contacts) is None:
+            return None  # no subject (a scheduled prompt's run): nothing to wait for
         await self.memory.ready()
         found = self.memory.of_job(conv.subject, conv.contacts)
         return found if found is not None and found[1] else None

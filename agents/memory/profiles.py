@@ -131,6 +131,8 @@ class Profiles:
         """A flow's built-in ``memory`` channel for a job (docs/flows.md,
         "Channels"): its subject's newest :data:`FLOW_FACTS` current facts,
         newest first, once caught up (bounded)."""
+        if self.of_job(subject, contacts) is None:
+            return []  # no subject: nothing to wait for
         await self.ready()
         found = self.of_job(subject, contacts)
         if found is None:
@@ -197,6 +199,9 @@ class Profiles:
             while not partitions:
                 partitions = await partitions_of(consumer, self.topics.memory)
                 if not partitions:
+                    # No memory topic yet: nothing is remembered, so a run need
+                    # not wait for it (docs/memory.md, "Given to agents").
+                    self.caught_up.set()
                     await asyncio.sleep(0.5)
             tps = [TopicPartition(self.topics.memory, p) for p in partitions]
             consumer.assign(tps)
