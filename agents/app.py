@@ -5,6 +5,7 @@ named method of :class:`ServiceHooks`. What the service does with a record is
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -146,11 +147,12 @@ class ServiceHooks:
         [assigned] = args
         service = self.service
         mine = {tp.partition for tp in assigned if tp.topic in self.ours}
+        began = time.monotonic()
         await service.revoke(p for p in list(service.partitions) if p not in mine)
         read, resumed = await service.assign(mine)
         self.say(
             f"agents: partitions {sorted(mine)} assigned: {read} conversation records read "
-            f"back, {resumed} runs resumed"
+            f"back, {resumed} runs resumed ({time.monotonic() - began:.1f} s)"
         )
 
     async def tasks(self, stream: Any) -> None:

@@ -39,7 +39,6 @@ import orjson
 from compiler import from_iso, to_iso
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from stream.runtime.config import Settings
-from stream.runtime.kafka import bootstrap_of, read_topic
 from stream.runtime.metrics import count_journal
 from topics import (
     DeadLetter,
@@ -244,36 +243,12 @@ class AgentService:
             return 0, 0
         for partition in new:
             self.partitions[partition] = asyncio.Event()
-        read = await self._read_back(new)
+        read = await self.changelog.read_back(new)
+        for raw in read:
+            self.live.pop(raw.decode(), None)  # what this process held may be older
         for partition in new:
             self.partitions[partition].set()
-        return read, self._resume(set(new))
-
-    async def _read_back(self, partitions: list[int]) -> int:
-        """Read the changelog partitions from where this store last read them to
-        their end into the store; forget what is held in memory of the keys read
-        (it may be older). The number of keys read."""
-        start = {p: self.changelog.start(p) for p in partitions}
-        read: dict[bytes, bytes | None] = {}
-        async for record in read_topic(
-            bootstrap_of(self.settings.kafka_url or ""),
-            self.topics.conversations,
-            start=start,
-            idle=0.3,
-        ):
-            if record.key is None:
-                continue
-            if record.value is None:
-                self.db.delete(record.key)
-            else:
-                self.db[record.key] = record.value
-            read[record.key] = record.value
-            self.changelog.read(
-                record.partition, record.offset, record.timestamp_ms, record.key, record.value
-            )
-        for key in read:
-            self.live.pop(key.decode(), None)  # what this process held may be older
-        return len(read)
+        return len(read), self._resume(set(new))
 
     def _resume(self, mine: set[int]) -> int:
         """Start every run owed on these partitions: of a conversation, whether

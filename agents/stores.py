@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 import shutil
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +31,7 @@ from rocksdict import AccessType, Rdict
 from stream.runtime.config import Settings
 from stream.runtime.errors import ExitCode, StorageError
 from stream.runtime.fetch import exit_now
-from stream.runtime.kafka import bootstrap_of
+from stream.runtime.kafka import bootstrap_of, read_topic
 from stream.runtime.partitions import home_partition
 from stream.runtime.resets import ClusterWatch, LogReset, find_resets, fingerprint
 
@@ -50,6 +51,8 @@ log = logging.getLogger(__name__)
 
 #: Seconds between tries to write to a disk that refused a write.
 RETRY_SECONDS = 5.0
+#: A changelog read back for longer than this says so (and again each time as long).
+SLOW_READ_BACK = 10.0
 #: The most bytes kept in memory while the disk refuses writes; beyond it the
 #: process stops (``ExitCode.DISK``): the changelog holds them, a restart reads them back.
 HELD_MAX = 64 * 1024 * 1024
@@ -353,6 +356,37 @@ class Changelog:
         """A record read back into the store (after it is stored)."""
         self.offsets[f"mark-{partition}"] = orjson.dumps([timestamp_ms, fingerprint(key, value)])
         self.offsets[partition] = offset + 1
+
+    async def read_back(self, partitions: list[int]) -> list[bytes]:
+        """Read the changelog partitions from where the store last read them to
+        their end into the store (a tombstone deletes). The keys read. A read
+        that takes long says so, with where it got to (a broker slow to answer
+        holds the partitions' records until it ends)."""
+        start = {p: self.start(p) for p in partitions}
+        read: dict[bytes, None] = {}
+        began = time.monotonic()
+        said = began + SLOW_READ_BACK
+        async for record in read_topic(self.bootstrap, self.topic, start=start, idle=0.3,
+                                       security=self.security):  # fmt: skip
+            if record.key is None:
+                continue
+            if record.value is None:
+                self.db.delete(record.key)
+            else:
+                self.db[record.key] = record.value
+            read[record.key] = None
+            self.read(record.partition, record.offset, record.timestamp_ms, record.key,
+                      record.value)  # fmt: skip
+            if time.monotonic() > said:
+                said += SLOW_READ_BACK
+                log.warning("agents: reading back %s partitions %s: %d records in %.0f s, at "
+                            "partition %d offset %d", self.topic, partitions, len(read),
+                            time.monotonic() - began, record.partition, record.offset)  # fmt: skip
+        took = time.monotonic() - began
+        if took > SLOW_READ_BACK:
+            log.warning("agents: reading back %s partitions %s took %.1f s (%d records)",
+                        self.topic, partitions, took, len(read))  # fmt: skip
+        return list(read)
 
     async def moved(self) -> bool:
         """Is the broker another one than the store was read from (a broker

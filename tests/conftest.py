@@ -90,6 +90,30 @@ def pytest_report_header(config: pytest.Config) -> str:
     return check().describe()
 
 
+#: The most lines of each process's output a failed test's report shows.
+SHOWN_LINES = 120
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """A failed test's report shows what each process its lane started printed
+    (the last :data:`SHOWN_LINES` lines): a test that timed out waiting on a
+    worker or the agents service says what they were doing."""
+    report = yield
+    if report.failed and call.when == "call":
+        funcargs = getattr(item, "funcargs", {})
+        for name in ("lane", "module_lane"):
+            found = funcargs.get(name)
+            if not isinstance(found, Lane):
+                continue
+            for n, process in enumerate(found.workers):
+                shown = "".join(process.lines[-SHOWN_LINES:])
+                called = process.proc.args
+                args = " ".join(map(str, called[1:])) if isinstance(called, list) else called
+                report.sections.append((f"{name} process {n}: lemongraph {args}", shown))
+    return report
+
+
 @pytest.fixture(scope="session")
 def kafka_url() -> Iterator[str]:
     """A broker for the whole session: LEMONGRAPH_KAFKA_URL when set, else the
