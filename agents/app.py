@@ -17,6 +17,7 @@ from stream.runtime.faust_tuning import (
     set_fetch_max_wait,
 )
 from stream.runtime.kafka import bootstrap_of
+from stream.runtime.processes import dump_tasks_on_signal
 from topics import Headers, Topics
 
 from agents.catalog import Catalog
@@ -121,6 +122,7 @@ class ServiceHooks:
         await self.app.producer.flush()
 
     async def ready(self) -> None:
+        dump_tasks_on_signal()  # docs/operations.md, "A process that seems stuck"
         self.say(f"agents: ready (group {self.app.conf.id})")
 
     async def memory(self) -> None:

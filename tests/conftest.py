@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,7 +16,8 @@ import pytest
 from agents.dev.serving import AppThread
 from stream.runtime.broker import EmbeddedBroker, free_port
 from stream.runtime.native import StaleBuild, check
-from tests.lanes import ROOT, Lane
+from stream.runtime.processes import DUMP_END
+from tests.lanes import ROOT, Lane, WorkerProcess
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -97,8 +100,9 @@ SHOWN_LINES = 120
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     """A failed test's report shows what each process its lane started printed
-    (the last :data:`SHOWN_LINES` lines): a test that timed out waiting on a
-    worker or the agents service says what they were doing."""
+    (the last :data:`SHOWN_LINES` lines), a worker's or the agents service's with
+    the stacks of its tasks: a test that timed out waiting on one says where it
+    waited."""
     report = yield
     if report.failed and call.when == "call":
         funcargs = getattr(item, "funcargs", {})
@@ -107,11 +111,29 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             if not isinstance(found, Lane):
                 continue
             for n, process in enumerate(found.workers):
-                shown = "".join(process.lines[-SHOWN_LINES:])
+                before = len(process.lines)
+                dump_stacks(process)
+                shown = "".join(process.lines[:before][-SHOWN_LINES:] + process.lines[before:])
                 called = process.proc.args
                 args = " ".join(map(str, called[1:])) if isinstance(called, list) else called
                 report.sections.append((f"{name} process {n}: lemongraph {args}", shown))
     return report
+
+
+def dump_stacks(process: WorkerProcess) -> None:
+    """Ask a running worker or agents service for its stacks (SIGUSR1: they
+    print them, docs/operations.md "A process that seems stuck") and wait a
+    little for them. Only those: the signal ends a process that does not catch it."""
+    ready = ("worker: ready", "worker + ticker: ready", "agents: ready")
+    if process.proc.poll() is not None or not any(r in "".join(process.lines) for r in ready):
+        return
+    before = len(process.lines)
+    process.proc.send_signal(signal.SIGUSR1)
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline and not any(
+        DUMP_END in line for line in process.lines[before:]
+    ):
+        time.sleep(0.05)
 
 
 @pytest.fixture(scope="session")

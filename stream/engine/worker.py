@@ -24,6 +24,7 @@ from stream.runtime.files import load_playbooks_dir, load_schedules_file, schedu
 from stream.runtime.kafka import bootstrap_of, producer, read_topic, run
 from stream.runtime.metrics import DEADLETTERS, serve_metrics
 from stream.runtime.partitions import home_partition
+from stream.runtime.processes import dump_tasks_on_signal
 from topics import (
     AuditRecord,
     DeadLetter,
@@ -210,6 +211,7 @@ def run_worker(
     @app.task  # type: ignore[untyped-decorator]
     async def ready() -> None:
         tune_gc()
+        dump_tasks_on_signal()  # docs/operations.md, "A process that seems stuck"
         mode = "worker + ticker" if ticker else "worker"
         say(
             f"{mode}: ready (group {app.conf.id}, {settings.partitions} partitions, "

@@ -1,20 +1,28 @@
 """Child processes and what /proc says about them: a process whose output lines
 are collected (the benchmark's workers and the dev stand-ins start as these),
-and a process's CPU seconds and resident memory (docs/operations.md, "Memory").
+and a process's CPU seconds and resident memory (docs/operations.md, "Memory");
+and what a long-running process says of itself on SIGUSR1: every asyncio task's
+stack and every thread's (docs/operations.md, "A process that seems stuck").
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
+import traceback
 from pathlib import Path
 
 from stream.runtime.errors import BenchError
 
-__all__ = ["ChildProcess", "cpu_s", "rss_mb"]
+__all__ = ["DUMP_END", "ChildProcess", "cpu_s", "dump_tasks_on_signal", "rss_mb"]
+
+#: The line that ends what :func:`dump_tasks_on_signal` prints.
+DUMP_END = "stacks: end"
 
 
 def cpu_s(pid: int) -> float:
@@ -65,3 +73,37 @@ class ChildProcess:
         self.reader.join(5)
         if self.proc.stdout is not None:
             self.proc.stdout.close()
+
+
+def dump_tasks_on_signal(sig: int = signal.SIGUSR1) -> None:
+    """On ``sig``, print the stack of every task of the running loop and of every
+    thread, then :data:`DUMP_END` (stdout, flushed): where a process that seems
+    stuck waits. Called from inside the loop; the process goes on."""
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(sig, _dump_stacks, loop)
+
+
+def _dump_stacks(loop: asyncio.AbstractEventLoop) -> None:
+    tasks = sorted(asyncio.all_tasks(loop), key=lambda t: t.get_name())
+    lines = [f"stacks: {len(tasks)} asyncio tasks, each as the chain it awaits"]
+    lines += [f"task {t.get_name()}: {' > '.join(_awaiting(t.get_coro()))}" for t in tasks]
+    names = {t.ident: t.name for t in threading.enumerate()}
+    for ident, frame in sys._current_frames().items():
+        lines.append(f"thread {names.get(ident, ident)} (most recent call last):")
+        lines += [x.rstrip("\n") for x in traceback.format_stack(frame, limit=8)]
+    lines.append(DUMP_END)
+    sys.stdout.write("\n".join(lines) + "\n")
+    sys.stdout.flush()
+
+
+def _awaiting(coro: object) -> list[str]:
+    """Where a task's coroutine waits, outermost first (``file:line function``
+    per coroutine it awaits; a task's own stack shows the outermost only)."""
+    chain: list[str] = []
+    while coro is not None and len(chain) < 40:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+        if frame is not None:
+            where = frame.f_code.co_filename.rsplit("site-packages/", 1)[-1]
+            chain.append(f"{where}:{frame.f_lineno} {frame.f_code.co_name}")
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+    return chain
