@@ -891,7 +891,7 @@ async function renderSchedules(append) {
       h("td", {}, h("span", { class: "badge schedule-" + stateName }, stateName)),
       h("td", {}, actionText(sch.spec.action)),
       h("td", {}, sch.next.length ? h("ul", { class: "slots" }, sch.next.map(slotItem)) : h("span", { class: "muted" }, "—")),
-      h("td", {}, runChip(sch.last_run), sch.last_run ? [" ", zoned(sch.last_run.at, sch.timezone)] : null),
+      h("td", { class: "last-run" }, runChip(sch.last_run), sch.last_run ? [" ", zoned(sch.last_run.at, sch.timezone)] : null),
       h("td", { class: "controls" }, scheduleControls(sch, "schedules-action-status"))));
   }
   state.scheduleCursor = page.next;

@@ -16,7 +16,7 @@ import pytest
 from playwright.sync_api import Browser, Page, Route
 
 from tests.stream.gateway.conftest import GatewayProcess, Lane
-from tests.stream.gateway.test_browser import _page, browser, chromium
+from tests.stream.gateway.test_browser import ARTIFACTS, _page, browser, chromium
 
 pytestmark = [pytest.mark.broker, pytest.mark.browser, pytest.mark.timeout(240)]
 
@@ -39,6 +39,11 @@ def _signed_in(
     page.goto(f"{gateway.ui}/ui/#token={gateway.token(**token)}")
     page.wait_for_selector("#list-count:has-text('job(s)')", timeout=WAIT)
     return page
+
+
+def _shot(page: Page, name: str) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
 
 
 def _status(page: Page, selector: str, text: str) -> str:
@@ -103,6 +108,7 @@ def test_a_job_is_started_from_the_picker_and_an_event_gets_its_decision(
     said = _status(page, "#event-status", "decided")
     assert "event id_uploaded decided: applied" in said, said
     assert "collectIdentity: open→done" in said, said
+    _shot(page, "ui-event-decided")
     page.wait_for_selector(
         '#graph [data-milestone="collectIdentity"][data-state="done"]', timeout=WAIT
     )
@@ -121,6 +127,7 @@ def test_a_job_is_started_from_the_picker_and_an_event_gets_its_decision(
     assert "{" not in said
     assert page.get_attribute("#start-status", "data-kind") == "refused"
     assert page.url == f"{acting.ui}/"
+    _shot(page, "ui-start-refused")
     assert not problems, problems
 
 
@@ -222,6 +229,7 @@ def test_a_schedule_is_paused_resumed_and_woken_from_the_page(
     said = _status(bot, "#schedules-action-status", "refused")
     assert said.startswith("act-daily: refused (403 source_not_allowed): "), said
     assert "this token's source is tool" in said
+    _shot(bot, "ui-schedule-refused")
     _row_state(bot, "enabled")
     assert not problems, problems
 
