@@ -70,7 +70,7 @@ def dev(broker_port: int, loglevel: str) -> None:
     LEMONGRAPH_KAFKA_URL is set), the topics, the playbooks, a worker, the
     ticker and the gateway (API and UI). Ctrl-C stops it all."""
     from stream.engine.worker import prepare, run_worker
-    from stream.gateway import GatewayThread, addresses, mint_token, new_secret
+    from stream.gateway import GatewayThread, addresses, mint_token, new_secret, ui_address
 
     # Every process of dev serves its metrics on a free port, each saying where
     # (`metrics: <process> URL`; docs/operations.md, "Metrics").
@@ -116,6 +116,10 @@ def dev(broker_port: int, loglevel: str) -> None:
             approver=True,
         )
         say(f"gateway: dev token (source world, approver, 7 days): {dev_token}")
+        # The token in the fragment, which a browser never sends: the page keeps it
+        # for the tab and takes it out of the address (docs/operations.md, "The UI").
+        signed_in = f"{ui_address(settings)}ui/#token={dev_token}"
+        say(f"gateway: open the UI (signed in with the dev token): {signed_in}")
         for part in parts:
             part.start(settings)
         code = run_worker(

@@ -12,7 +12,7 @@ offline docs page), ``server`` (uvicorn, API and UI ports, the thread
 """
 
 from stream.gateway.errors import ApiError
-from stream.gateway.server import GatewayThread, addresses, run_gateway, serve
+from stream.gateway.server import GatewayThread, addresses, run_gateway, serve, ui_address
 from stream.gateway.tokens import PREFIX, SOURCES, Principal, mint_token, new_secret, verify_token
 
 __all__ = [
@@ -26,5 +26,6 @@ __all__ = [
     "new_secret",
     "run_gateway",
     "serve",
+    "ui_address",
     "verify_token",
 ]

@@ -43,7 +43,7 @@ from stream.runtime.metrics import TASKS_OPEN, MetricsServer, serve_metrics
 from topics import Topics
 from topics.mail import MailSettings
 
-__all__ = ["GatewayThread", "addresses", "build_ui", "run_gateway", "serve"]
+__all__ = ["GatewayThread", "addresses", "build_ui", "run_gateway", "serve", "ui_address"]
 
 log = logging.getLogger("lemongraph.gateway")
 UI_DIR = Path(__file__).with_name("ui")
@@ -132,6 +132,8 @@ def build_ui(api: Any) -> Starlette:
             Route("/jobs/{key}", index),  # deep links: the page reads the path
             Route("/schedules", index),
             Route("/schedules/{schedule_id}", index),
+            # The address `lemongraph dev` prints, `/ui/#token=...` (docs/operations.md, "The UI").
+            Route("/ui/", index),
             Mount("/ui", StaticFiles(directory=UI_DIR), name="ui"),
             Mount("", api),
         ],
@@ -289,12 +291,22 @@ def run_gateway(settings: Settings, say: Callable[[str], None] = print) -> int:
     return 0
 
 
+def _host(settings: Settings) -> str:
+    """Where a browser on this machine reaches the gateway."""
+    host = settings.gateway_host
+    return host if host not in ("0.0.0.0", "::") else "127.0.0.1"  # noqa: S104
+
+
+def ui_address(settings: Settings) -> str:
+    """The UI's address: ``http://HOST:PORT/``."""
+    return f"http://{_host(settings)}:{settings.ui_port}/"
+
+
 def addresses(settings: Settings) -> str:
     """The status line that says where the gateway listens."""
-    host = settings.gateway_host if settings.gateway_host not in ("0.0.0.0", "::") else "127.0.0.1"  # noqa: S104
     return (
-        f"gateway: UI on http://{host}:{settings.ui_port}/ ; "
-        f"API on http://{host}:{settings.api_port}/v1 "
+        f"gateway: UI on {ui_address(settings)} ; "
+        f"API on http://{_host(settings)}:{settings.api_port}/v1 "
         f"(docs /docs, OpenAPI /openapi.json)"
     )
 

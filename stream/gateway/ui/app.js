@@ -1,6 +1,10 @@
 // lemongraph UI: a job list and a live job view over the gateway's API.
 // No libraries and no network beyond this origin: it works offline.
-// The token is pasted once and kept in localStorage (or given as #token=...).
+// The token comes in the address's fragment (#token=..., as `lemongraph dev` prints it:
+// a browser never sends a fragment to the server) or is pasted; the tab keeps it
+// (sessionStorage), and the fragment is taken out of the address at once.
+// What the page does (start a job, send an event, a schedule's controls) is in
+// actions.js, through the same API and token (docs/operations.md, "The UI").
 "use strict";
 
 const TOKEN_KEY = "lemongraph.token";
@@ -58,11 +62,14 @@ function fill(el, ...children) {
 
 function notice(text) { document.getElementById("notice").textContent = text || ""; }
 
-async function api(path, payload) {
+// A call of the API with the token: a GET, or with `payload` a POST (or `method`).
+// A refusal throws an Error that carries the API's {"error": {code, message, ...}}:
+// `status`, `code`, `text` (the API's message) and `field` when it names one.
+async function api(path, payload, method) {
   if (!state.token) throw new Error("paste an API token first (lemongraph token, or the dev token)");
   const options = { headers: { Authorization: "Bearer " + state.token } };
   if (payload !== undefined) {
-    options.method = "POST";
+    options.method = method || "POST";
     options.headers["Content-Type"] = "application/json";
     options.body = JSON.stringify(payload);
   }
@@ -73,6 +80,8 @@ async function api(path, payload) {
     const error = new Error(`${response.status} ${err.code || ""}: ${err.message || response.statusText}`);
     error.status = response.status;
     error.code = err.code || "";
+    error.text = typeof err.message === "string" ? err.message : response.statusText;
+    error.field = typeof err.field === "string" ? err.field : "";
     throw error;
   }
   return body;
@@ -99,13 +108,18 @@ function tickCountdowns() {
 
 // -- token -----------------------------------------------------------------------------
 
+// The tab keeps the token (sessionStorage: gone with the tab, never shared with
+// another); an earlier page kept it in localStorage, which is cleared here.
 function loadToken() {
+  localStorage.removeItem(TOKEN_KEY);
   const fromHash = new URLSearchParams(location.hash.slice(1)).get("token");
-  if (fromHash) {
-    localStorage.setItem(TOKEN_KEY, fromHash);
-    history.replaceState(null, "", location.pathname + location.search);
+  if (fromHash) sessionStorage.setItem(TOKEN_KEY, fromHash);
+  // The fragment out of the address bar (and its history entry) at once; /ui/ is the job list.
+  const path = location.pathname.replace(/^\/ui\/?$/, "/");
+  if (fromHash || location.hash || path !== location.pathname) {
+    history.replaceState(null, "", path + location.search);
   }
-  state.token = localStorage.getItem(TOKEN_KEY) || "";
+  state.token = sessionStorage.getItem(TOKEN_KEY) || "";
   document.getElementById("token-input").placeholder = state.token
     ? "token saved (paste another to replace it)" : "paste an API token (lemongraph_sk_…)";
 }
@@ -340,13 +354,17 @@ function decisionOutcome(d) {
   return d.outcome + (d.refused ? ": " + d.refused : "") + (claim ? " (claim, not evidence)" : "");
 }
 
+// What a decision moved: "milestone: from→to" each.
+function movesText(d) {
+  return (d.transitions || []).map((t) => `${t.milestone}: ${t.from || t.before || "?"}→${t.to || t.after || "?"}`).join(", ");
+}
+
 function decisionRow(d) {
-  const moves = (d.transitions || []).map((t) => `${t.milestone}: ${t.from || t.before || "?"}→${t.to || t.after || "?"}`);
   return h("tr", { "data-seq": d.seq },
     h("td", {}, d.seq ?? ""), h("td", { class: "muted" }, when(d.now)),
     h("td", {}, describeInput(d.input)),
     h("td", { class: "outcome-" + d.outcome }, decisionOutcome(d)),
-    h("td", {}, moves.join(", ")), h("td", {}, d.status || ""));
+    h("td", {}, movesText(d)), h("td", {}, d.status || ""));
 }
 
 function renderDecisions() {
@@ -643,6 +661,7 @@ function renderJob(job) {
   if (!who.value && contacts.length) who.value = contacts[0];
   drawGraph(job);
   renderMilestones(job);
+  offerFacts(job);  // actions.js: the event form's suggestions
   document.getElementById("pending").replaceChildren(...job.pending_writes.map((w) =>
     h("li", {}, `${w.type}${w.action ? " " + w.action : ""} accepted `, when(w.accepted_at),
       ` (partition ${w.partition}, offset ${w.offset}), not decided yet`)));
@@ -725,6 +744,7 @@ async function showJob(key, view) {
   renderConversation();
   renderQuestions();
   clearJobHeader(key);
+  resetEventForm();  // actions.js
   const live = document.getElementById("job-live");
   document.getElementById("reply-contact").value = "";
   let job, trail, journal, talk, asked;
@@ -765,9 +785,11 @@ async function showJob(key, view) {
   source.addEventListener("error", () => { live.textContent = "○ reconnecting…"; });
   source.addEventListener("job", (ev) => renderJob(JSON.parse(ev.data)));
   source.addEventListener("decision", (ev) => {
-    state.decisions.push(JSON.parse(ev.data));
+    const d = JSON.parse(ev.data);
+    state.decisions.push(d);
     if (state.decisions.length > 500) state.decisions.shift();
     renderDecisions();
+    eventDecided(d);  // actions.js: the answer to an event sent from this page
   });
   source.addEventListener("message", (ev) => {
     const m = JSON.parse(ev.data);
@@ -869,7 +891,8 @@ async function renderSchedules(append) {
       h("td", {}, h("span", { class: "badge schedule-" + stateName }, stateName)),
       h("td", {}, actionText(sch.spec.action)),
       h("td", {}, sch.next.length ? h("ul", { class: "slots" }, sch.next.map(slotItem)) : h("span", { class: "muted" }, "—")),
-      h("td", {}, runChip(sch.last_run), sch.last_run ? [" ", zoned(sch.last_run.at, sch.timezone)] : null)));
+      h("td", { class: "last-run" }, runChip(sch.last_run), sch.last_run ? [" ", zoned(sch.last_run.at, sch.timezone)] : null),
+      h("td", { class: "controls" }, scheduleControls(sch, "schedules-action-status"))));
   }
   state.scheduleCursor = page.next;
   document.getElementById("schedules-more").hidden = !page.next;
@@ -956,6 +979,7 @@ async function showSchedule(sid, view, first) {
     h("code", {}, whenText(sch)), ` in ${sch.timezone} · ${actionText(sch.spec.action)} · overlap ${sch.spec.overlap}`,
     sch.spec.meta && sch.spec.meta.heartbeat ? " · heartbeat" : null,
     ` · deliver to ${sch.spec.deliver_to} · updated `, zoned(sch.updated_at, sch.timezone), ` by ${sch.by}`);
+  document.getElementById("schedule-controls").replaceChildren(scheduleControls(sch, "schedule-action-status"));
   const next = document.getElementById("schedule-next");
   next.replaceChildren(...(sch.next.length ? sch.next.map(slotItem)
     : [h("li", { class: "muted" }, "none: the schedule is paused")]));
@@ -970,6 +994,7 @@ function route() {
   const view = ++state.view;
   closeStream();
   clearInterval(state.listTimer);
+  actionsRouted();  // actions.js
   const path = location.pathname;
   const match = path.match(/^\/jobs\/(.+)$/);
   const scheduleMatch = path.match(/^\/schedules\/(.+)$/);
@@ -1047,17 +1072,18 @@ document.getElementById("reply-form").addEventListener("submit", sendReply);
 document.getElementById("token-form").addEventListener("submit", (ev) => {
   ev.preventDefault();
   const input = document.getElementById("token-input");
-  if (input.value.trim()) localStorage.setItem(TOKEN_KEY, input.value.trim());
+  if (input.value.trim()) sessionStorage.setItem(TOKEN_KEY, input.value.trim());
   input.value = "";
   loadToken();
   route();
 });
 document.getElementById("token-forget").addEventListener("click", () => {
-  localStorage.removeItem(TOKEN_KEY);
+  sessionStorage.removeItem(TOKEN_KEY);
   loadToken();
   route();
 });
 
+initActions();  // actions.js
 loadToken();
 route();
 setInterval(tickCountdowns, 1000);

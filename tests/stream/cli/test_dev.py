@@ -122,6 +122,12 @@ def test_the_dev_loop_of_the_readme_closes_offline(tmp_path: Path) -> None:
         assert "agents: demo tools at" in said
         assert "mail: outbound mail is caught at smtp://" in said
         [token] = re.findall(r"dev token \([^)]*\): (lemongraph_sk_\S+)", said)
+        # The UI's address, signed in: the token in the fragment (docs/operations.md, "The UI").
+        [ui] = re.findall(r"open the UI \(signed in with the dev token\): (\S+)", said)
+        assert ui.endswith(f"/ui/#token={token}"), ui
+        page = httpx.get(ui.split("#")[0])  # what a browser asks for: the fragment stays
+        assert page.status_code == 200
+        assert '<script src="/ui/app.js">' in page.text
         api = f"http://127.0.0.1:{api_port}"
         with httpx.Client(base_url=api, headers={"Authorization": f"Bearer {token}"}) as client:
 

@@ -165,7 +165,7 @@ def test_the_schedules_page_lists_next_runs_and_each_ones_history(
     page.click("#schedule-view a[data-nav]")
     last = page.locator('tr[data-schedule="heartbeat"] .chip[data-status="refused"]')
     last.wait_for(timeout=30_000)
-    cell = page.locator('tr[data-schedule="heartbeat"] td').last.inner_text()
+    cell = page.locator('tr[data-schedule="heartbeat"] td.last-run').inner_text()
     assert re.search(
         r"2026-12-01 20:50:00 \S+ \(Australia/Lord_Howe\) · 2026-12-01T09:50:00Z", cell
     )
