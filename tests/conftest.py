@@ -165,6 +165,7 @@ def lane(kafka_url: str, tmp_path: Path) -> Iterator[Lane]:
     lane = new_lane(kafka_url, tmp_path)
     yield lane
     lane.kill_workers()
+    lane.drop_topics()
 
 
 @pytest.fixture(scope="module")
@@ -175,6 +176,7 @@ def module_lane(kafka_url: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
     lane = new_lane(kafka_url, tmp_path_factory.mktemp("lane"))
     yield lane
     lane.kill_workers()
+    lane.drop_topics()
 
 
 @pytest.fixture

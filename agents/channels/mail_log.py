@@ -32,7 +32,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from stream.runtime.config import Settings
-from stream.runtime.kafka import bootstrap_of, new_consumer
+from stream.runtime.kafka import bootstrap_of, new_consumer, partitions_of
 from stream.runtime.resets import ClusterWatch
 from topics import Topics
 from topics.mail import MailLogEntry, MailSettings, reply_routes
@@ -79,9 +79,8 @@ class MailLog:
         await consumer.start()
         self.consumer = consumer
         self.cluster = await self.watch.current()
-        await consumer.topics()  # the metadata: the topic's partitions
-        count = consumer.partitions_for_topic(self.topic) or set()
-        self.partitions = [TopicPartition(self.topic, p) for p in sorted(count)]
+        count = await partitions_of(consumer, self.topic)
+        self.partitions = [TopicPartition(self.topic, p) for p in count]
         consumer.assign(self.partitions)
         await consumer.seek_to_beginning(*self.partitions)
         await self.catch_up()

@@ -374,13 +374,12 @@ async def cluster_id(bootstrap: str, security: KafkaSecurity, timeout_ms: int = 
     """The cluster id the broker reports (Tansu says ``tansu_cluster`` by default)."""
     from aiokafka.admin import AIOKafkaAdminClient
 
-    from stream.runtime.kafka import client_kwargs
+    from stream.runtime.kafka import client_kwargs, cluster_id_of
 
     admin = AIOKafkaAdminClient(**client_kwargs(bootstrap, security), request_timeout_ms=timeout_ms)
     await admin.start()
     try:
-        described = await admin.describe_cluster()
-        return str(described.get("cluster_id") or "")
+        return await cluster_id_of(admin._client)
     finally:
         await admin.close()
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.errors import KafkaError
+from aiokafka.protocol.metadata import MetadataRequest
 from aiokafka.structs import TopicPartition
 
 from stream.runtime.dotenv import read_dotenv
@@ -32,6 +33,7 @@ __all__ = [
     "bootstrap_of",
     "caught_up",
     "client_kwargs",
+    "cluster_id_of",
     "compression_from_env",
     "compression_type",
     "configured_compression",
@@ -42,6 +44,7 @@ __all__ = [
     "run",
     "start_consumer",
     "topic_partitions",
+    "topics_metadata",
 ]
 
 
@@ -343,12 +346,48 @@ async def start_consumer(consumer: AIOKafkaConsumer) -> None:
 
 
 async def partitions_of(consumer: AIOKafkaConsumer, topic: str) -> list[int]:
-    """The partitions of ``topic`` as the started ``consumer`` sees them now."""
+    """The partitions of ``topic`` as the broker says now (empty when it does
+    not exist; never created by asking): metadata for that one topic, through
+    the started ``consumer``'s connection. Not ``consumer.topics()``, which asks
+    for every topic of the cluster: on a broker with a thousand topics that took
+    about 300 ms and 60 ms of the client's CPU per call, against about 1 ms."""
     # A consumer without a group stopped right after it started can raise
     # CancelledError from its never-scheduled housekeeping task: let it run once.
     await asyncio.sleep(0)
-    await consumer.topics()  # fresh metadata for every topic
-    return sorted(consumer.partitions_for_topic(topic) or ())
+    return (await topics_metadata(consumer._client, [topic])).get(topic, [])
+
+
+#: The topic :func:`cluster_id_of` asks about: one that no one names.
+PROBE_TOPIC = "__lemongraph_cluster_probe"
+
+
+async def topics_metadata(client: Any, topics: list[str]) -> dict[str, list[int]]:
+    """The partitions of each of ``topics`` that exists, from one Metadata request
+    on aiokafka's ``client`` (a started consumer's, producer's or admin's) that
+    names them and creates none. Tansu answers a request naming no topic with
+    every topic (Apache Kafka with none), so no caller here sends one."""
+    node = client.get_random_node()
+    if node is None:
+        raise KafkaError("no broker known to ask for metadata")
+    request = MetadataRequest(list(topics), allow_auto_topic_creation=False)
+    response = (await client.send(node, request)).to_object()
+    return {
+        t["topic"]: sorted(p["partition"] for p in t["partitions"])
+        for t in response["topics"]
+        if t["error_code"] == 0
+    }
+
+
+async def cluster_id_of(client: Any) -> str:
+    """The cluster id the broker reports, from a Metadata request naming one
+    topic no one has (``describe_cluster`` asks for every topic's metadata:
+    about 270 ms per call on a broker with a thousand topics, against 1 ms)."""
+    node = client.get_random_node()
+    if node is None:
+        raise KafkaError("no broker known to ask for its cluster id")
+    request = MetadataRequest([PROBE_TOPIC], allow_auto_topic_creation=False)
+    response = (await client.send(node, request)).to_object()
+    return str(response.get("cluster_id") or "")
 
 
 async def topic_partitions(

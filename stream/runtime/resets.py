@@ -38,7 +38,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import OffsetOutOfRangeError
 from aiokafka.structs import TopicPartition
 
-from stream.runtime.kafka import KafkaSecurity, client_kwargs, new_consumer
+from stream.runtime.kafka import KafkaSecurity, client_kwargs, cluster_id_of, new_consumer
 
 __all__ = ["ClusterWatch", "LogReset", "Watermark", "find_resets", "fingerprint"]
 
@@ -277,8 +277,7 @@ class ClusterWatch:
                     )
                     await admin.start()
                     self._admin = admin
-                described = await self._admin.describe_cluster()
-                return str(described.get("cluster_id") or "")
+                return await cluster_id_of(self._admin._client)
             except Exception:
                 await self.close()
                 if time.monotonic() + pause > deadline:

@@ -36,7 +36,7 @@ from typing import TypeAlias
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
-from stream.runtime.kafka import KafkaSecurity, caught_up, new_consumer
+from stream.runtime.kafka import KafkaSecurity, caught_up, new_consumer, topics_metadata
 
 __all__ = ["REPLAY_HELD", "Followed", "Replay", "assign_from_start"]
 
@@ -200,10 +200,9 @@ async def assign_from_start(
     partitions to ``consumer`` from the beginning; [] when ``stopping`` came
     first."""
     while not stopping.is_set():
-        await consumer.topics()  # fresh metadata
-        found = {n: consumer.partitions_for_topic(n) or set() for n in names}
-        if all(found.values()):
-            tps = [TopicPartition(n, p) for n, ps in found.items() for p in sorted(ps)]
+        found = await topics_metadata(consumer._client, names)  # stream/runtime/kafka.py
+        if all(found.get(n) for n in names):
+            tps = [TopicPartition(n, p) for n in names for p in found[n]]
             consumer.assign(tps)
             await consumer.seek_to_beginning(*tps)
             return tps
