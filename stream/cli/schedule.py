@@ -197,6 +197,11 @@ def _when(spec: dict[str, Any]) -> str:
     return str(spec["schedule"]) if spec.get("schedule") else f"at {spec.get('at')}"
 
 
+def _started(run: dict[str, Any]) -> str:
+    """When a run started (or its slot, or its record: a missed run never started)."""
+    return str(run.get("started_at") or run.get("slot") or run.get("at"))
+
+
 def _millis(instant: object) -> str:
     """An instant as a run line prints it: milliseconds at most (a worker's
     record may carry microseconds: ``21:24:00.996000Z`` prints ``21:24:00.996Z``)."""
@@ -653,11 +658,67 @@ def abort_(schedule_id: str, run_id: str, request_id: str | None) -> None:
     _send(settings, [schedule_id], _Command("abort", rid, True, run_id=run_id))
 
 
+def _audit_records(settings: Settings) -> list[dict[str, Any]]:
+    """Every record of the ``audit`` topic, as written (oldest first per partition)."""
+    bootstrap = require_kafka(settings)
+    name = Topics(settings.topic_prefix).audit
+
+    async def go() -> list[dict[str, Any]]:
+        out = []
+        async for r in read_topic(bootstrap, name, idle=0.3, security=settings.kafka_security):
+            record = ops.decode(r.value)
+            if record is not None and record.get("type") == "audit":
+                out.append(record)
+        return out
+
+    return list(run_async(go()))
+
+
+@schedule.command("audit")
+@click.argument("schedule_id", metavar="[ID]", required=False)
+@click.option("--action", type=click.Choice(ops.AUDIT_ACTIONS), help="Only this action.")
+@click.option("--since", "since_text", metavar="INSTANT", help="Only those at INSTANT or after.")
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 1_000_000))
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per record, a line each.")
+def audit_(
+    schedule_id: str | None, action: str | None, since_text: str | None, limit: int, as_json: bool
+) -> None:
+    """The operators' actions on schedules (the `audit` topic), newest first:
+    create, update, pause, resume, delete, wake, run, abort; each with who did it,
+    when, and its detail. ID: only that schedule's."""
+    since = _instant(since_text, "--since") if since_text is not None else None
+    target = f"schedule:{schedule_id}" if schedule_id is not None else None
+    records = sorted(_audit_records(env_settings()), key=lambda r: str(r.get("at")))
+    shown = 0
+    for record in reversed(records):
+        if shown == limit:
+            break
+        if target is not None and record.get("target") != target:
+            continue
+        if action is not None and record.get("action") != action:
+            continue
+        if since is not None and str(record.get("at")) < since.strftime("%Y-%m-%dT%H:%M:%S"):
+            continue
+        shown += 1
+        if as_json:
+            click.echo(orjson.dumps(record).decode())
+            continue
+        detail = orjson.dumps(record.get("detail") or {}).decode()
+        click.echo(
+            f"{record.get('at')}  {record.get('action', ''):<7}  {record.get('target')}  "
+            f"by {record.get('by')}  {detail}"
+        )
+    if not as_json:
+        click.echo(f"{shown} record(s)", err=True)
+
+
 @schedule.command("runs")
 @click.argument("schedule_id", metavar="ID")
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 100_000))
+@click.option("--since", "since_text", metavar="INSTANT", help="Only runs started at INSTANT "
+              "or after (or slotted, or recorded).")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per run, a line each.")
-def runs(schedule_id: str, limit: int, as_json: bool) -> None:
+def runs(schedule_id: str, limit: int, since_text: str | None, as_json: bool) -> None:
     """A schedule's runs from `schedule-runs`, newest first: status (completed,
     refused, failed, timeout, aborted, suppressed, missed, skipped, running), what
     triggered it, its slot, job, error and output. A removed schedule's runs
@@ -666,22 +727,25 @@ def runs(schedule_id: str, limit: int, as_json: bool) -> None:
     found = _runs(settings, schedule_id)
     if not found and schedule_id not in _definitions(settings):
         _fail(f"no schedule {schedule_id!r} and no runs of one")
+    if since_text is not None:
+        since = _instant(since_text, "--since")
+        found = [r for r in found if _instant(_started(r), "--since") >= since]
     for run in found[:limit]:
         click.echo(orjson.dumps(run).decode() if as_json else _run_line(run))
     if not as_json:
         click.echo(f"{min(limit, len(found))} of {len(found)} run(s)", err=True)
 
 
-def _instant(text: str) -> datetime:
+def _instant(text: str, hint: str = "--from") -> datetime:
     try:
         at = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
         raise click.BadParameter(
-            f"{text!r} is not an ISO 8601 instant (2026-03-08T07:00:00Z)", param_hint="--from"
+            f"{text!r} is not an ISO 8601 instant (2026-03-08T07:00:00Z)", param_hint=hint
         ) from None
     if at.tzinfo is None:
         raise click.BadParameter(
-            f"{text!r} has no offset: add Z or +HH:MM", param_hint="--from"
+            f"{text!r} has no offset: add Z or +HH:MM", param_hint=hint
         ) from None
     return at.astimezone(UTC)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Request
+from fastapi import APIRouter, Header, Query, Request
 from pydantic import BaseModel, Field, StrictBool, StrictStr, model_validator
 
 from stream.gateway.errors import BODY_CODES, ApiError, error_responses
@@ -22,12 +22,14 @@ from stream.gateway.routes.schedules import (
     found,
     request_id_of,
     schedule_model,
+    since_of,
     wake_one,
     writer_of,
 )
 from stream.gateway.routes.shared import SECURED, GatewayDep
+from stream.gateway.schedule_ops import AUDIT_ACTIONS
 
-__all__ = ["abort_schedule_run", "router", "run_schedule", "wake_schedules"]
+__all__ = ["abort_schedule_run", "list_audit", "router", "run_schedule", "wake_schedules"]
 
 router = APIRouter(dependencies=SECURED, tags=["schedules"])
 _WRITE = ("source_not_allowed", "schedules_loading", "broker_unavailable")
@@ -242,3 +244,45 @@ def _asked(body: WakeManyBody) -> str:
     if body.labels is not None:
         return "labels " + ", ".join(f"{k}={v}" for k, v in body.labels.items())
     return f"agent {body.agent}"
+
+
+class AuditList(BaseModel):
+    """Audit records, newest first (at most ``limit``), of the newest
+    ``kept`` this gateway holds."""
+
+    records: list[dict[str, Any]]
+    kept: int
+
+
+@router.get(
+    "/v1/audit",
+    response_model=AuditList,
+    operation_id="listAudit",
+    responses=error_responses("invalid_query"),
+)
+async def list_audit(
+    gateway: GatewayDep,
+    schedule: Annotated[
+        str | None, Query(max_length=64, description="Only this schedule's.")
+    ] = None,
+    action: Annotated[str | None, Query(max_length=20, description="Only this action.")] = None,
+    since: Annotated[
+        str | None, Query(max_length=40, description="Only those at this instant or after.")
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> AuditList:
+    """The operators' actions on schedules (the `audit` topic, docs/schedules.md,
+    "audit"), newest first: create, update, pause, resume, delete (a one-shot's
+    removal `by: one-shot`), wake, run and abort, each with who did it and
+    when. The gateway holds the newest 10,000; the topic has them all
+    (`lemongraph schedule audit`). An `action` that is none of these, or a
+    `since` that is not an instant, answers 422 `invalid_query`."""
+    if action is not None and action not in AUDIT_ACTIONS:
+        raise ApiError(
+            422,
+            "invalid_query",
+            f"action: {action!r} is not an audit action ({', '.join(AUDIT_ACTIONS)})",
+        )
+    model = schedule_model(gateway)
+    records = model.audit_records(limit, schedule, action, since_of(since))
+    return AuditList(records=records, kept=len(model.audit))

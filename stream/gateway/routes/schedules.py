@@ -40,6 +40,7 @@ __all__ = [
     "list_schedules",
     "router",
     "schedule_runs",
+    "since_of",
     "update_schedule",
     "wake_one",
     "wake_schedule",
@@ -484,6 +485,22 @@ async def wake_one(
     )  # fmt: skip
 
 
+def since_of(text: str | None) -> datetime | None:
+    """``?since=``: an ISO 8601 instant with its offset; 422 ``invalid_query``
+    otherwise."""
+    if text is None:
+        return None
+    try:
+        instant = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        instant = None
+    if instant is None or instant.tzinfo is None:
+        raise ApiError(
+            422, "invalid_query", f"since: {text!r} is not an ISO 8601 instant with its offset"
+        )
+    return instant
+
+
 def _origin(header: str | None) -> tuple[str, ...]:
     """A wake's origin from its header (docs/schedules.md, "Wake loops"): the
     worker refuses a wake whose origin names the schedule; 422 ``invalid_header``
@@ -508,13 +525,20 @@ async def schedule_runs(
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[int | None, Query(ge=0, description="A page's `next`.")] = None,
     status: Annotated[str | None, Query(max_length=20, description="Only this status.")] = None,
+    since: Annotated[
+        str | None,
+        Query(
+            max_length=40, description="Only runs started (or slotted) at this instant or after."
+        ),
+    ] = None,
 ) -> RunList:
     """The schedule's runs, newest first (pending, running, completed,
     refused, failed, timeout, aborted, suppressed, missed, skipped), each as
     its records on `schedule-runs` say, and `refused` (with the core's reason
     as `error`) when the core refused the job.start or event a run sent (read
     from `decisions`); at most the newest 200 are kept. A
-    `status` that is none of these answers 422 `invalid_query`."""
+    `status` that is none of these, or a `since` (runs started, or slotted, at
+    that instant or after) that is not an instant, answers 422 `invalid_query`."""
     model = schedule_model(gateway)
     if status is not None and status not in RUN_STATUSES:
         raise ApiError(
@@ -522,7 +546,7 @@ async def schedule_runs(
             f"status: {status!r} is not a run status ({', '.join(RUN_STATUSES)})",
         )  # fmt: skip
     found(model, schedule_id)
-    runs, more = model.newest_runs(schedule_id, limit, cursor, status)
+    runs, more = model.newest_runs(schedule_id, limit, cursor, status, since_of(since))
     return RunList(
         schedule_id=schedule_id,
         runs=runs,

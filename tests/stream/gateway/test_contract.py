@@ -161,6 +161,7 @@ def provocations(job: str, schedule: str, ended: str) -> list[Provoke]:
         ("listSchedules", "/v1/schedules"),
         ("getSchedule", f"/v1/schedules/{schedule}"),
         ("listScheduleRuns", f"/v1/schedules/{schedule}/runs"),
+        ("listAudit", "/v1/audit"),
         ("listDevMail", "/v1/dev/mail"),
     ):
         out.append(Provoke(op, 401, "GET", path, token=""))
@@ -260,6 +261,8 @@ def provocations(job: str, schedule: str, ended: str) -> list[Provoke]:
         Provoke(
             "wakeSchedules", 422, "POST", "/v1/schedules/wake", json={"ids": ["a"], "agent": "b"}
         ),
+        Provoke("listAudit", 422, "GET", "/v1/audit", params={"action": "odd"}),
+        Provoke("listAudit", 422, "GET", "/v1/audit", params={"since": "yesterday"}),
         Provoke("listScheduleRuns", 404, "GET", "/v1/schedules/no-such/runs"),
         Provoke(
             "listScheduleRuns",

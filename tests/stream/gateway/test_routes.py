@@ -59,6 +59,7 @@ OPERATIONS = {
     ("POST", "/v1/schedules/{schedule_id}/run", "runSchedule", "schedules"),
     ("POST", "/v1/schedules/{schedule_id}/runs/{run_id}/abort", "abortScheduleRun", "schedules"),
     ("POST", "/v1/schedules/wake", "wakeSchedules", "schedules"),
+    ("GET", "/v1/audit", "listAudit", "schedules"),
     ("DELETE", "/v1/subjects/{subject}", "eraseSubject", "subjects"),
     ("GET", "/v1/subjects/{subject}/jobs", "listSubjectJobs", "subjects"),
     ("GET", "/v1/subjects/{subject}/profile", "getSubjectProfile", "subjects"),

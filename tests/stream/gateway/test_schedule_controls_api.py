@@ -185,3 +185,39 @@ def test_many_schedules_are_woken_by_ids_labels_and_agent(
     ).stdout.splitlines()
     assert [line.split(":")[0] for line in lines] == ["ctl-many-a", "ctl-many-b"]
     assert all("duplicate: already woken with request id m1" in line for line in lines), lines
+
+
+def test_the_audit_and_the_runs_are_queried_by_schedule_action_and_since(
+    module_lane: Lane, client: httpx.Client
+) -> None:
+    before = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=1)
+    create(client, "ctl-audit")
+    ok(client.patch("/v1/schedules/ctl-audit", json={"enabled": False}))
+    run = ok(client.post("/v1/schedules/ctl-audit/run", json={"request_id": "q"}), 202)
+
+    def mine() -> list[dict[str, Any]] | None:
+        got = ok(client.get("/v1/audit", params={"schedule": "ctl-audit"}))["records"]
+        return got if len(got) == 3 else None
+
+    records = wait_for(mine, what="the three audit records at the gateway")
+    assert [r["action"] for r in records] == ["run", "pause", "create"]  # newest first
+    assert {r["by"] for r in records} == {"ops-ada"}
+    runs_only = ok(client.get("/v1/audit", params={"schedule": "ctl-audit", "action": "run"}))
+    assert [r["detail"]["run_id"] for r in runs_only["records"]] == [run["run_id"]]
+    later = (datetime.now(UTC) + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert ok(client.get("/v1/audit", params={"since": later}))["records"] == []
+    # The run's history since an instant: this run, and none since later.
+    run_of(client, "ctl-audit", run["run_id"], "completed")
+    since = before.strftime("%Y-%m-%dT%H:%M:%SZ")
+    listed = ok(client.get("/v1/schedules/ctl-audit/runs", params={"since": since}))["runs"]
+    assert [r["run_id"] for r in listed] == [run["run_id"]]
+    none = ok(client.get("/v1/schedules/ctl-audit/runs", params={"since": later}))["runs"]
+    assert none == []
+    # The CLI reads the topic itself.
+    lines = module_lane.cli("schedule", "audit", "ctl-audit").stdout.splitlines()
+    assert [line.split()[1] for line in lines] == ["run", "pause", "create"], lines
+    assert all("schedule:ctl-audit  by ops-ada" in line for line in lines), lines
+    only = module_lane.cli("schedule", "audit", "ctl-audit", "--action", "pause").stdout
+    assert only.count("\n") == 1, only
+    cli_runs = module_lane.cli("schedule", "runs", "ctl-audit", "--since", later).stdout
+    assert cli_runs == ""
