@@ -600,13 +600,15 @@ def schedule_step(
 
 
 def _finished(state: ScheduleState | None) -> bool:
-    """A one-shot whose instant was handled and whose runs (retries included)
-    all ended: what is left is to remove it."""
+    """A one-shot whose instant was handled and whose slot's runs (retries
+    included) all ended: what is left is to remove it. A run now or a wake
+    still going does not hold it (the removal ends it ``aborted``), and one
+    that ends later does not finish it again."""
+    if state is None or not state.schedule.one_shot or state.last_slot_ms is None:
+        return False
+    root = slot_id(state.schedule.id, at_ms(state.last_slot_ms))
     return (
-        state is not None
-        and state.schedule.one_shot
-        and state.last_slot_ms is not None
-        and not state.active
+        all(run.root_run_id != root for run in state.active)
         and not state.retries
         and state.buffered is None
     )

@@ -292,3 +292,50 @@ def test_a_one_shot_late_after_downtime_fires_unless_a_catchup_window_says_misse
     missed = schedule_step(windowed, at(90), ScheduleTick())
     assert [r["status"] for r in records(missed)] == ["missed"]
     assert kinds(missed)[-1] == "Retire"
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(
+            st.integers(1, 40),
+            st.sampled_from(["tick", "report-ok", "report-fail", "run", "pause", "resume"]),
+        ),
+        min_size=1,
+        max_size=15,
+    ),
+    retries=st.integers(0, 2),
+)
+def test_a_one_shot_fires_its_slot_at_most_once_and_is_retired_at_most_once(
+    steps: list[tuple[int, str]], retries: int
+) -> None:
+    """Whatever comes (ticks, reports, runs now, pauses and resumes): its slot
+    is dispatched at most once, and one step at most retires it."""
+    spec = {"at": "2026-01-05T09:20:00Z", "max_retries": retries, "retry_backoff": "1m"}
+    state: ScheduleState | None = define(make(**spec))
+    now = T0
+    slot_dispatches = 0
+    retires = 0
+    for minutes, kind in steps:
+        if state is None:
+            break
+        now += timedelta(minutes=minutes)
+        item: Any
+        if kind == "tick":
+            item = ScheduleTick()
+        elif kind.startswith("report"):
+            target = state.active[0].run_id if state.active else "sl-none"
+            ok = kind == "report-ok"
+            item = Report(target, "completed" if ok else "failed", "x", None if ok else "e")
+        elif kind == "run":
+            item = run_now(f"r{minutes}")
+        else:
+            item = Define(make(**spec, enabled=kind == "resume"))
+        step = schedule_step(state, now, item)
+        slot_dispatches += sum(
+            1 for e in step.effects if isinstance(e, Dispatch) and e.triggered_by == "schedule"
+        )
+        retires += sum(1 for e in step.effects if isinstance(e, Retire))
+        state = step.state
+    assert slot_dispatches <= 1
+    assert retires <= 1
