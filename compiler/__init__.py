@@ -163,6 +163,7 @@ from compiler.schedules._definition import (
 )
 from compiler.schedules._ids import (
     jitter_ms,
+    manual_run_id,
     request_run_id,
     retry_id,
     slot_id,
@@ -184,6 +185,7 @@ from compiler.schedules._runstate import (
     Pending,
     Remove,
     Report,
+    Retire,
     RetryDue,
     RunRecorded,
     ScheduleEffect,
@@ -192,6 +194,7 @@ from compiler.schedules._runstate import (
     ScheduleStep,
     ScheduleTick,
     Wake,
+    WakeControl,
 )
 from compiler.schedules._schedule import (
     schedule_step,
@@ -286,6 +289,7 @@ __all__ = [
     "PlaybookSpec",
     "Remove",
     "Report",
+    "Retire",
     "RetryDue",
     "RouterResult",
     "RunRecorded",
@@ -317,6 +321,7 @@ __all__ = [
     "Transition",
     "Verdict",
     "Wake",
+    "WakeControl",
     "action_from_json",
     "bound_input",
     "call_id",
@@ -338,6 +343,7 @@ __all__ = [
     "load_flow",
     "load_located",
     "load_playbook",
+    "manual_run_id",
     "next_slot",
     "origin_link",
     "origin_refusal",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictStr, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, StringConstraints, model_validator
 
 from topics._keys import Contacts, IdempotencyKey, JobKey
 from topics._vocab import SCHEMA, Source
@@ -94,7 +94,11 @@ class ScheduleWake(TopicRecord):
     """Fire a schedule now (docs/schedules.md, "Wake"). The record key is the
     schedule id, so the record lands on the schedule's home partition.
     ``request_id`` names the request (a wake seen before does nothing); without
-    one, the inbox position ``p<partition>@<offset>`` names it."""
+    one, the inbox position ``p<partition>@<offset>`` names it. ``control``
+    says what it asks: ``wake``; ``run``, a run now (triggered by ``manual``,
+    paused or not: "Run now"); ``abort``, end the active run ``run_id``
+    ("Abort"). Each is decided by the worker on the schedule's partition,
+    exactly once per request id, as a wake is."""
 
     type: Literal["schedule.wake"] = "schedule.wake"
     schedule_id: ScheduleId
@@ -104,6 +108,15 @@ class ScheduleWake(TopicRecord):
     #: The prompt runs the wake comes from, ``<schedule id>/<run id>``, oldest
     #: first (docs/schedules.md, "Wake loops"); the gateway fills it in.
     origin: list[OriginLink] = Field(default_factory=list, max_length=8)
+    control: Literal["wake", "run", "abort"] = "wake"
+    #: ``abort``'s run: the run id it ends.
+    run_id: IdempotencyKey | None = None
+
+    @model_validator(mode="after")
+    def _aborts_name_a_run(self) -> ScheduleWake:
+        if (self.control == "abort") != (self.run_id is not None):
+            raise ValueError("run_id: an abort names the run it ends, and only an abort does")
+        return self
 
     @property
     def key(self) -> str:

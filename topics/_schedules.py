@@ -112,7 +112,7 @@ class AuditRecord(TopicRecord):
     registering ``schedules.yaml`` (``by: "schedules.yaml"``)."""
 
     type: Literal["audit"] = "audit"
-    action: Literal["create", "update", "pause", "resume", "delete", "wake", "abort"]
+    action: Literal["create", "update", "pause", "resume", "delete", "wake", "run", "abort"]
     target: str  # "schedule:<id>"
     by: str
     at: str

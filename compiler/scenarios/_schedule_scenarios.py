@@ -31,6 +31,7 @@ from compiler.schedules._runstate import (
     Dispatch,
     Remove,
     Report,
+    Retire,
     RunRecorded,
     ScheduleInput,
     ScheduleState,
@@ -167,6 +168,7 @@ class _Clock:
         step = schedule_step(before, now, item)
         self.states[schedule_id] = step.state
         delivered = []
+        retired = False
         for effect in step.effects:
             if isinstance(effect, RunRecorded):
                 self.records.append(dict(effect.run))
@@ -174,10 +176,14 @@ class _Clock:
                 delivered.append(effect)
             elif isinstance(effect, Dispatch):
                 self._dispatched(schedule_id, now, effect)
+            elif isinstance(effect, Retire):
+                retired = True
         # Shown after the step's records (the run's end, then where it went).
         after = len(self.records)
         for d in delivered:
             self.deliveries.append(Delivery(now, d.run_id, d.target, d.text, after))
+        if retired:  # a one-shot that ran: its tombstone, read back (docs/schedules.md)
+            self.apply(schedule_id, now, Remove())
 
     def _dispatched(self, schedule_id: str, now: datetime, dispatch: Dispatch) -> None:
         if dispatch.action.get("type") not in REPORTED_ACTIONS:

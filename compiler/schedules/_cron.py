@@ -12,11 +12,14 @@ named ``jan``..``dec`` and days ``sun``..``sat`` (any case); day of week 0 and 7
 are both Sunday. When either the day-of-month or the day-of-week field starts
 with ``*`` a day must match both, otherwise either (Debian cron's rule).
 ``L``, ``W``, ``#`` and ``?`` are not supported. Shorthands (any case):
-``every Nm`` (N divides 60), ``every Nh`` (N divides 24), ``hourly``, ``daily``,
-``daily at T``, ``weekdays at T``, ``weekends at T``, ``weekly DAY at T``,
-``weekly``, ``monthly``, and ``@hourly``, ``@daily``, ``@midnight``, ``@weekly``,
-``@monthly``, ``@yearly``, ``@annually``; T is ``9am``, ``9:30am``, ``09:30`` or
-``21:00``. Everything is normalised to a 5-field expression (:attr:`Cron.expr`).
+``every Nm`` (N divides 60), ``every Nh`` (N divides 24), the same without
+``every`` (``15 minutes``, LemonAutomation's form), ``hourly``, ``daily``,
+``daily at T`` (or ``every day at T``), ``weekdays at T``, ``weekends at T``,
+``weekly DAY at T`` (or ``DAYs at T``, ``DAY at T``, ``every DAY at T``:
+``fridays at 18:15``), ``weekly``, ``monthly``, and ``@hourly``, ``@daily``,
+``@midnight``, ``@weekly``, ``@monthly``, ``@yearly``, ``@annually``; T is
+``9am``, ``9:30am``, ``09:30`` or ``21:00``. Everything is normalised to a
+5-field expression (:attr:`Cron.expr`).
 
 Daylight saving (evaluated by ``cronsim``, which follows Debian cron): a
 schedule at a fixed wall time (neither minute nor hour field starts with ``*``)
@@ -103,12 +106,17 @@ _DAYS_IN_MONTH = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 SHORTHANDS = (
     "every Nm",
     "every Nh",
+    "N minutes",
+    "N hours",
     "hourly",
     "daily",
     "daily at T",
+    "every day at T",
     "weekdays at T",
     "weekends at T",
     "weekly DAY at T",
+    "DAYs at T",
+    "every DAY at T",
     "weekly",
     "monthly",
     "@hourly",
@@ -176,9 +184,14 @@ def parse_cron(text: str) -> Cron:
             "schedule", "is empty: write a 5-field cron expression or a shorthand", position=1
         )
     first = text.strip()[0]
-    if first.isalpha() or first == "@":
+    if first.isalpha() or first == "@" or _INTERVAL.fullmatch(text.strip()):
         return Cron(_shorthand(text), text.strip())
     return Cron(_cron(text), text.strip())
+
+
+#: An interval without ``every``: ``15 minutes``, ``2h`` (LemonAutomation's
+#: ``"15 minutes"``; docs/schedules.md, "Shorthands").
+_INTERVAL = re.compile(r"(?i)\d+\s*(m|min|mins|minutes?|h|hours?)")
 
 
 def _tokens(text: str) -> list[tuple[str, int]]:
@@ -293,9 +306,32 @@ def _shorthand(text: str) -> str:
     fixed = _FIXED.get(" ".join(w for w, _ in words))
     if fixed is not None:
         return fixed
+    if _INTERVAL.fullmatch(text.strip()):
+        return _every(text, words)
     if head == "every" and len(words) >= 2:
+        day = words[1][0]
+        if day in _EVERY and len(words) >= 3:  # every day at T = daily at T
+            return _at_time(text, [(_EVERY[day], words[1][1]), *words[2:]])
+        if _day_of(day) is not None:  # every friday at T
+            return _weekly_at(text, [("weekly", words[0][1]), *words[1:]], "every DAY at T")
         return _every(text, words[1:])
+    if _day_of(head) is not None:  # fridays at T, friday at T
+        return _weekly_at(text, [("weekly", words[0][1]), *words], "DAYs at T")
     return _at_time(text, words)
+
+
+#: ``every day at T``, ``every weekday at T``, ``every weekend at T``.
+_EVERY = {"day": "daily", "weekday": "weekdays", "weekend": "weekends"}
+
+
+def _day_of(word: str) -> int | None:
+    """A day of the week by its name, singular or plural (``friday``,
+    ``fridays``, ``fri``); None otherwise."""
+    if word in _WEEKDAY_NAMES:
+        return _WEEKDAY_NAMES[word]
+    if word.endswith("s") and len(word) > 4:
+        return _WEEKDAY_NAMES.get(word[:-1])
+    return None
 
 
 def _every(text: str, words: list[tuple[str, int]]) -> str:
@@ -337,7 +373,7 @@ def _at_time(text: str, words: list[tuple[str, int]]) -> str:
         hour, minute = _time_of_day(text, words[2:], words[1][1] + 2)
         return f"{minute} {hour} * * {_DAILY[head]}"
     if head == "weekly" and len(words) >= 3 and words[2][0] == "at":
-        return _weekly_at(text, words)
+        return _weekly_at(text, words, "weekly DAY at T")
     if head in _DAILY and len(words) >= 2:
         _fail(text, 'expected "at" and a time', words[1][1])
     if head == "weekly" and len(words) >= 3:
@@ -353,13 +389,17 @@ def _at_time(text: str, words: list[tuple[str, int]]) -> str:
     raise AssertionError  # pragma: no cover
 
 
-def _weekly_at(text: str, words: list[tuple[str, int]]) -> str:
-    """``weekly DAY at T``."""
+def _weekly_at(text: str, words: list[tuple[str, int]], form: str) -> str:
+    """``weekly DAY at T`` (``words`` in that form, whatever ``form`` the text
+    was written in: ``fridays at T`` comes as ``weekly fridays at T``)."""
     day_word, day_at = words[1]
-    day = _WEEKDAY_NAMES.get(day_word)
+    day = _day_of(day_word)
     if day is None:
         _fail(text, f"{day_word!r} is not a day of the week (monday..sunday)", day_at)
     assert day is not None
+    if len(words) < 3 or words[2][0] != "at":
+        at = words[2][1] if len(words) >= 3 else len(text.rstrip()) + 1
+        _fail(text, f'expected "at" and a time ({form})', at)
     hour, minute = _time_of_day(text, words[3:], words[2][1] + 2)
     return f"{minute} {hour} * * {day}"
 

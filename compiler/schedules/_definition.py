@@ -27,7 +27,7 @@ from compiler.schedules._cron import (
     parse_cron,
     zone,
 )
-from compiler.schedules._ids import slot_id
+from compiler.schedules._ids import slot_id, utc_iso
 
 __all__ = [
     "MAX_DURATION_MS",
@@ -60,6 +60,7 @@ _FIELDS = (
     "id",
     "name",
     "schedule",
+    "at",
     "timezone",
     "action",
     "command",
@@ -110,6 +111,7 @@ _PLACEHOLDERS = ("slot", "schedule", "date", "time", "instant")
 PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 #: the longest a run's key template may make a slot id look (a sample render)
 _SAMPLE = datetime(2026, 1, 5, 9, 30, tzinfo=UTC)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -136,6 +138,14 @@ class Schedule:
     catchup_window_ms: int | None = None
     deliver_to: str = "none"
     meta: Mapping[str, Any] = field(default_factory=dict)
+    #: A one-shot's instant (docs/schedules.md, "One-shot schedules"): it runs
+    #: once, then is removed; its ``cron`` is that instant's minute on its wall
+    #: clock, shown, never evaluated. None: a schedule on a clock.
+    at_ms: int | None = None
+
+    @property
+    def one_shot(self) -> bool:
+        return self.at_ms is not None
 
     @property
     def action_type(self) -> str:
@@ -164,6 +174,9 @@ class Schedule:
         }
         if self.catchup_window_ms is not None:
             out["catchup_window"] = duration_text(self.catchup_window_ms)
+        if self.at_ms is not None:
+            del out["schedule"]
+            out = {"at": utc_iso(_EPOCH + timedelta(milliseconds=self.at_ms)), **out}
         return out
 
 
@@ -256,14 +269,24 @@ def _validate(data: object) -> Schedule:
     if len(name) > 200:
         raise ScheduleError("name", "at most 200 characters")
     ident = _id_of(data.get("id"), name)
-    if "schedule" not in data or data["schedule"] is None:
-        raise ScheduleError("schedule", "this field is required")
-    cron = parse_cron(data["schedule"])
     timezone = data.get("timezone", "UTC")
     if timezone is None:
         timezone = "UTC"
     if not isinstance(timezone, str):
         raise ScheduleError("timezone", f"must be an IANA time zone name, got {timezone!r}")
+    at_ms: int | None = None
+    if data.get("at") is not None:
+        if data.get("schedule") is not None:
+            raise ScheduleError(
+                "at", "give schedule (a clock) or at (one instant, a one-shot), not both"
+            )
+        at_ms, cron = _one_shot(data["at"], timezone)
+    elif "schedule" not in data or data["schedule"] is None:
+        raise ScheduleError(
+            "schedule", "this field is required (or at: an instant, for a one-shot)"
+        )
+    else:
+        cron = parse_cron(data["schedule"])
     zone(timezone)
     action = _action(_action_of(data))
     enabled = data.get("enabled", True)
@@ -296,6 +319,7 @@ def _validate(data: object) -> Schedule:
         catchup_window_ms=catchup,
         deliver_to=deliver_to,
         meta=plain_data(meta),
+        at_ms=at_ms,
     )
     template = action.get("key")
     if isinstance(template, str):
@@ -304,6 +328,36 @@ def _validate(data: object) -> Schedule:
         except JobKeyError as exc:
             raise ScheduleError("action.key", str(exc)) from None
     return schedule
+
+
+def _one_shot(value: object, timezone: str) -> tuple[int, Cron]:
+    """A one-shot's ``at`` (docs/schedules.md, "One-shot schedules"): an ISO
+    8601 instant with its offset (``2026-03-09T18:15:00+01:00``, ``...Z``), or
+    the aware datetime YAML reads from one, in whole seconds. Its epoch ms and
+    the cron of its minute on the schedule's wall clock (what lists show)."""
+    instant = value
+    if isinstance(value, str):
+        try:
+            instant = datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise ScheduleError(
+                "at", f"{value!r} is not an ISO 8601 instant such as 2026-03-09T18:15:00+01:00"
+            ) from None
+    if not isinstance(instant, datetime):
+        raise ScheduleError("at", f"must be an ISO 8601 instant with its offset, got {value!r}")
+    if instant.tzinfo is None or instant.utcoffset() is None:
+        raise ScheduleError(
+            "at", f"{value!r} has no offset: write Z or +01:00 so that it names one instant"
+        )
+    if instant.microsecond:
+        raise ScheduleError("at", f"{value!r}: an instant in whole seconds")
+    try:
+        local = instant.astimezone(zone(timezone))
+    except ScheduleError:
+        local = instant.astimezone(UTC)  # the time zone's own error comes next
+    ms = (instant - _EPOCH) // timedelta(milliseconds=1)
+    expr = f"{local.minute} {local.hour} {local.day} {local.month} *"
+    return ms, Cron(expr, utc_iso(instant))
 
 
 def _id_of(given: object, name: str) -> str:

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 
 __all__ = [
     "jitter_ms",
+    "manual_run_id",
     "request_run_id",
     "retry_id",
     "slot_id",
@@ -40,6 +41,12 @@ def retry_id(root_run_id: str, attempt: int) -> str:
 def request_run_id(schedule_id: str, request_id: str) -> str:
     """The run id of a wake with request id ``request_id``."""
     return "wk-" + _hash(f"{schedule_id}\n{request_id}")[:20]
+
+
+def manual_run_id(schedule_id: str, request_id: str) -> str:
+    """The run id of a run now (docs/schedules.md, "Run now") with request id
+    ``request_id``: ``mn-`` + 20 hex, so a retried request names the same run."""
+    return "mn-" + _hash(f"{schedule_id}\nmanual\n{request_id}")[:20]
 
 
 def jitter_ms(slot: str, jitter_ms: int) -> int:

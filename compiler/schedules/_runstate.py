@@ -26,6 +26,7 @@ __all__ = [
     "Pending",
     "Remove",
     "Report",
+    "Retire",
     "RetryDue",
     "RunRecorded",
     "ScheduleEffect",
@@ -35,6 +36,7 @@ __all__ = [
     "ScheduleTick",
     "TriggeredBy",
     "Wake",
+    "WakeControl",
     "at_ms",
     "fire_ms",
 ]
@@ -55,6 +57,10 @@ MAX_OUTPUT = 2000
 HEARTBEAT_OK = "HEARTBEAT_OK"
 
 TriggeredBy = Literal["schedule", "manual", "wake", "retry"]
+#: What an inbox ``schedule.wake`` asks (docs/schedules.md, "Run now", "Abort"):
+#: ``wake`` fires the schedule (not while paused), ``run`` fires a ``manual``
+#: run (paused or not), ``abort`` ends an active run ``aborted``.
+WakeControl = Literal["wake", "run", "abort"]
 
 
 def at_ms(ms: int) -> datetime:
@@ -203,6 +209,16 @@ class Wake:
     #: The prompt runs it comes from, ``<schedule id>/<run id>``, oldest first
     #: (docs/schedules.md, "Wake loops"); empty: a person's or a system's wake.
     origin: tuple[str, ...] = ()
+    #: ``run`` (a run now) or ``abort`` (of the active run ``target``).
+    control: WakeControl = "wake"
+    target: str | None = None
+
+    @property
+    def key(self) -> str:
+        """What the state remembers of it: its request id, ``run:`` or
+        ``abort:`` before it for those controls (a wake's and a run now's
+        request ids are apart)."""
+        return self.request_id if self.control == "wake" else f"{self.control}:{self.request_id}"
 
 
 @dataclass(frozen=True)
@@ -264,7 +280,17 @@ class Deliver:
     text: str
 
 
-ScheduleEffect = Dispatch | RunRecorded | Deliver
+@dataclass(frozen=True)
+class Retire:
+    """A one-shot ran (docs/schedules.md, "One-shot schedules"): remove its
+    definition (a tombstone on ``schedules``, audited ``delete``). ``run_id``:
+    the run it ended with; ``status``: how that run ended."""
+
+    run_id: str
+    status: str
+
+
+ScheduleEffect = Dispatch | RunRecorded | Deliver | Retire
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from compiler.schedules._definition import (
     render_key,
 )
 from compiler.schedules._ids import (
+    manual_run_id,
     request_run_id,
     retry_id,
     slot_id,
@@ -44,6 +45,7 @@ from compiler.schedules._runstate import (
     Pending,
     Remove,
     Report,
+    Retire,
     RetryDue,
     RunRecorded,
     ScheduleEffect,
@@ -290,6 +292,7 @@ class _Decision:
         error: str | None,
         exit_code: int | None = None,
         retry: bool = True,
+        deliver: bool = True,
     ) -> None:
         self.active = [a for a in self.active if a.run_id != run.run_id]
         schedule = self.schedule
@@ -298,7 +301,7 @@ class _Decision:
         delivered_to = None
         # Switched off, nothing is delivered either: the global switch silences
         # every schedule (docs/schedules.md, "The global switch").
-        if not suppressed and target != "none" and self.firing:
+        if deliver and not suppressed and target != "none" and self.firing:
             if status == "completed":
                 text = f"{schedule.name}: {output or ''}"
             else:
@@ -377,8 +380,25 @@ class _Decision:
                 )
                 continue
             self.fire(rerun, "retry", retry.slot_ms, retry.attempt, retry.root_run_id)
-        if self.next_slot_ms is not None and self.next_slot_ms <= now_ms:
+        if self.schedule.one_shot:
+            self.one_shot_slot()
+        elif self.next_slot_ms is not None and self.next_slot_ms <= now_ms:
             self.slots()
+
+    def one_shot_slot(self) -> None:
+        """A one-shot's instant came (docs/schedules.md, "One-shot schedules"):
+        it fires, however late, unless a ``catchup_window`` set says it is
+        missed; then it has no next slot."""
+        slot = self.next_slot_ms
+        if slot is None or fire_ms(self.schedule, slot) > self.now_ms:
+            return
+        width = self.schedule.catchup_window_ms
+        if width is not None and slot < self.now_ms - width:
+            self.slot_record(slot, "missed", "missed: older than the catch-up window")
+        else:
+            self.fire_slot(slot)
+        self.last_slot_ms = slot
+        self.next_slot_ms = None
 
     def slots(self) -> None:
         """The slots in [next slot, now] (docs/schedules.md, "Downtime and catch-up"), in
@@ -530,6 +550,10 @@ def schedule_step(
         if not isinstance(item, Define):
             return ScheduleStep(None, ())
         schedule = item.schedule
+        if schedule.one_shot:
+            decision = _Decision(ScheduleState(schedule, 1, None, None), now)
+            _one_shot_define(decision, schedule)
+            return _retired(None, decision.step())
         upcoming = (
             _to_ms(next_slot(schedule.cron, schedule.timezone, now)) if schedule.enabled else None
         )
@@ -572,7 +596,51 @@ def schedule_step(
             decision.end(ended, "failed", item.output or None, error, item.exit_code, item.retry)
     else:  # pragma: no cover
         raise TypeError(f"not a schedule input: {item!r}")
-    return decision.step()
+    return _retired(state, decision.step())
+
+
+def _finished(state: ScheduleState | None) -> bool:
+    """A one-shot whose instant was handled and whose slot's runs (retries
+    included) all ended: what is left is to remove it. A run now or a wake
+    still going does not hold it (the removal ends it ``aborted``), and one
+    that ends later does not finish it again."""
+    if state is None or not state.schedule.one_shot or state.last_slot_ms is None:
+        return False
+    root = slot_id(state.schedule.id, at_ms(state.last_slot_ms))
+    return (
+        all(run.root_run_id != root for run in state.active)
+        and not state.retries
+        and state.buffered is None
+    )
+
+
+def _retired(before: ScheduleState | None, step: ScheduleStep) -> ScheduleStep:
+    """``step``, with a :class:`Retire` when it is the one that finished a
+    one-shot (docs/schedules.md, "One-shot schedules"): once, at that step."""
+    if not _finished(step.state) or _finished(before):
+        return step
+    last = [e.run for e in step.effects if isinstance(e, RunRecorded)]
+    run_id = str(last[-1]["run_id"]) if last else ""
+    status = str(last[-1]["status"]) if last else "ended"
+    return ScheduleStep(step.state, (*step.effects, Retire(run_id, status)))
+
+
+def _one_shot_define(decision: _Decision, schedule: Schedule) -> None:
+    """A one-shot defined, changed or resumed: its instant is next, unless it
+    was handled already, it is paused, or it has passed: then it is recorded
+    ``missed`` (and so removed)."""
+    if decision.last_slot_ms is not None or not schedule.enabled:
+        decision.next_slot_ms = None
+        return
+    assert schedule.at_ms is not None
+    if schedule.at_ms < decision.now_ms:
+        decision.slot_record(
+            schedule.at_ms, "missed", "missed: its instant had passed when it was defined"
+        )
+        decision.last_slot_ms = schedule.at_ms
+        decision.next_slot_ms = None
+        return
+    decision.next_slot_ms = schedule.at_ms
 
 
 def _define(decision: _Decision, schedule: Schedule) -> None:
@@ -590,8 +658,14 @@ def _define(decision: _Decision, schedule: Schedule) -> None:
         decision.slot_record(
             pending.slot_ms, "skipped", "paused" if not schedule.enabled else "overlap changed"
         )
+    if schedule.one_shot:
+        _one_shot_define(decision, schedule)
+        return
     if not schedule.enabled:
         decision.next_slot_ms = None
+        return
+    if previous.one_shot:
+        decision.next_slot_ms = _to_ms(next_slot(schedule.cron, schedule.timezone, decision.now))
         return
     if (
         previous.enabled
@@ -610,28 +684,49 @@ def _define(decision: _Decision, schedule: Schedule) -> None:
 
 
 def _wake(decision: _Decision, item: Wake) -> None:
-    if item.request_id in decision.requests:
+    """A wake, a run now or an abort (docs/schedules.md, "Wake", "Run now",
+    "Abort"): each once per request id."""
+    if item.key in decision.requests:
         return
-    decision.requests = (*decision.requests, item.request_id)[-MAX_REQUESTS:]
-    run = request_run_id(decision.schedule.id, item.request_id)
+    decision.requests = (*decision.requests, item.key)[-MAX_REQUESTS:]
+    if item.control == "abort":
+        _abort(decision, item)
+        return
+    manual = item.control == "run"
+    sid = decision.schedule.id
+    run = manual_run_id(sid, item.request_id) if manual else request_run_id(sid, item.request_id)
+    by: TriggeredBy = "manual" if manual else "wake"
     context = item.context
     # A wake from inside a run of this schedule, or of a chain through it
     # (docs/schedules.md, "Wake loops").
     loop = origin_refusal(decision.schedule.id, item.origin)
     if loop is not None:
-        decision.record(run, "skipped", "wake", None, error=loop, context=context)
+        decision.record(run, "skipped", by, None, error=loop, context=context)
         return
-    if not decision.schedule.enabled:
-        decision.record(run, "skipped", "wake", None, error="paused", context=context)
+    # A run now runs a paused schedule too (docs/schedules.md, "Run now").
+    if not decision.schedule.enabled and not manual:
+        decision.record(run, "skipped", by, None, error="paused", context=context)
         return
     if item.skip_if_running and decision.active:
         decision.record(
             run,
             "skipped",
-            "wake",
+            by,
             None,
             error=f"skip_if_running: run {decision.active[0].run_id} is running",
             context=context,
         )
         return
-    decision.fire(run, "wake", None, context=context, origin=item.origin)
+    decision.fire(run, by, None, context=context, origin=item.origin)
+
+
+def _abort(decision: _Decision, item: Wake) -> None:
+    """End the active run ``item.target`` ``aborted`` (docs/schedules.md,
+    "Abort"): not retried, delivered nowhere; its report, if one comes, finds
+    it no longer active and changes nothing. A run not active (ended, or
+    never): nothing."""
+    run = next((a for a in decision.active if a.run_id == item.target), None)
+    if run is None:
+        return
+    error = f"aborted on request {item.request_id}"
+    decision.end(run, "aborted", None, error, retry=False, deliver=False)

@@ -1,6 +1,6 @@
-"""``lemongraph schedule ...``: add, list, show, pause, resume, remove, wake and
-read the runs of schedules, and ``next`` to check an expression (README.md,
-"Commands"; docs/schedules.md).
+"""``lemongraph schedule ...``: add, list, show, pause, resume, remove, wake (one
+or many), run now, abort a run, and read the runs of schedules, and ``next`` to
+check an expression (README.md, "Commands"; docs/schedules.md).
 
 Like ``start-job``, these commands talk to Kafka directly (LEMONGRAPH_KAFKA_URL),
 not to the gateway: a write is a definition (or tombstone) on ``schedules``, a
@@ -131,29 +131,29 @@ def _playbook_keys(settings: Settings) -> set[str]:
     return set(run_async(go()))
 
 
-def _woken(settings: Settings, sid: str, request_id: str) -> dict[str, Any] | None:
-    """The ``wake`` audit record of schedule ``sid`` with ``request_id`` (written
-    by the CLI or the gateway with the wake), if the ``audit`` topic has it."""
+def _audited(settings: Settings, action: str, request_id: str) -> dict[str, dict[str, Any]]:
+    """The ``audit`` records of ``action`` (``wake``, ``run``, ``abort``) with
+    ``request_id`` (written by the CLI or the gateway with the command), by
+    schedule id: one read of the topic, however many schedules are asked."""
     bootstrap = require_kafka(settings)
     name = Topics(settings.topic_prefix).audit
-    wanted = sid.encode()
 
-    async def go() -> dict[str, Any] | None:
-        found = None
+    async def go() -> dict[str, dict[str, Any]]:
+        found: dict[str, dict[str, Any]] = {}
         async for r in read_topic(bootstrap, name, idle=0.3, security=settings.kafka_security):
-            record = ops.decode(r.value) if r.key == wanted else None
+            record = ops.decode(r.value) if r.key is not None else None
             detail = record.get("detail") if record is not None else None
             if (
                 record is not None
-                and record.get("action") == "wake"
+                and r.key is not None
+                and record.get("action") == action
                 and isinstance(detail, dict)
                 and detail.get("request_id") == request_id
             ):
-                found = record
+                found[r.key.decode("utf-8", "replace")] = record
         return found
 
-    result: dict[str, Any] | None = run_async(go())
-    return result
+    return dict(run_async(go()))
 
 
 def _publish(settings: Settings, writes: list[ops.Write]) -> list[tuple[int, int]]:
@@ -190,6 +190,16 @@ def _next_line(spec: dict[str, Any]) -> str:
         return "paused"
     slots = ops.spec_slots(spec, datetime.now(UTC), 1)
     return slots[0].line() if slots else "no next slot"
+
+
+def _when(spec: dict[str, Any]) -> str:
+    """A definition's ``schedule``, or ``at <instant>`` for a one-shot."""
+    return str(spec["schedule"]) if spec.get("schedule") else f"at {spec.get('at')}"
+
+
+def _started(run: dict[str, Any]) -> str:
+    """When a run started (or its slot, or its record: a missed run never started)."""
+    return str(run.get("started_at") or run.get("slot") or run.get("at"))
 
 
 def _millis(instant: object) -> str:
@@ -346,6 +356,14 @@ def add(source: str, replace: bool) -> None:
     taken = [s["id"] for s in specs if s["id"] in held]
     if taken and not replace:
         _fail(f"id in use: {', '.join(taken)} (--replace updates them)")
+    now = datetime.now(UTC)
+    for spec in specs:
+        before = held.get(str(spec["id"]))
+        if before is None or before["spec"].get("at") != spec.get("at"):
+            try:  # a one-shot's instant must be to come (docs/schedules.md)
+                ops.refuse_past(spec, now)
+            except ops.Invalid as exc:
+                _fail(f"{spec['id']}: {exc.message}")
     writes: list[ops.Write] = []
     said: list[str] = []
     at = ops.now_iso()
@@ -384,7 +402,7 @@ def list_(as_json: bool) -> None:
             continue
         state = "enabled" if spec.get("enabled", True) is not False else "paused"
         click.echo(
-            f"{sid}  {state}  {spec.get('schedule')!r}  {spec.get('timezone', 'UTC')}  "
+            f"{sid}  {state}  {_when(spec)!r}  {spec.get('timezone', 'UTC')}  "
             f"next {_next_line(spec)}"
         )
     if not as_json:
@@ -403,7 +421,7 @@ def show(schedule_id: str, count: int) -> None:
     click.echo(_json(spec))
     click.echo(f"updated {record.get('updated_at')} by {record.get('by')}")
     tz = spec.get("timezone") or "UTC"
-    click.echo(f"cron: {ops.cron_of(spec)}  ({spec.get('schedule')!r} in {tz})")
+    click.echo(f"cron: {ops.cron_of(spec)}  ({_when(spec)!r} in {tz})")
     click.echo(f"catch-up window: {ops.catchup_window(spec)}")
     slots = ops.spec_slots(spec, datetime.now(UTC), count)
     click.echo("next:" if slots else "next: none (paused)")
@@ -457,59 +475,250 @@ def remove(schedule_id: str) -> None:
     click.echo(f"{schedule_id}: removed")
 
 
+def _context(context_json: str | None) -> dict[str, Any] | None:
+    """``--context``: a JSON object, else a usage error."""
+    if context_json is None:
+        return None
+    try:
+        parsed = orjson.loads(context_json)
+    except orjson.JSONDecodeError:
+        parsed = None
+    if not isinstance(parsed, dict):
+        raise click.BadParameter("must be a JSON object", param_hint="--context")
+    return parsed
+
+
+@dataclass(frozen=True)
+class _Command:
+    """A ``schedule.wake`` to send (docs/schedules.md, "Wake", "Run now",
+    "Abort"): its control, request id, and what the run carries."""
+
+    control: str
+    request_id: str
+    given: bool  # the request id was given (else made up: no duplicate to look for)
+    context: dict[str, Any] | None = None
+    skip_if_running: bool = False
+    run_id: str | None = None  # an abort's run
+
+
+def _send(settings: Settings, sids: list[str], command: _Command) -> None:
+    """Send ``command`` to each of ``sids`` (each once per request id: one the
+    ``audit`` topic already has is a ``duplicate``, sent nothing), with its
+    ``audit`` record; a line each."""
+    action = command.control
+    earlier = _audited(settings, action, command.request_id) if command.given else {}
+    rid = command.request_id
+    writes: list[ops.Write] = []
+    said: list[str] = []
+    for sid in sids:
+        if sid in earlier:
+            record = earlier[sid]
+            click.echo(
+                f"{sid}: duplicate: already {_SENT[action]} with request id {rid} "
+                f"(run {record['detail'].get('run_id')}, {record.get('at')} by "
+                f"{record.get('by')}); nothing sent"
+            )
+            continue
+        try:
+            writes.append(
+                ops.wake(
+                    sid, rid, command.context, command.skip_if_running, (), action, command.run_id
+                )
+            )
+        except ValueError as exc:
+            _fail(f"not sent: {str(exc).splitlines()[0]}")
+        if action == "abort":
+            run_id = str(command.run_id)
+            detail: dict[str, Any] = {"request_id": rid, "run_id": run_id}
+        else:
+            made = ops.manual_run_id if action == "run" else ops.wake_run_id
+            run_id = made(sid, rid)
+            detail = {
+                "request_id": rid,
+                "run_id": run_id,
+                "skip_if_running": command.skip_if_running,
+                "context": command.context,
+            }
+        writes.append(ops.audit(action, sid, BY, detail))
+        said.append(f"{sid}: {_SENT[action]} (request {rid}, run {run_id}")
+    where = _publish(settings, writes) if writes else []
+    for line, (partition, offset) in zip(said, where[::2], strict=True):
+        click.echo(f"{line}, inbox p{partition}@{offset})")
+
+
+_SENT = {"wake": "woken", "run": "run now", "abort": "abort sent"}
+
+
+def _matching(
+    held: dict[str, dict[str, Any]], labels: dict[str, str], agent: str | None
+) -> list[str]:
+    """The enabled schedules whose ``meta`` has each of ``labels``, or the
+    enabled prompt schedules of ``agent`` (docs/schedules.md, "Waking many")."""
+    out = []
+    for sid in sorted(held):
+        spec = held[sid]["spec"]
+        if spec.get("enabled", True) is False:
+            continue
+        meta, action = spec.get("meta") or {}, spec.get("action") or {}
+        if labels:
+            if all(meta.get(k) == v for k, v in labels.items()):
+                out.append(sid)
+        elif action.get("type") == "prompt" and action.get("agent") == agent:
+            out.append(sid)
+    return out
+
+
+def _labels(pairs: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{pair!r}: write KEY=VALUE", param_hint="--label")
+        out[key] = value
+    return out
+
+
 @schedule.command("wake")
-@click.argument("schedule_id", metavar="ID")
+@click.argument("schedule_ids", metavar="[ID]...", nargs=-1)
+@click.option("--label", "labels", multiple=True, help="KEY=VALUE: the enabled schedules whose "
+              "meta has it (repeat: each).")  # fmt: skip
+@click.option("--agent", help="The enabled prompt schedules of this agent.")
 @click.option("--context", "context_json", help="A JSON object the run carries.")
 @click.option("--skip-if-running", is_flag=True, help="Record it skipped while a run is active.")
 @click.option("--request-id", help="Names the request: the same one again is one wake.")
 def wake_(
+    schedule_ids: tuple[str, ...],
+    labels: tuple[str, ...],
+    agent: str | None,
+    context_json: str | None,
+    skip_if_running: bool,
+    request_id: str | None,
+) -> None:
+    """Fire schedules now (a schedule.wake on the inbox each; audit `wake`):
+    the IDs given, or those chosen by --label or --agent (one of the three).
+    Prints each run id; `lemongraph schedule runs ID` shows how it went. A
+    --request-id already used for a schedule (an `audit` wake record has it)
+    sends it nothing and says `duplicate`."""
+    context = _context(context_json)
+    if sum(map(bool, (schedule_ids, labels, agent))) != 1:
+        raise click.UsageError("give schedule IDs, --label or --agent (one of them)")
+    wanted = _labels(labels)
+    settings = env_settings()
+    held = _definitions(settings)
+    if schedule_ids:
+        missing = [sid for sid in schedule_ids if sid not in held]
+        if missing:
+            _fail(f"no schedule {', '.join(repr(m) for m in missing)}")
+        sids = list(dict.fromkeys(schedule_ids))
+    else:
+        sids = _matching(held, wanted, agent)
+        if not sids:
+            asked = ", ".join(labels) if labels else f"agent {agent}"
+            _fail(f"no enabled schedule matches {asked}")
+    rid = request_id or f"cli-{uuid.uuid4().hex}"
+    _send(settings, sids, _Command("wake", rid, request_id is not None, context, skip_if_running))
+
+
+@schedule.command("run")
+@click.argument("schedule_id", metavar="ID")
+@click.option("--context", "context_json", help="A JSON object the run carries.")
+@click.option("--skip-if-running", is_flag=True, help="Record it skipped while a run is active.")
+@click.option("--request-id", help="Names the request: the same one again is the same run.")
+def run_(
     schedule_id: str, context_json: str | None, skip_if_running: bool, request_id: str | None
 ) -> None:
-    """Fire a schedule now (a schedule.wake on the inbox; audit `wake`). Prints
-    the run id; `lemongraph schedule runs ID` shows how it went. A --request-id
-    already used for this schedule (an `audit` wake record has it) sends
-    nothing and says `duplicate`."""
-    context: dict[str, Any] | None = None
-    if context_json is not None:
-        try:
-            parsed = orjson.loads(context_json)
-        except orjson.JSONDecodeError:
-            parsed = None
-        if not isinstance(parsed, dict):
-            raise click.BadParameter("must be a JSON object", param_hint="--context")
-        context = parsed
+    """Run a schedule now, paused or not (a schedule.wake with control `run`;
+    audit `run`): a run triggered by `manual`, not retried, that does not move
+    the schedule's clock. Prints its run id (`mn-`, from the request id)."""
+    context = _context(context_json)
     settings = env_settings()
     _found(settings, schedule_id)
     rid = request_id or f"cli-{uuid.uuid4().hex}"
-    earlier = _woken(settings, schedule_id, rid) if request_id is not None else None
-    if earlier is not None:
-        # The same request again is one wake (the worker de-duplicates too): nothing sent.
-        run_id = earlier["detail"].get("run_id") or ops.wake_run_id(schedule_id, rid)
+    command = _Command("run", rid, request_id is not None, context, skip_if_running)
+    _send(settings, [schedule_id], command)
+
+
+@schedule.command("abort")
+@click.argument("schedule_id", metavar="ID")
+@click.argument("run_id", metavar="RUN")
+@click.option("--request-id", help="Names the request (default: abort-RUN).")
+def abort_(schedule_id: str, run_id: str, request_id: str | None) -> None:
+    """Abort a prompt or command run still going (a schedule.wake with control
+    `abort`; audit `abort`): the worker records it `aborted`, and a report
+    that comes for it later changes nothing. Refused (exit 1) for a run that
+    is not running."""
+    settings = env_settings()
+    _found(settings, schedule_id)
+    run = next((r for r in _runs(settings, schedule_id) if r.get("run_id") == run_id), None)
+    if run is None:
+        _fail(f"no run {run_id!r} of schedule {schedule_id!r}")
+    if run.get("status") not in ("pending", "running"):
+        _fail(f"run {run_id!r} is not running: it ended {run.get('status')}")
+    rid = request_id or f"abort-{run_id}"
+    _send(settings, [schedule_id], _Command("abort", rid, True, run_id=run_id))
+
+
+def _audit_records(settings: Settings) -> list[dict[str, Any]]:
+    """Every record of the ``audit`` topic, as written (oldest first per partition)."""
+    bootstrap = require_kafka(settings)
+    name = Topics(settings.topic_prefix).audit
+
+    async def go() -> list[dict[str, Any]]:
+        out = []
+        async for r in read_topic(bootstrap, name, idle=0.3, security=settings.kafka_security):
+            record = ops.decode(r.value)
+            if record is not None and record.get("type") == "audit":
+                out.append(record)
+        return out
+
+    return list(run_async(go()))
+
+
+@schedule.command("audit")
+@click.argument("schedule_id", metavar="[ID]", required=False)
+@click.option("--action", type=click.Choice(ops.AUDIT_ACTIONS), help="Only this action.")
+@click.option("--since", "since_text", metavar="INSTANT", help="Only those at INSTANT or after.")
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 1_000_000))
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per record, a line each.")
+def audit_(
+    schedule_id: str | None, action: str | None, since_text: str | None, limit: int, as_json: bool
+) -> None:
+    """The operators' actions on schedules (the `audit` topic), newest first:
+    create, update, pause, resume, delete, wake, run, abort; each with who did it,
+    when, and its detail. ID: only that schedule's."""
+    since = _instant(since_text, "--since") if since_text is not None else None
+    target = f"schedule:{schedule_id}" if schedule_id is not None else None
+    records = sorted(_audit_records(env_settings()), key=lambda r: str(r.get("at")))
+    shown = 0
+    for record in reversed(records):
+        if shown == limit:
+            break
+        if target is not None and record.get("target") != target:
+            continue
+        if action is not None and record.get("action") != action:
+            continue
+        if since is not None and str(record.get("at")) < since.strftime("%Y-%m-%dT%H:%M:%S"):
+            continue
+        shown += 1
+        if as_json:
+            click.echo(orjson.dumps(record).decode())
+            continue
+        detail = orjson.dumps(record.get("detail") or {}).decode()
         click.echo(
-            f"{schedule_id}: duplicate: already woken with request id {rid} "
-            f"(run {run_id}, {earlier.get('at')} by {earlier.get('by')}); nothing sent"
+            f"{record.get('at')}  {record.get('action', ''):<7}  {record.get('target')}  "
+            f"by {record.get('by')}  {detail}"
         )
-        return
-    try:
-        command = ops.wake(schedule_id, rid, context, skip_if_running)
-    except ValueError as exc:
-        _fail(f"not sent: {str(exc).splitlines()[0]}")
-    run_id = ops.wake_run_id(schedule_id, rid)
-    detail = {
-        "request_id": rid,
-        "run_id": run_id,
-        "skip_if_running": skip_if_running,
-        "context": context,
-    }
-    (where, _audit) = _publish(settings, [command, ops.audit("wake", schedule_id, BY, detail)])
-    click.echo(f"{schedule_id}: woken (request {rid}, run {run_id}, inbox p{where[0]}@{where[1]})")
+    if not as_json:
+        click.echo(f"{shown} record(s)", err=True)
 
 
 @schedule.command("runs")
 @click.argument("schedule_id", metavar="ID")
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 100_000))
+@click.option("--since", "since_text", metavar="INSTANT", help="Only runs started at INSTANT "
+              "or after (or slotted, or recorded).")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per run, a line each.")
-def runs(schedule_id: str, limit: int, as_json: bool) -> None:
+def runs(schedule_id: str, limit: int, since_text: str | None, as_json: bool) -> None:
     """A schedule's runs from `schedule-runs`, newest first: status (completed,
     refused, failed, timeout, aborted, suppressed, missed, skipped, running), what
     triggered it, its slot, job, error and output. A removed schedule's runs
@@ -518,22 +727,25 @@ def runs(schedule_id: str, limit: int, as_json: bool) -> None:
     found = _runs(settings, schedule_id)
     if not found and schedule_id not in _definitions(settings):
         _fail(f"no schedule {schedule_id!r} and no runs of one")
+    if since_text is not None:
+        since = _instant(since_text, "--since")
+        found = [r for r in found if _instant(_started(r), "--since") >= since]
     for run in found[:limit]:
         click.echo(orjson.dumps(run).decode() if as_json else _run_line(run))
     if not as_json:
         click.echo(f"{min(limit, len(found))} of {len(found)} run(s)", err=True)
 
 
-def _instant(text: str) -> datetime:
+def _instant(text: str, hint: str = "--from") -> datetime:
     try:
         at = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
         raise click.BadParameter(
-            f"{text!r} is not an ISO 8601 instant (2026-03-08T07:00:00Z)", param_hint="--from"
+            f"{text!r} is not an ISO 8601 instant (2026-03-08T07:00:00Z)", param_hint=hint
         ) from None
     if at.tzinfo is None:
         raise click.BadParameter(
-            f"{text!r} has no offset: add Z or +HH:MM", param_hint="--from"
+            f"{text!r} has no offset: add Z or +HH:MM", param_hint=hint
         ) from None
     return at.astimezone(UTC)
 

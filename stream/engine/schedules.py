@@ -58,11 +58,13 @@ from compiler import (
     LemongraphError,
     Remove,
     Report,
+    Retire,
     RunRecorded,
     Schedule,
     ScheduleState,
     ScheduleTick,
     Wake,
+    manual_run_id,
     request_run_id,
     schedule_step,
     to_iso,
@@ -75,6 +77,7 @@ from topics import (
     MAX_RECORD_BYTES,
     SCHEDULE_HEADER,
     SCHEDULE_RUN_HEADER,
+    AuditRecord,
     InboxEvent,
     JobStart,
     MessageRecord,
@@ -271,29 +274,42 @@ class Schedules:
         """An inbox ``schedule.wake`` of a defined schedule at its home
         partition: its input, or (switched off) its ``skipped`` run record. Its
         request id is the one given, else its inbox position
-        ``p<partition>@<offset>`` (the same for a forwarded copy)."""
-        request = self.request(message, origin)
-        if not self.enabled:
-            run_id = request_run_id(message.schedule_id, request)
+        ``p<partition>@<offset>`` (the same for a forwarded copy). An abort is
+        decided switched off too: it ends a run, as a report does."""
+        request = message.request_id or event_id(origin[0], origin[1])
+        if not self.enabled and message.control != "abort":
+            manual = message.control == "run"
+            sid = message.schedule_id
+            run_id = manual_run_id(sid, request) if manual else request_run_id(sid, request)
             skipped = ScheduleRunRecord(
                 schedule_id=message.schedule_id,
                 run_id=run_id,
                 status="skipped",
-                triggered_by="wake",
+                triggered_by="manual" if manual else "wake",
                 root_run_id=run_id,
                 at=to_iso(now),
                 error="schedules are switched off on this worker (LEMONGRAPH_SCHEDULES_ENABLED=0)",
                 context=message.context,
             )
             return self._run_output(message.schedule_id, partition, skipped)
-        wake = Wake(request, message.context, message.skip_if_running, tuple(message.origin))
+        wake = Wake(
+            request,
+            message.context,
+            message.skip_if_running,
+            tuple(message.origin),
+            message.control,
+            message.run_id,
+        )
         return Decide(message.schedule_id, now, wake)
 
     @staticmethod
     def request(message: ScheduleWake, origin: tuple[int, int]) -> str:
-        """A wake's request id: the one given, else its inbox position
-        ``p<partition>@<offset>`` (the same for a forwarded copy)."""
-        return message.request_id or event_id(origin[0], origin[1])
+        """What names a wake among those held for a definition: its request
+        id (the one given, else its inbox position ``p<partition>@<offset>``, the
+        same for a forwarded copy), ``run:`` or ``abort:`` before it for those
+        controls (``compiler.Wake.key``)."""
+        request = message.request_id or event_id(origin[0], origin[1])
+        return request if message.control == "wake" else f"{message.control}:{request}"
 
     def _definition(self, record: Record, clock: Clock) -> Decide:
         assert record.key is not None
@@ -391,7 +407,36 @@ class Schedules:
             return [self._dispatch(effect, schedule, partition, now, home)]
         if isinstance(effect, Deliver):
             return [self._deliver(effect, schedule_id, schedule, now, home)]
+        if isinstance(effect, Retire):
+            return self._retire(effect, schedule_id, partition, now)
         raise TypeError(f"unknown schedule effect {type(effect).__name__}")
+
+    def _retire(
+        self, retire: Retire, schedule_id: str, partition: int, now: datetime
+    ) -> list[Output]:
+        """A one-shot that ran is removed (docs/schedules.md, "One-shot
+        schedules"): its tombstone on ``schedules`` (stamped ``now``: read back,
+        it is decided at that instant and drops the state) and an ``audit``
+        ``delete`` saying why. A decision taken again after a crash writes them
+        again: a second tombstone changes nothing, a second audit record says
+        the same."""
+        key = schedule_id.encode()
+        detail = {
+            "reason": "one-shot: its run ended",
+            "run_id": retire.run_id,
+            "status": retire.status,
+        }
+        record = AuditRecord(
+            action="delete",
+            target=f"schedule:{schedule_id}",
+            by="one-shot",
+            at=to_iso(now),
+            detail=detail,
+        )
+        return [
+            Output(self.names.schedules, key, None, partition, _ms(now)),
+            Output(self.names.audit, key, _dumps(record.dump()), partition, _ms(now)),
+        ]
 
     def _run_output(self, schedule_id: str, partition: int, run: ScheduleRunRecord) -> Output:
         return Output(self.names.schedule_runs, schedule_id.encode(), _dumps(run.dump()), partition)

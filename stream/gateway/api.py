@@ -22,6 +22,7 @@ from stream.gateway.routes import (
     jobs,
     messages,
     playbooks,
+    schedule_controls,
     schedules,
     streams,
     subjects,
@@ -33,6 +34,7 @@ __all__ = ["ROUTERS", "build_api"]
 #: The routers, in the order their routes are matched and listed.
 ROUTERS = (
     docs.router,
+    schedule_controls.router,
     schedules.router,
     health.router,
     jobs.router,

@@ -11,8 +11,9 @@ schedule written with a token whose source is not ``world``); ``malformed_json``
 not UTF-8, or nested past the parser), ``malformed_request`` (400: e.g. a bad
 Content-Length); ``body_too_large`` (413); ``invalid_body``, ``invalid_query``
 (422), ``invalid_schedule`` (422, with ``field`` and ``position``); ``rate_limited``
-(429); ``job_exists``, ``schedule_exists`` (409); ``job_not_found``,
-``playbook_not_found``, ``schedule_not_found``, ``not_found`` (404); ``method_not_allowed`` (405);
+(429); ``job_exists``, ``schedule_exists``, ``run_not_active`` (409); ``job_not_found``,
+``playbook_not_found``, ``schedule_not_found``, ``run_not_found``, ``not_found`` (404);
+``method_not_allowed`` (405);
 ``broker_unavailable`` (503: the write may or may not have landed; retry with
 the same idempotency key); ``internal`` (500). Answered by the connection itself,
 before any route (stream/gateway/protocol.py): ``request_timeout`` (408: headers or
@@ -110,12 +111,14 @@ CODES: dict[str, int] = {
     "job_not_found": 404,
     "playbook_not_found": 404,
     "schedule_not_found": 404,
+    "run_not_found": 404,
     "subject_not_found": 404,
     "not_dev": 404,
     "inbound_not_configured": 404,
     "job_exists": 409,
     "interrupt_not_open": 409,
     "schedule_exists": 409,
+    "run_not_active": 409,
     "body_too_large": 413,
     "invalid_body": 422,
     "invalid_query": 422,

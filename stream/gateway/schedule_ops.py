@@ -46,17 +46,20 @@ __all__ = [
     "definition",
     "fold_run",
     "iso",
+    "manual_run_id",
     "merged",
     "next_slots",
     "normalise",
+    "one_shot_instant",
     "playbook_warnings",
+    "refuse_past",
     "spec_slots",
     "tombstone",
     "wake",
     "wake_run_id",
 ]
 
-AUDIT_ACTIONS = ("create", "update", "pause", "resume", "delete", "wake", "abort")
+AUDIT_ACTIONS = ("create", "update", "pause", "resume", "delete", "wake", "run", "abort")
 #: Fields a partial update may not change: the id is the record key.
 FIXED = ("id",)
 
@@ -179,9 +182,15 @@ def next_slots(expr: str, tz: str, after: datetime, count: int) -> list[Slot]:
 
 
 def cron_of(spec: Mapping[str, Any]) -> str:
-    """A stored definition's schedule as 5-field cron (a shorthand normalised)."""
-    from compiler import parse_cron
+    """A stored definition's schedule as 5-field cron (a shorthand normalised;
+    a one-shot's: its instant's minute on its wall clock)."""
+    from compiler import parse_cron, validate_schedule
 
+    if spec.get("at") is not None:
+        try:
+            return str(validate_schedule(spec).cron.expr)
+        except (LemongraphError, ValueError):
+            return ""
     try:
         return str(parse_cron(str(spec.get("schedule", ""))).expr)
     except (LemongraphError, ValueError):
@@ -189,9 +198,14 @@ def cron_of(spec: Mapping[str, Any]) -> str:
 
 
 def spec_slots(spec: Mapping[str, Any], after: datetime, count: int) -> list[Slot]:
-    """A stored definition's next slots after ``after`` (none while paused)."""
+    """A stored definition's next slots after ``after`` (none while paused; a
+    one-shot's instant while it is to come)."""
     if spec.get("enabled", True) is False:
         return []
+    tz = str(spec.get("timezone") or "UTC")
+    if spec.get("at") is not None:
+        instant = one_shot_instant(spec)
+        return [Slot(instant, tz)] if instant is not None and instant > after else []
     try:
         return next_slots(str(spec["schedule"]), str(spec.get("timezone") or "UTC"), after, count)
     except (Invalid, KeyError):
@@ -204,6 +218,8 @@ def catchup_window(spec: Mapping[str, Any]) -> str:
     default)``). The stored definition leaves a default window out."""
     if spec.get("catchup_window"):
         return str(spec["catchup_window"])
+    if spec.get("at") is not None:
+        return "none: a one-shot fires however late (the default)"
     from compiler import format_offset
 
     slots = spec_slots({**spec, "enabled": True}, datetime.now(UTC), 8)
@@ -213,6 +229,29 @@ def catchup_window(spec: Mapping[str, Any]) -> str:
     return "one period, the default (the time back to the slot before: the newest slot due fires)"
 
 
+def one_shot_instant(spec: Mapping[str, Any]) -> datetime | None:
+    """A one-shot's instant (``at``, as normalised: UTC with ``Z``), else None."""
+    at = spec.get("at")
+    if not isinstance(at, str):
+        return None
+    try:
+        return datetime.fromisoformat(at.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def refuse_past(spec: Mapping[str, Any], now: datetime) -> None:
+    """A one-shot created (or moved) to an instant that has passed is refused
+    (docs/schedules.md, "One-shot schedules"): :class:`Invalid` on ``at``."""
+    instant = one_shot_instant(spec)
+    if instant is not None and instant <= now:
+        raise Invalid(
+            f"at: {spec['at']} has passed (it is {iso(now)}): a one-shot runs at an instant "
+            "to come; for now, use a run now (POST /v1/schedules/{id}/run)",
+            "at",
+        )
+
+
 def merged(spec: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
     """A partial update: ``patch``'s top-level fields replace ``spec``'s (an
     ``action`` or ``meta`` given is given whole); a field set to null goes back
@@ -220,6 +259,11 @@ def merged(spec: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
     out = dict(spec)
     if patch.get("command") is not None:
         out.pop("action", None)  # the seed's form of a command action (docs/schedules.md)
+    # A clock replaces an instant, and an instant a clock (docs/schedules.md, "One-shot").
+    if patch.get("schedule") is not None:
+        out.pop("at", None)
+    if patch.get("at") is not None:
+        out.pop("schedule", None)
     for name, value in patch.items():
         if name in FIXED and value != spec.get(name):
             raise Invalid(f"{name}: a schedule's id cannot change (create a new one)", name)
@@ -290,17 +334,36 @@ def wake(
     context: Mapping[str, Any] | None = None,
     skip_if_running: bool = False,
     origin: Sequence[str] = (),
+    control: str = "wake",
+    run_id: str | None = None,
 ) -> Write:
     """The ``schedule.wake`` command on the inbox (key: the schedule id);
-    ``origin``: the prompt runs it comes from (docs/schedules.md, "Wake loops")."""
-    message = ScheduleWake(
-        schedule_id=schedule_id,
-        request_id=request_id,
-        context=dict(context) if context is not None else None,
-        skip_if_running=skip_if_running,
-        origin=list(origin),
+    ``origin``: the prompt runs it comes from (docs/schedules.md, "Wake loops");
+    ``control``: ``wake``, ``run`` (a run now) or ``abort`` (of the run
+    ``run_id``; docs/schedules.md, "Run now", "Abort"). A plain wake is
+    written as before the controls were (no ``control`` field)."""
+    message = ScheduleWake.model_validate(
+        {
+            "schedule_id": schedule_id,
+            "request_id": request_id,
+            "context": dict(context) if context is not None else None,
+            "skip_if_running": skip_if_running,
+            "origin": list(origin),
+            "control": control,
+            "run_id": run_id,
+        }
     )
-    return Write("inbox", schedule_id, encode(message))
+    data = message.dump()
+    if control == "wake":
+        del data["control"], data["run_id"]
+    return Write("inbox", schedule_id, encode(data))
+
+
+def manual_run_id(schedule_id: str, request_id: str) -> str:
+    """The run id the worker gives the run now of ``request_id``."""
+    from compiler import manual_run_id as run_id
+
+    return str(run_id(schedule_id, request_id))
 
 
 def wake_run_id(schedule_id: str, request_id: str) -> str:

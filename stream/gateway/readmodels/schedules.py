@@ -1,5 +1,6 @@
 """Schedules in the gateway (docs/api.md, "Schedules"): the read model fed by
-the compacted ``schedules`` topic and by ``schedule-runs``; the routes
+the compacted ``schedules`` topic, by ``schedule-runs`` and by ``audit`` (its
+newest ``AUDIT_KEPT`` records, for ``GET /v1/audit``); the routes
 ``/v1/schedules...`` are in stream/gateway/routes/schedules.py.
 
 **The read model** (:class:`ScheduleModel`) follows both topics from the
@@ -30,8 +31,9 @@ from __future__ import annotations
 
 import bisect
 import logging
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, get_args
 
 import orjson
@@ -42,7 +44,7 @@ from stream.gateway import schedule_ops as ops
 from stream.gateway.readmodels.follow import Followed
 from stream.gateway.readmodels.run_verdicts import REFUSED, decision_mark, judge, run_marks
 from stream.runtime.partitions import home_partition
-from topics import ScheduleRecord, ScheduleRunRecord, Topics
+from topics import AuditRecord, ScheduleRecord, ScheduleRunRecord, Topics
 
 __all__ = ["ScheduleEntry", "ScheduleModel", "WakeWrite", "is_enabled"]
 
@@ -56,6 +58,8 @@ RUNS_BYTES = 32 << 20
 #: Wake requests this gateway remembers per schedule (a retried request id is
 #: answered ``duplicate`` without a second write; the worker de-duplicates too).
 WAKES_KEPT = 64
+#: Audit records held, of all schedules (the newest): ``GET /v1/audit``.
+AUDIT_KEPT = 10_000
 #: Run statuses that mean "still going".
 ACTIVE = ("pending", "running")
 #: Every run status (``?status=`` of the runs takes one of them): those of
@@ -120,6 +124,8 @@ class ScheduleModel(Followed):
         self._lru: OrderedDict[str, None] = OrderedDict()  # schedules with runs, stalest first
         self.runs_held = 0
         self.wakes: dict[str, OrderedDict[str, WakeWrite]] = {}
+        #: The newest ``audit`` records, oldest first (docs/api.md, "The audit").
+        self.audit: deque[dict[str, Any]] = deque(maxlen=AUDIT_KEPT)
         #: Decisions of inputs runs may have sent: mark → the core's reason when
         #: refused, None when taken (the first decision of a mark counts).
         self.verdicts: OrderedDict[str, str | None] = OrderedDict()
@@ -276,15 +282,25 @@ class ScheduleModel(Followed):
         self.runs_held += sizes[rid]
 
     def newest_runs(
-        self, sid: str, limit: int, before: int | None = None, status: str | None = None
+        self,
+        sid: str,
+        limit: int,
+        before: int | None = None,
+        status: str | None = None,
+        since: datetime | None = None,
     ) -> tuple[list[dict[str, Any]], int | None]:
-        """Runs newest first (by first sight), those with ``seq < before``; and
-        the cursor of the next page (None: no more)."""
+        """Runs newest first (by first sight), those with ``seq < before`` (and
+        ``status``, and started, or slotted, or recorded at ``since`` or after);
+        and the cursor of the next page (None: no more)."""
         out: list[dict[str, Any]] = []
         for run in reversed(self.runs.get(sid, {}).values()):
             if before is not None and run["seq"] >= before:
                 continue
             if status is not None and run.get("status") != status:
+                continue
+            if since is not None and not _at_or_after(
+                run.get("started_at") or run.get("slot") or run.get("at"), since
+            ):
                 continue
             if len(out) == limit:
                 return out, int(out[-1]["seq"])
@@ -305,6 +321,29 @@ class ScheduleModel(Followed):
         held[write.request_id] = write
         while len(held) > WAKES_KEPT:
             held.popitem(last=False)
+
+    def audit_records(
+        self,
+        limit: int,
+        schedule: str | None = None,
+        action: str | None = None,
+        since: datetime | None = None,
+    ) -> list[dict[str, Any]]:
+        """The audit records held, newest first, of ``schedule``, of
+        ``action``, at ``since`` or after; at most ``limit``."""
+        target = f"schedule:{schedule}" if schedule is not None else None
+        out: list[dict[str, Any]] = []
+        for record in reversed(self.audit):
+            if len(out) == limit:
+                break
+            if target is not None and record.get("target") != target:
+                continue
+            if action is not None and record.get("action") != action:
+                continue
+            if since is not None and not _at_or_after(record.get("at"), since):
+                continue
+            out.append(record)
+        return out
 
     # -- following the topics -------------------------------------------------------------
 
@@ -337,6 +376,8 @@ class ScheduleModel(Followed):
                 record = ScheduleRecord.model_validate_json(value)
                 spec = {**record.spec, "id": sid}
                 self.define(ScheduleEntry(sid, spec, record.updated_at, record.by, offset))
+            elif topic == self.topics.audit and value is not None:
+                self.audit.append(AuditRecord.model_validate_json(value).dump())
             elif topic == self.topics.schedule_runs and value is not None:
                 data = orjson.loads(value)
                 if isinstance(data, dict) and data.get("type") == "schedule.run":
@@ -346,7 +387,7 @@ class ScheduleModel(Followed):
             log.debug("schedules read model: skipped a record of %s: %s", topic, exc)
 
     def followed(self) -> list[str]:
-        return [self.topics.schedules, self.topics.schedule_runs]
+        return [self.topics.schedules, self.topics.schedule_runs, self.topics.audit]
 
     def take(self, tp: TopicPartition, key: bytes | None, value: bytes | None, offset: int) -> None:
         self.apply(tp.topic, key, value, offset, tp.partition)
@@ -356,6 +397,17 @@ class ScheduleModel(Followed):
 
     def caught_up_line(self) -> str:
         return f"gateway: schedules caught up ({len(self.schedules)} schedules)"
+
+
+def _at_or_after(text: object, since: datetime) -> bool:
+    """Is the instant ``text`` (ISO 8601, ``Z``) at ``since`` or after? One
+    that does not read as an instant is not."""
+    if not isinstance(text, str):
+        return False
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")) >= since
+    except ValueError:
+        return False
 
 
 def is_enabled(spec: dict[str, Any]) -> bool:

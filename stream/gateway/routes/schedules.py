@@ -40,7 +40,9 @@ __all__ = [
     "list_schedules",
     "router",
     "schedule_runs",
+    "since_of",
     "update_schedule",
+    "wake_one",
     "wake_schedule",
 ]
 
@@ -75,8 +77,10 @@ class ScheduleView(BaseModel):
     id: str
     name: str
     enabled: bool
-    schedule: str  # as written (a shorthand, or cron)
+    schedule: str  # as written (a shorthand, or cron); "" for a one-shot
     cron: str  # the same as 5-field cron
+    #: A one-shot's instant (docs/schedules.md, "One-shot schedules"), else None.
+    at: str | None = None
     timezone: str
     #: The catch-up window in effect (``spec`` leaves the default out):
     #: ``2h`` as set, or ``one period (30m, the default)``.
@@ -153,16 +157,16 @@ _REQUEST_ID = r"^[A-Za-z0-9._:@-]{1,200}$"
 # -- what the routes share -----------------------------------------------------------------
 
 
-def _model(gateway: Gateway) -> ScheduleModel:
+def schedule_model(gateway: Gateway) -> ScheduleModel:
     model = gateway.schedules
     assert model is not None  # build_api made it
     return model
 
 
-def _writer(gateway: Gateway, request: Request) -> Principal:
+def writer_of(gateway: Gateway, request: Request) -> Principal:
     principal = principal_of(request.scope)
     require(principal, "write_schedules")
-    if not _model(gateway).caught_up:
+    if not schedule_model(gateway).caught_up:
         raise ApiError(
             503, "schedules_loading",
             "the gateway has not read the schedules topic up to its end yet: retry shortly",
@@ -171,7 +175,7 @@ def _writer(gateway: Gateway, request: Request) -> Principal:
     return principal
 
 
-def _found(model: ScheduleModel, sid: str) -> ScheduleEntry:
+def found(model: ScheduleModel, sid: str) -> ScheduleEntry:
     entry = model.get(sid)
     if entry is None:
         raise ApiError(404, "schedule_not_found", f"no schedule {sid!r}")
@@ -185,6 +189,7 @@ def _view(model: ScheduleModel, entry: ScheduleEntry, slots: int = VIEW_SLOTS) -
         name=str(spec.get("name") or entry.id),
         enabled=is_enabled(spec),
         schedule=str(spec.get("schedule", "")),
+        at=spec.get("at"),
         cron=ops.cron_of(spec),
         catchup_window_effective=ops.catchup_window(spec),
         timezone=str(spec.get("timezone") or "UTC"),
@@ -198,9 +203,14 @@ def _view(model: ScheduleModel, entry: ScheduleEntry, slots: int = VIEW_SLOTS) -
     )
 
 
-def _valid(data: object) -> dict[str, Any]:
+def _valid(data: object, before: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The definition normalised, or 422; a one-shot's instant (new, or
+    moved from ``before``'s) must be to come."""
     try:
-        return ops.normalise(data, "<request body>")
+        spec = ops.normalise(data, "<request body>")
+        if before is None or spec.get("at") != before.get("at"):
+            ops.refuse_past(spec, datetime.now(UTC))
+        return spec
     except ops.Invalid as exc:
         raise ApiError(
             422, "invalid_schedule", exc.message,
@@ -215,17 +225,19 @@ def _warnings(gateway: Gateway, spec: dict[str, Any]) -> list[str]:
     return ops.playbook_warnings(spec, jobs.playbooks if jobs.caught_up else None)
 
 
-async def _put(gateway: Gateway, write: ops.Write) -> Any:
-    return await gateway.send(write.full_topic(_model(gateway).topics), write.key, write.value)
+async def put(gateway: Gateway, write: ops.Write) -> Any:
+    return await gateway.send(
+        write.full_topic(schedule_model(gateway).topics), write.key, write.value
+    )
 
 
 async def _publish(
     gateway: Gateway, spec: dict[str, Any], by: str, action: str, detail: dict[str, Any]
 ) -> None:
     at = ops.now_iso()
-    meta = await _put(gateway, ops.definition(spec, by, at))
-    _model(gateway).define(ScheduleEntry(str(spec["id"]), spec, at, by, meta.offset))
-    await _put(gateway, ops.audit(action, str(spec["id"]), by, detail, at))
+    meta = await put(gateway, ops.definition(spec, by, at))
+    schedule_model(gateway).define(ScheduleEntry(str(spec["id"]), spec, at, by, meta.offset))
+    await put(gateway, ops.audit(action, str(spec["id"]), by, detail, at))
     gateway.accepted_writes += 1
 
 
@@ -252,8 +264,8 @@ async def create_schedule(
     `schedule_exists`; an invalid definition 422 `invalid_schedule` with
     `field` and, in a cron expression, `position`. A `start_job` naming a
     playbook not registered is accepted with `warnings`."""
-    model = _model(gateway)
-    principal = _writer(gateway, request)
+    model = schedule_model(gateway)
+    principal = writer_of(gateway, request)
     spec = _valid(body)
     sid = str(spec["id"])
     async with gateway.lock("\x00schedule/" + sid):
@@ -268,7 +280,7 @@ async def create_schedule(
                 f"this gateway holds {model.schedules_kept} schedules, its bound",
             )  # fmt: skip
         await _publish(gateway, spec, principal.name, "create", {"spec": spec})
-    answer = _view(model, _found(model, sid))
+    answer = _view(model, found(model, sid))
     answer.warnings = _warnings(gateway, spec)
     return answer
 
@@ -286,7 +298,7 @@ async def list_schedules(
     cursor: Annotated[str | None, Query(max_length=200, description="A page's `next`.")] = None,
 ) -> ScheduleList:
     """Schedules by id, a page at a time, each with its next 3 slots."""
-    model = _model(gateway)
+    model = schedule_model(gateway)
     ids = model.listed if enabled is None else model.listed_by[enabled]
     chosen, after = page(ids, cursor, limit)
     rows = [_view(model, model.schedules[i], ROW_SLOTS) for i in chosen]
@@ -302,8 +314,8 @@ async def list_schedules(
 async def get_schedule(gateway: GatewayDep, schedule_id: str) -> ScheduleView:
     """A schedule: its definition, next 5 slots (in its timezone and UTC; none
     while paused), its last run and its active runs."""
-    model = _model(gateway)
-    return _view(model, _found(model, schedule_id))
+    model = schedule_model(gateway)
+    return _view(model, found(model, schedule_id))
 
 
 @router.patch(
@@ -325,10 +337,10 @@ async def update_schedule(
     audited `pause` / `resume`; any other change `update`. The whole
     definition is validated again (422 as for a create); no change writes
     nothing."""
-    model = _model(gateway)
-    principal = _writer(gateway, request)
+    model = schedule_model(gateway)
+    principal = writer_of(gateway, request)
     async with gateway.lock("\x00schedule/" + schedule_id):
-        entry = _found(model, schedule_id)
+        entry = found(model, schedule_id)
         try:
             wanted = ops.merged(entry.spec, body)
         except ops.Invalid as exc:
@@ -338,11 +350,11 @@ async def update_schedule(
                 exc.message,
                 extra={"field": exc.field, "position": None},
             ) from None
-        spec = _valid(wanted)
+        spec = _valid(wanted, entry.spec)
         if spec != entry.spec:
             action, detail = ops.change_action(entry.spec, spec)
             await _publish(gateway, spec, principal.name, action, detail)
-    answer = _view(model, _found(model, schedule_id))
+    answer = _view(model, found(model, schedule_id))
     answer.warnings = _warnings(gateway, spec)
     return answer
 
@@ -357,13 +369,13 @@ async def delete_schedule(gateway: GatewayDep, request: Request, schedule_id: st
     """Delete a schedule: a tombstone on `schedules` and an `audit` record
     `delete`. Its runs stay on `schedule-runs`; a run still active is
     recorded `aborted` by the worker."""
-    model = _model(gateway)
-    principal = _writer(gateway, request)
+    model = schedule_model(gateway)
+    principal = writer_of(gateway, request)
     async with gateway.lock("\x00schedule/" + schedule_id):
-        _found(model, schedule_id)
-        meta = await _put(gateway, ops.tombstone(schedule_id))
+        found(model, schedule_id)
+        meta = await put(gateway, ops.tombstone(schedule_id))
         model.remove(schedule_id, meta.offset)
-        await _put(gateway, ops.audit("delete", schedule_id, principal.name))
+        await put(gateway, ops.audit("delete", schedule_id, principal.name))
         gateway.accepted_writes += 1
     return Deleted(id=schedule_id, partition=meta.partition, offset=meta.offset)
 
@@ -406,42 +418,87 @@ async def wake_schedule(
     is recorded `skipped` while a run is active (and a paused schedule's
     wake is recorded `skipped` too). The same `request_id` (or
     `Idempotency-Key`) again is one wake: `duplicate: true`."""
-    model = _model(gateway)
-    principal = _writer(gateway, request)
+    principal = writer_of(gateway, request)
     given = body or WakeBody()
-    if given.request_id and idempotency_key and given.request_id != idempotency_key:
-        raise ApiError(422, "invalid_body", "request_id and the Idempotency-Key header differ")
-    request_id = given.request_id or idempotency_key or f"wake-{uuid.uuid4().hex}"
+    request_id = request_id_of(given.request_id, idempotency_key, "wake")
     origin = _origin(origin_header)
+    return await wake_one(
+        gateway, principal, schedule_id, request_id, given.context, given.skip_if_running, origin
+    )
+
+
+def request_id_of(given: str | None, header: str | None, kind: str) -> str:
+    """A write's request id: the body's, else the ``Idempotency-Key`` header's
+    (422 when both differ), else a new one (``<kind>-<uuid>``)."""
+    if given and header and given != header:
+        raise ApiError(422, "invalid_body", "request_id and the Idempotency-Key header differ")
+    return given or header or f"{kind}-{uuid.uuid4().hex}"
+
+
+async def wake_one(
+    gateway: Gateway,
+    principal: Principal,
+    schedule_id: str,
+    request_id: str,
+    context: dict[str, Any] | None,
+    skip_if_running: bool = False,
+    origin: tuple[str, ...] = (),
+    control: str = "wake",
+    run_id: str | None = None,
+) -> WakeAccepted:
+    """Put one ``schedule.wake`` on the inbox (``control``: ``wake``, ``run`` or
+    ``abort`` of ``run_id``, docs/schedules.md) and its ``audit`` record
+    (``wake``, ``run`` or ``abort``), once per request id: the same request
+    again answers the first one's ``duplicate: true``. 404 for a schedule not
+    defined."""
+    model = schedule_model(gateway)
+    remembered = request_id if control == "wake" else f"{control}:{request_id}"
     async with gateway.lock("\x00schedule/" + schedule_id):
-        _found(model, schedule_id)
+        found(model, schedule_id)
         held = model.wakes.get(schedule_id)
-        earlier = held.get(request_id) if held is not None else None
+        earlier = held.get(remembered) if held is not None else None
         if earlier is not None:
             return WakeAccepted(
                 schedule_id=schedule_id, request_id=request_id, run_id=earlier.run_id,
                 partition=earlier.partition, offset=earlier.offset, duplicate=True,
             )  # fmt: skip
-        run_id = ops.wake_run_id(schedule_id, request_id)
-        meta = await _put(
-            gateway,
-            ops.wake(schedule_id, request_id, given.context, given.skip_if_running, origin),
-        )
-        detail = {
-            "request_id": request_id,
-            "run_id": run_id,
-            "skip_if_running": given.skip_if_running,
-            "context": given.context,
-        }
+        if control == "abort":
+            assert run_id is not None
+            target = run_id
+        elif control == "run":
+            target = ops.manual_run_id(schedule_id, request_id)
+        else:
+            target = ops.wake_run_id(schedule_id, request_id)
+        write = ops.wake(schedule_id, request_id, context, skip_if_running, origin, control, run_id)
+        meta = await put(gateway, write)
+        detail: dict[str, Any] = {"request_id": request_id, "run_id": target}
+        if control != "abort":
+            detail.update(skip_if_running=skip_if_running, context=context)
         if origin:
             detail["origin"] = list(origin)
-        await _put(gateway, ops.audit("wake", schedule_id, principal.name, detail))
-        model.remember_wake(schedule_id, WakeWrite(request_id, run_id, meta.partition, meta.offset))
+        await put(gateway, ops.audit(control, schedule_id, principal.name, detail))
+        model.remember_wake(schedule_id, WakeWrite(remembered, target, meta.partition, meta.offset))
         gateway.accepted_writes += 1
     return WakeAccepted(
-        schedule_id=schedule_id, request_id=request_id, run_id=run_id,
+        schedule_id=schedule_id, request_id=request_id, run_id=target,
         partition=meta.partition, offset=meta.offset,
     )  # fmt: skip
+
+
+def since_of(text: str | None) -> datetime | None:
+    """``?since=``: an ISO 8601 instant with its offset; 422 ``invalid_query``
+    otherwise."""
+    if text is None:
+        return None
+    try:
+        instant = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        instant = None
+    if instant is None or instant.tzinfo is None:
+        raise ApiError(
+            422, "invalid_query", f"since: {text!r} is not an ISO 8601 instant with its offset"
+        )
+    return instant
 
 
 def _origin(header: str | None) -> tuple[str, ...]:
@@ -468,21 +525,28 @@ async def schedule_runs(
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[int | None, Query(ge=0, description="A page's `next`.")] = None,
     status: Annotated[str | None, Query(max_length=20, description="Only this status.")] = None,
+    since: Annotated[
+        str | None,
+        Query(
+            max_length=40, description="Only runs started (or slotted) at this instant or after."
+        ),
+    ] = None,
 ) -> RunList:
     """The schedule's runs, newest first (pending, running, completed,
     refused, failed, timeout, aborted, suppressed, missed, skipped), each as
     its records on `schedule-runs` say, and `refused` (with the core's reason
     as `error`) when the core refused the job.start or event a run sent (read
     from `decisions`); at most the newest 200 are kept. A
-    `status` that is none of these answers 422 `invalid_query`."""
-    model = _model(gateway)
+    `status` that is none of these, or a `since` (runs started, or slotted, at
+    that instant or after) that is not an instant, answers 422 `invalid_query`."""
+    model = schedule_model(gateway)
     if status is not None and status not in RUN_STATUSES:
         raise ApiError(
             422, "invalid_query",
             f"status: {status!r} is not a run status ({', '.join(RUN_STATUSES)})",
         )  # fmt: skip
-    _found(model, schedule_id)
-    runs, more = model.newest_runs(schedule_id, limit, cursor, status)
+    found(model, schedule_id)
+    runs, more = model.newest_runs(schedule_id, limit, cursor, status, since_of(since))
     return RunList(
         schedule_id=schedule_id,
         runs=runs,

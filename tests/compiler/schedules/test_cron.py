@@ -75,7 +75,42 @@ VALID = [
     ("@monthly", "0 0 1 * *"),
     ("@yearly", "0 0 1 1 *"),
     ("@annually", "0 0 1 1 *"),
+    # LemonAutomation's shorthands (docs/schedules.md, "Shorthands")
+    ("15 minutes", "*/15 * * * *"),
+    ("30m", "*/30 * * * *"),
+    ("2 hours", "0 */2 * * *"),
+    ("every day at 17:45", "45 17 * * *"),
+    ("every weekday at 9am", "0 9 * * 1-5"),
+    ("fridays at 18:15", "15 18 * * 5"),
+    ("Friday at 6pm", "0 18 * * 5"),
+    ("every monday at 8am", "0 8 * * 1"),
+    ("every sundays at 07:05", "5 7 * * 0"),
+    ("sat at 10am", "0 10 * * 6"),
 ]
+
+
+_DAY_NAMES = ["sunday", "monday", "tuesday", "wednesday", "thursday", "friday", "saturday"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    day=st.integers(0, 6),
+    hour=st.integers(0, 23),
+    minute=st.integers(0, 59),
+    form=st.sampled_from(["{d}s at {t}", "{d} at {t}", "every {d} at {t}", "every {d}s at {t}"]),
+    upper=st.booleans(),
+)
+def test_every_form_of_a_weekly_shorthand_is_weekly_day_at_t(
+    day: int, hour: int, minute: int, form: str, upper: bool
+) -> None:
+    """``fridays at 18:15``, ``friday at``, ``every friday at`` are all ``weekly
+    friday at``; ``every day at T`` is ``daily at T``."""
+    time_text = f"{hour:02d}:{minute:02d}"
+    text = form.format(d=_DAY_NAMES[day], t=time_text)
+    text = text.upper() if upper else text
+    assert parse_cron(text).expr == parse_cron(f"weekly {_DAY_NAMES[day]} at {time_text}").expr
+    assert parse_cron(text).expr == f"{minute} {hour} * * {day}"
+    assert parse_cron(f"every day at {time_text}").expr == f"{minute} {hour} * * *"
 
 
 @pytest.mark.parametrize(("text", "expr"), VALID)
@@ -87,9 +122,10 @@ def test_valid_expressions_normalise_to_cron(text: str, expr: str) -> None:
 
 SUPPORTED = "(write *, N, N-M, */S, N-M/S or lists)"
 SHORTHAND_LIST = (
-    "every Nm, every Nh, hourly, daily, daily at T, weekdays at T, weekends at T, "
-    "weekly DAY at T, weekly, monthly, @hourly, @daily, @midnight, @weekly, @monthly, @yearly, "
-    "@annually; T is a time such as 9am, 9:30am, 09:30 or 21:00"
+    "every Nm, every Nh, N minutes, N hours, hourly, daily, daily at T, every day at T, "
+    "weekdays at T, weekends at T, weekly DAY at T, DAYs at T, every DAY at T, weekly, monthly, "
+    "@hourly, @daily, @midnight, @weekly, @monthly, @yearly, @annually; "
+    "T is a time such as 9am, 9:30am, 09:30 or 21:00"
 )
 
 INVALID = [
@@ -193,6 +229,12 @@ INVALID = [
         8,
         "position 8: 'funday' is not a day of the week (monday..sunday)",
     ),
+    ("7 minutes", None, 1, "position 1: 7 minutes do not divide an hour evenly (1, 2, 3, 4, 5, "
+     "6, 10, 12, 15, 20, 30); for other intervals write a 5-field cron expression"),
+    ("fridays 9am", None, 9, 'position 9: expected "at" and a time (DAYs at T)'),
+    ("every friday", None, 13, 'position 13: expected "at" and a time (every DAY at T)'),
+    ("mondays at noon", None, 12,
+     "position 12: 'noon' is not a time: write a time as 9am, 9:30am, 09:30 or 21:00"),
     ("1 2 3 4  ", None, 8, "position 8: expected 5 fields (minute hour day-of-month month "
      "day-of-week), got 4"),
 ]  # fmt: skip

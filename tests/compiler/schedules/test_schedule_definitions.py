@@ -121,7 +121,11 @@ ERRORS = [
         "digits, '.', '_' and '-', starting with a letter or digit",
     ),
     (definition(id="a" * 65), "id", None),
-    (definition(schedule=None), "schedule", "schedule: this field is required"),
+    (
+        definition(schedule=None),
+        "schedule",
+        "schedule: this field is required (or at: an instant, for a one-shot)",
+    ),
     (
         definition(schedule="61 * * * *"),
         "schedule",

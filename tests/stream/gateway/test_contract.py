@@ -118,8 +118,9 @@ def test_every_documented_error_is_the_error_body(document: dict[str, Any]) -> N
             assert "422" in operation["responses"], f"{op} takes input but documents no 422"
 
 
-def provocations(job: str, schedule: str) -> list[Provoke]:
-    """One request per (operation, status) the document lists, but NOT_PROVOKED."""
+def provocations(job: str, schedule: str, ended: str) -> list[Provoke]:
+    """One request per (operation, status) the document lists, but NOT_PROVOKED;
+    ``ended``: a run of ``schedule`` that has ended."""
     big = b'{"key": "' + b"x" * 70_000 + b'"}'
     schedule_body = {"name": "Contract", **SCHEDULE}
     out: list[Provoke] = []
@@ -136,6 +137,9 @@ def provocations(job: str, schedule: str) -> list[Provoke]:
         ("createSchedule", "POST", "/v1/schedules", schedule_body),
         ("updateSchedule", "PATCH", f"/v1/schedules/{schedule}", {"enabled": False}),
         ("wakeSchedule", "POST", f"/v1/schedules/{schedule}/wake", {}),
+        ("runSchedule", "POST", f"/v1/schedules/{schedule}/run", {}),
+        ("abortScheduleRun", "POST", f"/v1/schedules/{schedule}/runs/{ended}/abort", {}),
+        ("wakeSchedules", "POST", "/v1/schedules/wake", {"ids": [schedule]}),
     ):
         out += [
             Provoke(op, 400, method, path, content=b"{"),
@@ -157,6 +161,7 @@ def provocations(job: str, schedule: str) -> list[Provoke]:
         ("listSchedules", "/v1/schedules"),
         ("getSchedule", f"/v1/schedules/{schedule}"),
         ("listScheduleRuns", f"/v1/schedules/{schedule}/runs"),
+        ("listAudit", "/v1/audit"),
         ("listDevMail", "/v1/dev/mail"),
     ):
         out.append(Provoke(op, 401, "GET", path, token=""))
@@ -241,6 +246,23 @@ def provocations(job: str, schedule: str) -> list[Provoke]:
         ),
         Provoke("wakeSchedule", 404, "POST", "/v1/schedules/no-such/wake", json={}),
         Provoke("wakeSchedule", 422, "POST", f"/v1/schedules/{schedule}/wake", json={"context": 1}),
+        Provoke("runSchedule", 404, "POST", "/v1/schedules/no-such/run", json={}),
+        Provoke("runSchedule", 422, "POST", f"/v1/schedules/{schedule}/run", json={"context": 1}),
+        Provoke("abortScheduleRun", 404, "POST", f"/v1/schedules/{schedule}/runs/sl-x/abort"),
+        Provoke("abortScheduleRun", 409, "POST", f"/v1/schedules/{schedule}/runs/{ended}/abort"),
+        Provoke(
+            "abortScheduleRun",
+            422,
+            "POST",
+            f"/v1/schedules/{schedule}/runs/{ended}/abort",
+            json={"request_id": "no spaces"},
+        ),
+        Provoke("wakeSchedules", 404, "POST", "/v1/schedules/wake", json={"agent": "nobody"}),
+        Provoke(
+            "wakeSchedules", 422, "POST", "/v1/schedules/wake", json={"ids": ["a"], "agent": "b"}
+        ),
+        Provoke("listAudit", 422, "GET", "/v1/audit", params={"action": "odd"}),
+        Provoke("listAudit", 422, "GET", "/v1/audit", params={"since": "yesterday"}),
         Provoke("listScheduleRuns", 404, "GET", "/v1/schedules/no-such/runs"),
         Provoke(
             "listScheduleRuns",
@@ -257,7 +279,7 @@ def provocations(job: str, schedule: str) -> list[Provoke]:
 
 
 def test_each_documented_error_is_answered_as_documented(
-    document: dict[str, Any], shared_gateway: GatewayProcess
+    document: dict[str, Any], shared_gateway: GatewayProcess, worker: WorkerProcess
 ) -> None:
     gateway = shared_gateway
     job, schedule = "contract-job", "contract-schedule"
@@ -267,9 +289,18 @@ def test_each_documented_error_is_answered_as_documented(
         assert started.status_code == 202, started.text
         created = client.post("/v1/schedules", json={"id": schedule, "name": "C", **SCHEDULE})
         assert created.status_code == 201, created.text
+        # A run that ended (a run now of a start_job: completed), which an abort refuses.
+        run = client.post(f"/v1/schedules/{schedule}/run", json={"request_id": "c-run"})
+        assert run.status_code == 202, run.text
+        ended = run.json()["run_id"]
+        wait_for(
+            lambda: client.get(f"/v1/schedules/{schedule}").json()["last_run"],
+            timeout=60,
+            what="the run now's run",
+        )
     errors = documented(document)
     provoked: set[tuple[str, int]] = set()
-    for case in provocations(job, schedule):
+    for case in provocations(job, schedule, ended):
         headers = {"Content-Type": "application/json"} if case.content is not None else {}
         if case.token:
             headers["Authorization"] = f"Bearer {tokens[case.token]}"
