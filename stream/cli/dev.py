@@ -37,9 +37,15 @@ from stream.runtime.command import env_settings, say
 from stream.runtime.config import Settings
 from stream.runtime.errors import ExitCode
 from stream.runtime.fetch import LAST_WORDS
+from stream.runtime.files import RELOAD_ENV, reload_seconds
 from stream.runtime.ports import Listener, check_ports
 
 __all__ = ["DEV_PARTS", "DevPart", "dev"]
+
+#: How often dev's worker and agents service look for changed files in the
+#: playbooks folder, unless LEMONGRAPH_RELOAD says otherwise (docs/operations.md,
+#: "Reloading").
+RELOAD_SECONDS = "1"
 
 #: The entry-point group of what other packages start for ``lemongraph dev``: each
 #: names a class called with ``say`` whose objects are :class:`DevPart`.
@@ -93,6 +99,9 @@ def dev(broker_port: int, keep: bool, loglevel: str) -> None:
     # Every process of dev serves its metrics on a free port, each saying where
     # (`metrics: <process> URL`; docs/operations.md, "Metrics").
     settings = dataclasses.replace(env_settings(), metrics_port=0)
+    # The agents child reads it from the environment dev hands it.
+    os.environ.setdefault(RELOAD_ENV, RELOAD_SECONDS)
+    reload_every = reload_seconds(os.environ)
     say(native())
     parts: list[DevPart] = [point.load()(say) for point in entry_points(group=DEV_PARTS)]
     _check_dev_ports(settings, broker_port, parts)
@@ -144,6 +153,10 @@ def dev(broker_port: int, keep: bool, loglevel: str) -> None:
             loglevel=loglevel,
             status_every=10.0,
             say=say,
+            # Edit without restart, a changed version as the next one
+            # (docs/operations.md, "Reloading").
+            reload_every=reload_every,
+            next_version=True,
         )
     finally:
         if secret_file is not None:  # first: a hard exit may cut the stopping short
