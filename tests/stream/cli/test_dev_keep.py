@@ -5,6 +5,8 @@ there."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import re
 import signal
 from pathlib import Path
@@ -13,11 +15,15 @@ from typing import Any
 import httpx
 import pytest
 
-from stream.runtime.broker import free_port
+from stream.cli.dev import KeptState
+from stream.runtime.broker import EmbeddedBroker, ensure_topics, free_port
+from stream.runtime.config import Settings
+from stream.runtime.kafka import KafkaSecurity, producer
 from tests.lanes import WorkerProcess, wait_for
 from tests.stream.cli.test_dev import exit_within, start_dev
 
-pytestmark = [pytest.mark.broker, pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.broker]
+PLAIN = KafkaSecurity()
 
 SCHEDULE = {
     "id": "nightly-review",
@@ -49,6 +55,8 @@ def stop(dev: WorkerProcess) -> str:
     return "".join(dev.lines)
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_dev_keep_restarts_with_the_jobs_and_schedules_it_had(tmp_path: Path) -> None:
     api_port = free_port()
     first = start_dev(tmp_path, free_port(), "--keep", LEMONGRAPH_API_PORT=str(api_port))
@@ -97,3 +105,45 @@ def test_dev_keep_restarts_with_the_jobs_and_schedules_it_had(tmp_path: Path) ->
         second.stop(signal.SIGKILL)
     # What keeping costs, in the test's report (docs/operations.md, "Keeping dev state").
     print(*(line for line in said.splitlines() if line.startswith("state: kept")), sep="\n")
+
+
+def kept_state(tmp_path: Path) -> tuple[KeptState, EmbeddedBroker]:
+    """A ``dev --keep`` folder with a snapshot of a broker that holds one record,
+    local state beside it, and the broker the next start restores into."""
+    settings = Settings(data_dir=tmp_path)
+    with EmbeddedBroker() as source:
+        asyncio.run(ensure_topics(source.bootstrap, {"inbox": 1}, security=PLAIN))
+        asyncio.run(produce_one(source.bootstrap))
+        kept = KeptState(tmp_path / "embedded")
+        kept.save(source, dataclasses.replace(settings, kafka_url=source.url))
+    (kept.data_dir / "faust").mkdir()
+    header = kept.snapshot()
+    assert header is not None
+    return kept, EmbeddedBroker(cluster_id=header.cluster_id)
+
+
+async def produce_one(bootstrap: str) -> None:
+    async with producer(bootstrap, security=PLAIN) as client:
+        await client.send_and_wait("inbox", b"{}", key=b"job-1", partition=0)
+
+
+@pytest.mark.timeout(60)
+def test_a_clean_stop_keeps_the_local_state_an_unclean_one_rebuilds_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kept, broker = kept_state(tmp_path)
+    assert "state: kept: wrote 1 records of 1 topics" in capsys.readouterr().out
+    with broker:
+        kept.restore(broker, Settings(kafka_url=broker.url))
+    said = capsys.readouterr().out
+    assert "state: kept: restored 1 records" in said
+    assert (kept.data_dir / "faust").is_dir()  # the snapshot's own state: kept
+    assert not kept.mark.exists()  # from now on the state is the new run's
+
+    # That run was killed: no snapshot of its own, so its local state is newer
+    # than the snapshot's logs, and it is removed (rebuilt from the changelogs).
+    with EmbeddedBroker(cluster_id=broker.cluster_id) as again:
+        kept.restore(again, Settings(kafka_url=again.url))
+    assert "the last run did not stop cleanly" in capsys.readouterr().out
+    assert not (kept.data_dir / "faust").exists()
+    assert kept.file.exists()
