@@ -23,6 +23,7 @@ from topics import Headers, Topics
 from agents.catalog import Catalog
 from agents.flows.service import load_flows
 from agents.model import ModelSettings
+from agents.reload import CatalogReload
 from agents.service import AgentService, Where, data_path
 
 __all__ = ["ServiceHooks", "build_service"]
@@ -40,8 +41,10 @@ def build_service(
     tansu: bool = False,
     say: Callable[[str], None] = print,
     live: int = 1000,
+    reload_every: float = 0.0,
 ) -> tuple[faust.App, AgentService]:
-    """The Faust app that runs the service."""
+    """The Faust app that runs the service (with ``reload_every``, it watches
+    its playbooks folder that often: agents/reload.py)."""
     # Tansu holds a fetch for its whole wait: keep it short there (stream/runtime/faust_tuning.py).
     set_fetch_max_wait(fetch_max_wait(tansu))
     options = common_settings(
@@ -81,6 +84,8 @@ def build_service(
     # question expired (docs/flows.md, "Flows in the agents service").
     app.timer(max(0.1, settings.tick_interval))(hooks.flow_ticks)
     app.timer(10.0)(hooks.status)
+    if reload_every > 0:  # docs/operations.md, "Reloading"
+        app.timer(reload_every, name="reload")(CatalogReload(service, say).poll)
     return app, service
 
 

@@ -14,6 +14,7 @@ import click
 from stream.runtime.broker import cluster_id, ensure_all_topics, is_tansu
 from stream.runtime.command import env_settings, require_kafka, say
 from stream.runtime.errors import ConfigError, ExitCode
+from stream.runtime.files import reload_seconds
 from stream.runtime.kafka import bootstrap_of, run
 from stream.runtime.metrics import MAILS, serve_metrics
 from topics import Topics
@@ -74,6 +75,7 @@ def agents(loglevel: str) -> None:
         tool_env=env,
         tansu=is_tansu(cluster),
         say=say,
+        reload_every=reload_seconds(env),  # docs/operations.md, "Reloading"
     )
     metrics = serve_metrics("agents", settings.metrics_port, settings.metrics_host, say)
     worker = faust.Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)

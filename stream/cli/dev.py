@@ -6,6 +6,7 @@ and ``mail-ingress`` as child processes; docs/operations.md, "Commands")."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import os
@@ -15,21 +16,36 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Protocol
 
 import click
+from aiokafka.errors import KafkaError
 
 from stream.cli.common import DEV_SECRET_FILE, gateway_listeners, native
 from stream.runtime.broker import BrokerStartError, EmbeddedBroker
+from stream.runtime.broker.snapshot import (
+    SnapshotError,
+    SnapshotHeader,
+    read_header,
+    restore_snapshot,
+    take_snapshot,
+)
 from stream.runtime.command import env_settings, say
 from stream.runtime.config import Settings
 from stream.runtime.errors import ExitCode
 from stream.runtime.fetch import LAST_WORDS
+from stream.runtime.files import RELOAD_ENV, reload_seconds
 from stream.runtime.ports import Listener, check_ports
 
 __all__ = ["DEV_PARTS", "DevPart", "dev"]
+
+#: How often dev's worker and agents service look for changed files in the
+#: playbooks folder, unless LEMONGRAPH_RELOAD says otherwise (docs/operations.md,
+#: "Reloading").
+RELOAD_SECONDS = "1"
 
 #: The entry-point group of what other packages start for ``lemongraph dev``: each
 #: names a class called with ``say`` whose objects are :class:`DevPart`.
@@ -64,8 +80,16 @@ class DevPart(Protocol):
     show_default=True,
     help="Port of the embedded broker (when LEMONGRAPH_KAFKA_URL is unset).",
 )
+@click.option(
+    "--keep/--fresh",
+    default=False,
+    show_default=True,
+    help="--keep: the embedded broker's topics are written to LEMONGRAPH_DATA_DIR/embedded "
+    "when dev stops and restored at the next `dev --keep`, with the jobs, schedules, "
+    "conversations and journal; --fresh (the default) forgets them at every start.",
+)
 @click.option("--loglevel", default="warning", show_default=True)
-def dev(broker_port: int, loglevel: str) -> None:
+def dev(broker_port: int, keep: bool, loglevel: str) -> None:
     """Run everything on this machine: the embedded broker (unless
     LEMONGRAPH_KAFKA_URL is set), the topics, the playbooks, a worker, the
     ticker and the gateway (API and UI). Ctrl-C stops it all."""
@@ -75,6 +99,9 @@ def dev(broker_port: int, loglevel: str) -> None:
     # Every process of dev serves its metrics on a free port, each saying where
     # (`metrics: <process> URL`; docs/operations.md, "Metrics").
     settings = dataclasses.replace(env_settings(), metrics_port=0)
+    # The agents child reads it from the environment dev hands it.
+    os.environ.setdefault(RELOAD_ENV, RELOAD_SECONDS)
+    reload_every = reload_seconds(os.environ)
     say(native())
     parts: list[DevPart] = [point.load()(say) for point in entry_points(group=DEV_PARTS)]
     _check_dev_ports(settings, broker_port, parts)
@@ -85,7 +112,7 @@ def dev(broker_port: int, loglevel: str) -> None:
         # A secret for this session only, so the dev token printed below works;
         # written (never printed) where `lemongraph token` finds it.
         settings = dataclasses.replace(settings, api_token_secret=new_secret())
-    broker, settings = _start_broker(settings, broker_port)
+    broker, settings, kept = _start_broker(settings, broker_port, keep)
     code: int = ExitCode.FAILED
     gateway: GatewayThread | None = None
     started: list[DevPart] = []
@@ -130,6 +157,10 @@ def dev(broker_port: int, loglevel: str) -> None:
             loglevel=loglevel,
             status_every=10.0,
             say=say,
+            # Edit without restart, a changed version as the next one
+            # (docs/operations.md, "Reloading").
+            reload_every=reload_every,
+            next_version=True,
         )
     finally:
         if secret_file is not None:  # first: a hard exit may cut the stopping short
@@ -139,6 +170,8 @@ def dev(broker_port: int, loglevel: str) -> None:
         if gateway is not None:
             gateway.stop()
         if broker is not None:
+            if kept is not None and broker.running:
+                kept.save(broker, settings)
             broker.stop()
             say("broker: stopped")
     if died is not None and died.is_set():
@@ -146,30 +179,120 @@ def dev(broker_port: int, loglevel: str) -> None:
     sys.exit(code)
 
 
-def _start_broker(settings: Settings, port: int) -> tuple[EmbeddedBroker | None, Settings]:
+def _start_broker(
+    settings: Settings, port: int, keep: bool
+) -> tuple[EmbeddedBroker | None, Settings, KeptState | None]:
     """The embedded broker on ``port`` unless LEMONGRAPH_KAFKA_URL names one, and
-    the settings that point at it."""
+    the settings that point at it; with ``keep``, given back what it held when
+    the last ``dev --keep`` stopped (the state it saves at the stop)."""
     if settings.kafka_url is not None:
         say(f"broker: {settings.kafka_url}")
-        return None, settings
+        if keep:
+            say("state: --keep: nothing to do, that broker and LEMONGRAPH_DATA_DIR keep their own")
+        return None, settings, None
+    data_dir = settings.data_dir / "embedded"
+    kept = KeptState(data_dir) if keep else None
+    header = kept.snapshot() if kept is not None else None
     try:
-        broker = EmbeddedBroker(port)
+        broker = EmbeddedBroker(port, cluster_id=header.cluster_id if header else None)
         broker.start()
     except BrokerStartError as exc:
         raise click.ClickException(f"embedded broker: {exc}") from None
+    settings = dataclasses.replace(settings, kafka_url=broker.url, data_dir=data_dir)
+    where = f"kept in {kept.file} when this stops" if kept else "gone when this stops"
+    say(f"broker: embedded Tansu on {broker.bootstrap} (in memory; {where})")
+    if kept is not None and header is not None:
+        kept.restore(broker, settings)
+        return broker, settings, kept
     # The embedded broker keeps everything in memory, so local state from an
     # earlier run describes records that no longer exist: start clean.
-    data_dir = settings.data_dir / "embedded"
     had_state = data_dir.exists()
     shutil.rmtree(data_dir, ignore_errors=True)
-    settings = dataclasses.replace(settings, kafka_url=broker.url, data_dir=data_dir)
-    say(f"broker: embedded Tansu on {broker.bootstrap} (in memory; gone when this stops)")
+    if kept is not None:
+        say(f"state: --keep: no snapshot at {kept.file} of an earlier `dev --keep`: starting fresh")
     if had_state:
         say(
             f"state: fresh: removed {data_dir} of an earlier run (it described records "
             "the embedded broker has forgotten)"
         )
-    return broker, settings
+    return broker, settings, kept
+
+
+class KeptState:
+    """``dev --keep``'s snapshot of the embedded broker under ``data_dir``
+    (docs/operations.md, "Keeping dev state"): written when dev stops, produced
+    back into the new broker when it starts, before anything reads it
+    (stream/runtime/broker/snapshot.py).
+
+    The processes' local state under ``data_dir`` (RocksDB tables, watermarks)
+    matches the snapshot only when the run that wrote it stopped right after:
+    ``state-of`` names that snapshot, and is removed once a run starts on it.
+    A run that ended without writing one (killed, or its broker died) leaves
+    local state newer than the last snapshot: it is removed, and the processes
+    rebuild it from the restored topics (their changelogs), as on a new machine."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.folder = data_dir / "broker"
+        self.file = self.folder / "broker.snapshot"
+        self.mark = self.folder / "state-of"
+
+    def snapshot(self) -> SnapshotHeader | None:
+        """The header of the snapshot to restore (None: there is none)."""
+        if not self.file.exists():
+            return None
+        try:
+            return read_header(self.file)
+        except SnapshotError as exc:
+            raise click.ClickException(
+                f"{exc}: move it away, or run `lemongraph dev --fresh` to start afresh"
+            ) from None
+
+    def restore(self, broker: EmbeddedBroker, settings: Settings) -> None:
+        """Produce the snapshot into ``broker``; keep or remove the local state."""
+        try:
+            done = asyncio.run(
+                restore_snapshot(broker.bootstrap, self.file, settings.kafka_security)
+            )
+        except (SnapshotError, KafkaError, OSError) as exc:
+            broker.stop()
+            raise click.ClickException(
+                f"state: could not restore {self.file}: {exc}; run `lemongraph dev --fresh` "
+                "to start afresh (it removes it)"
+            ) from None
+        taken = datetime.fromtimestamp(done.header.taken_at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        say(f"state: kept: restored {done} (the snapshot of {taken})")
+        matches = (
+            self.mark.exists() and self.mark.read_text(encoding="utf-8").strip() == done.header.id
+        )
+        self.mark.unlink(missing_ok=True)  # from now on, the local state is this run's
+        if not matches:
+            removed = [p for p in self.data_dir.iterdir() if p != self.folder]
+            for path in removed:
+                shutil.rmtree(path, ignore_errors=True)
+                with contextlib.suppress(OSError):
+                    path.unlink()
+            if removed:
+                say(
+                    "state: the last run did not stop cleanly after that snapshot: its local "
+                    f"state under {self.data_dir} is removed and rebuilt from the restored topics"
+                )
+
+    def save(self, broker: EmbeddedBroker, settings: Settings) -> None:
+        """Write the snapshot (every process of dev has stopped), then mark the
+        local state as the one it goes with."""
+        try:
+            done = asyncio.run(
+                take_snapshot(
+                    broker.bootstrap, self.file, broker.cluster_id, settings.kafka_security
+                )
+            )
+        except (SnapshotError, KafkaError, OSError) as exc:
+            say(f"state: could not keep the broker's topics: {exc}; the next `dev --keep` "
+                "restores the last snapshot written before this run")  # fmt: skip
+            return
+        self.mark.write_text(done.header.id + "\n", encoding="utf-8")
+        say(f"state: kept: wrote {done} to {self.file}")
 
 
 def _write_dev_secret(data_dir: Path, secret: str) -> Path:

@@ -3,6 +3,7 @@ deployment, each against LEMONGRAPH_KAFKA_URL (docs/operations.md)."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -10,6 +11,7 @@ import click
 from stream.cli.common import gateway_listeners, native
 from stream.runtime.broker import ensure_all_topics
 from stream.runtime.command import env_settings, require_kafka, say
+from stream.runtime.files import reload_seconds
 from stream.runtime.kafka import run
 from stream.runtime.ports import check_ports
 
@@ -41,6 +43,7 @@ def worker(no_ticker: bool, loglevel: str) -> None:
             loglevel=loglevel,
             status_every=30.0,
             say=say,
+            reload_every=reload_seconds(os.environ),  # docs/operations.md, "Reloading"
         )
     )
 

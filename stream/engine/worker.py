@@ -197,9 +197,14 @@ def run_worker(
     loglevel: str = "warning",
     status_every: float = 0.0,
     say: Callable[[str], None] = print,
+    reload_every: float = 0.0,
+    next_version: bool = False,
 ) -> int:
-    """Run a Faust worker in this process until SIGINT/SIGTERM; returns its exit code."""
+    """Run a Faust worker in this process until SIGINT/SIGTERM; returns its exit code.
+    With ``reload_every``, it watches its playbooks folder that often
+    (stream/engine/reload.py; ``next_version``: as ``lemongraph dev`` does)."""
     from stream.engine.app import build_app
+    from stream.engine.reload import PlaybookReload
 
     _Worker = _worker_class()
 
@@ -235,6 +240,10 @@ def run_worker(
             if said[-1:] != [line.split(", ", 1)[1]]:
                 said[:] = [line.split(", ", 1)[1]]
                 say(line)
+
+    if reload_every > 0:
+        reload = PlaybookReload(settings, registry, say, next_version=next_version)
+        app.timer(reload_every, name="reload")(reload.poll)
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     metrics = serve_metrics("worker", settings.metrics_port, settings.metrics_host, say)

@@ -26,7 +26,7 @@ log = logging.getLogger("lemongraph.gateway")
 
 #: Kafka's default ``retention.ms`` (7 days) and ``cleanup.policy`` (delete):
 #: what a topic lemongraph created holds unless an operator set otherwise
-#: (stream/runtime/broker.py sets only ``cleanup.policy=compact`` on the compacted ones).
+#: (stream/runtime/broker/__init__.py sets only ``cleanup.policy=compact`` on the compacted ones).
 DEFAULT_RETENTION_MS = 7 * 24 * 3600 * 1000
 CACHE_SECONDS = 60.0
 #: Seconds the broker has to answer before the defaults are said instead.

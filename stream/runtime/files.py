@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,8 +17,11 @@ from compiler import (
     load_playbook,
     validate_schedule,
 )
+from stream.runtime.errors import ConfigError
 
 __all__ = [
+    "RELOAD_ENV",
+    "FolderWatch",
     "PlaybookSet",
     "ScheduleSet",
     "flow_files",
@@ -28,6 +33,7 @@ __all__ = [
     "load_playbooks_dir",
     "load_schedules_file",
     "playbook_files",
+    "reload_seconds",
     "scenario_files",
     "schedules_file",
 ]
@@ -211,3 +217,59 @@ def load_schedules_file(path: Path) -> ScheduleSet:
         found.schedules.append(schedule)
         found.where.append(f"{at}: {label}")
     return found
+
+
+#: Seconds between two looks of a worker or agents service at its playbooks
+#: folder; unset, empty or 0: it does not look (``lemongraph dev`` sets 1).
+RELOAD_ENV = "LEMONGRAPH_RELOAD"
+
+
+def reload_seconds(env: Mapping[str, str]) -> float:
+    """``LEMONGRAPH_RELOAD`` (docs/operations.md, "Reloading"): 0 is off."""
+    text = env.get(RELOAD_ENV, "").strip() or "0"
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds <= 3600:
+        raise ConfigError(f"{RELOAD_ENV}={text!r} must be seconds from 0 (off) to 3600")
+    return seconds
+
+
+class FolderWatch:
+    """The YAML and JSON files of a folder (recursively), polled for changes by
+    their modification time and size: no dependency, and cheap at the size of a
+    playbooks folder (docs/operations.md, "Reloading")."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.seen = self.scan()
+
+    def scan(self) -> dict[Path, tuple[int, int]]:
+        """Each file's ``(mtime_ns, size)`` now (one ``stat`` per entry, by
+        ``os.scandir``, which most systems answer from the directory read)."""
+        found: dict[Path, tuple[int, int]] = {}
+        folders = [self.folder]
+        while folders:
+            try:
+                entries = list(os.scandir(folders.pop()))
+            except OSError:  # not there (yet), or removed meanwhile
+                continue
+            for entry in entries:
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        folders.append(Path(entry.path))
+                    elif os.path.splitext(entry.name)[1] in _SUFFIXES and entry.is_file():
+                        stat = entry.stat()
+                        found[Path(entry.path)] = (stat.st_mtime_ns, stat.st_size)
+                except OSError:
+                    continue
+        return found
+
+    def changed(self) -> list[Path]:
+        """The files added or changed since the last call (or the start), sorted;
+        a removed file is not a change (what was registered stays registered)."""
+        now = self.scan()
+        changed = sorted(p for p, mark in now.items() if self.seen.get(p) != mark)
+        self.seen = now
+        return changed

@@ -24,8 +24,9 @@ from tests.scrape import Samples, metrics_urls, scrape, value
 pytestmark = [pytest.mark.broker, pytest.mark.slow, pytest.mark.timeout(240)]
 
 
-def start_dev(cwd: Path, broker_port: int, **extra: str) -> WorkerProcess:
-    """`lemongraph dev` on free ports, its output collected as a worker's is."""
+def start_dev(cwd: Path, broker_port: int, *flags: str, **extra: str) -> WorkerProcess:
+    """`lemongraph dev` on free ports (with ``flags``, e.g. ``--keep``), its
+    output collected as a worker's is."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("LEMONGRAPH_")}
     for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "CALENDAR_URL", "CRM_URL", "BILLING_URL",
                  "REPLY_TOKEN_SECRET", "API_TOKEN_SECRET"):  # fmt: skip
@@ -39,7 +40,7 @@ def start_dev(cwd: Path, broker_port: int, **extra: str) -> WorkerProcess:
     )
     env.update(extra)
     proc = subprocess.Popen(
-        [str(LEMONGRAPH), "dev", "--broker-port", str(broker_port)],
+        [str(LEMONGRAPH), "dev", "--broker-port", str(broker_port), *flags],
         cwd=cwd,
         env=env,
         stdout=subprocess.PIPE,

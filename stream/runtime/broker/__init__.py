@@ -127,6 +127,7 @@ class EmbeddedBroker:
         binary: str | None = None,
         startup_timeout: float = 10.0,
         extra_args: Iterable[str] = (),
+        cluster_id: str | None = None,
     ) -> None:
         self.host = host
         self.port = port if port is not None else free_port(host)
@@ -137,7 +138,10 @@ class EmbeddedBroker:
         #: A new cluster id every start: the broker forgets everything when it
         #: stops, and a worker that meets another cluster id under its state
         #: knows the log is not the one it applied (stream/runtime/resets.py).
+        #: Only a broker that is given back its snapshot's logs keeps the
+        #: snapshot's (``pinned_cluster``; stream/runtime/broker/snapshot.py).
         self.cluster_id = ""
+        self.pinned_cluster = cluster_id
         self._out: IO[bytes] | None = None
         self._err: IO[bytes] | None = None
 
@@ -181,7 +185,7 @@ class EmbeddedBroker:
     def start(self) -> None:
         if self.running:
             return
-        self.cluster_id = f"tansu-{uuid.uuid4().hex[:16]}"
+        self.cluster_id = self.pinned_cluster or f"tansu-{uuid.uuid4().hex[:16]}"
         # The log files live as long as the broker; stop() closes them.
         self._out = tempfile.TemporaryFile()  # noqa: SIM115
         self._err = tempfile.TemporaryFile()  # noqa: SIM115
