@@ -310,12 +310,13 @@ async def ensure_topics(
     """
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-    from stream.runtime.kafka import client_kwargs
+    from stream.runtime.kafka import client_kwargs, topics_metadata
 
     admin = AIOKafkaAdminClient(**client_kwargs(bootstrap, security), request_timeout_ms=timeout_ms)
     await admin.start()
     try:
-        existing = set(await admin.list_topics())
+        # The wanted topics' metadata only, not every topic's (stream/runtime/kafka.py).
+        existing = await topics_metadata(admin._client, list(names_with_partitions))
         wanted = [
             NewTopic(
                 name,
@@ -335,17 +336,13 @@ async def ensure_topics(
                 if code not in (0, _TOPIC_ALREADY_EXISTS):
                     message = rest[0] if rest else ""
                     raise TopicError(f"create_topics({topic!r}) failed: error {code} {message}")
-        to_check = [n for n in names_with_partitions if n in existing]
-        if to_check:
-            for desc in await admin.describe_topics(to_check):
-                name = desc["topic"]
-                have = len(desc["partitions"])
-                if have != names_with_partitions[name]:
-                    wanted_count = names_with_partitions[name]
-                    raise TopicError(
-                        f"topic {name!r} has {have} partitions, wanted {wanted_count}: "
-                        "co-partitioning needs the same count on inbox and ticks"
-                    )
+        for name, found in existing.items():
+            if len(found) != names_with_partitions[name]:
+                wanted_count = names_with_partitions[name]
+                raise TopicError(
+                    f"topic {name!r} has {len(found)} partitions, wanted {wanted_count}: "
+                    "co-partitioning needs the same count on inbox and ticks"
+                )
     finally:
         await admin.close()
 
