@@ -52,8 +52,10 @@ __all__ = [
     "HandlerNode",
     "Limit",
     "LlmNode",
+    "McpNeed",
     "Path",
     "PlainEdge",
+    "Requires",
     "Retry",
     "ToolNode",
     "ToolsNode",
@@ -110,6 +112,10 @@ FLOW_RULES: Mapping[str, str] = {
     "FLOW_NOT_FOUND": "a milestone names a flow there is no file for",
     "APPROVAL_BYPASS": "a tool a flow guards with an approval, granted to another milestone's "
     "agent or called by another flow of the playbook",
+    "MEANS_UNKNOWN_ROUTE": "a route sentence (means) for a route the edge lacks",
+    # An LGFlow file (docs/flows.md, "Coming from LGFlow").
+    "LGFLOW_FEATURE_VERSION": "an LGFlow file uses a feature its version does not have",
+    "LGFLOW_NOT_TRANSLATED": "an LGFlow file says what this language cannot",
 }
 
 #: Every readiness warning (docs/flows.md, "Readiness warnings"), by code.
@@ -123,6 +129,8 @@ FLOW_WARNINGS: Mapping[str, str] = {
     "CHANNEL_NEVER_READ": "a channel written that nothing reads and no output names",
     "VIEW_NEVER_SHOWN": "an approval shows a channel nothing fills",
     "CLAIM_ONLY_PATH": "no tool on any path records a fact the milestone's condition reads",
+    # An LGFlow file (docs/flows.md, "Coming from LGFlow").
+    "LGFLOW_FILE": "a file written for LGFlow, read through its translation",
 }
 
 _IDENT = r"^[A-Za-z_][A-Za-z0-9_\-]*$"
@@ -278,6 +286,8 @@ class ConditionalEdge(_Spec):
     #: Channels a router reads (all when not said).
     reads: tuple[str, ...] | None = None
     description: str = ""
+    #: What each route means, a sentence per route (LGFlow's ``when``).
+    means: dict[str, str] = Field(default_factory=dict)
 
 
 def _edge_kind(value: Any) -> str:
@@ -289,6 +299,24 @@ Edge: TypeAlias = Annotated[
     Annotated[PlainEdge, Tag("plain")] | Annotated[ConditionalEdge, Tag("conditional")],
     Discriminator(_edge_kind),
 ]
+
+
+class McpNeed(_Spec):
+    """An MCP server a flow needs: the package (a Python distribution) that
+    runs it, when the catalog starts it by a command."""
+
+    package: str | None = None
+
+
+class Requires(_Spec):
+    """What a flow needs where it runs (docs/flows.md, "What a flow requires"):
+    environment variables, packages (name → version wanted), services (name →
+    a paragraph saying what it is) and MCP servers (the catalog's, by name)."""
+
+    env: tuple[str, ...] = ()
+    packages: dict[str, str] = Field(default_factory=dict)
+    services: dict[str, str] = Field(default_factory=dict)
+    mcp: dict[str, McpNeed] = Field(default_factory=dict)
 
 
 class FlowSpec(_Spec):
@@ -303,6 +331,7 @@ class FlowSpec(_Spec):
     reply: str | None = None
     #: The flow is a conversation with the person (readiness reads it).
     conversation: StrictBool = False
+    requires: Requires = Field(default_factory=Requires)
     state: dict[str, ChannelSpec] = Field(default_factory=dict)
     tools: tuple[str, ...] = ()
     start: str

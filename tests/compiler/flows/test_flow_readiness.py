@@ -149,6 +149,16 @@ edges:
   - {from: look, to: END}
 """
 
+#: A flow written for LGFlow (docs/flows.md, "Coming from LGFlow").
+LGFLOW = """\
+version: "0.3"
+start: a
+nodes:
+  - {id: a, handler: h}
+edges:
+  - {from: a, to: END}
+"""
+
 # (name, text, expected warnings as (code, line, column), check_flow keywords)
 CASES: list[tuple[str, str, list[tuple[str, int, int]], dict[str, object]]] = [
     ("write", WRITE, [("WRITE_WITHOUT_APPROVAL", 10, 10)], {"tools": TOOLS}),
@@ -176,6 +186,7 @@ CASES: list[tuple[str, str, list[tuple[str, int, int]], dict[str, object]]] = [
     ("shown", SHOWN, [("VIEW_NEVER_SHOWN", 11, 58)], {"tools": TOOLS}),
     ("claim only", CLAIM, [("CLAIM_ONLY_PATH", 7, 8)], {"tools": TOOLS, "milestone": TRIAL}),
     ("the tool records the fact", WRITE_APPROVED, [], {"tools": TOOLS, "milestone": TRIAL}),
+    ("an LGFlow file", LGFLOW, [("LGFLOW_FILE", 1, 10)], {}),
 ]
 
 

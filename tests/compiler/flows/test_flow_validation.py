@@ -68,6 +68,25 @@ CASES: list[tuple[str, str, int, int, dict[str, object]]] = [
     ("INVALID_FIELD", BASE.replace("description:", "descripton:"), 2, 13, {}),
     ("BAD_VERSION", BASE.replace('version: "1"', 'version: "2"'), 1, 10, {}),
     (
+        "MEANS_UNKNOWN_ROUTE",
+        BASE.replace(
+            "routes: {search: fetch, else: reply}",
+            "routes: {search: fetch, else: reply}\n    means: {serch: a search is asked for}",
+        ),
+        29,
+        20,
+        {},
+    ),
+    # An LGFlow file (tests/compiler/flows/test_lgflow.py has the translation).
+    ("LGFLOW_FEATURE_VERSION", 'version: "0.1"\nstart: a\nstate: {}\nnodes: []\n', 3, 8, {}),
+    (
+        "LGFLOW_NOT_TRANSLATED",
+        'version: "0.2"\nstart: a\nstate: {n: {reducer: add}}\nnodes: []\n',
+        3,
+        22,
+        {},
+    ),
+    (
         "RESERVED_NAME",
         BASE.replace(
             "  item: {type: object}\n", "  item: {type: object}\n  last_error: {type: object}\n"
