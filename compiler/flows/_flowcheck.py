@@ -33,6 +33,7 @@ from compiler.flows._flowspec import (
     FlowProblem,
     FlowSpec,
     FlowTool,
+    FlowWorld,
     HandlerNode,
     LlmNode,
     Path,
@@ -44,6 +45,7 @@ from compiler.flows._flowspec import (
     template_reads,
 )
 from compiler.flows._readiness import Readiness
+from compiler.flows._requires import check_requires
 from compiler.flows.lgflow import lgflow_version, relocate, translate_lgflow
 from compiler.jobs._state import canonical_json
 
@@ -99,6 +101,7 @@ class FlowChecker:
         handlers: Collection[str] | None,
         routers: Collection[str] | None,
         milestone: FlowMilestone | None,
+        world: FlowWorld | None = None,
     ) -> Flow | None:
         if not isinstance(data, dict):
             self.at("INVALID_FIELD", "a flow must be a mapping with version, start and nodes", ())
@@ -146,6 +149,7 @@ class FlowChecker:
             edges=edges,
         )
         Readiness(self, flow, tools, milestone).run()
+        check_requires(self, flow, tools, world)
         return flow
 
     def lgflow(self, data: dict[str, Any]) -> dict[str, Any] | None:

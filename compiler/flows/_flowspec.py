@@ -49,6 +49,7 @@ __all__ = [
     "FlowReport",
     "FlowSpec",
     "FlowTool",
+    "FlowWorld",
     "HandlerNode",
     "Limit",
     "LlmNode",
@@ -129,6 +130,14 @@ FLOW_WARNINGS: Mapping[str, str] = {
     "CHANNEL_NEVER_READ": "a channel written that nothing reads and no output names",
     "VIEW_NEVER_SHOWN": "an approval shows a channel nothing fills",
     "CLAIM_ONLY_PATH": "no tool on any path records a fact the milestone's condition reads",
+    # requires (docs/flows.md, "What a flow requires"), against the catalog and
+    # the environment flow check runs in.
+    "ENV_NOT_SET": "a variable requires.env names is not set",
+    "PACKAGE_MISSING": "a package requires.packages names is not installed",
+    "MCP_PACKAGE_MISSING": "an MCP server started by a command, with its package not named "
+    "or not installed",
+    "SERVICE_NOT_DECLARED": "an MCP server used and not in requires.mcp, or required and not "
+    "declared by the catalog",
     # An LGFlow file (docs/flows.md, "Coming from LGFlow").
     "LGFLOW_FILE": "a file written for LGFlow, read through its translation",
 }
@@ -359,6 +368,20 @@ class FlowTool:
     writes: bool = True
     fact: str | None = None
     failure_fact: str | None = None
+    #: The catalog's MCP server the tool is one of (None: not an MCP tool).
+    server: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FlowWorld:
+    """Where ``flow check`` runs, for ``requires`` (docs/flows.md, "What a flow
+    requires"): the environment variables set, the distributions installed
+    (their names as ``package_key`` gives them), and the catalog's MCP servers
+    (name → whether a command starts it). None: not known, not checked."""
+
+    variables: frozenset[str] | None = None
+    packages: frozenset[str] | None = None
+    servers: Mapping[str, bool] | None = None
 
 
 @dataclass(frozen=True, slots=True)

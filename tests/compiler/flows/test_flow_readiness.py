@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from compiler import FLOW_WARNINGS, FlowMilestone, FlowTool, check_flow
+from compiler import FLOW_WARNINGS, FlowMilestone, FlowTool, FlowWorld, check_flow
 
 TOOLS = {
     "start_trial": FlowTool("start_trial", writes=True, fact="trial"),
@@ -159,6 +159,29 @@ edges:
   - {from: a, to: END}
 """
 
+#: A flow that requires things (docs/flows.md, "What a flow requires"), checked
+#: against a world given by hand: what is set, installed, and the catalog's servers.
+REQUIRES = """\
+version: "1"
+outputs: [now]
+requires:
+  env: [CLOCK_TZ]
+  packages: {mcp-server-time: ">=2025.1"}
+  mcp:
+    clock: {package: mcp-server-time}
+state:
+  now: {type: object}
+tools: [get_time]
+start: ask
+nodes:
+  - {id: ask, type: tool, tool: get_time, args: {}, output: now}
+edges:
+  - {from: ask, to: END}
+"""
+CLOCK = {"get_time": FlowTool("get_time", writes=False, server="clock")}
+EVERYTHING = FlowWorld(frozenset({"CLOCK_TZ"}), frozenset({"mcp-server-time"}), {"clock": True})
+NOTHING = FlowWorld(frozenset(), frozenset(), {"clock": True})
+
 # (name, text, expected warnings as (code, line, column), check_flow keywords)
 CASES: list[tuple[str, str, list[tuple[str, int, int]], dict[str, object]]] = [
     ("write", WRITE, [("WRITE_WITHOUT_APPROVAL", 10, 10)], {"tools": TOOLS}),
@@ -187,6 +210,35 @@ CASES: list[tuple[str, str, list[tuple[str, int, int]], dict[str, object]]] = [
     ("claim only", CLAIM, [("CLAIM_ONLY_PATH", 7, 8)], {"tools": TOOLS, "milestone": TRIAL}),
     ("the tool records the fact", WRITE_APPROVED, [], {"tools": TOOLS, "milestone": TRIAL}),
     ("an LGFlow file", LGFLOW, [("LGFLOW_FILE", 1, 10)], {}),
+    ("requires, all there", REQUIRES, [], {"tools": CLOCK, "world": EVERYTHING}),
+    ("requires, not checked without a world", REQUIRES, [], {"tools": CLOCK}),
+    (
+        "requires, nothing here",
+        REQUIRES,
+        [("ENV_NOT_SET", 4, 9), ("PACKAGE_MISSING", 5, 31), ("MCP_PACKAGE_MISSING", 7, 22)],
+        {"tools": CLOCK, "world": NOTHING},
+    ),
+    (
+        "requires a server the catalog lacks",
+        REQUIRES,
+        [("SERVICE_NOT_DECLARED", 7, 12)],
+        {"tools": CLOCK, "world": FlowWorld(servers={})},
+    ),
+    (
+        "a server started by a command, no package named",
+        REQUIRES.replace("{package: mcp-server-time}", "{}"),
+        [("MCP_PACKAGE_MISSING", 7, 12)],
+        {"tools": CLOCK, "world": FlowWorld(servers={"clock": True})},
+    ),
+    (
+        "an MCP tool of a server requires does not name",
+        REQUIRES,
+        [("SERVICE_NOT_DECLARED", 13, 10)],
+        {
+            "tools": {"get_time": FlowTool("get_time", writes=False, server="tz")},
+            "world": FlowWorld(servers={"clock": False, "tz": False}),
+        },
+    ),
 ]
 
 
