@@ -130,6 +130,12 @@ FLOW_WARNINGS: Mapping[str, str] = {
     "CHANNEL_NEVER_READ": "a channel written that nothing reads and no output names",
     "VIEW_NEVER_SHOWN": "an approval shows a channel nothing fills",
     "CLAIM_ONLY_PATH": "no tool on any path records a fact the milestone's condition reads",
+    # What LGFlow's readiness says too (docs/flows.md, "Coming from LGFlow").
+    "ASK_OVERWRITES_INPUT": "an ask node writes a channel the run is handed as an input",
+    "VIEW_SHOWS_RAW_DATA": "a question or approval puts a whole object or list in its sentence",
+    "SCHEMA_MISSING": "an llm node with no schema fills an object or list channel",
+    "DESCRIPTION_MISSING": "a handler node, or a router's routes, described nowhere",
+    "DESCRIPTION_THIN": "a description under four words",
     # requires (docs/flows.md, "What a flow requires"), against the catalog and
     # the environment flow check runs in.
     "ENV_NOT_SET": "a variable requires.env names is not set",

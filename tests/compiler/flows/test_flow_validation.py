@@ -30,7 +30,7 @@ nodes:
     schema: {type: object, properties: {label: {type: string}}, required: [label]}
   - {id: fetch, type: tool, tool: lookup, args: {q: "{{question}}"}, output: found}
   - {id: spread, type: fanout, over: found, to: summarise, as: item}
-  - {id: summarise, type: handler, handler: summarise, reads: [item], output: summaries}
+  - {id: summarise, type: handler, handler: summarise, reads: [item], output: summaries, description: Sum one document up.}
   - {id: reply, type: llm, prompt: "Answer {{question}} from {{summaries}}", output: answer}
 edges:
   - from: classify
@@ -43,7 +43,7 @@ edges:
     routes: {nonempty: spread, else: reply}
   - {from: summarise, to: reply}
   - {from: reply, to: END}
-"""
+"""  # noqa: E501 (a node on one line: its columns are the test)
 
 NO_STATE = """\
 version: "1"
