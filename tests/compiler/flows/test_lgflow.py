@@ -283,3 +283,25 @@ def test_a_conversation_reads_history_as_the_conversation() -> None:
     }
     flow = load_flow(_text(data), "f.json")
     assert flow.nodes["decide"].prompt == "So far: {{conversation}}\n\nNow: {{question}}"  # type: ignore[union-attr]
+
+
+@given(st.lists(st.integers(min_value=1, max_value=3), min_size=2, max_size=4))
+def test_branches_side_by_side_become_one_chain_through_every_node(lengths: list[int]) -> None:
+    """Any number of plain branches out of one node, each a chain of any length
+    to one node they meet at, read as one chain: every branch node once, each
+    branch in order, then the node they meet at."""
+    nodes: list[dict[str, Any]] = [{"id": "fork", "handler": "h"}, {"id": "join", "handler": "h"}]
+    edges: list[dict[str, Any]] = []
+    branches = [[f"b{i}_{j}" for j in range(n)] for i, n in enumerate(lengths)]
+    for chain in branches:
+        nodes.extend({"id": name, "handler": "h"} for name in chain)
+        edges.append({"from": "fork", "to": chain[0]})
+        edges.extend({"from": a, "to": b} for a, b in zip(chain, [*chain[1:], "join"], strict=True))
+    edges.append({"from": "join", "to": "END"})
+    data = {"version": "0.1", "start": "fork", "nodes": nodes, "edges": edges}
+    flow = load_flow(_text(data), "f.json", handlers={"h"})
+    path, here = [], "fork"
+    while here != "END":
+        path.append(here)
+        here = flow.edges[here].to  # type: ignore[union-attr]
+    assert path == ["fork", *(name for chain in branches for name in chain), "join"]
