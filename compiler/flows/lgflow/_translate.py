@@ -117,6 +117,10 @@ class _Translator:
         #: LGFlow's history channel is the conversation here (unless declared).
         self.history = bool(data.get("conversation")) and "history" not in declared
 
+    def to(self, target: Any) -> Any:
+        """Where a run now goes for ``target``: its approval node, when it has one."""
+        return self.entry.get(target, target) if isinstance(target, str) else target
+
     def change(self, path: Path, was: str, now: str) -> None:
         self.changes.append(Change(path, was, now))
 
@@ -137,7 +141,7 @@ class _Translator:
         nodes = self.nodes(src.get("nodes"))
         edges = self.edges(src.get("edges"))
         if "start" in src:
-            out["start"] = self.entry.get(src["start"], src["start"])
+            out["start"] = self.to(src["start"])
             if out["start"] != src["start"]:
                 self.change(
                     ("start",),
@@ -234,7 +238,7 @@ class _Translator:
     def nodes(self, nodes: Any) -> Any:
         if not isinstance(nodes, list):
             return nodes
-        ids = {n.get("id") for n in nodes if isinstance(n, dict)}
+        ids = {n.get("id") for n in nodes if isinstance(n, dict) and isinstance(n.get("id"), str)}
         out: list[Any] = []
         for i, node in enumerate(nodes):
             self.origin[("nodes", len(out))] = ("nodes", i)
@@ -334,8 +338,9 @@ class _Translator:
         run one after the other: each branch a chain to the node they all meet at."""
         plain: dict[Any, list[int]] = {}
         for i, e in enumerate(edges):
-            if isinstance(e, dict) and "type" not in e and "to" in e:
-                plain.setdefault(e.get("from"), []).append(i)
+            plain_edge = isinstance(e, dict) and "type" not in e and isinstance(e.get("to"), str)
+            if plain_edge and isinstance(e.get("from"), str):
+                plain.setdefault(e["from"], []).append(i)
         out: list[Any] = list(edges)
         for source, at in plain.items():
             if len(at) < 2:
@@ -383,11 +388,19 @@ class _Translator:
         outs: dict[Any, list[int]] = {}
         into: dict[Any, int] = {}
         for i, e in enumerate(edges):
-            if isinstance(e, dict):
-                outs.setdefault(e.get("from"), []).append(i)
-                targets = [e.get("to")] if "to" in e else list((e.get("routes") or {}).values())
+            if isinstance(e, dict) and isinstance(e.get("from"), str):
+                outs.setdefault(e["from"], []).append(i)
+                routes = e.get("routes")
+                targets = (
+                    [e.get("to")]
+                    if "to" in e
+                    else list(routes.values())
+                    if isinstance(routes, dict)
+                    else []
+                )
                 for t in targets:
-                    into[t] = into.get(t, 0) + 1
+                    if isinstance(t, str):
+                        into[t] = into.get(t, 0) + 1
         here, seen = first, set()
         while here not in seen and here != "END":
             seen.add(here)
@@ -405,9 +418,7 @@ class _Translator:
         if not self.entry or not isinstance(nodes, list):
             return nodes
         return [
-            {**n, "onError": self.entry[n["onError"]]}
-            if isinstance(n, dict) and n.get("onError") in self.entry
-            else n
+            {**n, "onError": self.to(n["onError"])} if isinstance(n, dict) and "onError" in n else n
             for n in nodes
         ]
 
@@ -419,11 +430,11 @@ class _Translator:
         for e in edges:
             if isinstance(e, dict):
                 e = dict(e)
-                if e.get("to") in self.entry:
-                    e["to"] = self.entry[e["to"]]
+                if "to" in e:
+                    e["to"] = self.to(e["to"])
                 routes = e.get("routes")
                 if isinstance(routes, dict):
-                    e["routes"] = {k: self.entry.get(v, v) for k, v in routes.items()}
+                    e["routes"] = {k: self.to(v) for k, v in routes.items()}
             out.append(e)
         return out
 

@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from compiler import check_flow, load_flow
@@ -113,6 +113,7 @@ def test_other_versions_are_still_refused(version: str) -> None:
     assert [p.rule for p in report.errors] == ["BAD_VERSION"]
 
 
+@settings(deadline=None)
 @given(st.integers(min_value=1, max_value=17))
 def test_a_file_reads_exactly_from_the_version_of_its_newest_feature(n: int) -> None:
     report = check_flow(_text({**RESEARCH, "version": f"0.{n}"}), "f.json")
@@ -285,6 +286,7 @@ def test_a_conversation_reads_history_as_the_conversation() -> None:
     assert flow.nodes["decide"].prompt == "So far: {{conversation}}\n\nNow: {{question}}"  # type: ignore[union-attr]
 
 
+@settings(max_examples=50, deadline=None)
 @given(st.lists(st.integers(min_value=1, max_value=3), min_size=2, max_size=4))
 def test_branches_side_by_side_become_one_chain_through_every_node(lengths: list[int]) -> None:
     """Any number of plain branches out of one node, each a chain of any length
@@ -305,3 +307,43 @@ def test_branches_side_by_side_become_one_chain_through_every_node(lengths: list
         path.append(here)
         here = flow.edges[here].to  # type: ignore[union-attr]
     assert path == ["fork", *(name for chain in branches for name in chain), "join"]
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.fixed_dictionaries(
+        {"version": st.sampled_from(LGFLOW_VERSIONS)},
+        optional={
+            "start": _JSON,
+            "state": _JSON,
+            "tools": _JSON,
+            "nodes": st.lists(
+                st.dictionaries(
+                    st.sampled_from(["id", "handler", "type", "approval", "onError", "retry"]),
+                    _JSON,
+                ),
+                max_size=4,
+            )
+            | _JSON,
+            "edges": st.lists(
+                st.dictionaries(
+                    st.sampled_from(["from", "to", "type", "router", "routes", "when"]), _JSON
+                ),
+                max_size=4,
+            )
+            | _JSON,
+        },
+    )
+)
+def test_any_lgflow_shaped_data_is_read_or_refused_never_crashes(data: dict[str, Any]) -> None:
+    report = check_flow(json.dumps(data), "f.json")
+    assert report.flow is not None or report.errors
