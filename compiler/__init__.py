@@ -69,6 +69,7 @@ from compiler.flows._flowspec import (
     FlowReport,
     FlowSpec,
     FlowTool,
+    FlowWorld,
 )
 from compiler.flows._flowvalues import (
     Action,
@@ -99,6 +100,7 @@ from compiler.flows._flowvalues import (
 )
 from compiler.flows._flowvalues import input_from_json as flow_input_from_json
 from compiler.flows._readable import fields_text, label_of, readable, readable_inline, shown_fields
+from compiler.flows._requires import package_key
 from compiler.jobs._effects import (
     Effect,
     FactRemembered,
@@ -263,6 +265,7 @@ __all__ = [
     "FlowState",
     "FlowTick",
     "FlowTool",
+    "FlowWorld",
     "GraphMismatch",
     "HandlerResult",
     "Input",
@@ -348,6 +351,7 @@ __all__ = [
     "origin_link",
     "origin_refusal",
     "output_too_large",
+    "package_key",
     "parse_cron",
     "parse_duration",
     "parse_origin",

@@ -2,7 +2,9 @@
 SDK's server API (MCPServer), so that ``lemongraph dev`` shows an MCP tool's
 result settling a milestone offline. ``lemongraph dev`` serves it over
 streamable HTTP from a thread of its own (``SETUP_MCP_URL``, when unset);
-``python -m agents.dev.demo_mcp`` runs it over stdio.
+``python -m agents.dev.demo_mcp`` runs it over stdio; ``python -m
+agents.dev.demo_mcp orders`` runs the demo order desk instead (its customers
+and orders: the MCP order desk of docs/flows.md, "Coming from LGFlow").
 
 Its one tool, ``setup_progress``, says how far a customer is through the
 self-service setup guide; the demo says every step is done, so the bundled
@@ -12,11 +14,13 @@ structured content, which the catalog's ``records`` paths read.
 
 from __future__ import annotations
 
+import hashlib
+import sys
 from typing import Any
 
 from mcp.server.mcpserver import MCPServer
 
-__all__ = ["SETUP_MCP_URL", "build_demo_mcp"]
+__all__ = ["SETUP_MCP_URL", "build_demo_mcp", "build_orders_mcp"]
 
 #: The catalog's ``${VAR}`` for the demo server's streamable HTTP endpoint.
 SETUP_MCP_URL = "SETUP_MCP_URL"
@@ -42,5 +46,47 @@ def setup_progress(email: str = "") -> dict[str, Any]:
     }
 
 
+#: The order desk's one customer and her orders (docs/flows.md, "Coming from
+#: LGFlow": the MCP order desk, examples/flows/mcp-order-desk.yaml).
+CUSTOMERS = {"ada@example.com": {"id": "C-1", "name": "Ada Lovelace", "email": "ada@example.com"}}
+ORDERS = {"C-1": [{"id": "O-1", "item": "notebook", "quantity": 2, "status": "shipped"}]}
+
+
+def build_orders_mcp() -> MCPServer:
+    """The demo order desk (``python -m agents.dev.demo_mcp orders`` over stdio):
+    find a customer, list her orders, add one."""
+    server = MCPServer("lemongraph demo order desk", log_level="WARNING")
+    for tool in (find_customer, customer_orders, add_order):
+        server.add_tool(tool)
+    return server
+
+
+def find_customer(email: str) -> dict[str, Any]:
+    """The customer with this email address: her id and name (found: false when
+    there is none)."""
+    found = CUSTOMERS.get(email.strip().lower())
+    return {**found, "found": True} if found else {"email": email, "found": False}
+
+
+def customer_orders(customer_id: str) -> dict[str, Any]:
+    """The orders of the customer with this id: each order's id, item,
+    quantity and status."""
+    return {"customer_id": customer_id, "orders": ORDERS.get(customer_id, [])}
+
+
+def add_order(customer_id: str, item: str, quantity: int = 1) -> dict[str, Any]:
+    """Place an order of ``quantity`` of ``item`` for the customer with this
+    id; the order's id is made from what was ordered, so the same order placed
+    twice is one order."""
+    digest = hashlib.sha256(f"{customer_id}/{item}/{quantity}".encode()).hexdigest()[:6]
+    return {
+        "id": f"O-{digest}",
+        "customer_id": customer_id,
+        "item": item,
+        "quantity": quantity,
+        "status": "placed",
+    }
+
+
 if __name__ == "__main__":
-    build_demo_mcp().run()
+    (build_orders_mcp() if sys.argv[1:] == ["orders"] else build_demo_mcp()).run()

@@ -1,4 +1,4 @@
-"""``lemongraph flow check|run|replay`` (docs/flows.md), and the catalogs' and
+"""``lemongraph flow check|run|replay|import`` (docs/flows.md), and the catalogs' and
 flows' part of ``lemongraph check``; registered under the entry-point groups
 ``lemongraph.commands`` and ``lemongraph.checks`` (pyproject.toml;
 docs/operations.md, "Commands")."""
@@ -23,6 +23,7 @@ from agents.catalog import check_playbooks, load_catalog_file
 from agents.flows.checkpoint import RunLog, read_back
 from agents.flows.files import check_flow_file, check_flow_paths, check_playbook_flows
 from agents.flows.handlers import load_registry
+from agents.flows.importing import import_flow
 from agents.flows.replay import replay_flow, replay_job
 from agents.flows.terminal import run_flow
 
@@ -170,6 +171,24 @@ def flow_replay(
             catalog_file=settings.catalog,
         )
     )
+
+
+@flow.command("import")
+@click.argument("path", type=click.Path(path_type=Path, exists=True, dir_okay=False))
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Write the flow here (YAML; JSON for a .json name). Default: stdout.",
+)
+def flow_import(path: Path, output: Path | None) -> None:
+    """Write an LGFlow file (versions 0.1 to 0.17) in this language, saying
+    line by line what changed (docs/flows.md, "Coming from LGFlow").
+
+    Exit 1 when it does not translate or breaks a rule (nothing is written),
+    2 for a file that is not LGFlow's.
+    """
+    sys.exit(import_flow(path, output))
 
 
 def _conversation_of(settings: Settings, job: str) -> tuple[dict[str, Any] | None, list[str]]:

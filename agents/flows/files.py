@@ -4,8 +4,11 @@ checking them with the catalog and the milestones that name them. The core
 
 from __future__ import annotations
 
+import dataclasses
+import os
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 
 from compiler import (
@@ -14,11 +17,13 @@ from compiler import (
     FlowProblem,
     FlowReport,
     FlowTool,
+    FlowWorld,
     LemongraphError,
     Playbook,
     PlaybookError,
     check_flow,
     load_located,
+    package_key,
 )
 from stream.runtime.files import flow_files, is_flow, load_playbook_file, playbook_files
 
@@ -34,6 +39,7 @@ __all__ = [
     "check_playbook_flows",
     "find_flow",
     "flow_tools",
+    "here",
     "milestone_context",
 ]
 
@@ -48,9 +54,18 @@ def flow_tools(catalog: Catalog) -> dict[str, FlowTool]:
             tool.writes,
             tool.records.fact if tool.records else None,
             tool.records_on_failure.fact if tool.records_on_failure else None,
+            tool.mcp.server if tool.mcp else None,
         )
         for name, tool in catalog.tools.items()
     }
+
+
+def here() -> FlowWorld:
+    """What ``requires`` is checked against where this runs (docs/flows.md,
+    "What a flow requires"): the environment's variables and the installed
+    distributions (the catalog's MCP servers are added per catalog)."""
+    installed = {package_key(d.metadata["Name"] or "") for d in metadata.distributions()}
+    return FlowWorld(frozenset(os.environ), frozenset(installed - {""}))
 
 
 def milestone_context(catalog: Catalog | None, playbook: Playbook, milestone: str) -> FlowMilestone:
@@ -199,15 +214,20 @@ def check_flow_file(
     *,
     handlers: Collection[str] | None = None,
     routers: Collection[str] | None = None,
+    world: FlowWorld | None = None,
 ) -> FlowReport:
-    """Check one flow file (with the catalog's tools, the milestone naming it
-    and the registered handler and router names, when given)."""
+    """Check one flow file (with the catalog's tools, the milestone naming it,
+    the registered handler and router names, and what its ``requires`` is
+    checked against, when given)."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         problem = FlowProblem(str(path), "INVALID_SOURCE", f"cannot read: {exc}")
         return FlowReport(None, (problem,))
     tools = flow_tools(catalog) if catalog is not None else None
+    if world is not None and catalog is not None:
+        servers = {name: spec.command is not None for name, spec in catalog.mcp_servers.items()}
+        world = dataclasses.replace(world, servers=servers)
     return check_flow(
         text,
         str(path),
@@ -216,6 +236,7 @@ def check_flow_file(
         milestone=milestone,
         handlers=handlers,
         routers=routers,
+        world=world,
     )
 
 
@@ -291,6 +312,7 @@ def check_flow_paths(
     files = _flow_paths(paths, problems)
     catalogs: dict[Path, Catalog | None] = {}
     seen: set[str] = set()
+    world = here()
     for path in files:
         catalog = _catalog_of(path, configured_catalog, catalogs, problems)
         folder = path.parent.parent if path.parent.name == "flows" else None
@@ -301,7 +323,9 @@ def check_flow_paths(
             contexts = [milestone_context(catalog, pb, m) for _, pb, m in namers]
         found: list[FlowProblem] = []
         for context in contexts:
-            report = check_flow_file(path, catalog, context, handlers=handlers, routers=routers)
+            report = check_flow_file(
+                path, catalog, context, handlers=handlers, routers=routers, world=world
+            )
             found.extend(report.problems)
         # A playbook naming the flow that walks around one of its approvals (or,
         # with this flow, around another flow's).

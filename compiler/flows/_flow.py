@@ -19,6 +19,7 @@ from compiler.flows._flowspec import (
     FlowProblem,
     FlowReport,
     FlowTool,
+    FlowWorld,
 )
 
 __all__ = ["check_flow", "load_flow"]
@@ -61,13 +62,16 @@ def check_flow(
     handlers: Collection[str] | None = None,
     routers: Collection[str] | None = None,
     milestone: FlowMilestone | None = None,
+    world: FlowWorld | None = None,
 ) -> FlowReport:
     """Validate a flow's text and check its readiness.
 
     ``name`` defaults to the file name without its suffix. ``tools`` (the
     catalog's), ``handlers`` and ``routers`` (the registered names) are
     checked when given; ``milestone`` adds the checks against the milestone
-    that names the flow. Readiness warnings are only looked for in a valid flow.
+    that names the flow; ``world`` (the environment, installed packages and
+    the catalog's MCP servers) what its ``requires`` is checked against.
+    Readiness warnings are only looked for in a valid flow.
     """
     checker = FlowChecker(source, name if name is not None else _name_of(source))
     try:
@@ -77,7 +81,7 @@ def check_flow(
         reason = getattr(exc, "reason", exc.message)
         return FlowReport(None, (FlowProblem(source, "INVALID_SOURCE", reason, line, column),))
     checker.located = located
-    flow = checker.compile(located.data, tools, handlers, routers, milestone)
+    flow = checker.compile(located.data, tools, handlers, routers, milestone, world)
     # In the order of the file, as a reader meets them.
     ordered = sorted(checker.problems, key=lambda p: (p.line or 0, p.column or 0))
     return FlowReport(flow, tuple(ordered))

@@ -33,6 +33,7 @@ from compiler.flows._flowspec import (
     FlowProblem,
     FlowSpec,
     FlowTool,
+    FlowWorld,
     HandlerNode,
     LlmNode,
     Path,
@@ -44,6 +45,8 @@ from compiler.flows._flowspec import (
     template_reads,
 )
 from compiler.flows._readiness import Readiness
+from compiler.flows._requires import check_requires
+from compiler.flows.lgflow import lgflow_version, relocate, translate_lgflow
 from compiler.jobs._state import canonical_json
 
 __all__ = ["FlowChecker"]
@@ -98,6 +101,7 @@ class FlowChecker:
         handlers: Collection[str] | None,
         routers: Collection[str] | None,
         milestone: FlowMilestone | None,
+        world: FlowWorld | None = None,
     ) -> Flow | None:
         if not isinstance(data, dict):
             self.at("INVALID_FIELD", "a flow must be a mapping with version, start and nodes", ())
@@ -105,7 +109,11 @@ class FlowChecker:
         if "version" not in data:
             self.at("INVALID_FIELD", 'version: this field is required (version: "1")', ())
             return None
-        if data["version"] != "1":
+        if lgflow_version(data["version"]) is not None:
+            data = self.lgflow(data)
+            if data is None:
+                return None
+        elif data["version"] != "1":
             self.at(
                 "BAD_VERSION",
                 f"version {data['version']!r} is not one this build reads "
@@ -141,7 +149,26 @@ class FlowChecker:
             edges=edges,
         )
         Readiness(self, flow, tools, milestone).run()
+        check_requires(self, flow, tools, world)
         return flow
+
+    def lgflow(self, data: dict[str, Any]) -> dict[str, Any] | None:
+        """An LGFlow file's data in this language, its positions those of the
+        LGFlow file (docs/flows.md, "Coming from LGFlow"); None when refused."""
+        translation = translate_lgflow(data)
+        for refusal in translation.refusals:
+            self.at(refusal.rule, refusal.message, refusal.path)
+        if translation.refusals:
+            return None
+        self.warn(
+            "LGFLOW_FILE",
+            f"written for LGFlow {translation.version}, read with {len(translation.changes)} "
+            "change(s): lemongraph flow import writes it in this format and lists them",
+            ("version",),
+        )
+        if self.located is not None:
+            self.located = relocate(self.located, translation)
+        return translation.data
 
     def _names(self, spec: FlowSpec) -> set[str]:
         for name in spec.state:
@@ -518,6 +545,15 @@ class _References:
                 edge.from_,
             )
         self.limits(here, edge)
+        for route in edge.means:
+            if route not in edge.routes:
+                self.at(
+                    "MEANS_UNKNOWN_ROUTE",
+                    f"means says what route {route!r} means, and the edge has no such route "
+                    f"(routes: {', '.join(edge.routes)})",
+                    (*here, "means", route),
+                    edge.from_,
+                )
 
     def limits(self, here: Path, edge: ConditionalEdge) -> None:
         for route, limit in edge.limits.items():

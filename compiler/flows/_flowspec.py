@@ -49,11 +49,14 @@ __all__ = [
     "FlowReport",
     "FlowSpec",
     "FlowTool",
+    "FlowWorld",
     "HandlerNode",
     "Limit",
     "LlmNode",
+    "McpNeed",
     "Path",
     "PlainEdge",
+    "Requires",
     "Retry",
     "ToolNode",
     "ToolsNode",
@@ -110,6 +113,10 @@ FLOW_RULES: Mapping[str, str] = {
     "FLOW_NOT_FOUND": "a milestone names a flow there is no file for",
     "APPROVAL_BYPASS": "a tool a flow guards with an approval, granted to another milestone's "
     "agent or called by another flow of the playbook",
+    "MEANS_UNKNOWN_ROUTE": "a route sentence (means) for a route the edge lacks",
+    # An LGFlow file (docs/flows.md, "Coming from LGFlow").
+    "LGFLOW_FEATURE_VERSION": "an LGFlow file uses a feature its version does not have",
+    "LGFLOW_NOT_TRANSLATED": "an LGFlow file says what this language cannot",
 }
 
 #: Every readiness warning (docs/flows.md, "Readiness warnings"), by code.
@@ -123,6 +130,22 @@ FLOW_WARNINGS: Mapping[str, str] = {
     "CHANNEL_NEVER_READ": "a channel written that nothing reads and no output names",
     "VIEW_NEVER_SHOWN": "an approval shows a channel nothing fills",
     "CLAIM_ONLY_PATH": "no tool on any path records a fact the milestone's condition reads",
+    # What LGFlow's readiness says too (docs/flows.md, "Coming from LGFlow").
+    "ASK_OVERWRITES_INPUT": "an ask node writes a channel the run is handed as an input",
+    "VIEW_SHOWS_RAW_DATA": "a question or approval puts a whole object or list in its sentence",
+    "SCHEMA_MISSING": "an llm node with no schema fills an object or list channel",
+    "DESCRIPTION_MISSING": "a handler node, or a router's routes, described nowhere",
+    "DESCRIPTION_THIN": "a description under four words",
+    # requires (docs/flows.md, "What a flow requires"), against the catalog and
+    # the environment flow check runs in.
+    "ENV_NOT_SET": "a variable requires.env names is not set",
+    "PACKAGE_MISSING": "a package requires.packages names is not installed",
+    "MCP_PACKAGE_MISSING": "an MCP server started by a command, with its package not named "
+    "or not installed",
+    "SERVICE_NOT_DECLARED": "an MCP server used and not in requires.mcp, or required and not "
+    "declared by the catalog",
+    # An LGFlow file (docs/flows.md, "Coming from LGFlow").
+    "LGFLOW_FILE": "a file written for LGFlow, read through its translation",
 }
 
 _IDENT = r"^[A-Za-z_][A-Za-z0-9_\-]*$"
@@ -278,6 +301,8 @@ class ConditionalEdge(_Spec):
     #: Channels a router reads (all when not said).
     reads: tuple[str, ...] | None = None
     description: str = ""
+    #: What each route means, a sentence per route (LGFlow's ``when``).
+    means: dict[str, str] = Field(default_factory=dict)
 
 
 def _edge_kind(value: Any) -> str:
@@ -289,6 +314,24 @@ Edge: TypeAlias = Annotated[
     Annotated[PlainEdge, Tag("plain")] | Annotated[ConditionalEdge, Tag("conditional")],
     Discriminator(_edge_kind),
 ]
+
+
+class McpNeed(_Spec):
+    """An MCP server a flow needs: the package (a Python distribution) that
+    runs it, when the catalog starts it by a command."""
+
+    package: str | None = None
+
+
+class Requires(_Spec):
+    """What a flow needs where it runs (docs/flows.md, "What a flow requires"):
+    environment variables, packages (name → version wanted), services (name →
+    a paragraph saying what it is) and MCP servers (the catalog's, by name)."""
+
+    env: tuple[str, ...] = ()
+    packages: dict[str, str] = Field(default_factory=dict)
+    services: dict[str, str] = Field(default_factory=dict)
+    mcp: dict[str, McpNeed] = Field(default_factory=dict)
 
 
 class FlowSpec(_Spec):
@@ -303,6 +346,7 @@ class FlowSpec(_Spec):
     reply: str | None = None
     #: The flow is a conversation with the person (readiness reads it).
     conversation: StrictBool = False
+    requires: Requires = Field(default_factory=Requires)
     state: dict[str, ChannelSpec] = Field(default_factory=dict)
     tools: tuple[str, ...] = ()
     start: str
@@ -330,6 +374,20 @@ class FlowTool:
     writes: bool = True
     fact: str | None = None
     failure_fact: str | None = None
+    #: The catalog's MCP server the tool is one of (None: not an MCP tool).
+    server: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FlowWorld:
+    """Where ``flow check`` runs, for ``requires`` (docs/flows.md, "What a flow
+    requires"): the environment variables set, the distributions installed
+    (their names as ``package_key`` gives them), and the catalog's MCP servers
+    (name → whether a command starts it). None: not known, not checked."""
+
+    variables: frozenset[str] | None = None
+    packages: frozenset[str] | None = None
+    servers: Mapping[str, bool] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ from typing import Any, Protocol
 from compiler.flows._flowspec import (
     BUILTIN_CHANNELS,
     END,
+    TEMPLATE,
     AnyNode,
     ApprovalNode,
     AskNode,
@@ -62,6 +63,9 @@ class Readiness:
         self.fanout_tail()
         self.channels()
         self.claim_only()
+        self.asks()
+        self.schema_missing()
+        self.descriptions()
 
     def where(self, node: str) -> Path:
         return ("nodes", self.index[node], "id")
@@ -269,6 +273,115 @@ class Readiness:
             "what the model says is never evidence",
             ("tools",) if flow.spec.tools else ("start",),
         )
+
+    # -- what LGFlow's readiness says too (docs/flows.md, "Coming from LGFlow") --
+
+    def kind(self, name: str) -> str | None:
+        spec = self.flow.spec.state.get(name)
+        return spec.type if spec is not None else BUILTIN_CHANNELS.get(name)
+
+    def asks(self) -> None:
+        """An ask that overwrites an input; a question that puts a whole object
+        or list in its sentence."""
+        spec = self.flow.spec
+        for node in spec.nodes:
+            if isinstance(node, AskNode) and node.output in spec.inputs:
+                self.c.warn(
+                    "ASK_OVERWRITES_INPUT",
+                    f"{node.id} writes the person's answer to {node.output!r}, which the run is "
+                    "handed as an input: the answer replaces it (give the answer a channel of "
+                    "its own)",
+                    ("nodes", self.index[node.id], "output"),
+                    node.id,
+                )
+            if not isinstance(node, AskNode | ApprovalNode):
+                continue
+            for match in TEMPLATE.finditer(node.ask):
+                name, path = match.group(1), match.group(2)
+                kind = self.kind(name)
+                if path or kind not in ("object", "list"):
+                    continue
+                self.c.warn(
+                    "VIEW_SHOWS_RAW_DATA",
+                    f"{node.id} puts the whole {kind} {name!r} in its question: a person reads "
+                    f"a run of fields there, not a sentence (read what is meant, "
+                    f"{{{{{name}.field}}}}"
+                    + (
+                        ", or show it: show lays it out as fields)"
+                        if isinstance(node, ApprovalNode)
+                        else ")"
+                    ),
+                    ("nodes", self.index[node.id], "ask"),
+                    node.id,
+                )
+
+    def schema_missing(self) -> None:
+        """An llm node with no schema filling an object or list channel (an
+        append channel takes each reply as one item: text is fine there)."""
+        for node in self.flow.spec.nodes:
+            if not isinstance(node, LlmNode) or node.schema_ is not None:
+                continue
+            channel = self.flow.spec.state.get(node.output)
+            if channel is None or channel.type not in ("object", "list"):
+                continue
+            if channel.reducer == "append":
+                continue
+            self.c.warn(
+                "SCHEMA_MISSING",
+                f"{node.id} fills the {channel.type} {node.output!r} from the model with no "
+                "schema: the reply is read as JSON of any shape (say its shape: schema)",
+                ("nodes", self.index[node.id], "id"),
+                node.id,
+            )
+
+    def descriptions(self) -> None:
+        """Code nobody described (a handler, a router's routes), and
+        descriptions too thin to say anything (under four words)."""
+        spec = self.flow.spec
+        for node in spec.nodes:
+            if isinstance(node, HandlerNode) and not node.description.strip():
+                self.c.warn(
+                    "DESCRIPTION_MISSING",
+                    f"{node.id} runs handler {node.handler}, and says nowhere what it does "
+                    "(description)",
+                    ("nodes", self.index[node.id], "id"),
+                    node.id,
+                )
+        for i, edge in enumerate(spec.edges):
+            if isinstance(edge, ConditionalEdge) and edge.router is not None:
+                missing = [r for r in edge.routes if not edge.means.get(r, "").strip()]
+                if missing:
+                    self.c.warn(
+                        "DESCRIPTION_MISSING",
+                        f"router {edge.router} chooses between routes, and nothing says when "
+                        f"it takes {', '.join(missing)} (means: a sentence per route)",
+                        ("edges", i, "router"),
+                        edge.from_,
+                    )
+        for path, text in _described(spec):
+            if text.strip() and len(text.split()) < 4:
+                self.c.warn(
+                    "DESCRIPTION_THIN",
+                    f"{text.strip()!r} is under four words: say what it is, for whoever "
+                    "reads the flow (and a person shown it)",
+                    path,
+                )
+
+
+def _described(spec: FlowSpec) -> Iterator[tuple[Path, str]]:
+    """Every description a flow gives, and where."""
+    yield ("description",), spec.description
+    for name, channel in spec.state.items():
+        yield ("state", name, "description"), channel.description
+    for i, node in enumerate(spec.nodes):
+        yield ("nodes", i, "description"), node.description
+    for i, edge in enumerate(spec.edges):
+        yield ("edges", i, "description"), edge.description
+        if isinstance(edge, ConditionalEdge):
+            for route, sentence in edge.means.items():
+                yield ("edges", i, "means", route), sentence
+    for name, paragraph in spec.requires.services.items():
+        yield ("requires", "services", name), paragraph
 
 
 def _node_reads(node: AnyNode) -> set[str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from compiler import FLOW_WARNINGS, FlowMilestone, FlowTool, check_flow
+from compiler import FLOW_WARNINGS, FlowMilestone, FlowTool, FlowWorld, check_flow
 
 TOOLS = {
     "start_trial": FlowTool("start_trial", writes=True, fact="trial"),
@@ -68,7 +68,8 @@ edges:
 """
 SPREAD_GUARDED = SPREAD.replace(
     "start: spread\nnodes:\n",
-    "start: gate\nnodes:\n  - {id: gate, type: handler, handler: pass_on, reads: [items]}\n",
+    "start: gate\nnodes:\n  - {id: gate, type: handler, handler: pass_on, reads: [items],"
+    " description: Pass the items on.}\n",
 ).replace(
     "edges:\n",
     "edges:\n  - {from: gate, type: conditional, when: items,"
@@ -82,10 +83,10 @@ state:
   total: {type: number}
 start: add
 nodes:
-  - {id: add, type: handler, handler: add_up, reads: [total], output: total}
+  - {id: add, type: handler, handler: add_up, reads: [total], output: total, description: Add one to it.}
 edges:
   - {from: add, to: END}
-"""
+"""  # noqa: E501 (a node on one line: its columns are the test)
 
 UNFILLED = """\
 version: "1"
@@ -149,6 +150,87 @@ edges:
   - {from: look, to: END}
 """
 
+#: A flow written for LGFlow (docs/flows.md, "Coming from LGFlow").
+LGFLOW = """\
+version: "0.7"
+start: a
+nodes:
+  - {id: a, handler: h, description: Do what the handler does.}
+edges:
+  - {from: a, to: END}
+"""
+
+#: A flow that requires things (docs/flows.md, "What a flow requires"), checked
+#: against a world given by hand: what is set, installed, and the catalog's servers.
+REQUIRES = """\
+version: "1"
+outputs: [now]
+requires:
+  env: [CLOCK_TZ]
+  packages: {mcp-server-time: ">=2025.1"}
+  mcp:
+    clock: {package: mcp-server-time}
+state:
+  now: {type: object}
+tools: [get_time]
+start: ask
+nodes:
+  - {id: ask, type: tool, tool: get_time, args: {}, output: now}
+edges:
+  - {from: ask, to: END}
+"""
+CLOCK = {"get_time": FlowTool("get_time", writes=False, server="clock")}
+EVERYTHING = FlowWorld(frozenset({"CLOCK_TZ"}), frozenset({"mcp-server-time"}), {"clock": True})
+NOTHING = FlowWorld(frozenset(), frozenset(), {"clock": True})
+
+#: What a person is asked, and what a model fills (LGFlow's readiness too).
+PERSON = """\
+version: "1"
+description: Ask the customer about the order, and read what they want.
+inputs: [order, note]
+outputs: [wish]
+state:
+  order: {type: object, description: The order as the shop returns it.}
+  note: {type: string, description: What the customer wrote first.}
+  wish: {type: object, description: What the customer wants done about it.}
+start: ask
+nodes:
+  - {id: ask, type: ask, ask: "About {{order.id}}: what now?", output: note}
+  - {id: read, type: llm, prompt: "{{conversation}} What do they want? {{note}}", output: wish}
+edges:
+  - {from: ask, to: read}
+  - {from: read, to: END}
+"""
+PERSON_FIXED = (
+    PERSON.replace("output: note}", "output: answer}")
+    .replace("{{note}}", "{{note}} {{answer}}")
+    .replace(
+        "  wish:",
+        "  answer: {type: string, description: The customer's answer to the question.}\n  wish:",
+    )
+    .replace("output: wish}", "output: wish, schema: {type: object}}")
+)
+
+#: Code and routes described, or not (a router's routes need a sentence each).
+DESCRIBED = """\
+version: "1"
+description: Route a ticket by what a registered function makes of it.
+inputs: [ticket]
+outputs: [ticket]
+state:
+  ticket: {type: string, description: The ticket.}
+start: clean
+nodes:
+  - {id: clean, type: handler, handler: clean, reads: [ticket], output: ticket}
+edges:
+  - {from: clean, type: conditional, router: pick, reads: [ticket], routes: {done: END}}
+"""
+DESCRIBED_FIXED = (
+    DESCRIBED.replace("description: The ticket.}", "description: The ticket as it was sent.}")
+    .replace("output: ticket}", "output: ticket, description: Strip the quoted mail away.}")
+    .replace("routes: {done: END}}", "routes: {done: END}, means: {done: the ticket is clean now}}")
+)
+
 # (name, text, expected warnings as (code, line, column), check_flow keywords)
 CASES: list[tuple[str, str, list[tuple[str, int, int]], dict[str, object]]] = [
     ("write", WRITE, [("WRITE_WITHOUT_APPROVAL", 10, 10)], {"tools": TOOLS}),
@@ -176,6 +258,60 @@ CASES: list[tuple[str, str, list[tuple[str, int, int]], dict[str, object]]] = [
     ("shown", SHOWN, [("VIEW_NEVER_SHOWN", 11, 58)], {"tools": TOOLS}),
     ("claim only", CLAIM, [("CLAIM_ONLY_PATH", 7, 8)], {"tools": TOOLS, "milestone": TRIAL}),
     ("the tool records the fact", WRITE_APPROVED, [], {"tools": TOOLS, "milestone": TRIAL}),
+    ("an LGFlow file", LGFLOW, [("LGFLOW_FILE", 1, 10)], {}),
+    (
+        "an ask over an input, a model filling an object",
+        PERSON,
+        [("ASK_OVERWRITES_INPUT", 11, 72), ("SCHEMA_MISSING", 12, 10)],
+        {},
+    ),
+    (
+        "a whole object in a question",
+        PERSON_FIXED.replace("{{order.id}}", "{{order}}"),
+        [("VIEW_SHOWS_RAW_DATA", 12, 31)],
+        {},
+    ),
+    ("asked into its own channel, the shape said", PERSON_FIXED, [], {}),
+    (
+        "nothing described",
+        DESCRIBED,
+        [
+            ("DESCRIPTION_THIN", 6, 39),
+            ("DESCRIPTION_MISSING", 9, 10),
+            ("DESCRIPTION_MISSING", 11, 46),
+        ],
+        {},
+    ),
+    ("described", DESCRIBED_FIXED, [], {}),
+    ("requires, all there", REQUIRES, [], {"tools": CLOCK, "world": EVERYTHING}),
+    ("requires, not checked without a world", REQUIRES, [], {"tools": CLOCK}),
+    (
+        "requires, nothing here",
+        REQUIRES,
+        [("ENV_NOT_SET", 4, 9), ("PACKAGE_MISSING", 5, 31), ("MCP_PACKAGE_MISSING", 7, 22)],
+        {"tools": CLOCK, "world": NOTHING},
+    ),
+    (
+        "requires a server the catalog lacks",
+        REQUIRES,
+        [("SERVICE_NOT_DECLARED", 7, 12)],
+        {"tools": CLOCK, "world": FlowWorld(servers={})},
+    ),
+    (
+        "a server started by a command, no package named",
+        REQUIRES.replace("{package: mcp-server-time}", "{}"),
+        [("MCP_PACKAGE_MISSING", 7, 12)],
+        {"tools": CLOCK, "world": FlowWorld(servers={"clock": True})},
+    ),
+    (
+        "an MCP tool of a server requires does not name",
+        REQUIRES,
+        [("SERVICE_NOT_DECLARED", 13, 10)],
+        {
+            "tools": {"get_time": FlowTool("get_time", writes=False, server="tz")},
+            "world": FlowWorld(servers={"clock": False, "tz": False}),
+        },
+    ),
 ]
 
 
@@ -208,12 +344,14 @@ def test_a_write_reachable_around_its_approval_warns() -> None:
         WRITE_APPROVED.replace("start: ok", "start: look")
         .replace(
             "nodes:\n",
-            "nodes:\n  - {id: look, type: handler, handler: h, reads: [plan]}\n",
+            "nodes:\n  - {id: look, type: handler, handler: h, reads: [plan],"
+            " description: Look at the plan first.}\n",
         )
         .replace(
             "edges:\n",
             "edges:\n  - {from: look, type: conditional, router: r,"
-            " routes: {ask: ok, go: begin}}\n",
+            " routes: {ask: ok, go: begin},"
+            " means: {ask: the plan needs a person's yes, go: the plan is a small one}}\n",
         )
     )
     report = check_flow(text, "f.yaml", tools=TOOLS)

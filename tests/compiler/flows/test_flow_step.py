@@ -93,7 +93,7 @@ def test_the_shipped_example_runs_end_to_end() -> None:
         Ask(
             interrupt_id="job-7/understand/confirm/1",
             node="confirm",
-            question="Shall I go ahead with action: refund?",  # words, not JSON
+            question="Shall I go ahead: refund?",  # the field the question reads
         )
     ]
     assert run.state.status == "waiting"

@@ -30,7 +30,7 @@ nodes:
     schema: {type: object, properties: {label: {type: string}}, required: [label]}
   - {id: fetch, type: tool, tool: lookup, args: {q: "{{question}}"}, output: found}
   - {id: spread, type: fanout, over: found, to: summarise, as: item}
-  - {id: summarise, type: handler, handler: summarise, reads: [item], output: summaries}
+  - {id: summarise, type: handler, handler: summarise, reads: [item], output: summaries, description: Sum one document up.}
   - {id: reply, type: llm, prompt: "Answer {{question}} from {{summaries}}", output: answer}
 edges:
   - from: classify
@@ -43,7 +43,7 @@ edges:
     routes: {nonempty: spread, else: reply}
   - {from: summarise, to: reply}
   - {from: reply, to: END}
-"""
+"""  # noqa: E501 (a node on one line: its columns are the test)
 
 NO_STATE = """\
 version: "1"
@@ -67,6 +67,25 @@ CASES: list[tuple[str, str, int, int, dict[str, object]]] = [
     ),
     ("INVALID_FIELD", BASE.replace("description:", "descripton:"), 2, 13, {}),
     ("BAD_VERSION", BASE.replace('version: "1"', 'version: "2"'), 1, 10, {}),
+    (
+        "MEANS_UNKNOWN_ROUTE",
+        BASE.replace(
+            "routes: {search: fetch, else: reply}",
+            "routes: {search: fetch, else: reply}\n    means: {serch: a search is asked for}",
+        ),
+        29,
+        20,
+        {},
+    ),
+    # An LGFlow file (tests/compiler/flows/test_lgflow.py has the translation).
+    ("LGFLOW_FEATURE_VERSION", 'version: "0.1"\nstart: a\nstate: {}\nnodes: []\n', 3, 8, {}),
+    (
+        "LGFLOW_NOT_TRANSLATED",
+        'version: "0.2"\nstart: a\nstate: {n: {reducer: add}}\nnodes: []\n',
+        3,
+        22,
+        {},
+    ),
     (
         "RESERVED_NAME",
         BASE.replace(

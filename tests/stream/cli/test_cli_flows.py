@@ -37,10 +37,10 @@ state:
   total: {type: number}
 start: add
 nodes:
-  - {id: add, type: handler, handler: add_up, reads: [total], output: total}
+  - {id: add, type: handler, handler: add_up, reads: [total], output: total, description: Add one to it.}
 edges:
   - {from: add, to: END}
-"""
+"""  # noqa: E501 (a node on one line: its columns are the test)
 
 
 #: A module of handlers the flows above name (docs/flows.md, "Handlers and routers").
