@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from aiokafka.protocol.metadata import MetadataRequest_v5
 from aiokafka.structs import TopicPartition
 from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
@@ -133,6 +134,26 @@ class _Record:
     timestamp: int = 0
 
 
+class _Client:
+    """What the follow loop asks of a consumer's connection: each topic's
+    metadata (one partition each; stream/runtime/kafka.py, ``topics_metadata``)."""
+
+    def get_random_node(self) -> int:
+        return 0
+
+    async def send(self, node: int, request: Any) -> _Metadata:
+        return _Metadata(request.build(MetadataRequest_v5).topics)
+
+
+@dataclass
+class _Metadata:
+    names: list[str]
+
+    def to_object(self) -> dict[str, Any]:
+        one = [{"partition": 0}]
+        return {"topics": [{"topic": n, "error_code": 0, "partitions": one} for n in self.names]}
+
+
 class _Consumer:
     """What the follow loop asks of a consumer: one partition per topic, the
     batches given, then nothing (and ``stopping`` set once they are read)."""
@@ -147,11 +168,9 @@ class _Consumer:
 
     async def stop(self) -> None: ...
 
-    async def topics(self) -> set[str]:
-        return set()
-
-    def partitions_for_topic(self, topic: str) -> set[int]:
-        return {0}
+    @property
+    def _client(self) -> _Client:
+        return _Client()
 
     def assign(self, tps: list[TopicPartition]) -> None: ...
 
