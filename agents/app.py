@@ -16,6 +16,7 @@ from stream.runtime.faust_tuning import (
     set_fetch_max_wait,
 )
 from stream.runtime.kafka import bootstrap_of
+from stream.runtime.tracing import resumed, with_current
 from topics import Headers, Topics
 
 from agents.catalog import Catalog
@@ -111,8 +112,10 @@ class ServiceHooks:
         partition: int | None,
     ) -> None:
         """Produce, acknowledged when this returns."""
+        # The current span's trace goes on in the record's headers, when the
+        # service traces (docs/operations.md, "Tracing").
         sent = await self.app.producer.send(
-            topic, key, value, partition=partition, timestamp=None, headers=headers
+            topic, key, value, partition=partition, timestamp=None, headers=with_current(headers)
         )
         await sent
 
@@ -168,7 +171,10 @@ class ServiceHooks:
             if tasks:
                 self.service.reading(m.partition, True)
             await self.service.check_broker()  # a broker reset under us: docs/operations.md
-            await self.service.on_record(event.value, where)
+            # The trace the record carries is the current one while it is taken:
+            # a run it starts is that trace's (docs/operations.md, "Tracing").
+            with resumed("agents", where.headers):
+                await self.service.on_record(event.value, where)
             if tasks:
                 self.service.reading(m.partition, m.offset + 1 < self._highwater(m))
 
