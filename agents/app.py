@@ -18,6 +18,7 @@ from stream.runtime.faust_tuning import (
 )
 from stream.runtime.kafka import bootstrap_of
 from stream.runtime.processes import dump_tasks_on_signal
+from stream.runtime.tracing import resumed, with_current
 from topics import Headers, Topics
 
 from agents.catalog import Catalog
@@ -118,8 +119,10 @@ class ServiceHooks:
         partition: int | None,
     ) -> None:
         """Produce, acknowledged when this returns."""
+        # The current span's trace goes on in the record's headers, when the
+        # service traces (docs/operations.md, "Tracing").
         sent = await self.app.producer.send(
-            topic, key, value, partition=partition, timestamp=None, headers=headers
+            topic, key, value, partition=partition, timestamp=None, headers=with_current(headers)
         )
         await sent
 
@@ -177,7 +180,10 @@ class ServiceHooks:
             if tasks:
                 self.service.reading(m.partition, True)
             await self.service.check_broker()  # a broker reset under us: docs/operations.md
-            await self.service.on_record(event.value, where)
+            # The trace the record carries is the current one while it is taken:
+            # a run it starts is that trace's (docs/operations.md, "Tracing").
+            with resumed("agents", where.headers):
+                await self.service.on_record(event.value, where)
             if tasks:
                 self.service.reading(m.partition, m.offset + 1 < self._highwater(m))
 

@@ -17,6 +17,7 @@ from stream.runtime.errors import ConfigError, ExitCode
 from stream.runtime.files import reload_seconds
 from stream.runtime.kafka import bootstrap_of, run
 from stream.runtime.metrics import MAILS, serve_metrics
+from stream.runtime.tracing import start_tracing
 from topics import Topics
 from topics.mail import MailSettings
 
@@ -78,6 +79,7 @@ def agents(loglevel: str) -> None:
         reload_every=reload_seconds(env),  # docs/operations.md, "Reloading"
     )
     metrics = serve_metrics("agents", settings.metrics_port, settings.metrics_host, say)
+    tracing = start_tracing("agents", say)  # docs/operations.md, "Tracing"
     worker = faust.Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
     worker.spinner = None
     try:
@@ -88,6 +90,8 @@ def agents(loglevel: str) -> None:
     finally:
         if metrics is not None:
             metrics.stop()
+        if tracing is not None:
+            tracing.stop()
 
 
 def _at_least_one(env: dict[str, str], name: str, default: int) -> int:
@@ -144,6 +148,7 @@ def mail_ingress(port: int | None, host: str) -> None:
         channel = MailChannel(settings, mail, say)
         MAILS.sources.append(channel.counts.copy)  # read at each scrape
         metrics = serve_metrics("mail-ingress", settings.metrics_port, settings.metrics_host, say)
+        tracing = start_tracing("mail-ingress", say)  # docs/operations.md, "Tracing"
         try:
             await channel.run(stopping, host)
         except OSError as exc:
@@ -154,6 +159,8 @@ def mail_ingress(port: int | None, host: str) -> None:
         finally:
             if metrics is not None:
                 metrics.stop()
+            if tracing is not None:
+                tracing.stop()
         say(f"mail: stopped ({', '.join(f'{k} {v}' for k, v in channel.counts.items())})")
 
     run(go())

@@ -18,6 +18,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import openai
+from opentelemetry.trace import SpanKind
+from opentelemetry.util.types import AttributeValue
+from stream.runtime.tracing import annotate, span
 
 from agents.compose import ModelRequest
 from agents.errors import AgentsError
@@ -157,7 +160,40 @@ class Model:
     ) -> Completion:
         """One model call. Raises :class:`ModelError`. With ``output_schema`` (a
         JSON Schema) the answer is asked for as JSON of that shape, through the
-        API's structured output (a flow's llm node with a ``schema``)."""
+        API's structured output (a flow's llm node with a ``schema``).
+
+        Traced as a GenAI ``chat MODEL`` span (docs/operations.md, "Tracing"):
+        the models and the token counts, never the prompt or the reply."""
+        model = self.settings.model
+        attributes: dict[str, AttributeValue] = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.system": "openai",
+            "gen_ai.provider.name": "openai",
+            "gen_ai.request.model": model,
+            "gen_ai.agent.name": request.agent,
+        }
+        with span("agents", f"chat {model}", attributes, SpanKind.CLIENT) as traced:
+            try:
+                reply = await self._call(request, exchanges, output_schema)
+            except ModelError as exc:
+                if traced is not None:
+                    traced.set_attribute("error.type", exc.kind)
+                raise
+            if traced is not None and reply.usage is not None:
+                traced.set_attributes(
+                    {
+                        "gen_ai.usage.input_tokens": reply.usage.input,
+                        "gen_ai.usage.output_tokens": reply.usage.output,
+                    }
+                )
+            return reply
+
+    async def _call(
+        self,
+        request: ModelRequest,
+        exchanges: Sequence[Exchange],
+        output_schema: Mapping[str, Any] | None,
+    ) -> Completion:
         started = time.monotonic()
         try:
             if self.settings.api == "chat":
@@ -237,6 +273,7 @@ class Model:
             store=False,
             **options,
         )
+        annotate({"gen_ai.response.model": str(response.model), "gen_ai.response.id": response.id})
         calls = tuple(
             ToolCall(str(item.call_id), str(item.name), str(item.arguments))
             for item in response.output
@@ -295,6 +332,7 @@ class Model:
         completion = await self.client.chat.completions.create(
             model=self.settings.model, messages=messages, **options
         )
+        annotate({"gen_ai.response.model": completion.model, "gen_ai.response.id": completion.id})
         if not completion.choices:
             raise ValueError("the completion has no choices")
         message = completion.choices[0].message

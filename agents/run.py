@@ -19,6 +19,9 @@ from typing import Any
 
 import orjson
 from compiler import to_iso
+from opentelemetry.trace import Span, SpanKind
+from opentelemetry.util.types import AttributeValue
+from stream.runtime.tracing import span
 from topics import (
     InboxEvent,
     JournalMail,
@@ -205,24 +208,26 @@ class Runner:
             conv.active = f"{conv.job_key}#{conv.runs}"
             conv.tape = []
         run_id = conv.active
-        budget = _Budget(self.catalog.agents[CONVERSATION].bounds)
-        tape = _Tape(conv.tape)
-        reason = await self._guarded(
-            conv, run_id, CONVERSATION,
-            self._loop(conv, outbox, run_id, CONVERSATION, None, budget, [], tape),
-        )  # fmt: skip
-        # What its last compose saw is done; an input after it owes another run.
-        conv.ran = max(conv.ran, budget.seen if budget.seen >= 0 else conv.inputs)
-        if reason == "task_closed" and conv.unanswered:
-            conv.closing = True  # the service runs it once the decision's records are in
-        if reason in STOPPED:
-            await self._guarded(
-                conv, run_id, CONVERSATION, self._stopped(conv, outbox, run_id, budget, reason)
-            )
-        conv.active = None
-        conv.tape = []
-        end = RunEnd(reason, budget.turns, budget.tool_calls, budget.tokens)
-        await self._journal_run(conv, outbox, run_id, CONVERSATION, end, tape.pos)
+        with _agent_span(conv, run_id, CONVERSATION) as traced:
+            budget = _Budget(self.catalog.agents[CONVERSATION].bounds)
+            tape = _Tape(conv.tape)
+            reason = await self._guarded(
+                conv, run_id, CONVERSATION,
+                self._loop(conv, outbox, run_id, CONVERSATION, None, budget, [], tape),
+            )  # fmt: skip
+            # What its last compose saw is done; an input after it owes another run.
+            conv.ran = max(conv.ran, budget.seen if budget.seen >= 0 else conv.inputs)
+            if reason == "task_closed" and conv.unanswered:
+                conv.closing = True  # the service runs it once the decision's records are in
+            if reason in STOPPED:
+                await self._guarded(
+                    conv, run_id, CONVERSATION, self._stopped(conv, outbox, run_id, budget, reason)
+                )
+            conv.active = None
+            conv.tape = []
+            end = RunEnd(reason, budget.turns, budget.tool_calls, budget.tokens)
+            await self._journal_run(conv, outbox, run_id, CONVERSATION, end, tape.pos)
+            _ended(traced, end)
         return end
 
     async def close(self, conv: Conversation, outbox: Outbox) -> RunEnd:
@@ -235,17 +240,19 @@ class Runner:
             conv.active = f"{conv.job_key}#{conv.runs}"
             conv.tape = []
         run_id = conv.active
-        tape = _Tape(conv.tape)
-        budget = _Budget(self.catalog.agents[CONVERSATION].bounds, seen=conv.inputs)
-        reason = await self._guarded(
-            conv, run_id, CONVERSATION, self._closing(conv, outbox, run_id, budget, tape)
-        )
-        conv.ran = max(conv.ran, budget.seen)
-        conv.closing = False
-        conv.active = None
-        conv.tape = []
-        end = RunEnd(reason, 1, 0, budget.tokens)
-        await self._journal_run(conv, outbox, run_id, CONVERSATION, end, tape.pos)
+        with _agent_span(conv, run_id, CONVERSATION) as traced:
+            tape = _Tape(conv.tape)
+            budget = _Budget(self.catalog.agents[CONVERSATION].bounds, seen=conv.inputs)
+            reason = await self._guarded(
+                conv, run_id, CONVERSATION, self._closing(conv, outbox, run_id, budget, tape)
+            )
+            conv.ran = max(conv.ran, budget.seen)
+            conv.closing = False
+            conv.active = None
+            conv.tape = []
+            end = RunEnd(reason, 1, 0, budget.tokens)
+            await self._journal_run(conv, outbox, run_id, CONVERSATION, end, tape.pos)
+            _ended(traced, end)
         return end
 
     async def _closing(
@@ -282,15 +289,17 @@ class Runner:
         """Run ``agent`` on ``conv`` (its run id is ``conv.active``), resuming from
         its tape; journal the run's end. (how it ended, its last reply)"""
         assert conv.active is not None
-        budget = _Budget(self.catalog.agents[agent].bounds)
-        tape = _Tape(conv.tape)
-        said: list[str] = []
-        reason = await self._guarded(
-            conv, conv.active, agent,
-            self._loop(conv, outbox, conv.active, agent, None, budget, said, tape),
-        )  # fmt: skip
-        end = RunEnd(reason, budget.turns, budget.tool_calls, budget.tokens)
-        await self._journal_run(conv, outbox, conv.active, agent, end, tape.pos)
+        with _agent_span(conv, conv.active, agent) as traced:
+            budget = _Budget(self.catalog.agents[agent].bounds)
+            tape = _Tape(conv.tape)
+            said: list[str] = []
+            reason = await self._guarded(
+                conv, conv.active, agent,
+                self._loop(conv, outbox, conv.active, agent, None, budget, said, tape),
+            )  # fmt: skip
+            end = RunEnd(reason, budget.turns, budget.tool_calls, budget.tokens)
+            await self._journal_run(conv, outbox, conv.active, agent, end, tape.pos)
+            _ended(traced, end)
         return reason, said[-1] if said else ""
 
     async def _guarded(
@@ -506,21 +515,27 @@ class Runner:
             )  # fmt: skip
             return
         conv.last_sent = [message_id, digest]
-        await outbox.publish(
-            "messages",
-            conv.job_key,
-            MessageRecord(
-                job_key=conv.job_key,
-                message_id=message_id,
-                direction="out",
-                channel=channel,
-                agent=CONVERSATION,
-                contact=contact,
-                task_id=task.task_id if task is not None else None,
-                text=text,
-                at=self._now(),
-            ),
-        )
+        # The message sent, as a span (docs/operations.md, "Tracing"): never its text.
+        sent: dict[str, AttributeValue] = {
+            "lemongraph.message.id": message_id,
+            "lemongraph.message.channel": channel,
+        }
+        with span("agents", f"send_message {channel}", sent, SpanKind.PRODUCER):
+            await outbox.publish(
+                "messages",
+                conv.job_key,
+                MessageRecord(
+                    job_key=conv.job_key,
+                    message_id=message_id,
+                    direction="out",
+                    channel=channel,
+                    agent=CONVERSATION,
+                    contact=contact,
+                    task_id=task.task_id if task is not None else None,
+                    text=text,
+                    at=self._now(),
+                ),
+            )
         await outbox.publish(
             "inbox",
             conv.job_key,
@@ -638,9 +653,10 @@ class Runner:
         said: list[str] = []
         reason = "too_deep"
         if depth <= MAX_DELEGATION_DEPTH:
-            reason = await self._loop(
-                conv, outbox, run_id, call.name, text, budget, said, tape, depth
-            )
+            with _agent_span(conv, run_id, call.name):
+                reason = await self._loop(
+                    conv, outbox, run_id, call.name, text, budget, said, tape, depth
+                )
         replayed = tape.replay("tool", call.name)
         if replayed is not None:
             return str(replayed[0]["output"])
@@ -715,6 +731,26 @@ class Runner:
 
     def _now(self) -> str:
         return to_iso(self.clock())
+
+
+def _agent_span(conv: Conversation, run_id: str, agent: str) -> Any:
+    """An agent's run as an ``invoke_agent AGENT`` span (docs/operations.md,
+    "Tracing"): the model calls, tool calls and messages of the run are its
+    children. Nothing when the agents service does not trace."""
+    attributes: dict[str, AttributeValue] = {
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.agent.name": agent,
+        "lemongraph.job.key": conv.job_key,
+        "lemongraph.run.id": run_id,
+    }
+    return span("agents", f"invoke_agent {agent}", attributes)
+
+
+def _ended(traced: Span | None, end: RunEnd) -> None:
+    """What a traced run used and how it ended."""
+    if traced is not None:
+        traced.set_attributes({"lemongraph.run.ended": end.reason, "lemongraph.run.turns":
+                               end.turns, "lemongraph.run.tool_calls": end.tool_calls})  # fmt: skip
 
 
 async def _replayed_tool(

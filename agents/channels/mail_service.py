@@ -47,9 +47,11 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiosmtpd.smtp import SMTP, Envelope, Session
 from compiler import to_iso
+from opentelemetry.trace import SpanKind
 from stream.runtime.broker import ensure_all_topics
 from stream.runtime.config import Settings
 from stream.runtime.kafka import bootstrap_of, client_kwargs, compression_type, new_consumer
+from stream.runtime.tracing import current_headers, resumed, span
 from topics import JournalMail, MessageRecord, Topics, encode
 from topics.mail import (
     MailLogEntry,
@@ -111,7 +113,9 @@ class MailChannel:
 
     async def _produce(self, topic: str, key: str, value: bytes) -> None:
         assert self.producer is not None
-        await self.producer.send_and_wait(topic, value, key=key.encode())
+        await self.producer.send_and_wait(
+            topic, value, key=key.encode(), headers=current_headers()
+        )  # the current span's trace: docs/operations.md, "Tracing"
 
     async def journal(self, entry: JournalMail) -> None:
         """A record of the channel on ``journal``."""
@@ -297,7 +301,16 @@ class MailChannel:
         for r in records:
             if tp not in consumer.assignment():
                 return "moved"
-            outcome = await self.deliver(r.value)
+            # An email sent is a span of the trace its message record carries
+            # (docs/operations.md, "Tracing"): the outcome, never the text.
+            headers = [(str(n), bytes(v or b"")) for n, v in r.headers or ()]
+            with resumed("mail-ingress", headers), span(
+                "mail-ingress", "send_message email", {"lemongraph.message.channel": "email"},
+                SpanKind.PRODUCER,
+            ) as traced:  # fmt: skip
+                outcome = await self.deliver(r.value)
+                if traced is not None:
+                    traced.set_attribute("lemongraph.mail.outcome", outcome)
             if outcome == "stopped":
                 return outcome
             if outcome in ("sent", "failed", "withheld"):
@@ -355,6 +368,14 @@ class MailChannel:
         """A mail that passed ``RCPT``: a reply (message and event) or a bounce;
         False for a reply not from its token's contact (journaled, nothing written).
         An automatic reply is journaled and writes nothing (it never starts a run)."""
+        # A mail taken starts a trace (docs/operations.md, "Tracing"): the job,
+        # never the sender or the text.
+        attributes = {"lemongraph.job.key": route.job_key, "lemongraph.mail.kind": route.kind}
+        with span("mail-ingress", f"receive_message email {route.kind}", attributes,
+                  SpanKind.SERVER):  # fmt: skip
+            return await self._take(route, mail)
+
+    async def _take(self, route: ReplyRoute, mail: ReadMail) -> bool:
         message_id = mail.message_id
         sender = sender_of(mail.sender_header)
         if route.kind == "reply" and mail.automatic is not None:

@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import httpx
 import orjson
 from jsonschema import Draft202012Validator
+from opentelemetry.util.types import AttributeValue
+from stream.runtime.tracing import span
 from topics import InboxEvent, encode
 
 from agents.catalog import Catalog, Records, ToolSpec, expand_env
@@ -161,13 +163,34 @@ class Executor:
     ) -> Outcome:
         """Check, run and interpret one call. ``key``, when given, is the
         idempotency key instead of the derived one (a flow's call id, which is
-        made from our own data too: docs/flows.md, "Ids")."""
+        made from our own data too: docs/flows.md, "Ids"). Traced as an
+        ``execute_tool NAME`` span (docs/operations.md, "Tracing"): the tool and
+        its outcome, never its arguments or its answer."""
         args, refused = self.check(name, arguments, granted, guarded)
         if key is None:
             key = derived_key(task_id, name, args, occurrence)
-        if refused is not None:
-            return Outcome("refused", tell(False, refused), key)
-        tool = self.catalog.tools[name]
+        tool = self.catalog.tools.get(name)
+        attributes: dict[str, AttributeValue] = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": name,
+            "gen_ai.tool.type": "extension" if tool is not None and tool.mcp else "function",
+            "lemongraph.job.key": job_key,
+        }
+        with span("agents", f"execute_tool {name}", attributes) as traced:
+            if refused is not None or tool is None:
+                outcome = Outcome("refused", tell(False, refused or "unknown tool"), key)
+            else:
+                outcome = await self._by_kind(tool, name, args, key, job_key)
+            if traced is not None:
+                traced.set_attribute("lemongraph.tool.status", outcome.status)
+                if outcome.status != "done":
+                    traced.set_attribute("error.type", outcome.status)
+        return outcome
+
+    async def _by_kind(
+        self, tool: ToolSpec, name: str, args: Any, key: str, job_key: str
+    ) -> Outcome:
+        """Run a checked call by its tool's kind."""
         if tool.mcp is not None:
             from agents.tools.mcp_result import run_mcp
 

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import faust
+from opentelemetry.trace import SpanKind
 
 from compiler import to_iso
 from stream.engine.batch import Batch, Mark, Record, watermark_key
@@ -46,6 +47,7 @@ from stream.runtime.metrics import (
 )
 from stream.runtime.produce import Produced, produce_batches
 from stream.runtime.resets import ClusterWatch, find_resets
+from stream.runtime.tracing import carried, context_of, headers_of, tracer
 from topics import TickRecord, Topics, encode
 
 __all__ = ["EngineApp", "EngineStats", "Worker", "build_app"]
@@ -409,6 +411,8 @@ class Worker:
             )
         await self.check_rewinds(records)
         batch = self.engine.process(records)
+        if batch.traced:
+            trace_batch(batch, self.topics.tasks, started)
         rows = batch.writes()
         table = self.table
         changelog = table.changelog_topic
@@ -458,6 +462,45 @@ def count_batch(batch: Batch, acked_ms: int) -> None:
         DECISION_SECONDS.observe_since(acked_ms, batch.stamps)
     if batch.timers_delta:
         TIMERS_PENDING.inc(batch.timers_delta)
+
+
+def trace_batch(batch: Batch, tasks_topic: str, started: float) -> None:
+    """The spans of a batch's decisions on inbox records that carry a trace
+    (docs/operations.md, "Tracing"): each a ``decide PLAYBOOK`` span, the child
+    of its record's context, from the batch's start (``started``, monotonic) to
+    now; its task records carry it on to ``tasks`` in their headers. A worker
+    that does not trace makes no span and carries the record's own context on,
+    so the trace stays whole. Nothing of an event's content is recorded."""
+    found = tracer("worker")
+    start_ns = time.time_ns() - round((time.monotonic() - started) * 1e9)
+    for record, playbook, outcome, outputs in batch.traced:
+        headers = carried(record.headers)
+        if headers is None:
+            continue
+        if found is not None:
+            tasks = sum(o.topic == tasks_topic for o in outputs)
+            span = found.start_span(
+                f"decide {playbook}".rstrip(),
+                context=context_of(headers),
+                kind=SpanKind.CONSUMER,
+                start_time=start_ns,
+                attributes={
+                    "messaging.system": "kafka",
+                    "messaging.operation.type": "process",
+                    "messaging.destination.name": record.topic,
+                    "messaging.destination.partition.id": str(record.partition),
+                    "messaging.kafka.offset": record.offset,
+                    "lemongraph.job.key": (record.key or b"").decode("utf-8", "replace"),
+                    "lemongraph.playbook": playbook,
+                    "lemongraph.decision.outcome": outcome,
+                    "lemongraph.decision.tasks": tasks,
+                },
+            )
+            headers = headers_of(span)
+            span.end()
+        for output in outputs:
+            if output.topic == tasks_topic:
+                output.headers = [*(output.headers or ()), *headers]
 
 
 def _headers(headers: Any) -> list[tuple[str, bytes]]:

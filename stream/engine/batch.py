@@ -214,13 +214,28 @@ class Batch:
     runs: dict[str, int] = field(default_factory=dict)
     #: index rows added less rows deleted by ``writes`` (the pending timers' change)
     timers_delta: int = 0
+    #: The decisions on inbox records that carry headers (a trace's, maybe), each
+    #: (record, playbook, outcome, its outputs): the worker makes their spans and
+    #: carries their trace on to the task records (docs/operations.md, "Tracing").
+    #: Untraced records never get here, so that costs nothing without tracing.
+    traced: list[tuple[Record, str, str, list[Output]]] = field(default_factory=list)
 
-    def decided(self, playbook: str, outcome: str, record: Record, inbox: bool) -> None:
-        """Count a job's decision on ``record`` (an inbox record when ``inbox``)."""
+    def decided(
+        self,
+        playbook: str,
+        outcome: str,
+        record: Record,
+        inbox: bool,
+        outputs: list[Output] | None = None,
+    ) -> None:
+        """Count a job's decision on ``record`` (an inbox record when ``inbox``)
+        that produced ``outputs``."""
         where = (playbook, outcome)
         self.tally[where] = self.tally.get(where, 0) + 1
         if inbox:
             self.stamps.append(record.timestamp_ms)
+            if record.headers:
+                self.traced.append((record, playbook, outcome, outputs or []))
 
     def writes(self) -> list[tuple[str, int, bytes | None]]:
         """The table rows to write, (key, partition, bytes or None to delete),

@@ -288,7 +288,7 @@ class Jobs:
         if clock is not None:
             batch.bounded += 1
         batch.decisions += 1
-        batch.decided(graph.playbook.key, "applied", record, inbox)
+        batch.decided(graph.playbook.key, "applied", record, inbox, encoded)
         batch.outputs.extend(encoded)
         return state is not None
 

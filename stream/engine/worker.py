@@ -25,6 +25,7 @@ from stream.runtime.kafka import bootstrap_of, producer, read_topic, run
 from stream.runtime.metrics import DEADLETTERS, serve_metrics
 from stream.runtime.partitions import home_partition
 from stream.runtime.processes import dump_tasks_on_signal
+from stream.runtime.tracing import start_tracing
 from topics import (
     AuditRecord,
     DeadLetter,
@@ -247,6 +248,7 @@ def run_worker(
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     metrics = serve_metrics("worker", settings.metrics_port, settings.metrics_host, say)
+    tracing = start_tracing("worker", say)  # docs/operations.md, "Tracing"
     worker = _Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
     worker.tell = say  # type: ignore[attr-defined]
     worker.spinner = None  # its terminal escapes would garble the status lines
@@ -269,6 +271,8 @@ def run_worker(
     finally:
         if metrics is not None:
             metrics.stop()
+        if tracing is not None:
+            tracing.stop()
 
 
 #: Seconds a worker has to stop cleanly after SIGTERM or SIGINT. Faust's own

@@ -9,7 +9,7 @@ from stream.gateway import docs
 from stream.gateway.contract import TAGS, GatewayApp
 from stream.gateway.errors import install_handlers
 from stream.gateway.guard import GuardMiddleware
-from stream.gateway.metering import RequestMetrics
+from stream.gateway.metering import RequestMetrics, RequestSpans
 from stream.gateway.readmodels.memory import SubjectModel
 from stream.gateway.readmodels.reply_lookup import ReplyTokens
 from stream.gateway.readmodels.schedules import ScheduleModel
@@ -28,6 +28,7 @@ from stream.gateway.routes import (
     subjects,
 )
 from stream.gateway.routes.shared import Gateway
+from stream.runtime.tracing import tracer
 
 __all__ = ["ROUTERS", "build_api"]
 
@@ -73,6 +74,9 @@ def build_api(gateway: Gateway) -> GatewayApp:
     app.add_middleware(GuardMiddleware, guard=gateway.guard)
     # Outermost: the guard's refusals are counted too (docs/operations.md, "Metrics").
     app.add_middleware(RequestMetrics, routes=app.router.routes)
+    if tracer("gateway") is not None:
+        # Outermost of all when tracing (docs/operations.md, "Tracing").
+        app.add_middleware(RequestSpans, routes=app.router.routes)
     if gateway.schedules is None:
         gateway.schedules = ScheduleModel(gateway.model.topics)
     # A run whose input the core refused reads refused (stream/gateway/readmodels/run_verdicts.py).

@@ -40,6 +40,7 @@ from stream.runtime.errors import GatewayStartError
 from stream.runtime.files import load_playbooks_dir
 from stream.runtime.kafka import bootstrap_of, client_kwargs, compression_type
 from stream.runtime.metrics import TASKS_OPEN, MetricsServer, serve_metrics
+from stream.runtime.tracing import start_tracing
 from topics import Topics
 from topics.mail import MailSettings
 
@@ -207,6 +208,7 @@ async def serve(
         send_timeout=settings.gateway_write_timeout, bootstrap=bootstrap,
         security=settings.kafka_security,
     )  # fmt: skip
+    tracing = start_tracing("gateway", say)  # docs/operations.md, "Tracing"
     api = build_api(gateway)
     quiet_accept_errors(asyncio.get_running_loop(), say)
     quiet_uvicorn()
@@ -250,6 +252,8 @@ async def serve(
         await producer.stop()
         if metrics is not None:
             metrics.stop()
+        if tracing is not None:
+            tracing.stop()
         refused = ", ".join(f"{n}×{s}" for s, n in sorted(guard.refused.items())) or "none"
         say(f"gateway: stopped; {gateway.accepted_writes} writes accepted; refused: {refused}")
 

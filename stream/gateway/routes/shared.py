@@ -29,6 +29,7 @@ from stream.gateway.readmodels.reply_lookup import ReceivedIds, ReplyTokens
 from stream.gateway.readmodels.schedules import ScheduleModel
 from stream.gateway.tokens import Principal
 from stream.runtime.kafka import KafkaSecurity
+from stream.runtime.tracing import current_headers
 from topics import InboxEvent, JobStart, encode
 from topics.mail import MailSettings
 
@@ -123,7 +124,11 @@ class Gateway:
         not to the client."""
         try:
             return await asyncio.wait_for(
-                self.producer.send_and_wait(topic, value, key=key.encode()),
+                # The request's trace, when the gateway traces (docs/operations.md,
+                # "Tracing"): in the record's headers, never its value.
+                self.producer.send_and_wait(
+                    topic, value, key=key.encode(), headers=current_headers()
+                ),
                 timeout=self.send_timeout,
             )
         except (KafkaError, TimeoutError) as exc:
