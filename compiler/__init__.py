@@ -52,6 +52,7 @@ from compiler.flows._flowbounds import (
     bound_input,
     output_too_large,
 )
+from compiler.flows._flowfiles import accepts, file_value_problem
 from compiler.flows._flowrun import (
     FlowRun,
 )
@@ -317,6 +318,7 @@ __all__ = [
     "Transition",
     "Verdict",
     "Wake",
+    "accepts",
     "action_from_json",
     "bound_input",
     "call_id",
@@ -328,6 +330,7 @@ __all__ = [
     "count_slots",
     "field_problem",
     "fields_text",
+    "file_value_problem",
     "flow_input_from_json",
     "format_offset",
     "from_iso",

@@ -110,6 +110,8 @@ FLOW_RULES: Mapping[str, str] = {
     "FLOW_NOT_FOUND": "a milestone names a flow there is no file for",
     "APPROVAL_BYPASS": "a tool a flow guards with an approval, granted to another milestone's "
     "agent or called by another flow of the playbook",
+    "FILE_CHANNEL": "accept on a channel that is not a file channel or that is not a media "
+    "type list; a file channel with a reducer or a default that is not a file value",
 }
 
 #: Every readiness warning (docs/flows.md, "Readiness warnings"), by code.
