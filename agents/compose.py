@@ -91,6 +91,9 @@ class ModelRequest:
     instructions: str
     messages: tuple[tuple[Literal["user", "assistant"], str], ...]
     tools: tuple[ToolOffer, ...] = field(default=())
+    #: Images given with the last message, each a ``data:`` URL (docs/flows.md,
+    #: "A model reads a file").
+    images: tuple[str, ...] = field(default=())
 
     def offers(self, name: str) -> ToolOffer | None:
         """The offer named ``name``, if the request makes it."""

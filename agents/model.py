@@ -232,6 +232,12 @@ class Model:
         output_schema: Mapping[str, Any] | None = None,
     ) -> tuple[str, tuple[ToolCall, ...], Usage | None]:
         items: list[Any] = [{"role": role, "content": text} for role, text in request.messages]
+        if request.images and items:
+            # The Responses API's image input: parts of the last message.
+            items[-1]["content"] = [
+                {"type": "input_text", "text": items[-1]["content"]},
+                *({"type": "input_image", "image_url": url} for url in request.images),
+            ]
         for exchange in exchanges:
             call = exchange.call
             items.append(
@@ -294,6 +300,12 @@ class Model:
     ) -> tuple[str, tuple[ToolCall, ...], Usage | None]:
         messages: list[Any] = [{"role": "system", "content": request.instructions}]
         messages.extend({"role": role, "content": text} for role, text in request.messages)
+        if request.images and len(messages) > 1:
+            # Chat completions' image input: parts of the last message.
+            messages[-1]["content"] = [
+                {"type": "text", "text": messages[-1]["content"]},
+                *({"type": "image_url", "image_url": {"url": url}} for url in request.images),
+            ]
         for exchange in exchanges:
             call = exchange.call
             messages.append(

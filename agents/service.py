@@ -39,6 +39,7 @@ import orjson
 from compiler import from_iso, to_iso
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from stream.runtime.config import Settings
+from stream.runtime.filestore import FileStore
 from stream.runtime.metrics import count_journal
 from topics import (
     DeadLetter,
@@ -718,7 +719,11 @@ class AgentService:
             workspaces=self.workspaces,
         )  # fmt: skip
         registry = load_registry(self.tool_env)
-        flow_executor = FlowExecutor(self._model, tools, registry, self.publish)
+        # The gateway's uploads, under the same data folder (docs/flows.md, "A model
+        # reads a file").
+        files = FileStore(self.settings.file_store_dir, self.settings.file_max_bytes,
+                          self.settings.file_types)  # fmt: skip
+        flow_executor = FlowExecutor(self._model, tools, registry, self.publish, files=files)
         self.flow_calls = flow_executor.calls
         return flow_executor.execute
 

@@ -52,6 +52,7 @@ from compiler.flows._flowbounds import (
     bound_input,
     output_too_large,
 )
+from compiler.flows._flowfiles import accepts, file_value_problem
 from compiler.flows._flowrun import (
     FlowRun,
 )
@@ -325,6 +326,7 @@ __all__ = [
     "Verdict",
     "Wake",
     "WakeControl",
+    "accepts",
     "action_from_json",
     "bound_input",
     "call_id",
@@ -336,6 +338,7 @@ __all__ = [
     "count_slots",
     "field_problem",
     "fields_text",
+    "file_value_problem",
     "flow_input_from_json",
     "format_offset",
     "from_iso",

@@ -282,6 +282,10 @@ class JournalInterrupt(TopicRecord):
     asked_of: str | None = None
     #: On ``answered`` and ``refused``: who answered (or tried to).
     by: Answerer | None = None
+    #: For asks: ``file`` when the answer is a file value (an upload's,
+    #: docs/flows.md "File channels") of a media type ``accept`` allows.
+    expects: Literal["text", "file"] = "text"
+    accept: str | None = None
 
 
 class JournalMail(TopicRecord):

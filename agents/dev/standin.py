@@ -21,9 +21,10 @@ latest message contains this, in any case), ``closing`` (true: the call is a
 closing turn, asked once no task is open: docs/agents.md, "The closing turn"). For a flow's llm node
 (docs/flows.md, "Running a flow at the terminal"): ``flow`` (the flow's name),
 ``flow_node`` (the node's id), ``prompt_contains`` (its prompt contains this, in
-any case), ``schema`` (true: the node asked for JSON of a shape; false: it did
-not). A rule answers with ``say`` (text), ``call`` (a tool call), ``json`` (a
-JSON value, sent as its text) or ``fail`` (an HTTP error status, 400-599: a model
+any case; an image given with it reads as ``[image image/png, 84213 bytes]``),
+``schema`` (true: the node asked for JSON of a shape; false: it did not). A
+rule answers with ``say`` (text), ``call`` (a tool call), ``json`` (a JSON
+value, sent as its text) or ``fail`` (an HTTP error status, 400-599: a model
 that fails); a node asking for JSON that no rule answers gets
 the smallest value of its shape (the first of an enum, ``""``, ``0``, ``false``,
 ``[]``). A call answers either the person or
@@ -34,6 +35,8 @@ sent, so refusals can be tested.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import itertools
 import json
 import math
@@ -283,13 +286,38 @@ def _builtin(seen: Seen) -> StandinReply:
 # -- reading requests -----------------------------------------------------------------
 
 
+_DATA_URL = re.compile(r"data:([\w.+-]+/[\w.+-]+);base64,([A-Za-z0-9+/=]*)")
+
+
+def _image_text(url: Any) -> str:
+    """An image part as the stand-in reads it: ``[image TYPE, N bytes]`` for a
+    ``data:`` URL (the form a flow's llm node sends: docs/flows.md, "A model reads
+    a file"), ``[image URL]`` for an address, ``[image invalid]`` else."""
+    text = str(url or "")
+    given = _DATA_URL.fullmatch(text)
+    if given is not None:
+        try:
+            size = len(base64.b64decode(given.group(2), validate=True))
+        except binascii.Error:
+            return "[image invalid]"
+        return f"[image {given.group(1)}, {size} bytes]"
+    return f"[image {text}]" if text.startswith(("http://", "https://")) else "[image invalid]"
+
+
 def _text_of(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
         parts = []
         for part in content:
-            if isinstance(part, dict):
+            if not isinstance(part, dict):
+                continue
+            if part.get("type") == "input_image":  # the Responses API
+                parts.append(_image_text(part.get("image_url")))
+            elif part.get("type") == "image_url":  # chat completions
+                image = part.get("image_url")
+                parts.append(_image_text(image.get("url") if isinstance(image, dict) else None))
+            else:
                 parts.append(str(part.get("text") or ""))
         return "".join(parts)
     return ""

@@ -20,8 +20,9 @@ tool is only tried again when it is idempotent).
 from __future__ import annotations
 
 import asyncio
+import base64
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -39,6 +40,7 @@ from compiler import (
     to_iso,
 )
 from pydantic import BaseModel
+from stream.runtime.filestore import FileStore
 from topics import JournalHandlerCall, JournalModelCall, JournalToolCall, Tokens
 
 from agents.compose import ModelRequest
@@ -47,7 +49,15 @@ from agents.model import Model, ModelError
 from agents.publish import Publish
 from agents.tools.executor import Executor, Outcome
 
-__all__ = ["FLOW_AGENT", "FlowExecutor", "Publish", "flow_instructions", "json_schema_of"]
+__all__ = [
+    "FLOW_AGENT",
+    "MODEL_IMAGE_TYPES",
+    "FlowExecutor",
+    "Publish",
+    "flow_instructions",
+    "json_schema_of",
+    "model_input",
+]
 
 #: The ``agent`` of a flow's journal records (``flow`` and ``node`` say more).
 FLOW_AGENT = "flow"
@@ -110,8 +120,11 @@ class FlowExecutor:
         clock: Callable[[], datetime] | None = None,
         tool_retries: int = 2,
         retry_delay: float = 0.2,
+        files: FileStore | None = None,
     ) -> None:
         self.model = model
+        #: The uploads a model is given an image from (docs/flows.md, "A model reads a file").
+        self.files = files
         self.tools = tools
         self.registry = registry
         self.publish = publish
@@ -171,10 +184,12 @@ class FlowExecutor:
         if self.model is None:
             return _model_reply(action.call_id, "", "no model is configured")
         self.calls["model"] += 1
+        prompt, images = model_input(action.prompt, action.files, self.files)
         request = ModelRequest(
             agent=FLOW_AGENT,
             instructions=flow_instructions(flow, action.node, action.schema_),
-            messages=(("user", action.prompt),),
+            messages=(("user", prompt),),
+            images=images,
         )
         schema = json_schema_of(action.schema_) if action.schema_ is not None else None
         started = time.monotonic()
@@ -312,6 +327,33 @@ class FlowExecutor:
     async def _emit(self, job_key: str | None, record: BaseModel) -> None:
         if self.publish is not None:
             await self.publish("journal", job_key or "", record)
+
+
+#: The image types a model reads (the Responses API's ``input_image``).
+MODEL_IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
+
+
+def model_input(
+    prompt: str, files: Sequence[Mapping[str, Any]], store: FileStore | None
+) -> tuple[str, tuple[str, ...]]:
+    """The prompt and the images a model is given for an llm node's file values
+    (docs/flows.md, "A model reads a file"): a stored image as a ``data:`` URL,
+    anything else (or an image this process cannot read) named in the text."""
+    images: list[str] = []
+    named: list[str] = []
+    for value in files:
+        stored = store.get(str(value.get("id"))) if store is not None else None
+        if stored is not None and stored.media_type in MODEL_IMAGE_TYPES:
+            data = base64.b64encode(stored.path.read_bytes()).decode("ascii")
+            images.append(f"data:{stored.media_type};base64,{data}")
+        else:
+            named.append(
+                f"- {value.get('name')} ({value.get('mediaType')}, {value.get('bytes')} bytes, "
+                f"{value.get('url')})"
+            )
+    if named:
+        prompt += "\n\nFiles given (not shown to you):\n" + "\n".join(named)
+    return prompt, tuple(images)
 
 
 def _model_reply(call_id: str, text: str, error: str | None) -> ModelReply:

@@ -275,6 +275,8 @@ class FlowDriver:
             answers = list(action.answers)
             if answers:
                 question += f" (answer {', '.join(answers)})"
+            elif action.expects == "file":
+                question += " (send a file)"
             show: dict[str, Any] = {}
             shown: list[ShownField] = []
             text, asked_of, asking = _one_line(question), contact, True
@@ -334,6 +336,8 @@ class FlowDriver:
             "open",
             approvers=approvers,
             shown=shown,
+            expects=action.expects if isinstance(action, Ask) else "text",
+            accept=action.accept if isinstance(action, Ask) else None,
         )
 
     async def _journal_interrupt(
@@ -345,9 +349,11 @@ class FlowDriver:
         answer: Any = None,
         approvers: Sequence[str] = (),
         shown: Sequence[ShownField] = (),
+        expects: Literal["text", "file"] = "text",
+        accept: str | None = None,
     ) -> None:
-        """A ``journal.interrupt``: the question opened (with who may answer it)
-        or closed (answered: by whom)."""
+        """A ``journal.interrupt``: the question opened (with who may answer it,
+        and whether the answer is a file) or closed (answered: by whom)."""
         if found is None:
             return
         expires = found.expires_at
@@ -374,6 +380,8 @@ class FlowDriver:
                 approvers=list(approvers) if opening else [],
                 asked_of=track.asked_of if opening else None,
                 by=Answerer.model_validate(by) if by is not None else None,
+                expects=expects,
+                accept=accept,
             ),
         )
 

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from compiler._durations import parse_duration
 from compiler._errors import LemongraphError
 from compiler._source import Located, field_problem
+from compiler.flows._flowfiles import file_channel_problems
 from compiler.flows._flowschema import schema_problems
 from compiler.flows._flowspec import (
     BUILTIN_CHANNELS,
@@ -256,6 +257,7 @@ class _References:
 
     def check(self) -> None:
         self.flow_fields()
+        self.file_channels()
         for i, node in enumerate(self.spec.nodes):
             self.node(("nodes", i), node)
         self.contract()
@@ -346,6 +348,12 @@ class _References:
                     f"add it to outputs",
                     ("reply",),
                 )
+
+    def file_channels(self) -> None:
+        """File channels' fields (docs/flows.md, "File channels")."""
+        for name, channel in self.spec.state.items():
+            for field_name, message in file_channel_problems(name, channel):
+                self.at("FILE_CHANNEL", message, ("state", name, field_name))
 
     def contract(self) -> None:
         """The flow's tools: in the catalog, granted by the milestone's integrations."""

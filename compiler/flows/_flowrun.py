@@ -23,6 +23,7 @@ from typing import Any
 
 from compiler._durations import parse_duration
 from compiler.flows import _flowbounds as bounds
+from compiler.flows._flowfiles import asks_for_file, file_value_problem, prompt_files
 from compiler.flows._flowmeaning import approval_says_yes, route_of
 from compiler.flows._flowschema import check_schema, value_kind
 from compiler.flows._flowspec import (
@@ -296,7 +297,10 @@ class _Step:
         action: Action
         if isinstance(node, LlmNode):
             prompt = self.render(node.prompt, branch)
-            action = CallModel(call_id=cid, node=node.id, prompt=prompt, schema_=node.schema_)
+            files = prompt_files(node.prompt, self.flow.channels, lambda n: self.read(n, branch))
+            action = CallModel(
+                call_id=cid, node=node.id, prompt=prompt, schema_=node.schema_, files=files
+            )
             return cid, "model", action
         if isinstance(node, ToolNode):
             args = self.render_value(node.args, branch)
@@ -401,7 +405,11 @@ class _Step:
                 item=branch.item,
             )
             self.interrupt = asked
-            self.actions.append(_interrupt_action(asked))
+            action = _interrupt_action(asked)
+            wants = asks_for_file(node, self.flow.channels) if isinstance(node, AskNode) else None
+            if wants is not None and isinstance(action, Ask):
+                action = action.model_copy(update={"expects": "file", "accept": wants.accept})
+            self.actions.append(action)
             return
 
     # -- leaving nodes ----------------------------------------------------
@@ -677,6 +685,10 @@ class _Step:
         branch = self.asking(asked)
         if asked.kind == "ask":
             value = given.answer
+            node = self.flow.nodes[asked.node]
+            wants = asks_for_file(node, self.flow.channels) if isinstance(node, AskNode) else None
+            if wants is not None and file_value_problem(value, wants.accept) is not None:
+                return False  # a file channel takes a file value only
             if asked.answers:
                 said = value.strip().casefold() if isinstance(value, str) else None
                 chosen = [a for a in asked.answers if a.strip().casefold() == said]

@@ -117,6 +117,8 @@ FLOW_RULES: Mapping[str, str] = {
     # An LGFlow file (docs/flows.md, "Coming from LGFlow").
     "LGFLOW_FEATURE_VERSION": "an LGFlow file uses a feature its version does not have",
     "LGFLOW_NOT_TRANSLATED": "an LGFlow file says what this language cannot",
+    "FILE_CHANNEL": "accept on a channel that is not a file channel or that is not a media "
+    "type list; a file channel with a reducer or a default that is not a file value",
 }
 
 #: Every readiness warning (docs/flows.md, "Readiness warnings"), by code.

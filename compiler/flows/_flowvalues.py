@@ -283,6 +283,9 @@ class CallModel(FlowValue):
     node: str
     prompt: str
     schema_: dict[str, Any] | None = Field(None, alias="schema")
+    #: The file values the prompt names (docs/flows.md, "A model reads a file"):
+    #: an image is given to the model as an image, another file as its name.
+    files: tuple[dict[str, Any], ...] = ()
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -327,6 +330,10 @@ class Ask(FlowValue):
     question: str
     answers: tuple[str, ...] = ()
     expires_at: datetime | None = None
+    #: ``file`` when the answer goes to a file channel (docs/flows.md, "File
+    #: channels"): it is a file value, of a media type ``accept`` allows.
+    expects: Literal["text", "file"] = "text"
+    accept: str | None = None
 
 
 class AwaitApproval(FlowValue):

@@ -5,6 +5,8 @@ and is reached by them through ``request.app.state.gateway``."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from stream.gateway import docs
 from stream.gateway.contract import TAGS, GatewayApp
 from stream.gateway.errors import install_handlers
@@ -17,6 +19,7 @@ from stream.gateway.routes import (
     answers,
     dev,
     events,
+    files,
     health,
     inbound,
     jobs,
@@ -28,6 +31,7 @@ from stream.gateway.routes import (
     subjects,
 )
 from stream.gateway.routes.shared import Gateway
+from stream.runtime.filestore import DEFAULT_FILE_TYPES, FileStore
 from stream.runtime.tracing import tracer
 
 __all__ = ["ROUTERS", "build_api"]
@@ -42,6 +46,7 @@ ROUTERS = (
     events.router,
     messages.router,
     answers.router,
+    files.router,
     inbound.router,
     dev.router,
     streams.router,
@@ -92,6 +97,8 @@ def build_api(gateway: Gateway) -> GatewayApp:
         gateway.tokens = ReplyTokens(mail)
         gateway.model.message_readers.append(gateway.tokens.read)
         gateway.model.message_readers.append(gateway.received.read)
+    if gateway.files is None:
+        gateway.files = FileStore(Path("data") / "files", 10 << 20, DEFAULT_FILE_TYPES)
     app.state.gateway = gateway
     for router in ROUTERS:
         app.include_router(router)

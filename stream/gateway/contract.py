@@ -26,6 +26,7 @@ TAGS: list[dict[str, Any]] = [
         "name": "interrupts",
         "description": "A flow's open questions and approvals, and their answers.",
     },
+    {"name": "files", "description": "Upload a file for a file channel; read it back."},
     {"name": "streams", "description": "A job as it changes, as server-sent events."},
     {"name": "playbooks", "description": "The registered playbooks."},
     {"name": "schedules", "description": "Create, change, delete and wake schedules; read runs."},

@@ -12,8 +12,9 @@ not UTF-8, or nested past the parser), ``malformed_request`` (400: e.g. a bad
 Content-Length); ``body_too_large`` (413); ``invalid_body``, ``invalid_query``
 (422), ``invalid_schedule`` (422, with ``field`` and ``position``); ``rate_limited``
 (429); ``job_exists``, ``schedule_exists``, ``run_not_active`` (409); ``job_not_found``,
-``playbook_not_found``, ``schedule_not_found``, ``run_not_found``, ``not_found`` (404);
-``method_not_allowed`` (405);
+``playbook_not_found``, ``schedule_not_found``, ``run_not_found``, ``file_not_found``,
+``not_found`` (404); ``file_too_large`` (413), ``media_type_not_allowed`` (415),
+``file_not_its_type`` (422): an upload the file store refuses; ``method_not_allowed`` (405);
 ``broker_unavailable`` (503: the write may or may not have landed; retry with
 the same idempotency key); ``internal`` (500). Answered by the connection itself,
 before any route (stream/gateway/protocol.py): ``request_timeout`` (408: headers or
@@ -115,11 +116,15 @@ CODES: dict[str, int] = {
     "subject_not_found": 404,
     "not_dev": 404,
     "inbound_not_configured": 404,
+    "file_not_found": 404,
     "job_exists": 409,
     "interrupt_not_open": 409,
     "schedule_exists": 409,
     "run_not_active": 409,
     "body_too_large": 413,
+    "file_too_large": 413,
+    "media_type_not_allowed": 415,
+    "file_not_its_type": 422,
     "invalid_body": 422,
     "invalid_query": 422,
     "invalid_header": 422,
@@ -156,6 +161,7 @@ _REASONS = {
     404: "Not Found",
     409: "Conflict",
     413: "Content Too Large",
+    415: "Unsupported Media Type",
     422: "Unprocessable Content",
     429: "Too Many Requests",
     503: "Service Unavailable",
@@ -219,8 +225,13 @@ def install_handlers(app: FastAPI) -> None:
         assert isinstance(exc, RequestValidationError)
         return error_response(_from_validation(exc))
 
-    async def http(_request: Request, exc: Exception) -> JSONResponse:
+    async def http(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
+        multipart = request.headers.get("content-type", "").startswith("multipart/")
+        if exc.status_code == 400 and exc.detail == _UNPARSED and multipart:
+            # An upload (POST /v1/files) whose multipart body cannot be read.
+            message = "the multipart body could not be read"
+            return error_response(ApiError(400, "malformed_request", message))
         if exc.status_code == 400 and exc.detail == _UNPARSED:
             # The framework could not read the body as JSON at all: bytes that
             # are not UTF-8, or arrays/objects nested past the parser's stack.

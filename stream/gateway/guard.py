@@ -36,6 +36,9 @@ _SSE_ROUTE = re.compile(r"/v1/jobs/[^/]+/events")
 #: Routes a mail provider calls: no token, a signature over the body instead
 #: (the route checks it), and a rate limit of their own.
 SIGNED_PATHS = frozenset({"/v1/inbound/email"})
+#: Routes whose body is a file (docs/api.md, "Files"): read up to ``max_upload``
+#: rather than ``max_body``.
+UPLOAD_PATHS = frozenset({"/v1/files"})
 
 
 @dataclass
@@ -51,6 +54,9 @@ class Guard:
     streams_per_token: int = 20
     max_streams: int = 500
     streams: dict[str, int] = field(default_factory=dict)  # token ident → open streams
+    #: The body limit of an upload (:data:`UPLOAD_PATHS`): the largest file and
+    #: room for its multipart framing (0: ``max_body``).
+    max_upload: int = 0
 
     def open_stream(self, ident: str) -> None:
         """Count a new event stream of ``ident``'s, or refuse it (:class:`ApiError`)."""
@@ -163,6 +169,8 @@ class GuardMiddleware:
         if scope["method"] not in ("POST", "PUT", "PATCH"):
             return None
         limit = self.guard.max_body
+        if scope["path"] in UPLOAD_PATHS and self.guard.max_upload:
+            limit = self.guard.max_upload
         # Connection: close: the server does not read the rest of the body.
         too_large = ApiError(
             413, "body_too_large", f"the body is larger than {limit} bytes",

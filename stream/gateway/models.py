@@ -18,6 +18,7 @@ __all__ = [
     "DevMailList",
     "EventBody",
     "EvidenceEvent",
+    "FileValue",
     "Health",
     "InboundAccepted",
     "InboundEmail",
@@ -164,6 +165,21 @@ class InboundAccepted(BaseModel):
     message_id: str
     event_id: str
     duplicate: bool = False
+
+
+class FileValue(BaseModel):
+    """A file channel's value (docs/flows.md, "File channels"): what an upload
+    answers and what a flow holds, never the bytes."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    #: The lowercase hex SHA-256 of the bytes: the same bytes are one file.
+    id: str
+    name: str
+    media_type: str = Field(alias="mediaType")
+    #: Where the file is served (``GET /v1/files/{id}``, with a token).
+    url: str
+    bytes: int
 
 
 class MessageAccepted(BaseModel):

@@ -38,6 +38,7 @@ from stream.gateway.routes.shared import Gateway
 from stream.runtime.config import Settings
 from stream.runtime.errors import GatewayStartError
 from stream.runtime.files import load_playbooks_dir
+from stream.runtime.filestore import FileStore
 from stream.runtime.kafka import bootstrap_of, client_kwargs, compression_type
 from stream.runtime.metrics import TASKS_OPEN, MetricsServer, serve_metrics
 from stream.runtime.tracing import start_tracing
@@ -61,7 +62,7 @@ class _Server(uvicorn.Server):
 #: What the page may load: its own scripts, styles and API (the live streams are
 #: EventSource requests to the same origin), nothing inline, never in a frame.
 CONTENT_SECURITY_POLICY = (
-    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; "
     "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
     "frame-ancestors 'none'"
 )
@@ -72,6 +73,9 @@ DOCS_POLICY = (
     "style-src 'self' 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; "
     "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 )
+#: A stored file (GET /v1/files/{id}): shown, if at all, in a sandbox where no
+#: script runs, and loading nothing (docs/api.md, "Files").
+FILE_POLICY = "sandbox; default-src 'none'; img-src 'self'; style-src 'unsafe-inline'"
 #: Everything else (JSON, the API port's home page, errors) loads nothing.
 OTHER_POLICY = "default-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 COMMON_HEADERS = [
@@ -82,6 +86,8 @@ COMMON_HEADERS = [
 
 
 def _policy(path: str, ui: bool) -> bytes:
+    if path.startswith("/v1/files/"):
+        return FILE_POLICY.encode()
     if ui and (path in ("/", "/schedules") or path.startswith(("/jobs/", "/schedules/", "/ui/"))):
         return CONTENT_SECURITY_POLICY.encode()
     if path == "/docs":
@@ -197,6 +203,8 @@ async def serve(
         settings.max_body,
         streams_per_token=settings.streams_per_token,
         max_streams=max(1, settings.max_connections // 2),
+        # An upload's body: the file and room for its multipart framing.
+        max_upload=settings.file_max_bytes + (64 << 10),
     )
     try:
         mail: MailSettings | None = MailSettings.from_env(dict(os.environ))
@@ -207,6 +215,7 @@ async def serve(
         model, producer, guard, dev_mail=dev_mail, mail=mail,
         send_timeout=settings.gateway_write_timeout, bootstrap=bootstrap,
         security=settings.kafka_security,
+        files=FileStore(settings.file_store_dir, settings.file_max_bytes, settings.file_types),
     )  # fmt: skip
     tracing = start_tracing("gateway", say)  # docs/operations.md, "Tracing"
     api = build_api(gateway)

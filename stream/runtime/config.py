@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from stream.runtime.dotenv import read_dotenv
 from stream.runtime.errors import ConfigError
+from stream.runtime.filestore import DEFAULT_FILE_TYPES
 
 if TYPE_CHECKING:
     from stream.runtime.kafka import KafkaSecurity
@@ -220,6 +221,19 @@ class Settings:
     #: LEMONGRAPH_METRICS_HOST.
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
+    #: File channels' uploads (docs/operations.md, "Files"): the largest file the
+    #: gateway keeps (LEMONGRAPH_FILE_MAX_BYTES) and the media types it accepts
+    #: (LEMONGRAPH_FILE_TYPES, comma-separated, ``image/*`` patterns allowed).
+    file_max_bytes: int = 10 << 20
+    file_types: tuple[str, ...] = DEFAULT_FILE_TYPES
+    #: Where the uploads are kept (LEMONGRAPH_FILES_DIR; None: ``files`` in the
+    #: data folder). The gateway writes there and the agents service reads there.
+    files_dir: Path | None = None
+
+    @property
+    def file_store_dir(self) -> Path:
+        """The folder of the file store (docs/operations.md, "Files")."""
+        return self.files_dir if self.files_dir is not None else self.data_dir / "files"
 
     @property
     def catalog_file(self) -> Path:
@@ -278,7 +292,18 @@ class Settings:
             rocksdb=RocksDBMemory.from_env(env),
             metrics_port=_metrics_port(env),
             metrics_host=env.get("LEMONGRAPH_METRICS_HOST", "").strip() or "127.0.0.1",
+            file_max_bytes=_int(env, "LEMONGRAPH_FILE_MAX_BYTES", 10 << 20, low=1),
+            file_types=_file_types(env),
+            files_dir=Path(env["LEMONGRAPH_FILES_DIR"].strip())
+            if env.get("LEMONGRAPH_FILES_DIR", "").strip()
+            else None,
         )
+
+
+def _file_types(env: dict[str, str]) -> tuple[str, ...]:
+    """LEMONGRAPH_FILE_TYPES: the media types uploads may have (docs/operations.md, "Files")."""
+    given = [t.strip().lower() for t in env.get("LEMONGRAPH_FILE_TYPES", "").split(",")]
+    return tuple(t for t in given if t) or DEFAULT_FILE_TYPES
 
 
 def _metrics_port(env: dict[str, str]) -> int | None:

@@ -9,6 +9,7 @@ from typing import Any
 import orjson
 from fastapi import APIRouter
 
+from compiler import file_value_problem
 from stream.gateway.errors import BODY_CODES, WRITE_CODES, ApiError, error_responses
 from stream.gateway.models import AnswerAccepted, AnswerBody, InterruptList
 from stream.gateway.routes.capabilities import require
@@ -101,6 +102,8 @@ async def post_answer(
                 "answer_not_allowed",
                 f"question {body.interrupt_id!r} takes one of: {', '.join(allowed)}",
             )
+        if asked.get("expects") == "file":
+            _file_answer(gateway, body.interrupt_id, body.answer, asked.get("accept"))
         gateway.room()
         message_id = f"answer:{body.interrupt_id}"
         answer = body.answer
@@ -141,3 +144,21 @@ async def get_interrupts(gateway: GatewayDep, key: str) -> InterruptList:
     if entry is None or not entry.visible:
         raise ApiError(404, "job_not_found", f"no job {key!r}")
     return InterruptList(key=key, interrupts=list(model.interrupts.get(key, {}).values()))
+
+
+def _file_answer(gateway: Gateway, interrupt_id: str, answer: Any, accept: str | None) -> None:
+    """422 ``answer_not_allowed`` unless ``answer`` is the file value of a stored
+    file (an upload's, ``POST /v1/files``) of a type the question accepts
+    (docs/flows.md, "File channels")."""
+    problem = file_value_problem(answer, accept)
+    if problem is None:
+        assert gateway.files is not None  # build_api makes one
+        stored = gateway.files.get(answer["id"])
+        if stored is None:
+            problem = f"no file {answer['id']!r} was uploaded (POST /v1/files)"
+        elif stored.media_type != answer["mediaType"]:
+            problem = f"file {answer['id']!r} is {stored.media_type}"
+    if problem is not None:
+        raise ApiError(
+            422, "answer_not_allowed", f"question {interrupt_id!r} takes a file: {problem}"
+        )

@@ -28,6 +28,7 @@ from stream.gateway.readmodels.memory import SubjectModel
 from stream.gateway.readmodels.reply_lookup import ReceivedIds, ReplyTokens
 from stream.gateway.readmodels.schedules import ScheduleModel
 from stream.gateway.tokens import Principal
+from stream.runtime.filestore import FileStore
 from stream.runtime.kafka import KafkaSecurity
 from stream.runtime.tracing import current_headers
 from topics import InboxEvent, JobStart, encode
@@ -87,6 +88,9 @@ class Gateway:
     #: The subjects' read model (stream/gateway/readmodels/memory.py); one is made
     #: for the model's topics when none is given.
     subjects: SubjectModel | None = None
+    #: File channels' files (stream/runtime/filestore.py); build_api makes one
+    #: under ``data/files`` with the default limits when none is given.
+    files: FileStore | None = None
     #: The broker and how to reach it (an erasure reads the topics' retention).
     bootstrap: str = ""
     security: KafkaSecurity | None = None

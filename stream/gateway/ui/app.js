@@ -493,7 +493,7 @@ function messageItem(m) {
     "data-message-id": m.message_id, "data-interrupt-id": m.interrupt_id || null },
     h("div", { class: "who" }, mark, mark ? " " : null, who,
       h("span", { class: "muted" }, ` · ${m.channel} · `, when(m.at))),
-    h("div", { class: "text" }, m.text));
+    h("div", { class: "text" }, richText(m.text)));  // tables and files: rich.js
 }
 
 function renderConversation() {
@@ -520,6 +520,8 @@ function questionItem(rec) {
   let answerBox;
   if (rec.kind === "approval") {
     answerBox = h("div", { class: "q-answers" }, button("Approve", "yes"), " ", button("Reject", "no"));
+  } else if (rec.expects === "file") {
+    answerBox = filePicker(rec, controls, status, send);  // rich.js
   } else if (rec.answers && rec.answers.length) {
     answerBox = h("div", { class: "q-answers" }, rec.answers.map((a, i) => [i ? " " : null, button(a, a)]));
   } else {
@@ -561,7 +563,8 @@ async function answerQuestion(item, answer) {
     const done = await api("/v1/jobs/" + encodeURIComponent(job.key) + "/answers",
       { interrupt_id: item.rec.interrupt_id, answer });
     if (view !== state.view) return;
-    settleQuestion(item, "sent", `answer ${valueText(answer)} accepted (message ${done.message_id}); ` +
+    const said = isFileValue(answer) ? answer.name : valueText(answer);  // a file: its name
+    settleQuestion(item, "sent", `answer ${said} accepted (message ${done.message_id}); ` +
       "the flow takes it next");
   } catch (e) {
     if (view !== state.view) return;

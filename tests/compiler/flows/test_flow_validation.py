@@ -201,6 +201,13 @@ CASES: list[tuple[str, str, int, int, dict[str, object]]] = [
         {"routers": set()},
     ),
     (
+        "FILE_CHANNEL",
+        BASE.replace("  question: {type: string}", "  question: {type: string, accept: image/*}"),
+        6,
+        36,
+        {},
+    ),
+    (
         "TOOL_NOT_IN_INTEGRATIONS",
         BASE,
         12,

@@ -58,6 +58,9 @@ class Provoke:
     json: Any = None
     content: bytes | None = None
     params: dict[str, Any] = field(default_factory=dict)
+    #: A multipart upload (httpx ``files=``), or the body's own Content-Type.
+    files: dict[str, Any] | None = None
+    content_type: str = "application/json"
 
 
 def operations(document: dict[str, Any]) -> Iterator[tuple[str, str, dict[str, Any]]]:
@@ -272,10 +275,32 @@ def provocations(job: str, schedule: str, ended: str) -> list[Provoke]:
             params={"status": "odd"},
         ),
         Provoke("listDevMail", 404, "GET", "/v1/dev/mail"),
+        *_file_provocations(),
         Provoke("receiveEmail", 404, "POST", "/v1/inbound/email", token="", json={"to": "x@y"}),
         Provoke("receiveEmail", 413, "POST", "/v1/inbound/email", token="", content=big),
     ]
     return out
+
+
+def _file_provocations() -> list[Provoke]:
+    """The file routes' errors (docs/api.md, "Files")."""
+    upload = "/v1/files"
+    text = {"file": ("a.txt", b"hi", "text/plain")}
+    return [
+        Provoke("uploadFile", 400, "POST", upload, content=b"--x\r\nnot multipart",
+                content_type="multipart/form-data; boundary=x"),
+        Provoke("uploadFile", 401, "POST", upload, token="", files=text),
+        Provoke("uploadFile", 403, "POST", upload, token="agent", files=text),
+        # Past LEMONGRAPH_FILE_MAX_BYTES (10 MiB), within the body's room for framing.
+        Provoke("uploadFile", 413, "POST", upload,
+                files={"file": ("big.txt", b"x" * ((10 << 20) + 1), "text/plain")}),
+        Provoke("uploadFile", 415, "POST", upload,
+                files={"file": ("a.html", b"<b>hi</b>", "text/html")}),
+        Provoke("uploadFile", 422, "POST", upload,
+                files={"file": ("a.png", b"not a png", "image/png")}),
+        Provoke("getFile", 401, "GET", f"{upload}/{'0' * 64}", token=""),
+        Provoke("getFile", 404, "GET", f"{upload}/{'0' * 64}"),
+    ]  # fmt: skip
 
 
 def test_each_documented_error_is_answered_as_documented(
@@ -301,7 +326,7 @@ def test_each_documented_error_is_answered_as_documented(
     errors = documented(document)
     provoked: set[tuple[str, int]] = set()
     for case in provocations(job, schedule, ended):
-        headers = {"Content-Type": "application/json"} if case.content is not None else {}
+        headers = {"Content-Type": case.content_type} if case.content is not None else {}
         if case.token:
             headers["Authorization"] = f"Bearer {tokens[case.token]}"
         answer = httpx.request(
@@ -310,6 +335,7 @@ def test_each_documented_error_is_answered_as_documented(
             json=case.json,
             content=case.content,
             params=case.params,
+            files=case.files,
             headers=headers,
             timeout=30,
         )

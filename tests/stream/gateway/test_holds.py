@@ -374,7 +374,15 @@ def test_every_answer_of_both_ports_has_security_headers(shared_gateway: Gateway
 
 def test_the_ui_is_served_with_security_headers(shared_gateway: GatewayProcess) -> None:
     gateway = shared_gateway  # reads only
-    for path in ("/", "/ui/", "/jobs/job-1", "/ui/app.js", "/ui/actions.js", "/ui/app.css"):
+    for path in (
+        "/",
+        "/ui/",
+        "/jobs/job-1",
+        "/ui/app.js",
+        "/ui/actions.js",
+        "/ui/rich.js",
+        "/ui/app.css",
+    ):
         response = httpx.get(f"{gateway.ui}{path}", timeout=10)
         assert response.status_code == 200, path
         csp = response.headers["Content-Security-Policy"]

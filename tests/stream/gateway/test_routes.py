@@ -37,6 +37,8 @@ OPERATIONS = {
     ("GET", "/healthz", "getHealth", "health"),
     ("GET", "/v1/dev/mail", "listDevMail", "dev"),
     ("POST", "/v1/events", "sendEvent", "events"),
+    ("POST", "/v1/files", "uploadFile", "files"),
+    ("GET", "/v1/files/{file_id}", "getFile", "files"),
     ("POST", "/v1/inbound/email", "receiveEmail", "inbound"),
     ("GET", "/v1/jobs", "listJobs", "jobs"),
     ("POST", "/v1/jobs", "startJob", "jobs"),
