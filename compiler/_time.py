@@ -27,12 +27,12 @@ _DAYS: Final[dict[int, str]] = {}
 
 
 class _Last:
-    """The instant :func:`to_iso` formatted last, with its text: one tuple, set
-    in one assignment, so that a thread never reads one's instant with
-    another's text."""
+    """The two instants :func:`to_iso` formatted last, with their texts: one
+    tuple, set in one assignment, so that a thread never reads one's instant
+    with another's text."""
 
     def __init__(self) -> None:
-        self.pair: tuple[datetime | None, str] = (None, "")
+        self.pairs: tuple[datetime | None, str, datetime | None, str] = (None, "", None, "")
 
 
 _LAST: Final = _Last()
@@ -41,17 +41,21 @@ _LAST: Final = _Last()
 def to_iso(instant: datetime) -> str:
     """``2026-01-05T09:00:00Z`` (microseconds only when present): what
     ``isoformat()`` writes for the instant in UTC, with ``Z`` for ``+00:00``.
-    One decision writes the same few instants dozens of times, most often the
-    one just written (the step's ``now``): that one is found by identity. The
-    rest are formatted from their fields with the day's text remembered, about
-    four times faster than ``isoformat()`` (which formats the offset through
-    ``utcoffset()`` every time), and faster than a cache by value, which hashes
-    an aware datetime by building two more."""
-    pair = _LAST.pair
-    if pair[0] is instant:
-        return pair[1]
+    One decision writes the same few instants dozens of times, alternating
+    between the step's ``now`` and a deadline or a timer's instant: the last two
+    are found by identity (a second one took the onboarding mix from 7.9 to 5.0
+    formats per event; benchmarks/README.md, "Issue 35"). The rest are
+    formatted from their fields with the day's text remembered, about four times
+    faster than ``isoformat()`` (which formats the offset through ``utcoffset()``
+    every time), and faster than a cache by value, which hashes an aware datetime
+    by building two more."""
+    pairs = _LAST.pairs
+    if pairs[0] is instant:
+        return pairs[1]
+    if pairs[2] is instant:
+        return pairs[3]
     text = _format_iso(instant)
-    _LAST.pair = (instant, text)
+    _LAST.pairs = (instant, text, pairs[0], pairs[1])
     return text
 
 

@@ -131,18 +131,24 @@ class TransitionRecord(_Part):
 
 
 class TaskOpenedEffect(_Part):
-    """A milestone's task is open; ``frontier`` is every open milestone in rank order."""
+    """A milestone's task is open (in a decision's effects): which task, when,
+    and its deadline. What it asks for is the playbook's and the frontier is
+    the decision's; the task record on ``tasks`` (:class:`TaskOpenedRecord`)
+    carries both. Decisions written before issue 35 carry them here too (the
+    four optional fields), and are still read."""
 
     type: Literal["task.opened"] = "task.opened"
     task_id: str
     job_key: str
     milestone: str
     at: str
-    instructions: str
-    playbook_instructions: str
-    integrations: list[str]
     deadline: str
-    frontier: list[str]
+    # Only in decisions written before issue 35 (docs/kafka.md, "What a record
+    # no longer carries").
+    instructions: str | None = None
+    playbook_instructions: str | None = None
+    integrations: list[str] | None = None
+    frontier: list[str] | None = None
 
 
 class TaskClosedEffect(_Part):
@@ -192,9 +198,14 @@ Effect = Annotated[
 
 
 class TaskOpenedRecord(TaskOpenedEffect, TopicRecord):
-    """The task.opened effect on the tasks topic, with what a channel service
-    needs to talk to the job's contacts."""
+    """The task.opened effect on the tasks topic, with what the task asks for,
+    the frontier (every open milestone in rank order) and what a channel
+    service needs to talk to the job's contacts."""
 
+    instructions: str
+    playbook_instructions: str
+    integrations: list[str]
+    frontier: list[str]
     playbook_key: str
     subject: dict[str, Any] = Field(default_factory=dict)
     contacts: list[Any] = Field(default_factory=list)

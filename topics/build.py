@@ -106,28 +106,20 @@ def transition(milestone: str, before: str, after: str, at: str, reason: str) ->
 
 
 def task_opened(
-    task_id: str,
-    job_key: str,
-    milestone: str,
-    at: str,
-    instructions: str,
-    playbook_instructions: str,
-    integrations: Sequence[str],
-    deadline: str,
-    frontier: Sequence[str],
+    task_id: str, job_key: str, milestone: str, at: str, deadline: str
 ) -> dict[str, Any]:
-    """``TaskOpenedEffect``: a task.opened in a decision's effects."""
+    """``TaskOpenedEffect``: a task.opened in a decision's effects. What the task
+    asks for (its instructions, the playbook's, its integrations) is the
+    playbook's, and the frontier is the decision's own: the task record on
+    ``tasks`` carries them (``task_opened_record``; docs/kafka.md, "Records the
+    worker writes")."""
     return {
         "type": "task.opened",
         "task_id": task_id,
         "job_key": job_key,
         "milestone": milestone,
         "at": at,
-        "instructions": instructions,
-        "playbook_instructions": playbook_instructions,
-        "integrations": list(integrations),
         "deadline": deadline,
-        "frontier": list(frontier),
     }
 
 
@@ -194,15 +186,23 @@ def memory_fact_record(effect: Mapping[str, Any]) -> dict[str, Any]:
 
 def task_opened_record(
     effect: Mapping[str, Any],
+    instructions: str,
+    playbook_instructions: str,
+    integrations: Sequence[str],
+    frontier: Sequence[str],
     playbook_key: str,
     subject: Mapping[str, Any],
     contacts: Sequence[Any],
 ) -> dict[str, Any]:
-    """``TaskOpenedRecord`` (tasks topic): the effect, with what a channel
-    service needs to talk to the job's contacts."""
+    """``TaskOpenedRecord`` (tasks topic): the effect, with what the task asks
+    for and what a channel service needs to talk to the job's contacts."""
     return {
         "schema": SCHEMA,
         **effect,
+        "instructions": instructions,
+        "playbook_instructions": playbook_instructions,
+        "integrations": list(integrations),
+        "frontier": list(frontier),
         "playbook_key": playbook_key,
         "subject": dict(subject),
         "contacts": list(contacts),
@@ -285,17 +285,20 @@ def decision_record(
     return out
 
 
+#: A milestone's optional parts, in the order a snapshot writes them.
+_MILESTONE_PARTS = ("opened_at", "deadline", "task_at", "settled_at", "outcome", "explanation")
+
+
 def milestone_snapshot(state: Mapping[str, Any]) -> dict[str, Any]:
-    """``MilestoneSnapshot``, from a milestone's part of job state."""
-    return {
-        "state": state["status"],
-        "opened_at": state.get("opened_at"),
-        "deadline": state.get("deadline"),
-        "task_at": state.get("task_at"),
-        "settled_at": state.get("settled_at"),
-        "outcome": state.get("outcome"),
-        "explanation": state.get("explanation"),
-    }
+    """``MilestoneSnapshot``, from a milestone's part of job state: only the
+    parts it has (a pending milestone is ``{"state": "pending"}``; the model
+    reads an absent part as null: docs/kafka.md, "Records the worker writes")."""
+    out: dict[str, Any] = {"state": state["status"]}
+    for name in _MILESTONE_PARTS:
+        value = state.get(name)
+        if value is not None:
+            out[name] = value
+    return out
 
 
 def job_snapshot(

@@ -85,17 +85,11 @@ class TaskOpened:
         return task_id(self.job_key, self.milestone)
 
     def to_json(self) -> dict[str, Any]:
-        """JSON-ready, with ``type``."""
+        """JSON-ready, with ``type``: as a decision's effect, which task, when and
+        its deadline (the task record adds what it asks for and the frontier:
+        ``topics.build.task_opened_record``, docs/kafka.md)."""
         return task_opened(
-            self.task_id,
-            self.job_key,
-            self.milestone,
-            to_iso(self.at),
-            self.instructions,
-            self.playbook_instructions,
-            self.integrations,
-            to_iso(self.deadline),
-            self.frontier,
+            self.task_id, self.job_key, self.milestone, to_iso(self.at), to_iso(self.deadline)
         )
 
 

@@ -262,7 +262,16 @@ class Jobs:
         # The effects' JSON is in the decision record already: task records reuse it.
         for effect, data in zip(step.effects, body["effects"], strict=True):
             if isinstance(effect, TaskOpened) and state is not None:
-                task = task_opened_record(data, state.playbook_key, state.subject, state.contacts)
+                task = task_opened_record(
+                    data,
+                    effect.instructions,
+                    effect.playbook_instructions,
+                    effect.integrations,
+                    effect.frontier,
+                    state.playbook_key,
+                    state.subject,
+                    state.contacts,
+                )
             elif isinstance(effect, TaskClosed):
                 task = task_closed_record(data)
             elif isinstance(effect, FactRemembered):

@@ -147,20 +147,36 @@ def test_transition(
     assert (parsed.from_, parsed.to) == (before, after)
 
 
-task_opened_args = st.tuples(
-    texts, texts, texts, instants, texts, texts, st.lists(texts, max_size=3), instants,
-    st.lists(texts, max_size=3),
-)  # fmt: skip
+task_opened_args = st.tuples(texts, texts, texts, instants, instants)
+#: What the task record adds: instructions, the playbook's, integrations, frontier.
+task_asks = st.tuples(texts, texts, st.lists(texts, max_size=3), st.lists(texts, max_size=3))
 
 
 @SETTINGS
-@given(task_opened_args, texts, objects, st.lists(json_values, max_size=3))
+@given(task_opened_args, task_asks, texts, objects, st.lists(json_values, max_size=3))
 def test_task_opened(
-    args: tuple[Any, ...], playbook_key: str, subject: dict[str, Any], contacts: list[Any]
+    args: tuple[Any, ...],
+    asks: tuple[Any, ...],
+    playbook_key: str,
+    subject: dict[str, Any],
+    contacts: list[Any],
 ) -> None:
     effect = build.task_opened(*args)
     agrees(TaskOpenedEffect, effect)
-    agrees(TaskOpenedRecord, build.task_opened_record(effect, playbook_key, subject, contacts))
+    record = build.task_opened_record(effect, *asks, playbook_key, subject, contacts)
+    agrees(TaskOpenedRecord, record)
+
+
+def test_an_older_task_opened_effect_is_still_read() -> None:
+    # Decisions written before issue 35 carried the task's asks in the effect.
+    older = {
+        **build.task_opened("j/m", "j", "m", "2026-01-05T09:00:00Z", "2026-01-06T09:00:00Z"),
+        "instructions": "do it",
+        "playbook_instructions": "be kind",
+        "integrations": ["email"],
+        "frontier": ["m"],
+    }
+    assert TaskOpenedEffect.model_validate(older).frontier == ["m"]
 
 
 @SETTINGS
@@ -325,10 +341,11 @@ def test_every_recorded_decision_is_a_valid_record(path: Path) -> None:
 def test_a_builder_that_leaves_out_a_field_disagrees() -> None:
     # The check itself can fail: a task.opened without its frontier, or with a
     # field the model does not have, is caught.
-    effect = build.task_opened("j/m", "j", "m", "2026-01-05T09:00:00Z", "", "", [], "x", ["m"])
-    del effect["frontier"]
+    effect = build.task_opened("j/m", "j", "m", "2026-01-05T09:00:00Z", "x")
+    record = build.task_opened_record(effect, "", "", [], ["m"], "p", {}, [])
+    del record["frontier"]
     with pytest.raises(ValueError, match="frontier"):
-        agrees(TaskOpenedEffect, effect)
+        agrees(TaskOpenedRecord, record)
     extra = {**build.timer("2026-01-05T09:00:00Z", "due", "m"), "colour": "red"}
     with pytest.raises(ValueError, match="colour"):
         agrees(TimerRecord, extra)

@@ -88,6 +88,8 @@ def _expected(
         for effect in step.effects:
             if isinstance(effect, TaskOpened | TaskClosed):
                 data = effect.to_json()
+                if isinstance(effect, TaskOpened):  # on the task record, not the effect
+                    data["frontier"] = list(effect.frontier)
                 tasks[f"{data['task_id']} {data['type']}"] = data
     return {k: v for k, v in states.items() if v is not None}, tasks
 
