@@ -6,10 +6,7 @@
 // once both are loaded.
 "use strict";
 
-// What is known of the gateway's run-now route (POST /v1/schedules/{id}/run): null
-// until its OpenAPI document was read, then true or false; a 404 `not_found` from
-// the route itself (a gateway without it) makes it false too.
-const actions = { runNow: null, awaiting: null, playbooks: [] };
+const actions = { awaiting: null, playbooks: [] };
 
 // A refusal as a person reads it: the API's message (with its code and the field it
 // names), never its JSON; an error of the page itself (no token, no network) as is.
@@ -209,13 +206,7 @@ function scheduleControls(sch, statusId) {
     try {
       say(statusId, `${sch.id}: ${await call()}`, "done");
     } catch (e) {
-      if (verb === "run now" && e.status === 404 && e.code === "not_found") {
-        actions.runNow = false;  // this gateway has no such route
-        showRunNow();
-        say(statusId, `${sch.id}: ${RUN_NOW_MISSING}`, "refused");
-      } else {
-        say(statusId, `${sch.id}: ${refusalText(e)}`, "refused");
-      }
+      say(statusId, `${sch.id}: ${refusalText(e)}`, "refused");
     } finally {
       button.disabled = false;
     }
@@ -234,36 +225,12 @@ function scheduleControls(sch, statusId) {
     const woke = await api(path + "/wake", { request_id: requestId() });
     return `woken: run ${woke.run_id}` + (sch.enabled ? "" : " (recorded skipped: the schedule is paused)");
   }));
+  // Run now (POST /v1/schedules/{id}/run): a manual run, paused or not (docs/schedules.md).
   const runNow = scheduleButton("Run now", "run", (b) => act(b, "run now", async () => {
-    const ran = await api(path + "/run", {});
-    return `run now: ${ran.run_id ? "run " + ran.run_id : "accepted"}`;
-  }), { class: "quiet run-now", hidden: actions.runNow === false });
+    const ran = await api(path + "/run", { request_id: requestId() });
+    return `run now: run ${ran.run_id} (manual)`;
+  }), { class: "quiet run-now" });
   return h("span", { class: "schedule-controls", "data-schedule": sch.id }, toggle, " ", wake, " ", runNow);
-}
-
-const RUN_NOW_MISSING = "this gateway has no run-now route (POST /v1/schedules/{id}/run); " +
-  "Wake fires the schedule now";
-
-function showRunNow() {
-  for (const b of document.querySelectorAll("button.run-now")) b.hidden = actions.runNow === false;
-  for (const note of document.querySelectorAll(".run-now-note")) {
-    note.hidden = actions.runNow !== false;
-    note.textContent = "Run now: " + RUN_NOW_MISSING + ".";
-  }
-}
-
-// Whether the gateway has the run-now route, from its OpenAPI document (read once; a
-// POST to find out would run the schedule).
-async function probeRunNow() {
-  if (actions.runNow !== null) return;
-  try {
-    const doc = await (await fetch("/openapi.json")).json();
-    actions.runNow = Object.entries(doc.paths || {}).some(([p, ops]) =>
-      /^\/v1\/schedules\/\{[^}]+\}\/run$/.test(p) && ops.post);
-  } catch (e) {
-    return;  // unknown: the button stays, and a 404 from it says so
-  }
-  showRunNow();
 }
 
 function refreshSchedules() {
@@ -278,7 +245,6 @@ function refreshSchedules() {
 function actionsRouted() {
   for (const el of document.querySelectorAll(".action-status")) say(el.id, "", "");
   actions.awaiting = null;
-  if (/^\/schedules/.test(location.pathname)) probeRunNow();
   const panel = document.getElementById("start-panel");
   if (panel.open && location.pathname === "/") loadPlaybooks();
 }

@@ -3,8 +3,8 @@ API's own routes with the page's token: the address `lemongraph dev` prints
 (`/ui/#token=...`) signs the tab in and leaves the address bar; a job is started
 from the playbook picker and opens; an event is sent and its decision said; a
 schedule is paused, resumed and woken from the Schedules page, its run coming
-back; the run-now button is hidden on a gateway without the route (and says so
-when the route answers 404); and a refused action shows the API's message
+back; run now runs a paused schedule by hand, naming its run; and a refused
+action shows the API's message
 (a duplicate key, a token whose source may not), never its JSON. One gateway and
 one worker serve the module; each test keeps to its own job keys and schedules."""
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, Page, Route
+from playwright.sync_api import Browser, Page
 
 from tests.stream.gateway.conftest import GatewayProcess, Lane
 from tests.stream.gateway.test_browser import ARTIFACTS, _page, browser, chromium
@@ -191,13 +191,6 @@ def test_a_schedule_is_paused_resumed_and_woken_from_the_page(
     page.click("#nav-schedules")
     _row_state(page, "enabled")
     controls = 'tr[data-schedule="act-daily"] .schedule-controls'
-    # This gateway has no run-now route (its OpenAPI document says so): hidden, said.
-    page.wait_for_selector(".run-now-note:not([hidden])", timeout=WAIT)
-    assert (
-        "Wake fires the schedule now" in page.locator("#schedules-view .run-now-note").inner_text()
-    )
-    assert page.locator(f"{controls} button[data-action=run]").is_hidden()
-
     page.click(f"{controls} button[data-action=pause]")
     _row_state(page, "paused")
     assert "act-daily: paused" in page.locator("#schedules-action-status").inner_text()
@@ -234,30 +227,23 @@ def test_a_schedule_is_paused_resumed_and_woken_from_the_page(
     assert not problems, problems
 
 
-def test_run_now_says_so_when_the_gateway_has_no_such_route(
+def test_run_now_runs_a_paused_schedule_and_names_its_manual_run(
     acting: GatewayProcess, browser: Browser
 ) -> None:
     problems: list[str] = []
     with acting.client(acting.token(name="ops")) as client:
-        body = {**SCHEDULE, "id": "act-run"}
+        body = {**SCHEDULE, "id": "act-run", "enabled": False}
         assert client.post("/v1/schedules", json=body).status_code == 201
     page = _page(browser, problems)
-
-    def unreadable(route: Route) -> None:
-        route.abort()
-
-    # Without the OpenAPI document the page cannot know: the button shows, and the
-    # route's own 404 hides it with the reason.
-    page.route("**/openapi.json", unreadable)
     page.goto(f"{acting.ui}/schedules/act-run#token={acting.token(name='browser')}")
-    button = page.locator("#schedule-controls button[data-action=run]")
-    button.wait_for(timeout=WAIT)
-    button.click()
-    said = _status(page, "#schedule-action-status", "no run-now route")
-    assert said == (
-        "act-run: this gateway has no run-now route (POST /v1/schedules/{id}/run); "
-        "Wake fires the schedule now"
-    )
-    page.wait_for_selector("#schedule-controls button[data-action=run]", state="hidden")
-    assert page.locator("#schedule-view .run-now-note").is_visible()
+    page.wait_for_selector('#schedule-state[data-state="paused"]', timeout=WAIT)
+    page.click("#schedule-controls button[data-action=run]")
+    said = _status(page, "#schedule-action-status", "run now: run ")
+    run_id = said.split("run now: run ")[1].split()[0]
+    assert run_id.startswith("mn-"), said
+    # The run comes back, started by hand, though the schedule stays paused.
+    run = f'#schedule-runs tr[data-run="{run_id}"][data-status="completed"]'
+    page.wait_for_selector(run, timeout=60_000)
+    assert "manual" in page.locator(run).inner_text()
+    assert page.locator("#schedule-state").get_attribute("data-state") == "paused"
     assert not problems, problems
