@@ -871,6 +871,7 @@ function actionText(action) {
 }
 
 function whenText(sch) {
+  if (sch.at) return `once at ${sch.at}`;  // a one-shot (docs/schedules.md, "One-shot schedules")
   return sch.schedule === sch.cron ? sch.cron : `${sch.schedule} (${sch.cron})`;
 }
 

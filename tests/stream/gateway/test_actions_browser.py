@@ -247,3 +247,24 @@ def test_run_now_runs_a_paused_schedule_and_names_its_manual_run(
     assert "manual" in page.locator(run).inner_text()
     assert page.locator("#schedule-state").get_attribute("data-state") == "paused"
     assert not problems, problems
+
+
+def test_a_one_shot_schedule_says_its_instant_in_the_list(
+    acting: GatewayProcess, browser: Browser
+) -> None:
+    problems: list[str] = []
+    once = {
+        "id": "act-once",
+        "name": "Act once",
+        "at": "2099-01-02T03:04:00Z",
+        "action": {"type": "start_job", "playbook_key": "onboarding"},
+    }
+    with acting.client(acting.token(name="ops")) as client:
+        created = client.post("/v1/schedules", json=once)
+        assert created.status_code == 201, created.text
+    page = _signed_in(browser, acting, problems, name="browser")
+    page.click("#nav-schedules")
+    row = page.locator('tr[data-schedule="act-once"]')
+    row.wait_for(timeout=WAIT)
+    assert "once at 2099-01-02T03:04:00Z" in row.inner_text()
+    assert not problems, problems
