@@ -170,7 +170,9 @@ class FakeProducer:
     def __init__(self) -> None:
         self.values: list[bytes] = []
 
-    async def send_and_wait(self, topic: str, value: bytes, key: bytes) -> None:
+    async def send_and_wait(
+        self, topic: str, value: bytes, key: bytes, headers: list[tuple[str, bytes]] | None = None
+    ) -> None:
         self.values.append(value)
 
 

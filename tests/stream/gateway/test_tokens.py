@@ -41,6 +41,7 @@ def test_the_public_names_are_pinned() -> None:
         "new_secret",
         "run_gateway",
         "serve",
+        "ui_address",
         "verify_token",
     ]
 
