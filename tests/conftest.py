@@ -14,10 +14,14 @@ import pytest
 from agents.dev.serving import AppThread
 from stream.runtime.broker import EmbeddedBroker, free_port
 from stream.runtime.native import StaleBuild, check
+from tests import costs
 from tests.lanes import ROOT, Lane
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # CPU, wall time and process starts per module, when LEMONGRAPH_TEST_COSTS
+    # names a folder (tests/costs.py).
+    costs.register(config)
     # The processes tests start let the embedded broker hold an empty fetch for
     # 100 ms, not 20: a little latency per hop for a third of the CPU an idle
     # worker and its broker spend polling (docs/operations.md, "Settings that
@@ -99,7 +103,9 @@ def kafka_url() -> Iterator[str]:
         yield configured
         return
     with EmbeddedBroker() as broker:
+        costs.broker_started(broker.pid)
         yield broker.url
+        costs.broker_stopping()
 
 
 def new_lane(kafka_url: str, root: Path) -> Lane:
