@@ -15,12 +15,13 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
-
-import openai
+from typing import TYPE_CHECKING, Any, Literal
 
 from agents.compose import ModelRequest
 from agents.errors import AgentsError
+
+if TYPE_CHECKING:
+    import openai
 
 __all__ = [
     "MAX_REPLY_BYTES",
@@ -137,16 +138,29 @@ class Model:
 
     def __init__(self, settings: ModelSettings) -> None:
         self.settings = settings
-        self.client = openai.AsyncOpenAI(
-            api_key=settings.api_key or "unset",
-            base_url=settings.base_url,
-            max_retries=settings.retries,
-            timeout=settings.timeout,
-        )
+        self._client: openai.AsyncOpenAI | None = None
+
+    @property
+    def client(self) -> openai.AsyncOpenAI:
+        """The ``openai`` client, made at the first call: importing ``openai``
+        costs a process about 0.7 s of CPU, which the agents service, the gateway's
+        tests and ``dev`` spend only once a model is called."""
+        if self._client is None:
+            import openai
+
+            settings = self.settings
+            self._client = openai.AsyncOpenAI(
+                api_key=settings.api_key or "unset",
+                base_url=settings.base_url,
+                max_retries=settings.retries,
+                timeout=settings.timeout,
+            )
+        return self._client
 
     async def close(self) -> None:
-        """Release the HTTP connections."""
-        await self.client.close()
+        """Release the HTTP connections (none before the first call)."""
+        if self._client is not None:
+            await self._client.close()
 
     async def call(
         self,
@@ -158,6 +172,8 @@ class Model:
         """One model call. Raises :class:`ModelError`. With ``output_schema`` (a
         JSON Schema) the answer is asked for as JSON of that shape, through the
         API's structured output (a flow's llm node with a ``schema``)."""
+        import openai  # for its errors: a model is called (see ``client``)
+
         started = time.monotonic()
         try:
             if self.settings.api == "chat":

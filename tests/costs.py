@@ -104,7 +104,7 @@ class CostRecorder:
         subprocess.Popen.__init__ = counting_init  # type: ignore[method-assign, assignment]
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
-        subprocess.Popen.__init__ = self.original_init  # type: ignore[method-assign, assignment]
+        subprocess.Popen.__init__ = self.original_init  # type: ignore[method-assign]
         worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
         with (self.folder / f"{worker}.jsonl").open("ab") as out:
             for cost in self.modules.values():
