@@ -142,6 +142,17 @@ def serve() -> Iterator[Callable[[Any], str]]:
     """A factory: ``serve(app)`` runs the ASGI app (the stand-in model, a tool
     endpoint) on a free port in a thread of the test process and returns its base
     URL (``http://127.0.0.1:PORT``); every server stops at teardown."""
+    yield from serving()
+
+
+@pytest.fixture(scope="module")
+def module_serve() -> Iterator[Callable[[Any], str]]:
+    """``serve`` for a module's shared processes (``module_lane``): its servers
+    stop after the module's last test."""
+    yield from serving()
+
+
+def serving() -> Iterator[Callable[[Any], str]]:
     servers: list[AppThread] = []
 
     def start(app: Any) -> str:

@@ -7,8 +7,8 @@ gateway or CLI process a test started counts once it has been waited for, which
 the lanes and fixtures do when they stop them), the CPU of the process's own
 embedded broker (``/proc/PID/stat``; the session's ``kafka_url``), its wall time,
 and the processes it started (``subprocess.Popen``, by command: ``lemongraph
-worker``, ``python -m agents ...``). Each test process writes a JSON line per
-module to ``FOLDER/<worker id>.jsonl``; the run's end prints the 15 costliest
+worker``, ``python -m agents ...``). Each test process appends a JSON line per
+test to ``FOLDER/<worker id>.jsonl``; the run's end prints the 15 costliest
 modules by CPU (``scripts/test`` with the variable set, or
 ``pytest -n 2 tests/PACKAGE``)."""
 
@@ -84,7 +84,6 @@ class CostRecorder:
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
-        self.modules: dict[str, ModuleCost] = {}
         self.current: ModuleCost | None = None
         self.broker_pid: int | None = None
         self.original_init: Any = None
@@ -105,15 +104,11 @@ class CostRecorder:
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         subprocess.Popen.__init__ = self.original_init  # type: ignore[method-assign]
-        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-        with (self.folder / f"{worker}.jsonl").open("ab") as out:
-            for cost in self.modules.values():
-                out.write(orjson.dumps(cost, default=dict) + b"\n")
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item) -> Generator[None, None, None]:
         module = item.nodeid.split("::")[0]
-        cost = self.modules.setdefault(module, ModuleCost(module))
+        cost = ModuleCost(module)
         self.current = cost
         cpu, broker, wall = own_cpu(), self.broker_cpu(), time.monotonic()
         yield
@@ -126,6 +121,10 @@ class CostRecorder:
         self.reaped = 0.0
         cost.wall += time.monotonic() - wall
         self.current = None
+        # A line per test, written at once: an interrupted run's figures count.
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        with (self.folder / f"{worker}.jsonl").open("ab") as out:
+            out.write(orjson.dumps(cost, default=dict) + b"\n")
 
     def broker_cpu(self) -> float:
         """The CPU of this test process's session broker so far."""
@@ -140,28 +139,34 @@ class CostRecorder:
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if os.environ.get("PYTEST_XDIST_WORKER"):
             return
-        rows: dict[str, ModuleCost] = {}
-        for file in sorted(self.folder.glob("*.jsonl")):
-            for line in file.read_bytes().splitlines():
-                data = orjson.loads(line)
-                row = rows.setdefault(data["module"], ModuleCost(data["module"]))
-                row.tests += data["tests"]
-                row.cpu += data["cpu"]
-                row.broker += data["broker"]
-                row.wall += data["wall"]
-                row.starts.update(data["starts"])
-        write = terminalreporter.write_line
         terminalreporter.section(f"costliest {TOP} modules by CPU ({VARIABLE})")
-        write(f"{'cpu s':>7} {'broker':>7} {'wall s':>7} {'tests':>5}  module: process starts")
-        ranked = sorted(rows.values(), key=lambda r: -(r.cpu + r.broker))
-        for row in ranked[:TOP]:
-            starts = ", ".join(f"{n} x{c}" for n, c in row.starts.most_common())
-            write(
-                f"{row.cpu:7.1f} {row.broker:7.1f} {row.wall:7.1f} {row.tests:5d}  "
-                f"{row.module}: {starts or '-'}"
-            )
-        total = sum(r.cpu + r.broker for r in rows.values())
-        write(f"{total:7.1f} s of CPU in {len(rows)} modules (with their brokers)")
+        for line in summary(self.folder):
+            terminalreporter.write_line(line)
+
+
+def summary(folder: Path, top: int = TOP) -> list[str]:
+    """The ``top`` costliest modules of the records in ``folder``, as lines."""
+    rows: dict[str, ModuleCost] = {}
+    for file in sorted(folder.glob("*.jsonl")):
+        for line in file.read_bytes().splitlines():
+            data = orjson.loads(line)
+            row = rows.setdefault(data["module"], ModuleCost(data["module"]))
+            row.tests += data["tests"]
+            row.cpu += data["cpu"]
+            row.broker += data["broker"]
+            row.wall += data["wall"]
+            row.starts.update(data["starts"])
+    lines = [f"{'cpu s':>7} {'broker':>7} {'wall s':>7} {'tests':>5}  module: process starts"]
+    ranked = sorted(rows.values(), key=lambda r: -(r.cpu + r.broker))
+    for row in ranked[:top]:
+        starts = ", ".join(f"{n} x{c}" for n, c in row.starts.most_common())
+        lines.append(
+            f"{row.cpu:7.1f} {row.broker:7.1f} {row.wall:7.1f} {row.tests:5d}  "
+            f"{row.module}: {starts or '-'}"
+        )
+    total = sum(r.cpu + r.broker for r in rows.values())
+    lines.append(f"{total:7.1f} s of CPU in {len(rows)} modules (with their brokers)")
+    return lines
 
 
 #: The plugin when the record is on (tests/conftest.py registers it).
@@ -186,3 +191,10 @@ def broker_started(pid: int | None) -> None:
 def broker_stopping() -> None:
     if RECORDER is not None:
         RECORDER.broker_stopping()
+
+
+if __name__ == "__main__":
+    # python -m tests.costs FOLDER [TOP]: the table of a run so far.
+    import sys
+
+    print("\n".join(summary(Path(sys.argv[1]), int(sys.argv[2]) if sys.argv[2:] else TOP)))
