@@ -131,7 +131,9 @@ def lane(kafka_url: str, tmp_path: Path) -> Iterator[Lane]:
 def module_lane(kafka_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lane]:
     """One lane for the tests of a module that share its processes (a worker, a
     gateway) where they test neither's own life: each test isolates itself by its
-    own job keys. Its workers are killed after the module's last test."""
+    own job keys. Its workers are killed after the module's last test: until then
+    they poll the broker, which costs CPU (README, "Tests and benchmarks"), so the
+    tests that share them are best the module's last, or a module of their own."""
     lane = new_lane(kafka_url, tmp_path_factory.mktemp("lane"))
     yield lane
     lane.kill_workers()
