@@ -15,15 +15,17 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import openai
 from opentelemetry.trace import SpanKind
 from opentelemetry.util.types import AttributeValue
 from stream.runtime.tracing import annotate, span
 
 from agents.compose import ModelRequest
 from agents.errors import AgentsError
+
+if TYPE_CHECKING:
+    import openai
 
 __all__ = [
     "MAX_REPLY_BYTES",
@@ -140,16 +142,29 @@ class Model:
 
     def __init__(self, settings: ModelSettings) -> None:
         self.settings = settings
-        self.client = openai.AsyncOpenAI(
-            api_key=settings.api_key or "unset",
-            base_url=settings.base_url,
-            max_retries=settings.retries,
-            timeout=settings.timeout,
-        )
+        self._client: openai.AsyncOpenAI | None = None
+
+    @property
+    def client(self) -> openai.AsyncOpenAI:
+        """The ``openai`` client, made at the first call: importing ``openai``
+        costs a process about 0.7 s of CPU, which the agents service, the gateway's
+        tests and ``dev`` spend only once a model is called."""
+        if self._client is None:
+            import openai
+
+            settings = self.settings
+            self._client = openai.AsyncOpenAI(
+                api_key=settings.api_key or "unset",
+                base_url=settings.base_url,
+                max_retries=settings.retries,
+                timeout=settings.timeout,
+            )
+        return self._client
 
     async def close(self) -> None:
-        """Release the HTTP connections."""
-        await self.client.close()
+        """Release the HTTP connections (none before the first call)."""
+        if self._client is not None:
+            await self._client.close()
 
     async def call(
         self,
@@ -194,6 +209,8 @@ class Model:
         exchanges: Sequence[Exchange],
         output_schema: Mapping[str, Any] | None,
     ) -> Completion:
+        import openai  # for its errors: a model is called (see ``client``)
+
         started = time.monotonic()
         try:
             if self.settings.api == "chat":

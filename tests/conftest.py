@@ -18,6 +18,7 @@ from agents.dev.serving import AppThread
 from stream.runtime.broker import EmbeddedBroker, free_port
 from stream.runtime.native import StaleBuild, check
 from stream.runtime.processes import DUMP_END
+from tests import costs
 from tests.lanes import ROOT, Lane, WorkerProcess
 
 # Hypothesis's per-example deadline (200 ms) and its "too slow" health check are
@@ -30,6 +31,9 @@ settings.load_profile("lemongraph")
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # CPU, wall time and process starts per module, when LEMONGRAPH_TEST_COSTS
+    # names a folder (tests/costs.py).
+    costs.register(config)
     # The processes tests start let the embedded broker hold an empty fetch for
     # 100 ms, not 20: a little latency per hop for a third of the CPU an idle
     # worker and its broker spend polling (docs/operations.md, "Settings that
@@ -154,7 +158,9 @@ def kafka_url() -> Iterator[str]:
         yield configured
         return
     with EmbeddedBroker() as broker:
+        costs.broker_started(broker.pid)
         yield broker.url
+        costs.broker_stopping()
 
 
 def new_lane(kafka_url: str, root: Path) -> Lane:
@@ -181,7 +187,9 @@ def lane(kafka_url: str, tmp_path: Path) -> Iterator[Lane]:
 def module_lane(kafka_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lane]:
     """One lane for the tests of a module that share its processes (a worker, a
     gateway) where they test neither's own life: each test isolates itself by its
-    own job keys. Its workers are killed after the module's last test."""
+    own job keys. Its workers are killed after the module's last test: until then
+    they poll the broker, which costs CPU (README, "Tests and benchmarks"), so the
+    tests that share them are best the module's last, or a module of their own."""
     lane = new_lane(kafka_url, tmp_path_factory.mktemp("lane"))
     yield lane
     lane.kill_workers()
@@ -193,6 +201,17 @@ def serve() -> Iterator[Callable[[Any], str]]:
     """A factory: ``serve(app)`` runs the ASGI app (the stand-in model, a tool
     endpoint) on a free port in a thread of the test process and returns its base
     URL (``http://127.0.0.1:PORT``); every server stops at teardown."""
+    yield from serving()
+
+
+@pytest.fixture(scope="module")
+def module_serve() -> Iterator[Callable[[Any], str]]:
+    """``serve`` for a module's shared processes (``module_lane``): its servers
+    stop after the module's last test."""
+    yield from serving()
+
+
+def serving() -> Iterator[Callable[[Any], str]]:
     servers: list[AppThread] = []
 
     def start(app: Any) -> str:

@@ -23,7 +23,6 @@ from typing import Any
 
 import orjson
 from compiler import from_iso
-from rank_bm25 import BM25Plus
 from topics import GROUNDED_SOURCES, ProfileFact
 
 __all__ = ["MEMORY_TOKENS", "VALUE_CHARS", "estimate_tokens", "known_lines", "ranked", "words"]
@@ -62,6 +61,11 @@ def ranked(facts: Sequence[ProfileFact], query: Iterable[str]) -> list[ProfileFa
     documents = [_document(f) for f in kept]
     scores: list[float] = [0.0] * len(kept)
     if asked and any(documents):
+        # Imported here: rank-bm25 brings numpy, about 0.1 s of CPU that a
+        # process which never recalls a fact (a worker of the agents service
+        # without memory, the gateway) need not spend at start.
+        from rank_bm25 import BM25Plus
+
         index = BM25Plus([d or ["_"] for d in documents])
         known = [w for w in asked if w in index.idf]  # the others score every fact alike
         if known:

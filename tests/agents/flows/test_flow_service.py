@@ -13,7 +13,8 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,7 @@ from compiler import CallTool, FlowInput, ModelReply, ToolResult, load_flow
 from stream.gateway.readmodels.jobs import ReadModel
 from stream.runtime.config import Settings
 from tests.lanes import Lane, wait_for
-from tests.stream.gateway.conftest import GatewayProcess, start_gateway
+from tests.stream.gateway.conftest import GatewayProcess, launch_gateway, start_gateway
 from topics import MessageRecord, TaskOpenedRecord, Topics
 
 __all__ = ["start_gateway"]
@@ -741,54 +742,88 @@ def test_a_flow_waits_on_ask_across_a_sigkill_and_completes_on_its_tool_result(
     assert restarted.proc.poll() is None
 
 
-def waiting_on_its_question(
-    lane: Lane,
-    serve: Callable[[Any], str],
-    start_gateway: Callable[..., GatewayProcess],
-    key: str,
-    order: str,
-) -> tuple[Any, Any, GatewayProcess, dict[str, Any]]:
-    """The worker, the agents service (the stand-in, the shop) and the gateway;
-    job ``key`` started on ``order``: the stand-in, the shop, the gateway and
-    the flow's open question once the gateway lists it."""
+@dataclass
+class OrdersWorld:
+    """The module's shared processes on ``module_lane``: the worker, the agents
+    service (the stand-in model, the shop) and the gateway, for the tests that
+    test none's own life. Each test starts its own job (its own key and order)
+    and reads only what that job made."""
+
+    lane: Lane
+    model: Any
+    tools: FastAPI
+    gateway: GatewayProcess
+
+    def calls_of(self, key: str) -> list[str]:
+        """The shop's calls for job ``key`` (their idempotency keys are the call
+        ids, which begin with the job's task id)."""
+        return [name for name, idem in self.tools.state.calls if (idem or "").startswith(key + "/")]
+
+    def journal_of(self, key: str, kind: str) -> list[dict[str, Any]]:
+        return [
+            r["value"]
+            for r in self.lane.read("journal")
+            if r["key"] == key and r["value"]["type"] == kind
+        ]
+
+    def finished(self, key: str, timeout: float = 60) -> None:
+        """Wait until job ``key``'s flow run has finished."""
+        self.lane.wait_until(
+            "journal",
+            lambda rs: any(r["key"] == key and r["value"]["type"] == "journal.flow"
+                           and r["value"]["event"] == "finished" for r in rs),
+            timeout=timeout,
+        )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def orders_world(module_lane: Lane, module_serve: Callable[[Any], str]) -> Iterator[OrdersWorld]:
+    lane = module_lane
     folder(lane)
     tools = shop()
     model = build_standin(SCRIPT)
     env = {
-        "OPENAI_BASE_URL": f"{serve(model)}/v1",
+        "OPENAI_BASE_URL": f"{module_serve(model)}/v1",
         "OPENAI_API_KEY": "sk-test",
-        "SHOP_URL": serve(tools),
+        "SHOP_URL": module_serve(tools),
     }
     lane.start_worker()
     lane.start(["agents"], "agents: ready", **env)
-    gateway = start_gateway()
-    lane.send(
+    gateway = launch_gateway(lane)
+    try:
+        yield OrdersWorld(lane, model, tools, gateway)
+    finally:
+        gateway.stop()
+
+
+def waiting_on_its_question(world: OrdersWorld, key: str, order: str) -> dict[str, Any]:
+    """Job ``key`` started on ``order``: the flow's open question once the
+    gateway lists it."""
+    world.lane.send(
         {"type": "job.start", "key": key, "playbook_key": "orders",
          "subject": {"order_id": order}},
     )  # fmt: skip
+    gateway = world.gateway
     with gateway.client(gateway.token()) as client:
         [asked] = wait_for(
             lambda: client.get(f"/v1/jobs/{key}/interrupts").json().get("interrupts"),
             timeout=120,
             what="the open question",
         )
-    return model, tools, gateway, asked
+    return dict(asked)
 
 
 @pytest.mark.broker
 @pytest.mark.timeout(240)
 def test_the_persons_reply_on_the_channel_answers_the_open_question(
-    lane: Lane, serve: Callable[[Any], str], start_gateway: Callable[..., GatewayProcess]
+    orders_world: OrdersWorld,
 ) -> None:
-    _, tools, gateway, asked = waiting_on_its_question(lane, serve, start_gateway, "o-2", "B-2")
+    world, gateway = orders_world, orders_world.gateway
+    asked = waiting_on_its_question(world, "o-2", "B-2")
     with gateway.client(gateway.token()) as client:
         said = client.post("/v1/jobs/o-2/messages", json={"text": "no", "message_id": "m-1"})
         assert said.status_code == 202, said.text
-        lane.wait_until(
-            "journal",
-            lambda rs: any(r["value"]["type"] == "journal.flow"
-                           and r["value"]["event"] == "finished" for r in rs),
-        )  # fmt: skip
+        world.finished("o-2")
         # Answered on the channel: the gateway saw it closed, the API refuses it now.
         wait_for(
             lambda: not client.get("/v1/jobs/o-2/interrupts").json()["interrupts"],
@@ -798,35 +833,32 @@ def test_the_persons_reply_on_the_channel_answers_the_open_question(
             "/v1/jobs/o-2/answers", json={"interrupt_id": asked["interrupt_id"], "answer": "yes"}
         )
         assert late.status_code == 409, late.text
-    [end] = [r for r in journal_of(lane, "journal.flow") if r["event"] == "finished"]
+    [end] = [r for r in world.journal_of("o-2", "journal.flow") if r["event"] == "finished"]
     assert end["outputs"] == {"reply": "no"}
-    assert [name for name, _ in tools.state.calls] == ["orders"]  # "no": no refund
+    assert world.calls_of("o-2") == ["orders"]  # "no": no refund
 
 
 @pytest.mark.broker
 @pytest.mark.timeout(240)
 def test_flow_replay_job_proves_the_services_run_from_the_topics_with_no_call(
-    lane: Lane, serve: Callable[[Any], str], start_gateway: Callable[..., GatewayProcess]
+    orders_world: OrdersWorld,
 ) -> None:
     """A flow run in the service to its end; ``lemongraph flow replay --job``
     reads its conversation from the topic and steps it again: the same path,
     and the stand-in and the shop are not called. A changed flow is a difference."""
-    model, tools, gateway, asked = waiting_on_its_question(lane, serve, start_gateway, "o-3", "C-3")
+    world, lane, gateway = orders_world, orders_world.lane, orders_world.gateway
+    model, tools = world.model, world.tools
+    asked = waiting_on_its_question(world, "o-3", "C-3")
     with gateway.client(gateway.token()) as client:
         answered = client.post(
             "/v1/jobs/o-3/answers", json={"interrupt_id": asked["interrupt_id"], "answer": "yes"}
         )
         assert answered.status_code == 202, answered.text
-    lane.wait_until(
-        "journal",
-        lambda rs: any(r["value"]["type"] == "journal.flow" and r["value"]["event"] == "finished"
-                       for r in rs),
-        timeout=120,
-    )  # fmt: skip
-    nodes = [r["node"] for r in journal_of(lane, "journal.flow") if r["event"] == "node"]
+    world.finished("o-3", timeout=120)
+    nodes = [r["node"] for r in world.journal_of("o-3", "journal.flow") if r["event"] == "node"]
     assert nodes == NODES
+    assert world.calls_of("o-3") == ["orders", "refund"]
     calls, paid = model.state.calls, list(tools.state.calls)
-    assert [name for name, _ in paid] == ["orders", "refund"]
     time.sleep(1.0)  # the last checkpoint is on the changelog
 
     done = lane.cli("flow", "replay", "--job", "o-3", check=False)
@@ -840,7 +872,10 @@ def test_flow_replay_job_proves_the_services_run_from_the_topics_with_no_call(
     flow_file.write_text(
         FLOW.replace('routes: {"yes": pay, "no": END}', 'routes: {"yes": END, "no": pay}')
     )
-    changed = lane.cli("flow", "replay", "--job", "o-3", check=False)
+    try:
+        changed = lane.cli("flow", "replay", "--job", "o-3", check=False)
+    finally:
+        flow_file.write_text(FLOW)  # the module's processes' folder, as it was
     assert changed.returncode == 1, changed.stdout + changed.stderr
     assert changed.stdout.startswith("differs: step 4: "), changed.stdout
     assert "o-3/resolve#1/pay/1/1" in changed.stdout
