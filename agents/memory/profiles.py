@@ -7,8 +7,9 @@ its own (no group: every process of the service holds every subject, since a
 job's subject can be any) and keeps following. A record is a subject's whole
 profile, so the newest read replaces what is held; a tombstone (an erased
 subject) drops it. A run waits for the first catch-up (:meth:`Profiles.ready`,
-bounded by ``wait``) so that a job started just after its subject's profile was
-written is given it.
+bounded by ``wait``), and each run for the read to reach the topic's end as it
+is when the run asks (at most :data:`LATEST_WAIT` s), so that a job started just
+after its subject's profile was written is given it.
 
 **What it keeps**: per subject its current facts only (``valid_to`` None), the
 newest ``facts_per_subject`` of them; at most ``subjects_kept`` subjects, the
@@ -25,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import orjson
+from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
 from compiler import from_iso
 from pydantic import ValidationError
@@ -46,6 +48,9 @@ log = logging.getLogger(__name__)
 #: The facts a flow's ``memory`` channel holds at most (the newest): the
 #: channel is kept in the conversation's checkpoint (docs/flows.md, "Crash safety").
 FLOW_FACTS = 50
+#: The most a run waits for the follower to read ``memory`` to its end as it is
+#: when the run asks (after the first catch-up).
+LATEST_WAIT = 3.0
 #: Current facts held per subject (the newest), subjects held, and the bytes
 #: of all held (the facts as compact JSON: 10,000 facts of a subject are about 2 MB
 #: so, and about 15 MB as objects, which is why they are parsed when a run asks).
@@ -86,6 +91,9 @@ class Profiles:
         #: Set when :meth:`follow` runs or is to run (the app sets it when it
         #: starts the service: agents/app.py); a run waits for the catch-up only then.
         self.followed = False
+        #: The follower's consumer and partitions, while it follows (:meth:`latest`).
+        self._consumer: AIOKafkaConsumer | None = None
+        self._tps: list[TopicPartition] = []
         self.dropped = 0  # subjects dropped for ``subjects_kept``
         self.skipped = 0  # records that did not decode
 
@@ -142,13 +150,40 @@ class Profiles:
 
     async def ready(self) -> None:
         """Wait for the first catch-up, at most :attr:`wait` seconds (not at all
-        when nothing follows the topic: a service made without its app)."""
-        if self.caught_up.is_set() or not self.followed:
+        when nothing follows the topic: a service made without its app); then
+        for the read to reach the topic's end as it is now (:meth:`latest`)."""
+        if not self.followed:
             return
+        if not self.caught_up.is_set():
+            try:
+                await asyncio.wait_for(self.caught_up.wait(), self.wait)
+            except TimeoutError:
+                log.warning("agents: memory not read to its end within %gs: a run goes on",
+                            self.wait)  # fmt: skip
+                return
+        await self.latest()
+
+    async def latest(self) -> None:
+        """Wait until the follower has read ``memory`` up to its end as it is now,
+        at most :data:`LATEST_WAIT` seconds: a profile written before a run asks
+        (the gateway already shows it) is given to that run, not to the next one
+        (docs/memory.md, "Given to agents"). One ListOffsets request."""
+        consumer, tps = self._consumer, self._tps
+        if consumer is None or not tps:
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + LATEST_WAIT
         try:
-            await asyncio.wait_for(self.caught_up.wait(), self.wait)
-        except TimeoutError:
-            log.warning("agents: memory not read to its end within %gs: a run goes on", self.wait)
+            ends = await asyncio.wait_for(consumer.end_offsets(tps), LATEST_WAIT)
+            while loop.time() < deadline:
+                read = [await consumer.position(tp) for tp in tps]
+                if all(at >= ends[tp] for at, tp in zip(read, tps, strict=True)):
+                    return
+                await asyncio.sleep(0.02)
+        except Exception as exc:  # a broker slow to answer: the run goes on
+            log.warning("agents: memory: where its end is was not known: %s", exc)
+            return
+        log.warning("agents: memory not read to its end within %gs: a run goes on", LATEST_WAIT)
 
     def apply(self, key: bytes | None, value: bytes | None) -> None:
         """One record of ``memory``: a profile, or a tombstone (erased)."""
@@ -206,6 +241,7 @@ class Profiles:
             tps = [TopicPartition(self.topics.memory, p) for p in partitions]
             consumer.assign(tps)
             await consumer.seek_to_beginning(*tps)
+            self._consumer, self._tps = consumer, tps
             while not stopping():
                 batches = await consumer.getmany(timeout_ms=200, max_records=2000)
                 for records in batches.values():
@@ -214,6 +250,7 @@ class Profiles:
                 if not self.caught_up.is_set() and await caught_up(consumer, tps):
                     self.caught_up.set()
         finally:
+            self._consumer, self._tps = None, []
             await consumer.stop()
 
 

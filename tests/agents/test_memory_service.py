@@ -23,6 +23,7 @@ from agents.model import ModelSettings
 from agents.service import AgentService, Where
 from stream.runtime.broker import ensure_all_topics
 from stream.runtime.config import Settings
+from stream.runtime.kafka import producer
 from tests.agents.test_service_live import CATALOG, opened
 from tests.lanes import Lane, wait_for
 from topics import Headers, ProfileFact, SubjectProfile, encode
@@ -169,3 +170,37 @@ def test_the_agents_process_follows_memory_from_its_start(
     assert "- plan_chosen: pro (world, 2026-12-01, event e-17, job job-a)" in str(
         standin.bodies[0]["instructions"]
     )
+
+
+def test_a_profile_written_before_a_run_asks_is_given_to_that_run(
+    lane: Lane, tmp_path: Path
+) -> None:
+    """After the first catch-up the follower reads on its own pace; a run asks
+    for the topic's end as it is now and waits for it (Profiles.latest), so a
+    profile acknowledged just before is given, not left to the next run."""
+    settings = Settings(
+        kafka_url=lane.kafka_url, topic_prefix=lane.prefix, partitions=4, data_dir=tmp_path
+    )
+    asyncio.run(ensure_all_topics(settings))
+    lane.produce([(b"s-gone", encode(GONE))], topic="memory")
+    profiles = AgentService(settings, CATALOG, ModelSettings(api_key="sk-test")).memory
+    newer = ADA.model_copy(update={"subject": "s-new"})
+
+    async def go() -> list[str]:
+        stopped = False
+        profiles.followed = True
+        follower = asyncio.create_task(
+            profiles.follow(lane.bootstrap, settings.kafka_security, lambda: stopped)
+        )
+        try:
+            await profiles.ready()  # the first catch-up
+            assert [f.name for f in profiles.facts("s-gone")] == ["plan_chosen"]
+            async with producer(lane.bootstrap) as client:
+                await (await client.send(lane.topics.memory, encode(newer), key=b"s-new"))
+            await profiles.ready()  # at once: the record is acknowledged, not yet read
+            return [f.name for f in profiles.facts("s-new")]
+        finally:
+            stopped = True
+            await follower
+
+    assert asyncio.run(go()) == ["plan_chosen", "account_activated"]
