@@ -16,29 +16,40 @@ playbook file is checked first (compiled, as at start); then:
   is registered as the key's next version instead, and the line says which and why.
 
 A changed ``schedules.yaml`` is registered as at start
-(:func:`stream.engine.worker.register_schedules`: what the topic does not hold as
+(:func:`register_schedules`: what the topic does not hold as
 it is, is published). One line says what was registered, or why not.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 from aiokafka.errors import KafkaError
+from pydantic import ValidationError
 
-from compiler import Playbook, PlaybookError, compile_playbook
+from compiler import Playbook, PlaybookError, compile_playbook, to_iso
 from stream.engine.registry import Registry
-from stream.engine.worker import register_schedules
 from stream.runtime.config import Settings
 from stream.runtime.errors import ShellError
-from stream.runtime.files import FolderWatch, load_playbook_file, playbook_files, schedules_file
-from stream.runtime.kafka import bootstrap_of, producer
-from topics import PlaybookRecord, Topics, encode
+from stream.runtime.files import (
+    FolderWatch,
+    load_playbook_file,
+    load_schedules_file,
+    playbook_files,
+    schedules_file,
+)
+from stream.runtime.kafka import bootstrap_of, producer, read_topic
+from stream.runtime.partitions import home_partition
+from topics import AuditRecord, PlaybookRecord, ScheduleRecord, Topics, encode
 
-__all__ = ["PlaybookReload", "Verdict", "judge"]
+__all__ = ["SCHEDULES_FILE_BY", "PlaybookReload", "Verdict", "judge", "register_schedules"]
+
+log = logging.getLogger("lemongraph.worker")
 
 
 @dataclass(frozen=True)
@@ -163,3 +174,83 @@ class PlaybookReload:
         problems = await register_schedules(self.settings, self.say)
         for problem in problems:
             self.say(f"reload: refused in schedules: {problem}")
+
+
+#: Who an audit record says registered a schedule of the playbooks folder.
+SCHEDULES_FILE_BY = "schedules.yaml"
+
+
+async def register_schedules(
+    settings: Settings, say: Callable[[str], None] = log.info
+) -> list[str]:
+    """Publish the definitions of ``schedules.yaml`` in the playbooks folder
+    (docs/schedules.md, "schedules.yaml") that the ``schedules`` topic does not
+    hold as they are, each with an ``audit`` record (``by: "schedules.yaml"``).
+    Returns the problems of the file (its invalid definitions are left out)."""
+    assert settings.kafka_url is not None
+    path = schedules_file(settings.playbooks_dir)
+    if path is None:
+        return []
+    found = load_schedules_file(path)
+    bootstrap = bootstrap_of(settings.kafka_url)
+    topics = Topics(settings.topic_prefix)
+    current: dict[str, object] = {}
+    #: id → who wrote its current record, and when
+    written: dict[str, tuple[str, str]] = {}
+    async for record in read_topic(
+        bootstrap, topics.schedules, idle=0.5, security=settings.kafka_security
+    ):
+        if record.key is None:
+            continue
+        name = record.key.decode("utf-8", "replace")
+        if record.value is None:
+            # Removed: whoever wrote it last no longer holds it, and the file's
+            # definition is published again (docs/schedules.md, "schedules.yaml").
+            current.pop(name, None)
+            written.pop(name, None)
+            continue
+        try:
+            held = ScheduleRecord.model_validate_json(record.value)
+            current[name] = held.spec
+            written[name] = (held.by, held.updated_at)
+        except ValidationError:
+            current[name] = None  # unreadable: replaced by the file's
+            written.pop(name, None)
+    published: list[str] = []
+    at = to_iso(datetime.now(UTC))
+    async with producer(bootstrap, security=settings.kafka_security) as client:
+        for schedule in found.schedules:
+            spec = schedule.to_json()
+            if current.get(schedule.id) == spec:
+                continue
+            by, when = written.get(schedule.id, (SCHEDULES_FILE_BY, ""))
+            if by != SCHEDULES_FILE_BY:
+                # An operator's change (API or CLI) wins over the file until the
+                # schedule is removed (docs/schedules.md, "schedules.yaml").
+                say(
+                    f"schedules: {schedule.id!r} of {path} was changed by {by!r} at {when}; "
+                    "the file's definition is not applied (remove the schedule through the "
+                    "API or `lemongraph schedule remove` to have the file's back at the next start)"
+                )
+                continue
+            action = "create" if schedule.id not in current else "update"
+            key = schedule.id.encode()
+            partition = home_partition(key, settings.partitions)
+            definition = ScheduleRecord(spec=spec, updated_at=at, by=SCHEDULES_FILE_BY)
+            audit = AuditRecord(
+                action=action,
+                target=f"schedule:{schedule.id}",
+                by=SCHEDULES_FILE_BY,
+                at=at,
+                detail={"file": str(path), "spec": spec},
+            )
+            await client.send_and_wait(
+                topics.schedules, encode(definition), key=key, partition=partition
+            )
+            await client.send_and_wait(topics.audit, encode(audit), key=key, partition=partition)
+            published.append(schedule.id)
+    say(
+        f"schedules: {len(found.schedules)} in {path}; "
+        + (f"{len(published)} published ({', '.join(published)})" if published else "none changed")
+    )
+    return found.problems

@@ -16,21 +16,19 @@ from pydantic import ValidationError
 
 from compiler import LemongraphError, to_iso
 from stream.engine.registry import Registry
+from stream.engine.reload import PlaybookReload, register_schedules
 from stream.runtime.broker import cluster_id, ensure_all_topics, is_tansu
 from stream.runtime.config import Settings
 from stream.runtime.errors import ExitCode
 from stream.runtime.fetch import exit_now
-from stream.runtime.files import load_playbooks_dir, load_schedules_file, schedules_file
+from stream.runtime.files import load_playbooks_dir
 from stream.runtime.kafka import bootstrap_of, producer, read_topic, run
 from stream.runtime.metrics import DEADLETTERS, serve_metrics
-from stream.runtime.partitions import home_partition
 from stream.runtime.processes import dump_tasks_on_signal
 from stream.runtime.tracing import start_tracing
 from topics import (
-    AuditRecord,
     DeadLetter,
     PlaybookRecord,
-    ScheduleRecord,
     Topics,
     encode,
 )
@@ -107,86 +105,6 @@ async def prepare_registry(
     return registry, problems
 
 
-#: Who an audit record says registered a schedule of the playbooks folder.
-SCHEDULES_FILE_BY = "schedules.yaml"
-
-
-async def register_schedules(
-    settings: Settings, say: Callable[[str], None] = log.info
-) -> list[str]:
-    """Publish the definitions of ``schedules.yaml`` in the playbooks folder
-    (docs/schedules.md, "schedules.yaml") that the ``schedules`` topic does not
-    hold as they are, each with an ``audit`` record (``by: "schedules.yaml"``).
-    Returns the problems of the file (its invalid definitions are left out)."""
-    assert settings.kafka_url is not None
-    path = schedules_file(settings.playbooks_dir)
-    if path is None:
-        return []
-    found = load_schedules_file(path)
-    bootstrap = bootstrap_of(settings.kafka_url)
-    topics = Topics(settings.topic_prefix)
-    current: dict[str, object] = {}
-    #: id → who wrote its current record, and when
-    written: dict[str, tuple[str, str]] = {}
-    async for record in read_topic(
-        bootstrap, topics.schedules, idle=0.5, security=settings.kafka_security
-    ):
-        if record.key is None:
-            continue
-        name = record.key.decode("utf-8", "replace")
-        if record.value is None:
-            # Removed: whoever wrote it last no longer holds it, and the file's
-            # definition is published again (docs/schedules.md, "schedules.yaml").
-            current.pop(name, None)
-            written.pop(name, None)
-            continue
-        try:
-            held = ScheduleRecord.model_validate_json(record.value)
-            current[name] = held.spec
-            written[name] = (held.by, held.updated_at)
-        except ValidationError:
-            current[name] = None  # unreadable: replaced by the file's
-            written.pop(name, None)
-    published: list[str] = []
-    at = to_iso(datetime.now(UTC))
-    async with producer(bootstrap, security=settings.kafka_security) as client:
-        for schedule in found.schedules:
-            spec = schedule.to_json()
-            if current.get(schedule.id) == spec:
-                continue
-            by, when = written.get(schedule.id, (SCHEDULES_FILE_BY, ""))
-            if by != SCHEDULES_FILE_BY:
-                # An operator's change (API or CLI) wins over the file until the
-                # schedule is removed (docs/schedules.md, "schedules.yaml").
-                say(
-                    f"schedules: {schedule.id!r} of {path} was changed by {by!r} at {when}; "
-                    "the file's definition is not applied (remove the schedule through the "
-                    "API or `lemongraph schedule remove` to have the file's back at the next start)"
-                )
-                continue
-            action = "create" if schedule.id not in current else "update"
-            key = schedule.id.encode()
-            partition = home_partition(key, settings.partitions)
-            definition = ScheduleRecord(spec=spec, updated_at=at, by=SCHEDULES_FILE_BY)
-            audit = AuditRecord(
-                action=action,
-                target=f"schedule:{schedule.id}",
-                by=SCHEDULES_FILE_BY,
-                at=at,
-                detail={"file": str(path), "spec": spec},
-            )
-            await client.send_and_wait(
-                topics.schedules, encode(definition), key=key, partition=partition
-            )
-            await client.send_and_wait(topics.audit, encode(audit), key=key, partition=partition)
-            published.append(schedule.id)
-    say(
-        f"schedules: {len(found.schedules)} in {path}; "
-        + (f"{len(published)} published ({', '.join(published)})" if published else "none changed")
-    )
-    return found.problems
-
-
 def run_worker(
     settings: Settings,
     registry: Registry,
@@ -205,7 +123,6 @@ def run_worker(
     With ``reload_every``, it watches its playbooks folder that often
     (stream/engine/reload.py; ``next_version``: as ``lemongraph dev`` does)."""
     from stream.engine.app import build_app
-    from stream.engine.reload import PlaybookReload
 
     _Worker = _worker_class()
 
