@@ -33,15 +33,8 @@ from compiler import (
     validate_schedule,
 )
 from compiler.schedules._definition import Schedule
+from tests.compiler.schedules.test_schedule_step import PROMPT, START, T0, at
 from topics import ScheduleRunRecord
-
-T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
-PROMPT = {"type": "prompt", "agent": "watcher", "prompt": "Check the queue."}
-START = {"type": "start_job", "playbook_key": "review"}
-
-
-def at(minutes: float) -> datetime:
-    return T0 + timedelta(minutes=minutes)
 
 
 def make(**fields: Any) -> Schedule:
