@@ -26,6 +26,7 @@ import importlib
 import importlib.resources
 import importlib.util
 import os
+import random
 import shutil
 import signal
 import socket
@@ -85,12 +86,47 @@ def find_tansu_binary() -> str:
     )
 
 
+_EPHEMERAL_FILE: Final = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_LOW_PORT: Final = 10000
+_handed_out: set[int] = set()
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    """The range the kernel takes outgoing connections' local ports from."""
+    try:
+        low, high = (int(n) for n in _EPHEMERAL_FILE.read_text().split())
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+    return low, high
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """Return a TCP port that was free on *host* a moment ago."""
+    """Return a TCP port that was free on *host* a moment ago.
+
+    The port is drawn at random from below the kernel's ephemeral range: a
+    port the kernel handed out itself (bind to 0) can be taken a moment later
+    as the local end of any outgoing connection (a Kafka client's, say), and
+    then the server meant for it cannot listen. Ports handed out by this
+    process are not handed out again.
+    """
+    low, _ = _ephemeral_range()
+    rng = random.SystemRandom()
+    if low - _LOW_PORT >= 1000:
+        for _ in range(200):
+            port = rng.randrange(_LOW_PORT, low)
+            if port in _handed_out:
+                continue
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind((host, port))
+                except OSError:
+                    continue
+            _handed_out.add(port)
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
-        port: int = s.getsockname()[1]
-        return port
+        chosen: int = s.getsockname()[1]
+        return chosen
 
 
 def _tail(f: IO[bytes] | None, limit: int = 4000) -> str:

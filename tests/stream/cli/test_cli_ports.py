@@ -106,3 +106,16 @@ def test_the_embedded_broker_names_a_taken_port_without_its_panic(taken: int) ->
         EmbeddedBroker(taken).start()
     assert str(info.value).startswith(f"port {taken} is in use (the embedded broker; pass ")
     assert "panic" not in str(info.value)
+
+
+def test_free_ports_come_from_below_the_kernels_ephemeral_range_and_are_not_repeated() -> None:
+    # An ephemeral port can be taken, a moment after it was free, as the local end
+    # of an outgoing connection; a CI run failed on exactly that ("port 46781 is in
+    # use (the gateway's UI)").
+    low, _ = (int(n) for n in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    ports = [free_port() for _ in range(50)]
+    assert len(set(ports)) == 50
+    assert all(port < low for port in ports)
+    for port in ports[:5]:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", port))
