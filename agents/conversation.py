@@ -219,6 +219,29 @@ class Conversation:
         self.turns.append(turn)
         del self.turns[:-KEPT_TURNS]
 
+    def last_turn(self) -> Turn | None:
+        """The latest turn (what a compose ended on), to place a reply after."""
+        return self.turns[-1] if self.turns else None
+
+    def add_reply(self, text: str, composed_over: Turn | None) -> None:
+        """The agent's reply to a request composed when ``composed_over`` was the
+        latest turn: it goes right after that turn, so a person's message that
+        came in while the model was answering stays after the reply, still
+        unanswered, and the run it owes sees it last (docs/agents.md, "Runs")."""
+        turn = Turn("agent", text)
+        if composed_over is None:
+            self.turns.insert(0, turn)
+        else:
+            at = next(
+                (i for i in range(len(self.turns) - 1, -1, -1) if self.turns[i] is composed_over),
+                None,
+            )
+            if at is None:  # forgotten meanwhile: only a flood of turns does that
+                self.turns.append(turn)
+            else:
+                self.turns.insert(at + 1, turn)
+        del self.turns[:-KEPT_TURNS]
+
     def to_json(self) -> dict[str, Any]:
         """JSON-ready."""
         return {

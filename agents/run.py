@@ -247,7 +247,8 @@ class Runner:
                 conv, run_id, CONVERSATION, self._closing(conv, outbox, run_id, budget, tape)
             )
             conv.ran = max(conv.ran, budget.seen)
-            conv.closing = False
+            # A message that came in after its compose owes another closing turn.
+            conv.closing = conv.inputs > budget.seen and not conv.tasks
             conv.active = None
             conv.tape = []
             end = RunEnd(reason, 1, 0, budget.tokens)
@@ -268,13 +269,14 @@ class Runner:
             turns=conv.turns,
             history=self.history,
         )
+        composed_over = conv.last_turn()
         replayed = tape.replay("model", CLOSING)
         reply = _reply_of(replayed[0]) if replayed is not None else None
         if reply is None:
             reply = await self._model_call(conv, outbox, run_id, request, ())
             if reply is not None:
                 if reply.text:
-                    conv.add_turn(Turn("agent", reply.text))
+                    conv.add_reply(reply.text, composed_over)
                 tape.record({**_model_step(CONVERSATION, reply), "name": CLOSING})
                 await outbox.save(conv)
         budget.turns = 1
@@ -378,8 +380,9 @@ class Runner:
                 return spent
             known = None
             if agent == CONVERSATION:
-                budget.seen = conv.inputs
                 known = await self._known(conv)
+                budget.seen = conv.inputs  # what this compose sees (after the wait above)
+            composed_over = conv.last_turn()
             request = compose(
                 self.catalog,
                 playbook_instructions=conv.playbook_instructions,
@@ -403,7 +406,7 @@ class Runner:
                 reply = await self._model_call(conv, outbox, run_id, request, exchanges)
                 if reply is not None:
                     if reply.text and agent == CONVERSATION:
-                        conv.add_turn(Turn("agent", reply.text))
+                        conv.add_reply(reply.text, composed_over)
                     tape.record(_model_step(agent, reply))
                     await outbox.save(conv)  # a paid reply is never asked for twice
             own.turns += 1

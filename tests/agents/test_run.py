@@ -616,3 +616,46 @@ def test_the_last_task_closing_owes_one_closing_turn_only_where_a_person_wrote()
     talked.closing = False  # the closing turn was sent (Runner.close)
     assert close(talked, "selfServe") is False  # re-delivered
     assert talked.closing is False
+
+
+def test_a_message_that_comes_in_while_the_model_answers_is_answered_by_the_next_run(
+    lane: Any,
+) -> None:
+    # A fresh-clone CI run: Ada's "yes" came in while the model was answering the
+    # task's opening; the reply was filed after her "yes", so the next run saw the
+    # agent's turn last, said its opening again and it was withheld: her "yes" got
+    # no answer.
+    run = lane([{"when": {"last_message_contains": "yes"}, "say": "Noted: yes."},
+                {"say": "I am on it."}])  # fmt: skip
+    conv = booking_job()
+
+    def came_in(record: BaseModel) -> None:
+        if isinstance(record, JournalModelCall) and "m-yes" not in conv.received:
+            conv.receive(inbound("m-yes", "yes"))  # after the compose, before the reply is kept
+
+    assert asyncio.run(drive(run, conv, on_publish=came_in)).reason == "done"
+    assert [(t.role, t.text) for t in conv.turns] == [
+        ("person", "Please book tomorrow 10:00"),
+        ("agent", "I am on it."),
+        ("person", "yes"),
+    ]
+    assert conv.due  # the run's compose did not see the "yes"
+    asyncio.run(drive(run, conv))
+    assert [m.text for m in run.of(MessageRecord)] == ["I am on it.", "Noted: yes."]
+    assert not conv.due
+
+
+def test_a_message_during_the_closing_turn_owes_another_closing_turn(lane: Any) -> None:
+    run, conv = closing_lane(lane)
+    conv.closing = True
+
+    def came_in(record: BaseModel) -> None:
+        if isinstance(record, JournalModelCall) and "m-late" not in conv.received:
+            conv.receive(inbound("m-late", "One more thing?"))
+
+    asyncio.run(drive(run, conv, closing=True, on_publish=came_in))
+    assert [t.text for t in conv.turns][-2:] == ["All set.", "One more thing?"]
+    assert conv.closing  # the late message is answered by a closing turn of its own
+    asyncio.run(closing(run, conv))
+    assert not conv.closing
+    assert len(run.of(JournalModelCall)) == 2
