@@ -219,10 +219,6 @@ class Conversation:
         self.turns.append(turn)
         del self.turns[:-KEPT_TURNS]
 
-    def last_turn(self) -> Turn | None:
-        """The latest turn (what a compose ended on), to place a reply after."""
-        return self.turns[-1] if self.turns else None
-
     def add_reply(self, text: str, composed_over: Turn | None) -> None:
         """The agent's reply to a request composed when ``composed_over`` was the
         latest turn: it goes right after that turn, so a person's message that

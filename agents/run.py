@@ -269,7 +269,7 @@ class Runner:
             turns=conv.turns,
             history=self.history,
         )
-        composed_over = conv.last_turn()
+        composed_over = conv.turns[-1] if conv.turns else None
         replayed = tape.replay("model", CLOSING)
         reply = _reply_of(replayed[0]) if replayed is not None else None
         if reply is None:
@@ -378,18 +378,22 @@ class Runner:
             spent = own.before_model() or budget.before_model()
             if spent is not None:
                 return spent
+            # What this turn answers: the tasks, inputs and turns as they are now.
+            # What comes in from here on (during the memory wait or the model call)
+            # is after it: it owes the next turn or run, which sees it last.
+            turns = list(conv.turns)
+            composed_over = turns[-1] if turns else None
             known = None
             if agent == CONVERSATION:
+                budget.seen = conv.inputs
                 known = await self._known(conv)
-                budget.seen = conv.inputs  # what this compose sees (after the wait above)
-            composed_over = conv.last_turn()
             request = compose(
                 self.catalog,
                 playbook_instructions=conv.playbook_instructions,
                 tasks=tasks,
                 subject=conv.subject,
                 contacts=conv.contacts,
-                turns=conv.turns,
+                turns=turns,
                 history=self.history,
                 agent=agent,
                 request=request_text,
