@@ -272,11 +272,6 @@ class MailChannel:
             topics=(self.topics.messages,),
             group=f"{self.settings.topic_prefix}mail",
             offsets="earliest",
-            # As the workers' (stream/runtime/faust_tuning.py): a partition of a
-            # process gone moves within seconds, not aiokafka's tens of seconds.
-            session_timeout_ms=6000,
-            heartbeat_interval_ms=1000,
-            rebalance_timeout_ms=3000,
         )
         await consumer.start()
         try:

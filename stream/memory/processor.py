@@ -157,12 +157,6 @@ class MemoryProcessor:
             group=f"{settings.topic_prefix}memory",
             offsets="earliest",
             fetch_max_wait_ms=self.fetch_wait_ms,
-            # As the workers' (stream/runtime/faust_tuning.py): a restart after a
-            # crash waits out the dead member's session before it is given its
-            # partitions again; aiokafka's defaults make that tens of seconds.
-            session_timeout_ms=6000,
-            heartbeat_interval_ms=1000,
-            rebalance_timeout_ms=3000,
         )
         consumer.subscribe([self.topics.memory_facts], listener=_Resume(self))
         await start_consumer(consumer)

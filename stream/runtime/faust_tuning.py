@@ -32,11 +32,17 @@ from typing import Any
 
 import rocksdict
 from faust.stores import rocksdb as faust_rocksdb
+from faust.tables import manager as faust_tables
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
 from stream.runtime.config import RocksDBMemory
 from stream.runtime.errors import ConfigError
-from stream.runtime.kafka import KafkaSecurity, compression_type, configured_security
+from stream.runtime.kafka import (
+    GroupTimeouts,
+    KafkaSecurity,
+    compression_type,
+    configured_security,
+)
 
 __all__ = [
     "FETCH_MAX_WAIT_ENV",
@@ -46,6 +52,7 @@ __all__ = [
     "bound_rocksdb",
     "common_settings",
     "fetch_max_wait",
+    "no_table_start_pause",
     "rocksdb_memory",
     "set_fetch_max_wait",
 ]
@@ -87,6 +94,7 @@ def common_settings(
     ``security``, and ``compression`` (a codec of ``stream.runtime.kafka.COMPRESSIONS``):
     the environment's when None."""
     chosen = security if security is not None else configured_security()
+    timeouts = GroupTimeouts.from_env()
     options: dict[str, Any] = {
         "broker": kafka_url,
         "broker_credentials": chosen.faust_credentials(),
@@ -103,16 +111,17 @@ def common_settings(
         # builds them with this producer's codec). docs/kafka.md, "Compression".
         "producer_compression_type": compression_type(compression),
         # Rejoining a group waits about the rebalance timeout; Faust's defaults
-        # (tens of seconds) make every start slow.
-        "broker_rebalance_timeout": 3.0,
-        "broker_session_timeout": 6.0,
-        "broker_heartbeat_interval": 1.0,
+        # (tens of seconds) make every start slow. The same as every group's.
+        "broker_rebalance_timeout": timeouts.rebalance_ms / 1000,
+        "broker_session_timeout": timeouts.session_ms / 1000,
+        "broker_heartbeat_interval": timeouts.heartbeat_ms / 1000,
     }
     if tansu:
         # Tansu reports the end offset of a partition as the base offset of its
         # last batch + 1, which trips Faust's recovery consistency check.
         options["recovery_consistency_check"] = False
     quiet_sensorless_rebalances()
+    no_table_start_pause()
     return options
 
 
@@ -136,6 +145,23 @@ def quiet_sensorless_rebalances() -> None:
     logger = logging.getLogger("faust.app.base")
     if _SENSORLESS not in logger.filters:
         logger.addFilter(_SENSORLESS)
+
+
+async def _start_tables_at_once(self: Any) -> None:
+    """Faust's ``TableManager.on_start`` without its first line, a fixed
+    ``await self.sleep(1.0)``."""
+    if not self.should_stop:
+        await self._update_channels()
+        await self.recovery.start()
+
+
+def no_table_start_pause() -> None:
+    """Start Faust's tables without the second Faust waits first (its
+    ``TableManager.on_start`` sleeps 1 s before it starts them, so that tables
+    made while the app starts are in): our apps make their tables before they
+    start, and every worker and agents start waited the second out
+    (docs/operations.md, "Starting and stopping")."""
+    faust_tables.TableManager.on_start = _start_tables_at_once  # type: ignore[method-assign]
 
 
 _ORIGINAL = faust_aiokafka.AIOKafkaConsumerThread._create_worker_consumer

@@ -28,6 +28,7 @@ from stream.runtime.errors import ConfigError, KafkaUnavailable
 
 __all__ = [
     "ConsumedRecord",
+    "GroupTimeouts",
     "KafkaSecurity",
     "KafkaUnavailable",
     "bootstrap_of",
@@ -226,6 +227,54 @@ def client_kwargs(bootstrap: str, security: KafkaSecurity | None = None) -> dict
     return {"bootstrap_servers": bootstrap, **chosen.aiokafka_kwargs()}
 
 
+#: A consumer group member's session (docs/operations.md, "How long a start
+#: takes"): a member silent this long is out of the group and its partitions move.
+#: The embedded broker holds a first JoinGroup for half of it, so it is also most
+#: of how long a process takes to be given its partitions there.
+SESSION_TIMEOUT_ENV = "LEMONGRAPH_SESSION_TIMEOUT_MS"
+SESSION_TIMEOUT_MS = 6000
+#: How long a rejoining group waits for its members (aiokafka's and Faust's
+#: defaults, tens of seconds, made every restart slow).
+REBALANCE_TIMEOUT_MS = 3000
+
+
+@dataclass(frozen=True)
+class GroupTimeouts:
+    """The session, heartbeat and rebalance timeouts of every consumer group
+    member lemongraph makes (the worker's, the agents service's, the mail
+    ingress's, the memory processor's)."""
+
+    session_ms: int = SESSION_TIMEOUT_MS
+    rebalance_ms: int = REBALANCE_TIMEOUT_MS
+
+    @property
+    def heartbeat_ms(self) -> int:
+        """A heartbeat a third of the session at most (Kafka's advice), and once a
+        second at most often."""
+        return min(1000, self.session_ms // 3)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> GroupTimeouts:
+        """``LEMONGRAPH_SESSION_TIMEOUT_MS`` (1,000 to 60,000) when set;
+        :class:`ConfigError` for another value."""
+        raw = (os.environ if env is None else env).get(SESSION_TIMEOUT_ENV, "").strip()
+        if not raw:
+            return cls()
+        if not raw.isdigit() or not 1000 <= int(raw) <= 60_000:
+            raise ConfigError(
+                f"{SESSION_TIMEOUT_ENV} must be a whole number of 1000 to 60000 ms, got {raw!r}"
+            )
+        return cls(session_ms=int(raw))
+
+    def aiokafka_kwargs(self) -> dict[str, int]:
+        """As aiokafka's consumer takes them."""
+        return {
+            "session_timeout_ms": self.session_ms,
+            "heartbeat_interval_ms": self.heartbeat_ms,
+            "rebalance_timeout_ms": self.rebalance_ms,
+        }
+
+
 def new_consumer(
     bootstrap: str,
     security: KafkaSecurity | None = None,
@@ -239,12 +288,14 @@ def new_consumer(
     """A consumer as every one lemongraph makes (not started): :func:`client_kwargs`
     and no auto-commit (each commits, if at all, what it has handled). What
     differs: the ``topics`` it subscribes (none: it assigns partitions itself),
-    its ``group``, where it starts without a committed offset (``offsets``:
-    aiokafka's ``auto_offset_reset``), its ``isolation`` level, and ``tuning``
+    its ``group`` (with :class:`GroupTimeouts` from the environment), where it
+    starts without a committed offset (``offsets``: aiokafka's
+    ``auto_offset_reset``), its ``isolation`` level, and ``tuning``
     (aiokafka's fetch options); what is not given is aiokafka's default."""
     options: dict[str, Any] = {"enable_auto_commit": False}
     if group is not None:
         options["group_id"] = group
+        options.update(GroupTimeouts.from_env().aiokafka_kwargs())
     if offsets is not None:
         options["auto_offset_reset"] = offsets
     if isolation is not None:

@@ -10,6 +10,7 @@ upgrade moves them, these tests fail before a worker misbehaves.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from pathlib import Path
 from types import SimpleNamespace
@@ -174,3 +175,50 @@ def test_the_fetch_wait_is_the_brokers_default_unless_configured() -> None:
     for bad in ("0", "10001", "-5", "1.5", "soon"):
         with pytest.raises(ValueError, match="LEMONGRAPH_FETCH_MAX_WAIT_MS"):
             fetch_max_wait(True, {"LEMONGRAPH_FETCH_MAX_WAIT_MS": bad})
+
+
+def test_tables_start_without_fausts_one_second_pause() -> None:
+    # The replacement is Faust's own TableManager.on_start without its first line.
+    import faust.tables.manager as manager
+
+    from stream.runtime.faust_tuning import _start_tables_at_once, no_table_start_pause
+
+    source = Path(manager.__file__).read_text(encoding="utf-8")
+    start = source.index("    async def on_start(self) -> None:")
+    body = source[start : source.index("\n    async def ", start + 10)]
+    assert [line.strip() for line in body.splitlines()[2:] if line.strip()] == [
+        "await self.sleep(1.0)",
+        "if not self.should_stop:",
+        "await self._update_channels()",
+        "await self.recovery.start()",
+    ], "Faust changed TableManager.on_start"
+    no_table_start_pause()
+    assert manager.TableManager.on_start is _start_tables_at_once
+
+
+def test_every_group_member_takes_the_session_timeout_of_the_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from stream.runtime.faust_tuning import common_settings
+    from stream.runtime.kafka import GroupTimeouts, new_consumer
+
+    assert GroupTimeouts.from_env({}) == GroupTimeouts(6000, 3000)
+    assert GroupTimeouts.from_env({}).heartbeat_ms == 1000
+    short = GroupTimeouts.from_env({"LEMONGRAPH_SESSION_TIMEOUT_MS": " 1500 "})
+    assert (short.session_ms, short.heartbeat_ms) == (1500, 500)
+    for bad in ("999", "60001", "1.5", "soon"):
+        with pytest.raises(ValueError, match="LEMONGRAPH_SESSION_TIMEOUT_MS"):
+            GroupTimeouts.from_env({"LEMONGRAPH_SESSION_TIMEOUT_MS": bad})
+
+    monkeypatch.setenv("LEMONGRAPH_SESSION_TIMEOUT_MS", "2400")
+
+    async def made() -> tuple[int, int]:
+        member = new_consumer("127.0.0.1:9", group="g")  # an aiokafka consumer, not started
+        try:
+            return member._session_timeout_ms, member._heartbeat_interval_ms  # type: ignore[attr-defined]
+        finally:
+            await member.stop()
+
+    assert asyncio.run(made()) == (2400, 800)
+    options = common_settings("kafka://127.0.0.1:9", tmp_path, 4, tansu=True)
+    assert (options["broker_session_timeout"], options["broker_heartbeat_interval"]) == (2.4, 0.8)
