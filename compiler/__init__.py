@@ -164,6 +164,14 @@ from compiler.schedules._definition import (
     render_key,
     validate_schedule,
 )
+from compiler.schedules._health import (
+    HEALTH_FAILED,
+    HEALTH_OK,
+    ScheduleHealth,
+    health_alert,
+    health_of_run,
+    health_refused,
+)
 from compiler.schedules._ids import (
     jitter_ms,
     manual_run_id,
@@ -210,6 +218,8 @@ __all__ = [
     "FANOUT_MAX_ITEMS",
     "FLOW_RULES",
     "FLOW_WARNINGS",
+    "HEALTH_FAILED",
+    "HEALTH_OK",
     "MAX_REMEMBERED_KEYS",
     "MAX_WAKE_DEPTH",
     "MAX_WINDOW",
@@ -305,6 +315,7 @@ __all__ = [
     "Schedule",
     "ScheduleEffect",
     "ScheduleError",
+    "ScheduleHealth",
     "ScheduleInput",
     "ScheduleScenarioResult",
     "ScheduleState",
@@ -342,6 +353,9 @@ __all__ = [
     "flow_input_from_json",
     "format_offset",
     "from_iso",
+    "health_alert",
+    "health_of_run",
+    "health_refused",
     "input_from_json",
     "interrupt_id",
     "jitter_ms",
