@@ -190,6 +190,7 @@ from compiler.schedules._origin import (
 )
 from compiler.schedules._runstate import (
     ActiveRun,
+    AlertRecorded,
     Define,
     Deliver,
     Dispatch,
@@ -230,6 +231,7 @@ __all__ = [
     "TOOL_RESULTS_KEPT",
     "Action",
     "ActiveRun",
+    "AlertRecorded",
     "And",
     "Answer",
     "ApprovalNode",

@@ -34,6 +34,7 @@ __all__ = [
     "OVERLAPS",
     "PLACEHOLDER",
     "REPORTED_ACTIONS",
+    "SEVERITIES",
     "Overlap",
     "Schedule",
     "duration_text",
@@ -43,6 +44,10 @@ __all__ = [
     "validate_schedule",
 ]
 
+#: A heartbeat alert's severities (docs/schedules.md, "Heartbeats"): ``meta.severity``
+#: (default ``warning``) for a reply that is not ``HEARTBEAT_OK``, ``critical`` for
+#: a run that failed or timed out.
+SEVERITIES = ("info", "warning", "critical")
 Overlap = Literal["skip", "buffer_one", "allow_all"]
 OVERLAPS: tuple[Overlap, ...] = ("skip", "buffer_one", "allow_all")
 ACTION_TYPES = ("start_job", "send_event", "prompt", "command")
@@ -154,6 +159,12 @@ class Schedule:
     @property
     def heartbeat(self) -> bool:
         return self.meta.get("heartbeat") is True
+
+    @property
+    def severity(self) -> str:
+        """A heartbeat alert's severity when its reply is not ``HEARTBEAT_OK``:
+        ``meta.severity``, default ``warning`` (docs/schedules.md, "Heartbeats")."""
+        return str(self.meta.get("severity") or "warning")
 
     def to_json(self) -> dict[str, Any]:
         """The normalised definition (the ``schedules`` record's ``spec``)."""
@@ -388,6 +399,12 @@ def _meta(meta: object, action: Mapping[str, Any]) -> Mapping[str, Any]:
     if heartbeat and action["type"] != "prompt":
         raise ScheduleError(
             "meta.heartbeat", "a heartbeat is a prompt schedule: action.type must be prompt"
+        )
+    severity = meta.get("severity")
+    if heartbeat and severity is not None and severity not in SEVERITIES:
+        raise ScheduleError(
+            "meta.severity",
+            f"a heartbeat's alerts are {', '.join(SEVERITIES)} (default warning), got {severity!r}",
         )
     return meta
 
