@@ -161,6 +161,7 @@ from compiler.schedules._cron import (
 from compiler.schedules._definition import (
     REPORTED_ACTIONS,
     Schedule,
+    default_target,
     render_key,
     validate_schedule,
 )
@@ -349,6 +350,7 @@ __all__ = [
     "compile_condition",
     "compile_playbook",
     "count_slots",
+    "default_target",
     "field_problem",
     "fields_text",
     "file_value_problem",

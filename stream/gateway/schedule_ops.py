@@ -22,7 +22,13 @@ from zoneinfo import ZoneInfo
 
 import orjson
 
-from compiler import LemongraphError, ScheduleHealth, health_alert, health_of_run
+from compiler import (
+    LemongraphError,
+    ScheduleHealth,
+    default_target,
+    health_alert,
+    health_of_run,
+)
 from stream.gateway.readmodels.run_verdicts import judge
 from stream.runtime.errors import ShellError
 from topics import (
@@ -268,6 +274,16 @@ def merged(spec: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
         out.pop("at", None)
     if patch.get("at") is not None:
         out.pop("schedule", None)
+    # The default target follows the owner (docs/schedules.md, "Delivery"): a
+    # deliver_to that is the owner's default is given again from the new definition.
+    action, owner = spec.get("action"), spec.get("job_key")
+    owner = owner if isinstance(owner, str) else None
+    if (
+        "deliver_to" not in patch
+        and isinstance(action, Mapping)
+        and spec.get("deliver_to") == default_target(owner, action)
+    ):
+        out.pop("deliver_to", None)
     for name, value in patch.items():
         if name in FIXED and value != spec.get(name):
             raise Invalid(f"{name}: a schedule's id cannot change (create a new one)", name)

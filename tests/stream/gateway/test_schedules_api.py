@@ -500,6 +500,36 @@ def test_runs_are_read_from_schedule_runs_newest_first_and_paged(
         assert "aborted" in message
 
 
+def test_a_jobs_schedule_delivers_to_its_conversation_an_operators_nowhere(
+    shared_gateway: GatewayProcess,
+) -> None:
+    # docs/schedules.md, "Delivery": the default target is the owner's.
+    asked = {"type": "prompt", "agent": "conversation", "prompt": "Anything?"}
+    prompt = {"name": "Owned", "schedule": "hourly", "action": asked}
+    with shared_gateway.client(shared_gateway.token()) as client:
+        owned = ok(
+            client.post("/v1/schedules", json={**prompt, "id": "owned", "job_key": "job-7"}), 201
+        )
+        assert (owned["spec"]["job_key"], owned["spec"]["deliver_to"]) == ("job-7", "web:job-7")
+        mine = ok(client.post("/v1/schedules", json={**prompt, "id": "operators"}), 201)
+        assert mine["spec"]["deliver_to"] == "none"
+        assert "job_key" not in mine["spec"]
+        # A change of owner moves a default target; an explicit one stays.
+        moved = ok(client.patch("/v1/schedules/owned", json={"job_key": "job-8"}))
+        assert moved["spec"]["deliver_to"] == "web:job-8"
+        mailed = ok(
+            client.patch("/v1/schedules/owned", json={"deliver_to": "email:ops@example.com"})
+        )
+        kept = ok(client.patch("/v1/schedules/owned", json={"job_key": "job-9"}))
+        assert mailed["spec"]["deliver_to"] == kept["spec"]["deliver_to"] == "email:ops@example.com"
+        back = ok(client.patch("/v1/schedules/owned", json={"deliver_to": None}))
+        assert back["spec"]["deliver_to"] == "web:job-9"
+        bad = client.post("/v1/schedules", json={**prompt, "id": "bad", "job_key": " padded"})
+        assert error_of(bad, 422, "invalid_schedule")["field"] == "job_key"
+        for sid in ("owned", "operators"):
+            ok(client.delete(f"/v1/schedules/{sid}"))
+
+
 def test_the_read_model_keeps_its_bounds() -> None:
     topics = Topics("bounds.")
     one = len(orjson.dumps({**orjson.loads(run_record("s0", "r0", "completed", "a")[1]), "seq": 1}))
