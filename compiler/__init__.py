@@ -161,8 +161,17 @@ from compiler.schedules._cron import (
 from compiler.schedules._definition import (
     REPORTED_ACTIONS,
     Schedule,
+    default_target,
     render_key,
     validate_schedule,
+)
+from compiler.schedules._health import (
+    HEALTH_FAILED,
+    HEALTH_OK,
+    ScheduleHealth,
+    health_alert,
+    health_of_run,
+    health_refused,
 )
 from compiler.schedules._ids import (
     jitter_ms,
@@ -182,6 +191,7 @@ from compiler.schedules._origin import (
 )
 from compiler.schedules._runstate import (
     ActiveRun,
+    AlertRecorded,
     Define,
     Deliver,
     Dispatch,
@@ -210,6 +220,8 @@ __all__ = [
     "FANOUT_MAX_ITEMS",
     "FLOW_RULES",
     "FLOW_WARNINGS",
+    "HEALTH_FAILED",
+    "HEALTH_OK",
     "MAX_REMEMBERED_KEYS",
     "MAX_WAKE_DEPTH",
     "MAX_WINDOW",
@@ -220,6 +232,7 @@ __all__ = [
     "TOOL_RESULTS_KEPT",
     "Action",
     "ActiveRun",
+    "AlertRecorded",
     "And",
     "Answer",
     "ApprovalNode",
@@ -305,6 +318,7 @@ __all__ = [
     "Schedule",
     "ScheduleEffect",
     "ScheduleError",
+    "ScheduleHealth",
     "ScheduleInput",
     "ScheduleScenarioResult",
     "ScheduleState",
@@ -336,12 +350,16 @@ __all__ = [
     "compile_condition",
     "compile_playbook",
     "count_slots",
+    "default_target",
     "field_problem",
     "fields_text",
     "file_value_problem",
     "flow_input_from_json",
     "format_offset",
     "from_iso",
+    "health_alert",
+    "health_of_run",
+    "health_refused",
     "input_from_json",
     "interrupt_id",
     "jitter_ms",

@@ -101,9 +101,11 @@ from topics._messages import (
 )
 from topics._names import TOPIC_NAMES, Topics
 from topics._schedules import (
+    HEARTBEAT_ALERT,
     SCHEDULE_HEADER,
     SCHEDULE_RUN_HEADER,
     AuditRecord,
+    HeartbeatAlert,
     ScheduleRecord,
     ScheduleReport,
     ScheduleRunRecord,
@@ -126,6 +128,7 @@ __all__ = [
     "DEADLETTER_HEADERS",
     "FORWARDED_FROM_HEADER",
     "GROUNDED_SOURCES",
+    "HEARTBEAT_ALERT",
     "MAX_CONTACT_LENGTH",
     "MAX_DEPTH",
     "MAX_KEY_LENGTH",
@@ -152,6 +155,7 @@ __all__ = [
     "ExplanationRecord",
     "FactRememberedEffect",
     "Headers",
+    "HeartbeatAlert",
     "IdempotencyKey",
     "InboxEvent",
     "InboxMessage",

@@ -12,9 +12,11 @@ from pydantic import Field
 from topics._messages import TopicRecord
 
 __all__ = [
+    "HEARTBEAT_ALERT",
     "SCHEDULE_HEADER",
     "SCHEDULE_RUN_HEADER",
     "AuditRecord",
+    "HeartbeatAlert",
     "ScheduleRecord",
     "ScheduleReport",
     "ScheduleRunRecord",
@@ -103,7 +105,36 @@ class ScheduleReport(TopicRecord):
     exit_code: int | None = None
 
 
-ScheduleRunsRecord = Annotated[ScheduleRunRecord | ScheduleReport, Field(discriminator="type")]
+#: The ``type`` of a heartbeat's alert on ``schedule-runs``.
+HEARTBEAT_ALERT = "heartbeat.alert"
+#: How much an alert asks of a person: a heartbeat's ``meta.severity`` (default
+#: ``warning``), ``critical`` for a run that failed or timed out.
+Severity = Literal["info", "warning", "critical"]
+
+
+class HeartbeatAlert(TopicRecord):
+    """A heartbeat's run that did not answer ``HEARTBEAT_OK`` (docs/schedules.md,
+    "Heartbeats"): written by the worker beside the run's last ``schedule.run``
+    record (``schedule-runs``, key: the schedule id), once per run. Its
+    delivery is the run's (``delivered_to``; a ``message`` with id
+    ``sched-<run id>``); ``suppressed`` runs have none."""
+
+    type: Literal["heartbeat.alert"] = "heartbeat.alert"
+    schedule_id: str
+    run_id: str
+    severity: Severity
+    status: Literal["completed", "failed", "timeout"]
+    triggered_by: Literal["schedule", "manual", "wake", "retry"]
+    name: str
+    output: str | None = Field(None, max_length=2000)
+    error: str | None = None
+    delivered_to: str | None = None
+    at: str
+
+
+ScheduleRunsRecord = Annotated[
+    ScheduleRunRecord | ScheduleReport | HeartbeatAlert, Field(discriminator="type")
+]
 
 
 class AuditRecord(TopicRecord):

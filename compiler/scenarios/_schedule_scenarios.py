@@ -26,6 +26,7 @@ from compiler.schedules._definition import (
     validate_schedule,
 )
 from compiler.schedules._runstate import (
+    AlertRecorded,
     Define,
     Deliver,
     Dispatch,
@@ -78,6 +79,8 @@ class ScheduleScenarioResult:
     runs: tuple[str, ...]
     counts: dict[str, int]
     failures: tuple[str, ...]
+    #: The ``heartbeat.alert`` records (docs/schedules.md, "Heartbeats").
+    alerts: tuple[dict[str, Any], ...] = ()
 
     @property
     def passed(self) -> bool:
@@ -108,6 +111,7 @@ class ScheduleScenarioResult:
                 for d in self.deliveries
             ],
             "failures": list(self.failures),
+            "alerts": list(self.alerts),
         }
 
 
@@ -158,6 +162,7 @@ class _Clock:
         self.pending: list[_Pending] = []
         self.records: list[dict[str, Any]] = []
         self.deliveries: list[Delivery] = []
+        self.alerts: list[dict[str, Any]] = []
         self.failures: list[str] = []
         self._order = 0
 
@@ -174,6 +179,8 @@ class _Clock:
                 self.records.append(dict(effect.run))
             elif isinstance(effect, Deliver):
                 delivered.append(effect)
+            elif isinstance(effect, AlertRecorded):
+                self.alerts.append(dict(effect.alert))
             elif isinstance(effect, Dispatch):
                 self._dispatched(schedule_id, now, effect)
             elif isinstance(effect, Retire):
@@ -327,6 +334,7 @@ def run_schedule_scenario(
         tuple(lines),
         dict(counts),
         tuple(failures),
+        tuple(clock.alerts),
     )
 
 

@@ -34,8 +34,10 @@ __all__ = [
     "OVERLAPS",
     "PLACEHOLDER",
     "REPORTED_ACTIONS",
+    "SEVERITIES",
     "Overlap",
     "Schedule",
+    "default_target",
     "duration_text",
     "plain_data",
     "render_key",
@@ -43,6 +45,10 @@ __all__ = [
     "validate_schedule",
 ]
 
+#: A heartbeat alert's severities (docs/schedules.md, "Heartbeats"): ``meta.severity``
+#: (default ``warning``) for a reply that is not ``HEARTBEAT_OK``, ``critical`` for
+#: a run that failed or timed out.
+SEVERITIES = ("info", "warning", "critical")
 Overlap = Literal["skip", "buffer_one", "allow_all"]
 OVERLAPS: tuple[Overlap, ...] = ("skip", "buffer_one", "allow_all")
 ACTION_TYPES = ("start_job", "send_event", "prompt", "command")
@@ -72,6 +78,7 @@ _FIELDS = (
     "overlap",
     "catchup_window",
     "deliver_to",
+    "job_key",
     "meta",
 )
 _ACTION_FIELDS = {
@@ -138,6 +145,11 @@ class Schedule:
     catchup_window_ms: int | None = None
     deliver_to: str = "none"
     meta: Mapping[str, Any] = field(default_factory=dict)
+    #: The job whose conversation the schedule was created from, its owner
+    #: (docs/schedules.md, "Delivery"): a prompt or command schedule of a job
+    #: delivers to ``web:<job_key>`` unless ``deliver_to`` says otherwise.
+    #: None: an operator's schedule.
+    job_key: str | None = None
     #: A one-shot's instant (docs/schedules.md, "One-shot schedules"): it runs
     #: once, then is removed; its ``cron`` is that instant's minute on its wall
     #: clock, shown, never evaluated. None: a schedule on a clock.
@@ -154,6 +166,12 @@ class Schedule:
     @property
     def heartbeat(self) -> bool:
         return self.meta.get("heartbeat") is True
+
+    @property
+    def severity(self) -> str:
+        """A heartbeat alert's severity when its reply is not ``HEARTBEAT_OK``:
+        ``meta.severity``, default ``warning`` (docs/schedules.md, "Heartbeats")."""
+        return str(self.meta.get("severity") or "warning")
 
     def to_json(self) -> dict[str, Any]:
         """The normalised definition (the ``schedules`` record's ``spec``)."""
@@ -174,6 +192,8 @@ class Schedule:
         }
         if self.catchup_window_ms is not None:
             out["catchup_window"] = duration_text(self.catchup_window_ms)
+        if self.job_key is not None:
+            out["job_key"] = self.job_key
         if self.at_ms is not None:
             del out["schedule"]
             out = {"at": utc_iso(_EPOCH + timedelta(milliseconds=self.at_ms)), **out}
@@ -298,7 +318,10 @@ def _validate(data: object) -> Schedule:
     overlap = data.get("overlap", "skip")
     if overlap not in OVERLAPS:
         raise ScheduleError("overlap", f"must be one of {', '.join(OVERLAPS)}, got {overlap!r}")
-    deliver_to = data.get("deliver_to", "none")
+    owner = _owner(data.get("job_key"))
+    deliver_to = data.get("deliver_to")
+    if deliver_to is None or deliver_to in ("", "auto"):
+        deliver_to = default_target(owner, action)
     _deliver_to(deliver_to)
     meta = _meta(data.get("meta", {}), action)
     catchup = None
@@ -318,6 +341,7 @@ def _validate(data: object) -> Schedule:
         overlap=overlap,
         catchup_window_ms=catchup,
         deliver_to=deliver_to,
+        job_key=owner,
         meta=plain_data(meta),
         at_ms=at_ms,
     )
@@ -389,7 +413,37 @@ def _meta(meta: object, action: Mapping[str, Any]) -> Mapping[str, Any]:
         raise ScheduleError(
             "meta.heartbeat", "a heartbeat is a prompt schedule: action.type must be prompt"
         )
+    severity = meta.get("severity")
+    if heartbeat and severity is not None and severity not in SEVERITIES:
+        raise ScheduleError(
+            "meta.severity",
+            f"a heartbeat's alerts are {', '.join(SEVERITIES)} (default warning), got {severity!r}",
+        )
     return meta
+
+
+def _owner(job_key: object) -> str | None:
+    """``job_key``: the job a schedule was created from (None: an operator's)."""
+    if job_key is None:
+        return None
+    if not isinstance(job_key, str):
+        raise ScheduleError("job_key", f"must be a job key, got {job_key!r}")
+    try:
+        check_key(job_key, "the job key")
+    except JobKeyError as exc:
+        raise ScheduleError("job_key", str(exc)) from None
+    return job_key
+
+
+def default_target(job_key: str | None, action: Mapping[str, Any]) -> str:
+    """Where a schedule delivers when ``deliver_to`` is not given (or ``auto``):
+    the conversation of the job it was created from (``web:<job_key>``) for a
+    prompt or command schedule, since those deliver; ``none`` for an operator's
+    schedule (no ``job_key``) and for ``start_job`` and ``send_event``, which
+    deliver nothing (docs/schedules.md, "Delivery")."""
+    if job_key is not None and action.get("type") in REPORTED_ACTIONS:
+        return f"web:{job_key}"
+    return "none"
 
 
 def _deliver_to(target: object) -> None:
@@ -406,7 +460,8 @@ def _deliver_to(target: object) -> None:
         if sep and kind == "email" and re.fullmatch(r"[^@\s]+@[^@\s]+\.[^@\s]+", rest):
             return
     raise ScheduleError(
-        "deliver_to", f"must be none, web:<job key> or email:<address>, got {target!r}"
+        "deliver_to",
+        f"must be none, auto, web:<job key> or email:<address>, got {target!r}",
     )
 
 

@@ -20,6 +20,7 @@ __all__ = [
     "MAX_RECORDS",
     "MAX_REQUESTS",
     "ActiveRun",
+    "AlertRecorded",
     "Define",
     "Deliver",
     "Dispatch",
@@ -272,6 +273,15 @@ class RunRecorded:
 
 
 @dataclass(frozen=True)
+class AlertRecorded:
+    """A ``heartbeat.alert`` record (every field of ``topics.HeartbeatAlert``):
+    a heartbeat's run that did not answer ``HEARTBEAT_OK`` (docs/schedules.md,
+    "Heartbeats"), beside its run's last record."""
+
+    alert: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
 class Deliver:
     """Send ``text`` to ``target`` (``web:<job>`` or ``email:<address>``)."""
 
@@ -290,7 +300,7 @@ class Retire:
     status: str
 
 
-ScheduleEffect = Dispatch | RunRecorded | Deliver | Retire
+ScheduleEffect = Dispatch | RunRecorded | AlertRecorded | Deliver | Retire
 
 
 @dataclass(frozen=True)

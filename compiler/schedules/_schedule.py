@@ -39,6 +39,7 @@ from compiler.schedules._runstate import (
     MAX_RECORDS,
     MAX_REQUESTS,
     ActiveRun,
+    AlertRecorded,
     Define,
     Deliver,
     Dispatch,
@@ -324,6 +325,8 @@ class _Decision:
             delivered_to=delivered_to,
             exit_code=exit_code,
         )
+        if schedule.heartbeat and status in ("completed", "failed", "timeout"):
+            self.alert(run, status, output, error, delivered_to)
         if (
             retry
             and status in ("failed", "timeout")
@@ -339,6 +342,38 @@ class _Decision:
                 )
             )
         self.release_buffered()
+
+    def alert(
+        self,
+        run: ActiveRun,
+        status: str,
+        output: str | None,
+        error: str | None,
+        delivered_to: str | None,
+    ) -> None:
+        """A heartbeat's run that did not answer ``HEARTBEAT_OK`` (docs/schedules.md,
+        "Heartbeats"): its alert record, after the run's. Its severity is the
+        schedule's ``meta.severity`` (default ``warning``), ``critical`` for a run
+        that failed or timed out; its delivery is the run's (``delivered_to``)."""
+        severity = "critical" if status != "completed" else self.schedule.severity
+        self.effects.append(
+            AlertRecorded(
+                {
+                    "type": "heartbeat.alert",
+                    "schema": 1,
+                    "schedule_id": self.schedule.id,
+                    "run_id": run.run_id,
+                    "severity": severity,
+                    "status": status,
+                    "triggered_by": run.triggered_by,
+                    "name": self.schedule.name,
+                    "output": output[:MAX_OUTPUT] if output is not None else None,
+                    "error": error,
+                    "delivered_to": delivered_to,
+                    "at": self.at,
+                }
+            )
+        )
 
     def release_buffered(self) -> None:
         if self.buffered is None or self.active or not self.firing:

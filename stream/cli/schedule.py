@@ -25,7 +25,7 @@ from typing import Any, NoReturn
 import click
 import orjson
 
-from compiler import LemongraphError, load_located
+from compiler import LemongraphError, ScheduleHealth, load_located
 from stream.cli.checks import schedule_problems
 from stream.gateway import schedule_ops as ops
 from stream.gateway.readmodels.run_verdicts import decision_mark, judge, run_marks
@@ -81,11 +81,17 @@ def _definitions(settings: Settings) -> dict[str, dict[str, Any]]:
 def _runs(settings: Settings, sid: str) -> list[dict[str, Any]]:
     """Schedule ``sid``'s runs from ``schedule-runs``, newest first; one whose
     input the core refused (on ``decisions``) reads ``refused``."""
+    return _history(settings, sid)[0]
+
+
+def _history(settings: Settings, sid: str) -> tuple[list[dict[str, Any]], ScheduleHealth]:
+    """:func:`_runs`, and the schedule's health from the same records
+    (docs/schedules.md, "Health")."""
     bootstrap = require_kafka(settings)
     topics = Topics(settings.topic_prefix)
     wanted = sid.encode()
 
-    async def go() -> list[dict[str, Any]]:
+    async def go() -> tuple[list[dict[str, Any]], ScheduleHealth]:
         records = []
         async for r in read_topic(
             bootstrap, topics.schedule_runs, idle=0.3, security=settings.kafka_security
@@ -97,7 +103,7 @@ def _runs(settings: Settings, sid: str) -> list[dict[str, Any]]:
         runs = ops.runs_of(records)
         marks = {mark for run in runs for mark in run_marks(run)}
         if not marks:
-            return runs
+            return runs, ops.health_of(records, {})
         verdicts: dict[str, str | None] = {}
         jobs = {str(run["job_key"]).encode() for run in runs if run.get("job_key")}
         # Only the jobs' partitions: a job's decisions are on the partition of
@@ -110,9 +116,10 @@ def _runs(settings: Settings, sid: str) -> list[dict[str, Any]]:
             found = decision_mark(ops.decode(r.value) or {}) if r.key in jobs else None
             if found is not None and found[0] in marks:
                 verdicts.setdefault(*found)  # the first decision of an input counts
-        return [judge(run, verdicts) for run in runs]
+        return [judge(run, verdicts) for run in runs], ops.health_of(records, verdicts)
 
-    return list(run_async(go()))
+    found, health = run_async(go())
+    return list(found), health
 
 
 def _playbook_keys(settings: Settings) -> set[str]:
@@ -427,7 +434,8 @@ def show(schedule_id: str, count: int) -> None:
     click.echo("next:" if slots else "next: none (paused)")
     for slot in slots:
         click.echo(f"  {slot.line()}")
-    runs = _runs(settings, schedule_id)
+    runs, health = _history(settings, schedule_id)
+    click.echo(ops.health_line(health.to_json(ops.iso(slots[0].utc) if slots else None)))
     click.echo(f"runs: {len(runs)}" + (" (newest first)" if runs else ""))
     for run in runs[:5]:
         click.echo(f"  {_run_line(run)}")

@@ -280,6 +280,7 @@ def render_schedule_trace(result: ScheduleScenarioResult) -> str:
     zones = {s.id: s.timezone for s in result.schedules}
     out = [f"── {result.source} :: {result.scenario}"]
     deliveries = list(result.deliveries)
+    alerts = {(a["run_id"], a["status"]): a for a in result.alerts}
     for i, record in enumerate(result.records):
         while deliveries and deliveries[0].after <= i:
             out.append(_delivery_line(result, deliveries.pop(0)))
@@ -293,6 +294,10 @@ def render_schedule_trace(result: ScheduleScenarioResult) -> str:
             f"  {offset_of(result.base, record['at']):<10} {schedule_run_line(record)}{local}  "
             + "; ".join(extra)
         )
+        alert = alerts.get((record["run_id"], record["status"]))
+        if alert is not None:  # docs/schedules.md, "Heartbeats"
+            at = offset_of(result.base, alert["at"])
+            out.append(f"  {at:<10} ↳ heartbeat.alert {alert['severity']} (run {alert['run_id']})")
     out.extend(_delivery_line(result, d) for d in deliveries)
     out.append(f"  end: {result.summary()}")
     return "\n".join(out)

@@ -52,6 +52,7 @@ import orjson
 from pydantic import ValidationError
 
 from compiler import (
+    AlertRecorded,
     Define,
     Deliver,
     Dispatch,
@@ -74,10 +75,12 @@ from stream.engine.batch import META_PREFIX, Batch, Output, Record
 from stream.engine.timers import SCHEDULES
 from stream.runtime.errors import ShellError, StorageError
 from topics import (
+    HEARTBEAT_ALERT,
     MAX_RECORD_BYTES,
     SCHEDULE_HEADER,
     SCHEDULE_RUN_HEADER,
     AuditRecord,
+    HeartbeatAlert,
     InboxEvent,
     JobStart,
     MessageRecord,
@@ -245,10 +248,13 @@ class Schedules:
         except orjson.JSONDecodeError as exc:
             raise RecordError(f"not JSON: {exc}") from None
         kind = data.get("type") if isinstance(data, dict) else None
-        if kind == "schedule.run":
-            return None  # the worker's own record of a run
+        if kind in ("schedule.run", HEARTBEAT_ALERT):
+            return None  # the worker's own record of a run, or of a heartbeat's alert
         if kind != "schedule.report":
-            raise RecordError(f"type: expected 'schedule.report' or 'schedule.run', got {kind!r}")
+            raise RecordError(
+                f"type: expected 'schedule.report', 'schedule.run' or '{HEARTBEAT_ALERT}', "
+                f"got {kind!r}"
+            )
         if home != record.partition:
             return FORWARD
         try:
@@ -402,6 +408,13 @@ class Schedules:
         if isinstance(effect, RunRecorded):
             run = ScheduleRunRecord.model_validate({"type": "schedule.run", **effect.run})
             return [self._run_output(schedule_id, partition, run)]
+        if isinstance(effect, AlertRecorded):  # docs/schedules.md, "Heartbeats"
+            alert = HeartbeatAlert.model_validate(effect.alert)
+            return [
+                Output(
+                    self.names.schedule_runs, schedule_id.encode(), _dumps(alert.dump()), partition
+                )
+            ]
         if isinstance(effect, Dispatch):
             assert schedule is not None
             return [self._dispatch(effect, schedule, partition, now, home)]

@@ -22,9 +22,17 @@ from zoneinfo import ZoneInfo
 
 import orjson
 
-from compiler import LemongraphError
+from compiler import (
+    LemongraphError,
+    ScheduleHealth,
+    default_target,
+    health_alert,
+    health_of_run,
+)
+from stream.gateway.readmodels.run_verdicts import judge
 from stream.runtime.errors import ShellError
 from topics import (
+    HEARTBEAT_ALERT,
     AuditRecord,
     LimitError,
     ScheduleRecord,
@@ -45,6 +53,8 @@ __all__ = [
     "cron_of",
     "definition",
     "fold_run",
+    "health_line",
+    "health_of",
     "iso",
     "manual_run_id",
     "merged",
@@ -264,6 +274,16 @@ def merged(spec: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
         out.pop("at", None)
     if patch.get("at") is not None:
         out.pop("schedule", None)
+    # The default target follows the owner (docs/schedules.md, "Delivery"): a
+    # deliver_to that is the owner's default is given again from the new definition.
+    action, owner = spec.get("action"), spec.get("job_key")
+    owner = owner if isinstance(owner, str) else None
+    if (
+        "deliver_to" not in patch
+        and isinstance(action, Mapping)
+        and spec.get("deliver_to") == default_target(owner, action)
+    ):
+        out.pop("deliver_to", None)
     for name, value in patch.items():
         if name in FIXED and value != spec.get(name):
             raise Invalid(f"{name}: a schedule's id cannot change (create a new one)", name)
@@ -391,6 +411,43 @@ def runs_of(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         rid = str(record.get("run_id"))
         runs[rid] = fold_run(runs.get(rid), record)
     return list(reversed(runs.values()))
+
+
+def health_of(
+    records: Iterable[Mapping[str, Any]], verdicts: Mapping[str, str | None]
+) -> ScheduleHealth:
+    """A schedule's health (docs/schedules.md, "Health") from its records on
+    ``schedule-runs``, oldest first, each run judged by ``verdicts`` (mark →
+    the core's reason when it refused the run's input, stream/gateway/readmodels/run_verdicts.py):
+    folded as the gateway's read model folds them."""
+    runs: dict[str, dict[str, Any]] = {}
+    health = ScheduleHealth()
+    for record in records:
+        kind = record.get("type")
+        if kind == HEARTBEAT_ALERT:
+            health = health_alert(health, record)
+        elif kind == "schedule.run":
+            rid = str(record.get("run_id"))
+            earlier = runs.get(rid)
+            runs[rid] = judge(fold_run(earlier, record), verdicts)
+            health = health_of_run(health, earlier, runs[rid])
+    return health
+
+
+def health_line(health: Mapping[str, Any]) -> str:
+    """A ``health`` object as ``lemongraph schedule show`` prints it:
+    ``health: last run sl-… completed at …; retries 0, suppressed 2, ...``."""
+    last = health.get("last_run")
+    said = f"last run {last['run_id']} {last['status']} at {last['at']}" if last else "no run yet"
+    names = ("retries", "suppressed", "missed", "skipped", "failed", "failed_in_a_row")
+    counts = ", ".join(
+        f"{name.replace('_', ' ')} {health[name]}"
+        for name in (*names, "stale_recoveries", "alerts")
+    )
+    alert = health.get("last_alert")
+    if alert:
+        counts += f" (the last {alert['severity']}, run {alert['run_id']})"
+    return f"health: {said}; {counts}"
 
 
 def decode(value: bytes | None) -> dict[str, Any] | None:

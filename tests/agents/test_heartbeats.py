@@ -208,6 +208,17 @@ def test_a_heartbeat_is_suppressed_only_when_its_reply_is_heartbeat_ok(
         if r["value"]["type"] == "schedule.report"
     ]  # fmt: skip
     assert sorted(reports) == sorted(runs.values())
+    # Beside each alerting run's record, its heartbeat.alert (docs/schedules.md,
+    # "Heartbeats"): warning for a reply, critical for a failure; none when suppressed.
+    written = [r for r in lane.read("schedule-runs") if r["value"]["type"] == "heartbeat.alert"]
+    severity = {r["key"]: (r["value"]["run_id"], r["value"]["severity"]) for r in written}
+    assert len(written) == len(alerts), written
+    assert severity == {
+        "hb-status": (runs["hb-status"], "warning"),
+        "hb-extra": (runs["hb-extra"], "warning"),
+        "hb-fail": (runs["hb-fail"], "critical"),
+        "hb-nobody": (runs["hb-nobody"], "critical"),
+    }
 
 
 def test_the_global_switch_stops_every_schedule_heartbeats_included(

@@ -12,6 +12,7 @@ from pydantic import TypeAdapter, ValidationError
 import topics
 from topics import (
     AuditRecord,
+    HeartbeatAlert,
     RecordError,
     ScheduleCommandTask,
     SchedulePromptTask,
@@ -93,6 +94,26 @@ def test_schedule_runs_carries_runs_and_reports_told_apart_by_type() -> None:
     assert isinstance(adapter.validate_python(RUN), ScheduleRunRecord)
     with pytest.raises(ValidationError):
         adapter.validate_python({**report, "status": "timeout"})  # the worker's word, not theirs
+
+
+# docs/schedules.md, "Heartbeats" (the example, as documented)
+ALERT: dict[str, Any] = {
+    "type": "heartbeat.alert", "schema": 1, "schedule_id": "queue-check",
+    "run_id": "sl-4be6f1c0a9d24e7b8c11", "severity": "warning", "status": "completed",
+    "triggered_by": "schedule", "name": "Queue check",
+    "output": "Two tickets wait for a refund.", "error": None, "delivered_to": "web:ops-desk",
+    "at": "2026-03-09T11:00:04Z",
+}  # fmt: skip
+
+
+def test_a_heartbeat_alert_is_a_record_of_its_own_on_schedule_runs() -> None:
+    adapter: TypeAdapter[Any] = TypeAdapter(ScheduleRunsRecord)
+    alert = adapter.validate_python(ALERT)
+    assert isinstance(alert, HeartbeatAlert)
+    assert alert.dump() == ALERT
+    for field, value in [("severity", "urgent"), ("status", "suppressed"), ("surprise", 1)]:
+        with pytest.raises(ValidationError):
+            adapter.validate_python({**ALERT, field: value})
 
 
 def test_a_definition_record_and_an_audit_record() -> None:

@@ -25,6 +25,12 @@ one ``run_id`` folded into one run); and the runs of all schedules together
 within ``runs_bytes`` (as JSON): past it, the oldest run of the schedule whose
 runs changed least recently goes. Everything dropped stays on the topics
 (``lemongraph schedule runs`` reads them all).
+
+**Health** (docs/schedules.md, "Health"): per schedule, the counters
+``compiler.health_of_run`` folds from every run record read (and the alerts,
+and the refusals read from ``decisions``), a few numbers each, kept while the
+schedule is defined or has runs held: they count every record the topic still
+holds, not only the runs held.
 """
 
 from __future__ import annotations
@@ -40,11 +46,19 @@ import orjson
 from aiokafka.structs import TopicPartition
 from pydantic import ValidationError
 
+from compiler import ScheduleHealth, health_alert, health_of_run, health_refused
 from stream.gateway import schedule_ops as ops
 from stream.gateway.readmodels.follow import Followed
 from stream.gateway.readmodels.run_verdicts import REFUSED, decision_mark, judge, run_marks
 from stream.runtime.partitions import home_partition
-from topics import AuditRecord, ScheduleRecord, ScheduleRunRecord, Topics
+from topics import (
+    HEARTBEAT_ALERT,
+    AuditRecord,
+    HeartbeatAlert,
+    ScheduleRecord,
+    ScheduleRunRecord,
+    Topics,
+)
 
 __all__ = ["ScheduleEntry", "ScheduleModel", "WakeWrite", "is_enabled"]
 
@@ -123,6 +137,8 @@ class ScheduleModel(Followed):
         self._sizes: dict[str, dict[str, int]] = {}
         self._lru: OrderedDict[str, None] = OrderedDict()  # schedules with runs, stalest first
         self.runs_held = 0
+        #: Per schedule: its health (docs/schedules.md, "Health").
+        self.health: dict[str, ScheduleHealth] = {}
         self.wakes: dict[str, OrderedDict[str, WakeWrite]] = {}
         #: The newest ``audit`` records, oldest first (docs/api.md, "The audit").
         self.audit: deque[dict[str, Any]] = deque(maxlen=AUDIT_KEPT)
@@ -192,6 +208,7 @@ class ScheduleModel(Followed):
         self._sizes.pop(schedule_id, None)
         self._seq.pop(schedule_id, None)
         self._lru.pop(schedule_id, None)
+        self.health.pop(schedule_id, None)
 
     # -- runs -------------------------------------------------------------------------
 
@@ -215,6 +232,7 @@ class ScheduleModel(Followed):
             self.runs_held -= sizes.get(rid, 0)
             self._forget_marks(earlier)
         folded = judge(folded, self.verdicts)
+        self.health[sid] = health_of_run(self.health.get(sid), earlier, folded)
         for mark in run_marks(folded):  # still completed: its input's decision is to come
             self._awaiting[mark] = (sid, rid)
         size = len(orjson.dumps(folded))
@@ -245,6 +263,7 @@ class ScheduleModel(Followed):
             self._sizes.pop(sid, None)
             if sid not in self.schedules:
                 self._seq.pop(sid, None)
+                self.health.pop(sid, None)
         return True
 
     def _forget_marks(self, run: dict[str, Any]) -> None:
@@ -277,6 +296,7 @@ class ScheduleModel(Followed):
         sizes = self._sizes.setdefault(sid, {})
         self.runs_held -= sizes.get(rid, 0)
         judged = {**run, "status": REFUSED, "error": reason}
+        self.health[sid] = health_refused(self.health.get(sid), rid)
         held[rid] = judged
         sizes[rid] = len(orjson.dumps(judged))
         self.runs_held += sizes[rid]
@@ -306,6 +326,18 @@ class ScheduleModel(Followed):
                 return out, int(out[-1]["seq"])
             out.append(run)
         return out, None
+
+    def alert(self, record: dict[str, Any]) -> None:
+        """A ``heartbeat.alert`` record (docs/schedules.md, "Heartbeats"): counted
+        in its schedule's health while the schedule is defined or has runs held
+        (its run's record comes before it)."""
+        sid = str(record["schedule_id"])
+        if sid in self.schedules or sid in self.runs:
+            self.health[sid] = health_alert(self.health.get(sid), record)
+
+    def health_of(self, sid: str) -> ScheduleHealth:
+        """Schedule ``sid``'s health (no runs read yet: every counter 0)."""
+        return self.health.get(sid) or ScheduleHealth()
 
     def last_run(self, sid: str) -> dict[str, Any] | None:
         held = self.runs.get(sid)
@@ -380,8 +412,11 @@ class ScheduleModel(Followed):
                 self.audit.append(AuditRecord.model_validate_json(value).dump())
             elif topic == self.topics.schedule_runs and value is not None:
                 data = orjson.loads(value)
-                if isinstance(data, dict) and data.get("type") == "schedule.run":
+                kind = data.get("type") if isinstance(data, dict) else None
+                if kind == "schedule.run":
                     self.run(ScheduleRunRecord.model_validate(data).dump())
+                elif kind == HEARTBEAT_ALERT:
+                    self.alert(HeartbeatAlert.model_validate(data).dump())
         except (ValidationError, ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
             self.skipped += 1
             log.debug("schedules read model: skipped a record of %s: %s", topic, exc)

@@ -69,6 +69,45 @@ class SlotView(BaseModel):
     timezone: str
 
 
+class HealthRun(BaseModel):
+    """The newest run that ran: its id, status, trigger, and when it took that status."""
+
+    run_id: str
+    status: str
+    triggered_by: str
+    at: str | None = None
+
+
+class HealthAlert(BaseModel):
+    """The newest heartbeat alert (docs/schedules.md, "Heartbeats")."""
+
+    run_id: str
+    severity: str
+    at: str | None = None
+
+
+class ScheduleHealthView(BaseModel):
+    """A schedule's health (docs/schedules.md, "Health"), counted over the
+    records ``schedule-runs`` still holds: its last run and next slot, the
+    retry runs, the suppressed heartbeats, the missed slots, the skipped ones,
+    the failures (``failed``, ``timeout``, ``refused``) in all and in a row
+    (since the newest ``completed`` or ``suppressed``), the runs the worker's
+    sweep ended ``timeout`` (no report in time: ``stale_recoveries``), and
+    the heartbeat alerts."""
+
+    last_run: HealthRun | None = None
+    next_run: str | None = None
+    retries: int = 0
+    suppressed: int = 0
+    missed: int = 0
+    skipped: int = 0
+    failed: int = 0
+    failed_in_a_row: int = 0
+    stale_recoveries: int = 0
+    alerts: int = 0
+    last_alert: HealthAlert | None = None
+
+
 class ScheduleView(BaseModel):
     """A schedule: its definition (as validated: defaults filled in, the
     schedule's cron), whether it runs, its next slots, and its runs as known
@@ -92,6 +131,7 @@ class ScheduleView(BaseModel):
     last_run: dict[str, Any] | None = None
     active_runs: list[dict[str, Any]] = Field(default_factory=list)
     runs_kept: int = 0
+    health: ScheduleHealthView = Field(default_factory=ScheduleHealthView)
     #: A create's or change's warnings: a ``start_job`` naming a playbook not
     #: registered (``action.playbook_key: no playbook ... (did you mean ...)``).
     warnings: list[str] = Field(default_factory=list)
@@ -184,6 +224,8 @@ def found(model: ScheduleModel, sid: str) -> ScheduleEntry:
 
 def _view(model: ScheduleModel, entry: ScheduleEntry, slots: int = VIEW_SLOTS) -> ScheduleView:
     spec = entry.spec
+    upcoming = [SlotView(**s.json()) for s in ops.spec_slots(spec, datetime.now(UTC), slots)]
+    health = model.health_of(entry.id).to_json(upcoming[0].utc if upcoming else None)
     return ScheduleView(
         id=entry.id,
         name=str(spec.get("name") or entry.id),
@@ -196,10 +238,11 @@ def _view(model: ScheduleModel, entry: ScheduleEntry, slots: int = VIEW_SLOTS) -
         spec=spec,
         updated_at=entry.updated_at,
         by=entry.by,
-        next=[SlotView(**s.json()) for s in ops.spec_slots(spec, datetime.now(UTC), slots)],
+        next=upcoming,
         last_run=model.last_run(entry.id),
         active_runs=model.active_runs(entry.id),
         runs_kept=len(model.runs.get(entry.id, ())),
+        health=ScheduleHealthView.model_validate(health),
     )
 
 
@@ -297,7 +340,8 @@ async def list_schedules(
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[str | None, Query(max_length=200, description="A page's `next`.")] = None,
 ) -> ScheduleList:
-    """Schedules by id, a page at a time, each with its next 3 slots."""
+    """Schedules by id, a page at a time, each with its next 3 slots and its
+    `health` (docs/schedules.md, "Health")."""
     model = schedule_model(gateway)
     ids = model.listed if enabled is None else model.listed_by[enabled]
     chosen, after = page(ids, cursor, limit)
@@ -313,7 +357,9 @@ async def list_schedules(
 )
 async def get_schedule(gateway: GatewayDep, schedule_id: str) -> ScheduleView:
     """A schedule: its definition, next 5 slots (in its timezone and UTC; none
-    while paused), its last run and its active runs."""
+    while paused), its last run, its active runs and its `health`: last run,
+    next run, retries, suppressed, missed, skipped, failed (in all and in a
+    row), stale recoveries and heartbeat alerts (docs/schedules.md, "Health")."""
     model = schedule_model(gateway)
     return _view(model, found(model, schedule_id))
 

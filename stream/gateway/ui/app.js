@@ -861,6 +861,21 @@ function runChip(run) {
   return h("span", { class: "chip run-" + run.status, "data-status": run.status }, run.status);
 }
 
+// A schedule's health (docs/schedules.md, "Health"): the status of the last run that
+// ran, then what its runs add up to; a counter at 0 is left out.
+const HEALTH_COUNTS = [["failed_in_a_row", "failed in a row"], ["failed", "failed"],
+  ["suppressed", "suppressed"], ["missed", "missed"], ["skipped", "skipped"],
+  ["retries", "retries"], ["stale_recoveries", "stale recoveries"], ["alerts", "alerts"]];
+
+function healthCell(health) {
+  const counts = HEALTH_COUNTS.filter(([name]) => health[name])
+    .map(([name, label]) => h("span", { class: "count", "data-count": name }, `${label} ${health[name]}`));
+  const cell = h("td", { class: "health", "data-failed-in-a-row": String(health.failed_in_a_row) },
+    runChip(health.last_run));
+  for (const c of counts) cell.append(" · ", c);
+  return cell;
+}
+
 function actionText(action) {
   if (!action) return "";
   if (action.type === "start_job") return `start job (${action.playbook_key})`;
@@ -896,6 +911,7 @@ async function renderSchedules(append) {
       h("td", {}, actionText(sch.spec.action)),
       h("td", {}, sch.next.length ? h("ul", { class: "slots" }, sch.next.map(slotItem)) : h("span", { class: "muted" }, "—")),
       h("td", { class: "last-run" }, runChip(sch.last_run), sch.last_run ? [" ", zoned(sch.last_run.at, sch.timezone)] : null),
+      healthCell(sch.health),
       h("td", { class: "controls" }, scheduleControls(sch, "schedules-action-status"))));
   }
   state.scheduleCursor = page.next;

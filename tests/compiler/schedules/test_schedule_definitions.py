@@ -214,7 +214,7 @@ ERRORS = [
     (
         definition(deliver_to="slack:#ops"),
         "deliver_to",
-        "deliver_to: must be none, web:<job key> or email:<address>, got 'slack:#ops'",
+        "deliver_to: must be none, auto, web:<job key> or email:<address>, got 'slack:#ops'",
     ),
     (definition(deliver_to="email:nobody"), "deliver_to", None),
     (

@@ -166,6 +166,7 @@ def test_schedules_are_added_listed_shown_paused_resumed_woken_and_removed(
     assert "\ncatch-up window: one period, the default " in shown
     assert shown.count("(America/New_York)") == 5
     assert "runs: 0" in shown
+    assert "\nhealth: no run yet; retries 0, suppressed 0, missed 0, skipped 0, failed 0," in shown
     queue = lane.cli("schedule", "show", "queue-check").stdout
     assert "\ncron: */30 * * * *  ('every 30m' in UTC)\n" in queue
     assert "\ncatch-up window: one period (30m, the default)\n" in queue
@@ -372,6 +373,9 @@ def test_a_wake_from_the_cli_runs_on_the_worker_and_its_run_is_read_back(
     shown = lane.cli("schedule", "show", "nightly-onboarding").stdout
     assert "runs: 1 (newest first)" in shown
     assert run_id in shown
+    # Its health (docs/schedules.md, "Health"), folded from the same records.
+    assert f"\nhealth: last run {run_id} completed at " in shown
+    assert "; retries 0, suppressed 0, missed 0, skipped 0, failed 0, failed in a row 0," in shown
     # The job the run started is on the jobs topic.
     job = line.split("job ", 1)[1].split()[0]
     jobs = [r for r in lane.read("jobs") if r["key"] == job]

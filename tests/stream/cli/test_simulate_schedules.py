@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from tests.stream.cli.test_cli_simulate_check import PLAYBOOKS, run
-from topics import ScheduleRunRecord
+from topics import HeartbeatAlert, ScheduleRunRecord
 
 SCHEDULES = """\
 schedules:
@@ -80,6 +80,11 @@ def test_the_trace_shows_local_times_and_deliveries(folder: Path) -> None:
     assert len(delivered) == 1
     assert "email:ops@example.com" in delivered[0]
     assert "'Queue check: The queue is stuck.'" in delivered[0]
+    # The alert's own record, before its delivery (docs/schedules.md, "Heartbeats").
+    alerted = [line for line in lines if "↳ heartbeat.alert" in line]
+    assert len(alerted) == 1
+    assert "heartbeat.alert warning (run sl-" in alerted[0]
+    assert lines.index(alerted[0]) < lines.index(delivered[0])
     assert "queue-check missed" in proc.stdout
     assert lines[-1] == "1 passed, 0 failed"
 
@@ -98,6 +103,10 @@ def test_json_carries_the_records_the_worker_would_write(folder: Path) -> None:
     suppressed = [r for r in records if r.status == "suppressed"]
     assert all(r.suppressed and r.output == "HEARTBEAT_OK" for r in suppressed)
     assert [d["target"] for d in result["deliveries"]] == ["email:ops@example.com"]
+    (alert,) = [HeartbeatAlert.model_validate(a) for a in result["alerts"]]
+    assert (alert.severity, alert.status, alert.delivered_to) == (
+        "warning", "completed", "email:ops@example.com",
+    )  # fmt: skip
 
 
 def test_a_missed_expectation_exits_1_and_says_what(folder: Path) -> None:

@@ -19,7 +19,7 @@ import pytest
 from stream.gateway.readmodels.schedules import ScheduleModel
 from stream.runtime.partitions import home_partition
 from tests.stream.gateway.conftest import GatewayProcess, Lane, wait_for
-from topics import ScheduleRunRecord, Topics, encode
+from topics import HeartbeatAlert, ScheduleRunRecord, Topics, encode
 
 pytestmark = [pytest.mark.broker, pytest.mark.timeout(180)]
 
@@ -430,6 +430,65 @@ def test_runs_are_read_from_schedule_runs_newest_first_and_paged(
         assert shown["last_run"]["run_id"] == "sl-3"
         assert shown["active_runs"] == []
         assert shown["runs_kept"] == 3
+        # Its health (docs/schedules.md, "Health"): the last run that ran (sl-3 was
+        # skipped), the next slot, and what the runs add up to.
+        health = shown["health"]
+        assert health["last_run"] == {
+            "run_id": "sl-2", "status": "suppressed", "triggered_by": "schedule",
+            "at": "2026-12-01T09:01:00Z",
+        }  # fmt: skip
+        assert health["next_run"] == shown["next"][0]["utc"]
+        counts = {k: v for k, v in health.items() if isinstance(v, int)}
+        assert counts == {
+            "retries": 0, "suppressed": 1, "missed": 3, "skipped": 1, "failed": 0,
+            "failed_in_a_row": 0, "stale_recoveries": 0, "alerts": 0,
+        }  # fmt: skip
+        # A run that never reported, ended by the worker's sweep, its retry that
+        # failed (written twice: counted once), and the heartbeat's alert.
+        alert = HeartbeatAlert(
+            schedule_id="heartbeat",
+            run_id="sl-5",
+            severity="critical",
+            status="timeout",
+            triggered_by="schedule",
+            name="Heartbeat",
+            error="timeout: no report within 5m",
+            at="2026-12-01T09:35:00Z",
+        )
+        failed = run_record(
+            "heartbeat",
+            "rt-1",
+            "failed",
+            "2026-12-01T09:40:00Z",
+            triggered_by="retry",
+            attempt=1,
+            error="model_error",
+        )
+        lane.produce(
+            [
+                run_record("heartbeat", "sl-5", "running", "2026-12-01T09:30:00Z"),
+                run_record("heartbeat", "sl-5", "timeout", "2026-12-01T09:35:00Z",
+                           error="timeout: no report within 5m"),
+                (b"heartbeat", encode(alert)),
+                failed,
+                failed,
+            ],
+            topic="schedule-runs",
+        )  # fmt: skip
+
+        def failing() -> dict[str, Any] | None:
+            listed = ok(client.get("/v1/schedules"))["schedules"]
+            row = next(s for s in listed if s["id"] == "heartbeat")["health"]
+            return row if row["last_run"]["run_id"] == "rt-1" and row["alerts"] else None
+
+        row = wait_for(failing, what="the health")
+        assert row["failed"] == row["failed_in_a_row"] == 2
+        assert (row["stale_recoveries"], row["retries"], row["alerts"]) == (1, 1, 1)
+        assert row["last_alert"] == {
+            "run_id": "sl-5",
+            "severity": "critical",
+            "at": "2026-12-01T09:35:00Z",
+        }
         error_of(client.get("/v1/schedules/nope/runs"), 404, "schedule_not_found")
         error_of(
             client.get("/v1/schedules/heartbeat/runs", params={"limit": 0}), 422, "invalid_query"
@@ -439,6 +498,36 @@ def test_runs_are_read_from_schedule_runs_newest_first_and_paged(
         message = error_of(bogus, 422, "invalid_query")["message"]
         assert message.startswith("status: 'bogus' is not a run status (pending, running, ")
         assert "aborted" in message
+
+
+def test_a_jobs_schedule_delivers_to_its_conversation_an_operators_nowhere(
+    shared_gateway: GatewayProcess,
+) -> None:
+    # docs/schedules.md, "Delivery": the default target is the owner's.
+    asked = {"type": "prompt", "agent": "conversation", "prompt": "Anything?"}
+    prompt = {"name": "Owned", "schedule": "hourly", "action": asked}
+    with shared_gateway.client(shared_gateway.token()) as client:
+        owned = ok(
+            client.post("/v1/schedules", json={**prompt, "id": "owned", "job_key": "job-7"}), 201
+        )
+        assert (owned["spec"]["job_key"], owned["spec"]["deliver_to"]) == ("job-7", "web:job-7")
+        mine = ok(client.post("/v1/schedules", json={**prompt, "id": "operators"}), 201)
+        assert mine["spec"]["deliver_to"] == "none"
+        assert "job_key" not in mine["spec"]
+        # A change of owner moves a default target; an explicit one stays.
+        moved = ok(client.patch("/v1/schedules/owned", json={"job_key": "job-8"}))
+        assert moved["spec"]["deliver_to"] == "web:job-8"
+        mailed = ok(
+            client.patch("/v1/schedules/owned", json={"deliver_to": "email:ops@example.com"})
+        )
+        kept = ok(client.patch("/v1/schedules/owned", json={"job_key": "job-9"}))
+        assert mailed["spec"]["deliver_to"] == kept["spec"]["deliver_to"] == "email:ops@example.com"
+        back = ok(client.patch("/v1/schedules/owned", json={"deliver_to": None}))
+        assert back["spec"]["deliver_to"] == "web:job-9"
+        bad = client.post("/v1/schedules", json={**prompt, "id": "bad", "job_key": " padded"})
+        assert error_of(bad, 422, "invalid_schedule")["field"] == "job_key"
+        for sid in ("owned", "operators"):
+            ok(client.delete(f"/v1/schedules/{sid}"))
 
 
 def test_the_read_model_keeps_its_bounds() -> None:
@@ -512,6 +601,13 @@ def test_runs_of_ids_never_defined_do_not_grow_the_read_model() -> None:
     assert len(model._sizes) <= 5
     assert len(model._seq) <= 6  # the held ids', and the defined schedule's counter
     assert model._seq["kept"] == 3
+    assert set(model.health) <= {"kept", *model.runs}  # the ghosts' health went with them
+    assert model.health_of("kept").last_run == {
+        "run_id": "k2",
+        "status": "completed",
+        "triggered_by": "schedule",
+        "at": "a",
+    }
 
 
 def test_a_wake_with_a_worker_starts_a_job_and_comes_back_as_a_run(

@@ -18,7 +18,7 @@ from playwright.sync_api import Browser
 
 from tests.stream.gateway.conftest import GatewayProcess, Lane
 from tests.stream.gateway.test_browser import ARTIFACTS, _page, browser, chromium
-from topics import ScheduleRunRecord, encode
+from topics import HeartbeatAlert, ScheduleRunRecord, encode
 
 pytestmark = [pytest.mark.broker, pytest.mark.browser, pytest.mark.timeout(240)]
 
@@ -113,6 +113,9 @@ def test_the_schedules_page_lists_next_runs_and_each_ones_history(
                 output="HEARTBEAT_OK", suppressed=True),
             run("wk-1", "failed", "2026-12-01T09:45:00.123456Z", triggered_by="wake",
                 error="model_error: the model did not answer", context={"why": "checking"}),
+            (b"heartbeat", encode(HeartbeatAlert(
+                schedule_id="heartbeat", run_id="wk-1", severity="critical", status="failed",
+                triggered_by="wake", name="Heartbeat", at="2026-12-01T09:45:00Z"))),
             run("wk-2", "completed", "2026-12-01T09:50:00Z", triggered_by="wake",
                 started_at="2026-12-01T09:50:00Z", job_key="auto-0426"),
     ]  # fmt: skip
@@ -163,12 +166,23 @@ def test_the_schedules_page_lists_next_runs_and_each_ones_history(
 
     # The list now says the last run.
     page.click("#schedule-view a[data-nav]")
-    last = page.locator('tr[data-schedule="heartbeat"] .chip[data-status="refused"]')
+    last = page.locator('tr[data-schedule="heartbeat"] td.last-run .chip[data-status="refused"]')
     last.wait_for(timeout=30_000)
     cell = page.locator('tr[data-schedule="heartbeat"] td.last-run').inner_text()
     assert re.search(
         r"2026-12-01 20:50:00 \S+ \(Australia/Lord_Howe\) · 2026-12-01T09:50:00Z", cell
     )
+    # Its health (docs/schedules.md, "Health"): the last run that ran and what the runs
+    # add up to; wk-1 failed, and wk-2's job.start was refused: two failures in a row.
+    health = page.locator('tr[data-schedule="heartbeat"] td.health[data-failed-in-a-row="2"]')
+    health.wait_for(timeout=30_000)
+    assert health.locator('.chip[data-status="refused"]').count() == 1
+    counts = health.inner_text()
+    for said in ("failed in a row 2", "failed 2", "suppressed 1", "missed 3", "skipped 1",
+                 "alerts 1"):  # fmt: skip
+        assert said in counts, counts
+    assert "retries" not in counts  # a counter at 0 is left out
+    assert "none yet" in page.locator('tr[data-schedule="lead-review"] td.health').inner_text()
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "ui-schedules.png"), full_page=True)
 
