@@ -25,7 +25,8 @@ from compiler._durations import parse_duration
 from compiler.flows import _flowbounds as bounds
 from compiler.flows._flowfiles import asks_for_file, file_value_problem, prompt_files
 from compiler.flows._flowmeaning import approval_says_yes, route_of
-from compiler.flows._flowschema import check_schema, value_kind
+from compiler.flows._flowreply import reply_value
+from compiler.flows._flowschema import value_kind
 from compiler.flows._flowspec import (
     END,
     TEMPLATE,
@@ -82,7 +83,6 @@ __all__ = [
 #: waiting on anything (a fan-out over an empty list whose onError is itself);
 #: one fan-out alone enters up to FANOUT_MAX_ITEMS copies.
 _MAX_ENTRIES_PER_STEP = 2 * bounds.FANOUT_MAX_ITEMS
-_FENCE = re.compile(r"^```[A-Za-z0-9_-]*\s*\n(.*?)\n?```$", re.DOTALL)
 
 
 def _json_text(value: Any) -> str:
@@ -604,35 +604,9 @@ class _Step:
         if given.error is not None:
             self.fail(branch, given.error)
             return
-        text = given.text.strip()
-        channel = self.flow.channels.get(node.output)
-        if node.schema_ is None and (channel is None or channel.type == "string"):
-            self.complete(branch, text)
-            return
-        fenced = _FENCE.match(text)
-        try:
-            value = json.loads(fenced.group(1) if fenced else text)
-        except ValueError:
-            if node.schema_ is None and channel is not None and channel.reducer == "append":
-                self.complete(branch, text)
-            else:
-                self.fail(branch, f"{node.output}: the answer is not JSON")
-            return
-        if node.schema_ is not None:
-            problems = check_schema(value, node.schema_, node.output)
-            if problems:
-                self.fail(branch, "; ".join(problems))
-                return
-        elif (
-            channel is not None
-            and channel.reducer is None
-            and channel.type != "file"
-            and check_schema(value, {"type": channel.type})
-        ):
-            self.fail(
-                branch,
-                f"{node.output} is a {channel.type} channel, and the answer is {value_kind(value)}",
-            )
+        value, problem = reply_value(node, self.flow.channels, given.text)
+        if problem is not None:
+            self.fail(branch, problem)
             return
         self.complete(branch, value)
 
