@@ -29,6 +29,7 @@ from compiler.flows._flowreply import reply_value
 from compiler.flows._flowschema import value_kind
 from compiler.flows._flowspec import (
     END,
+    HISTORY,
     TEMPLATE,
     AnyNode,
     ApprovalNode,
@@ -41,6 +42,7 @@ from compiler.flows._flowspec import (
     PlainEdge,
     ToolNode,
     ToolsNode,
+    builtin_channels,
     output_of,
 )
 from compiler.flows._flowvalues import (
@@ -165,7 +167,8 @@ class _Step:
 
     def view(self, names: tuple[str, ...] | None, branch: Branch | None) -> dict[str, Any]:
         if names is None:
-            names = (*self.flow.channels, "conversation", "last_error")
+            history = (HISTORY,) if self.flow.spec.conversation else ()
+            names = (*self.flow.channels, "conversation", *history, "last_error")
         return {name: self.read(name, branch) for name in names}
 
     def render(
@@ -553,7 +556,9 @@ class _Step:
         if state.visits or state.trail or state.branches or given.run_id != state.run_id:
             return False
         spec = self.flow.spec
-        allowed = {*spec.inputs, "conversation", "memory"}
+        # The built-ins the runtime gives: the conversation, the memory and a
+        # conversational flow's history (docs/flows.md, "Conversational flows").
+        allowed = {*spec.inputs, *builtin_channels(spec)} - {"last_error"}
         allowed |= {k for k, v in spec.state.items() if v.remembers}
         unknown = sorted(set(given.inputs) - allowed)
         if unknown:
@@ -561,7 +566,7 @@ class _Step:
                 f"flow {self.flow.name}: {', '.join(unknown)} is not an input "
                 f"(inputs: {', '.join(spec.inputs) or 'none'}; or a channel that remembers)"
             )
-        channels: dict[str, Any] = {"conversation": [], "memory": [], "last_error": None}
+        channels: dict[str, Any] = {k: [] for k in builtin_channels(spec)} | {"last_error": None}
         for name, channel in spec.state.items():
             if channel.default is not None:
                 channels[name] = copy.deepcopy(channel.default)
