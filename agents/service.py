@@ -73,6 +73,7 @@ from agents.flows.service import (
     restore_tracks,
     tick_input,
 )
+from agents.flows.talking import first_turn, take_turn
 from agents.memory import Profiles
 from agents.model import Model, ModelSettings
 from agents.publish import Send
@@ -529,6 +530,8 @@ class AgentService:
         if record.message_id in conv.received:
             return  # re-delivered
         taken = self._answer(conv, record)
+        if taken is None:  # a conversational flow's turn (docs/flows.md, "Conversational flows")
+            taken = take_turn(conv, record, self.flows)
         await self._settle(conv, conv.receive(record) if taken is None else taken)
 
     async def _take_prompt(
@@ -549,6 +552,8 @@ class AgentService:
                 flow, record.subject, conv.turns, conv.remembered.get(flow), known
             )
             owes = conv.open_flow(record, flow, inputs)
+            if owes and self.flows.conversational(flow):  # a run per message
+                owes = first_turn(conv, conv.flows[record.milestone], record.at)
         else:
             owes = conv.apply(record)
         await self._settle(conv, owes)
@@ -706,7 +711,14 @@ class AgentService:
             self.save,
             clock=self.clock,
             save_records=self.save_records,
+            inputs_of=self._flow_inputs,
         )
+
+    async def _flow_inputs(self, conv: Conversation, flow: str) -> dict[str, Any]:
+        """What a run of ``flow`` starts with now (a conversational flow's next
+        run): ``Flows.inputs`` with the subject's current facts."""
+        known = await self.memory.channel(conv.subject, conv.contacts)
+        return self.flows.inputs(flow, conv.subject, conv.turns, conv.remembered.get(flow), known)
 
     def _flow_executor(self) -> Execute:
         if self._model is None:

@@ -9,7 +9,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from compiler import ApprovalNode, Flow, FlowError, LemongraphError, check_flow, load_flow
+from compiler import (
+    HISTORY,
+    ApprovalNode,
+    Flow,
+    FlowError,
+    LemongraphError,
+    check_flow,
+    load_flow,
+)
 from stream.runtime.files import load_playbooks_dir
 from topics import APPROVERS_DEFAULT
 
@@ -45,6 +53,12 @@ class Flows:
 
     def of(self, playbook_key: str, milestone: str) -> str | None:
         return self.by_milestone.get((playbook_key, milestone))
+
+    def conversational(self, name: str) -> bool:
+        """Whether flow ``name`` is a conversation: a run per message of the
+        person (docs/flows.md, "Conversational flows")."""
+        flow = self.by_name.get(name)
+        return flow is not None and flow.spec.conversation
 
     def descriptions(self, name: str) -> dict[str, str]:
         """The ``description`` of each of flow ``name``'s channels that has one:
@@ -87,8 +101,9 @@ class Flows:
         ``remembers`` (those that still do), the flow's ``inputs`` channels the
         job's subject has, the conversation so far (its last
         ``CONVERSATION_TURNS`` turns, as ``{role, text, name?}``) as the
-        built-in ``conversation`` channel, and the subject's current facts
-        (agents/memory/profiles.py) as the built-in, read-only ``memory``."""
+        built-in ``conversation`` channel, the subject's current facts
+        (agents/memory/profiles.py) as the built-in, read-only ``memory``, and
+        a conversational flow's ``history`` (kept with its remembered values)."""
         flow = self.by_name.get(name)
         if flow is None:
             return {}
@@ -99,6 +114,9 @@ class Flows:
             for t in turns[-CONVERSATION_TURNS:]
         ]
         found["memory"] = [dict(f) for f in memory]
+        if flow.spec.conversation:
+            # its past exchanges in the job (docs/flows.md, "Conversational flows")
+            found[HISTORY] = list((remembered or {}).get(HISTORY) or [])
         return found
 
 

@@ -27,6 +27,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, Protocol
 
 from compiler import (
+    HISTORY,
     Action,
     Answer,
     Ask,
@@ -54,6 +55,7 @@ from topics import Answerer, JournalFlow, JournalInterrupt, MessageRecord, Shown
 from agents.compose import Turn
 from agents.contacts import addressee, approves
 from agents.flows.loading import CONVERSATION_TURNS, Flows, load_flows, remembering
+from agents.flows.talking import answer_of, exchanged, next_run_id, turn_inputs
 from agents.flows.track import KEPT_INPUTS, FlowTrack, dump, restore_tracks
 
 __all__ = [
@@ -72,6 +74,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 Publish = Callable[[Literal["inbox", "messages", "journal"], str, BaseModel], Awaitable[None]]
+#: What a run of flow NAME starts with for the job (``Flows.inputs``, with the
+#: subject's current facts): the service's, which reads the memory.
+InputsOf = Callable[[Any, str], Awaitable[dict[str, Any]]]
 #: Writes the checkpoint records a conversation's flow runs owe, alone
 #: (agents/flows/checkpoint.py): a step of a large run checkpointed by its delta.
 SaveRecords = Callable[[Any], Awaitable[None]]
@@ -83,11 +88,6 @@ class Execute(Protocol):
     def __call__(
         self, action: Action, *, job_key: str, flow: str, run_id: str
     ) -> Awaitable[FlowInput]: ...
-
-
-def answer_of(record: MessageRecord) -> Any:
-    """What a person's message answers: the answer as given to the API, else its text."""
-    return record.answer if record.answer is not None else record.text
 
 
 class FlowDriver:
@@ -104,6 +104,7 @@ class FlowDriver:
         clock: Callable[[], datetime] | None = None,
         channel: str = "web",
         save_records: SaveRecords | None = None,
+        inputs_of: InputsOf | None = None,
     ) -> None:
         self.flows = flows
         self.execute = execute
@@ -114,10 +115,14 @@ class FlowDriver:
         self.save_records = save_records
         self.clock = clock or (lambda: datetime.now(UTC))
         self.channel = channel
+        #: A conversational flow's next run's inputs (None: without the memory).
+        self.inputs_of = inputs_of
 
     async def drive(self, conv: Any, track: FlowTrack) -> None:
         """Work the track until it waits (an interrupt, nothing queued) or ends."""
         async with track.lock:
+            if not track.active and track.owed_turns:
+                await self._next_turn(conv, track)
             flow = self.flows.by_name.get(track.flow)
             broken = f"flow {track.flow!r} is not loaded" if flow is None else track.broken
             if broken is not None:
@@ -151,6 +156,19 @@ class FlowDriver:
                 # An answer or result over the bound is stepped as the call's
                 # failure, output_too_large (docs/flows.md, "Bounds").
                 await self._step(conv, track, step, bound_input(result), light=True)
+
+    async def _next_turn(self, conv: Any, track: FlowTrack) -> None:
+        """A conversational flow's next run, for the first message owed one
+        (docs/flows.md, "Conversational flows"): the run before it is over and
+        checkpointed; this one is started (and checkpointed) by ``drive``."""
+        if self.inputs_of is not None:
+            inputs = await self.inputs_of(conv, track.flow)
+        else:
+            remembered = conv.remembered.get(track.flow)
+            inputs = self.flows.inputs(track.flow, conv.subject, conv.turns, remembered)
+        turn = track.owed_turns.pop(0)
+        run_id = next_run_id(conv, track)
+        track.renew(run_id, turn_inputs(self.flows.by_name.get(track.flow), inputs, turn), turn)
 
     async def _advance(self, conv: Any, track: FlowTrack, step: FlowRun) -> Action | None:
         """With the lock: journal, ask, end and step what needs no call, until the
@@ -391,6 +409,7 @@ class FlowDriver:
         node's result stepped, often the very result that closed the task) ends
         as it said, not cut short."""
         async with track.lock:
+            track.owed_turns = []  # its messages are the conversation agent's now
             if not track.active:
                 return
             if track.actions:
@@ -420,8 +439,7 @@ class FlowDriver:
         it again on the resume, with the same record. The milestone does not
         advance on it: only the evidence its tools recorded counts."""
         await self._journal_nodes(conv, track)
-        if how == "finished":
-            await self._reply(conv, track, outputs or {})
+        said = await self._reply(conv, track, outputs or {}) if how == "finished" else None
         at = self._after(track, track.journaled_at)
         record = self._flow_record(conv, track, how, node, outputs=outputs, error=error, at=at)
         await self.publish("journal", conv.job_key, record)
@@ -429,25 +447,29 @@ class FlowDriver:
         track.drop_actions()
         track.queued = []
         if how != "stopped":
-            self._remember(conv, track)
+            self._remember(conv, track, said)
         await self.save(conv)
 
-    async def _reply(self, conv: Any, track: FlowTrack, outputs: Mapping[str, Any]) -> None:
+    async def _reply(self, conv: Any, track: FlowTrack, outputs: Mapping[str, Any]) -> str | None:
         """The run finished: the output its flow names as the ``reply`` goes to
         the person on the job's channel, as its questions do (docs/flows.md, "A
-        reply to the person"). Written before the end is checkpointed, under an
-        id from the run's: a resume that ends the run again writes the same
-        message, which a channel delivers once; nothing when it is empty."""
+        reply to the person"); a conversational flow's, to whoever wrote the
+        message, on the channel they wrote on ("Conversational flows"). Written
+        before the end is checkpointed, under an id from the run's: a resume
+        that ends the run again writes the same message, which a channel
+        delivers once; nothing when it is empty. What was said, if anything."""
         flow = self.flows.by_name.get(track.flow)
         name = flow.spec.reply if flow is not None else None
         value = outputs.get(name) if name is not None else None
         if flow is None or name is None or value in (None, "", [], {}):
-            return
+            return None
         spec = flow.channels.get(name)
         text = readable(value, "" if isinstance(value, str) or spec is None else spec.description)
         if not text:
-            return
-        contact = addressee(conv.contacts, conv.turns)
+            return None
+        turn = track.turn or {}
+        contact = turn.get("contact") or addressee(conv.contacts, conv.turns)
+        channel = turn.get("channel") or self._channel(conv, contact)
         await self.publish(
             "messages",
             conv.job_key,
@@ -455,7 +477,7 @@ class FlowDriver:
                 job_key=conv.job_key,
                 message_id=f"reply:{track.run_id}",
                 direction="out",
-                channel=self._channel(conv, contact),
+                channel=channel,
                 agent=f"flow:{track.flow}",
                 contact=contact,
                 task_id=track.task_id,
@@ -466,6 +488,7 @@ class FlowDriver:
         # What the person was told is a turn of the conversation (checkpointed
         # with the end), so that the agents composed after it know it.
         conv.add_turn(Turn("agent", text))
+        return text
 
     def _channel(self, conv: Any, contact: str | None) -> str:
         """Where the person is written to: the channel they last wrote on, else
@@ -473,15 +496,20 @@ class FlowDriver:
         found: str = conv.last_channel or ("email" if contact and "@" in contact else self.channel)
         return found
 
-    def _remember(self, conv: Any, track: FlowTrack) -> None:
+    def _remember(self, conv: Any, track: FlowTrack, said: str | None) -> None:
         """A run that finished or failed leaves its ``remembers`` channels'
         values to the next run of its flow for the job (a stopped run, cut
-        short by its task closing, leaves what the run before it left)."""
+        short by its task closing, leaves what the run before it left); a
+        conversational flow's run, its ``history`` with the exchange it
+        finished (the message and ``said``, the reply) added."""
         flow = self.flows.by_name.get(track.flow)
         channels = track.state.channels if track.state is not None else {}
         if flow is None or not hasattr(conv, "remembered"):
             return
         kept = {k: channels[k] for k in sorted(remembering(flow)) if k in channels}
+        if flow.spec.conversation:
+            finished = track.turn if track.status == "finished" else None
+            kept[HISTORY] = exchanged(channels.get(HISTORY), finished, said or "")
         if kept:
             conv.remembered[track.flow] = kept
 

@@ -22,7 +22,9 @@ __all__ = ["KEPT_INPUTS", "FlowTrack", "dump", "restore_tracks"]
 #: Inputs a track keeps in its record of what was stepped (the oldest go first).
 KEPT_INPUTS = 1000
 
-Status = Literal["running", "waiting", "finished", "failed", "stopped"]
+#: ``idle``: a conversational flow's task is open and no message has started a
+#: run yet (docs/flows.md, "Conversational flows").
+Status = Literal["idle", "running", "waiting", "finished", "failed", "stopped"]
 
 
 def dump(value: BaseModel) -> dict[str, Any]:
@@ -71,6 +73,12 @@ class FlowTrack:
     #: Who gave the answer queued or stepped last (an Answerer's JSON), for the
     #: ``answered`` journal record.
     answered_by: dict[str, Any] | None = None
+    #: A conversational flow's run (docs/flows.md, "Conversational flows"): the
+    #: person's message it answers (``message_id``, ``contact``, ``channel``,
+    #: ``text``, ``value``, ``at``), and the messages that came while it ran,
+    #: each owed a run of its own after it, in order.
+    turn: dict[str, Any] | None = None
+    owed_turns: list[dict[str, Any]] = field(default_factory=list)
     #: How the run is checkpointed: whole, or as a base and deltas.
     log: RunLog = field(default_factory=RunLog, repr=False, compare=False)
     #: Why a run kept as a base and deltas could not be read back (a record
@@ -88,9 +96,28 @@ class FlowTrack:
 
     @property
     def owed(self) -> bool:
-        """Work is waiting: the start, an action, or an input to step."""
+        """Work is waiting: the start, an action, or an input to step; or, for
+        a conversational flow whose run is over (or not begun), a message."""
         work = self.state is None or bool(self.actions) or bool(self.queued)
-        return self.active and (work or self.broken is not None)
+        if not self.active:
+            return bool(self.owed_turns) and self.status in ("idle", "finished", "failed")
+        return work or self.broken is not None
+
+    def renew(self, run_id: str, inputs: dict[str, Any], turn: dict[str, Any]) -> None:
+        """The next run of a conversational flow, for the message ``turn``: a
+        run of its own (its state, its record, its journal), the same task.
+        The run before it is over and checkpointed; only its messages still
+        owed a run stay."""
+        fresh = FlowTrack(self.milestone, self.task_id, self.flow, run_id, inputs=inputs)
+        for name in ("state", "actions", "queued", "stepped", "stepped_at", "journaled",
+                     "journaled_start", "journaled_at", "asked", "closed", "reasked",
+                     "asked_of", "answered_by", "broken"):  # fmt: skip
+            setattr(self, name, getattr(fresh, name))
+        self.run_id, self.inputs, self.turn, self.status = run_id, inputs, turn, "running"
+        # The run before, if it was kept as a base and deltas, leaves its last
+        # base's records (keyed by its run id) on the changelog; the
+        # conversation's record names the new run only.
+        self.log = RunLog()
 
     def flow_state(self) -> FlowState | None:
         return self.state
@@ -158,6 +185,8 @@ class FlowTrack:
             "reasked": self.reasked,
             "asked_of": self.asked_of,
             "answered_by": self.answered_by,
+            "turn": self.turn,
+            "owed_turns": self.owed_turns,
         }
 
     def run_json(self) -> dict[str, Any]:
@@ -208,6 +237,8 @@ class FlowTrack:
             reasked=int(data.get("reasked", 0)),
             asked_of=data.get("asked_of"),
             answered_by=data.get("answered_by"),
+            turn=data.get("turn"),
+            owed_turns=list(data.get("owed_turns") or []),
         )
         if data.get("log") is not None:
             track.log = RunLog.from_json(data["log"])

@@ -18,9 +18,9 @@ from compiler._source import Located, field_problem
 from compiler.flows._flowfiles import file_channel_problems
 from compiler.flows._flowschema import schema_problems
 from compiler.flows._flowspec import (
-    BUILTIN_CHANNELS,
     CHANNEL_NAME,
     END,
+    HISTORY,
     RESERVED_IDS,
     AnyEdge,
     AnyNode,
@@ -41,6 +41,7 @@ from compiler.flows._flowspec import (
     PlainEdge,
     ToolNode,
     ToolsNode,
+    builtin_channels,
     output_of,
     reachable,
     template_reads,
@@ -173,10 +174,11 @@ class FlowChecker:
 
     def _names(self, spec: FlowSpec) -> set[str]:
         for name in spec.state:
-            if name in BUILTIN_CHANNELS:
+            if name in builtin_channels(spec):
+                every = "every conversational flow" if name == HISTORY else "every flow"
                 self.at(
                     "RESERVED_NAME",
-                    f"channel {name!r} is built in: every flow has it (docs/flows.md)",
+                    f"channel {name!r} is built in: {every} has it (docs/flows.md)",
                     ("state", name),
                 )
             elif not re.match(CHANNEL_NAME, name):
@@ -252,7 +254,8 @@ class _References:
         self.handlers = handlers
         self.routers = routers
         self.milestone = milestone
-        self.channels = {**{k: v.type for k, v in spec.state.items()}, **BUILTIN_CHANNELS}
+        self.builtins = builtin_channels(spec)
+        self.channels = {**{k: v.type for k, v in spec.state.items()}, **self.builtins}
         self.by_id = {n.id: n for n in spec.nodes}
 
     def check(self) -> None:
@@ -288,7 +291,7 @@ class _References:
     def written(self, name: str | None, path: Path, node: str) -> None:
         if name is None:
             return
-        if name in BUILTIN_CHANNELS:
+        if name in self.builtins:
             self.at(
                 "BUILTIN_CHANNEL_WRITTEN",
                 f"{name!r} is built in and read-only: write a channel of your own",
@@ -348,6 +351,14 @@ class _References:
                     f"add it to outputs",
                     ("reply",),
                 )
+        elif spec.conversation:
+            # docs/flows.md, "Conversational flows": its reply answers the message.
+            self.at(
+                "CONVERSATION_NO_REPLY",
+                "a conversational flow answers each message with its reply: name the output "
+                "the person is told (reply: NAME, one of outputs)",
+                ("conversation",),
+            )
 
     def file_channels(self) -> None:
         """File channels' fields (docs/flows.md, "File channels")."""

@@ -25,9 +25,11 @@ from compiler._durations import parse_duration
 from compiler.flows import _flowbounds as bounds
 from compiler.flows._flowfiles import asks_for_file, file_value_problem, prompt_files
 from compiler.flows._flowmeaning import approval_says_yes, route_of
-from compiler.flows._flowschema import check_schema, value_kind
+from compiler.flows._flowreply import reply_value
+from compiler.flows._flowschema import value_kind
 from compiler.flows._flowspec import (
     END,
+    HISTORY,
     TEMPLATE,
     AnyNode,
     ApprovalNode,
@@ -40,6 +42,7 @@ from compiler.flows._flowspec import (
     PlainEdge,
     ToolNode,
     ToolsNode,
+    builtin_channels,
     output_of,
 )
 from compiler.flows._flowvalues import (
@@ -82,7 +85,6 @@ __all__ = [
 #: waiting on anything (a fan-out over an empty list whose onError is itself);
 #: one fan-out alone enters up to FANOUT_MAX_ITEMS copies.
 _MAX_ENTRIES_PER_STEP = 2 * bounds.FANOUT_MAX_ITEMS
-_FENCE = re.compile(r"^```[A-Za-z0-9_-]*\s*\n(.*?)\n?```$", re.DOTALL)
 
 
 def _json_text(value: Any) -> str:
@@ -165,7 +167,8 @@ class _Step:
 
     def view(self, names: tuple[str, ...] | None, branch: Branch | None) -> dict[str, Any]:
         if names is None:
-            names = (*self.flow.channels, "conversation", "last_error")
+            history = (HISTORY,) if self.flow.spec.conversation else ()
+            names = (*self.flow.channels, "conversation", *history, "last_error")
         return {name: self.read(name, branch) for name in names}
 
     def render(
@@ -553,7 +556,9 @@ class _Step:
         if state.visits or state.trail or state.branches or given.run_id != state.run_id:
             return False
         spec = self.flow.spec
-        allowed = {*spec.inputs, "conversation", "memory"}
+        # The built-ins the runtime gives: the conversation, the memory and a
+        # conversational flow's history (docs/flows.md, "Conversational flows").
+        allowed = {*spec.inputs, *builtin_channels(spec)} - {"last_error"}
         allowed |= {k for k, v in spec.state.items() if v.remembers}
         unknown = sorted(set(given.inputs) - allowed)
         if unknown:
@@ -561,7 +566,7 @@ class _Step:
                 f"flow {self.flow.name}: {', '.join(unknown)} is not an input "
                 f"(inputs: {', '.join(spec.inputs) or 'none'}; or a channel that remembers)"
             )
-        channels: dict[str, Any] = {"conversation": [], "memory": [], "last_error": None}
+        channels: dict[str, Any] = {k: [] for k in builtin_channels(spec)} | {"last_error": None}
         for name, channel in spec.state.items():
             if channel.default is not None:
                 channels[name] = copy.deepcopy(channel.default)
@@ -604,35 +609,9 @@ class _Step:
         if given.error is not None:
             self.fail(branch, given.error)
             return
-        text = given.text.strip()
-        channel = self.flow.channels.get(node.output)
-        if node.schema_ is None and (channel is None or channel.type == "string"):
-            self.complete(branch, text)
-            return
-        fenced = _FENCE.match(text)
-        try:
-            value = json.loads(fenced.group(1) if fenced else text)
-        except ValueError:
-            if node.schema_ is None and channel is not None and channel.reducer == "append":
-                self.complete(branch, text)
-            else:
-                self.fail(branch, f"{node.output}: the answer is not JSON")
-            return
-        if node.schema_ is not None:
-            problems = check_schema(value, node.schema_, node.output)
-            if problems:
-                self.fail(branch, "; ".join(problems))
-                return
-        elif (
-            channel is not None
-            and channel.reducer is None
-            and channel.type != "file"
-            and check_schema(value, {"type": channel.type})
-        ):
-            self.fail(
-                branch,
-                f"{node.output} is a {channel.type} channel, and the answer is {value_kind(value)}",
-            )
+        value, problem = reply_value(node, self.flow.channels, given.text)
+        if problem is not None:
+            self.fail(branch, problem)
             return
         self.complete(branch, value)
 

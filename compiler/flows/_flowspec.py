@@ -33,6 +33,7 @@ __all__ = [
     "END",
     "FLOW_RULES",
     "FLOW_WARNINGS",
+    "HISTORY",
     "RESERVED_IDS",
     "TEMPLATE",
     "AnyEdge",
@@ -60,6 +61,7 @@ __all__ = [
     "Retry",
     "ToolNode",
     "ToolsNode",
+    "builtin_channels",
     "output_of",
     "reachable",
     "successors",
@@ -77,8 +79,21 @@ BUILTIN_CHANNELS: Mapping[str, str] = {
     # The job's subject's current facts (docs/flows.md, "Channels"; docs/memory.md).
     "memory": "list",
 }
+#: The channel a conversational flow has besides (docs/flows.md, "Conversational
+#: flows"): one ``{at, asked, answered}`` per past exchange of the flow in the
+#: job, oldest first (LGFlow's ``history``).
+HISTORY = "history"
 #: Names no node can have.
 RESERVED_IDS = (END, "START")
+
+
+def builtin_channels(spec: FlowSpec) -> Mapping[str, str]:
+    """The channels ``spec`` has without declaring them, with their types:
+    ``BUILTIN_CHANNELS``, and ``history`` when it is a conversation."""
+    if not spec.conversation:
+        return BUILTIN_CHANNELS
+    return {**BUILTIN_CHANNELS, HISTORY: "list"}
+
 
 #: Every rule a flow can break (docs/flows.md, "Rules"), by its stable code.
 FLOW_RULES: Mapping[str, str] = {
@@ -105,6 +120,8 @@ FLOW_RULES: Mapping[str, str] = {
     "UNREACHABLE_NODE": "a node no path from start reaches",
     "DEAD_END": "a node with no way out (no edge; END must be said)",
     "REPLY_NOT_AN_OUTPUT": "the reply names a channel that is not one of the flow's outputs",
+    "CONVERSATION_NO_REPLY": "a conversational flow that names no reply: the person's message "
+    "would go unanswered",
     "TOOL_OUTSIDE_CONTRACT": "a tool node names a tool not in the flow's tools",
     "UNKNOWN_TOOL": "a tool the catalog does not have",
     "UNKNOWN_HANDLER": "a handler that is not registered",
@@ -124,7 +141,8 @@ FLOW_RULES: Mapping[str, str] = {
 #: Every readiness warning (docs/flows.md, "Readiness warnings"), by code.
 FLOW_WARNINGS: Mapping[str, str] = {
     "WRITE_WITHOUT_APPROVAL": "a tool that writes, reachable with no approval before it",
-    "CONVERSATION_UNREAD": "a flow that talks to the person and no prompt reads the conversation",
+    "CONVERSATION_UNREAD": "a flow that talks to the person and no prompt reads the conversation "
+    "(or, in a conversational flow, its history)",
     "FANOUT_MAY_SILENCE_THE_TAIL": "a fan-out over a list that may be empty, with no way round",
     "CHANNEL_FORGETS_BETWEEN_TURNS": "a channel read before the run writes it, with nothing "
     "to carry it (no remembers, default or input)",
@@ -346,7 +364,9 @@ class FlowSpec(_Spec):
     #: The output the person is told when the run finishes (docs/flows.md,
     #: "A reply to the person"): one of ``outputs``.
     reply: str | None = None
-    #: The flow is a conversation with the person (readiness reads it).
+    #: The flow is a conversation with the person (docs/flows.md,
+    #: "Conversational flows"): a run per message of the person, its ``reply``
+    #: the answer, and the built-in ``history`` channel.
     conversation: StrictBool = False
     requires: Requires = Field(default_factory=Requires)
     state: dict[str, ChannelSpec] = Field(default_factory=dict)

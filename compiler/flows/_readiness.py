@@ -10,6 +10,7 @@ from typing import Any, Protocol
 from compiler.flows._flowspec import (
     BUILTIN_CHANNELS,
     END,
+    HISTORY,
     TEMPLATE,
     AnyNode,
     ApprovalNode,
@@ -26,6 +27,7 @@ from compiler.flows._flowspec import (
     PlainEdge,
     ToolNode,
     ToolsNode,
+    builtin_channels,
     output_of,
     reachable,
     successors,
@@ -112,16 +114,21 @@ class Readiness:
         return False
 
     def conversation_unread(self) -> None:
+        """A flow that talks with the person whose prompts read neither the
+        conversation nor, when it is a conversational flow, its ``history``
+        (docs/flows.md, "Conversational flows")."""
         spec = self.flow.spec
         llms = [n for n in spec.nodes if isinstance(n, LlmNode)]
         talks = spec.conversation or any(isinstance(n, AskNode) for n in spec.nodes)
         if not llms or not talks:
             return
-        if any(name == "conversation" for n in llms for name, _ in template_reads(n.prompt)):
+        said = {"conversation", HISTORY} if spec.conversation else {"conversation"}
+        if any(name in said for n in llms for name, _ in template_reads(n.prompt)):
             return
+        which = "{{conversation}} or {{history}}" if spec.conversation else "{{conversation}}"
         self.c.warn(
             "CONVERSATION_UNREAD",
-            "this flow talks with the person, and no llm prompt reads {{conversation}} "
+            f"this flow talks with the person, and no llm prompt reads {which} "
             f"(llm nodes: {', '.join(n.id for n in llms)}): the model will not know what "
             "was said",
             self.where(llms[0].id),
@@ -278,7 +285,7 @@ class Readiness:
 
     def kind(self, name: str) -> str | None:
         spec = self.flow.spec.state.get(name)
-        return spec.type if spec is not None else BUILTIN_CHANNELS.get(name)
+        return spec.type if spec is not None else builtin_channels(self.flow.spec).get(name)
 
     def asks(self) -> None:
         """An ask that overwrites an input; a question that puts a whole object

@@ -6,14 +6,14 @@ What maps to what: untyped ``{id, handler}`` nodes are ``handler`` nodes; an
 ``approval`` node property is an ``approval`` node in front of the node; the
 route sentences LGFlow keeps under ``when`` are ``means`` (ours routes by
 ``when``); tool objects are names (their descriptions belong to the catalog);
-``retry.maxAttempts`` is ``retry.max_attempts``; a conversation's
-``{{history}}`` is ``{{conversation}}``; two plain edges out of one node (run
-side by side in LGFlow) run one after the other.
+``retry.maxAttempts`` is ``retry.max_attempts``; a conversation (a run per
+message, its ``{{history}}`` built in) says which output answers the message
+(``reply``); two plain edges out of one node (run side by side in LGFlow) run
+one after the other.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,7 +41,6 @@ _ORDER = (
     "edges",
 )
 _TYPED = ("llm", "tool", "tools", "fanout", "ask")
-_HISTORY = re.compile(r"\{\{\s*history((?:\.[A-Za-z0-9_]+)*)\s*\}\}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,10 +111,8 @@ class _Translator:
         self.origin: dict[Path, Path] = {}
         #: Node id → the id a run now enters it by (its approval node's).
         self.entry: dict[str, str] = {}
-        state = data.get("state")
-        declared = state if isinstance(state, dict) else {}
-        #: LGFlow's history channel is the conversation here (unless declared).
-        self.history = bool(data.get("conversation")) and "history" not in declared
+        #: A conversation: its ``history`` is built in here as in LGFlow.
+        self.conversation = data.get("conversation") is True
 
     def to(self, target: Any) -> Any:
         """Where a run now goes for ``target``: its approval node, when it has one."""
@@ -132,6 +129,8 @@ class _Translator:
         for key in ("description", "inputs", "outputs", "reply", "conversation", "requires"):
             if key in src:
                 out[key] = src[key]
+        if self.conversation and "reply" not in src:
+            self.reply(out)
         if isinstance(src.get("state"), dict):
             out["state"] = self.state(src["state"])
         elif "state" in src:
@@ -158,9 +157,40 @@ class _Translator:
 
     # -- state and tools ---------------------------------------------------
 
+    def reply(self, out: dict[str, Any]) -> None:
+        """A conversation's answer to each message (docs/flows.md,
+        "Conversational flows"): LGFlow's chat shows the output; here the flow
+        names it, ``reply``: its only output, else its only string output. Of
+        several, none is chosen (``flow check`` says CONVERSATION_NO_REPLY)."""
+        outputs = out.get("outputs")
+        state = self.src.get("state")
+        if not isinstance(outputs, list) or not isinstance(state, dict):
+            return
+        strings = [
+            o
+            for o in outputs
+            if isinstance(state.get(o), dict) and state[o].get("type") == "string"
+        ]
+        found = outputs if len(outputs) == 1 else strings
+        if len(found) == 1 and isinstance(found[0], str):
+            out["reply"] = found[0]
+            self.change(
+                ("conversation",),
+                "conversation: true (its chat shows the output)",
+                f"reply: {found[0]} (the answer each message gets)",
+            )
+
     def state(self, state: Mapping[str, Any]) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for name, spec in state.items():
+            if self.conversation and name == "history":
+                self.change(
+                    ("state", name),
+                    "channel history, declared",
+                    "left out: a conversational flow has it built in, {at, asked, answered} "
+                    "per exchange",
+                )
+                continue
             if not isinstance(spec, dict):
                 out[name] = spec
                 continue
@@ -274,16 +304,6 @@ class _Translator:
                 f"node {nid}: retry.maxAttempts",
                 "retry.max_attempts",
             )
-        if self.history:
-            for key in ("prompt", "ask"):
-                text = node.get(key)
-                if isinstance(text, str) and _HISTORY.search(text):
-                    node[key] = _HISTORY.sub(r"{{conversation\1}}", text)
-                    self.change(
-                        ("nodes", i, key),
-                        f"node {nid}: {{{{history}}}} (each turn {{at, asked, answered}})",
-                        "{{conversation}} (the job's conversation: each message {role, text})",
-                    )
         return node
 
     def approval(

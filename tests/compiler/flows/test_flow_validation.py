@@ -190,6 +190,15 @@ CASES: list[tuple[str, str, int, int, dict[str, object]]] = [
         8,
         {},
     ),
+    (
+        "CONVERSATION_NO_REPLY",
+        BASE.replace(
+            "outputs: [answer, summaries]", "outputs: [answer, summaries]\nconversation: true"
+        ),
+        5,
+        15,
+        {},
+    ),
     ("TOOL_OUTSIDE_CONTRACT", BASE.replace("tools: [lookup]", "tools: [search]"), 20, 35, {}),
     ("UNKNOWN_TOOL", BASE, 12, 9, {"tools": {}}),
     ("UNKNOWN_HANDLER", BASE, 22, 45, {"handlers": {"other"}}),

@@ -264,7 +264,7 @@ def test_two_plain_edges_out_of_one_node_run_one_after_the_other() -> None:
     assert [(r.rule, r.path) for r in refused] == [("LGFLOW_NOT_TRANSLATED", ("edges", 1))]
 
 
-def test_a_conversation_reads_history_as_the_conversation() -> None:
+def test_a_conversation_keeps_its_history_and_answers_with_its_output() -> None:
     data = {
         "version": "0.9",
         "conversation": True,
@@ -283,7 +283,9 @@ def test_a_conversation_reads_history_as_the_conversation() -> None:
         "edges": [{"from": "decide", "to": "END"}],
     }
     flow = load_flow(_text(data), "f.json")
-    assert flow.nodes["decide"].prompt == "So far: {{conversation}}\n\nNow: {{question}}"  # type: ignore[union-attr]
+    # {{history}} is built in here too (docs/flows.md, "Conversational flows")
+    assert flow.nodes["decide"].prompt == "So far: {{history}}\n\nNow: {{question}}"  # type: ignore[union-attr]
+    assert (flow.spec.conversation, flow.spec.reply) == (True, "plan")
 
 
 @settings(max_examples=50, deadline=None)
