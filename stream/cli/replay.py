@@ -85,9 +85,25 @@ def _effects_now(effects: Any) -> Any:
     ]
 
 
+def _verdicts_now(verdicts: Any) -> Any:
+    """Recorded verdicts in the shape the core writes now: a log written before
+    issue 35 carries each verdict's condition text, which is the playbook's
+    (docs/kafka.md, "What a record no longer carries")."""
+    if not isinstance(verdicts, list):
+        return verdicts
+    return [
+        {k: v for k, v in x.items() if k != "condition"} if isinstance(x, dict) else x
+        for x in verdicts
+    ]
+
+
 def _differences(recorded: dict[str, Any], step: Step) -> list[str]:
     again = step.to_json()
-    recorded = {**recorded, "effects": _effects_now(recorded.get("effects"))}
+    recorded = {
+        **recorded,
+        "effects": _effects_now(recorded.get("effects")),
+        "verdicts": _verdicts_now(recorded.get("verdicts")),
+    }
     out = []
     for name in _COMPARED:
         if recorded.get(name) != again.get(name):
