@@ -117,10 +117,11 @@ class ExplanationRecord(_Part):
 
 
 class VerdictRecord(ExplanationRecord):
-    """What one open milestone's condition said at one instant."""
+    """What one open milestone's condition said at one instant: ``at``, absent
+    (None) when it is the decision's ``now`` (since issue 35: docs/kafka.md)."""
 
     milestone: str
-    at: str
+    at: str | None = None
 
 
 class TransitionRecord(_Part):
@@ -131,7 +132,8 @@ class TransitionRecord(_Part):
     milestone: str
     from_: MilestoneStatus = Field(alias="from")
     to: MilestoneStatus
-    at: str
+    #: Absent (None) when it is the decision's ``now`` (since issue 35: docs/kafka.md).
+    at: str | None = None
     reason: str
 
 

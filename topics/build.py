@@ -104,20 +104,25 @@ def explanation(data: Mapping[str, Any]) -> dict[str, Any]:
     return {"verdict": data["verdict"], "closed": data["closed"], "atoms": data["atoms"]}
 
 
-def verdict(milestone: str, at: str, data: Mapping[str, Any]) -> dict[str, Any]:
-    """``VerdictRecord``: the milestone, the instant, then its ``ExplanationRecord``
-    (``explanation``: without the condition's text)."""
-    return {
-        "milestone": milestone,
-        "at": at,
-        "verdict": data["verdict"],
-        "closed": data["closed"],
-        "atoms": data["atoms"],
-    }
+def verdict(milestone: str, at: str | None, data: Mapping[str, Any]) -> dict[str, Any]:
+    """``VerdictRecord``: the milestone, the instant (None: the decision's ``now``,
+    left out), then its ``ExplanationRecord`` (``explanation``: without the
+    condition's text)."""
+    out: dict[str, Any] = {"milestone": milestone}
+    if at is not None:
+        out["at"] = at
+    out["verdict"] = data["verdict"]
+    out["closed"] = data["closed"]
+    out["atoms"] = data["atoms"]
+    return out
 
 
-def transition(milestone: str, before: str, after: str, at: str, reason: str) -> dict[str, Any]:
-    """``TransitionRecord``."""
+def transition(
+    milestone: str, before: str, after: str, at: str | None, reason: str
+) -> dict[str, Any]:
+    """``TransitionRecord`` (``at`` None: the decision's ``now``, left out)."""
+    if at is None:
+        return {"milestone": milestone, "from": before, "to": after, "reason": reason}
     return {"milestone": milestone, "from": before, "to": after, "at": at, "reason": reason}
 
 

@@ -132,15 +132,15 @@ def test_timers(at: str, kind: str, milestone: str) -> None:
 
 
 @SETTINGS
-@given(texts, instants, explanations)
-def test_verdict(milestone: str, at: str, explanation: dict[str, Any]) -> None:
+@given(texts, st.none() | instants, explanations)
+def test_verdict(milestone: str, at: str | None, explanation: dict[str, Any]) -> None:
     agrees(VerdictRecord, build.verdict(milestone, at, explanation))
 
 
 @SETTINGS
-@given(texts, statuses, statuses, instants, texts)
+@given(texts, statuses, statuses, st.none() | instants, texts)
 def test_transition(
-    milestone: str, before: MilestoneStatus, after: MilestoneStatus, at: str, reason: str
+    milestone: str, before: MilestoneStatus, after: MilestoneStatus, at: str | None, reason: str
 ) -> None:
     parsed = agrees(TransitionRecord, build.transition(milestone, before, after, at, reason))
     assert isinstance(parsed, TransitionRecord)
@@ -237,8 +237,8 @@ effects = st.one_of(
     ),
 )
 TIMERS = st.tuples(instants, kinds, texts).map(lambda a: build.timer(*a))
-VERDICTS = st.tuples(texts, instants, explanations).map(lambda a: build.verdict(*a))
-TRANSITIONS = st.tuples(texts, statuses, statuses, instants, texts).map(
+VERDICTS = st.tuples(texts, st.none() | instants, explanations).map(lambda a: build.verdict(*a))
+TRANSITIONS = st.tuples(texts, statuses, statuses, st.none() | instants, texts).map(
     lambda a: build.transition(*a)
 )
 inputs = st.one_of(
