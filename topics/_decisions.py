@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, TypeAlias
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from topics._memory import FactRememberedEffect
 from topics._messages import Scalar, TopicRecord
@@ -103,19 +103,25 @@ class AtomVerdict(_Part):
 
 
 class ExplanationRecord(_Part):
-    """Why a condition said what it said (``closed``: at its window's close)."""
+    """Why a condition said what it said (``closed``: at its window's close).
 
-    condition: str
+    ``condition``, the condition's text, is the playbook's: records written
+    since issue 35 leave it out (the milestone and the playbook version name
+    it); records written before carry it (docs/kafka.md, "What a record no
+    longer carries")."""
+
+    condition: str | None = None
     verdict: Literal["TRUE", "FALSE", "UNKNOWN"]
     closed: bool
     atoms: list[AtomVerdict]
 
 
 class VerdictRecord(ExplanationRecord):
-    """What one open milestone's condition said at one instant."""
+    """What one open milestone's condition said at one instant: ``at``, absent
+    (None) when it is the decision's ``now`` (since issue 35: docs/kafka.md)."""
 
     milestone: str
-    at: str
+    at: str | None = None
 
 
 class TransitionRecord(_Part):
@@ -126,7 +132,8 @@ class TransitionRecord(_Part):
     milestone: str
     from_: MilestoneStatus = Field(alias="from")
     to: MilestoneStatus
-    at: str
+    #: Absent (None) when it is the decision's ``now`` (since issue 35: docs/kafka.md).
+    at: str | None = None
     reason: str
 
 
@@ -368,6 +375,8 @@ class MilestoneSnapshot(BaseModel):
     state: MilestoneStatus
     opened_at: str | None = None
     deadline: str | None = None
+    #: When its task went out or goes out: absent (null) when that is
+    #: ``opened_at`` (no ``due`` held it back), in snapshots since issue 35.
     task_at: str | None = None
     settled_at: str | None = None
     outcome: TaskOutcome | None = None
@@ -375,7 +384,11 @@ class MilestoneSnapshot(BaseModel):
 
 
 class JobSnapshot(TopicRecord):
-    """A job as read models see it. ``milestones`` maps id → state."""
+    """A job as read models see it. ``milestones`` (id → state) is read from
+    ``detail``; ``state_hash`` is on the decisions only. Snapshots written
+    before issue 35 carry both (docs/kafka.md, "What a record no longer
+    carries"): ``milestones`` is dropped when read (``detail`` says the same),
+    ``state_hash`` is kept."""
 
     type: Literal["job.snapshot"] = "job.snapshot"
     key: str
@@ -387,11 +400,24 @@ class JobSnapshot(TopicRecord):
     updated_at: str | None
     ended_at: str | None = None
     events: int = 0
-    milestones: dict[str, MilestoneStatus]
     detail: dict[str, MilestoneSnapshot]
     frontier: list[str]
     timers: list[TimerRecord]
-    state_hash: str
+    state_hash: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _older(cls, data: Any) -> Any:
+        """A snapshot written before issue 35: its ``milestones`` map repeats
+        ``detail``'s states, which the model reads instead."""
+        if isinstance(data, dict) and "milestones" in data:
+            data = {k: v for k, v in data.items() if k != "milestones"}
+        return data
+
+    @property
+    def milestones(self) -> dict[str, MilestoneStatus]:
+        """Each milestone's state, by id (``detail``'s, in its order)."""
+        return {mid: part.state for mid, part in self.detail.items()}
 
 
 # -- playbooks ----------------------------------------------------------------------

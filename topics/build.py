@@ -23,6 +23,7 @@ __all__ = [
     "decision_body",
     "decision_record",
     "event_input",
+    "explanation",
     "fact_remembered",
     "job_finished",
     "job_snapshot",
@@ -95,13 +96,33 @@ def timer(at: str, kind: str, milestone: str) -> dict[str, Any]:
     return {"at": at, "kind": kind, "milestone": milestone}
 
 
-def verdict(milestone: str, at: str, explanation: Mapping[str, Any]) -> dict[str, Any]:
-    """``VerdictRecord``: the milestone, the instant, then its ``ExplanationRecord``."""
-    return {"milestone": milestone, "at": at, **explanation}
+def explanation(data: Mapping[str, Any]) -> dict[str, Any]:
+    """``ExplanationRecord``, from the core's explanation (the state's): its
+    verdict, whether the world was closed, and its atoms. The condition's text
+    is left out: it is the playbook's, and the milestone and the playbook
+    version name it (docs/kafka.md, "What a record no longer carries")."""
+    return {"verdict": data["verdict"], "closed": data["closed"], "atoms": data["atoms"]}
 
 
-def transition(milestone: str, before: str, after: str, at: str, reason: str) -> dict[str, Any]:
-    """``TransitionRecord``."""
+def verdict(milestone: str, at: str | None, data: Mapping[str, Any]) -> dict[str, Any]:
+    """``VerdictRecord``: the milestone, the instant (None: the decision's ``now``,
+    left out), then its ``ExplanationRecord`` (``explanation``: without the
+    condition's text)."""
+    out: dict[str, Any] = {"milestone": milestone}
+    if at is not None:
+        out["at"] = at
+    out["verdict"] = data["verdict"]
+    out["closed"] = data["closed"]
+    out["atoms"] = data["atoms"]
+    return out
+
+
+def transition(
+    milestone: str, before: str, after: str, at: str | None, reason: str
+) -> dict[str, Any]:
+    """``TransitionRecord`` (``at`` None: the decision's ``now``, left out)."""
+    if at is None:
+        return {"milestone": milestone, "from": before, "to": after, "reason": reason}
     return {"milestone": milestone, "from": before, "to": after, "at": at, "reason": reason}
 
 
@@ -285,27 +306,34 @@ def decision_record(
     return out
 
 
-#: A milestone's optional parts, in the order a snapshot writes them.
-_MILESTONE_PARTS = ("opened_at", "deadline", "task_at", "settled_at", "outcome", "explanation")
+#: A milestone's optional parts, in the order a snapshot writes them (its
+#: explanation apart: ``explanation`` builds it, last).
+_MILESTONE_PARTS = ("opened_at", "deadline", "task_at", "settled_at", "outcome")
 
 
 def milestone_snapshot(state: Mapping[str, Any]) -> dict[str, Any]:
     """``MilestoneSnapshot``, from a milestone's part of job state: only the
     parts it has (a pending milestone is ``{"state": "pending"}``; the model
-    reads an absent part as null: docs/kafka.md, "Records the worker writes")."""
+    reads an absent part as null: docs/kafka.md, "Records the worker writes"),
+    ``task_at`` only when it is not ``opened_at`` (a ``due`` held the task
+    back), its explanation without the condition's text (``explanation``)."""
     out: dict[str, Any] = {"state": state["status"]}
     for name in _MILESTONE_PARTS:
         value = state.get(name)
         if value is not None:
             out[name] = value
+    if "task_at" in out and out["task_at"] == out.get("opened_at"):
+        del out["task_at"]  # no due: the task went out when it opened
+    data = state.get("explanation")
+    if data is not None:
+        out["explanation"] = explanation(data)
     return out
 
 
-def job_snapshot(
-    state: Mapping[str, Any], frontier: Sequence[str], state_hash: str
-) -> dict[str, Any]:
-    """``JobSnapshot`` (jobs topic), from job state as JSON, the frontier and
-    the state's hash."""
+def job_snapshot(state: Mapping[str, Any], frontier: Sequence[str]) -> dict[str, Any]:
+    """``JobSnapshot`` (jobs topic), from job state as JSON and the frontier.
+    Each milestone's state is in its ``detail`` only, and the state's hash is
+    on the decision only (docs/kafka.md, "What a record no longer carries")."""
     parts: Mapping[str, Any] = state["milestones"]
     return {
         "type": "job.snapshot",
@@ -319,9 +347,7 @@ def job_snapshot(
         "updated_at": state["updated_at"],
         "ended_at": state["ended_at"],
         "events": state["events"],
-        "milestones": {mid: m["status"] for mid, m in parts.items()},
         "detail": {mid: milestone_snapshot(m) for mid, m in parts.items()},
         "frontier": list(frontier),
         "timers": state["timers"],
-        "state_hash": state_hash,
     }

@@ -246,9 +246,11 @@ class Transition:
         object.__setattr__(self, "at", at)
         object.__setattr__(self, "reason", reason)
 
-    def to_json(self) -> dict[str, Any]:
-        """JSON-ready."""
-        return transition(self.milestone, self.before, self.after, to_iso(self.at), self.reason)
+    def to_json(self, now: datetime | None = None) -> dict[str, Any]:
+        """JSON-ready; ``at`` is left out when it is ``now``, the decision's
+        (docs/kafka.md, "What a record no longer carries")."""
+        at = None if self.at == now else to_iso(self.at)
+        return transition(self.milestone, self.before, self.after, at, self.reason)
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,9 +266,11 @@ class Verdicts:
         object.__setattr__(self, "at", at)
         object.__setattr__(self, "explanation", explanation)
 
-    def to_json(self) -> dict[str, Any]:
-        """JSON-ready."""
-        return verdict(self.milestone, to_iso(self.at), self.explanation)
+    def to_json(self, now: datetime | None = None) -> dict[str, Any]:
+        """JSON-ready; ``at`` is left out when it is ``now``, the decision's
+        (docs/kafka.md, "What a record no longer carries")."""
+        at = None if self.at == now else to_iso(self.at)
+        return verdict(self.milestone, at, self.explanation)
 
 
 @dataclass(frozen=True)
@@ -334,15 +338,16 @@ class Step:
     def to_json(self) -> dict[str, Any]:
         """The decision record's body (the shell adds where the input came from)."""
         state = self.state
+        now = self.now
         return decision_body(
-            to_iso(self.now),
+            to_iso(now),
             self.input.to_json(),
             self.outcome,
             self.refused,
             state.seq if state is not None else None,
             [t.to_json() for t in self.fired],
-            [v.to_json() for v in self.verdicts],
-            [t.to_json() for t in self.transitions],
+            [v.to_json(now) for v in self.verdicts],
+            [t.to_json(now) for t in self.transitions],
             [e.to_json() for e in self.effects],
             self.frontier,
             state.status if state is not None else None,

@@ -85,9 +85,30 @@ def _effects_now(effects: Any) -> Any:
     ]
 
 
+def _parts_now(parts: Any, now: Any, drop: tuple[str, ...]) -> Any:
+    """Recorded verdicts or transitions in the shape the core writes now: a log
+    written before issue 35 carries each one's ``at`` when it is the decision's
+    ``now``, and each verdict's condition text, which is the playbook's
+    (docs/kafka.md, "What a record no longer carries")."""
+    if not isinstance(parts, list):
+        return parts
+    return [
+        {k: v for k, v in x.items() if k not in drop and not (k == "at" and v == now)}
+        if isinstance(x, dict)
+        else x
+        for x in parts
+    ]
+
+
 def _differences(recorded: dict[str, Any], step: Step) -> list[str]:
     again = step.to_json()
-    recorded = {**recorded, "effects": _effects_now(recorded.get("effects"))}
+    now = recorded.get("now")
+    recorded = {
+        **recorded,
+        "effects": _effects_now(recorded.get("effects")),
+        "verdicts": _parts_now(recorded.get("verdicts"), now, ("condition",)),
+        "transitions": _parts_now(recorded.get("transitions"), now, ()),
+    }
     out = []
     for name in _COMPARED:
         if recorded.get(name) != again.get(name):

@@ -70,7 +70,7 @@ def snapshot_of(graph: JobGraph, state: JobState) -> dict[str, Any]:
     :class:`topics.JobSnapshot`, built by ``topics.build`` (this runs once per
     changed job per batch: validating our own output there would cost more
     than the decision)."""
-    return job_snapshot(state.json(), graph.frontier(state), state.hash)
+    return job_snapshot(state.json(), graph.frontier(state))
 
 
 class Jobs:

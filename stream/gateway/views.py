@@ -115,6 +115,18 @@ def _playbook_ref(model: ReadModel, entry: JobEntry) -> tuple[str, int | None]:
     return playbook_key, version
 
 
+def _explanation(detail: MilestoneSnapshot | None, condition: str) -> dict[str, Any] | None:
+    """The milestone's latest verdict, with its condition's canonical text (as
+    the core writes it): a snapshot written since issue 35 leaves the text to
+    the playbook (docs/kafka.md, "What a record no longer carries")."""
+    if detail is None or detail.explanation is None:
+        return None
+    out = detail.explanation.model_dump()
+    if out["condition"] is None:
+        out["condition"] = condition
+    return out
+
+
 def _milestone_view(
     model: ReadModel,
     key: str,
@@ -136,12 +148,11 @@ def _milestone_view(
         next_best=next_best,
         opened_at=detail.opened_at if detail else None,
         deadline=detail.deadline if detail else None,
-        task_at=detail.task_at if detail else None,
+        # A snapshot leaves task_at out when it is opened_at (docs/kafka.md).
+        task_at=(detail.task_at or detail.opened_at) if detail else None,
         settled_at=detail.settled_at if detail else None,
         outcome=detail.outcome if detail else None,
-        explanation=detail.explanation.model_dump()
-        if detail is not None and detail.explanation is not None
-        else None,
+        explanation=_explanation(detail, m.condition.text),
         evidence=_evidence(model, key, detail.explanation if detail else None),
     )
 

@@ -64,6 +64,7 @@ from topics import (
     JournalInterrupt,
     JournalRecord,
     MessageRecord,
+    MilestoneSnapshot,
     PlaybookRecord,
     Topics,
 )
@@ -410,7 +411,9 @@ class ReadModel(Followed):
         if entry is None or entry.snapshot is None:
             self._relist(key)
             return
-        summary = entry.snapshot.model_copy(update={"detail": {}, "timers": []})
+        # Its milestones' states only: a snapshot keeps them in its detail.
+        states = {m: MilestoneSnapshot(state=d.state) for m, d in entry.snapshot.detail.items()}
+        summary = entry.snapshot.model_copy(update={"detail": states, "timers": []})
         self.gone[key] = summary
         self._gone_size[key] = _summary_size(summary)
         self.gone_bytes += self._gone_size[key]

@@ -248,3 +248,15 @@ def letters(batch: Batch) -> list[Letter]:
 
 def sha(raw: bytes) -> str:
     return hashlib.sha256(raw).hexdigest()
+
+
+def latest_hashes(records: list[dict[str, Any]]) -> dict[str, tuple[int, str]]:
+    """Each job's latest seq and state hash, from its decisions as read from the
+    topic (``{"value": ...}``): the hash is on the decisions, not the snapshots."""
+    out: dict[str, tuple[int, str]] = {}
+    for r in records:
+        d = r["value"]
+        key, seq, state_hash = d["job_key"], d["seq"], d["state_hash"]
+        if state_hash is not None and seq >= out.get(key, (0, ""))[0]:
+            out[key] = (seq, state_hash)
+    return out

@@ -131,7 +131,10 @@ def test_one_snapshot_per_changed_job_per_batch_with_the_latest_state() -> None:
     assert one.milestones == {"collect": "done", "activate": "open"}
     assert one.frontier == ["activate"]
     assert one.status == "running"
-    assert one.state_hash == sha(h.state_bytes("job-1"))
+    # the latest state: the last decision's (the hash is on the decisions only)
+    assert one.state_hash is None
+    last = [d for d in decisions(batch) if d.job_key == "job-1"][-1]
+    assert (last.seq, last.state_hash) == (3, sha(h.state_bytes("job-1")))
     assert by_key["job-2"].milestones == {"collect": "open", "activate": "pending"}
     assert by_key["job-2"].seq == 1
     # a batch that changes only job-2 snapshots only job-2
@@ -478,7 +481,8 @@ def test_a_tick_past_a_within_deadline_fires_it() -> None:
     assert (closed.task_id, closed.outcome) == ("job-s/reply", "timed_out")
     [snap] = snapshots(fired)
     assert (snap.status, snap.milestones) == ("failed", {"reply": "knocked"})
-    assert snap.state_hash == sha(h.state_bytes("job-s", 1))
+    assert snap.seq == d.seq
+    assert d.state_hash == sha(h.state_bytes("job-s", 1))
     # fired once: a later tick finds nothing due
     assert h.run([h.tick(T0 + timedelta(hours=4), partition=1)]).outputs == []
 

@@ -16,7 +16,7 @@ from stream.engine.engine import Engine, Record
 from stream.engine.registry import Registry
 from stream.gateway.readmodels.jobs import AcceptedWrite, ReadModel, idem
 from stream.gateway.views import job_view
-from topics import PlaybookRecord, Topics, encode
+from topics import MilestoneSnapshot, PlaybookRecord, Topics, encode
 
 TOPICS = Topics("rmb.")
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
@@ -188,7 +188,8 @@ def test_jobs_past_the_limit_are_evicted_whole_and_come_back_as_their_summary() 
     assert entry.in_memory is False
     assert entry.snapshot is not None
     assert (entry.snapshot.status, entry.snapshot.milestones) == ("done", {"m": "done"})
-    assert entry.snapshot.detail == {}
+    # Its detail keeps each milestone's state only (the snapshot's milestones).
+    assert entry.snapshot.detail == {"m": MilestoneSnapshot(state="done")}
     assert len(model.jobs) <= 5 + 1
     # Its next snapshot brings its snapshot back in full (milestone detail,
     # timers, in memory again); the decisions and events read before it was
