@@ -217,11 +217,24 @@ async def register_schedules(
             current[name] = None  # unreadable: replaced by the file's
             written.pop(name, None)
     published: list[str] = []
-    at = to_iso(datetime.now(UTC))
+    now = datetime.now(UTC)
+    at = to_iso(now)
     async with producer(bootstrap, security=settings.kafka_security) as client:
         for schedule in found.schedules:
             spec = schedule.to_json()
             if current.get(schedule.id) == spec:
+                continue
+            if (
+                schedule.at_ms is not None
+                and schedule.id not in current
+                and schedule.at_ms <= now.timestamp() * 1000
+            ):
+                # A one-shot whose instant passed: it ran and was removed, or it
+                # never will (docs/schedules.md, "One-shot schedules").
+                say(
+                    f"schedules: one-shot {schedule.id!r} of {path}: its instant has passed, "
+                    "so it is not registered (take it out of the file)"
+                )
                 continue
             by, when = written.get(schedule.id, (SCHEDULES_FILE_BY, ""))
             if by != SCHEDULES_FILE_BY:

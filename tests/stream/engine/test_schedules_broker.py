@@ -617,3 +617,23 @@ def test_a_second_worker_takes_over_schedules_with_their_state(lane: Lane) -> No
     ]
     assert len(decided) == 2
     assert all(count > 0 for count in decided), decided
+
+
+def test_a_one_shot_of_the_file_whose_instant_passed_is_not_registered(lane: Lane) -> None:
+    (lane.playbooks / "schedules.yaml").write_text(
+        "schedules:\n"
+        "  - id: gone-by\n"
+        "    name: Gone by\n"
+        "    at: 2020-01-06T09:00:00Z\n"
+        "    action: {type: start_job, playbook_key: onboarding}\n"
+        "  - id: ahead\n"
+        "    name: Ahead\n"
+        "    at: 2099-01-05T09:00:00Z\n"
+        "    action: {type: start_job, playbook_key: onboarding}\n"
+    )
+    said = register(lane)
+    assert "one-shot 'gone-by' of " in said
+    assert "its instant has passed, so it is not registered" in said
+    assert "1 published (ahead)" in said
+    assert [r["key"] for r in lane.read("schedules")] == ["ahead"]
+    assert "none changed" in register(lane)  # again: the passed one is not published either
