@@ -13,12 +13,12 @@ RUN apt-get update \
  && apt-get purge -y gcc libc6-dev && apt-get autoremove -y \
  && rm -rf /var/lib/apt/lists/* build
 COPY examples ./playbooks
-# An unprivileged user owns /data (a volume mounted there starts with this
-# ownership) and runs every command; nothing under /app is writable by it.
+# An unprivileged user owns /data and /files (a volume mounted there starts
+# with this ownership; /files holds the uploads, docker-compose.yml shares it) and runs every command; nothing under /app is writable by it.
 RUN groupadd --system --gid 10001 lemongraph \
  && useradd --system --uid 10001 --gid lemongraph --home-dir /data --no-create-home \
       --shell /usr/sbin/nologin lemongraph \
- && mkdir -p /data && chown lemongraph:lemongraph /data
+ && mkdir -p /data /files && chown lemongraph:lemongraph /data /files
 ENV LEMONGRAPH_PLAYBOOKS_DIR=/app/playbooks \
     LEMONGRAPH_DATA_DIR=/data
 VOLUME ["/data"]

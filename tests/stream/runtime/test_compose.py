@@ -102,3 +102,19 @@ def test_the_broker_healthcheck_uses_a_plaintext_listener_of_its_own_container()
     assert recipe is not None
     for protocol_map in (env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"], recipe.group(1)):
         assert f"{name}:PLAINTEXT" in protocol_map.split(","), protocol_map
+
+
+def test_the_gateway_and_the_agents_share_the_uploads() -> None:
+    """An image a person uploads through the gateway is read by the agents service
+    for the model (docs/operations.md, "Files"): both containers name one volume,
+    at the folder their LEMONGRAPH_FILES_DIR says, which the image gives its user."""
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    services = compose["services"]
+    mounts = {}
+    for name in ("gateway", "agents"):
+        folder = services[name]["environment"]["LEMONGRAPH_FILES_DIR"]
+        [mount] = [v for v in services[name]["volumes"] if v.split(":")[1:2] == [folder]]
+        mounts[name] = mount.split(":")
+    assert mounts["gateway"][0] == mounts["agents"][0] in compose["volumes"]
+    assert mounts["agents"][2:] == ["ro"]  # the agents only read them
+    assert f"mkdir -p /data {mounts['gateway'][1]}" in (ROOT / "Dockerfile").read_text()
