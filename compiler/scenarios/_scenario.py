@@ -106,7 +106,9 @@ class ScriptedReply(BaseModel):
 
 
 class ScenarioWake(BaseModel):
-    """A wake command at ``at`` (docs/schedules.md, "Wake")."""
+    """A wake command at ``at`` (docs/schedules.md, "Wake"); with ``control``, a
+    run now (``run``: "Run now") or an abort (``abort``: "Abort") of the run
+    ``run``, by default the one the schedule has running then."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -115,8 +117,16 @@ class ScenarioWake(BaseModel):
     request_id: str | None = None
     context: dict[str, Any] | None = None
     skip_if_running: bool = False
+    control: Literal["wake", "run", "abort"] = "wake"
+    run: str | None = Field(None, min_length=1)
 
     _check = field_validator("at")(_offset)
+
+    @model_validator(mode="after")
+    def _run_is_an_aborts(self) -> ScenarioWake:
+        if self.run is not None and self.control != "abort":
+            raise ValueError("run names the run an abort ends: set control: abort")
+        return self
 
 
 class ScenarioChange(BaseModel):

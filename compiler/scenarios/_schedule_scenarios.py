@@ -19,7 +19,7 @@ from typing import Any
 from compiler._durations import parse_duration
 from compiler._errors import LemongraphError
 from compiler._time import to_iso
-from compiler.scenarios._scenario import Scenario, ScenarioChange, ScriptedReply
+from compiler.scenarios._scenario import Scenario, ScenarioChange, ScenarioWake, ScriptedReply
 from compiler.schedules._definition import (
     REPORTED_ACTIONS,
     Schedule,
@@ -224,6 +224,27 @@ class _Clock:
             return
         self.apply(change.schedule, now, Define(schedule))
 
+    def _wake(self, now: datetime, i: int, wake: ScenarioWake) -> None:
+        """A wake, a run now or an abort (docs/schedules.md, "Wake", "Run now",
+        "Abort"): the command the gateway writes, decided as the worker does."""
+        request = wake.request_id or f"scenario-wake-{i + 1}"
+        target = wake.run
+        if wake.control == "abort" and target is None:
+            state = self.states.get(wake.schedule)
+            running = [run.run_id for run in state.active] if state is not None else []
+            if len(running) != 1:
+                what = "nothing is" if not running else f"{len(running)} runs are"
+                self.failures.append(
+                    f"wake #{i + 1}: abort of {wake.schedule!r} at {to_iso(now)}: {what} "
+                    "running (name the run with run:)"
+                )
+                return
+            target = running[0]
+        item = Wake(
+            request, wake.context, wake.skip_if_running, control=wake.control, target=target
+        )
+        self.apply(wake.schedule, now, item)
+
     def _up(self, at: datetime) -> datetime:
         """``at``, or the end of the down span it falls in."""
         for start, stop in self.down:
@@ -269,9 +290,7 @@ class _Clock:
                 if wake.schedule not in self.states:
                     self.failures.append(f"wake #{i + 1}: no schedule {wake.schedule!r}")
                     continue
-                request = wake.request_id or f"scenario-wake-{i + 1}"
-                item = Wake(request, wake.context, wake.skip_if_running)
-                self.apply(wake.schedule, now, item)
+                self._wake(now, i, wake)
             now_ms = int(now.timestamp() * 1000)
             for schedule_id, state in list(self.states.items()):
                 due_ms = state.due_ms() if state is not None else None

@@ -250,6 +250,40 @@ def test_wake_with_skip_if_running_while_a_run_is_active() -> None:
     assert woken[-1]["context"] == {"t": "T-1"}
 
 
+def test_a_scenario_runs_a_paused_schedule_now_and_aborts_the_run() -> None:
+    paused = prompt(enabled=False)
+    result = one(
+        paused,
+        base="2026-03-09T09:00:00Z",
+        until="1h",
+        replies={"hb": [{"never": True}, {"output": "done", "after": "2m"}]},
+        wakes=[
+            {"at": "10m", "schedule": "hb", "control": "run"},
+            {"at": "12m", "schedule": "hb", "control": "abort"},
+            {"at": "20m", "schedule": "hb", "control": "run", "request_id": "again"},
+        ],
+    )
+    assert result.failures == ()
+    assert result.runs == (
+        "2026-03-09T09:10:00Z hb aborted (manual)",
+        "2026-03-09T09:20:00Z hb completed (manual)",
+    )
+    # An abort with nothing running, or of a run the scenario names, says which.
+    late = one(
+        paused,
+        base="2026-03-09T09:00:00Z",
+        until="1h",
+        wakes=[{"at": "30m", "schedule": "hb", "control": "abort"}],
+    )
+    assert late.failures == (
+        "wake #1: abort of 'hb' at 2026-03-09T09:30:00Z: nothing is running "
+        "(name the run with run:)",
+    )
+    with pytest.raises(ScenarioError, match="set control: abort"):
+        one(paused, base="2026-03-09T09:00:00Z", until="1h",
+            wakes=[{"at": "1m", "schedule": "hb", "run": "mn-1"}])  # fmt: skip
+
+
 # -- expectations and refusals ------------------------------------------------------------
 
 
