@@ -54,8 +54,8 @@ if TYPE_CHECKING:
 
 __all__ = ["AgentStats", "ServiceState", "Where", "data_path"]
 
-#: The service's one logger, whichever of its modules logs (its name is the
-#: one it had before the service was split: agents.service).
+#: The service's one logger, named for the package whichever of its modules
+#: logs: a log line's source reads ``agents.service``, as it did before the split.
 log = logging.getLogger("agents.service")
 
 
