@@ -186,7 +186,7 @@ class PromptRun:
 
 
 class PromptHost(Protocol):
-    """What the prompt runs need of the agents service (agents/service.py): its
+    """What the prompt runs need of the agents service (agents/service/state.py): its
     store, its topics and partitions, its bound on prompt runs (apart from the
     conversations': docs/agents.md, "Scheduled prompts and heartbeats"), its
     clock, a producer acknowledged when awaited, a runner of catalog agents,

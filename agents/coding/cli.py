@@ -311,7 +311,7 @@ def _changed_here(settings: Settings, job: str, paused: Any) -> dict[str, Any] |
     """The agents service's check of the worktree (docs/coding.md, "A changed
     worktree: the 409"), made before the answer is sent when this machine
     holds the service's data folder (``$LEMONGRAPH_DATA_DIR/agents/coding``,
-    agents/service.py ``data_path``): the refusal when its files changed since
+    agents/service/state.py ``data_path``): the refusal when its files changed since
     the checkpoint, else None (a moved HEAD or branch is the flow's to fail)."""
     found = Workspaces(settings.data_dir / "agents" / "coding").get(job)
     if found is None or not isinstance(paused, dict):
