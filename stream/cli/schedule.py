@@ -25,9 +25,9 @@ from typing import Any, NoReturn
 import click
 import orjson
 
+import stream.gateway.schedule_ops as ops
 from compiler import LemongraphError, ScheduleHealth, load_located
 from stream.cli.checks import schedule_problems
-from stream.gateway import schedule_ops as ops
 from stream.gateway.readmodels.run_verdicts import decision_mark, judge, run_marks
 from stream.runtime.broker import ensure_all_topics
 from stream.runtime.command import env_settings, require_kafka

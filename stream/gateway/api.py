@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stream.gateway import docs
+import stream.gateway.docs as docs
 from stream.gateway.contract import TAGS, GatewayApp
 from stream.gateway.errors import install_handlers
 from stream.gateway.guard import GuardMiddleware

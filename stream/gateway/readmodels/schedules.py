@@ -46,8 +46,8 @@ import orjson
 from aiokafka.structs import TopicPartition
 from pydantic import ValidationError
 
+import stream.gateway.schedule_ops as ops
 from compiler import ScheduleHealth, health_alert, health_of_run, health_refused
-from stream.gateway import schedule_ops as ops
 from stream.gateway.readmodels.follow import Followed
 from stream.gateway.readmodels.run_verdicts import REFUSED, decision_mark, judge, run_marks
 from stream.runtime.partitions import home_partition

@@ -17,8 +17,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Header, Query, Request
 from pydantic import BaseModel, Field, StrictBool, StrictStr
 
+import stream.gateway.schedule_ops as ops
 from compiler import ORIGIN_HEADER, OriginError, parse_origin
-from stream.gateway import schedule_ops as ops
 from stream.gateway.errors import BODY_CODES, ApiError, error_responses
 from stream.gateway.guard import principal_of
 from stream.gateway.models import _Body
