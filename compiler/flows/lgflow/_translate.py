@@ -231,7 +231,8 @@ class _Translator:
             return ("list" if isinstance(default, list) else "object"), "its default"
         if type(default) in kinds:
             return kinds[type(default)], "its default"
-        for node in self.src.get("nodes") or ():
+        nodes = self.src.get("nodes")
+        for node in nodes if isinstance(nodes, list) else ():  # else: refused elsewhere
             if not isinstance(node, dict):
                 continue
             if node.get("type") == "fanout" and node.get("over") == name:

@@ -349,3 +349,12 @@ _JSON = st.recursive(
 def test_any_lgflow_shaped_data_is_read_or_refused_never_crashes(data: dict[str, Any]) -> None:
     report = check_flow(json.dumps(data), "f.json")
     assert report.flow is not None or report.errors
+
+
+def test_nodes_that_are_not_a_list_beside_an_untyped_channel_are_refused_not_a_crash() -> None:
+    # Hypothesis found it: a channel without a type had its type guessed from the
+    # nodes, and a `nodes: true` crashed the guess (TypeError) instead of refusing.
+    data = {"version": "0.7", "name": "f", "state": {"x": {}}, "nodes": True, "edges": []}
+    report = check_flow(json.dumps(data), "f.json")
+    assert report.flow is None
+    assert report.errors
