@@ -20,7 +20,7 @@ from stream.gateway import mint_token
 from stream.runtime.broker import free_port
 from tests.lanes import LEMONGRAPH, Lane, WorkerProcess, wait_for
 
-__all__ = ["SECRET", "GatewayProcess", "Lane", "wait_for"]
+__all__ = ["SECRET", "GatewayProcess", "Lane", "WorkerProcess", "wait_for"]
 
 SECRET = "test-secret-0123456789-0123456789-0123"
 
