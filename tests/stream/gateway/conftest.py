@@ -18,9 +18,9 @@ import pytest
 
 from stream.gateway import mint_token
 from stream.runtime.broker import free_port
-from tests.lanes import LEMONGRAPH, Lane, wait_for
+from tests.lanes import LEMONGRAPH, Lane, WorkerProcess, wait_for
 
-__all__ = ["SECRET", "GatewayProcess", "Lane", "wait_for"]
+__all__ = ["SECRET", "GatewayProcess", "Lane", "WorkerProcess", "wait_for"]
 
 SECRET = "test-secret-0123456789-0123456789-0123"
 
@@ -118,6 +118,11 @@ def launch_gateway(lane: Lane, **env: str) -> GatewayProcess:
 def start_gateway(lane: Lane) -> Iterator[Callable[..., GatewayProcess]]:
     """Start `lemongraph gateway` for this lane; extra keyword arguments are
     environment variables (e.g. ``API_TOKEN_SECRET=""``)."""
+    yield from gateways_on(lane)
+
+
+def gateways_on(lane: Lane) -> Iterator[Callable[..., GatewayProcess]]:
+    """A factory of gateways on ``lane`` for one test; each stops at its end."""
     started: list[GatewayProcess] = []
 
     def start(**env: str) -> GatewayProcess:
@@ -128,6 +133,15 @@ def start_gateway(lane: Lane) -> Iterator[Callable[..., GatewayProcess]]:
     yield start
     for gateway in started:
         gateway.stop()
+
+
+@pytest.fixture
+def start_module_gateway(module_lane: Lane) -> Iterator[Callable[..., GatewayProcess]]:
+    """``start_gateway`` on the module's lane: for a test that needs a gateway of
+    its own (a setting only a new process reads, a restart) but can share the
+    module's worker; its gateways stop at the end of the test. The gateway reads
+    every job of the lane, so such a test looks at its own job keys only."""
+    yield from gateways_on(module_lane)
 
 
 @pytest.fixture
@@ -144,3 +158,10 @@ def shared_gateway(module_lane: Lane) -> Iterator[GatewayProcess]:
     gateway = launch_gateway(module_lane)
     yield gateway
     gateway.stop()
+
+
+@pytest.fixture(scope="module")
+def module_worker(module_lane: Lane) -> WorkerProcess:
+    """One `lemongraph worker` on the module's lane, for the tests that keep to
+    their own job keys; killed after the module's last test (``module_lane``)."""
+    return module_lane.start_worker()

@@ -16,7 +16,7 @@ import orjson
 import pytest
 
 from stream.gateway import mint_token
-from tests.stream.gateway.conftest import GatewayProcess, Lane, wait_for
+from tests.stream.gateway.conftest import GatewayProcess, Lane, WorkerProcess, wait_for
 from topics import JournalRun, JournalToolCall, encode
 from topics.replies import reply_address, reply_token
 
@@ -106,10 +106,12 @@ def test_a_job_is_started_read_back_and_moved_by_an_event(
         assert client.get("/v1/jobs", params={"status": "done"}).json()["jobs"] == []
 
 
-def test_jobs_are_listed_a_page_at_a_time(gateway: GatewayProcess) -> None:
+def test_jobs_are_listed_a_page_at_a_time(shared_gateway: GatewayProcess) -> None:
+    gateway = shared_gateway  # its own keys (page-*); counts relative to the jobs before
     with gateway.client(gateway.token()) as client:
+        before = client.get("/v1/jobs").json()["total"]
         for i in range(5):
-            body = {"key": f"job-{i}", "playbook_key": "payment-reminders"}
+            body = {"key": f"page-{i}", "playbook_key": "payment-reminders"}
             assert client.post("/v1/jobs", json=body).status_code == 202
         seen: list[str] = []
         cursor = None
@@ -118,12 +120,13 @@ def test_jobs_are_listed_a_page_at_a_time(gateway: GatewayProcess) -> None:
             if cursor:
                 params["cursor"] = cursor
             page = client.get("/v1/jobs", params=params).json()
-            assert page["total"] == 5
+            assert page["total"] == before + 5
             seen.extend(j["key"] for j in page["jobs"])
             cursor = page["next"]
             if cursor is None:
                 break
-        assert seen == [f"job-{i}" for i in range(5)]
+        assert len(seen) == before + 5  # every job once
+        assert [k for k in seen if k.startswith("page-")] == [f"page-{i}" for i in range(5)]
         bad = client.get("/v1/jobs", params={"status": "sleeping"})
         assert bad.status_code == 422
         assert error_of(bad)["code"] == "invalid_query"
@@ -132,6 +135,7 @@ def test_jobs_are_listed_a_page_at_a_time(gateway: GatewayProcess) -> None:
 def test_bad_requests_get_clear_errors(shared_gateway: GatewayProcess) -> None:
     gateway = shared_gateway  # refusals and reads only: no job made
     with gateway.client(gateway.token()) as client:
+        before = client.get("/v1/jobs").json()["total"]
         unknown = client.post("/v1/jobs", json={"key": "j", "playbook_key": "nope"})
         assert unknown.status_code == 404
         assert error_of(unknown)["code"] == "playbook_not_found"
@@ -169,7 +173,8 @@ def test_bad_requests_get_clear_errors(shared_gateway: GatewayProcess) -> None:
         assert error_of(client.delete("/v1/jobs"))["code"] == "method_not_allowed"
 
         # Nothing half-applied: none of the refused writes made a job.
-        assert client.get("/v1/jobs").json()["total"] == 0
+        assert client.get("/v1/jobs").json()["total"] == before
+        assert client.get("/v1/jobs/j").status_code == 404
 
 
 def test_playbooks_are_listed_and_read(shared_gateway: GatewayProcess) -> None:
@@ -264,23 +269,28 @@ def test_each_token_has_its_own_rate_limit(
         assert client.get("/v1/playbooks").status_code == 200
 
 
-def test_the_token_stamps_the_source_and_a_body_cannot(lane: Lane, gateway: GatewayProcess) -> None:
+def test_the_token_stamps_the_source_and_a_body_cannot(
+    module_lane: Lane, shared_gateway: GatewayProcess
+) -> None:
+    gateway = shared_gateway  # its own job key, stamp-1
     world = gateway.client(gateway.token(source="world"))
     agent = gateway.client(gateway.token(source="agent"))
     with world, agent:
         assert (
-            world.post("/v1/jobs", json={"key": "j", "playbook_key": "onboarding"}).status_code
+            world.post(
+                "/v1/jobs", json={"key": "stamp-1", "playbook_key": "onboarding"}
+            ).status_code
             == 202
         )
-        claim = agent.post("/v1/events", json={"key": "j", "action": "id_uploaded"})
+        claim = agent.post("/v1/events", json={"key": "stamp-1", "action": "id_uploaded"})
         assert claim.status_code == 202
         assert claim.json()["source"] == "agent"
         smuggled = agent.post(
-            "/v1/events", json={"key": "j", "action": "id_uploaded", "source": "world"}
+            "/v1/events", json={"key": "stamp-1", "action": "id_uploaded", "source": "world"}
         )
         assert smuggled.status_code == 422
         assert "source" in error_of(smuggled)["message"]
-    inbox = [r["value"] for r in lane.read("inbox")]
+    inbox = [r["value"] for r in module_lane.read("inbox") if r["key"] == "stamp-1"]
     assert [(m["type"], m.get("source")) for m in inbox] == [
         ("job.start", None),
         ("event", "agent"),
@@ -306,7 +316,10 @@ def test_healthz_and_the_docs_need_no_token(shared_gateway: GatewayProcess) -> N
     assert httpx.get(f"{gateway.ui}/healthz").status_code == 200
 
 
-def test_a_jobs_journal_is_served_newest_last(lane: Lane, gateway: GatewayProcess) -> None:
+def test_a_jobs_journal_is_served_newest_last(
+    module_lane: Lane, shared_gateway: GatewayProcess
+) -> None:
+    lane, gateway = module_lane, shared_gateway  # its own job key, job-j
     with gateway.client(gateway.token()) as client:
         assert (
             client.post("/v1/jobs", json={"key": "job-j", "playbook_key": "onboarding"}).status_code
@@ -345,12 +358,18 @@ def test_a_jobs_journal_is_served_newest_last(lane: Lane, gateway: GatewayProces
 
 
 def test_the_inbound_email_webhook_takes_signed_verified_replies_only(
-    lane: Lane, start_gateway: Callable[..., GatewayProcess], gateway: GatewayProcess
+    module_lane: Lane,
+    module_worker: WorkerProcess,
+    start_module_gateway: Callable[..., GatewayProcess],
+    shared_gateway: GatewayProcess,
 ) -> None:
+    # A gateway of its own (the secrets are read at its start) on the module's
+    # worker; its own job key (job-w), and the journal's records after its start.
+    lane, gateway = module_lane, shared_gateway
     secrets = {"LEMONGRAPH_INBOUND_SECRET": "hook-secret", "REPLY_TOKEN_SECRET": "reply-secret",
                "REPLY_DOMAIN": "reply.test"}  # fmt: skip
-    hooked = start_gateway(**secrets)
-    lane.start_worker()
+    earlier = {(r["partition"], r["offset"]) for r in lane.read("journal")}
+    hooked = start_module_gateway(**secrets)
     now = int(time.time())
 
     def signed(payload: dict[str, Any], secret: str = "hook-secret") -> tuple[bytes, str]:
@@ -438,9 +457,12 @@ def test_the_inbound_email_webhook_takes_signed_verified_replies_only(
             error_of(plain.post("/v1/inbound/email", json=reply))["code"]
             == "inbound_not_configured"
         )
-    refusals = [r["value"] for r in lane.read("journal") if r["value"].get("outcome") == "refused"]
+    journal = [
+        r["value"] for r in lane.read("journal") if (r["partition"], r["offset"]) not in earlier
+    ]
+    refusals = [r for r in journal if r.get("outcome") == "refused"]
     assert len(refusals) == 4
-    held = [r["value"] for r in lane.read("journal") if r["value"].get("outcome") == "unverified"]
+    held = [r for r in journal if r.get("outcome") == "unverified"]
     assert [(h["job_key"], h.get("address"), h["contact"]) for h in held] == [
         ("job-w", "mallory@evil.example", "ada@example.com"),
         ("job-w", "ada+jobs@example.com", "ada@example.com"),

@@ -7,7 +7,8 @@ down."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -15,10 +16,30 @@ import orjson
 import pytest
 
 from stream.runtime.broker import EmbeddedBroker
-from tests.stream.gateway.conftest import GatewayProcess, Lane, wait_for
+from tests.conftest import new_lane
+from tests.stream.gateway.conftest import GatewayProcess, Lane, gateways_on, wait_for
 from topics import JobKeyError, check_key, check_label
 
 pytestmark = [pytest.mark.broker, pytest.mark.timeout(180)]
+
+
+@pytest.fixture(scope="module")
+def decided(kafka_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lane]:
+    """A second lane of the module's, with one worker, for the tests that need
+    their writes decided and a gateway of their own (a setting read at its
+    start, a restart); each keeps to its own job keys. The module's lane (its
+    ``shared_gateway``) has no worker: its tests read writes still undecided."""
+    lane = new_lane(kafka_url, Path(tmp_path_factory.mktemp("decided")))
+    lane.start_worker()
+    yield lane
+    lane.kill_workers()
+    lane.drop_topics()
+
+
+@pytest.fixture
+def start_decided_gateway(decided: Lane) -> Iterator[Callable[..., GatewayProcess]]:
+    """Gateways on the ``decided`` lane for one test; each stops at its end."""
+    yield from gateways_on(decided)
 
 
 def error_of(response: httpx.Response) -> dict[str, Any]:
@@ -74,9 +95,13 @@ BAD_KEYS = [
 
 
 def test_keys_that_break_the_rule_are_refused_at_the_gateway_and_on_the_inbox(
-    lane: Lane, gateway: GatewayProcess
+    decided: Lane, start_decided_gateway: Callable[..., GatewayProcess]
 ) -> None:
+    # On the module's worker: its own keys, and the dead letters after its start.
+    lane, gateway = decided, start_decided_gateway()
+    earlier = {(r["partition"], r["offset"]) for r in lane.read("deadletter")}
     with gateway.client(gateway.token()) as client:
+        before = client.get("/v1/jobs").json()["total"]
         for key in BAD_KEYS:
             with pytest.raises(JobKeyError) as rule:
                 check_key(key)
@@ -94,7 +119,7 @@ def test_keys_that_break_the_rule_are_refused_at_the_gateway_and_on_the_inbox(
                 "message"
             ]
         )
-        assert client.get("/v1/jobs").json()["total"] == 0
+        assert client.get("/v1/jobs").json()["total"] == before
         assert (
             client.post(
                 "/v1/jobs", json={"key": "日本-1", "playbook_key": "onboarding"}
@@ -104,11 +129,16 @@ def test_keys_that_break_the_rule_are_refused_at_the_gateway_and_on_the_inbox(
 
     # A producer we did not write puts the same keys on the inbox: each is
     # dead-lettered with the rule's reason, and the worker goes on.
-    lane.start_worker()
     starts = [{"type": "job.start", "key": k, "playbook_key": "onboarding"} for k in BAD_KEYS]
     lane.produce([(s["key"].encode(), orjson.dumps(s)) for s in starts])
     lane.send({"type": "job.start", "key": "after-the-bad-ones", "playbook_key": "onboarding"})
-    letters = lane.wait_until("deadletter", lambda rs: len(rs) >= len(BAD_KEYS))
+    letters = lane.wait_until(
+        "deadletter",
+        lambda rs: (
+            len([r for r in rs if (r["partition"], r["offset"]) not in earlier]) >= len(BAD_KEYS)
+        ),
+    )
+    letters = [r for r in letters if (r["partition"], r["offset"]) not in earlier]
     reasons = sorted(r["value"]["reason"] for r in letters)
     expected = []
     for key in BAD_KEYS:
@@ -119,7 +149,8 @@ def test_keys_that_break_the_rule_are_refused_at_the_gateway_and_on_the_inbox(
     decisions = lane.wait_until(
         "decisions", lambda rs: {"after-the-bad-ones", "日本-1"} <= {r["key"] for r in rs}
     )
-    assert {r["value"]["outcome"] for r in decisions} == {"applied"}
+    ours = [r for r in decisions if r["key"] in ("after-the-bad-ones", "日本-1")]
+    assert {r["value"]["outcome"] for r in ours} == {"applied"}
     assert all(w.proc.poll() is None for w in lane.workers)
 
 
@@ -219,12 +250,15 @@ def test_a_write_while_the_broker_is_down_answers_503_within_two_seconds(
 
 
 def test_jobs_past_the_memory_limit_answer_their_summary_not_a_404(
-    lane: Lane, start_gateway: Callable[..., GatewayProcess]
+    start_decided_gateway: Callable[..., GatewayProcess],
 ) -> None:
-    gateway = start_gateway(LEMONGRAPH_GATEWAY_JOBS="3")
-    lane.start_worker()
+    # On the module's worker, which other tests' jobs share: it looks at its own.
+    gateway = start_decided_gateway(LEMONGRAPH_GATEWAY_JOBS="3")
     keys = [f"job-{i:02}" for i in range(12)]
     with gateway.client(gateway.token()) as client:
+
+        def ours() -> list[dict[str, Any]]:
+            return [j for j in client.get("/v1/jobs").json()["jobs"] if j["key"] in keys]
 
         def start_running(chosen: list[str]) -> None:
             for key in chosen:
@@ -232,8 +266,8 @@ def test_jobs_past_the_memory_limit_answer_their_summary_not_a_404(
                 assert started.status_code == 202
             wait_for(
                 lambda: (
-                    all(j["status"] == "running" for j in client.get("/v1/jobs").json()["jobs"])
-                    and client.get("/v1/jobs").json()["total"] == keys.index(chosen[-1]) + 1
+                    all(j["status"] == "running" for j in ours())
+                    and len(ours()) == keys.index(chosen[-1]) + 1
                 ),
                 what=f"{chosen[-1]} and the jobs before it running",
             )
@@ -243,7 +277,7 @@ def test_jobs_past_the_memory_limit_answer_their_summary_not_a_404(
         # brings that record back, and the six later jobs evict it again.
         start_running(keys[:6])
         start_running(keys[6:])
-        listed = client.get("/v1/jobs").json()["jobs"]
+        listed = ours()
         assert [j["key"] for j in listed] == keys  # evicted or not, every job is listed
         assert sum(not j["in_memory"] for j in listed) >= 9
         gone = keys[0]
@@ -266,10 +300,9 @@ def test_jobs_past_the_memory_limit_answer_their_summary_not_a_404(
 
 
 def test_a_retry_after_a_gateway_restart_is_a_duplicate_and_leaves_nothing_pending(
-    lane: Lane, start_gateway: Callable[..., GatewayProcess]
+    start_decided_gateway: Callable[..., GatewayProcess],
 ) -> None:
-    lane.start_worker()
-    first = start_gateway()
+    first = start_decided_gateway()  # its own job key, job-r, on the module's worker
     event = {"key": "job-r", "action": "id_uploaded", "idempotency_key": "upload-1"}
     with first.client(first.token()) as client:
         assert (
@@ -281,7 +314,7 @@ def test_a_retry_after_a_gateway_restart_is_a_duplicate_and_leaves_nothing_pendi
             lambda: client.get("/v1/jobs/job-r/decisions").json()["kept"] == 2, what="two decisions"
         )
     first.stop()
-    second = start_gateway()
+    second = start_decided_gateway()
     with second.client(second.token()) as client:
         wait_for(lambda: client.get("/v1/jobs/job-r").status_code == 200, what="the job read back")
         retry = client.post("/v1/events", json=event)

@@ -262,12 +262,15 @@ def test_the_schedules_routes_share_the_rate_limit(
     assert 429 in statuses[2:], statuses
 
 
-def test_a_wake_goes_to_the_inbox_once_per_request_id(lane: Lane, gateway: GatewayProcess) -> None:
+def test_a_wake_goes_to_the_inbox_once_per_request_id(
+    module_lane: Lane, shared_gateway: GatewayProcess
+) -> None:
+    lane, gateway = module_lane, shared_gateway  # its own schedule id, wake-review
     with gateway.client(gateway.token(name="ops")) as client:
-        ok(client.post("/v1/schedules", json=REVIEW), 201)
+        ok(client.post("/v1/schedules", json={**REVIEW, "id": "wake-review"}), 201)
         woken = ok(
             client.post(
-                "/v1/schedules/lead-review/wake",
+                "/v1/schedules/wake-review/wake",
                 json={"context": {"reason": "a big lead came in"}, "skip_if_running": True},
                 headers={"Idempotency-Key": "wake-1"},
             ),
@@ -277,51 +280,52 @@ def test_a_wake_goes_to_the_inbox_once_per_request_id(lane: Lane, gateway: Gatew
         assert woken["duplicate"] is False
         assert woken["run_id"].startswith("wk-")
         again = ok(
-            client.post("/v1/schedules/lead-review/wake", json={"request_id": "wake-1"}), 202
+            client.post("/v1/schedules/wake-review/wake", json={"request_id": "wake-1"}), 202
         )
         assert again["duplicate"] is True
         assert again["run_id"] == woken["run_id"]
         # No body at all: a request id is made up.
-        bare = ok(client.post("/v1/schedules/lead-review/wake"), 202)
+        bare = ok(client.post("/v1/schedules/wake-review/wake"), 202)
         assert bare["request_id"] != "wake-1"
         assert bare["run_id"] != woken["run_id"]
         error_of(client.post("/v1/schedules/nope/wake"), 404, "schedule_not_found")
         differ = client.post(
-            "/v1/schedules/lead-review/wake",
+            "/v1/schedules/wake-review/wake",
             json={"request_id": "a"},
             headers={"Idempotency-Key": "b"},
         )
         error_of(differ, 422, "invalid_body")
         error_of(
-            client.post("/v1/schedules/lead-review/wake", json={"context": []}), 422, "invalid_body"
+            client.post("/v1/schedules/wake-review/wake", json={"context": []}), 422, "invalid_body"
         )
         # From inside a prompt run: its origin header goes on the record
         # (docs/schedules.md, "Wake loops"); a malformed one is refused.
         origin = {"Lemongraph-Schedule-Origin": "queue-check/wk-1a, lead-review/sl-2b"}
-        ok(client.post("/v1/schedules/lead-review/wake", headers=origin), 202)
+        ok(client.post("/v1/schedules/wake-review/wake", headers=origin), 202)
         for bad in ("queue check/wk-1", "queue-check", ",".join(["a/wk-1"] * 9)):
             refused = client.post(
-                "/v1/schedules/lead-review/wake", headers={"Lemongraph-Schedule-Origin": bad}
+                "/v1/schedules/wake-review/wake", headers={"Lemongraph-Schedule-Origin": bad}
             )
             detail = error_of(refused, 422, "invalid_header")
             assert "Lemongraph-Schedule-Origin" in detail["message"]
-    wakes = [v for v in values(lane, "inbox", "lead-review") if v["type"] == "schedule.wake"]
+    wakes = [v for v in values(lane, "inbox", "wake-review") if v["type"] == "schedule.wake"]
     assert len(wakes) == 3
-    assert wakes[0]["schedule_id"] == "lead-review"
+    assert wakes[0]["schedule_id"] == "wake-review"
     assert wakes[0]["request_id"] == "wake-1"
     assert wakes[0]["context"] == {"reason": "a big lead came in"}
     assert wakes[0]["skip_if_running"] is True
     assert wakes[0]["origin"] == []  # a person's wake comes from no run
     assert wakes[2]["origin"] == ["queue-check/wk-1a", "lead-review/sl-2b"]
-    audit = [a for a in values(lane, "audit", "lead-review") if a["action"] == "wake"]
+    audit = [a for a in values(lane, "audit", "wake-review") if a["action"] == "wake"]
     assert len(audit) == 3
     assert audit[0]["detail"]["run_id"] == woken["run_id"]
     assert audit[2]["detail"]["origin"] == wakes[2]["origin"]
 
 
 def test_a_start_job_naming_no_registered_playbook_is_accepted_with_a_warning(
-    lane: Lane, gateway: GatewayProcess
+    module_lane: Lane, shared_gateway: GatewayProcess
 ) -> None:
+    lane, gateway = module_lane, shared_gateway  # its own schedule ids, warn-*
     # The lane's playbooks (lead-qualification, onboarding, payment-reminders) are registered.
     with gateway.client(gateway.token()) as client:
         wait_for(
@@ -330,7 +334,11 @@ def test_a_start_job_naming_no_registered_playbook_is_accepted_with_a_warning(
             ),
             what="the playbooks",
         )
-        typo = {**REVIEW, "action": {"type": "start_job", "playbook_key": "onbaording"}}
+        typo = {
+            **REVIEW,
+            "id": "warn-review",
+            "action": {"type": "start_job", "playbook_key": "onbaording"},
+        }
         # (the REVIEW action's lead-qualification is registered: no warning)
         created = ok(client.post("/v1/schedules", json=typo), 201)
         assert created["warnings"] == [
@@ -338,22 +346,22 @@ def test_a_start_job_naming_no_registered_playbook_is_accepted_with_a_warning(
             "'onboarding'?): until one is, each run's job.start is refused (the run reads "
             "refused, with the core's reason)"
         ]
-        assert ok(client.get("/v1/schedules/lead-review"))["warnings"] == []
+        assert ok(client.get("/v1/schedules/warn-review"))["warnings"] == []
         fixed = ok(
             client.patch(
-                "/v1/schedules/lead-review",
+                "/v1/schedules/warn-review",
                 json={"action": {"type": "start_job", "playbook_key": "onboarding"}},
             )
         )
         assert fixed["warnings"] == []
         other = {
             **REVIEW,
-            "id": "prompt",
+            "id": "warn-prompt",
             "action": {"type": "prompt", "agent": "x", "prompt": "y"},
         }
         assert ok(client.post("/v1/schedules", json=other), 201)["warnings"] == []
     # Written as asked: a warning refuses nothing.
-    assert values(lane, "schedules", "lead-review")[0]["spec"]["action"]["playbook_key"] == (
+    assert values(lane, "schedules", "warn-review")[0]["spec"]["action"]["playbook_key"] == (
         "onbaording"
     )
 
@@ -674,8 +682,9 @@ def test_a_wake_with_a_worker_starts_a_job_and_comes_back_as_a_run(
 
 
 def test_the_cli_and_the_api_see_each_others_writes(
-    lane: Lane, gateway: GatewayProcess, tmp_path: Path
+    module_lane: Lane, shared_gateway: GatewayProcess, tmp_path: Path
 ) -> None:
+    lane, gateway = module_lane, shared_gateway  # its own schedule ids, from-cli and review-cli
     path = tmp_path / "one.yaml"
     path.write_text(
         "id: from-cli\nname: From the CLI\nschedule: hourly\n"
@@ -689,17 +698,20 @@ def test_the_cli_and_the_api_see_each_others_writes(
         )
         assert shown["by"] == "cli"
         assert shown["cron"] == "0 * * * *"
-        ok(client.post("/v1/schedules", json=REVIEW), 201)
+        ok(client.post("/v1/schedules", json={**REVIEW, "id": "review-cli"}), 201)
         ok(client.patch("/v1/schedules/from-cli", json={"enabled": False}))
     listed = lane.cli("schedule", "list").stdout.splitlines()
-    assert [line.split()[:2] for line in listed] == [
-        ["from-cli", "paused"],
-        ["lead-review", "enabled"],
+    ours = [
+        line.split()[:2] for line in listed if line.split()[:1] in (["from-cli"], ["review-cli"])
     ]
-    assert "updated " in lane.cli("schedule", "show", "lead-review").stdout
-    lane.cli("schedule", "remove", "lead-review")
+    assert ours == [
+        ["from-cli", "paused"],
+        ["review-cli", "enabled"],
+    ]
+    assert "updated " in lane.cli("schedule", "show", "review-cli").stdout
+    lane.cli("schedule", "remove", "review-cli")
     with gateway.client(gateway.token()) as client:
         wait_for(
-            lambda: client.get("/v1/schedules/lead-review").status_code == 404,
+            lambda: client.get("/v1/schedules/review-cli").status_code == 404,
             what="the CLI's delete at the gateway",
         )
