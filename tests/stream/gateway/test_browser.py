@@ -13,7 +13,6 @@ import re
 import shutil
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -79,8 +78,8 @@ def browser(chromium: Browser) -> Iterator[Browser]:
 @pytest.fixture(scope="module")
 def served(module_lane: Lane, shared_gateway: GatewayProcess) -> tuple[Lane, GatewayProcess]:
     """A worker and a gateway for the page tests that start neither again and
-    keep to their own jobs (ui-job, nav-1, held-1, gap-1, mem-*, flow-*); the
-    held playbook is in the folder before the worker starts."""
+    keep to their own jobs (ui-job, nav-1, held-1, gap-1); the held playbook is
+    in the folder before the worker starts."""
     (module_lane.playbooks / "held.yaml").write_text(HELD)
     module_lane.start_worker()
     return module_lane, shared_gateway
@@ -572,15 +571,12 @@ def test_a_malformed_job_link_says_so(shared_gateway: GatewayProcess, browser: B
 
 
 def test_a_job_the_gateway_let_go_of_says_so(
-    served: tuple[Lane, GatewayProcess],
-    start_module_gateway: Callable[..., GatewayProcess],
-    browser: Browser,
+    lane: Lane, start_gateway: Callable[..., GatewayProcess], browser: Browser
 ) -> None:
     """Past LEMONGRAPH_GATEWAY_JOBS the read model keeps only a summary of idle
     jobs: the page shows the summary and says that the history is not in memory."""
-    # A gateway of its own (the setting is read at its start) on the module's
-    # worker: it reads the other tests' jobs too, so it looks at its own (mem-*).
-    gateway = start_module_gateway(LEMONGRAPH_GATEWAY_JOBS="2")
+    gateway = start_gateway(LEMONGRAPH_GATEWAY_JOBS="2")
+    lane.start_worker()
     token = gateway.token(name="browser")
     with gateway.client(token) as client:
         for i in range(5):
@@ -594,9 +590,7 @@ def test_a_job_the_gateway_let_go_of_says_so(
                 (
                     j["key"]
                     for j in client.get("/v1/jobs").json()["jobs"]
-                    if j["key"].startswith("mem-")
-                    and j["status"] == "running"
-                    and not j["in_memory"]
+                    if j["status"] == "running" and not j["in_memory"]
                 ),
                 None,
             ),
@@ -615,66 +609,45 @@ def test_a_job_the_gateway_let_go_of_says_so(
 
 # -- flows: their journal and their open questions -------------------------------------
 
+FLOW_RUN = "flow-1/resolve#1"
+APPROVAL = f"{FLOW_RUN}/confirm/1"
+CHOICE = f"{FLOW_RUN}/pick/1"
+FREE = f"{FLOW_RUN}/note/1"
 FLOW_AT = "2026-12-01T10:00:00Z"
 
 
-@dataclass(frozen=True)
-class Flow:
-    """A test's own job for a flow's records (the module's worker and gateway
-    are shared): its key, the flow's run and the ids of its questions."""
-
-    key: str
-
-    @property
-    def run(self) -> str:
-        return f"{self.key}/resolve#1"
-
-    @property
-    def approval(self) -> str:
-        return f"{self.run}/confirm/1"
-
-    @property
-    def choice(self) -> str:
-        return f"{self.run}/pick/1"
-
-    @property
-    def free(self) -> str:
-        return f"{self.run}/note/1"
-
-    def interrupt(self, interrupt_id: str, node: str, **fields: Any) -> JournalInterrupt:
-        fields.setdefault("kind", "ask")
-        fields.setdefault("status", "open")
-        return JournalInterrupt(
-            job_key=self.key, run_id=self.run, flow="resolve", node=node,
-            interrupt_id=interrupt_id, at=FLOW_AT, **fields,
-        )  # fmt: skip
-
-
-def _flow_job(gateway: GatewayProcess, token: str, flow: Flow) -> None:
-    """A job the gateway shows (the module's worker started it), ready for a
-    flow's records."""
+def _flow_job(lane: Lane, gateway: GatewayProcess, token: str) -> None:
+    """A job the gateway shows (its worker started it), ready for a flow's records."""
+    lane.start_worker()
     with gateway.client(token) as client:
-        started = client.post("/v1/jobs", json={"key": flow.key, "playbook_key": "onboarding"})
+        started = client.post("/v1/jobs", json={"key": "flow-1", "playbook_key": "onboarding"})
         assert started.status_code == 202
         wait_for(
-            lambda: client.get(f"/v1/jobs/{flow.key}").status_code == 200,
-            what="the job on the gateway",
+            lambda: client.get("/v1/jobs/flow-1").status_code == 200, what="the job on the gateway"
         )
 
 
-def _publish(lane: Lane, topic: str, flow: Flow, *records: Any) -> None:
+def _publish(lane: Lane, topic: str, *records: Any) -> None:
     # (in a thread of its own: Playwright's sync API holds this thread's event loop)
-    records_of = [(flow.key.encode(), encode(r)) for r in records]
     with ThreadPoolExecutor(1) as pool:
-        pool.submit(lane.produce, records_of, topic).result()
+        pool.submit(lane.produce, [(b"flow-1", encode(r)) for r in records], topic).result()
 
 
-def _flow_page(gateway: GatewayProcess, browser: Browser, problems: list[str], flow: Flow) -> Page:
+def _interrupt(interrupt_id: str, node: str, **fields: Any) -> JournalInterrupt:
+    fields.setdefault("kind", "ask")
+    fields.setdefault("status", "open")
+    return JournalInterrupt(
+        job_key="flow-1", run_id=FLOW_RUN, flow="resolve", node=node,
+        interrupt_id=interrupt_id, at=FLOW_AT, **fields,
+    )  # fmt: skip
+
+
+def _flow_page(lane: Lane, gateway: GatewayProcess, browser: Browser, problems: list[str]) -> Page:
     """The job's page, live, before any of the flow's records."""
     token = gateway.token(name="browser")
-    _flow_job(gateway, token, flow)
+    _flow_job(lane, gateway, token)
     page = _page(browser, problems)
-    page.goto(f"{gateway.ui}/jobs/{flow.key}#token={token}")
+    page.goto(f"{gateway.ui}/jobs/flow-1#token={token}")
     page.wait_for_selector("#job-live:has-text('live')", timeout=30_000)
     return page
 
@@ -685,43 +658,41 @@ def _shot(page: Page, name: str, problems: list[str]) -> None:
     assert not problems, problems
 
 
-def _asked(gateway: GatewayProcess, token: str, flow: Flow) -> list[str]:
+def _asked(gateway: GatewayProcess, token: str) -> list[str]:
     with gateway.client(token) as client:
-        listed = client.get(f"/v1/jobs/{flow.key}/interrupts")
+        listed = client.get("/v1/jobs/flow-1/interrupts")
         assert listed.status_code == 200
         return [i["interrupt_id"] for i in listed.json()["interrupts"]]
 
 
 def test_a_flows_journal_records_show_with_their_flow_and_node(
-    served: tuple[Lane, GatewayProcess], browser: Browser
+    lane: Lane, gateway: GatewayProcess, browser: Browser
 ) -> None:
-    lane, gateway = served
-    flow = Flow("flow-journal")  # its own job on the module's worker and gateway
     problems: list[str] = []
-    page = _flow_page(gateway, browser, problems, flow)
-    run, at = flow.run, FLOW_AT
+    page = _flow_page(lane, gateway, browser, problems)
+    run, at = FLOW_RUN, FLOW_AT
     _publish(
-        lane, "journal", flow,
-        JournalFlow(job_key=flow.key, run_id=run, flow="resolve", task_id=f"{flow.key}/resolve",
+        lane, "journal",
+        JournalFlow(job_key="flow-1", run_id=run, flow="resolve", task_id="flow-1/resolve",
                     at=at, event="started"),
-        JournalModelCall(job_key=flow.key, run_id=run, agent="flow", at=at, request="Draft",
+        JournalModelCall(job_key="flow-1", run_id=run, agent="flow", at=at, request="Draft",
                          response="a draft", latency_ms=7, outcome="ok", flow="resolve",
                          node="draft"),
-        JournalToolCall(job_key=flow.key, run_id=run, agent="flow", at=at, tool="crm_lookup",
+        JournalToolCall(job_key="flow-1", run_id=run, agent="flow", at=at, tool="crm_lookup",
                         arguments="{}", outcome="done", result='{"ok": true}', latency_ms=3,
                         flow="resolve", node="lookup"),
-        JournalHandlerCall(job_key=flow.key, run_id=run, at=at, flow="resolve", node="route",
+        JournalHandlerCall(job_key="flow-1", run_id=run, at=at, flow="resolve", node="route",
                            kind="router", name="by_size", call_id=f"{run}/route/1",
                            outcome="ok", result='"small"', latency_ms=1),
-        JournalFlow(job_key=flow.key, run_id=run, flow="resolve", task_id=f"{flow.key}/resolve",
+        JournalFlow(job_key="flow-1", run_id=run, flow="resolve", task_id="flow-1/resolve",
                     at=at, event="node", node="draft"),
-        JournalFlow(job_key=flow.key, run_id=run, flow="resolve", task_id=f"{flow.key}/resolve",
+        JournalFlow(job_key="flow-1", run_id=run, flow="resolve", task_id="flow-1/resolve",
                     at=at, event="finished", outputs={"summary": HOSTILE, "size": 3}),
-        JournalFlow(job_key=flow.key, run_id=f"{flow.key}/resolve#2", flow="resolve",
-                    task_id=f"{flow.key}/resolve", at=at, event="failed", node="lookup",
+        JournalFlow(job_key="flow-1", run_id="flow-1/resolve#2", flow="resolve",
+                    task_id="flow-1/resolve", at=at, event="failed", node="lookup",
                     error=f"tool failed: {HOSTILE}"),
-        flow.interrupt(flow.approval, "confirm", kind="approval", question="May I refund?"),
-        flow.interrupt(flow.approval, "confirm", kind="approval", status="answered", answer="yes"),
+        _interrupt(APPROVAL, "confirm", kind="approval", question="May I refund?"),
+        _interrupt(APPROVAL, "confirm", kind="approval", status="answered", answer="yes"),
     )  # fmt: skip
     page.wait_for_selector('#journal tr[data-kind="journal.flow"][data-outcome="failed"]')
     rows = page.locator("#journal tr.journal-row")
@@ -761,33 +732,29 @@ def test_a_flows_journal_records_show_with_their_flow_and_node(
 
 
 def test_an_open_question_is_answered_on_the_page(
-    served: tuple[Lane, GatewayProcess], browser: Browser
+    lane: Lane, gateway: GatewayProcess, browser: Browser
 ) -> None:
-    lane, gateway = served
-    flow = Flow("flow-answers")  # its own job on the module's worker and gateway
     token = gateway.token(name="browser", approver=True)
-    _flow_job(gateway, token, flow)
+    _flow_job(lane, gateway, token)
     _publish(
-        lane, "journal", flow,
-        flow.interrupt(flow.approval, "confirm", kind="approval", question="May I refund 120 EUR?",
+        lane, "journal",
+        _interrupt(APPROVAL, "confirm", kind="approval", question="May I refund 120 EUR?",
                    show={"amount": 120, "reason": "late delivery"},
                    expires_at="2026-12-31T10:00:00Z"),
-        flow.interrupt(flow.choice, "pick", question="When shall we call?",
+        _interrupt(CHOICE, "pick", question="When shall we call?",
                    answers=["morning", "afternoon"]),
     )  # fmt: skip
-    wait_for(
-        lambda: len(_asked(gateway, token, flow)) == 2, what="two open questions on the gateway"
-    )
+    wait_for(lambda: len(_asked(gateway, token)) == 2, what="two open questions on the gateway")
     problems: list[str] = []
     page = _page(browser, problems)
-    page.goto(f"{gateway.ui}/jobs/{flow.key}#token={token}")
+    page.goto(f"{gateway.ui}/jobs/flow-1#token={token}")
     page.wait_for_selector("#job-live:has-text('live')", timeout=30_000)
     # a page whose live stream never connects: it still shows the questions it read
     stale = _page(browser, problems)
     stale.route(re.compile(r"/events\?"), lambda route: route.abort())
-    stale.goto(f"{gateway.ui}/jobs/{flow.key}#token={token}")
+    stale.goto(f"{gateway.ui}/jobs/flow-1#token={token}")
 
-    approval = page.locator(f'#questions li[data-interrupt-id="{flow.approval}"]')
+    approval = page.locator(f'#questions li[data-interrupt-id="{APPROVAL}"]')
     approval.wait_for(timeout=30_000)
     text = approval.inner_text()
     assert "May I refund 120 EUR?" in text
@@ -797,13 +764,13 @@ def test_an_open_question_is_answered_on_the_page(
     assert "flow resolve · node confirm" in text
     buttons = approval.locator("button.answer")
     assert buttons.all_inner_texts() == ["Approve", "Reject"]
-    choice = page.locator(f'#questions li[data-interrupt-id="{flow.choice}"]')
+    choice = page.locator(f'#questions li[data-interrupt-id="{CHOICE}"]')
     assert choice.locator("button.answer").all_inner_texts() == ["morning", "afternoon"]
     assert choice.locator("input").count() == 0
 
     # a free-text question arriving live: a text box, no buttons
-    _publish(lane, "journal", flow, flow.interrupt(flow.free, "note", question="Anything else?"))
-    free = page.locator(f'#questions li[data-interrupt-id="{flow.free}"]')
+    _publish(lane, "journal", _interrupt(FREE, "note", question="Anything else?"))
+    free = page.locator(f'#questions li[data-interrupt-id="{FREE}"]')
     free.wait_for(timeout=30_000)
     assert free.locator("button.answer").count() == 0
     assert free.locator("input.q-text").count() == 1
@@ -811,8 +778,8 @@ def test_an_open_question_is_answered_on_the_page(
     # a clerk (a world token without the approver role) cannot approve: 403, said as
     # text, the question stays open on both pages, and the journal names who tried
     clerk = _page(browser, problems)
-    clerk.goto(f"{gateway.ui}/jobs/{flow.key}#token={gateway.token(name='clerk')}")
-    clerk_approval = clerk.locator(f'#questions li[data-interrupt-id="{flow.approval}"]')
+    clerk.goto(f"{gateway.ui}/jobs/flow-1#token={gateway.token(name='clerk')}")
+    clerk_approval = clerk.locator(f'#questions li[data-interrupt-id="{APPROVAL}"]')
     clerk_approval.wait_for(timeout=30_000)
     with clerk.expect_response(lambda r: r.url.endswith("/answers")) as forbidden:
         clerk_approval.locator("button", has_text="Approve").click()
@@ -822,34 +789,32 @@ def test_an_open_question_is_answered_on_the_page(
     refused = page.locator('#journal tr[data-kind="journal.interrupt"][data-outcome="refused"]')
     refused.wait_for(timeout=30_000)
     assert "refused from world token clerk" in refused.inner_text()
-    assert flow.approval in _asked(gateway, token, flow)  # still open
+    assert APPROVAL in _asked(gateway, token)  # still open
     assert approval.locator("button:disabled").count() == 0
 
     # Approve: the page sends yes, the gateway answers 202 and no longer takes it
-    with page.expect_response(lambda r: r.url.endswith(f"/v1/jobs/{flow.key}/answers")) as answered:
+    with page.expect_response(lambda r: r.url.endswith("/v1/jobs/flow-1/answers")) as answered:
         approval.locator("button", has_text="Approve").click()
     response = answered.value
     assert response.status == 202
     assert response.request.method == "POST"
-    assert response.request.post_data_json == {"interrupt_id": flow.approval, "answer": "yes"}
-    assert response.json()["message_id"] == f"answer:{flow.approval}"
-    page.wait_for_selector(f'#questions li[data-interrupt-id="{flow.approval}"][data-state="sent"]')
+    assert response.request.post_data_json == {"interrupt_id": APPROVAL, "answer": "yes"}
+    assert response.json()["message_id"] == f"answer:{APPROVAL}"
+    page.wait_for_selector(f'#questions li[data-interrupt-id="{APPROVAL}"][data-state="sent"]')
     approval.locator(".q-status", has_text="answer yes accepted").wait_for(timeout=10_000)
     assert approval.locator("button:disabled").count() == 2
-    assert flow.approval not in _asked(gateway, token, flow)  # the read model marked it answered
+    assert APPROVAL not in _asked(gateway, token)  # the read model marked it answered
     # the answer in the conversation, marked as the answer to the question
-    page.wait_for_selector(f'#conversation .msg.in.question[data-interrupt-id="{flow.approval}"]')
+    page.wait_for_selector(f'#conversation .msg.in.question[data-interrupt-id="{APPROVAL}"]')
 
     # the stale page answers the same question: the gateway's 409, said as text
-    stale_approval = stale.locator(f'#questions li[data-interrupt-id="{flow.approval}"]')
+    stale_approval = stale.locator(f'#questions li[data-interrupt-id="{APPROVAL}"]')
     stale_approval.wait_for(timeout=30_000)
     with stale.expect_response(lambda r: r.url.endswith("/answers")) as refused:
         stale_approval.locator("button", has_text="Reject").click()
     assert refused.value.status == 409
-    assert refused.value.request.post_data_json == {"interrupt_id": flow.approval, "answer": "no"}
-    stale.wait_for_selector(
-        f'#questions li[data-interrupt-id="{flow.approval}"][data-state="closed"]'
-    )
+    assert refused.value.request.post_data_json == {"interrupt_id": APPROVAL, "answer": "no"}
+    stale.wait_for_selector(f'#questions li[data-interrupt-id="{APPROVAL}"][data-state="closed"]')
     said = stale_approval.locator(".q-status").inner_text()
     assert said.startswith("409 interrupt_not_open:"), said
     assert "no open question" in said
@@ -859,17 +824,14 @@ def test_an_open_question_is_answered_on_the_page(
     with page.expect_response(lambda r: r.url.endswith("/answers")) as typed:
         free.locator("button[type=submit]").click()
     assert typed.value.status == 202
-    assert typed.value.request.post_data_json == {
-        "interrupt_id": flow.free,
-        "answer": "Call after 5 pm",
-    }
+    assert typed.value.request.post_data_json == {"interrupt_id": FREE, "answer": "Call after 5 pm"}
 
     # the flow took the approval's answer; the choice expired: both leave the section
     assert approval.count() == 1  # still there until the flow says so
     _publish(
-        lane, "journal", flow,
-        flow.interrupt(flow.approval, "confirm", kind="approval", status="answered", answer="yes"),
-        flow.interrupt(flow.choice, "pick", status="expired"),
+        lane, "journal",
+        _interrupt(APPROVAL, "confirm", kind="approval", status="answered", answer="yes"),
+        _interrupt(CHOICE, "pick", status="expired"),
     )  # fmt: skip
     approval.wait_for(state="detached", timeout=30_000)
     choice.wait_for(state="detached", timeout=30_000)
@@ -878,34 +840,32 @@ def test_an_open_question_is_answered_on_the_page(
 
 
 def test_a_flows_question_is_text_on_the_page(
-    served: tuple[Lane, GatewayProcess], browser: Browser
+    lane: Lane, gateway: GatewayProcess, browser: Browser
 ) -> None:
-    lane, gateway = served
-    flow = Flow("flow-text")  # its own job on the module's worker and gateway
     problems: list[str] = []
-    page = _flow_page(gateway, browser, problems, flow)
+    page = _flow_page(lane, gateway, browser, problems)
     question = f"Refund {HOSTILE}?"
     _publish(
-        lane, "messages", flow,
-        MessageRecord(job_key=flow.key, message_id=f"{flow.approval}.q", direction="out",
+        lane, "messages",
+        MessageRecord(job_key="flow-1", message_id=f"{APPROVAL}.q", direction="out",
                       channel="web", agent="flow resolve", text=question, at=FLOW_AT,
-                      interrupt_id=flow.approval),
+                      interrupt_id=APPROVAL),
     )  # fmt: skip
     _publish(
-        lane, "journal", flow,
-        flow.interrupt(flow.approval, "confirm", kind="approval", question=question,
+        lane, "journal",
+        _interrupt(APPROVAL, "confirm", kind="approval", question=question,
                    show={HOSTILE: HOSTILE, "n": 2}),
-        flow.interrupt(flow.choice, "pick", question=question, answers=[HOSTILE, "no"]),
+        _interrupt(CHOICE, "pick", question=question, answers=[HOSTILE, "no"]),
     )  # fmt: skip
-    asked = page.locator(f'#conversation .msg.out.question[data-interrupt-id="{flow.approval}"]')
+    asked = page.locator(f'#conversation .msg.out.question[data-interrupt-id="{APPROVAL}"]')
     asked.wait_for(timeout=30_000)
     assert "question" in asked.locator(".chip").inner_text()
     assert question in asked.inner_text()
-    approval = page.locator(f'#questions li[data-interrupt-id="{flow.approval}"]')
+    approval = page.locator(f'#questions li[data-interrupt-id="{APPROVAL}"]')
     approval.wait_for(timeout=30_000)
     assert question in approval.inner_text()
     assert approval.locator(".q-show").inner_text().count(HOSTILE) == 2
-    choice = page.locator(f'#questions li[data-interrupt-id="{flow.choice}"]')
+    choice = page.locator(f'#questions li[data-interrupt-id="{CHOICE}"]')
     choice.wait_for(timeout=30_000)
     assert choice.locator("button.answer").first.inner_text() == HOSTILE
     assert page.locator("#job-view img").count() == 0
@@ -913,7 +873,7 @@ def test_a_flows_question_is_text_on_the_page(
     # a reload reads the same questions from GET /v1/jobs/{key}/interrupts, as text
     page.reload()
     page.wait_for_selector("#job-live:has-text('live')", timeout=30_000)
-    page.locator(f'#questions li[data-interrupt-id="{flow.choice}"]').wait_for(timeout=30_000)
+    page.locator(f'#questions li[data-interrupt-id="{CHOICE}"]').wait_for(timeout=30_000)
     assert page.locator("#questions li.question").count() == 2
     assert page.locator("#job-view img").count() == 0
     assert page.evaluate("() => window.__owned") is None
