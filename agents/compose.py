@@ -3,7 +3,8 @@
 
 :func:`compose` is pure: the job's open tasks, its subject and contacts, the
 conversation so far and the catalog in; the model request out. It is the only
-place that decides what a model sees, so a test can read exactly that.
+place that decides what a model sees, so a test can read exactly that (but for
+a long conversation's summary call: agents/memory/summary.py).
 
 The request names the agent and the next best step on lines of their own
 (``Agent: <name>``, ``Next best step: <milestone>``); the stand-in model's
