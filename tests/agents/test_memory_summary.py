@@ -112,6 +112,10 @@ def test_a_long_conversation_is_summarised_once_as_an_agent_note_and_shown_apart
     assert len(section) == 2, asked
     assert section[1].lstrip().startswith(note.text)
     assert "(10 earlier turns of this conversation are not shown.)" in section[0]
+    # Never read by a condition: nothing of it goes to the inbox (only the reply's agent_said).
+    inbox = [r for t, _, r in rig.published if t == "inbox"]
+    assert [(r.action, r.source) for r in inbox] == [("agent_said", "agent")]
+    assert note.text not in str(inbox)
     journaled = [r for _, _, r in rig.published if isinstance(r, JournalModelCall)]
     assert [j.agent for j in journaled] == ["summary", "conversation"]
     assert conv.summarized == 10
