@@ -64,7 +64,12 @@ def gateway(module_lane: Lane) -> Iterator[GatewayProcess]:
     asyncio.run(ensure_all_topics(settings))
     gone = SubjectProfile(subject="s-gone", facts=[_fact("plan_chosen", "pro", "e-1", "j", T1)])
     module_lane.produce(
-        [(b"s-ada", encode(ADA)), (b"s-gone", encode(gone)), (b"s-gone", None)],  # type: ignore[list-item]
+        [
+            (b"s-ada", encode(ADA)),
+            (b"s-gone", encode(gone)),
+            (b"s-gone", None),  # type: ignore[list-item]
+            (b"s-notes", encode(SubjectProfile(subject="s-notes", notes=ADA.notes))),
+        ],
         topic="memory",
     )
     started = launch_gateway(module_lane)
@@ -81,6 +86,9 @@ def test_the_profile_now_and_as_of_an_instant(gateway: GatewayProcess) -> None:
         now = ok(client.get("/v1/subjects/s-ada/profile"))
         assert set(now) == {"subject", "facts"}  # pinned: no notes, and no claim as a fact
         assert "enterprise" not in orjson.dumps(now).decode()
+        # Only a summary kept: a profile with no facts, its words never in the body.
+        only = ok(client.get("/v1/subjects/s-notes/profile"))
+        assert only == {"subject": "s-notes", "facts": []}
         assert now["subject"] == "s-ada"
         assert _names(now["facts"]) == {("account_activated", None), ("plan_chosen", "team")}
         team = next(f for f in now["facts"] if f["value"] == "team")
