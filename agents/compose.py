@@ -3,7 +3,8 @@
 
 :func:`compose` is pure: the job's open tasks, its subject and contacts, the
 conversation so far and the catalog in; the model request out. It is the only
-place that decides what a model sees, so a test can read exactly that.
+place that decides what a model sees, so a test can read exactly that (but for
+a long conversation's summary call: agents/memory/summary.py).
 
 The request names the agent and the next best step on lines of their own
 (``Agent: <name>``, ``Next best step: <milestone>``); the stand-in model's
@@ -17,10 +18,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import orjson
-from topics import ProfileFact
+from topics import ProfileFact, ProfileNote
 
 from agents.catalog import CONVERSATION, Catalog
-from agents.memory.recall import MEMORY_TOKENS, known_lines
+from agents.memory.recall import MEMORY_TOKENS, earlier_lines, known_lines
 
 __all__ = [
     "DELEGATE_PARAMETERS",
@@ -114,6 +115,7 @@ def compose(
     withheld: Collection[str] = (),
     known: tuple[str, Sequence[ProfileFact]] | None = None,
     known_tokens: int = MEMORY_TOKENS,
+    earlier: ProfileNote | None = None,
 ) -> ModelRequest:
     """The model request for ``agent`` on a job.
 
@@ -126,7 +128,9 @@ def compose(
     approval, and only that flow calls it (docs/flows.md). ``known`` is the
     job's subject key and its current facts: the conversation agent is told
     the most relevant of them to the open tasks and the person's latest turn,
-    within ``known_tokens`` (docs/memory.md, "Given to agents").
+    within ``known_tokens`` (docs/memory.md, "Given to agents"). ``earlier``
+    is the job's own summary of the turns no longer sent, shown in a section
+    of its own as our unverified words (docs/memory.md, "Summaries are claims").
     """
     spec = catalog.agents[agent]
     lines = [f"Agent: {agent}", spec.instructions.strip()]
@@ -142,6 +146,8 @@ def compose(
             lines.append(f"You were asked: {request.strip()}")
     lines.append(EVIDENCE)
     kept = _kept(turns, history, lines)
+    if agent == CONVERSATION and len(kept) < len(turns):
+        lines += earlier_lines(earlier)
     return ModelRequest(
         agent,
         "\n".join(line for line in lines if line),

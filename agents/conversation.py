@@ -95,6 +95,12 @@ class Conversation:
     #: By flow name, the values of its ``remembers`` channels when its last run
     #: finished or failed: the next run of that flow for this job starts with them.
     remembered: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Turns forgotten (beyond ``KEPT_TURNS``, or dropped for the checkpoint's
+    #: bound), so a kept turn's number in the whole conversation is known; and
+    #: the turns the rolling summary covers, counted from the first
+    #: (docs/memory.md, "Summaries are claims").
+    forgotten: int = 0
+    summarized: int = 0
 
     @property
     def due(self) -> bool:
@@ -217,7 +223,13 @@ class Conversation:
     def add_turn(self, turn: Turn) -> None:
         """Remember a turn (the oldest beyond ``KEPT_TURNS`` are forgotten)."""
         self.turns.append(turn)
-        del self.turns[:-KEPT_TURNS]
+        self.forget(len(self.turns) - KEPT_TURNS)
+
+    def forget(self, oldest: int) -> None:
+        """Forget the ``oldest`` turns (none when it is not positive), counted."""
+        if oldest > 0:
+            del self.turns[:oldest]
+            self.forgotten += oldest
 
     def add_reply(self, text: str, composed_over: Turn | None) -> None:
         """The agent's reply to a request composed when ``composed_over`` was the
@@ -236,7 +248,7 @@ class Conversation:
                 self.turns.append(turn)
             else:
                 self.turns.insert(at + 1, turn)
-        del self.turns[:-KEPT_TURNS]
+        self.forget(len(self.turns) - KEPT_TURNS)
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready."""
@@ -270,6 +282,8 @@ class Conversation:
             "flows": {m: t.to_json() for m, t in self.flows.items()},
             "flow_runs": self.flow_runs,
             "remembered": self.remembered,
+            "forgotten": self.forgotten,
+            "summarized": self.summarized,
             "flow_due": self.flow_due,
             "flow_expires": _earliest(self.flows.values()),
         }
@@ -304,6 +318,8 @@ class Conversation:
             flows={m: FlowTrack.from_json(t) for m, t in (data.get("flows") or {}).items()},
             flow_runs=int(data.get("flow_runs", 0)),
             remembered={str(f): dict(v or {}) for f, v in (data.get("remembered") or {}).items()},
+            forgotten=int(data.get("forgotten", 0)),
+            summarized=int(data.get("summarized", 0)),
         )
 
 

@@ -13,7 +13,10 @@ from topics import Headers
 
 __all__ = ["Publish", "Send"]
 
-#: ``publish(topic, key, record)``: a record of a run, acknowledged when awaited.
-Publish = Callable[[Literal["inbox", "messages", "journal"], str, BaseModel], Awaitable[None]]
+#: ``publish(topic, key, record)``: a record of a run, acknowledged when awaited
+#: (``memory-facts``: a conversation's summary, keyed by its subject).
+Publish = Callable[
+    [Literal["inbox", "messages", "journal", "memory-facts"], str, BaseModel], Awaitable[None]
+]
 #: ``send(topic, key, value, headers, partition)``, acknowledged when awaited.
 Send = Callable[[str, bytes | None, bytes | None, Headers | None, int | None], Awaitable[None]]

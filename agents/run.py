@@ -9,6 +9,7 @@ until the model stops talking or a bound is hit.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import time
@@ -39,6 +40,7 @@ from agents.contacts import addressee
 from agents.conversation import Conversation, excerpt
 from agents.errors import OutputError
 from agents.memory.profiles import Profiles
+from agents.memory.summary import keep_summary
 from agents.model import Completion, Exchange, Model, ModelError, ToolCall, Usage
 from agents.publish import Publish, Send
 from agents.tools.executor import Executor, derived_key
@@ -138,6 +140,13 @@ class _Tape:
     def record(self, step: dict[str, Any]) -> None:
         """Append a completed step (checkpointed by the caller)."""
         self.steps.append(step)
+
+    def take(self, kind: str) -> dict[str, Any] | None:
+        """The next recorded step if a ``kind`` one (agents/memory/summary.py)."""
+        if self.pos < self.recorded and self.steps[self.pos].get("kind") == kind:
+            self.pos += 1
+            return self.steps[self.pos - 1]
+        return None
 
 
 def _model_step(agent: str, reply: Completion) -> dict[str, Any]:
@@ -383,10 +392,12 @@ class Runner:
             # is after it: it owes the next turn or run, which sees it last.
             turns = list(conv.turns)
             composed_over = turns[-1] if turns else None
-            known = None
+            known = earlier = None
             if agent == CONVERSATION:
                 budget.seen = conv.inputs
                 known = await self._known(conv)
+                ask = functools.partial(self._model_call, conv, outbox, run_id)
+                earlier = await keep_summary(conv, tape, self, ask, outbox, run_id)
             request = compose(
                 self.catalog,
                 playbook_instructions=conv.playbook_instructions,
@@ -400,6 +411,7 @@ class Runner:
                 withheld=self.guarded(conv.playbook_key),
                 known=known,
                 known_tokens=self.memory.tokens if self.memory is not None else 0,
+                earlier=earlier,
             )
             replayed = tape.replay("model", agent)
             if replayed is not None:

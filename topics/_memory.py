@@ -12,6 +12,13 @@ rather than replacing it, so the profile reads "as of" any instant. A
 :class:`MemoryErase` on ``memory-facts`` removes the subject's profile (a
 tombstone on ``memory``) and every fact of it decided at or before the
 erasure, including one that arrives later.
+
+A :class:`MemoryNote` is a model's words, never a fact: the rolling summary of a
+job's conversation that the agents service writes once its turns outgrow what
+a model is sent (docs/memory.md, "Summaries are claims"). It is always
+``agent``, names the turns it came from, and is folded into the profile's
+``notes`` beside (never among) its ``facts``: shown to that job's conversation
+agent at most, never read by a condition, never returned as a fact.
 """
 
 from __future__ import annotations
@@ -25,10 +32,13 @@ from topics._messages import Scalar, TopicRecord
 
 __all__ = [
     "GROUNDED_SOURCES",
+    "NOTE_CHARS",
     "FactRememberedEffect",
     "MemoryErase",
     "MemoryFact",
+    "MemoryNote",
     "ProfileFact",
+    "ProfileNote",
     "SubjectProfile",
     "subject_key",
 ]
@@ -36,6 +46,8 @@ __all__ = [
 #: Who may vouch for a remembered fact: the world (a person, a system through
 #: the gateway) or a verified tool result. Never an agent.
 GROUNDED_SOURCES: tuple[Literal["world", "tool"], ...] = ("world", "tool")
+#: The most characters a note's text holds (a longer summary is cut before it is kept).
+NOTE_CHARS = 2000
 
 
 def subject_key(subject: dict[str, Any], contacts: list[Any]) -> str | None:
@@ -95,6 +107,40 @@ class MemoryErase(TopicRecord):
     request_id: str
 
 
+class _NoteFields(BaseModel):
+    """What a note says and where it came from (:class:`MemoryNote`, :class:`ProfileNote`)."""
+
+    kind: Literal["summary"] = "summary"
+    #: Always ``agent``: a model wrote it.
+    source: Literal["agent"] = "agent"
+    job_key: str
+    #: Derived from our data (the job and the last turn it covers), so the
+    #: same summary sent again is the same note.
+    note_id: str
+    text: str = Field(max_length=NOTE_CHARS)
+    #: The turns of the job's conversation it summarises, counted from 1.
+    turn_from: int = Field(ge=1)
+    turn_to: int = Field(ge=1)
+    at: str  # when it was written (ISO UTC)
+
+
+class MemoryNote(_NoteFields, TopicRecord):
+    """``memory-facts``: a note a model wrote for a job of the subject (its
+    conversation's rolling summary), keyed by the subject."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: Literal["memory.note"] = "memory.note"
+    subject: StrictStr = Field(min_length=1)
+    run_id: str  # the run that wrote it
+
+
+class ProfileNote(_NoteFields):
+    """A note as the profile keeps it: the newest per job."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
 class ProfileFact(_Part):
     """One version of one fact in a profile. ``valid_to`` is None while it is current."""
 
@@ -116,4 +162,7 @@ class SubjectProfile(TopicRecord):
     type: Literal["memory.profile"] = "memory.profile"
     subject: str
     facts: list[ProfileFact] = Field(default_factory=list)
-    updated_at: str | None = None  # the newest fact's or erasure's instant
+    updated_at: str | None = None  # the newest fact's, note's or erasure's instant
+    #: Notes (``agent``): the newest summary per job, by job key. Not facts:
+    #: the API and the CLI never show them (docs/memory.md, "Summaries are claims").
+    notes: list[ProfileNote] = Field(default_factory=list)

@@ -18,7 +18,9 @@ next best step), ``tool_result`` (the call answers a tool result: the tool it
 came from), ``tool_failed`` (the same, and that result said ``"ok": false``),
 ``last_message_contains`` (the call answers the person: their
 latest message contains this, in any case), ``closing`` (true: the call is a
-closing turn, asked once no task is open: docs/agents.md, "The closing turn"). For a flow's llm node
+closing turn, asked once no task is open: docs/agents.md, "The closing turn");
+a conversation's summary call is ``agent: summary`` (docs/memory.md, "Summaries
+are claims"; built in, it answers with the opening of each person's turn). For a flow's llm node
 (docs/flows.md, "Running a flow at the terminal"): ``flow`` (the flow's name),
 ``flow_node`` (the node's id), ``prompt_contains`` (its prompt contains this, in
 any case; an image given with it reads as ``[image image/png, 84213 bytes]``),
@@ -75,6 +77,8 @@ _CLOSING = re.compile(r"^Closing: ", re.MULTILINE)
 _DONE = re.compile(r"^Done: (.+?)\s*$", re.MULTILINE)
 _FLOW = re.compile(r"^Flow: (\S+)\s*$", re.MULTILINE)
 _NODE = re.compile(r"^Node: (\S+)\s*$", re.MULTILINE)
+#: A conversation's summary call (agents/memory/summary.py) and the turns it covers.
+_SUMMARISE = re.compile(r"^Summarise: turns (\d+-\d+)", re.MULTILINE)
 
 
 class _When(BaseModel):
@@ -267,6 +271,8 @@ def _builtin(seen: Seen) -> StandinReply:
         return StandinReply(say=HEARTBEAT_OK)
     if seen.closing is not None:
         return StandinReply(say=f"All done: {seen.closing}. Thank you!")
+    if seen.agent == "summary":
+        return StandinReply(say=_summary(seen))
     if seen.tool_result is not None:
         return StandinReply(say=f"Done: {seen.tool_result} confirmed it.")
     said = (seen.last_message or "").strip()
@@ -281,6 +287,19 @@ def _builtin(seen: Seen) -> StandinReply:
     if seen.next_step:
         return StandinReply(say=f"Hello! Let us work on {seen.next_step} together.")
     return StandinReply(say="Hello! How can I help?")
+
+
+def _summary(seen: Seen) -> str:
+    """A summary call's answer: the turns it covers and the opening of each
+    thing a person said in them, in order (at most 600 characters)."""
+    span = _SUMMARISE.search(seen.text)
+    said = [
+        line.split(": ", 1)[1][:60]
+        for line in (seen.last_message or "").splitlines()
+        if ". person" in line and ": " in line
+    ]
+    told = "; ".join(said) if said else "nothing"
+    return f"Summary of turns {span.group(1) if span else '?'}: the person said {told}"[:600]
 
 
 # -- reading requests -----------------------------------------------------------------

@@ -1,6 +1,8 @@
 """Grounded memory in the agents service (docs/memory.md, "Given to agents"):
 the read model of the ``memory`` topic (:mod:`agents.memory.profiles`) and what
-a run is told of its subject (:mod:`agents.memory.recall`, pure)."""
+a run is told of its subject (:mod:`agents.memory.recall`, pure), and a job's
+rolling summary of its conversation (:mod:`agents.memory.summary`, imported by
+name: it builds on agents/compose.py, which builds on this package)."""
 
 from __future__ import annotations
 

@@ -12,7 +12,8 @@ is when the run asks (at most :data:`LATEST_WAIT` s), so that a job started just
 after its subject's profile was written is given it.
 
 **What it keeps**: per subject its current facts only (``valid_to`` None), the
-newest ``facts_per_subject`` of them; at most ``subjects_kept`` subjects, the
+newest ``facts_per_subject`` of them, and its notes (each job's rolling summary,
+``agent``: :meth:`Profiles.summary`, never among the facts); at most ``subjects_kept`` subjects, the
 least recently used going first (a subject dropped so is not given to its next
 run: the log line says so, and the bound is a setting).
 """
@@ -37,7 +38,14 @@ from stream.runtime.kafka import (
     partitions_of,
     start_consumer,
 )
-from topics import GROUNDED_SOURCES, ProfileFact, SubjectProfile, Topics, subject_key
+from topics import (
+    GROUNDED_SOURCES,
+    ProfileFact,
+    ProfileNote,
+    SubjectProfile,
+    Topics,
+    subject_key,
+)
 
 from agents.memory.recall import MEMORY_TOKENS
 
@@ -85,6 +93,8 @@ class Profiles:
         self.wait = wait
         #: Per subject its current facts as compact JSON, least recently used first.
         self.held: OrderedDict[str, bytes] = OrderedDict()
+        #: Per subject held, its notes as compact JSON (when it has some).
+        self.notes: dict[str, bytes] = {}
         self.held_bytes = 0
         self._parsed: OrderedDict[str, tuple[ProfileFact, ...]] = OrderedDict()
         self.caught_up = asyncio.Event()
@@ -124,6 +134,16 @@ class Profiles:
                 self._parsed.popitem(last=False)
         self._parsed.move_to_end(subject)
         return parsed
+
+    def summary(self, subject: str, job_key: str) -> ProfileNote | None:
+        """The newest summary of ``job_key``'s conversation kept for ``subject``
+        (None: none, or erased): a model's words, for that job's agent only
+        (docs/memory.md, "Summaries are claims")."""
+        raw = self.notes.get(subject)
+        if raw is None:
+            return None
+        found = [n for n in orjson.loads(raw) if n.get("job_key") == job_key]
+        return ProfileNote.model_validate(found[0]) if found else None
 
     def of_job(
         self, subject: Mapping[str, Any], contacts: Sequence[Any]
@@ -195,6 +215,7 @@ class Profiles:
         earlier = self.held.pop(subject, None)
         if earlier is not None:
             self.held_bytes -= len(earlier)
+        self.held_bytes -= len(self.notes.pop(subject, b""))
         if value is None:
             return
         try:
@@ -204,17 +225,21 @@ class Profiles:
             return
         current = [f for f in profile.facts if f.valid_to is None and f.source in GROUNDED_SOURCES]
         kept = current[-self.facts_per_subject :]
-        if not kept:
+        if not kept and not profile.notes:
             return
         raw = orjson.dumps([f.model_dump(mode="json") for f in kept])
         self.held[subject] = raw
         self.held_bytes += len(raw)
+        if profile.notes:
+            notes = orjson.dumps([n.model_dump(mode="json") for n in profile.notes])
+            self.notes[subject] = notes
+            self.held_bytes += len(notes)
         while len(self.held) > 1 and (
             len(self.held) > self.subjects_kept or self.held_bytes > self.memory_bytes
         ):
             gone, dropped = self.held.popitem(last=False)
             self._parsed.pop(gone, None)
-            self.held_bytes -= len(dropped)
+            self.held_bytes -= len(dropped) + len(self.notes.pop(gone, b""))
             self.dropped += 1
             log.warning("agents: memory: subject %r dropped (LEMONGRAPH_MEMORY_SUBJECTS, "
                         "LEMONGRAPH_MEMORY_BYTES)", gone)  # fmt: skip

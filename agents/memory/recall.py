@@ -23,9 +23,18 @@ from typing import Any
 
 import orjson
 from compiler import from_iso
-from topics import GROUNDED_SOURCES, ProfileFact
+from topics import GROUNDED_SOURCES, ProfileFact, ProfileNote
 
-__all__ = ["MEMORY_TOKENS", "VALUE_CHARS", "estimate_tokens", "known_lines", "ranked", "words"]
+__all__ = [
+    "EARLIER",
+    "MEMORY_TOKENS",
+    "VALUE_CHARS",
+    "earlier_lines",
+    "estimate_tokens",
+    "known_lines",
+    "ranked",
+    "words",
+]
 
 #: The section's budget by default (``LEMONGRAPH_MEMORY_TOKENS``).
 MEMORY_TOKENS = 400
@@ -33,6 +42,9 @@ MEMORY_TOKENS = 400
 VALUE_CHARS = 160
 
 _WORD = re.compile(r"[0-9a-z]+")
+#: How a job's own rolling summary is introduced (docs/memory.md, "Summaries are
+#: claims"): a model's words, said to be so.
+EARLIER = "Earlier in this conversation (our own summary, not verified; turns {}-{}):"
 
 
 def estimate_tokens(text: str) -> int:
@@ -117,3 +129,12 @@ def known_lines(
         lines.append(line)
         used += cost
     return lines if len(lines) > 1 else []
+
+
+def earlier_lines(note: ProfileNote | None) -> list[str]:
+    """The section of a job's own summary of its turns no longer shown (none
+    without one): a separate section, labelled as our own unverified words,
+    never among the facts."""
+    if note is None or note.source != "agent" or not note.text.strip():
+        return []
+    return [EARLIER.format(note.turn_from, note.turn_to), note.text.strip()]

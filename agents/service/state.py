@@ -219,7 +219,7 @@ class ServiceState:
         (docs/agents.md, "Output bounds")."""
         raw, dropped = fitted(conv.to_json(), self.checkpoint_bound)
         if dropped:
-            del conv.turns[:dropped]
+            conv.forget(dropped)
             log.warning("agents: %s: %d oldest turns dropped: the checkpoint is over %d bytes",
                         conv.job_key, dropped, self.checkpoint_bound)  # fmt: skip
         key = conv.job_key.encode()
@@ -279,7 +279,10 @@ class ServiceState:
         await self.produce(self.topics.deadletter, where.key, value, letter.headers(where.headers))
 
     async def publish(
-        self, topic: Literal["inbox", "messages", "journal"], key: str, record: BaseModel
+        self,
+        topic: Literal["inbox", "messages", "journal", "memory-facts"],
+        key: str,
+        record: BaseModel,
     ) -> None:
         """Produce a record of a run, acknowledged. An email to an address that is
         not one of the job's contacts is not published: it is journaled instead."""

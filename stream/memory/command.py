@@ -48,12 +48,13 @@ def _count(env: Mapping[str, str], name: str, default: int) -> int:
 
 
 def bounds_from_env(env: Mapping[str, str]) -> Bounds:
-    """``LEMONGRAPH_MEMORY_VERSIONS`` and ``LEMONGRAPH_MEMORY_NAMES`` (docs/memory.md,
-    "Bounds")."""
+    """``LEMONGRAPH_MEMORY_VERSIONS``, ``LEMONGRAPH_MEMORY_NAMES`` and
+    ``LEMONGRAPH_MEMORY_NOTES`` (docs/memory.md, "Bounds")."""
     default = Bounds()
     return Bounds(
         _count(env, "LEMONGRAPH_MEMORY_VERSIONS", default.versions),
         _count(env, "LEMONGRAPH_MEMORY_NAMES", default.names),
+        _count(env, "LEMONGRAPH_MEMORY_NOTES", default.notes),
     )
 
 

@@ -21,6 +21,12 @@ Pure: data in, data out, no I/O and no clock; the processor
 * An erasure removes the profile, and a fact decided at or before the erasure,
   or at or before the newest fact of the profile it removed, that arrives later
   is ignored (the processor keeps that instant, under a hash of the subject).
+* A note (``memory.note``: a job's rolling summary, a model's words) is kept
+  beside the facts, never among them: the newest per job (the most turns
+  covered), at most ``notes`` jobs per subject, the jobs whose note is oldest
+  dropped first (raising the notes' floor, so a dropped note sent again stays
+  out). Erased with the subject, like the facts (docs/memory.md, "Summaries
+  are claims").
 """
 
 from __future__ import annotations
@@ -36,7 +42,16 @@ import orjson
 
 from topics import SCHEMA
 
-__all__ = ["Bounds", "Profile", "as_of", "fold_record", "instant", "sort_key"]
+__all__ = [
+    "NOTE_FIELDS",
+    "Bounds",
+    "Profile",
+    "as_of",
+    "fold_record",
+    "instant",
+    "note_key",
+    "sort_key",
+]
 
 #: A version's place among its name's: (valid_from, event_id, job_key).
 SortKey = tuple[datetime, str, str]
@@ -50,9 +65,12 @@ class Bounds:
 
     versions: int = 10
     names: int = 100
+    #: Jobs per subject whose conversation's summary is kept
+    #: (``LEMONGRAPH_MEMORY_NOTES``).
+    notes: int = 20
 
     def __post_init__(self) -> None:
-        if self.versions < 1 or self.names < 1:
+        if self.versions < 1 or self.names < 1 or self.notes < 1:
             raise ValueError("a profile keeps at least one version of one name")
 
 
@@ -67,6 +85,15 @@ def sort_key(version: Mapping[str, Any]) -> SortKey:
     return (instant(version["valid_from"]), version["event_id"], version["job_key"])
 
 
+#: The fields of a note as a profile keeps it (``topics.ProfileNote``), in order.
+NOTE_FIELDS = ("kind", "source", "job_key", "note_id", "text", "turn_from", "turn_to", "at")
+
+
+def note_key(note: Mapping[str, Any]) -> tuple[int, datetime, str]:
+    """Which of a job's notes is newest: the most turns covered, then the latest."""
+    return (note["turn_to"], instant(note["at"]), note["note_id"])
+
+
 class Profile:
     """One subject's profile while it is folded: per name, its kept versions
     (``ProfileFact`` fields, as data) in order, with their sort keys."""
@@ -79,6 +106,33 @@ class Profile:
         #: The newest version of any name dropped for staler ones: a fact at or
         #: before it is ignored (None: no name was dropped).
         self.floor = floor
+        #: Per job key, its newest note (``NOTE_FIELDS``), and the instant of the
+        #: newest note dropped for the ``notes`` bound: a note at or before it
+        #: is ignored (None: none was dropped).
+        self.notes: dict[str, dict[str, Any]] = {}
+        self.note_floor: str | None = None
+
+    def add_note(self, note: Mapping[str, Any], bounds: Bounds) -> bool:
+        """Fold one ``MemoryNote`` (as data) in; True when the profile or its
+        notes' floor changed."""
+        kept = {f: note[f] for f in NOTE_FIELDS}
+        at = instant(kept["at"])
+        if self.note_floor is not None and at <= instant(self.note_floor):
+            return False
+        job = kept["job_key"]
+        earlier = self.notes.get(job)
+        if earlier is not None and note_key(kept) <= note_key(earlier):
+            return False  # the same summary again, or an older one
+        self.notes[job] = kept
+        floor = self.note_floor
+        while len(self.notes) > bounds.notes:
+            oldest = min(self.notes, key=lambda j: (instant(self.notes[j]["at"]), j))
+            gone = self.notes.pop(oldest)["at"]
+            if self.note_floor is None or instant(self.note_floor) < instant(gone):
+                self.note_floor = gone
+        if job in self.notes and (self.updated_at is None or instant(self.updated_at) < at):
+            self.updated_at = kept["at"]
+        return job in self.notes or self.note_floor != floor
 
     # -- folding ------------------------------------------------------------------
 
@@ -150,14 +204,19 @@ class Profile:
         return sum(len(v) for v in self.names.values())
 
     def record(self) -> dict[str, Any]:
-        """The ``SubjectProfile`` record (memory topic), as data."""
-        return {
+        """The ``SubjectProfile`` record (memory topic), as data: ``notes``
+        (by job key) only when there are some, so a profile without notes is
+        the bytes it always was."""
+        data: dict[str, Any] = {
             "schema": SCHEMA,
             "type": "memory.profile",
             "subject": self.subject,
             "facts": self.facts(),
             "updated_at": self.updated_at,
         }
+        if self.notes:
+            data["notes"] = [self.notes[job] for job in sorted(self.notes)]
+        return data
 
     def encode(self) -> bytes:
         """:meth:`record` as the bytes the topic and the table hold: the same
@@ -165,25 +224,35 @@ class Profile:
         return orjson.dumps(self.record())
 
     def encode_floor(self) -> bytes | None:
-        """The floor as the table keeps it beside the profile (None: none)."""
-        if self.floor is None:
-            return None
-        at, event_id, job_key = self.floor
-        return orjson.dumps([at.isoformat(), event_id, job_key])
+        """The floors as the table keeps them beside the profile (None: none):
+        the facts' as ``[at, event_id, job_key]``, with a notes' floor as
+        ``{"facts": ..., "notes": at}``."""
+        facts = None
+        if self.floor is not None:
+            at, event_id, job_key = self.floor
+            facts = [at.isoformat(), event_id, job_key]
+        if self.note_floor is not None:
+            return orjson.dumps({"facts": facts, "notes": self.note_floor})
+        return orjson.dumps(facts) if facts is not None else None
 
     @classmethod
     def decode(cls, raw: bytes, floor: bytes | None = None) -> Profile:
         """The inverse of :meth:`encode` (and of :meth:`encode_floor`)."""
         data = orjson.loads(raw)
+        floors = orjson.loads(floor) if floor is not None else None
+        facts_floor = floors.get("facts") if isinstance(floors, dict) else floors
         below: SortKey | None = None
-        if floor is not None:
-            at, event_id, job_key = orjson.loads(floor)
+        if facts_floor is not None:
+            at, event_id, job_key = facts_floor
             below = (instant(at), event_id, job_key)
         profile = cls(data["subject"], below)
+        if isinstance(floors, dict):
+            profile.note_floor = floors.get("notes")
         for version in data["facts"]:
             name = version["name"]
             profile.names.setdefault(name, []).append(version)
             profile._keys.setdefault(name, []).append(sort_key(version))
+        profile.notes = {n["job_key"]: n for n in data.get("notes", ())}
         profile.updated_at = data.get("updated_at")
         return profile
 
@@ -213,8 +282,8 @@ def fold_record(
     record: Mapping[str, Any],
     bounds: Bounds,
 ) -> tuple[Profile | None, str | None, bool]:
-    """Fold one ``memory-facts`` record (a ``MemoryFact`` or a ``MemoryErase``,
-    as data) into a subject's ``profile`` (None: it has none) and the instant
+    """Fold one ``memory-facts`` record (a ``MemoryFact``, a ``MemoryNote`` or
+    a ``MemoryErase``, as data) into a subject's ``profile`` (None: it has none) and the instant
     of its latest erasure (None: never erased). Returns the new profile, the
     new erasure instant and whether the profile changed (a change to write:
     the profile, or a tombstone when it is None)."""
@@ -228,5 +297,8 @@ def fold_record(
     if erased is not None and instant(record["at"]) <= instant(erased):
         return profile, erased, False  # decided before its subject was erased
     fresh = profile if profile is not None else Profile(record["subject"])
-    changed = fresh.add(record, bounds)
+    if record["type"] == "memory.note":
+        changed = fresh.add_note(record, bounds)
+    else:
+        changed = fresh.add(record, bounds)
     return fresh, erased, changed

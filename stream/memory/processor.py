@@ -33,13 +33,15 @@ from stream.runtime.config import Settings
 from stream.runtime.faust_tuning import fetch_max_wait
 from stream.runtime.kafka import bootstrap_of, new_consumer, producer, start_consumer
 from stream.runtime.metrics import MEMORY_RECORDS, serve_metrics
-from topics import MemoryErase, MemoryFact, Topics
+from topics import MemoryErase, MemoryFact, MemoryNote, Topics
 
 __all__ = ["BATCH_MAX", "Changes", "MemoryProcessor", "fold_batch"]
 
 log = logging.getLogger("lemongraph.memory")
 
-_RECORD: TypeAdapter[MemoryFact | MemoryErase] = TypeAdapter(MemoryFact | MemoryErase)
+_RECORD: TypeAdapter[MemoryFact | MemoryNote | MemoryErase] = TypeAdapter(
+    MemoryFact | MemoryNote | MemoryErase
+)
 #: The most records one batch folds (``LEMONGRAPH_MEMORY_BATCH``).
 BATCH_MAX = 2000
 
@@ -48,7 +50,7 @@ BATCH_MAX = 2000
 class Changes:
     """What one batch folded: the changed profiles (None: a tombstone), the
     erasure instants, each partition's next offset, and the records skipped
-    because they were not a fact or an erasure."""
+    because they were not a fact, a note or an erasure."""
 
     #: subject → (its profile, its floor), None for a tombstone
     profiles: dict[str, tuple[bytes, bytes | None] | None] = field(default_factory=dict)
@@ -56,6 +58,7 @@ class Changes:
     offsets: dict[int, int] = field(default_factory=dict)
     invalid: int = 0
     facts: int = 0
+    notes: int = 0
 
 
 def fold_batch(
@@ -83,6 +86,7 @@ def fold_batch(
         profile, after, moved = fold_record(profile, erased, record.model_dump(), bounds)
         live[subject] = (profile, after)
         changes.facts += isinstance(record, MemoryFact)
+        changes.notes += isinstance(record, MemoryNote)
         if after is not None and after != erased:
             changes.erasures[subject] = after
         if moved:
@@ -134,7 +138,7 @@ class MemoryProcessor:
         self.consumer: Any = None
         self.folded = 0
         #: By kind, for ``lemongraph_memory_records`` (docs/operations.md, "Metrics").
-        self.counts = {"fact": 0, "erasure": 0, "invalid": 0}
+        self.counts = {"fact": 0, "note": 0, "erasure": 0, "invalid": 0}
 
     async def resume(self, assigned: list[TopicPartition]) -> None:
         """Read each of ``assigned`` from the table's offset for it."""
@@ -190,8 +194,9 @@ class MemoryProcessor:
         self.folded += len(records)
         counts = self.counts
         counts["fact"] += changes.facts
+        counts["note"] += changes.notes
         counts["invalid"] += changes.invalid
-        counts["erasure"] += len(records) - changes.facts - changes.invalid
+        counts["erasure"] += len(records) - changes.facts - changes.notes - changes.invalid
         try:
             # For the group's lag only: it resumes from the table's offsets.
             await self.consumer.commit(

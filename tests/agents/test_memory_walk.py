@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import orjson
 import pytest
 from aiokafka.partitioner import DefaultPartitioner
 
@@ -212,3 +213,70 @@ def test_an_erased_subject_is_gone_for_later_jobs_and_replay_still_verifies(
     samples = scrape(metrics)
     assert value(samples, "lemongraph_memory_records_total", kind="erasure") >= 1
     assert value(samples, "lemongraph_memory_records_total", kind="fact") >= 2
+
+
+def say(lane: Lane, key: str, n: int, text: str) -> None:
+    """What the person writes in the job's web conversation, as the gateway puts it."""
+    record = {
+        "type": "message", "job_key": key, "message_id": f"{key}-in-{n}", "direction": "in",
+        "channel": "web", "contact": "ada@example.com", "text": text,
+        "at": "2026-12-07T09:00:00Z",
+    }  # fmt: skip
+    lane.produce([(key.encode(), orjson.dumps(record))], topic="messages")
+
+
+def asked_with(standin: Recording, *words: str) -> str:
+    """The first model request (as sent) that carries every one of ``words``."""
+
+    def found() -> str | None:
+        return next((str(b) for b in standin.bodies if all(w in str(b) for w in words)), None)
+
+    return wait_for(found, timeout=120, what=f"a model request with {words}")
+
+
+def test_a_long_conversation_is_summarised_into_memory_as_a_claim_and_erased_with_it(
+    walk: tuple[Lane, Recording, GatewayProcess, str],
+) -> None:
+    lane, standin, gateway, _metrics = walk
+    subject, key = "cust-long", "mw-l"
+    start(lane, key, {"id": subject, "name": "Long talker"})
+    event(lane, key, "plan_chosen", "pro", "world")
+    first_request(standin, "Long talker")
+    for n in range(1, 31):  # 30 turns of the person's alone: at least 10 hidden
+        say(lane, key, n, f"Question {n} about the invoice")
+
+    def noted(records: list[dict[str, Any]]) -> bool:
+        return any(r["key"] == subject and r["value"] and r["value"].get("notes") for r in records)
+
+    profiles = lane.wait_until("memory", noted, timeout=120)
+    [note] = next(r["value"] for r in reversed(profiles) if r["key"] == subject)["notes"]
+    assert (note["source"], note["job_key"], note["turn_from"]) == ("agent", key, 1)
+    assert note["note_id"] == f"{key}/summary/{note['turn_to']}"
+    assert "Question 1 about" in note["text"]
+    # Never a fact: the profile API and the CLI give the grounded fact only.
+    [fact] = current(gateway, subject, 1)
+    assert fact["name"] == "plan_chosen"
+    assert note["text"] not in profile(gateway, subject).text
+    assert note["text"] not in lane.cli("subject", "show", subject, "--json").stdout
+    # A later turn is shown it, read back from memory, in its own labelled section.
+    say(lane, key, 31, "Marker after the summary")
+    request = asked_with(standin, "Marker after the summary", "Agent: conversation")
+    earlier = "Earlier in this conversation (our own summary, not verified; turns 1-"
+    assert earlier in request
+    assert note["text"][:40] in request
+    summaries = [
+        r["value"] for r in lane.read("journal")
+        if r["value"]["job_key"] == key and r["value"].get("agent") == "summary"
+    ]  # fmt: skip
+    assert summaries
+    assert all(j["type"] == "journal.model_call" for j in summaries)
+    # Erased with its subject: the profile and the note go; later turns are not shown it.
+    with gateway.client(gateway.token()) as client:
+        assert client.delete(f"/v1/subjects/{subject}").status_code == 202
+    wait_for(lambda: profile(gateway, subject).status_code == 404, timeout=120, what="the 404")
+    say(lane, key, 32, "Marker after the erasure")
+    after = asked_with(standin, "Marker after the erasure", "Agent: conversation")
+    assert "our own summary" not in after
+    assert note["text"][:40] not in after
+    # Rebuilt from memory-facts, the notes fold to the same bytes.
+    lane.cli("memory", "verify")

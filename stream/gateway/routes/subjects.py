@@ -41,19 +41,24 @@ router = APIRouter(dependencies=SECURED, tags=["subjects"])
 RAW_LOGS: tuple[tuple[str, str], ...] = (
     ("inbox", "the events that proved its facts, as they were sent"),
     ("decisions", "the decisions that applied them, with their fact.remembered effects"),
-    ("memory-facts", "its remembered facts and this erasure (the memory processor never "
-     "folds a fact decided at or before the erasure again, on a rebuild included)"),
+    ("memory-facts", "its remembered facts, its jobs' conversation summaries and this erasure "
+     "(the memory processor never folds a fact or summary written at or before the erasure "
+     "again, on a rebuild included)"),
     ("messages", "the conversations of its jobs"),
-    ("journal", "its jobs' model and tool calls (the text as its opening)"),
+    ("journal", "its jobs' model and tool calls, summary calls included (the text as its "
+     "opening)"),
     ("jobs", "its jobs' snapshots, with their subject and contacts"),
-    ("conversations", "the agents' state of its jobs, with their subject and turns"),
+    ("conversations", "the agents' state of its jobs, with their subject and turns (and a "
+     "summary while the run that wrote it is in progress)"),
 )  # fmt: skip
 #: What an erasure removes.
 REMOVES = (
     "the subject's profile on the memory topic (a tombstone: compaction then deletes its "
     "earlier records), so no agent, flow or reader is given its facts again",
-    "every fact of the subject decided at or before the erasure, including one that "
-    "arrives on memory-facts later",
+    "its jobs' conversation summaries kept with the profile (notes a model wrote), so no "
+    "agent is shown them again",
+    "every fact and summary of the subject written at or before the erasure, including "
+    "one that arrives on memory-facts later",
 )
 
 

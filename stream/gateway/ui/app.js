@@ -252,8 +252,17 @@ function movesText(d) {
   return (d.transitions || []).map((t) => `${t.milestone}: ${t.from || t.before || "?"}→${t.to || t.after || "?"}`).join(", ");
 }
 
+// The event a decision remembered (its fact.remembered effect's event_id), which a
+// profile's fact links to as /jobs/<job>?event=<id> (docs/memory.md, "Reading it").
+function rememberedId(d) {
+  const fact = (d.effects || []).find((e) => e.type === "fact.remembered");
+  return fact ? fact.event_id : null;
+}
+
 function decisionRow(d) {
-  return h("tr", { "data-seq": d.seq },
+  const remembered = rememberedId(d);
+  const focused = remembered !== null && remembered === new URLSearchParams(location.search).get("event");
+  return h("tr", { "data-seq": d.seq, "data-event": remembered, class: focused ? "focused" : null },
     h("td", {}, d.seq ?? ""), h("td", { class: "muted" }, when(d.now)),
     h("td", {}, describeInput(d.input)),
     h("td", { class: "outcome-" + d.outcome }, decisionOutcome(d)),
@@ -477,7 +486,8 @@ function renderJob(job) {
 }
 
 // The job's subject's current facts (docs/memory.md, "Reading it"): each with its
-// source, since when, and a link to the job whose event proved it.
+// source, since when, a link to the event that proved it (its decision, on its job's
+// page) and one to that job.
 function profileRow(f) {
   const props = Object.keys(f.properties || {}).length ? JSON.stringify(f.properties) : "";
   return h("tr", { "data-fact": f.name },
@@ -485,7 +495,9 @@ function profileRow(f) {
     h("td", {}, [f.value === null ? "" : String(f.value), props ? " " + props : ""].join("")),
     h("td", {}, f.source),
     h("td", {}, when(f.valid_from)),
-    h("td", {}, "event ", h("code", {}, f.event_id), " · ",
+    h("td", {}, "event ",
+      h("a", { href: "/jobs/" + encodeURIComponent(f.job_key) + "?event=" + encodeURIComponent(f.event_id),
+        "data-nav": "job", "data-event-link": f.event_id }, h("code", {}, f.event_id)), " · ",
       h("a", { href: "/jobs/" + encodeURIComponent(f.job_key), "data-nav": "job" },
         "job " + f.job_key)));
 }
@@ -573,6 +585,8 @@ async function showJob(key, view) {
   renderProfile(job, view);
   state.decisions = trail.decisions;
   renderDecisions();
+  const focused = document.querySelector("#decisions tr.focused");
+  if (focused) focused.scrollIntoView({ block: "center" });
   state.journal = journal.records;
   renderJournal();
   state.messages = talk.messages;
@@ -684,7 +698,7 @@ function route() {
 }
 
 function go(path) {
-  if (path !== location.pathname) history.pushState(null, "", path);
+  if (path !== location.pathname + location.search) history.pushState(null, "", path);
   route();
 }
 

@@ -289,8 +289,8 @@ class CountsCollector(Collector):
 
 MEMORY_RECORDS = CountsCollector(
     "lemongraph_memory_records",
-    "Records of memory-facts the memory processor folded, by kind: fact, erasure, invalid "
-    '(docs/memory.md, "How it is built")',
+    "Records of memory-facts the memory processor folded, by kind: fact, note, erasure, "
+    'invalid (docs/memory.md, "How it is built")',
     "kind",
     registry("memory"),
 )

@@ -22,7 +22,7 @@ from stream.runtime.broker import ensure_all_topics
 from stream.runtime.config import Settings
 from tests.stream.gateway.conftest import GatewayProcess, Lane, launch_gateway, wait_for
 from tests.stream.gateway.test_schedules_api import error_of, ok
-from topics import ProfileFact, SubjectProfile, encode
+from topics import ProfileFact, ProfileNote, SubjectProfile, encode
 
 pytestmark = [pytest.mark.broker, pytest.mark.timeout(180)]
 
@@ -48,7 +48,11 @@ ADA = SubjectProfile(
         _fact("plan_chosen", "team", "e-40", "job-b", T2),
     ],
     updated_at=T2,
-)
+    # A model's summary of job-b's conversation: kept beside the facts, never one
+    # (docs/memory.md, "Summaries are claims").
+    notes=[ProfileNote(job_key="job-b", note_id="job-b/summary/10", turn_from=1, turn_to=10,
+                       text="NOTE: the customer said they are on enterprise", at=T2)],
+)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +64,12 @@ def gateway(module_lane: Lane) -> Iterator[GatewayProcess]:
     asyncio.run(ensure_all_topics(settings))
     gone = SubjectProfile(subject="s-gone", facts=[_fact("plan_chosen", "pro", "e-1", "j", T1)])
     module_lane.produce(
-        [(b"s-ada", encode(ADA)), (b"s-gone", encode(gone)), (b"s-gone", None)],  # type: ignore[list-item]
+        [
+            (b"s-ada", encode(ADA)),
+            (b"s-gone", encode(gone)),
+            (b"s-gone", None),  # type: ignore[list-item]
+            (b"s-notes", encode(SubjectProfile(subject="s-notes", notes=ADA.notes))),
+        ],
         topic="memory",
     )
     started = launch_gateway(module_lane)
@@ -75,6 +84,11 @@ def _names(facts: list[dict[str, Any]]) -> set[tuple[str, Any]]:
 def test_the_profile_now_and_as_of_an_instant(gateway: GatewayProcess) -> None:
     with gateway.client(gateway.token()) as client:
         now = ok(client.get("/v1/subjects/s-ada/profile"))
+        assert set(now) == {"subject", "facts"}  # pinned: no notes, and no claim as a fact
+        assert "enterprise" not in orjson.dumps(now).decode()
+        # Only a summary kept: a profile with no facts, its words never in the body.
+        only = ok(client.get("/v1/subjects/s-notes/profile"))
+        assert only == {"subject": "s-notes", "facts": []}
         assert now["subject"] == "s-ada"
         assert _names(now["facts"]) == {("account_activated", None), ("plan_chosen", "team")}
         team = next(f for f in now["facts"] if f["value"] == "team")
@@ -194,7 +208,7 @@ def test_an_erasure_is_one_record_and_says_what_remains(
 
 def test_the_cli_shows_a_subjects_facts(module_lane: Lane, gateway: GatewayProcess) -> None:
     shown = module_lane.cli("subject", "show", "s-ada").stdout.splitlines()
-    assert shown == [
+    assert shown == [  # the facts only: never the profile's notes
         "s-ada: 2 facts now",
         f"  account_activated  (tool, since {T1B}, event e-18, job job-a)",
         f"  plan_chosen: team  (world, since {T2}, event e-40, job job-b)",

@@ -48,6 +48,16 @@ def memory_fact(subject: str, name: str, value: Any, at: datetime, event: str) -
     }
 
 
+def memory_note(subject: str, job: str, turn_to: int, at: datetime) -> dict[str, Any]:
+    """A job's conversation summary (docs/memory.md, "Summaries are claims")."""
+    return {
+        "type": "memory.note", "schema": 1, "subject": subject, "kind": "summary",
+        "source": "agent", "job_key": job, "note_id": f"{job}/summary/{turn_to}",
+        "text": f"turns 1-{turn_to} of {job}", "turn_from": 1, "turn_to": turn_to,
+        "at": iso(at), "run_id": f"{job}#1",
+    }  # fmt: skip
+
+
 def produce_facts(lane: Lane, records: list[dict[str, Any]]) -> None:
     lane.produce([(r["subject"].encode(), orjson.dumps(r)) for r in records], "memory-facts")
 
@@ -180,8 +190,11 @@ def test_ten_thousand_facts_of_one_subject_stay_bounded(remembering: Lane) -> No
 
 def test_a_sigkill_mid_stream_loses_nothing_and_counts_nothing_twice(lane: Lane) -> None:
     subjects = [f"K{i}" for i in range(40)]
+    # Every ninth record a conversation summary (a note) of one of three jobs of the subject.
     records = [
         memory_fact(subjects[i % 40], f"n{i % 7}", i, T0 + timedelta(seconds=i % 500), f"d{i}")
+        if i % 9
+        else memory_note(subjects[i % 40], f"job-{i % 3}", i, T0 + timedelta(seconds=i % 500))
         for i in range(3000)
     ]
     # A worker that re-decided a batch sends some facts again, byte for byte.
@@ -209,6 +222,9 @@ def test_a_sigkill_mid_stream_loses_nothing_and_counts_nothing_twice(lane: Lane)
         facts = latest[subject]["facts"]
         ids = [f["event_id"] for f in facts]
         assert len(ids) == len(set(ids)), subject  # no version twice
+        jobs = [n["job_key"] for n in latest[subject]["notes"]]
+        assert jobs, subject
+        assert len(jobs) == len(set(jobs)), subject  # the newest note per job
     # The same, byte for byte, as a fold of the whole log into a fresh table.
     verified = lane.cli("memory", "verify")
     assert "equal the table's byte for byte" in verified.stdout
