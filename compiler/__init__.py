@@ -19,10 +19,10 @@ copied with ``copy`` or pickled; nothing here does either.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING
+import importlib as _importlib
+import typing as _typing
 
-if TYPE_CHECKING:
+if _typing.TYPE_CHECKING:
     from compiler._durations import format_offset, parse_duration
     from compiler._errors import ConditionError, GraphMismatch, LemongraphError
     from compiler._source import Located, SourceError, field_problem, load_located
@@ -604,14 +604,14 @@ __all__ = [
 ]
 
 
-if not TYPE_CHECKING:  # mypy reads the imports above; it would type any name as object
+if not _typing.TYPE_CHECKING:  # mypy reads the imports above; it would type any name as object
 
     def __getattr__(name: str) -> object:
         target = _LAZY.get(name)
         if target is None:
             raise AttributeError(f"module 'compiler' has no attribute {name!r}")
         module, _, attribute = target.partition(":")
-        value: object = getattr(importlib.import_module(module), attribute or name)
+        value: object = getattr(_importlib.import_module(module), attribute or name)
         globals()[name] = value  # the next look-up finds it without this function
         return value
 

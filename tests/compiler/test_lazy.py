@@ -23,8 +23,8 @@ def _type_checking_imports() -> dict[str, str]:
     [block] = [
         node
         for node in tree.body
-        if isinstance(node, ast.If) and isinstance(node.test, ast.Name)
-        if node.test.id == "TYPE_CHECKING"
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Attribute)
+        if node.test.attr == "TYPE_CHECKING"
     ]
     found: dict[str, str] = {}
     for node in block.body:
