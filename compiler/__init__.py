@@ -17,202 +17,405 @@ and code states its types exactly, because a compiled function checks them
 copied with ``copy`` or pickled; nothing here does either.
 """
 
-from compiler._durations import format_offset, parse_duration
-from compiler._errors import ConditionError, GraphMismatch, LemongraphError
-from compiler._source import Located, SourceError, field_problem, load_located
-from compiler._time import from_iso, to_iso
-from compiler.conditions._ast import (
-    And,
-    Atom,
-    Compare,
-    Count,
-    Exists,
-    Expr,
-    FactRef,
-    Member,
-    Not,
-    Or,
-)
-from compiler.conditions._condition import (
-    AtomReport,
-    Condition,
-    Explanation,
-    Monitor,
-    Tally,
-    compile_condition,
-)
-from compiler.conditions._facts import Fact
-from compiler.conditions._parser import DEFAULT_WINDOW, MAX_WINDOW, Duration
-from compiler.conditions._verdict import Verdict
-from compiler.flows._flow import check_flow, load_flow
-from compiler.flows._flowbounds import (
-    FANOUT_MAX_ITEMS,
-    OUTPUT_MAX_BYTES,
-    TOOL_RESULTS_KEPT,
-    bound_input,
-    output_too_large,
-)
-from compiler.flows._flowfiles import accepts, file_value_problem
-from compiler.flows._flowrun import (
-    FlowRun,
-)
-from compiler.flows._flowschema import check_schema
-from compiler.flows._flowspec import (
-    BUILTIN_CHANNELS,
-    END,
-    FLOW_RULES,
-    FLOW_WARNINGS,
-    HISTORY,
-    ApprovalNode,
-    Flow,
-    FlowError,
-    FlowMilestone,
-    FlowProblem,
-    FlowReport,
-    FlowSpec,
-    FlowTool,
-    FlowWorld,
-)
-from compiler.flows._flowvalues import (
-    Action,
-    Answer,
-    Ask,
-    AwaitApproval,
-    Branch,
-    CallHandler,
-    CallModel,
-    CallRouter,
-    CallTool,
-    Fail,
-    Finish,
-    FlowFailure,
-    FlowInput,
-    FlowStart,
-    FlowState,
-    FlowTick,
-    HandlerResult,
-    Interrupt,
-    Join,
-    ModelReply,
-    RouterResult,
-    ToolResult,
-    action_from_json,
-    call_id,
-    interrupt_id,
-)
-from compiler.flows._flowvalues import input_from_json as flow_input_from_json
-from compiler.flows._readable import fields_text, label_of, readable, readable_inline, shown_fields
-from compiler.flows._requires import package_key
-from compiler.jobs._effects import (
-    Effect,
-    FactRemembered,
-    JobFinished,
-    Step,
-    TaskClosed,
-    TaskOpened,
-    TimerCancelled,
-    TimerSet,
-    Transition,
-    task_id,
-)
-from compiler.jobs._inputs import Event, Input, Source, Start, Tick, input_from_json
-from compiler.jobs._jobgraph import JobGraph, refusal
-from compiler.jobs._playbook import (
-    Milestone,
-    MilestoneSpec,
-    Playbook,
-    PlaybookError,
-    PlaybookProblem,
-    PlaybookSpec,
-    compile_playbook,
-    load_playbook,
-)
-from compiler.jobs._state import (
-    MAX_REMEMBERED_KEYS,
-    JobState,
-    MilestoneState,
-    Timer,
-    canonical_json,
-)
-from compiler.scenarios._scenario import Expectation, Scenario, ScenarioEvent
-from compiler.scenarios._schedule_scenarios import (
-    ScheduleScenarioResult,
-    run_schedule_scenario,
-    schedule_run_line,
-)
-from compiler.scenarios._simulate import (
-    Coverage,
-    ScenarioError,
-    ScenarioFile,
-    ScenarioResult,
-    parse_scenarios,
-    run_scenario,
-)
-from compiler.schedules._cron import (
-    SHORTHANDS,
-    Cron,
-    ScheduleError,
-    count_slots,
-    next_slot,
-    parse_cron,
-    period_ms,
-    previous_slot,
-    slots_between,
-)
-from compiler.schedules._definition import (
-    REPORTED_ACTIONS,
-    Schedule,
-    default_target,
-    render_key,
-    validate_schedule,
-)
-from compiler.schedules._health import (
-    HEALTH_FAILED,
-    HEALTH_OK,
-    ScheduleHealth,
-    health_alert,
-    health_of_run,
-    health_refused,
-)
-from compiler.schedules._ids import (
-    jitter_ms,
-    manual_run_id,
-    request_run_id,
-    retry_id,
-    slot_id,
-)
-from compiler.schedules._origin import (
-    MAX_WAKE_DEPTH,
-    ORIGIN_HEADER,
-    OriginError,
-    origin_link,
-    origin_refusal,
-    parse_origin,
-    show_origin,
-)
-from compiler.schedules._runstate import (
-    ActiveRun,
-    AlertRecorded,
-    Define,
-    Deliver,
-    Dispatch,
-    Pending,
-    Remove,
-    Report,
-    Retire,
-    RetryDue,
-    RunRecorded,
-    ScheduleEffect,
-    ScheduleInput,
-    ScheduleState,
-    ScheduleStep,
-    ScheduleTick,
-    Wake,
-    WakeControl,
-)
-from compiler.schedules._schedule import (
-    schedule_step,
-)
+from __future__ import annotations
+
+import importlib as _importlib
+import typing as _typing
+
+if _typing.TYPE_CHECKING:
+    from compiler._durations import format_offset, parse_duration
+    from compiler._errors import ConditionError, GraphMismatch, LemongraphError
+    from compiler._source import Located, SourceError, field_problem, load_located
+    from compiler._time import from_iso, to_iso
+    from compiler.conditions._ast import (
+        And,
+        Atom,
+        Compare,
+        Count,
+        Exists,
+        Expr,
+        FactRef,
+        Member,
+        Not,
+        Or,
+    )
+    from compiler.conditions._condition import (
+        AtomReport,
+        Condition,
+        Explanation,
+        Monitor,
+        Tally,
+        compile_condition,
+    )
+    from compiler.conditions._facts import Fact
+    from compiler.conditions._parser import DEFAULT_WINDOW, MAX_WINDOW, Duration
+    from compiler.conditions._verdict import Verdict
+    from compiler.flows._flow import check_flow, load_flow
+    from compiler.flows._flowbounds import (
+        FANOUT_MAX_ITEMS,
+        OUTPUT_MAX_BYTES,
+        TOOL_RESULTS_KEPT,
+        bound_input,
+        output_too_large,
+    )
+    from compiler.flows._flowfiles import accepts, file_value_problem
+    from compiler.flows._flowrun import (
+        FlowRun,
+    )
+    from compiler.flows._flowschema import check_schema
+    from compiler.flows._flowspec import (
+        BUILTIN_CHANNELS,
+        END,
+        FLOW_RULES,
+        FLOW_WARNINGS,
+        HISTORY,
+        ApprovalNode,
+        Flow,
+        FlowError,
+        FlowMilestone,
+        FlowProblem,
+        FlowReport,
+        FlowSpec,
+        FlowTool,
+        FlowWorld,
+    )
+    from compiler.flows._flowvalues import (
+        Action,
+        Answer,
+        Ask,
+        AwaitApproval,
+        Branch,
+        CallHandler,
+        CallModel,
+        CallRouter,
+        CallTool,
+        Fail,
+        Finish,
+        FlowFailure,
+        FlowInput,
+        FlowStart,
+        FlowState,
+        FlowTick,
+        HandlerResult,
+        Interrupt,
+        Join,
+        ModelReply,
+        RouterResult,
+        ToolResult,
+        action_from_json,
+        call_id,
+        interrupt_id,
+    )
+    from compiler.flows._flowvalues import input_from_json as flow_input_from_json
+    from compiler.flows._readable import (
+        fields_text,
+        label_of,
+        readable,
+        readable_inline,
+        shown_fields,
+    )
+    from compiler.flows._requires import package_key
+    from compiler.jobs._effects import (
+        Effect,
+        FactRemembered,
+        JobFinished,
+        Step,
+        TaskClosed,
+        TaskOpened,
+        TimerCancelled,
+        TimerSet,
+        Transition,
+        task_id,
+    )
+    from compiler.jobs._inputs import Event, Input, Source, Start, Tick, input_from_json
+    from compiler.jobs._jobgraph import JobGraph, refusal
+    from compiler.jobs._playbook import (
+        Milestone,
+        MilestoneSpec,
+        Playbook,
+        PlaybookError,
+        PlaybookProblem,
+        PlaybookSpec,
+        compile_playbook,
+        load_playbook,
+    )
+    from compiler.jobs._state import (
+        MAX_REMEMBERED_KEYS,
+        JobState,
+        MilestoneState,
+        Timer,
+        canonical_json,
+    )
+    from compiler.scenarios._scenario import Expectation, Scenario, ScenarioEvent
+    from compiler.scenarios._schedule_scenarios import (
+        ScheduleScenarioResult,
+        run_schedule_scenario,
+        schedule_run_line,
+    )
+    from compiler.scenarios._simulate import (
+        Coverage,
+        ScenarioError,
+        ScenarioFile,
+        ScenarioResult,
+        parse_scenarios,
+        run_scenario,
+    )
+    from compiler.schedules._cron import (
+        SHORTHANDS,
+        Cron,
+        ScheduleError,
+        count_slots,
+        next_slot,
+        parse_cron,
+        period_ms,
+        previous_slot,
+        slots_between,
+    )
+    from compiler.schedules._definition import (
+        REPORTED_ACTIONS,
+        Schedule,
+        default_target,
+        render_key,
+        validate_schedule,
+    )
+    from compiler.schedules._health import (
+        HEALTH_FAILED,
+        HEALTH_OK,
+        ScheduleHealth,
+        health_alert,
+        health_of_run,
+        health_refused,
+    )
+    from compiler.schedules._ids import (
+        jitter_ms,
+        manual_run_id,
+        request_run_id,
+        retry_id,
+        slot_id,
+    )
+    from compiler.schedules._origin import (
+        MAX_WAKE_DEPTH,
+        ORIGIN_HEADER,
+        OriginError,
+        origin_link,
+        origin_refusal,
+        parse_origin,
+        show_origin,
+    )
+    from compiler.schedules._runstate import (
+        ActiveRun,
+        AlertRecorded,
+        Define,
+        Deliver,
+        Dispatch,
+        Pending,
+        Remove,
+        Report,
+        Retire,
+        RetryDue,
+        RunRecorded,
+        ScheduleEffect,
+        ScheduleInput,
+        ScheduleState,
+        ScheduleStep,
+        ScheduleTick,
+        Wake,
+        WakeControl,
+    )
+    from compiler.schedules._schedule import (
+        schedule_step,
+    )
+
+#: Where each name lives: ``module`` or ``module:attribute``. ``from compiler import X``
+#: imports X's module on first use (PEP 562), so a process imports only the parts of
+#: the core it uses: the worker neither the flows nor the scenarios (docs/operations.md,
+#: "How long a start takes"). tests/compiler/test_lazy.py checks that this table, the
+#: imports above and ``__all__`` name the same things.
+_LAZY: dict[str, str] = {
+    "format_offset": "compiler._durations",
+    "parse_duration": "compiler._durations",
+    "ConditionError": "compiler._errors",
+    "GraphMismatch": "compiler._errors",
+    "LemongraphError": "compiler._errors",
+    "Located": "compiler._source",
+    "SourceError": "compiler._source",
+    "field_problem": "compiler._source",
+    "load_located": "compiler._source",
+    "from_iso": "compiler._time",
+    "to_iso": "compiler._time",
+    "And": "compiler.conditions._ast",
+    "Atom": "compiler.conditions._ast",
+    "Compare": "compiler.conditions._ast",
+    "Count": "compiler.conditions._ast",
+    "Exists": "compiler.conditions._ast",
+    "Expr": "compiler.conditions._ast",
+    "FactRef": "compiler.conditions._ast",
+    "Member": "compiler.conditions._ast",
+    "Not": "compiler.conditions._ast",
+    "Or": "compiler.conditions._ast",
+    "AtomReport": "compiler.conditions._condition",
+    "Condition": "compiler.conditions._condition",
+    "Explanation": "compiler.conditions._condition",
+    "Monitor": "compiler.conditions._condition",
+    "Tally": "compiler.conditions._condition",
+    "compile_condition": "compiler.conditions._condition",
+    "Fact": "compiler.conditions._facts",
+    "DEFAULT_WINDOW": "compiler.conditions._parser",
+    "MAX_WINDOW": "compiler.conditions._parser",
+    "Duration": "compiler.conditions._parser",
+    "Verdict": "compiler.conditions._verdict",
+    "check_flow": "compiler.flows._flow",
+    "load_flow": "compiler.flows._flow",
+    "FANOUT_MAX_ITEMS": "compiler.flows._flowbounds",
+    "OUTPUT_MAX_BYTES": "compiler.flows._flowbounds",
+    "TOOL_RESULTS_KEPT": "compiler.flows._flowbounds",
+    "bound_input": "compiler.flows._flowbounds",
+    "output_too_large": "compiler.flows._flowbounds",
+    "accepts": "compiler.flows._flowfiles",
+    "file_value_problem": "compiler.flows._flowfiles",
+    "FlowRun": "compiler.flows._flowrun",
+    "check_schema": "compiler.flows._flowschema",
+    "BUILTIN_CHANNELS": "compiler.flows._flowspec",
+    "END": "compiler.flows._flowspec",
+    "FLOW_RULES": "compiler.flows._flowspec",
+    "FLOW_WARNINGS": "compiler.flows._flowspec",
+    "HISTORY": "compiler.flows._flowspec",
+    "ApprovalNode": "compiler.flows._flowspec",
+    "Flow": "compiler.flows._flowspec",
+    "FlowError": "compiler.flows._flowspec",
+    "FlowMilestone": "compiler.flows._flowspec",
+    "FlowProblem": "compiler.flows._flowspec",
+    "FlowReport": "compiler.flows._flowspec",
+    "FlowSpec": "compiler.flows._flowspec",
+    "FlowTool": "compiler.flows._flowspec",
+    "FlowWorld": "compiler.flows._flowspec",
+    "Action": "compiler.flows._flowvalues",
+    "Answer": "compiler.flows._flowvalues",
+    "Ask": "compiler.flows._flowvalues",
+    "AwaitApproval": "compiler.flows._flowvalues",
+    "Branch": "compiler.flows._flowvalues",
+    "CallHandler": "compiler.flows._flowvalues",
+    "CallModel": "compiler.flows._flowvalues",
+    "CallRouter": "compiler.flows._flowvalues",
+    "CallTool": "compiler.flows._flowvalues",
+    "Fail": "compiler.flows._flowvalues",
+    "Finish": "compiler.flows._flowvalues",
+    "FlowFailure": "compiler.flows._flowvalues",
+    "FlowInput": "compiler.flows._flowvalues",
+    "FlowStart": "compiler.flows._flowvalues",
+    "FlowState": "compiler.flows._flowvalues",
+    "FlowTick": "compiler.flows._flowvalues",
+    "HandlerResult": "compiler.flows._flowvalues",
+    "Interrupt": "compiler.flows._flowvalues",
+    "Join": "compiler.flows._flowvalues",
+    "ModelReply": "compiler.flows._flowvalues",
+    "RouterResult": "compiler.flows._flowvalues",
+    "ToolResult": "compiler.flows._flowvalues",
+    "action_from_json": "compiler.flows._flowvalues",
+    "call_id": "compiler.flows._flowvalues",
+    "interrupt_id": "compiler.flows._flowvalues",
+    "flow_input_from_json": "compiler.flows._flowvalues:input_from_json",
+    "fields_text": "compiler.flows._readable",
+    "label_of": "compiler.flows._readable",
+    "readable": "compiler.flows._readable",
+    "readable_inline": "compiler.flows._readable",
+    "shown_fields": "compiler.flows._readable",
+    "package_key": "compiler.flows._requires",
+    "Effect": "compiler.jobs._effects",
+    "FactRemembered": "compiler.jobs._effects",
+    "JobFinished": "compiler.jobs._effects",
+    "Step": "compiler.jobs._effects",
+    "TaskClosed": "compiler.jobs._effects",
+    "TaskOpened": "compiler.jobs._effects",
+    "TimerCancelled": "compiler.jobs._effects",
+    "TimerSet": "compiler.jobs._effects",
+    "Transition": "compiler.jobs._effects",
+    "task_id": "compiler.jobs._effects",
+    "Event": "compiler.jobs._inputs",
+    "Input": "compiler.jobs._inputs",
+    "Source": "compiler.jobs._inputs",
+    "Start": "compiler.jobs._inputs",
+    "Tick": "compiler.jobs._inputs",
+    "input_from_json": "compiler.jobs._inputs",
+    "JobGraph": "compiler.jobs._jobgraph",
+    "refusal": "compiler.jobs._jobgraph",
+    "Milestone": "compiler.jobs._playbook",
+    "MilestoneSpec": "compiler.jobs._playbook",
+    "Playbook": "compiler.jobs._playbook",
+    "PlaybookError": "compiler.jobs._playbook",
+    "PlaybookProblem": "compiler.jobs._playbook",
+    "PlaybookSpec": "compiler.jobs._playbook",
+    "compile_playbook": "compiler.jobs._playbook",
+    "load_playbook": "compiler.jobs._playbook",
+    "MAX_REMEMBERED_KEYS": "compiler.jobs._state",
+    "JobState": "compiler.jobs._state",
+    "MilestoneState": "compiler.jobs._state",
+    "Timer": "compiler.jobs._state",
+    "canonical_json": "compiler.jobs._state",
+    "Expectation": "compiler.scenarios._scenario",
+    "Scenario": "compiler.scenarios._scenario",
+    "ScenarioEvent": "compiler.scenarios._scenario",
+    "ScheduleScenarioResult": "compiler.scenarios._schedule_scenarios",
+    "run_schedule_scenario": "compiler.scenarios._schedule_scenarios",
+    "schedule_run_line": "compiler.scenarios._schedule_scenarios",
+    "Coverage": "compiler.scenarios._simulate",
+    "ScenarioError": "compiler.scenarios._simulate",
+    "ScenarioFile": "compiler.scenarios._simulate",
+    "ScenarioResult": "compiler.scenarios._simulate",
+    "parse_scenarios": "compiler.scenarios._simulate",
+    "run_scenario": "compiler.scenarios._simulate",
+    "SHORTHANDS": "compiler.schedules._cron",
+    "Cron": "compiler.schedules._cron",
+    "ScheduleError": "compiler.schedules._cron",
+    "count_slots": "compiler.schedules._cron",
+    "next_slot": "compiler.schedules._cron",
+    "parse_cron": "compiler.schedules._cron",
+    "period_ms": "compiler.schedules._cron",
+    "previous_slot": "compiler.schedules._cron",
+    "slots_between": "compiler.schedules._cron",
+    "REPORTED_ACTIONS": "compiler.schedules._definition",
+    "Schedule": "compiler.schedules._definition",
+    "default_target": "compiler.schedules._definition",
+    "render_key": "compiler.schedules._definition",
+    "validate_schedule": "compiler.schedules._definition",
+    "HEALTH_FAILED": "compiler.schedules._health",
+    "HEALTH_OK": "compiler.schedules._health",
+    "ScheduleHealth": "compiler.schedules._health",
+    "health_alert": "compiler.schedules._health",
+    "health_of_run": "compiler.schedules._health",
+    "health_refused": "compiler.schedules._health",
+    "jitter_ms": "compiler.schedules._ids",
+    "manual_run_id": "compiler.schedules._ids",
+    "request_run_id": "compiler.schedules._ids",
+    "retry_id": "compiler.schedules._ids",
+    "slot_id": "compiler.schedules._ids",
+    "MAX_WAKE_DEPTH": "compiler.schedules._origin",
+    "ORIGIN_HEADER": "compiler.schedules._origin",
+    "OriginError": "compiler.schedules._origin",
+    "origin_link": "compiler.schedules._origin",
+    "origin_refusal": "compiler.schedules._origin",
+    "parse_origin": "compiler.schedules._origin",
+    "show_origin": "compiler.schedules._origin",
+    "ActiveRun": "compiler.schedules._runstate",
+    "AlertRecorded": "compiler.schedules._runstate",
+    "Define": "compiler.schedules._runstate",
+    "Deliver": "compiler.schedules._runstate",
+    "Dispatch": "compiler.schedules._runstate",
+    "Pending": "compiler.schedules._runstate",
+    "Remove": "compiler.schedules._runstate",
+    "Report": "compiler.schedules._runstate",
+    "Retire": "compiler.schedules._runstate",
+    "RetryDue": "compiler.schedules._runstate",
+    "RunRecorded": "compiler.schedules._runstate",
+    "ScheduleEffect": "compiler.schedules._runstate",
+    "ScheduleInput": "compiler.schedules._runstate",
+    "ScheduleState": "compiler.schedules._runstate",
+    "ScheduleStep": "compiler.schedules._runstate",
+    "ScheduleTick": "compiler.schedules._runstate",
+    "Wake": "compiler.schedules._runstate",
+    "WakeControl": "compiler.schedules._runstate",
+    "schedule_step": "compiler.schedules._schedule",
+}
 
 __all__ = [
     "BUILTIN_CHANNELS",
@@ -399,3 +602,18 @@ __all__ = [
     "to_iso",
     "validate_schedule",
 ]
+
+
+if not _typing.TYPE_CHECKING:  # mypy reads the imports above; it would type any name as object
+
+    def __getattr__(name: str) -> object:
+        target = _LAZY.get(name)
+        if target is None:
+            raise AttributeError(f"module 'compiler' has no attribute {name!r}")
+        module, _, attribute = target.partition(":")
+        value: object = getattr(_importlib.import_module(module), attribute or name)
+        globals()[name] = value  # the next look-up finds it without this function
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *__all__})

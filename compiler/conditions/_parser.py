@@ -6,6 +6,7 @@ Nothing here lets a lark exception escape: every problem becomes a
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -14,6 +15,7 @@ from datetime import timedelta
 from importlib import resources
 from typing import Any, cast
 
+import lark
 from lark import (
     Lark,
     Token,
@@ -27,6 +29,7 @@ from lark import UnexpectedToken as LarkUnexpectedToken
 from lark.exceptions import VisitError
 
 from compiler._errors import ConditionError
+from compiler.conditions import _tables
 from compiler.conditions._ast import (
     And,
     Compare,
@@ -54,8 +57,31 @@ MAX_NESTING = 100
 KEYWORDS = frozenset({"and", "or", "not", "in", "count", "within"})
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
-_GRAMMAR = resources.files(__package__).joinpath("condition.lark").read_text(encoding="utf-8")
-_LARK = Lark(_GRAMMAR, parser="lalr", propagate_positions=True, maybe_placeholders=False)
+GRAMMAR = resources.files(__package__).joinpath("condition.lark").read_text(encoding="utf-8")
+
+
+def grammar_key(grammar: str) -> str:
+    """What a parser's tables depend on: the grammar's text and lark's version."""
+    return f"sha256:{hashlib.sha256(grammar.encode()).hexdigest()} lark {lark.__version__}"
+
+
+def build_lark() -> Lark:
+    """The parser, built from the grammar (LALR analysis: about 45 ms of CPU)."""
+    return Lark(GRAMMAR, parser="lalr", propagate_positions=True, maybe_placeholders=False)
+
+
+def _load_lark() -> Lark:
+    """The parser from the tables scripts/grammar built from this grammar with this
+    lark (about 1 ms; docs/operations.md, "How long a start takes"), as lark's own
+    standalone parsers load theirs; built here when the tables are stale."""
+    if grammar_key(GRAMMAR) != _tables.KEY:
+        return build_lark()
+    tables = _tables.TABLES
+    loaded = Lark._load_from_dict(tables["data"], tables["memo"])  # type: ignore[no-untyped-call]
+    return cast(Lark, loaded)
+
+
+_LARK = _load_lark()
 
 # What the parser expected, in words a playbook author knows.
 _EXPECTED_WORDS = {

@@ -553,10 +553,12 @@ def test_messages_are_frozen_and_refuse_unknown_fields() -> None:
 def public_names(module: types.ModuleType) -> set[str]:
     """Public names, and public submodules of the package (``topics.build``);
     modules it merely imports are not its names, nor compiler's folders of private
-    modules (``compiler.jobs``: the package is the API)."""
+    modules (``compiler.jobs``: the package is the API). ``dir``, not ``vars``:
+    compiler loads a name's module when it is first used (compiler/__init__.py)."""
+    values = {name: getattr(module, name) for name in dir(module)}
     return {
         name
-        for name, value in vars(module).items()
+        for name, value in values.items()
         if not name.startswith("_")
         and name != "annotations"
         and (

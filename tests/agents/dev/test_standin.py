@@ -12,10 +12,9 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
-import openai
 import pytest
 import yaml
 from fastapi import FastAPI
@@ -26,6 +25,9 @@ from agents.dev.standin import StandinScript, _seen, build_standin, load_script
 from agents.model import Exchange, Model, ModelError, ModelSettings, ToolCall
 from stream.runtime.broker import free_port
 from tests.inprocess import LEMONGRAPH, invoke
+
+if TYPE_CHECKING:
+    import openai
 
 BOOK = ToolOffer(
     "schedule_meeting",
@@ -113,6 +115,10 @@ def test_text_tool_calls_usage_and_tool_results(settings: ModelSettings) -> None
 
 
 def test_both_apis_stream(serve: Callable[[Any], str]) -> None:
+    # openai (about 1 s of CPU to import) is imported where it is used, not by every
+    # test process collecting the suite (docs/operations.md, "How long a start takes").
+    import openai
+
     base = serve(build_standin(SCRIPT))
     with openai.OpenAI(api_key="sk-test", base_url=f"{base}/v1", max_retries=0) as client:
         streamed(client)

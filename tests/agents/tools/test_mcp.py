@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 import pytest
@@ -29,18 +29,22 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agents.catalog import Catalog, CatalogError, load_catalog, load_catalog_file
 from agents.compose import OpenTask, compose
-from agents.dev.demo_mcp import SETUP_MCP_URL, build_demo_mcp
 from agents.dev.serving import AppThread
 from agents.flows.terminal import run_flow
-from agents.tools.cli import tools
 from agents.tools.executor import Executor, Outcome, derived_key
-from agents.tools.mcp import McpServers
 from stream.runtime.broker import free_port
-from tests.agents.tools import mcp_fixture
 from tests.lanes import ROOT
 
+if TYPE_CHECKING:
+    from agents.tools.mcp import McpServers
+
+# The MCP SDK (about 1 s of CPU to import) is imported by the fixtures and tests that
+# use it, not by every test process collecting the suite (docs/operations.md, "How
+# long a start takes"): agents.tools.mcp, agents.tools.cli, agents.dev.demo_mcp and
+# mcp_fixture import it.
+
 T = TypeVar("T")
-FIXTURE = Path(mcp_fixture.__file__)
+FIXTURE = Path(__file__).with_name("mcp_fixture.py")
 TOKEN = "s3cret-token"
 
 CATALOG = """\
@@ -146,8 +150,14 @@ class World:
     def serve_web(self, shape: str) -> None:
         """(Re)start the web server with ``lookup`` of ``shape``, on the same port."""
         self.web.stop()
-        app = _Bearer(mcp_fixture.build(shape).streamable_http_app())
-        self.web = AppThread(app, "127.0.0.1", self.port, "mcp web").start()
+        self.web = AppThread(web_app(shape), "127.0.0.1", self.port, "mcp web").start()
+
+
+def web_app(shape: str = "v1") -> ASGIApp:
+    """The tests' own MCP server over streamable HTTP, behind the token."""
+    from tests.agents.tools import mcp_fixture
+
+    return _Bearer(mcp_fixture.build(shape).streamable_http_app())
 
 
 def wait_for(what: Callable[[], bool], timeout: float = 30.0) -> None:
@@ -159,6 +169,8 @@ def wait_for(what: Callable[[], bool], timeout: float = 30.0) -> None:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    from agents.tools.mcp import McpServers
+
     root = tmp_path_factory.mktemp("mcp")
     repo = root / "repo"
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
@@ -166,9 +178,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     marks = root / "marks"
     marks.mkdir()
     port = free_port()
-    web = AppThread(
-        _Bearer(mcp_fixture.build().streamable_http_app()), "127.0.0.1", port, "mcp web"
-    ).start()
+    web = AppThread(web_app(), "127.0.0.1", port, "mcp web").start()
     env = {
         "PATH": os.environ["PATH"],
         "HOME": os.environ.get("HOME", str(root)),
@@ -372,6 +382,8 @@ def test_tools_list_shows_each_servers_tools_next_to_the_grants(
   book: {description: Book., http: {url: "https://example.com/book?token=${T}"}}
 """,
     )
+    from agents.tools.cli import tools
+
     env = {"LEMONGRAPH_CATALOG": str(catalog), "TOKEN": TOKEN, "T": "secret"}
     result = CliRunner().invoke(tools, ["list"], env=env)
     lines = [line.split() for line in result.output.splitlines()]
@@ -384,6 +396,9 @@ def test_tools_list_shows_each_servers_tools_next_to_the_grants(
 
 
 def test_the_bundled_catalogs_demo_setup_guide_records_self_service(world: World) -> None:
+    from agents.dev.demo_mcp import SETUP_MCP_URL, build_demo_mcp
+    from agents.tools.mcp import McpServers
+
     catalog = load_catalog_file(ROOT / "examples" / "catalog.yaml")
     demo = AppThread(build_demo_mcp().streamable_http_app(), "127.0.0.1", free_port(), "demo")
     demo.start()

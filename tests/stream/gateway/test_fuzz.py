@@ -3,16 +3,16 @@ whatever a generated request holds, the gateway never answers 500."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
-import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from schemathesis import GenerationMode
-from schemathesis.checks import not_a_server_error
 
 from tests.stream.gateway.conftest import GatewayProcess
+
+if TYPE_CHECKING:
+    import schemathesis
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -30,6 +30,13 @@ def anchored(case: schemathesis.Case, anchor: dict[str, Any], use: bool) -> sche
 
 
 def test_no_generated_request_gets_a_server_error(gateway: GatewayProcess) -> None:
+    # schemathesis (0.3-0.5 s of CPU to import) is imported by the one test that uses
+    # it, not by every test process collecting the suite; its pytest plugin is off
+    # (pyproject.toml, addopts): docs/operations.md, "How long a start takes".
+    import schemathesis
+    from schemathesis import GenerationMode
+    from schemathesis.checks import not_a_server_error
+
     token = gateway.token(name="fuzz")
     headers = {"Authorization": f"Bearer {token}"}
     # A job that exists, so that generated events and reads also reach past the 404.
