@@ -255,7 +255,7 @@ def _give(
     question with ``message``) and follow the job: where it is then, and the
     refusal when the worktree changed since the checkpoint (the 409: checked
     here before sending, or said by the agents service)."""
-    here = _changed_here(settings, view.job_key, view.paused)
+    here = _changed_here(settings, view.job_key, view.paused) or _changed_said(view)
     if here is not None:  # nothing is sent: the job still waits
         return "waiting", here
     refused_before = len(view.refusals)
@@ -304,6 +304,8 @@ def _ask_here(settings: Settings, view: JobView, printer: _Printer, where: str) 
         where, refusal = _give(settings, view, printer, asked, chosen, message)
         if refusal is not None:
             _refused(printer, view.job_key, refusal)
+            # What the watch said since (the files put back): read before asking again.
+            _follow(settings, view, printer.step, follow=False)
     return where
 
 
@@ -322,6 +324,19 @@ def _changed_here(settings: Settings, job: str, paused: Any) -> dict[str, Any] |
     return {
         "route": refusal.reason, "why": f"The answer was not sent: {refusal.why}.",
         "expected": dict(refusal.expected), "actual": dict(refusal.actual or {}),
+    }  # fmt: skip
+
+
+def _changed_said(view: JobView) -> dict[str, Any] | None:
+    """The agents service's watch says the worktree changed since the checkpoint
+    (a ``journal.worktree`` ``changed``, what the gateway answers 409 from):
+    the refusal, else None."""
+    said = view.changed
+    if said is None:
+        return None
+    return {
+        "route": "changed", "why": f"The answer was not sent: {said.get('why')}.",
+        "expected": said.get("expected"), "actual": said.get("found"),
     }  # fmt: skip
 
 

@@ -114,6 +114,12 @@ class JobView:
     #: git moved it): ``coding_resume``'s result (``route``, ``why``,
     #: ``expected``, ``actual``), in order.
     refusals: list[dict[str, Any]] = field(default_factory=list)
+    #: The agents service's watch of the worktree while the job waits: its
+    #: ``journal.worktree`` ``changed`` record while the files differ from the
+    #: checkpoint's (None: as they were, or no watch), and the last watch that
+    #: ended (a record of it said later is stale).
+    changed: dict[str, Any] | None = None
+    watch_ended: str | None = None
     #: Where reading goes on: (topic, partition) → the next offset, so that a
     #: second follow of the same view reads only what came since.
     offsets: dict[tuple[str, int], int] = field(default_factory=dict)
@@ -142,6 +148,8 @@ class JobView:
             return self._decision(record)
         if kind == "journal.interrupt":
             return self._interrupt(record)
+        if kind == "journal.worktree":
+            return self._worktree(record)
         if record.get("flow") != FLOW:
             return []
         if kind == "journal.model_call":
@@ -186,6 +194,24 @@ class JobView:
             self.open.pop(interrupt_id, None)
             if state == "answered":
                 return [Step("answered", _text(record.get("answer")), record)]
+        return []
+
+    def _worktree(self, record: Mapping[str, Any]) -> list[Step]:
+        """The watch of the worktree while the job waits (docs/coding.md, "A
+        changed worktree: the 409"): a change is a step, and refuses an answer."""
+        watch, status = str(record.get("watch")), record.get("status")
+        before, self.changed = self.changed, None
+        if status == "ended":
+            self.watch_ended = watch
+        elif watch == self.watch_ended:
+            self.changed = before  # said after its watch ended: stale
+        elif status == "changed":
+            self.changed = dict(record)
+            return [Step("worktree", str(record.get("why") or status), record)]
+        elif status == "moved":
+            return [Step("worktree", str(record.get("why") or status), record)]
+        elif before is not None and before.get("watch") == watch:
+            return [Step("worktree", "as at the checkpoint again", record)]
         return []
 
     def _model(self, record: Mapping[str, Any]) -> list[Step]:

@@ -16,9 +16,10 @@ from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any, Final, cast
 
-from topics import InboxEvent
+from topics import InboxEvent, JournalWorktree
 
 from agents.coding.validation import Validation, ValidationCommand, run_validation
+from agents.coding.watch import Watch, Watches
 from agents.flows.handlers import HandlerContext, handler, router
 from agents.workspace.fingerprint import (
     Fingerprint,
@@ -165,23 +166,41 @@ def after_validation(view: dict[str, Any]) -> str:
 
 
 @handler("coding_pause", context=True)
-def coding_pause(view: dict[str, Any], context: HandlerContext) -> dict[str, Any]:
-    """Before the checkpoint's question: the worktree's fingerprint, and the
-    lease paused (no one reclaims it while the job waits for a person)."""
+async def coding_pause(view: dict[str, Any], context: HandlerContext) -> dict[str, Any]:
+    """Before the checkpoint's question: the worktree's fingerprint, the lease
+    paused (no one reclaims it while the job waits for a person), and the
+    worktree watched while the job waits (``journal.worktree``: the gateway
+    refuses an answer while its files differ, docs/coding.md, "A changed
+    worktree: the 409"), said before the question is asked."""
     worktree = _worktree(context)
     Leases(_data_dir(context)).pause(worktree.source, _job(context))
-    return {"fingerprint": dict(fingerprint(worktree.path))}
+    state = fingerprint(worktree.path)
+    watch = Watch(_job(context), context.run_id, context.call_id, state, "same")
+    await _journal(context, Watches(_data_dir(context)).begin(watch))
+    return {"fingerprint": dict(state), "watch": context.call_id}
+
+
+async def _journal(context: HandlerContext, record: JournalWorktree) -> None:
+    if context.publish is not None:
+        await context.publish("journal", _job(context), record)
 
 
 @handler("coding_resume", context=True)
-def coding_resume(view: dict[str, Any], context: HandlerContext) -> dict[str, Any]:
+async def coding_resume(view: dict[str, Any], context: HandlerContext) -> dict[str, Any]:
     """After the answer: the route. The person's answer when the worktree is as
     it was at the checkpoint (the lease running again); ``changed`` when its
     files changed meanwhile (the resume refused with both fingerprints: asked
-    again); ``moved`` when git moved its HEAD or branch (the job fails)."""
+    again, under a new watch); ``moved`` when git moved its HEAD or branch (the
+    job fails). The check is made here, at once, whatever the watch last said:
+    an answer taken before the watch saw a change is refused here."""
     worktree = _worktree(context)
-    expected = cast(Fingerprint, (view.get("paused") or {}).get("fingerprint") or {})
+    paused = view.get("paused") or {}
+    expected = cast(Fingerprint, paused.get("fingerprint") or {})
     refusal = check_resume(worktree.path, expected)
+    if refusal is None or refusal.fails:  # the answer is taken: the watch ends
+        watch = Watch(_job(context), context.run_id, str(paused.get("watch") or ""),
+                      expected, "ended")  # fmt: skip
+        await _journal(context, Watches(_data_dir(context)).end(watch))
     if refusal is None:
         Leases(_data_dir(context)).resume(worktree.source, _job(context))
         return {"route": str(view.get("decision")), "why": ""}

@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import orjson
 import pytest
 import yaml
@@ -44,8 +45,10 @@ from agents.workspace.worktree import safe_name
 from stream.runtime.broker import free_port
 from tests.agents.coding.repos import make_repo, sh_git, snapshot, write
 from tests.inprocess import LEMONGRAPH, invoke
-from tests.lanes import ROOT, Lane
+from tests.lanes import ROOT, Lane, wait_for
+from tests.stream.gateway.conftest import GatewayProcess, launch_gateway
 from topics import (
+    Answerer,
     JournalHandlerCall,
     JournalInterrupt,
     JournalModelCall,
@@ -417,6 +420,19 @@ def _worktree(coding: Lane, job: str) -> Path:
     return path
 
 
+def _watched(gateway: GatewayProcess, token: str, job: str, status: str) -> dict[str, Any]:
+    """The gateway's journal of the job once it holds the watch's ``status``."""
+
+    def seen() -> dict[str, Any] | None:
+        with gateway.client(token) as client:
+            records = client.get(f"/v1/jobs/{job}/journal").json().get("records") or []
+        said = [r for r in records if r["type"] == "journal.worktree"]
+        return said[-1] if said and said[-1]["status"] == status else None
+
+    found: dict[str, Any] = wait_for(seen, timeout=60, what=f"the watch to say {status}")
+    return found
+
+
 @pytest.mark.timeout(240)
 def test_a_resume_on_a_changed_worktree_is_refused_with_both_fingerprints(
     coding: Lane, tmp_path: Path
@@ -429,41 +445,102 @@ def test_a_resume_on_a_changed_worktree_is_refused_with_both_fingerprints(
     job = run.stdout.splitlines()[0].removeprefix("job: ")
     worktree = _worktree(coding, job)
     paused = fingerprint(worktree)
+    gateway = launch_gateway(coding)
+    try:
+        _changed_then_answered(coding, gateway, job, worktree, paused, tmp_path)
+    finally:
+        gateway.stop()
+    assert (repo / "calc.py").read_text() == BUGGY["calc.py"]  # nothing went back
+
+
+def _changed_then_answered(
+    coding: Lane, gateway: GatewayProcess, job: str, worktree: Path, paused: Any, tmp_path: Path
+) -> None:
+    token = gateway.token(name="person")
+    _watched(gateway, token, job, "same")  # the watch began with the checkpoint
+    with gateway.client(token) as client:
+        [asked] = client.get(f"/v1/jobs/{job}/interrupts").json()["interrupts"]
     (worktree / "calc.py").write_text("def add(a, b):\n    return 0\n")  # by hand
     changed = fingerprint(worktree)
+    said = _watched(gateway, token, job, "changed")  # the agents service saw it
+    assert (said["expected"], said["found"]) == (dict(paused), dict(changed))
 
-    # Here the CLI sees the service's data folder: it checks before sending.
+    # Through the API: 409 worktree_changed with both fingerprints, nothing written.
+    answer = {"interrupt_id": asked["interrupt_id"], "answer": "abort"}
+    with gateway.client(token) as client:
+        refused = client.post(f"/v1/jobs/{job}/answers", json=answer)
+        document = client.get("/openapi.json").json()
+        still = client.get(f"/v1/jobs/{job}/interrupts").json()["interrupts"]
+    assert refused.status_code == 409, refused.text
+    error = refused.json()["error"]
+    assert error["code"] == "worktree_changed"
+    assert (error["expected"], error["found"]) == (dict(paused), dict(changed))
+    documented = document["paths"]["/v1/jobs/{key}/answers"]["post"]["responses"]["409"]
+    assert "`worktree_changed`" in documented["description"]
+    schema = documented["content"]["application/json"]["schema"]
+    jsonschema.validate(refused.json(), {**schema, "components": document["components"]})
+    assert [q["interrupt_id"] for q in still] == [asked["interrupt_id"]]  # still open
+
+    # The CLI on the service's data folder checks the worktree itself; elsewhere
+    # it reads the watch's word: either way nothing is sent.
     here = coding.cli("code", "resume", job, "--response", "abort", check=False)
     assert here.returncode == 6, here.stdout + here.stderr
     assert "refused: 409 worktree_changed: The answer was not sent" in here.stderr
     assert f"diff_sha256={paused['diff_sha256']}" in here.stderr  # at the checkpoint
     assert f"diff_sha256={changed['diff_sha256']}" in here.stderr  # now
-    waiting = coding.cli("code", "status", job, check=False)
-    assert waiting.returncode == 5, waiting.stdout  # nothing was sent: it still waits
-    assert "answered" not in waiting.stdout
-
-    # Elsewhere (not the service's data folder): the agents service checks the
-    # answer, does not take it, and asks again; the CLI says so, both fingerprints.
     elsewhere = invoke(["code", "resume", job, "--response", "abort", "--json"],
                        env=coding.env(LEMONGRAPH_DATA_DIR=str(tmp_path / "elsewhere")),
                        cwd=coding.root)  # fmt: skip
     assert elsewhere.returncode == 6, elsewhere.stdout + elsewhere.stderr
-    said = [orjson.loads(line) for line in elsewhere.stdout.splitlines()]
-    refused = said[-1]
-    assert (refused["kind"], refused["status"]) == ("refused", 409)
-    assert (refused["expected"], refused["actual"]) == (dict(paused), dict(changed))
-    assert said[-2]["kind"] == "checkpoint"  # asked again, from the worktree as it is now
-    assert "The answer was not taken" in said[-2]["question"]
-    assert (repo / "calc.py").read_text() == BUGGY["calc.py"]  # nothing went back
+    refusal = orjson.loads(elsewhere.stdout.splitlines()[-1])
+    assert (refusal["kind"], refusal["status"]) == ("refused", 409)
+    assert (refusal["expected"], refusal["actual"]) == (dict(paused), dict(changed))
+    waiting = coding.cli("code", "status", job, check=False)
+    assert waiting.returncode == 5, waiting.stdout  # nothing was sent: it still waits
+    assert "answered" not in waiting.stdout
+    assert "worktree: the worktree changed since the checkpoint (tracked files)" in waiting.stdout
 
-    # git moved the worktree's HEAD: the next answer fails the job.
+    # An answer that reaches the service all the same (written before the watch
+    # saw the change, or by a client past the gateway): the service checks the
+    # worktree before it takes it, does not, and asks again from the worktree
+    # as it is now, under a new watch.
+    raw = MessageRecord(
+        job_key=job, message_id=f"answer:{asked['interrupt_id']}", direction="in",
+        channel="web", text="abort", at="2026-12-07T00:00:00Z",
+        interrupt_id=asked["interrupt_id"], answer="abort",
+        by=Answerer(source="world", name="past the gateway"),
+    )  # fmt: skip
+    coding.produce([(job.encode(), raw.model_dump_json(by_alias=True).encode())], "messages")
+
+    def asked_again() -> list[dict[str, Any]]:
+        with gateway.client(token) as client:
+            found = client.get(f"/v1/jobs/{job}/interrupts").json()["interrupts"]
+        return [q for q in found if q["interrupt_id"] != asked["interrupt_id"]]
+
+    [again] = wait_for(asked_again, timeout=60, what="the checkpoint asked again")
+    assert again["question"].startswith("The validation did not pass")
+    assert (
+        "The answer was not taken: the worktree changed since the checkpoint" in again["question"]
+    )
+    assert changed["diff_sha256"][:12] in again["question"]
+    # git moved the worktree's HEAD: the next answer is taken (202) and fails the job.
     sh_git(worktree, "commit", "--quiet", "-am", "by hand")
-    moved = coding.cli("code", "resume", job, "--response", "accept_failed_validation",
-                       check=False)  # fmt: skip
-    assert moved.returncode == 1, moved.stdout + moved.stderr
-    assert "git was run in it" in moved.stdout
-    assert moved.stdout.splitlines()[-1] == "status: failed"
-    assert (repo / "calc.py").read_text() == BUGGY["calc.py"]
+    _watched(gateway, token, job, "moved")
+    with gateway.client(token) as client:
+        taken = client.post(
+            f"/v1/jobs/{job}/answers",
+            json={"interrupt_id": again["interrupt_id"], "answer": "accept_failed_validation"},
+        )
+    assert taken.status_code == 202, taken.text
+
+    def status() -> bool:
+        with gateway.client(token) as client:
+            return client.get(f"/v1/jobs/{job}").json().get("status") == "failed"
+
+    wait_for(status, timeout=60, what="the job to fail")
+    ended = coding.cli("code", "status", job, check=False)
+    assert "git was run in it" in ended.stdout
+    assert ended.stdout.splitlines()[-1] == "status: failed"
 
 
 def _journal(coding: Lane, job: str, kind: str) -> list[dict[str, Any]]:

@@ -4,12 +4,15 @@ on a repository is refused with the first's key; a validation's facts go to
 the inbox as ``source: tool`` with the fingerprint; at a checkpoint the lease is
 paused, and an answer after a person changed the worktree is not taken (both
 fingerprints said), after git moved its HEAD the route is ``moved`` (the job
-fails); the router counts attempts, and ``revise`` grants exactly one; the
-review rule is the operator's or deterministic (a changed AGENTS.md is reviewed)."""
+fails); the worktree is watched while the job waits (``journal.worktree``:
+each change said once, both fingerprints); the router counts attempts, and
+``revise`` grants exactly one; the review rule is the operator's or
+deterministic (a changed AGENTS.md is reviewed)."""
 
 from __future__ import annotations
 
 import asyncio
+import shutil
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -27,10 +30,13 @@ from agents.coding.handlers import (
     coding_validate,
     review_required,
 )
+from agents.coding.watch import Watches, watch_worktrees
 from agents.flows.handlers import HandlerContext
+from agents.workspace.fingerprint import fingerprint
 from agents.workspace.lease import LeaseHeld, Leases
 from agents.workspace.worktree import Workspaces
 from tests.agents.coding.repos import make_repo, sh_git
+from topics import JournalWorktree
 
 VALIDATE = [{"text": "test -f answer.txt", "source": "operator", "line": 1, "kind": "validate"}]
 
@@ -86,31 +92,85 @@ def test_attempts_and_revise() -> None:
     assert (again, route(4, again)) == (2, "checkpoint")
 
 
-def test_a_checkpoint_pauses_the_lease_and_checks_the_worktree(tmp_path: Path) -> None:
+def _opened(
+    tmp_path: Path, key: str
+) -> tuple[Path, Path, HandlerContext, Path, list[tuple[str, BaseModel]]]:
+    """A repository, a data folder, a job's context, its worktree opened, what it sent."""
     repo = make_repo(tmp_path / "repo")
     data = tmp_path / "data"
-    job = context(data, "code-3", [])
-    worktree = Path(coding_open({"repo": str(repo)}, job)["path"])
-    paused = coding_pause({}, job)
+    sent: list[tuple[str, BaseModel]] = []
+    job = context(data, key, sent)
+    return repo, data, job, Path(coding_open({"repo": str(repo)}, job)["path"]), sent
+
+
+def test_a_checkpoint_pauses_the_lease_and_checks_the_worktree(tmp_path: Path) -> None:
+    repo, data, job, worktree, sent = _opened(tmp_path, "code-3")
+    paused = asyncio.run(coding_pause({}, job))
     assert Leases(data).holder(repo).state == "paused"  # type: ignore[union-attr]
-    taken = coding_resume({"decision": "revise", "paused": paused}, job)
+    assert paused["watch"] == job.call_id
+    taken = asyncio.run(coding_resume({"decision": "revise", "paused": paused}, job))
     assert taken == {"route": "revise", "why": ""}
     assert Leases(data).holder(repo).state == "running"  # type: ignore[union-attr]
+    # The watch began before the question and ended with the answer taken.
+    said = [r for topic, r in sent if topic == "journal"]
+    assert [(r.status, r.watch) for r in said] == [("same", job.call_id), ("ended", job.call_id)]
+    assert said[0].expected == paused["fingerprint"]
+    assert Watches(data).held("code-3") is None
 
-    paused = coding_pause({}, job)
+    paused = asyncio.run(coding_pause({}, job))
     (worktree / "src" / "app.py").write_text("def answer():\n    return 42\n")  # by hand
-    refused = coding_resume({"decision": "accept_failed_validation", "paused": paused}, job)
+    refused = asyncio.run(
+        coding_resume({"decision": "accept_failed_validation", "paused": paused}, job)
+    )
     assert refused["route"] == "changed"
     assert "the worktree changed since the checkpoint (tracked files)" in refused["why"]
     assert refused["expected"] == paused["fingerprint"]
     assert refused["actual"]["diff_sha256"] != paused["fingerprint"]["diff_sha256"]
     assert Leases(data).holder(repo).state == "paused"  # type: ignore[union-attr]
+    assert Watches(data).held("code-3") is not None  # not taken: still watched
 
-    paused = coding_pause({}, job)  # asked again: from the worktree as it is now
+    paused = asyncio.run(coding_pause({}, job))  # asked again: from the worktree as it is now
     sh_git(worktree, "commit", "--quiet", "-am", "someone ran git")
-    moved = coding_resume({"decision": "revise", "paused": paused}, job)
+    moved = asyncio.run(coding_resume({"decision": "revise", "paused": paused}, job))
     assert moved["route"] == "moved"
     assert "git was run in it" in moved["why"]
+    assert Watches(data).held("code-3") is None  # taken (the job fails): the watch ended
+
+
+def test_the_watch_says_each_change_of_a_waiting_jobs_worktree_once(tmp_path: Path) -> None:
+    _, data, job, worktree, sent = _opened(tmp_path, "code-5")
+    workspaces = Workspaces(data)
+
+    async def publish(topic: str, key: str, record: JournalWorktree) -> None:
+        sent.append((topic, record))
+
+    def look() -> list[tuple[str, str | None]]:
+        before = len(sent)
+        asyncio.run(watch_worktrees(workspaces, publish))
+        return [(r.status, (r.found or {}).get("diff_sha256"))  # type: ignore[attr-defined]
+                for _, r in sent[before:]]  # fmt: skip
+
+    assert look() == []  # no job waits: nothing to look at
+    paused = asyncio.run(coding_pause({}, job))
+    expected = paused["fingerprint"]
+    assert look() == []  # as at the checkpoint: nothing new to say
+    app = worktree / "src" / "app.py"
+    kept = app.read_text()
+    app.write_text("def answer():\n    return 42\n")  # by hand
+    changed = fingerprint(worktree)
+    assert look() == [("changed", changed["diff_sha256"])]
+    said = sent[-1][1]
+    assert isinstance(said, JournalWorktree)
+    assert (said.expected, said.found, said.watch) == (expected, dict(changed), job.call_id)
+    assert look() == []  # said once
+    app.write_text(kept)  # back as it was
+    assert look() == [("same", None)]
+    sh_git(worktree, "commit", "--quiet", "--allow-empty", "-m", "someone ran git")
+    assert look()[0][0] == "moved"
+    # A watch whose worktree is gone (its job ended) is dropped, saying nothing.
+    shutil.rmtree(worktree)
+    assert look() == []
+    assert Watches(data).held("code-5") is None
 
 
 def test_the_review_rule_is_the_operators_or_deterministic(tmp_path: Path) -> None:
