@@ -46,6 +46,8 @@ PLAYBOOK: Final = "coding-task"
 #: The answer that needs a message, and the flow's node that asks for it.
 REVISE: Final = "revise"
 DEFAULT_ATTEMPTS: Final = 3
+#: ``--no-wait`` (docs/coding.md, "`lemongraph code`"): not waiting for a person.
+NO_WAIT: Final = "Never ask at a terminal: return at a checkpoint (exit 5), as when piped."
 #: Who a CLI answer is from (the gateway's ``by`` for a token holder).
 _BY: Final = Answerer(source="world", name="lemongraph code")
 
@@ -163,7 +165,7 @@ def code() -> None:
 @click.option("--review", type=click.Choice(["auto", "always", "never"]), default="auto",
               show_default=True, help="When the change is reviewed.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="JSON lines instead of text.")
-@click.option("--no-wait", is_flag=True, help="Return once the job is started.")
+@click.option("--no-wait", is_flag=True, help=NO_WAIT)
 def code_run(
     repo: Path, task: str, validate: Sequence[str], max_attempts: int, review: str,
     as_json: bool, no_wait: bool,
@@ -187,18 +189,15 @@ def code_run(
         subject=job_subject(top, task, validation, max_attempts, review),
     )  # fmt: skip
     view = JobView(key)
-    if not no_wait:  # the job's records all come after this: read from here
-        topics = Topics(settings.topic_prefix)
-        reading = (topics.decisions, topics.journal)
-        security = settings.kafka_security
-        run(from_the_end(require_kafka(settings), reading, view, security=security))
+    # The job's records all come after this: read from here.
+    topics = Topics(settings.topic_prefix)
+    reading = (topics.decisions, topics.journal)
+    run(from_the_end(require_kafka(settings), reading, view, security=settings.kafka_security))
     # On the inbox as `lemongraph start-job` sends it; a refusal (an unknown
     # playbook) is the job's first decision, which the follow reads.
     run(_send(settings, Topics(settings.topic_prefix).inbox, key, encode(message)))
-    if no_wait:
-        sys.exit(ExitCode.OK)
     where = _follow_or_leave(settings, view, printer)
-    if _at_terminal(as_json):
+    if _at_terminal(as_json, no_wait):
         where = _ask_here(settings, view, printer, where)
     _end(printer, view, where, key)
 
@@ -220,7 +219,7 @@ def code_status(job: str, as_json: bool) -> None:
 @click.option("--response", required=True, help="The answer: one the checkpoint allows.")
 @click.option("--message", help="What to change (needed with revise).")
 @click.option("--json", "as_json", is_flag=True, help="JSON lines instead of text.")
-@click.option("--no-wait", is_flag=True, help="Return once the answer is sent.")
+@click.option("--no-wait", is_flag=True, help=NO_WAIT)
 def code_resume(job: str, response: str, message: str | None, as_json: bool, no_wait: bool) -> None:
     """Answer job JOB's checkpoint with RESPONSE and follow the job as `code run`
     does. A response the checkpoint does not allow exits 2 listing the allowed ones."""
@@ -234,22 +233,20 @@ def code_resume(job: str, response: str, message: str | None, as_json: bool, no_
         click.echo(f"job {job} waits at no checkpoint (it is {where})", err=True)
         sys.exit(ExitCode.FAILED)
     chosen = _allowed(asked, response, message)
-    where, refusal = _give(settings, view, printer, asked, chosen, message, no_wait=no_wait)
+    where, refusal = _give(settings, view, printer, asked, chosen, message)
     if refusal is not None:
         if where == "waiting":  # asked again by the service: say the new question first
             _end(printer, view, where, job, then_exit=False)
         _refused(printer, job, refusal)
         sys.exit(EXIT_CODES["worktree_changed"])
-    if no_wait:
-        sys.exit(ExitCode.OK)
-    if _at_terminal(as_json):
+    if _at_terminal(as_json, no_wait):
         where = _ask_here(settings, view, printer, where)
     _end(printer, view, where, job)
 
 
 def _give(
     settings: Settings, view: JobView, printer: _Printer, asked: Checkpoint, chosen: str,
-    message: str | None, *, no_wait: bool = False,
+    message: str | None,
 ) -> tuple[str, dict[str, Any] | None]:  # fmt: skip
     """Answer ``asked`` with ``chosen`` (and, for ``revise``, the flow's next
     question with ``message``) and follow the job: where it is then, and the
@@ -260,8 +257,6 @@ def _give(
         return "waiting", here
     refused_before = len(view.refusals)
     _answer(settings, view.job_key, asked, chosen)
-    if no_wait:
-        return "running", None
     where = _follow_or_leave(settings, view, printer, until_closed=asked.interrupt_id)
     follow_up = view.checkpoint
     # revise: the flow then asks what to change (a question that takes any text)
@@ -276,10 +271,10 @@ def _give(
     return where, None
 
 
-def _at_terminal(as_json: bool) -> bool:
+def _at_terminal(as_json: bool, no_wait: bool) -> bool:
     """A person at a terminal (docs/coding.md, "On a terminal"): the
-    checkpoint's question is asked here."""
-    return not as_json and sys.stdin.isatty() and sys.stdout.isatty()
+    checkpoint's question is asked here, unless ``--no-wait``."""
+    return not as_json and not no_wait and sys.stdin.isatty() and sys.stdout.isatty()
 
 
 def _ask_here(settings: Settings, view: JobView, printer: _Printer, where: str) -> str:

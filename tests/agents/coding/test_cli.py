@@ -20,10 +20,12 @@ and only then is the patch in the source repository. `abort` fails the job
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pty
 import select
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -655,19 +657,34 @@ def _read_until(fd: int, text: str, seen: bytearray, timeout: float = 120) -> st
     return seen.decode(errors="replace")
 
 
+@contextlib.contextmanager
+def _terminal(coding: Lane, *args: str) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """``lemongraph ARGS`` on a pseudo-terminal (its input and output): the
+    process and the terminal's end to read and write; killed if still running."""
+    main, child = pty.openpty()
+    proc = subprocess.Popen([str(LEMONGRAPH), *args], stdin=child, stdout=child, stderr=child,
+                            env=coding.env(), cwd=coding.root)  # fmt: skip
+    os.close(child)
+    try:
+        yield proc, main
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(main)
+
+
+def _code_run(repo: Path) -> list[str]:
+    return ["code", "run", "--repo", str(repo), "--task", "make the test pass",
+            "--max-attempts", "1"]  # fmt: skip
+
+
 @pytest.mark.timeout(240)
 def test_on_a_terminal_code_run_asks_the_checkpoint_itself(coding: Lane, tmp_path: Path) -> None:
     never = "from calc import add\n\nassert add(2, 3) == 9, add(2, 3)\n"
     repo = calc_repo(tmp_path, **{"test_calc.py": never})
-    main, child = pty.openpty()
-    proc = subprocess.Popen(
-        [str(LEMONGRAPH), "code", "run", "--repo", str(repo), "--task", "make the test pass",
-         "--max-attempts", "1"],
-        stdin=child, stdout=child, stderr=child, env=coding.env(), cwd=coding.root,
-    )  # fmt: skip
-    os.close(child)
     seen = bytearray()
-    try:
+    with _terminal(coding, *_code_run(repo)) as (proc, main):
         shown = _read_until(main, "answer (empty: leave it waiting):", seen)
         assert "answers: revise, accept_failed_validation, abort" in shown
         os.write(main, b"ship it\n")
@@ -675,9 +692,32 @@ def test_on_a_terminal_code_run_asks_the_checkpoint_itself(coding: Lane, tmp_pat
         os.write(main, b"abort\n")
         shown = _read_until(main, "status: failed", seen)
         assert proc.wait(60) == 1, shown
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        os.close(main)
     assert (repo / "calc.py").read_text() == BUGGY["calc.py"]
+
+
+@pytest.mark.timeout(240)
+def test_ctrl_c_leaves_the_job_running_and_no_wait_never_asks(coding: Lane, tmp_path: Path) -> None:
+    never = "from calc import add\n\nassert add(2, 3) == 10, add(2, 3)\n"
+    repo = calc_repo(tmp_path, **{"test_calc.py": never})
+    seen = bytearray()
+    with _terminal(coding, *_code_run(repo)) as (proc, main):
+        job = _read_until(main, "plan:", seen).splitlines()[0].removeprefix("job: ").strip()
+        proc.send_signal(signal.SIGINT)  # Ctrl-C while it follows the job
+        shown = _read_until(main, "says where it is", seen)
+        assert f"the job goes on: lemongraph code status {job} says where it is" in shown
+        assert proc.wait(60) == 130, shown
+    # It went on without the CLI, to its checkpoint.
+    wait_for(lambda: coding.cli("code", "status", job, check=False).returncode == 5,
+             timeout=90, interval=1, what="the job to wait at its checkpoint")  # fmt: skip
+
+    # On a terminal, --no-wait asks nothing: it returns at the next checkpoint.
+    seen = bytearray()
+    answer = ["code", "resume", job, "--response", "revise", "--message", "again", "--no-wait"]
+    with _terminal(coding, *answer) as (proc, main):
+        shown = _read_until(main, "answer: lemongraph code resume", seen)
+        assert proc.wait(60) == 5, shown
+        assert "validation 2: failed (exit 1)" in shown
+        assert "answers: revise, accept_failed_validation, abort" in shown
+        assert "answer (empty" not in _read_until(main, "\0", seen, timeout=1)
+    aborted = coding.cli("code", "resume", job, "--response", "abort", check=False)
+    assert aborted.returncode == 1, aborted.stdout + aborted.stderr
