@@ -46,6 +46,9 @@ VALIDATE_HANDLER: Final = "coding_validate"
 #: paused, and the check of the worktree when an answer came (docs/coding.md,
 #: "A changed worktree: the 409").
 PAUSE_HANDLER: Final = "coding_pause"
+#: The handler that ends a job whose worktree could not be opened (another
+#: job holds the repository's lease): its ``refused`` is a step.
+REFUSED_HANDLER: Final = "coding_refused"
 RESUME_HANDLER: Final = "coding_resume"
 SHOWN_NODES: Final = ("plan", "review")
 #: The exit codes of ``code run``, ``code resume`` and ``code status`` by where
@@ -235,12 +238,16 @@ class JobView:
         attempt = said.get("attempt", self.validations)
         codes = ", ".join("none" if c is None else str(c) for c in said.get("exit_codes") or ())
         text = f"{said.get('verdict', '?')}" + (f" (exit {codes})" if codes else "")
+        if said.get("verdict") == "env_failed":
+            text += ": the environment, not the change (no attempt used)"
         return [Step(f"validation {attempt}", text, said)]
 
     def _around_checkpoint(self, record: Mapping[str, Any]) -> list[Step]:
         said = _json(str(record.get("result") or ""))
         if not isinstance(said, dict):
             return []
+        if record.get("name") == REFUSED_HANDLER and said.get("refused"):
+            return [Step("refused", str(said["refused"]), said)]
         if record.get("name") == PAUSE_HANDLER and isinstance(said.get("fingerprint"), dict):
             self.paused = said["fingerprint"]
         elif record.get("name") == RESUME_HANDLER and said.get("route") in ("changed", "moved"):

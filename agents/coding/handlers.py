@@ -12,6 +12,7 @@ checkpoint answer (``failed_validation_accepted``, ``coding_aborted``:
 
 from __future__ import annotations
 
+import re
 from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any, Final, cast
@@ -45,6 +46,7 @@ __all__ = [
     "coding_calls",
     "coding_open",
     "coding_pause",
+    "coding_refused",
     "coding_resume",
     "coding_risk",
     "coding_validate",
@@ -111,6 +113,22 @@ def coding_open(view: dict[str, Any], context: HandlerContext) -> dict[str, Any]
     return {"path": str(made.path), "branch": made.branch, "fingerprint": fingerprint(made.path)}
 
 
+@handler("coding_refused", context=True)
+async def coding_refused(view: dict[str, Any], context: HandlerContext) -> dict[str, Any]:
+    """``open`` failed (its ``onError``): another job holds the repository's
+    lease (``last_error`` names its key), or the worktree could not be made.
+    The job ends: ``coding_aborted`` with the ``reason`` (``source: tool``:
+    trusted code's word), nothing touched but this job's own lease, if it took
+    one (docs/coding.md, "One writer per repository")."""
+    error = view.get("last_error")
+    said = error.get("message") if isinstance(error, dict) else error
+    # The exception's class is the machinery's word, not the person's.
+    reason = re.sub(r"^[A-Z]\w*: ", "", str(said or "the job's worktree could not be opened"))
+    await _record(context, "coding_aborted", {"reason": reason[:2000]}, "tool")
+    Leases(_data_dir(context)).release(Path(str(view["repo"])), _job(context))
+    return {"refused": reason}
+
+
 def _validation(view: dict[str, Any]) -> Validation:
     commands = tuple(
         ValidationCommand(str(c["text"]), str(c["source"]), int(c["line"]), c["kind"])
@@ -123,8 +141,8 @@ def _validation(view: dict[str, Any]) -> Validation:
 @handler("coding_validate", context=True)
 async def coding_validate(view: dict[str, Any], context: HandlerContext) -> dict[str, Any]:
     """Run the job's trusted validation once on the worktree as it is now; its
-    facts go to the inbox (``source: tool``). The attempt is the one after the
-    last (``validation.attempt``)."""
+    facts go to the inbox (``source: tool``). The attempt is the one after
+    those used up (``validation.used``); ``run`` counts every run."""
     worktree = _worktree(context)
     # The job's own lease, as this process: after a restart (the agents service
     # killed) the lease still names the dead process until it is taken again
@@ -132,22 +150,34 @@ async def coding_validate(view: dict[str, Any], context: HandlerContext) -> dict
     # (docs/coding.md, "A restart of the agents service").
     Leases(_data_dir(context)).acquire(worktree.source, _job(context))
     last = view.get("validation") or {}
-    attempt = int(last.get("attempt") or 0) + 1
+    used = _used(last)
+    # The run's number keys its facts (a run repeated after a crash records
+    # them once); the attempt is the one after those used up: an environment
+    # failure uses none, so the run after it is the same attempt again.
+    run = int(last.get("run") or last.get("attempt") or 0) + 1
     state = fingerprint(worktree.path)
     ran = await run_validation(
         _validation(view), worktree.path, state,
-        job_key=_job(context), task_id=context.run_id, attempt=attempt,
+        job_key=_job(context), task_id=context.run_id, attempt=run,
     )  # fmt: skip
     for fact in ran.facts:
         if context.publish is not None:
             await context.publish("inbox", fact.key, fact)
     return {
         "verdict": ran.verdict,
-        "attempt": attempt,
+        "attempt": used + 1,
+        "used": used + 1 if ran.verdict in ("passed", "failed") else used,
+        "run": run,
         "exit_codes": list(ran.exit_codes),
         "fingerprint": dict(state),
         "excerpt": ran.excerpt(EXCERPT),
     }
+
+
+def _used(validation: dict[str, Any]) -> int:
+    """The attempts used up by the validations so far (an environment failure
+    uses none: docs/coding.md, "Environment failures")."""
+    return int(validation.get("used", validation.get("attempt")) or 0)
 
 
 @router("coding_after_validation")
@@ -162,7 +192,7 @@ def after_validation(view: dict[str, Any]) -> str:
     if verdict != "failed":
         return "checkpoint"
     allowed = int(view.get("max_attempts") or 1) + int(view.get("extra_attempts") or 0)
-    return "retry" if int(validation.get("attempt") or 0) < allowed else "checkpoint"
+    return "retry" if _used(validation) < allowed else "checkpoint"
 
 
 @handler("coding_pause", context=True)
@@ -258,9 +288,7 @@ def coding_calls(view: dict[str, Any]) -> list[Any]:
 @handler("coding_revise")
 def coding_revise(view: dict[str, Any]) -> int:
     """``revise``: exactly one more attempt than were used."""
-    validation = view.get("validation") or {}
-    used = int(validation.get("attempt") or 0)
-    return used + 1 - int(view.get("max_attempts") or 1)
+    return _used(view.get("validation") or {}) + 1 - int(view.get("max_attempts") or 1)
 
 
 async def _finish(

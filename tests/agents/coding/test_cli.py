@@ -55,6 +55,7 @@ from topics import (
     JournalInterrupt,
     JournalModelCall,
     JournalToolCall,
+    JournalWorktree,
     MessageRecord,
 )
 
@@ -135,6 +136,34 @@ def test_the_fold_says_each_step_and_where_the_job_is() -> None:
     assert lines == ["answered: revise", "validation 2: passed (exit 0)", "status: done"]
     assert view.where == "done"
     assert view.checkpoint is None
+
+
+def test_the_fold_keeps_what_the_watch_last_said_of_the_worktree() -> None:
+    """docs/coding.md, "A changed worktree: the 409": a change is a step and
+    refuses an answer; an answer taken ends the watch; a later word of it is stale."""
+    job = "code-2"
+    view = JobView(job)
+    before, now = {"diff_sha256": "a" * 64}, {"diff_sha256": "b" * 64}
+
+    def watch(status: str, name: str = "w-1") -> dict[str, Any]:
+        return JournalWorktree(
+            job_key=job, run_id=f"{job}/change#1", watch=name, at=AT, status=status,  # type: ignore[arg-type]
+            expected=before, found=now if status == "changed" else None,
+            why="the worktree changed since the checkpoint (tracked files)"
+            if status == "changed" else "",
+        ).model_dump(mode="json")  # fmt: skip
+
+    steps = [s.line() for r in (watch("same"), watch("changed")) for s in view.add(r)]
+    assert steps == ["worktree: the worktree changed since the checkpoint (tracked files)"]
+    assert view.changed is not None
+    assert (view.changed["expected"], view.changed["found"]) == (before, now)
+    assert [s.line() for s in view.add(watch("same"))] == ["worktree: as at the checkpoint again"]
+    assert view.changed is None
+    view.add(watch("changed"))
+    assert view.add(watch("ended")) == []
+    assert view.changed is None
+    assert view.add(watch("changed")) == []  # said after its watch ended: stale
+    assert view.changed is None
 
 
 def test_a_refused_start_is_said() -> None:
@@ -408,6 +437,16 @@ def test_an_abort_fails_the_job_and_changes_nothing(coding: Lane, tmp_path: Path
     job = run.stdout.splitlines()[0].removeprefix("job: ")
     leases = coding.root / "data" / "agents" / "coding" / "leases"
     assert [p.name for p in leases.glob("*.json")]  # held, paused, while the job waits
+    # A second job on the repository is refused with the first's key, and ends.
+    second = coding.cli("code", "run", "--repo", str(repo), "--task", "another change",
+                        check=False)  # fmt: skip
+    assert second.returncode == 1, second.stdout + second.stderr
+    said = second.stdout.splitlines()
+    assert said[0].startswith("job: code-")
+    assert said[0] != f"job: {job}"
+    assert f"refused: the repository {repo} is being edited by job {job} (paused" in said[1]
+    assert said[-1] == "status: failed"
+    assert coding.cli("code", "status", job, check=False).returncode == 5  # the first waits on
     aborted = coding.cli("code", "resume", job, "--response", "abort", check=False)
     assert aborted.returncode == 1, aborted.stdout + aborted.stderr
     assert aborted.stdout.splitlines()[-1] == "status: failed"

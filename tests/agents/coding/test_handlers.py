@@ -92,6 +92,32 @@ def test_attempts_and_revise() -> None:
     assert (again, route(4, again)) == (2, "checkpoint")
 
 
+def test_an_environment_failure_uses_no_attempt(tmp_path: Path) -> None:
+    """docs/coding.md, "Environment failures": its own fact, a checkpoint at
+    once, and the run after it is the same attempt again, with facts of its own."""
+    repo = make_repo(tmp_path / "repo")
+    sent: list[tuple[str, BaseModel]] = []
+    job = context(tmp_path / "data", "code-6", sent)
+    worktree = Path(coding_open({"repo": str(repo)}, job)["path"])
+    check = [{"text": "./check.sh", "source": "operator", "line": 1, "kind": "validate"}]
+    view: dict[str, Any] = {"validate": check, "validation_source": "operator", "max_attempts": 2}
+    broken = asyncio.run(coding_validate(view, job))  # ./check.sh: not found (exit 127)
+    assert {k: broken[k] for k in ("verdict", "attempt", "used", "run")} == {
+        "verdict": "env_failed", "attempt": 1, "used": 0, "run": 1
+    }  # fmt: skip
+    assert after_validation({**view, "validation": broken}) == "checkpoint"  # at once
+    (worktree / "check.sh").write_text("#!/bin/sh\nexit 1\n")  # the environment fixed
+    (worktree / "check.sh").chmod(0o755)
+    failed = asyncio.run(coding_validate({**view, "validation": broken}, job))
+    assert {k: failed[k] for k in ("verdict", "attempt", "used", "run")} == {
+        "verdict": "failed", "attempt": 1, "used": 1, "run": 2
+    }  # fmt: skip
+    assert after_validation({**view, "validation": failed}) == "retry"  # one attempt left
+    facts: list[Any] = [r for topic, r in sent if topic == "inbox"]
+    assert [f.action for f in facts] == ["validation_env_failed", "validation_failed"]
+    assert len({f.idempotency_key for f in facts}) == 2  # each run's own
+
+
 def _opened(
     tmp_path: Path, key: str
 ) -> tuple[Path, Path, HandlerContext, Path, list[tuple[str, BaseModel]]]:
