@@ -39,7 +39,7 @@ from agents.coding.validation import Validation, discover
 from agents.workspace.fingerprint import Fingerprint, check_resume
 from agents.workspace.worktree import Workspaces, source_top
 
-__all__ = ["code", "job_subject", "new_job_key"]
+__all__ = ["changed_here", "code", "job_subject", "new_job_key"]
 
 #: The playbook a coding job runs (docs/coding.md, "How the parts join").
 PLAYBOOK: Final = "coding-task"
@@ -252,7 +252,7 @@ def _give(
     question with ``message``) and follow the job: where it is then, and the
     refusal when the worktree changed since the checkpoint (the 409: checked
     here before sending, or said by the agents service)."""
-    here = _changed_here(settings, view.job_key, view.paused) or _changed_said(view)
+    here = changed_here(settings, view.job_key, view.paused) or _changed_said(view)
     if here is not None:  # nothing is sent: the job still waits
         return "waiting", here
     refused_before = len(view.refusals)
@@ -304,13 +304,18 @@ def _ask_here(settings: Settings, view: JobView, printer: _Printer, where: str) 
     return where
 
 
-def _changed_here(settings: Settings, job: str, paused: Any) -> dict[str, Any] | None:
+def changed_here(settings: Settings, job: str, paused: Any) -> dict[str, Any] | None:
     """The agents service's check of the worktree (docs/coding.md, "A changed
     worktree: the 409"), made before the answer is sent when this machine
     holds the service's data folder (``$LEMONGRAPH_DATA_DIR/agents/coding``,
-    agents/service/state.py ``data_path``): the refusal when its files changed since
-    the checkpoint, else None (a moved HEAD or branch is the flow's to fail)."""
-    found = Workspaces(settings.data_dir / "agents" / "coding").get(job)
+    agents/service/state.py ``data_path``, or ``dev``'s under ``embedded``):
+    the refusal when its files changed since the checkpoint, else None (a
+    moved HEAD or branch is the flow's to fail)."""
+    # The service's data folder: LEMONGRAPH_DATA_DIR's, or under `dev`'s embedded
+    # broker its `embedded` folder (stream/cli/dev.py).
+    folders = (settings.data_dir, settings.data_dir / "embedded")
+    held = (Workspaces(d / "agents" / "coding").get(job) for d in folders)
+    found = next((w for w in held if w is not None), None)
     if found is None or not isinstance(paused, dict):
         return None
     refusal = check_resume(found.path, cast(Fingerprint, paused))

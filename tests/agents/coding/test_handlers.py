@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from agents.coding.cli import changed_here
 from agents.coding.handlers import (
     after_validation,
     coding_open,
@@ -35,6 +36,7 @@ from agents.flows.handlers import HandlerContext
 from agents.workspace.fingerprint import fingerprint
 from agents.workspace.lease import LeaseHeld, Leases
 from agents.workspace.worktree import Workspaces
+from stream.runtime.config import Settings
 from tests.agents.coding.repos import make_repo, sh_git
 from topics import JournalWorktree
 
@@ -217,3 +219,23 @@ def test_the_review_rule_is_the_operators_or_deterministic(tmp_path: Path) -> No
     assert coding_risk({"review": "never"}, job)["required"] is False
     many = [f"src/m{i}.py" for i in range(6)]
     assert review_required("auto", many) == (True, "it touches 6 files, over 5")
+
+
+@pytest.mark.parametrize("layout", ["agents", "embedded/agents"])
+def test_code_resume_checks_the_worktree_where_the_service_keeps_it(
+    tmp_path: Path, layout: str
+) -> None:
+    """`lemongraph code resume`'s own check (agents/coding/cli.py): under
+    LEMONGRAPH_DATA_DIR, or under `dev`'s `embedded` folder."""
+    data = tmp_path / "data"
+    repo = make_repo(tmp_path / "repo")
+    job = context(data / layout / "coding", "code-7", [])
+    worktree = Path(coding_open({"repo": str(repo)}, job)["path"])
+    paused = asyncio.run(coding_pause({}, job))["fingerprint"]
+    settings = Settings(data_dir=data)
+    assert changed_here(settings, "code-7", paused) is None
+    (worktree / "src" / "app.py").write_text("def answer():\n    return 42\n")  # by hand
+    refused = changed_here(settings, "code-7", paused)
+    assert refused is not None
+    assert (refused["route"], refused["expected"]) == ("changed", paused)
+    assert refused["actual"] == dict(fingerprint(worktree))
