@@ -111,7 +111,7 @@ async def post_answer(
             raise ApiError(
                 409,
                 "worktree_changed",
-                f"job {key!r}'s worktree changed since its checkpoint was asked "
+                f"the worktree of job {key!r} changed since its checkpoint was asked "
                 f"({changed['why']}): an answer resumes the job from the worktree as the "
                 "checkpoint saw it, so put its files back to answer (docs/coding.md, "
                 "'A changed worktree: the 409')",
