@@ -22,6 +22,7 @@ from stream.runtime.tracing import resumed, with_current
 from topics import Headers, Topics
 
 from agents.catalog import Catalog
+from agents.coding.watch import WATCH_EVERY, watch_worktrees
 from agents.flows.service import load_flows
 from agents.model import ModelSettings
 from agents.reload import CatalogReload
@@ -85,6 +86,10 @@ def build_service(
     # question expired (docs/flows.md, "Flows in the agents service").
     app.timer(max(0.1, settings.tick_interval))(hooks.flow_ticks)
     app.timer(10.0)(hooks.status)
+    # The worktrees of coding jobs waiting at a checkpoint: a change is said on
+    # the journal, and the gateway refuses an answer meanwhile (docs/coding.md,
+    # "A changed worktree: the 409").
+    app.timer(WATCH_EVERY)(hooks.worktrees)
     if reload_every > 0:  # docs/operations.md, "Reloading"
         app.timer(reload_every, name="reload")(CatalogReload(service, say).poll)
     return app, service
@@ -201,6 +206,9 @@ class ServiceHooks:
 
     async def flow_ticks(self) -> None:
         await self.service.tick()
+
+    async def worktrees(self) -> None:
+        await watch_worktrees(self.service.workspaces, self.service.publish)
 
     async def status(self) -> None:
         """The status line, when it changed since the last one (quiet when idle:

@@ -25,6 +25,7 @@ __all__ = [
     "JournalRecord",
     "JournalRun",
     "JournalToolCall",
+    "JournalWorktree",
     "MessageRecord",
     "ShownField",
     "Tokens",
@@ -313,6 +314,29 @@ class JournalMail(TopicRecord):
     detail: str = ""
 
 
+class JournalWorktree(TopicRecord):
+    """A coding job's worktree while the job waits at a checkpoint
+    (docs/coding.md, "A changed worktree: the 409"), as the agents service
+    that holds it sees it: ``same`` (as the checkpoint's fingerprint
+    ``expected`` says: the watch begins, or the files came back), ``changed``
+    (its files changed: ``found`` is the fingerprint now, and the gateway
+    answers an answer to the run's open question 409 ``worktree_changed``),
+    ``moved`` (git moved its HEAD or branch: an answer is taken, and fails the
+    job) or ``ended`` (an answer was taken: the watch is over)."""
+
+    type: Literal["journal.worktree"] = "journal.worktree"
+    job_key: str
+    run_id: str
+    #: The watch: one per checkpoint the job waits at (the ``pause`` call's id).
+    #: A record said after its watch ``ended`` is stale.
+    watch: str
+    at: str
+    status: Literal["same", "changed", "moved", "ended"]
+    expected: dict[str, str] = Field(default_factory=dict)
+    found: dict[str, str] | None = None
+    why: str = ""
+
+
 JournalRecord = Annotated[
     JournalModelCall
     | JournalToolCall
@@ -320,6 +344,7 @@ JournalRecord = Annotated[
     | JournalRun
     | JournalFlow
     | JournalInterrupt
-    | JournalMail,
+    | JournalMail
+    | JournalWorktree,
     Field(discriminator="type"),
 ]

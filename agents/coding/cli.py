@@ -39,13 +39,15 @@ from agents.coding.validation import Validation, discover
 from agents.workspace.fingerprint import Fingerprint, check_resume
 from agents.workspace.worktree import Workspaces, source_top
 
-__all__ = ["code", "job_subject", "new_job_key"]
+__all__ = ["changed_here", "code", "job_subject", "new_job_key"]
 
 #: The playbook a coding job runs (docs/coding.md, "How the parts join").
 PLAYBOOK: Final = "coding-task"
 #: The answer that needs a message, and the flow's node that asks for it.
 REVISE: Final = "revise"
 DEFAULT_ATTEMPTS: Final = 3
+#: ``--no-wait`` (docs/coding.md, "`lemongraph code`"): not waiting for a person.
+NO_WAIT: Final = "Never ask at a terminal: return at a checkpoint (exit 5), as when piped."
 #: Who a CLI answer is from (the gateway's ``by`` for a token holder).
 _BY: Final = Answerer(source="world", name="lemongraph code")
 
@@ -163,7 +165,7 @@ def code() -> None:
 @click.option("--review", type=click.Choice(["auto", "always", "never"]), default="auto",
               show_default=True, help="When the change is reviewed.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="JSON lines instead of text.")
-@click.option("--no-wait", is_flag=True, help="Return once the job is started.")
+@click.option("--no-wait", is_flag=True, help=NO_WAIT)
 def code_run(
     repo: Path, task: str, validate: Sequence[str], max_attempts: int, review: str,
     as_json: bool, no_wait: bool,
@@ -187,18 +189,15 @@ def code_run(
         subject=job_subject(top, task, validation, max_attempts, review),
     )  # fmt: skip
     view = JobView(key)
-    if not no_wait:  # the job's records all come after this: read from here
-        topics = Topics(settings.topic_prefix)
-        reading = (topics.decisions, topics.journal)
-        security = settings.kafka_security
-        run(from_the_end(require_kafka(settings), reading, view, security=security))
+    # The job's records all come after this: read from here.
+    topics = Topics(settings.topic_prefix)
+    reading = (topics.decisions, topics.journal)
+    run(from_the_end(require_kafka(settings), reading, view, security=settings.kafka_security))
     # On the inbox as `lemongraph start-job` sends it; a refusal (an unknown
     # playbook) is the job's first decision, which the follow reads.
     run(_send(settings, Topics(settings.topic_prefix).inbox, key, encode(message)))
-    if no_wait:
-        sys.exit(ExitCode.OK)
     where = _follow_or_leave(settings, view, printer)
-    if _at_terminal(as_json):
+    if _at_terminal(as_json, no_wait):
         where = _ask_here(settings, view, printer, where)
     _end(printer, view, where, key)
 
@@ -220,7 +219,7 @@ def code_status(job: str, as_json: bool) -> None:
 @click.option("--response", required=True, help="The answer: one the checkpoint allows.")
 @click.option("--message", help="What to change (needed with revise).")
 @click.option("--json", "as_json", is_flag=True, help="JSON lines instead of text.")
-@click.option("--no-wait", is_flag=True, help="Return once the answer is sent.")
+@click.option("--no-wait", is_flag=True, help=NO_WAIT)
 def code_resume(job: str, response: str, message: str | None, as_json: bool, no_wait: bool) -> None:
     """Answer job JOB's checkpoint with RESPONSE and follow the job as `code run`
     does. A response the checkpoint does not allow exits 2 listing the allowed ones."""
@@ -234,34 +233,30 @@ def code_resume(job: str, response: str, message: str | None, as_json: bool, no_
         click.echo(f"job {job} waits at no checkpoint (it is {where})", err=True)
         sys.exit(ExitCode.FAILED)
     chosen = _allowed(asked, response, message)
-    where, refusal = _give(settings, view, printer, asked, chosen, message, no_wait=no_wait)
+    where, refusal = _give(settings, view, printer, asked, chosen, message)
     if refusal is not None:
         if where == "waiting":  # asked again by the service: say the new question first
             _end(printer, view, where, job, then_exit=False)
         _refused(printer, job, refusal)
         sys.exit(EXIT_CODES["worktree_changed"])
-    if no_wait:
-        sys.exit(ExitCode.OK)
-    if _at_terminal(as_json):
+    if _at_terminal(as_json, no_wait):
         where = _ask_here(settings, view, printer, where)
     _end(printer, view, where, job)
 
 
 def _give(
     settings: Settings, view: JobView, printer: _Printer, asked: Checkpoint, chosen: str,
-    message: str | None, *, no_wait: bool = False,
+    message: str | None,
 ) -> tuple[str, dict[str, Any] | None]:  # fmt: skip
     """Answer ``asked`` with ``chosen`` (and, for ``revise``, the flow's next
     question with ``message``) and follow the job: where it is then, and the
     refusal when the worktree changed since the checkpoint (the 409: checked
     here before sending, or said by the agents service)."""
-    here = _changed_here(settings, view.job_key, view.paused)
+    here = changed_here(settings, view.job_key, view.paused) or _changed_said(view)
     if here is not None:  # nothing is sent: the job still waits
         return "waiting", here
     refused_before = len(view.refusals)
     _answer(settings, view.job_key, asked, chosen)
-    if no_wait:
-        return "running", None
     where = _follow_or_leave(settings, view, printer, until_closed=asked.interrupt_id)
     follow_up = view.checkpoint
     # revise: the flow then asks what to change (a question that takes any text)
@@ -276,10 +271,10 @@ def _give(
     return where, None
 
 
-def _at_terminal(as_json: bool) -> bool:
+def _at_terminal(as_json: bool, no_wait: bool) -> bool:
     """A person at a terminal (docs/coding.md, "On a terminal"): the
-    checkpoint's question is asked here."""
-    return not as_json and sys.stdin.isatty() and sys.stdout.isatty()
+    checkpoint's question is asked here, unless ``--no-wait``."""
+    return not as_json and not no_wait and sys.stdin.isatty() and sys.stdout.isatty()
 
 
 def _ask_here(settings: Settings, view: JobView, printer: _Printer, where: str) -> str:
@@ -304,16 +299,23 @@ def _ask_here(settings: Settings, view: JobView, printer: _Printer, where: str) 
         where, refusal = _give(settings, view, printer, asked, chosen, message)
         if refusal is not None:
             _refused(printer, view.job_key, refusal)
+            # What the watch said since (the files put back): read before asking again.
+            _follow(settings, view, printer.step, follow=False)
     return where
 
 
-def _changed_here(settings: Settings, job: str, paused: Any) -> dict[str, Any] | None:
+def changed_here(settings: Settings, job: str, paused: Any) -> dict[str, Any] | None:
     """The agents service's check of the worktree (docs/coding.md, "A changed
     worktree: the 409"), made before the answer is sent when this machine
     holds the service's data folder (``$LEMONGRAPH_DATA_DIR/agents/coding``,
-    agents/service/state.py ``data_path``): the refusal when its files changed since
-    the checkpoint, else None (a moved HEAD or branch is the flow's to fail)."""
-    found = Workspaces(settings.data_dir / "agents" / "coding").get(job)
+    agents/service/state.py ``data_path``, or ``dev``'s under ``embedded``):
+    the refusal when its files changed since the checkpoint, else None (a
+    moved HEAD or branch is the flow's to fail)."""
+    # The service's data folder: LEMONGRAPH_DATA_DIR's, or under `dev`'s embedded
+    # broker its `embedded` folder (stream/cli/dev.py).
+    folders = (settings.data_dir, settings.data_dir / "embedded")
+    held = (Workspaces(d / "agents" / "coding").get(job) for d in folders)
+    found = next((w for w in held if w is not None), None)
     if found is None or not isinstance(paused, dict):
         return None
     refusal = check_resume(found.path, cast(Fingerprint, paused))
@@ -322,6 +324,19 @@ def _changed_here(settings: Settings, job: str, paused: Any) -> dict[str, Any] |
     return {
         "route": refusal.reason, "why": f"The answer was not sent: {refusal.why}.",
         "expected": dict(refusal.expected), "actual": dict(refusal.actual or {}),
+    }  # fmt: skip
+
+
+def _changed_said(view: JobView) -> dict[str, Any] | None:
+    """The agents service's watch says the worktree changed since the checkpoint
+    (a ``journal.worktree`` ``changed``, what the gateway answers 409 from):
+    the refusal, else None."""
+    said = view.changed
+    if said is None:
+        return None
+    return {
+        "route": "changed", "why": f"The answer was not sent: {said.get('why')}.",
+        "expected": said.get("expected"), "actual": said.get("found"),
     }  # fmt: skip
 
 

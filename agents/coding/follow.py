@@ -46,6 +46,9 @@ VALIDATE_HANDLER: Final = "coding_validate"
 #: paused, and the check of the worktree when an answer came (docs/coding.md,
 #: "A changed worktree: the 409").
 PAUSE_HANDLER: Final = "coding_pause"
+#: The handler that ends a job whose worktree could not be opened (another
+#: job holds the repository's lease): its ``refused`` is a step.
+REFUSED_HANDLER: Final = "coding_refused"
 RESUME_HANDLER: Final = "coding_resume"
 SHOWN_NODES: Final = ("plan", "review")
 #: The exit codes of ``code run``, ``code resume`` and ``code status`` by where
@@ -114,6 +117,12 @@ class JobView:
     #: git moved it): ``coding_resume``'s result (``route``, ``why``,
     #: ``expected``, ``actual``), in order.
     refusals: list[dict[str, Any]] = field(default_factory=list)
+    #: The agents service's watch of the worktree while the job waits: its
+    #: ``journal.worktree`` ``changed`` record while the files differ from the
+    #: checkpoint's (None: as they were, or no watch), and the last watch that
+    #: ended (a record of it said later is stale).
+    changed: dict[str, Any] | None = None
+    watch_ended: str | None = None
     #: Where reading goes on: (topic, partition) → the next offset, so that a
     #: second follow of the same view reads only what came since.
     offsets: dict[tuple[str, int], int] = field(default_factory=dict)
@@ -142,6 +151,8 @@ class JobView:
             return self._decision(record)
         if kind == "journal.interrupt":
             return self._interrupt(record)
+        if kind == "journal.worktree":
+            return self._worktree(record)
         if record.get("flow") != FLOW:
             return []
         if kind == "journal.model_call":
@@ -188,6 +199,24 @@ class JobView:
                 return [Step("answered", _text(record.get("answer")), record)]
         return []
 
+    def _worktree(self, record: Mapping[str, Any]) -> list[Step]:
+        """The watch of the worktree while the job waits (docs/coding.md, "A
+        changed worktree: the 409"): a change is a step, and refuses an answer."""
+        watch, status = str(record.get("watch")), record.get("status")
+        before, self.changed = self.changed, None
+        if status == "ended":
+            self.watch_ended = watch
+        elif watch == self.watch_ended:
+            self.changed = before  # said after its watch ended: stale
+        elif status == "changed":
+            self.changed = dict(record)
+            return [Step("worktree", str(record.get("why") or status), record)]
+        elif status == "moved":
+            return [Step("worktree", str(record.get("why") or status), record)]
+        elif before is not None and before.get("watch") == watch:
+            return [Step("worktree", "as at the checkpoint again", record)]
+        return []
+
     def _model(self, record: Mapping[str, Any]) -> list[Step]:
         node = record.get("node")
         if node not in SHOWN_NODES or record.get("outcome") != "ok":
@@ -209,12 +238,16 @@ class JobView:
         attempt = said.get("attempt", self.validations)
         codes = ", ".join("none" if c is None else str(c) for c in said.get("exit_codes") or ())
         text = f"{said.get('verdict', '?')}" + (f" (exit {codes})" if codes else "")
+        if said.get("verdict") == "env_failed":
+            text += ": the environment, not the change (no attempt used)"
         return [Step(f"validation {attempt}", text, said)]
 
     def _around_checkpoint(self, record: Mapping[str, Any]) -> list[Step]:
         said = _json(str(record.get("result") or ""))
         if not isinstance(said, dict):
             return []
+        if record.get("name") == REFUSED_HANDLER and said.get("refused"):
+            return [Step("refused", str(said["refused"]), said)]
         if record.get("name") == PAUSE_HANDLER and isinstance(said.get("fingerprint"), dict):
             self.paused = said["fingerprint"]
         elif record.get("name") == RESUME_HANDLER and said.get("route") in ("changed", "moved"):

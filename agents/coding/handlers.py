@@ -12,13 +12,15 @@ checkpoint answer (``failed_validation_accepted``, ``coding_aborted``:
 
 from __future__ import annotations
 
+import re
 from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any, Final, cast
 
-from topics import InboxEvent
+from topics import InboxEvent, JournalWorktree
 
 from agents.coding.validation import Validation, ValidationCommand, run_validation
+from agents.coding.watch import Watch, Watches
 from agents.flows.handlers import HandlerContext, handler, router
 from agents.workspace.fingerprint import (
     Fingerprint,
@@ -44,6 +46,7 @@ __all__ = [
     "coding_calls",
     "coding_open",
     "coding_pause",
+    "coding_refused",
     "coding_resume",
     "coding_risk",
     "coding_validate",
@@ -110,6 +113,22 @@ def coding_open(view: dict[str, Any], context: HandlerContext) -> dict[str, Any]
     return {"path": str(made.path), "branch": made.branch, "fingerprint": fingerprint(made.path)}
 
 
+@handler("coding_refused", context=True)
+async def coding_refused(view: dict[str, Any], context: HandlerContext) -> dict[str, Any]:
+    """``open`` failed (its ``onError``): another job holds the repository's
+    lease (``last_error`` names its key), or the worktree could not be made.
+    The job ends: ``coding_aborted`` with the ``reason`` (``source: tool``:
+    trusted code's word), nothing touched but this job's own lease, if it took
+    one (docs/coding.md, "One writer per repository")."""
+    error = view.get("last_error")
+    said = error.get("message") if isinstance(error, dict) else error
+    # The exception's class is the machinery's word, not the person's.
+    reason = re.sub(r"^[A-Z]\w*: ", "", str(said or "the job's worktree could not be opened"))
+    await _record(context, "coding_aborted", {"reason": reason[:2000]}, "tool")
+    Leases(_data_dir(context)).release(Path(str(view["repo"])), _job(context))
+    return {"refused": reason}
+
+
 def _validation(view: dict[str, Any]) -> Validation:
     commands = tuple(
         ValidationCommand(str(c["text"]), str(c["source"]), int(c["line"]), c["kind"])
@@ -122,8 +141,8 @@ def _validation(view: dict[str, Any]) -> Validation:
 @handler("coding_validate", context=True)
 async def coding_validate(view: dict[str, Any], context: HandlerContext) -> dict[str, Any]:
     """Run the job's trusted validation once on the worktree as it is now; its
-    facts go to the inbox (``source: tool``). The attempt is the one after the
-    last (``validation.attempt``)."""
+    facts go to the inbox (``source: tool``). The attempt is the one after
+    those used up (``validation.used``); ``run`` counts every run."""
     worktree = _worktree(context)
     # The job's own lease, as this process: after a restart (the agents service
     # killed) the lease still names the dead process until it is taken again
@@ -131,22 +150,34 @@ async def coding_validate(view: dict[str, Any], context: HandlerContext) -> dict
     # (docs/coding.md, "A restart of the agents service").
     Leases(_data_dir(context)).acquire(worktree.source, _job(context))
     last = view.get("validation") or {}
-    attempt = int(last.get("attempt") or 0) + 1
+    used = _used(last)
+    # The run's number keys its facts (a run repeated after a crash records
+    # them once); the attempt is the one after those used up: an environment
+    # failure uses none, so the run after it is the same attempt again.
+    run = int(last.get("run") or last.get("attempt") or 0) + 1
     state = fingerprint(worktree.path)
     ran = await run_validation(
         _validation(view), worktree.path, state,
-        job_key=_job(context), task_id=context.run_id, attempt=attempt,
+        job_key=_job(context), task_id=context.run_id, attempt=run,
     )  # fmt: skip
     for fact in ran.facts:
         if context.publish is not None:
             await context.publish("inbox", fact.key, fact)
     return {
         "verdict": ran.verdict,
-        "attempt": attempt,
+        "attempt": used + 1,
+        "used": used + 1 if ran.verdict in ("passed", "failed") else used,
+        "run": run,
         "exit_codes": list(ran.exit_codes),
         "fingerprint": dict(state),
         "excerpt": ran.excerpt(EXCERPT),
     }
+
+
+def _used(validation: dict[str, Any]) -> int:
+    """The attempts used up by the validations so far (an environment failure
+    uses none: docs/coding.md, "Environment failures")."""
+    return int(validation.get("used", validation.get("attempt")) or 0)
 
 
 @router("coding_after_validation")
@@ -161,27 +192,45 @@ def after_validation(view: dict[str, Any]) -> str:
     if verdict != "failed":
         return "checkpoint"
     allowed = int(view.get("max_attempts") or 1) + int(view.get("extra_attempts") or 0)
-    return "retry" if int(validation.get("attempt") or 0) < allowed else "checkpoint"
+    return "retry" if _used(validation) < allowed else "checkpoint"
 
 
 @handler("coding_pause", context=True)
-def coding_pause(view: dict[str, Any], context: HandlerContext) -> dict[str, Any]:
-    """Before the checkpoint's question: the worktree's fingerprint, and the
-    lease paused (no one reclaims it while the job waits for a person)."""
+async def coding_pause(view: dict[str, Any], context: HandlerContext) -> dict[str, Any]:
+    """Before the checkpoint's question: the worktree's fingerprint, the lease
+    paused (no one reclaims it while the job waits for a person), and the
+    worktree watched while the job waits (``journal.worktree``: the gateway
+    refuses an answer while its files differ, docs/coding.md, "A changed
+    worktree: the 409"), said before the question is asked."""
     worktree = _worktree(context)
     Leases(_data_dir(context)).pause(worktree.source, _job(context))
-    return {"fingerprint": dict(fingerprint(worktree.path))}
+    state = fingerprint(worktree.path)
+    watch = Watch(_job(context), context.run_id, context.call_id, state, "same")
+    await _journal(context, Watches(_data_dir(context)).begin(watch))
+    return {"fingerprint": dict(state), "watch": context.call_id}
+
+
+async def _journal(context: HandlerContext, record: JournalWorktree) -> None:
+    if context.publish is not None:
+        await context.publish("journal", _job(context), record)
 
 
 @handler("coding_resume", context=True)
-def coding_resume(view: dict[str, Any], context: HandlerContext) -> dict[str, Any]:
+async def coding_resume(view: dict[str, Any], context: HandlerContext) -> dict[str, Any]:
     """After the answer: the route. The person's answer when the worktree is as
     it was at the checkpoint (the lease running again); ``changed`` when its
     files changed meanwhile (the resume refused with both fingerprints: asked
-    again); ``moved`` when git moved its HEAD or branch (the job fails)."""
+    again, under a new watch); ``moved`` when git moved its HEAD or branch (the
+    job fails). The check is made here, at once, whatever the watch last said:
+    an answer taken before the watch saw a change is refused here."""
     worktree = _worktree(context)
-    expected = cast(Fingerprint, (view.get("paused") or {}).get("fingerprint") or {})
+    paused = view.get("paused") or {}
+    expected = cast(Fingerprint, paused.get("fingerprint") or {})
     refusal = check_resume(worktree.path, expected)
+    if refusal is None or refusal.fails:  # the answer is taken: the watch ends
+        watch = Watch(_job(context), context.run_id, str(paused.get("watch") or ""),
+                      expected, "ended")  # fmt: skip
+        await _journal(context, Watches(_data_dir(context)).end(watch))
     if refusal is None:
         Leases(_data_dir(context)).resume(worktree.source, _job(context))
         return {"route": str(view.get("decision")), "why": ""}
@@ -239,9 +288,7 @@ def coding_calls(view: dict[str, Any]) -> list[Any]:
 @handler("coding_revise")
 def coding_revise(view: dict[str, Any]) -> int:
     """``revise``: exactly one more attempt than were used."""
-    validation = view.get("validation") or {}
-    used = int(validation.get("attempt") or 0)
-    return used + 1 - int(view.get("max_attempts") or 1)
+    return _used(view.get("validation") or {}) + 1 - int(view.get("max_attempts") or 1)
 
 
 async def _finish(

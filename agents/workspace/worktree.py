@@ -43,6 +43,7 @@ __all__ = [
     "open_worktree",
     "safe_name",
     "source_top",
+    "write_atomic",
 ]
 
 #: Where the worktrees are, under the service's data folder.
@@ -173,7 +174,7 @@ def open_worktree(repo: Path, job_key: str, data_dir: Path) -> Worktree:
     except (GitError, OSError) as exc:  # no record: the next open starts afresh
         raise WorktreeError(f"job {job_key}'s worktree of {top} could not be made: {exc}") from exc
     made = Worktree(job_key, path, branch, base, top, standalone=not head)
-    _write_atomic(made.record, made.to_json())
+    write_atomic(made.record, made.to_json())
     return made
 
 
@@ -302,7 +303,7 @@ def close_worktree(worktree: Worktree) -> None:
     shutil.rmtree(worktree.path, ignore_errors=True)
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
+def write_atomic(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` whole or not at all (a temporary file renamed)."""
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", dir=path.parent)
     try:

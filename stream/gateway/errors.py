@@ -11,7 +11,8 @@ schedule written with a token whose source is not ``world``); ``malformed_json``
 not UTF-8, or nested past the parser), ``malformed_request`` (400: e.g. a bad
 Content-Length); ``body_too_large`` (413); ``invalid_body``, ``invalid_query``
 (422), ``invalid_schedule`` (422, with ``field`` and ``position``); ``rate_limited``
-(429); ``job_exists``, ``schedule_exists``, ``run_not_active`` (409); ``job_not_found``,
+(429); ``job_exists``, ``schedule_exists``, ``run_not_active``, ``interrupt_not_open``,
+``worktree_changed`` (409, with ``expected`` and ``found``); ``job_not_found``,
 ``playbook_not_found``, ``schedule_not_found``, ``run_not_found``, ``file_not_found``,
 ``not_found`` (404); ``file_too_large`` (413), ``media_type_not_allowed`` (415),
 ``file_not_its_type`` (422): an upload the file store refuses; ``method_not_allowed`` (405);
@@ -65,6 +66,11 @@ class ErrorDetail(BaseModel):
     #: expression, the 1-based character position.
     field: str | None = None
     position: int | None = None
+    #: For an answer refused because a coding job's worktree changed while it
+    #: waited (409 ``worktree_changed``): the worktree's fingerprint at the
+    #: checkpoint and now (docs/coding.md, "A changed worktree: the 409").
+    expected: dict[str, str] | None = None
+    found: dict[str, str] | None = None
 
 
 class ErrorBody(BaseModel):
@@ -119,6 +125,7 @@ CODES: dict[str, int] = {
     "file_not_found": 404,
     "job_exists": 409,
     "interrupt_not_open": 409,
+    "worktree_changed": 409,
     "schedule_exists": 409,
     "run_not_active": 409,
     "body_too_large": 413,

@@ -63,6 +63,7 @@ from topics import (
     JournalFlow,
     JournalInterrupt,
     JournalRecord,
+    JournalWorktree,
     MessageRecord,
     MilestoneSnapshot,
     PlaybookRecord,
@@ -582,6 +583,8 @@ class ReadModel(Followed):
         "Crash safety") is kept once."""
         if isinstance(entry, JournalInterrupt):
             self.interrupts.read(entry)
+        elif isinstance(entry, JournalWorktree):
+            self.interrupts.worktree(entry)
         record = entry.dump()
         if isinstance(entry, JournalFlow):
             flows = self.flow_ids.setdefault(entry.job_key, set())

@@ -64,6 +64,7 @@ async def _may_answer(
         "not_an_approver",
         "job_not_found",
         "interrupt_not_open",
+        "worktree_changed",
         "answer_not_allowed",
     ),
 )
@@ -74,7 +75,10 @@ async def post_answer(
     (inbound, with the interrupt id and who answered), where the agents service
     takes it once and resumes the flow. An interrupt that is not open (unknown,
     answered already, expired) answers 409 `interrupt_not_open` and writes
-    nothing; an answer a question does not allow, 422 `answer_not_allowed`. A
+    nothing; an answer a question does not allow, 422 `answer_not_allowed`; an
+    answer to a coding job's checkpoint while its worktree differs from the
+    checkpoint's, 409 `worktree_changed` with both fingerprints (`expected`,
+    `found`), nothing written (docs/coding.md, "A changed worktree: the 409"). A
     question is answered with a `world` token, an approval only by an approver
     (403 `source_not_allowed` or `not_an_approver`, journaled, nothing else
     written)."""
@@ -101,6 +105,17 @@ async def post_answer(
                 422,
                 "answer_not_allowed",
                 f"question {body.interrupt_id!r} takes one of: {', '.join(allowed)}",
+            )
+        changed = model.interrupts.worktree_changed(key, asked)
+        if changed is not None:
+            raise ApiError(
+                409,
+                "worktree_changed",
+                f"the worktree of job {key!r} changed since its checkpoint was asked "
+                f"({changed['why']}): an answer resumes the job from the worktree as the "
+                "checkpoint saw it, so put its files back to answer (docs/coding.md, "
+                "'A changed worktree: the 409')",
+                extra={"expected": changed["expected"], "found": changed["found"]},
             )
         if asked.get("expects") == "file":
             _file_answer(gateway, body.interrupt_id, body.answer, asked.get("accept"))

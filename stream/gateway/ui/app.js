@@ -373,6 +373,13 @@ function journalRow(r) {
     what = "email " + r.direction;
     outcome = r.outcome;
     detail = [r.address, r.detail].filter(Boolean).join(" · ");
+  } else if (r.type === "journal.worktree") {
+    // A coding job's worktree while it waits at a checkpoint (docs/coding.md,
+    // "A changed worktree: the 409"): while it is changed, answers are refused.
+    what = "worktree";
+    outcome = r.status;
+    detail = [r.why || null, r.found ? "now diff " + String(r.found.diff_sha256).slice(0, 12) : null,
+      `run ${r.run_id}`].filter(Boolean).join(" · ");
   } else {
     what = "run ended";
     outcome = r.ended;

@@ -68,8 +68,11 @@ async function answerQuestion(item, answer) {
       "the flow takes it next");
   } catch (e) {
     if (view !== state.view) return;
-    // 409: no longer open (answered elsewhere, expired); 422: not an answer it takes
-    settleQuestion(item, e.status === 409 ? "closed" : "error", e.message);
+    // 409 interrupt_not_open: no longer open (answered elsewhere, expired); 422: not an
+    // answer it takes; 409 worktree_changed: still open, answerable once the coding
+    // job's worktree is put back (docs/coding.md, "A changed worktree: the 409").
+    const closed = e.status === 409 && e.code !== "worktree_changed";
+    settleQuestion(item, closed ? "closed" : "error", e.message);
   }
 }
 

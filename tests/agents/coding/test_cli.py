@@ -20,16 +20,19 @@ and only then is the patch in the source repository. `abort` fails the job
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pty
 import select
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import orjson
 import pytest
 import yaml
@@ -44,12 +47,15 @@ from agents.workspace.worktree import safe_name
 from stream.runtime.broker import free_port
 from tests.agents.coding.repos import make_repo, sh_git, snapshot, write
 from tests.inprocess import LEMONGRAPH, invoke
-from tests.lanes import ROOT, Lane
+from tests.lanes import ROOT, Lane, wait_for
+from tests.stream.gateway.conftest import GatewayProcess, launch_gateway
 from topics import (
+    Answerer,
     JournalHandlerCall,
     JournalInterrupt,
     JournalModelCall,
     JournalToolCall,
+    JournalWorktree,
     MessageRecord,
 )
 
@@ -130,6 +136,34 @@ def test_the_fold_says_each_step_and_where_the_job_is() -> None:
     assert lines == ["answered: revise", "validation 2: passed (exit 0)", "status: done"]
     assert view.where == "done"
     assert view.checkpoint is None
+
+
+def test_the_fold_keeps_what_the_watch_last_said_of_the_worktree() -> None:
+    """docs/coding.md, "A changed worktree: the 409": a change is a step and
+    refuses an answer; an answer taken ends the watch; a later word of it is stale."""
+    job = "code-2"
+    view = JobView(job)
+    before, now = {"diff_sha256": "a" * 64}, {"diff_sha256": "b" * 64}
+
+    def watch(status: str, name: str = "w-1") -> dict[str, Any]:
+        return JournalWorktree(
+            job_key=job, run_id=f"{job}/change#1", watch=name, at=AT, status=status,  # type: ignore[arg-type]
+            expected=before, found=now if status == "changed" else None,
+            why="the worktree changed since the checkpoint (tracked files)"
+            if status == "changed" else "",
+        ).model_dump(mode="json")  # fmt: skip
+
+    steps = [s.line() for r in (watch("same"), watch("changed")) for s in view.add(r)]
+    assert steps == ["worktree: the worktree changed since the checkpoint (tracked files)"]
+    assert view.changed is not None
+    assert (view.changed["expected"], view.changed["found"]) == (before, now)
+    assert [s.line() for s in view.add(watch("same"))] == ["worktree: as at the checkpoint again"]
+    assert view.changed is None
+    view.add(watch("changed"))
+    assert view.add(watch("ended")) == []
+    assert view.changed is None
+    assert view.add(watch("changed")) == []  # said after its watch ended: stale
+    assert view.changed is None
 
 
 def test_a_refused_start_is_said() -> None:
@@ -403,6 +437,16 @@ def test_an_abort_fails_the_job_and_changes_nothing(coding: Lane, tmp_path: Path
     job = run.stdout.splitlines()[0].removeprefix("job: ")
     leases = coding.root / "data" / "agents" / "coding" / "leases"
     assert [p.name for p in leases.glob("*.json")]  # held, paused, while the job waits
+    # A second job on the repository is refused with the first's key, and ends.
+    second = coding.cli("code", "run", "--repo", str(repo), "--task", "another change",
+                        check=False)  # fmt: skip
+    assert second.returncode == 1, second.stdout + second.stderr
+    said = second.stdout.splitlines()
+    assert said[0].startswith("job: code-")
+    assert said[0] != f"job: {job}"
+    assert f"refused: the repository {repo} is being edited by job {job} (paused" in said[1]
+    assert said[-1] == "status: failed"
+    assert coding.cli("code", "status", job, check=False).returncode == 5  # the first waits on
     aborted = coding.cli("code", "resume", job, "--response", "abort", check=False)
     assert aborted.returncode == 1, aborted.stdout + aborted.stderr
     assert aborted.stdout.splitlines()[-1] == "status: failed"
@@ -417,6 +461,19 @@ def _worktree(coding: Lane, job: str) -> Path:
     return path
 
 
+def _watched(gateway: GatewayProcess, token: str, job: str, status: str) -> dict[str, Any]:
+    """The gateway's journal of the job once it holds the watch's ``status``."""
+
+    def seen() -> dict[str, Any] | None:
+        with gateway.client(token) as client:
+            records = client.get(f"/v1/jobs/{job}/journal").json().get("records") or []
+        said = [r for r in records if r["type"] == "journal.worktree"]
+        return said[-1] if said and said[-1]["status"] == status else None
+
+    found: dict[str, Any] = wait_for(seen, timeout=60, what=f"the watch to say {status}")
+    return found
+
+
 @pytest.mark.timeout(240)
 def test_a_resume_on_a_changed_worktree_is_refused_with_both_fingerprints(
     coding: Lane, tmp_path: Path
@@ -429,41 +486,102 @@ def test_a_resume_on_a_changed_worktree_is_refused_with_both_fingerprints(
     job = run.stdout.splitlines()[0].removeprefix("job: ")
     worktree = _worktree(coding, job)
     paused = fingerprint(worktree)
+    gateway = launch_gateway(coding)
+    try:
+        _changed_then_answered(coding, gateway, job, worktree, paused, tmp_path)
+    finally:
+        gateway.stop()
+    assert (repo / "calc.py").read_text() == BUGGY["calc.py"]  # nothing went back
+
+
+def _changed_then_answered(
+    coding: Lane, gateway: GatewayProcess, job: str, worktree: Path, paused: Any, tmp_path: Path
+) -> None:
+    token = gateway.token(name="person")
+    _watched(gateway, token, job, "same")  # the watch began with the checkpoint
+    with gateway.client(token) as client:
+        [asked] = client.get(f"/v1/jobs/{job}/interrupts").json()["interrupts"]
     (worktree / "calc.py").write_text("def add(a, b):\n    return 0\n")  # by hand
     changed = fingerprint(worktree)
+    said = _watched(gateway, token, job, "changed")  # the agents service saw it
+    assert (said["expected"], said["found"]) == (dict(paused), dict(changed))
 
-    # Here the CLI sees the service's data folder: it checks before sending.
+    # Through the API: 409 worktree_changed with both fingerprints, nothing written.
+    answer = {"interrupt_id": asked["interrupt_id"], "answer": "abort"}
+    with gateway.client(token) as client:
+        refused = client.post(f"/v1/jobs/{job}/answers", json=answer)
+        document = client.get("/openapi.json").json()
+        still = client.get(f"/v1/jobs/{job}/interrupts").json()["interrupts"]
+    assert refused.status_code == 409, refused.text
+    error = refused.json()["error"]
+    assert error["code"] == "worktree_changed"
+    assert (error["expected"], error["found"]) == (dict(paused), dict(changed))
+    documented = document["paths"]["/v1/jobs/{key}/answers"]["post"]["responses"]["409"]
+    assert "`worktree_changed`" in documented["description"]
+    schema = documented["content"]["application/json"]["schema"]
+    jsonschema.validate(refused.json(), {**schema, "components": document["components"]})
+    assert [q["interrupt_id"] for q in still] == [asked["interrupt_id"]]  # still open
+
+    # The CLI on the service's data folder checks the worktree itself; elsewhere
+    # it reads the watch's word: either way nothing is sent.
     here = coding.cli("code", "resume", job, "--response", "abort", check=False)
     assert here.returncode == 6, here.stdout + here.stderr
     assert "refused: 409 worktree_changed: The answer was not sent" in here.stderr
     assert f"diff_sha256={paused['diff_sha256']}" in here.stderr  # at the checkpoint
     assert f"diff_sha256={changed['diff_sha256']}" in here.stderr  # now
-    waiting = coding.cli("code", "status", job, check=False)
-    assert waiting.returncode == 5, waiting.stdout  # nothing was sent: it still waits
-    assert "answered" not in waiting.stdout
-
-    # Elsewhere (not the service's data folder): the agents service checks the
-    # answer, does not take it, and asks again; the CLI says so, both fingerprints.
     elsewhere = invoke(["code", "resume", job, "--response", "abort", "--json"],
                        env=coding.env(LEMONGRAPH_DATA_DIR=str(tmp_path / "elsewhere")),
                        cwd=coding.root)  # fmt: skip
     assert elsewhere.returncode == 6, elsewhere.stdout + elsewhere.stderr
-    said = [orjson.loads(line) for line in elsewhere.stdout.splitlines()]
-    refused = said[-1]
-    assert (refused["kind"], refused["status"]) == ("refused", 409)
-    assert (refused["expected"], refused["actual"]) == (dict(paused), dict(changed))
-    assert said[-2]["kind"] == "checkpoint"  # asked again, from the worktree as it is now
-    assert "The answer was not taken" in said[-2]["question"]
-    assert (repo / "calc.py").read_text() == BUGGY["calc.py"]  # nothing went back
+    refusal = orjson.loads(elsewhere.stdout.splitlines()[-1])
+    assert (refusal["kind"], refusal["status"]) == ("refused", 409)
+    assert (refusal["expected"], refusal["actual"]) == (dict(paused), dict(changed))
+    waiting = coding.cli("code", "status", job, check=False)
+    assert waiting.returncode == 5, waiting.stdout  # nothing was sent: it still waits
+    assert "answered" not in waiting.stdout
+    assert "worktree: the worktree changed since the checkpoint (tracked files)" in waiting.stdout
 
-    # git moved the worktree's HEAD: the next answer fails the job.
+    # An answer that reaches the service all the same (written before the watch
+    # saw the change, or by a client past the gateway): the service checks the
+    # worktree before it takes it, does not, and asks again from the worktree
+    # as it is now, under a new watch.
+    raw = MessageRecord(
+        job_key=job, message_id=f"answer:{asked['interrupt_id']}", direction="in",
+        channel="web", text="abort", at="2026-12-07T00:00:00Z",
+        interrupt_id=asked["interrupt_id"], answer="abort",
+        by=Answerer(source="world", name="past the gateway"),
+    )  # fmt: skip
+    coding.produce([(job.encode(), raw.model_dump_json(by_alias=True).encode())], "messages")
+
+    def asked_again() -> list[dict[str, Any]]:
+        with gateway.client(token) as client:
+            found = client.get(f"/v1/jobs/{job}/interrupts").json()["interrupts"]
+        return [q for q in found if q["interrupt_id"] != asked["interrupt_id"]]
+
+    [again] = wait_for(asked_again, timeout=60, what="the checkpoint asked again")
+    assert again["question"].startswith("The validation did not pass")
+    assert (
+        "The answer was not taken: the worktree changed since the checkpoint" in again["question"]
+    )
+    assert changed["diff_sha256"][:12] in again["question"]
+    # git moved the worktree's HEAD: the next answer is taken (202) and fails the job.
     sh_git(worktree, "commit", "--quiet", "-am", "by hand")
-    moved = coding.cli("code", "resume", job, "--response", "accept_failed_validation",
-                       check=False)  # fmt: skip
-    assert moved.returncode == 1, moved.stdout + moved.stderr
-    assert "git was run in it" in moved.stdout
-    assert moved.stdout.splitlines()[-1] == "status: failed"
-    assert (repo / "calc.py").read_text() == BUGGY["calc.py"]
+    _watched(gateway, token, job, "moved")
+    with gateway.client(token) as client:
+        taken = client.post(
+            f"/v1/jobs/{job}/answers",
+            json={"interrupt_id": again["interrupt_id"], "answer": "accept_failed_validation"},
+        )
+    assert taken.status_code == 202, taken.text
+
+    def status() -> bool:
+        with gateway.client(token) as client:
+            return client.get(f"/v1/jobs/{job}").json().get("status") == "failed"
+
+    wait_for(status, timeout=60, what="the job to fail")
+    ended = coding.cli("code", "status", job, check=False)
+    assert "git was run in it" in ended.stdout
+    assert ended.stdout.splitlines()[-1] == "status: failed"
 
 
 def _journal(coding: Lane, job: str, kind: str) -> list[dict[str, Any]]:
@@ -578,19 +696,34 @@ def _read_until(fd: int, text: str, seen: bytearray, timeout: float = 120) -> st
     return seen.decode(errors="replace")
 
 
+@contextlib.contextmanager
+def _terminal(coding: Lane, *args: str) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """``lemongraph ARGS`` on a pseudo-terminal (its input and output): the
+    process and the terminal's end to read and write; killed if still running."""
+    main, child = pty.openpty()
+    proc = subprocess.Popen([str(LEMONGRAPH), *args], stdin=child, stdout=child, stderr=child,
+                            env=coding.env(), cwd=coding.root)  # fmt: skip
+    os.close(child)
+    try:
+        yield proc, main
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(main)
+
+
+def _code_run(repo: Path) -> list[str]:
+    return ["code", "run", "--repo", str(repo), "--task", "make the test pass",
+            "--max-attempts", "1"]  # fmt: skip
+
+
 @pytest.mark.timeout(240)
 def test_on_a_terminal_code_run_asks_the_checkpoint_itself(coding: Lane, tmp_path: Path) -> None:
     never = "from calc import add\n\nassert add(2, 3) == 9, add(2, 3)\n"
     repo = calc_repo(tmp_path, **{"test_calc.py": never})
-    main, child = pty.openpty()
-    proc = subprocess.Popen(
-        [str(LEMONGRAPH), "code", "run", "--repo", str(repo), "--task", "make the test pass",
-         "--max-attempts", "1"],
-        stdin=child, stdout=child, stderr=child, env=coding.env(), cwd=coding.root,
-    )  # fmt: skip
-    os.close(child)
     seen = bytearray()
-    try:
+    with _terminal(coding, *_code_run(repo)) as (proc, main):
         shown = _read_until(main, "answer (empty: leave it waiting):", seen)
         assert "answers: revise, accept_failed_validation, abort" in shown
         os.write(main, b"ship it\n")
@@ -598,9 +731,32 @@ def test_on_a_terminal_code_run_asks_the_checkpoint_itself(coding: Lane, tmp_pat
         os.write(main, b"abort\n")
         shown = _read_until(main, "status: failed", seen)
         assert proc.wait(60) == 1, shown
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        os.close(main)
     assert (repo / "calc.py").read_text() == BUGGY["calc.py"]
+
+
+@pytest.mark.timeout(240)
+def test_ctrl_c_leaves_the_job_running_and_no_wait_never_asks(coding: Lane, tmp_path: Path) -> None:
+    never = "from calc import add\n\nassert add(2, 3) == 10, add(2, 3)\n"
+    repo = calc_repo(tmp_path, **{"test_calc.py": never})
+    seen = bytearray()
+    with _terminal(coding, *_code_run(repo)) as (proc, main):
+        job = _read_until(main, "plan:", seen).splitlines()[0].removeprefix("job: ").strip()
+        proc.send_signal(signal.SIGINT)  # Ctrl-C while it follows the job
+        shown = _read_until(main, "says where it is", seen)
+        assert f"the job goes on: lemongraph code status {job} says where it is" in shown
+        assert proc.wait(60) == 130, shown
+    # It went on without the CLI, to its checkpoint.
+    wait_for(lambda: coding.cli("code", "status", job, check=False).returncode == 5,
+             timeout=90, interval=1, what="the job to wait at its checkpoint")  # fmt: skip
+
+    # On a terminal, --no-wait asks nothing: it returns at the next checkpoint.
+    seen = bytearray()
+    answer = ["code", "resume", job, "--response", "revise", "--message", "again", "--no-wait"]
+    with _terminal(coding, *answer) as (proc, main):
+        shown = _read_until(main, "answer: lemongraph code resume", seen)
+        assert proc.wait(60) == 5, shown
+        assert "validation 2: failed (exit 1)" in shown
+        assert "answers: revise, accept_failed_validation, abort" in shown
+        assert "answer (empty" not in _read_until(main, "\0", seen, timeout=1)
+    aborted = coding.cli("code", "resume", job, "--response", "abort", check=False)
+    assert aborted.returncode == 1, aborted.stdout + aborted.stderr

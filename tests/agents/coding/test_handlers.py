@@ -4,12 +4,15 @@ on a repository is refused with the first's key; a validation's facts go to
 the inbox as ``source: tool`` with the fingerprint; at a checkpoint the lease is
 paused, and an answer after a person changed the worktree is not taken (both
 fingerprints said), after git moved its HEAD the route is ``moved`` (the job
-fails); the router counts attempts, and ``revise`` grants exactly one; the
-review rule is the operator's or deterministic (a changed AGENTS.md is reviewed)."""
+fails); the worktree is watched while the job waits (``journal.worktree``:
+each change said once, both fingerprints); the router counts attempts, and
+``revise`` grants exactly one; the review rule is the operator's or
+deterministic (a changed AGENTS.md is reviewed)."""
 
 from __future__ import annotations
 
 import asyncio
+import shutil
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -17,6 +20,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from agents.coding.cli import changed_here
 from agents.coding.handlers import (
     after_validation,
     coding_open,
@@ -27,10 +31,14 @@ from agents.coding.handlers import (
     coding_validate,
     review_required,
 )
+from agents.coding.watch import Watches, watch_worktrees
 from agents.flows.handlers import HandlerContext
+from agents.workspace.fingerprint import fingerprint
 from agents.workspace.lease import LeaseHeld, Leases
 from agents.workspace.worktree import Workspaces
+from stream.runtime.config import Settings
 from tests.agents.coding.repos import make_repo, sh_git
+from topics import JournalWorktree
 
 VALIDATE = [{"text": "test -f answer.txt", "source": "operator", "line": 1, "kind": "validate"}]
 
@@ -86,31 +94,111 @@ def test_attempts_and_revise() -> None:
     assert (again, route(4, again)) == (2, "checkpoint")
 
 
-def test_a_checkpoint_pauses_the_lease_and_checks_the_worktree(tmp_path: Path) -> None:
+def test_an_environment_failure_uses_no_attempt(tmp_path: Path) -> None:
+    """docs/coding.md, "Environment failures": its own fact, a checkpoint at
+    once, and the run after it is the same attempt again, with facts of its own."""
+    repo = make_repo(tmp_path / "repo")
+    sent: list[tuple[str, BaseModel]] = []
+    job = context(tmp_path / "data", "code-6", sent)
+    worktree = Path(coding_open({"repo": str(repo)}, job)["path"])
+    check = [{"text": "./check.sh", "source": "operator", "line": 1, "kind": "validate"}]
+    view: dict[str, Any] = {"validate": check, "validation_source": "operator", "max_attempts": 2}
+    broken = asyncio.run(coding_validate(view, job))  # ./check.sh: not found (exit 127)
+    assert {k: broken[k] for k in ("verdict", "attempt", "used", "run")} == {
+        "verdict": "env_failed", "attempt": 1, "used": 0, "run": 1
+    }  # fmt: skip
+    assert after_validation({**view, "validation": broken}) == "checkpoint"  # at once
+    (worktree / "check.sh").write_text("#!/bin/sh\nexit 1\n")  # the environment fixed
+    (worktree / "check.sh").chmod(0o755)
+    failed = asyncio.run(coding_validate({**view, "validation": broken}, job))
+    assert {k: failed[k] for k in ("verdict", "attempt", "used", "run")} == {
+        "verdict": "failed", "attempt": 1, "used": 1, "run": 2
+    }  # fmt: skip
+    assert after_validation({**view, "validation": failed}) == "retry"  # one attempt left
+    facts: list[Any] = [r for topic, r in sent if topic == "inbox"]
+    assert [f.action for f in facts] == ["validation_env_failed", "validation_failed"]
+    assert len({f.idempotency_key for f in facts}) == 2  # each run's own
+
+
+def _opened(
+    tmp_path: Path, key: str
+) -> tuple[Path, Path, HandlerContext, Path, list[tuple[str, BaseModel]]]:
+    """A repository, a data folder, a job's context, its worktree opened, what it sent."""
     repo = make_repo(tmp_path / "repo")
     data = tmp_path / "data"
-    job = context(data, "code-3", [])
-    worktree = Path(coding_open({"repo": str(repo)}, job)["path"])
-    paused = coding_pause({}, job)
+    sent: list[tuple[str, BaseModel]] = []
+    job = context(data, key, sent)
+    return repo, data, job, Path(coding_open({"repo": str(repo)}, job)["path"]), sent
+
+
+def test_a_checkpoint_pauses_the_lease_and_checks_the_worktree(tmp_path: Path) -> None:
+    repo, data, job, worktree, sent = _opened(tmp_path, "code-3")
+    paused = asyncio.run(coding_pause({}, job))
     assert Leases(data).holder(repo).state == "paused"  # type: ignore[union-attr]
-    taken = coding_resume({"decision": "revise", "paused": paused}, job)
+    assert paused["watch"] == job.call_id
+    taken = asyncio.run(coding_resume({"decision": "revise", "paused": paused}, job))
     assert taken == {"route": "revise", "why": ""}
     assert Leases(data).holder(repo).state == "running"  # type: ignore[union-attr]
+    # The watch began before the question and ended with the answer taken.
+    said = [r for topic, r in sent if topic == "journal"]
+    assert [(r.status, r.watch) for r in said] == [("same", job.call_id), ("ended", job.call_id)]
+    assert said[0].expected == paused["fingerprint"]
+    assert Watches(data).held("code-3") is None
 
-    paused = coding_pause({}, job)
+    paused = asyncio.run(coding_pause({}, job))
     (worktree / "src" / "app.py").write_text("def answer():\n    return 42\n")  # by hand
-    refused = coding_resume({"decision": "accept_failed_validation", "paused": paused}, job)
+    refused = asyncio.run(
+        coding_resume({"decision": "accept_failed_validation", "paused": paused}, job)
+    )
     assert refused["route"] == "changed"
     assert "the worktree changed since the checkpoint (tracked files)" in refused["why"]
     assert refused["expected"] == paused["fingerprint"]
     assert refused["actual"]["diff_sha256"] != paused["fingerprint"]["diff_sha256"]
     assert Leases(data).holder(repo).state == "paused"  # type: ignore[union-attr]
+    assert Watches(data).held("code-3") is not None  # not taken: still watched
 
-    paused = coding_pause({}, job)  # asked again: from the worktree as it is now
+    paused = asyncio.run(coding_pause({}, job))  # asked again: from the worktree as it is now
     sh_git(worktree, "commit", "--quiet", "-am", "someone ran git")
-    moved = coding_resume({"decision": "revise", "paused": paused}, job)
+    moved = asyncio.run(coding_resume({"decision": "revise", "paused": paused}, job))
     assert moved["route"] == "moved"
     assert "git was run in it" in moved["why"]
+    assert Watches(data).held("code-3") is None  # taken (the job fails): the watch ended
+
+
+def test_the_watch_says_each_change_of_a_waiting_jobs_worktree_once(tmp_path: Path) -> None:
+    _, data, job, worktree, sent = _opened(tmp_path, "code-5")
+    workspaces = Workspaces(data)
+
+    async def publish(topic: str, key: str, record: JournalWorktree) -> None:
+        sent.append((topic, record))
+
+    def look() -> list[tuple[str, str | None]]:
+        before = len(sent)
+        asyncio.run(watch_worktrees(workspaces, publish))
+        return [(r.status, (r.found or {}).get("diff_sha256"))  # type: ignore[attr-defined]
+                for _, r in sent[before:]]  # fmt: skip
+
+    assert look() == []  # no job waits: nothing to look at
+    paused = asyncio.run(coding_pause({}, job))
+    expected = paused["fingerprint"]
+    assert look() == []  # as at the checkpoint: nothing new to say
+    app = worktree / "src" / "app.py"
+    kept = app.read_text()
+    app.write_text("def answer():\n    return 42\n")  # by hand
+    changed = fingerprint(worktree)
+    assert look() == [("changed", changed["diff_sha256"])]
+    said = sent[-1][1]
+    assert isinstance(said, JournalWorktree)
+    assert (said.expected, said.found, said.watch) == (expected, dict(changed), job.call_id)
+    assert look() == []  # said once
+    app.write_text(kept)  # back as it was
+    assert look() == [("same", None)]
+    sh_git(worktree, "commit", "--quiet", "--allow-empty", "-m", "someone ran git")
+    assert look()[0][0] == "moved"
+    # A watch whose worktree is gone (its job ended) is dropped, saying nothing.
+    shutil.rmtree(worktree)
+    assert look() == []
+    assert Watches(data).held("code-5") is None
 
 
 def test_the_review_rule_is_the_operators_or_deterministic(tmp_path: Path) -> None:
@@ -131,3 +219,23 @@ def test_the_review_rule_is_the_operators_or_deterministic(tmp_path: Path) -> No
     assert coding_risk({"review": "never"}, job)["required"] is False
     many = [f"src/m{i}.py" for i in range(6)]
     assert review_required("auto", many) == (True, "it touches 6 files, over 5")
+
+
+@pytest.mark.parametrize("layout", ["agents", "embedded/agents"])
+def test_code_resume_checks_the_worktree_where_the_service_keeps_it(
+    tmp_path: Path, layout: str
+) -> None:
+    """`lemongraph code resume`'s own check (agents/coding/cli.py): under
+    LEMONGRAPH_DATA_DIR, or under `dev`'s `embedded` folder."""
+    data = tmp_path / "data"
+    repo = make_repo(tmp_path / "repo")
+    job = context(data / layout / "coding", "code-7", [])
+    worktree = Path(coding_open({"repo": str(repo)}, job)["path"])
+    paused = asyncio.run(coding_pause({}, job))["fingerprint"]
+    settings = Settings(data_dir=data)
+    assert changed_here(settings, "code-7", paused) is None
+    (worktree / "src" / "app.py").write_text("def answer():\n    return 42\n")  # by hand
+    refused = changed_here(settings, "code-7", paused)
+    assert refused is not None
+    assert (refused["route"], refused["expected"]) == ("changed", paused)
+    assert refused["actual"] == dict(fingerprint(worktree))

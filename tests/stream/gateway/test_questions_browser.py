@@ -23,7 +23,7 @@ from tests.stream.gateway.test_browser import (
     browser,
     chromium,
 )
-from topics import JournalFlow
+from topics import JournalFlow, JournalWorktree
 
 pytestmark = [pytest.mark.broker, pytest.mark.browser, pytest.mark.timeout(240)]
 
@@ -83,3 +83,49 @@ def test_an_approvals_nested_values_read_as_labelled_lines_never_json(
     for shown_text in (approval.locator(".q-show").inner_text(), text, *journal):
         assert not set(shown_text) & set('{}[]"'), shown_text
     _shot(page, "ui-approval-fields.png", problems)
+
+
+def test_a_changed_worktree_refuses_the_answer_and_leaves_the_question_open(
+    lane: Lane, gateway: GatewayProcess, browser: Browser
+) -> None:
+    """docs/coding.md, "A changed worktree: the 409": the page says the 409 and
+    keeps the question answerable; once the watch says the files are back, the
+    same button's answer is taken."""
+    problems: list[str] = []
+    page = _flow_page(lane, gateway, browser, problems)
+    asked = f"{FLOW_RUN}/checkpoint/1"
+    before, now = {"diff_sha256": "a" * 64}, {"diff_sha256": "b" * 64}
+
+    def watch(status: str) -> JournalWorktree:
+        return JournalWorktree(
+            job_key="flow-1", run_id=FLOW_RUN, watch="w-1", at=FLOW_AT, status=status,  # type: ignore[arg-type]
+            expected=before, found=now if status == "changed" else None,
+            why="the worktree changed since the checkpoint (tracked files)",
+        )  # fmt: skip
+
+    _publish(
+        lane, "journal", watch("same"),
+        _interrupt(asked, "checkpoint", question="What now?", answers=["revise", "abort"]),
+        watch("changed"),
+    )  # fmt: skip
+    question = page.locator(f'#questions li[data-interrupt-id="{asked}"]')
+    question.wait_for(timeout=30_000)
+    page.locator('#journal tr[data-kind="journal.worktree"][data-outcome="changed"]').wait_for(
+        timeout=30_000
+    )
+    with page.expect_response(lambda r: r.url.endswith("/answers")) as refused:
+        question.locator("button", has_text="abort").click()
+    assert refused.value.status == 409
+    question.locator(".q-status", has_text="409 worktree_changed").wait_for(timeout=10_000)
+    assert question.get_attribute("data-state") == "error"  # not closed: still answerable
+    assert question.locator("button:disabled").count() == 0
+
+    _publish(lane, "journal", watch("same"))  # the files put back
+    page.locator('#journal tr[data-kind="journal.worktree"][data-outcome="same"]').nth(1).wait_for(
+        timeout=30_000
+    )
+    with page.expect_response(lambda r: r.url.endswith("/answers")) as taken:
+        question.locator("button", has_text="abort").click()
+    assert taken.value.status == 202
+    page.wait_for_selector(f'#questions li[data-interrupt-id="{asked}"][data-state="sent"]')
+    assert not problems, problems

@@ -18,7 +18,7 @@ from stream.engine.engine import Engine, Record
 from stream.engine.registry import Registry
 from stream.gateway.readmodels.jobs import JOURNAL_KEPT, ReadModel
 from stream.gateway.views import job_summary, job_view
-from topics import JournalFlow, JournalRun, PlaybookRecord, Topics, encode
+from topics import JournalFlow, JournalRun, JournalWorktree, PlaybookRecord, Topics, encode
 
 TOPICS = Topics("rm.")
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
@@ -155,3 +155,36 @@ def test_a_flow_record_written_again_after_a_crash_is_kept_once() -> None:
     assert len(model.flow_ids["j-2"]) == len(model.journal["j-2"]) == JOURNAL_KEPT
     model.evict("j-2")
     assert "j-2" not in model.flow_ids
+
+
+def test_a_changed_worktree_refuses_answers_to_its_run_until_its_watch_says_otherwise() -> None:
+    """docs/coding.md, "A changed worktree: the 409": the newest ``journal.worktree``
+    of a job's live watch decides; one said after its watch ended is stale."""
+    model = ReadModel(TOPICS, {})
+    asked = {"run_id": "j-3/change#1", "interrupt_id": "i-1"}
+    before, now = {"diff_sha256": "a" * 64}, {"diff_sha256": "b" * 64}
+
+    def said(status: str, watch: str = "w-1", run: str = "j-3/change#1") -> None:
+        record = JournalWorktree(
+            job_key="j-3", run_id=run, watch=watch, at="2026-01-05T09:00:00Z",
+            status=status, expected=before, found=now if status == "changed" else None,  # type: ignore[arg-type]
+        )  # fmt: skip
+        model.apply(TOPICS.journal, b"j-3", encode(record))
+
+    said("same")
+    assert model.interrupts.worktree_changed("j-3", asked) is None
+    said("changed")
+    refusing = model.interrupts.worktree_changed("j-3", asked)
+    assert refusing is not None
+    assert (refusing["expected"], refusing["found"]) == (before, now)
+    assert model.interrupts.worktree_changed("j-3", {**asked, "run_id": "other"}) is None
+    said("same")  # the files put back
+    assert model.interrupts.worktree_changed("j-3", asked) is None
+    said("changed")
+    said("ended")  # an answer was taken
+    assert model.interrupts.worktree_changed("j-3", asked) is None
+    said("changed")  # the watcher's word from before the end, arriving after it: stale
+    assert model.interrupts.worktree_changed("j-3", asked) is None
+    said("changed", watch="w-2")  # the next checkpoint's watch
+    assert model.interrupts.worktree_changed("j-3", asked) is not None
+    assert [r["type"] for r in model.journal["j-3"]][-1] == "journal.worktree"
