@@ -240,7 +240,8 @@ class Bench(Cluster):
     def idle(self) -> None:
         """Sleeping jobs through the real worker (stream/bench/idle.py): idle
         RSS and restart with idle_small and idle_large jobs in its table, and a
-        cold restore of cold_restore_jobs from the changelog."""
+        cold restore of cold_restore_jobs from the changelog (first, its worker
+        the idle runs' seed, with ``idle_seeded_by_cold``)."""
         f, params = self.figures, self.params
         idle = Idle(self, params.idle_seconds, params.write_settle_seconds)
         shared = params.idle_one_seed
