@@ -1,7 +1,7 @@
 """A token minted with `lemongraph token` works against a running `lemongraph dev`
 that made up its own secret: dev writes it (mode 0600, never printed) under
 LEMONGRAPH_DATA_DIR, and `token` signs with it while API_TOKEN_SECRET is unset
-(tested on the shared dev process of tests/stream/cli/test_dev_running.py). Here:
+(tested on the shared dev process of tests/stream/cli/test_dev.py). Here:
 `token` with neither."""
 
 from __future__ import annotations

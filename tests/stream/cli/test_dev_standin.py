@@ -2,7 +2,7 @@
 ``NAME.standin.yaml`` for their own flow, then the script named by
 LEMONGRAPH_STANDIN_SCRIPT (docs/agents.md, "The stand-in model"). That a running
 dev answers with them and names them is tested on the shared dev process of
-tests/stream/cli/test_dev_running.py."""
+tests/stream/cli/test_dev.py."""
 
 from __future__ import annotations
 
