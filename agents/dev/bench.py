@@ -53,7 +53,8 @@ from agents.model import Exchange, Model, ModelSettings
 __all__ = ["AgentFigures", "onboarding_tokens", "run_agents_bench"]
 
 PARTITIONS = 4
-#: After the burst: this many tasks, one every QUIET_SPACING seconds.
+#: After the burst: this many tasks (as many as the burst's when fewer: a small
+#: run is small throughout), one every QUIET_SPACING seconds.
 QUIET_JOBS = 40
 QUIET_SPACING = 0.25
 
@@ -351,7 +352,7 @@ def run_agents_bench(
             seconds, latencies, model_calls, tool_calls = asyncio.run(
                 _service(url, prefix, keys, spacing=0.0, wait=600)
             )
-            quiet = [f"quiet-{i:03d}" for i in range(QUIET_JOBS)]
+            quiet = [f"quiet-{i:03d}" for i in range(min(QUIET_JOBS, jobs))]
             _, quiet_latencies, _, _ = asyncio.run(
                 _service(url, prefix, quiet, spacing=QUIET_SPACING, wait=120)
             )

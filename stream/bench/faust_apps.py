@@ -17,10 +17,14 @@ from typing import Any
 
 import faust
 
-from stream.runtime.kafka import configured_security
+from stream.runtime.kafka import GroupTimeouts, configured_security
 
 
 def build(mode: str, broker: str, topic: str, datadir: str, expect: int, partitions: int) -> Any:
+    # The group timeouts of the engine's worker (LEMONGRAPH_SESSION_TIMEOUT_MS): the
+    # embedded broker holds a first join for half the session (docs/operations.md,
+    # "How long a start takes"); the figures are timed from the first event on.
+    timeouts = GroupTimeouts.from_env()
     app = faust.App(
         f"{topic}-{mode}",
         broker=broker,
@@ -31,9 +35,9 @@ def build(mode: str, broker: str, topic: str, datadir: str, expect: int, partiti
         topic_partitions=partitions,
         topic_replication_factor=1,
         consumer_auto_offset_reset="earliest",
-        broker_rebalance_timeout=3.0,
-        broker_session_timeout=6.0,
-        broker_heartbeat_interval=1.0,
+        broker_rebalance_timeout=timeouts.rebalance_ms / 1000,
+        broker_session_timeout=timeouts.session_ms / 1000,
+        broker_heartbeat_interval=timeouts.heartbeat_ms / 1000,
         recovery_consistency_check=False,
         key_serializer="raw",
         value_serializer="raw",

@@ -66,6 +66,12 @@ class Parameters:
     #: seeded for it, and the cold restore's topics are created rather than
     #: seeded by a worker run on them: the same figures, two worker starts fewer.
     idle_one_seed: bool = False
+    #: With ``idle_one_seed``: the cold restore runs first, on the idle runs'
+    #: topics, with ``idle_small`` jobs of the same keys (``cold_restore_jobs`` must
+    #: equal it), and its worker, stopped cleanly, leaves the partitions' databases
+    #: the idle runs write into: it is the seed worker too. The same figures, one
+    #: worker start fewer.
+    idle_seeded_by_cold: bool = False
 
     @classmethod
     def for_run(cls, quick: bool) -> Parameters:
@@ -106,7 +112,7 @@ class Parameters:
                     tick_due=100,
                     settle_seconds=1.0,
                     idle_large=5_000,
-                    cold_restore_jobs=2_000,
+                    cold_restore_jobs=1_000,  # = idle_small (idle_seeded_by_cold)
                     # (the engine's jobs and the latency run's are 1,301 of them)
                     recovery_jobs=2_000,
                     schedules_total=2_000,
@@ -115,6 +121,7 @@ class Parameters:
                     write_settle_seconds=0.5,
                     schedule_tick_repeats=3,
                     idle_one_seed=True,
+                    idle_seeded_by_cold=True,
                 )
             return params
         return cls(False, 100_000, 30_000, 10_000, 1_000, 10.0, 100_000, 3_000, 1_000_000, 1_000)

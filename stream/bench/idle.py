@@ -171,6 +171,16 @@ class Seeded:
     data: Path
 
 
+def _databases(seeded: Seeded) -> dict[int, Path]:
+    """The partitions' databases a seed worker left (every partition's)."""
+    dbs = partition_databases(seeded.data)
+    if sorted(dbs) != list(range(PARTITIONS)):
+        raise RuntimeError(
+            f"{seeded.name}: expected {PARTITIONS} partition databases, found {sorted(dbs)}"
+        )
+    return dbs
+
+
 class Idle:
     """The idle jobs' figures of one bench run (``stream/bench/run.py``)."""
 
@@ -211,11 +221,7 @@ class Idle:
                 worker.proc.wait(30)
                 worker.kill()  # gone already: closes its output
         for s in seeded:
-            dbs = partition_databases(s.data)
-            if sorted(dbs) != list(range(PARTITIONS)):
-                raise RuntimeError(
-                    f"{s.name}: expected {PARTITIONS} partition databases, found {sorted(dbs)}"
-                )
+            _databases(s)
         return seeded
 
     def unseeded(self, name: str) -> Seeded:
@@ -238,13 +244,16 @@ class Idle:
         more jobs written over the same keys and more."""
         began = time.perf_counter()
         rows = job_rows(self.bench.playbooks, jobs, PARTITIONS, prefix=seeded.name)
-        write_jobs(partition_databases(seeded.data), rows)
+        write_jobs(_databases(seeded), rows)
         return self._measure(seeded, jobs, time.perf_counter() - began, 300, keep)
 
-    def cold_restore(self, seeded: Seeded, jobs: int) -> IdleRun:
+    def cold_restore(self, seeded: Seeded, jobs: int, keep: bool = False) -> IdleRun:
         """Drop a seeded worker's data folder, produce the same rows to the
         table's changelog (the index mark last in each partition) and start a
-        worker on the empty folder."""
+        worker on the empty folder. ``keep``: the worker is stopped cleanly and
+        its data folder stays, the partitions' databases it restored with their
+        index marks: a seed for ``restart`` (as ``seed`` makes one) with these
+        ``jobs`` in its table."""
         shutil.rmtree(seeded.data)
         changelog = f"{seeded.topics.prefix}engine-jobstate-changelog"
         began = time.perf_counter()
@@ -253,7 +262,7 @@ class Idle:
         asyncio.run(_produce_partitioned(self.bench.bootstrap, changelog, rows))
         produced = sum(len(key) + len(value) for _p, key, value in rows) / 1e6
         del rows
-        run = self._measure(seeded, jobs, time.perf_counter() - began, 1800)
+        run = self._measure(seeded, jobs, time.perf_counter() - began, 1800, keep)
         run.produced_mb = produced
         return run
 

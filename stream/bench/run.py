@@ -240,17 +240,27 @@ class Bench(Cluster):
     def idle(self) -> None:
         """Sleeping jobs through the real worker (stream/bench/idle.py): idle
         RSS and restart with idle_small and idle_large jobs in its table, and a
-        cold restore of cold_restore_jobs from the changelog."""
+        cold restore of cold_restore_jobs from the changelog (first, its worker
+        the idle runs' seed, with ``idle_seeded_by_cold``)."""
         f, params = self.figures, self.params
         idle = Idle(self, params.idle_seconds, params.write_settle_seconds)
         shared = params.idle_one_seed
         names = [f"idle{params.idle_small}", f"idle{params.idle_large}", "cold"]
-        if shared:  # one seeded worker for both idle runs; the cold one's topics made
-            names = names[:1]
-        seeds = idle.seed(*names)
-        small_run = seeds[0]
-        large_run = small_run if shared else seeds[1]
-        cold_run = idle.unseeded("cold") if shared else seeds[2]
+        cold: IdleRun | None = None
+        if params.idle_seeded_by_cold:  # the cold restore first, its worker the seed
+            if not shared or params.cold_restore_jobs != params.idle_small:
+                raise BenchError(
+                    "idle_seeded_by_cold: idle_one_seed, cold_restore_jobs = idle_small"
+                )
+            small_run = large_run = idle.unseeded(names[0])
+            cold = idle.cold_restore(small_run, params.cold_restore_jobs, keep=True)
+        else:
+            if shared:  # one seeded worker for both idle runs; the cold one's topics made
+                names = names[:1]
+            seeds = idle.seed(*names)
+            small_run = seeds[0]
+            large_run = small_run if shared else seeds[1]
+            cold_run = idle.unseeded("cold") if shared else seeds[2]
         runs: list[IdleRun] = []
         for seeded, jobs in ((small_run, params.idle_small), (large_run, params.idle_large)):
             # shared: the large run's jobs are written over the small run's table
@@ -270,7 +280,8 @@ class Bench(Cluster):
             f"idle: RSS {large.jobs:,} / {small.jobs:,} jobs = {f.rss_idle_ratio:.2f}x "
             "(target <= 1.5x)"
         )
-        cold = idle.cold_restore(cold_run, params.cold_restore_jobs)
+        if cold is None:
+            cold = idle.cold_restore(cold_run, params.cold_restore_jobs)
         f.cold_restore_s, f.cold_restore_rss_mb = cold.recovery_s, cold.rss_mb
         f.cold_restore_changelog_mb = cold.produced_mb
         f.cold_restore_s_per_100k = cold.recovery_s * 100_000 / cold.jobs

@@ -10,7 +10,6 @@ import dataclasses
 import re
 import signal
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -20,7 +19,7 @@ from stream.runtime.broker import EmbeddedBroker, ensure_topics, free_port
 from stream.runtime.config import Settings
 from stream.runtime.kafka import KafkaSecurity, producer
 from tests.lanes import WorkerProcess, wait_for
-from tests.stream.cli.test_dev import exit_within, start_dev
+from tests.stream.cli.test_dev import exit_within, job, start_dev
 
 pytestmark = [pytest.mark.broker]
 PLAIN = KafkaSecurity()
@@ -41,11 +40,6 @@ def client_of(dev: WorkerProcess, api_port: int) -> httpx.Client:
         headers={"Authorization": f"Bearer {token}"},
         timeout=10,
     )
-
-
-def job(client: httpx.Client, key: str) -> dict[str, Any]:
-    answer = client.get(f"/v1/jobs/{key}")
-    return answer.json() if answer.status_code == 200 else {}
 
 
 def stop(dev: WorkerProcess) -> str:
