@@ -3,23 +3,21 @@ Chromium (Debian's /usr/bin/chromium, driven by Playwright through its executabl
 path; the project's set-up installs it, never Playwright's own browser download),
 a page as they open it, and a flow's records on a job of the test's own.
 
-One Playwright driver and one Chromium serve every browser test of a test process
-(``chromium``, session-scoped; tests/stream/gateway/conftest.py offers it and
-``browser``): a start costs about a second of CPU, and pytest-xdist's
-``--dist loadfile`` hands a test process whole modules one after another. Each test
-gets fresh browser contexts (no cookies or storage shared), closed at its end.
+One Playwright driver and one Chromium serve the browser tests that a test process
+runs one after another (``Chromium``; tests/stream/gateway/conftest.py offers it
+as ``browser``): a start costs about a second of CPU. Each test gets fresh browser
+contexts (no cookies or storage shared), closed at its end.
 
 Playwright's sync API marks its event loop as running in the thread that uses it,
-between its calls too; a test that is not a browser test calls ``asyncio.run`` in
-that thread (tests/lanes.py), which refuses to start while a loop runs. So the
-mark is lent to a browser test only (``Chromium.lent``) and taken back after it."""
+between its calls too; what runs between two browser tests (a module's fixtures)
+calls ``asyncio.run`` in that thread (tests/lanes.py), which refuses to start while
+a loop runs. So the mark is lent to a browser test only (``Chromium.lend``)."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,7 +28,7 @@ from tests.lanes import Lane, wait_for
 from topics import JournalInterrupt, encode
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Browser, Page
+    from playwright.sync_api import Browser, Page, Playwright
 
     from tests.stream.gateway.conftest import GatewayProcess
 
@@ -62,51 +60,67 @@ HOSTILE = '<img src=x onerror="window.__owned=1">'
 
 
 @dataclass
-class Chromium:
-    """The test process's Chromium and the event loop of the Playwright driving it."""
+class Running:
+    """A started Playwright driver, its Chromium and its event loop."""
 
+    playwright: Playwright
     browser: Browser
     loop: asyncio.AbstractEventLoop
 
-    @contextmanager
-    def lent(self) -> Iterator[Browser]:
-        """The browser, with Playwright's loop marked running in this thread (as
-        its sync API expects between its calls) until the block ends."""
-        asyncio.events._set_running_loop(self.loop)
+
+class Chromium:
+    """The test process's Playwright and Chromium: started when a test asks for a
+    browser, stopped when the next test will not use one (an idle driver and
+    Chromium cost about 0.2 s of CPU a minute, about what a start costs) and at the
+    end of the session (tests/stream/gateway/conftest.py)."""
+
+    def __init__(self) -> None:
+        self.running: Running | None = None
+
+    def lend(self) -> Iterator[Browser]:
+        """The browser for one test, with Playwright's loop marked running in this
+        thread (as its sync API expects between its calls) until the test ends;
+        each page it opened has a context of its own (no cookies or storage
+        shared), closed then."""
+        running = self.running = self.running or start()
+        asyncio.events._set_running_loop(running.loop)
         try:
-            yield self.browser
+            yield running.browser
         finally:
+            try:
+                for context in running.browser.contexts:
+                    context.close()
+            finally:
+                asyncio.events._set_running_loop(None)
+
+    def stop(self) -> None:
+        """Close Chromium and stop the driver, if they run."""
+        running, self.running = self.running, None
+        if running is None:
+            return
+        asyncio.events._set_running_loop(running.loop)
+        try:
+            running.browser.close()
+        finally:
+            running.playwright.stop()  # its loop ends: none runs in this thread
             asyncio.events._set_running_loop(None)
 
 
-def launch() -> Iterator[Chromium]:
-    """Playwright and headless Chromium until the generator is closed; between the
-    uses (``Chromium.lent``) this thread's running loop is none."""
+def start() -> Running:
+    """Playwright and headless Chromium; this thread's running loop is none after."""
     from playwright.sync_api import sync_playwright  # only where a browser test runs
 
     if not CHROMIUM.exists():
         pytest.fail(f"{CHROMIUM} is missing: scripts/test installs Debian's chromium")
-    with sync_playwright() as playwright:
+    playwright = sync_playwright().start()
+    try:
         launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        chromium = Chromium(launched, asyncio.get_running_loop())
-        asyncio.events._set_running_loop(None)
-        try:
-            yield chromium
-        finally:
-            with chromium.lent():
-                launched.close()
-            asyncio.events._set_running_loop(chromium.loop)  # as sync_playwright left it
-
-
-def lend(chromium: Chromium) -> Iterator[Browser]:
-    """The process's Chromium for one test: each page it opens has a context of its
-    own (no cookies or storage shared), closed at the end of the test."""
-    with chromium.lent() as browser:
-        try:
-            yield browser
-        finally:
-            for context in browser.contexts:
-                context.close()
+    except BaseException:
+        playwright.stop()
+        raise
+    running = Running(playwright, launched, asyncio.get_running_loop())
+    asyncio.events._set_running_loop(None)
+    return running
 
 
 def new_page(browser: Browser, problems: list[str]) -> Page:

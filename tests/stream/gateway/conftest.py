@@ -20,7 +20,7 @@ import pytest
 from stream.gateway import mint_token
 from stream.runtime.broker import free_port
 from tests.lanes import LEMONGRAPH, Lane, WorkerProcess, wait_for
-from tests.stream.gateway.browser import Chromium, launch, lend
+from tests.stream.gateway.browser import Chromium
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser
@@ -174,13 +174,25 @@ def module_worker(module_lane: Lane) -> WorkerProcess:
 
 @pytest.fixture(scope="session")
 def chromium() -> Iterator[Chromium]:
-    """Playwright and headless Chromium, started once per test process for every
-    browser test that runs in it (tests/stream/gateway/browser.py)."""
-    yield from launch()
+    """The test process's Playwright and Chromium (tests/stream/gateway/browser.py),
+    started by the first test that asks for ``browser``."""
+    chromium = Chromium()
+    yield chromium
+    chromium.stop()
 
 
 @pytest.fixture
 def browser(chromium: Chromium) -> Iterator[Browser]:
     """The process's Chromium for one test; the contexts of the pages it opened
     are closed at its end."""
-    yield from lend(chromium)
+    yield from chromium.lend()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Chromium and its driver stop after a browser test unless the next test
+    also uses them: idle, they cost CPU (tests/stream/gateway/browser.py)."""
+    chromium = getattr(item, "funcargs", {}).get("chromium")
+    yield
+    if isinstance(chromium, Chromium) and "browser" not in getattr(nextitem, "fixturenames", ()):
+        chromium.stop()
