@@ -181,6 +181,8 @@ milestones:
 def test_a_person_answers_in_the_browser_and_the_tools_move_the_job(
     lane: Lane, gateway: GatewayProcess, browser: Browser, serve: Callable[[Any], str]
 ) -> None:
+    # A lane of its own, not the module's: the agents service works the tasks of
+    # every job of its lane, the other tests' too.
     shutil.copy(ROOT / "examples" / "catalog.yaml", lane.playbooks / "catalog.yaml")
     shutil.copytree(ROOT / "examples" / "skills", lane.playbooks / "skills")
     (lane.playbooks / "chat.yaml").write_text(CHAT)
