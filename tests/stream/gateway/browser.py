@@ -82,6 +82,8 @@ class Chromium:
         thread (as its sync API expects between its calls) until the test ends;
         each page it opened has a context of its own (no cookies or storage
         shared), closed then."""
+        if self.running is not None and not self.running.browser.is_connected():
+            self.stop()  # it went away (it crashed, or a test closed it): a new one
         running = self.running = self.running or start()
         asyncio.events._set_running_loop(running.loop)
         try:
@@ -90,6 +92,9 @@ class Chromium:
             try:
                 for context in running.browser.contexts:
                     context.close()
+            except BaseException:
+                self.stop()  # a Chromium that could not close a page is not lent again
+                raise
             finally:
                 asyncio.events._set_running_loop(None)
 
