@@ -1,7 +1,8 @@
 """Fixtures for gateway tests: a real `lemongraph gateway` process on free ports,
 with its own topic prefix on the shared broker (the Lane of tests/lanes.py), and a
 real worker where a test needs decisions; ``shared_gateway`` is one per module, for
-the tests that keep to their own job keys or change nothing."""
+the tests that keep to their own job keys or change nothing; ``browser``, the test
+process's headless Chromium for one test (tests/stream/gateway/browser.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
@@ -19,6 +20,10 @@ import pytest
 from stream.gateway import mint_token
 from stream.runtime.broker import free_port
 from tests.lanes import LEMONGRAPH, Lane, WorkerProcess, wait_for
+from tests.stream.gateway.browser import Chromium
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser
 
 __all__ = ["SECRET", "GatewayProcess", "Lane", "WorkerProcess", "wait_for"]
 
@@ -165,3 +170,29 @@ def module_worker(module_lane: Lane) -> WorkerProcess:
     """One `lemongraph worker` on the module's lane, for the tests that keep to
     their own job keys; killed after the module's last test (``module_lane``)."""
     return module_lane.start_worker()
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Iterator[Chromium]:
+    """The test process's Playwright and Chromium (tests/stream/gateway/browser.py),
+    started by the first test that asks for ``browser``."""
+    chromium = Chromium()
+    yield chromium
+    chromium.stop()
+
+
+@pytest.fixture
+def browser(chromium: Chromium) -> Iterator[Browser]:
+    """The process's Chromium for one test; the contexts of the pages it opened
+    are closed at its end."""
+    yield from chromium.lend()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Chromium and its driver stop after a browser test unless the next test
+    also uses them: idle, they cost CPU (tests/stream/gateway/browser.py)."""
+    chromium = getattr(item, "funcargs", {}).get("chromium")
+    yield
+    if isinstance(chromium, Chromium) and "browser" not in getattr(nextitem, "fixturenames", ()):
+        chromium.stop()

@@ -1,5 +1,5 @@
-"""The UI acts, in headless Chromium (the fixtures of test_browser.py), through the
-API's own routes with the page's token: the address `lemongraph dev` prints
+"""The UI acts, in headless Chromium (tests/stream/gateway/browser.py), through
+the API's own routes with the page's token: the address `lemongraph dev` prints
 (`/ui/#token=...`) signs the tab in and leaves the address bar; a job is started
 from the playbook picker and opens; an event is sent and its decision said; a
 schedule is paused, resumed and woken from the Schedules page, its run coming
@@ -15,12 +15,10 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, Page
 
+from tests.stream.gateway.browser import ARTIFACTS, new_page
 from tests.stream.gateway.conftest import GatewayProcess, Lane
-from tests.stream.gateway.test_browser import ARTIFACTS, _page, browser, chromium
 
 pytestmark = [pytest.mark.broker, pytest.mark.browser, pytest.mark.timeout(240)]
-
-__all__ = ["browser", "chromium"]  # the fixtures, shared
 
 WAIT = 30_000
 
@@ -35,7 +33,7 @@ def acting(module_lane: Lane, shared_gateway: GatewayProcess) -> GatewayProcess:
 def _signed_in(
     browser: Browser, gateway: GatewayProcess, problems: list[str], **token: Any
 ) -> Page:
-    page = _page(browser, problems)
+    page = new_page(browser, problems)
     page.goto(f"{gateway.ui}/ui/#token={gateway.token(**token)}")
     page.wait_for_selector("#list-count:has-text('job(s)')", timeout=WAIT)
     return page
@@ -67,7 +65,7 @@ def test_the_dev_address_signs_the_tab_in_and_leaves_the_address_bar(
     page.click("#nav-schedules")
     page.wait_for_selector("#schedules-count:has-text('schedule(s)')", timeout=WAIT)
     # Another tab (its own session) is not signed in by this one.
-    other = _page(browser, problems)
+    other = new_page(browser, problems)
     other.goto(f"{acting.ui}/")
     other.wait_for_selector("#notice:has-text('paste an API token first')", timeout=WAIT)
     assert token not in other.url
@@ -234,7 +232,7 @@ def test_run_now_runs_a_paused_schedule_and_names_its_manual_run(
     with acting.client(acting.token(name="ops")) as client:
         body = {**SCHEDULE, "id": "act-run", "enabled": False}
         assert client.post("/v1/schedules", json=body).status_code == 201
-    page = _page(browser, problems)
+    page = new_page(browser, problems)
     page.goto(f"{acting.ui}/schedules/act-run#token={acting.token(name='browser')}")
     page.wait_for_selector('#schedule-state[data-state="paused"]', timeout=WAIT)
     page.click("#schedule-controls button[data-action=run]")

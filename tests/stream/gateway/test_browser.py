@@ -11,24 +11,33 @@ from __future__ import annotations
 
 import re
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
-from playwright.sync_api import Browser, Page, Request, Route, sync_playwright
+from playwright.sync_api import Browser, Page, Request, Route
 
 from agents.dev.demo_tools import build_demo_tools
 from agents.dev.standin import build_standin
 from tests.lanes import wait_for
+from tests.stream.gateway.browser import (
+    ARTIFACTS,
+    FLOW_AT,
+    HOSTILE,
+    OPEN_STREAMS,
+    ROOT,
+    FlowJob,
+    new_page,
+    publish,
+    shot,
+)
 from tests.stream.gateway.conftest import GatewayProcess, Lane
 from topics import (
     JournalFlow,
     JournalHandlerCall,
-    JournalInterrupt,
     JournalModelCall,
     JournalRun,
     JournalToolCall,
@@ -39,47 +48,12 @@ from topics import (
 
 pytestmark = [pytest.mark.broker, pytest.mark.browser, pytest.mark.timeout(240)]
 
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-ROOT = Path(__file__).resolve().parents[3]
-ARTIFACTS = ROOT / "artifacts"
-
-
-@pytest.fixture(scope="module")
-def chromium() -> Iterator[Browser]:
-    """Headless Chromium, launched once per module (see ``browser``)."""
-    if not CHROMIUM.exists():
-        pytest.fail(f"{CHROMIUM} is missing: scripts/test installs Debian's chromium")
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        try:
-            yield launched
-        finally:
-            launched.close()
-
-
-@pytest.fixture
-def browser(chromium: Browser) -> Iterator[Browser]:
-    """The module's Chromium for one test: each page it opens has a context of
-    its own (no cookies or storage shared), closed at the end of the test."""
-    yield chromium
-    for context in chromium.contexts:
-        context.close()
-
 
 @pytest.fixture(scope="module")
 def served(module_lane: Lane, shared_gateway: GatewayProcess) -> tuple[Lane, GatewayProcess]:
     """A worker and a gateway for the page tests that start neither again and
-    keep to their own jobs (ui-job, nav-1, held-1, gap-1); the held playbook is
-    in the folder before the worker starts."""
+    keep to their own jobs (ui-job, nav-1, held-1, gap-1, mem-*, flow-*); the held
+    playbook is in the folder before the worker starts."""
     (module_lane.playbooks / "held.yaml").write_text(HELD)
     module_lane.start_worker()
     return module_lane, shared_gateway
@@ -207,6 +181,8 @@ milestones:
 def test_a_person_answers_in_the_browser_and_the_tools_move_the_job(
     lane: Lane, gateway: GatewayProcess, browser: Browser, serve: Callable[[Any], str]
 ) -> None:
+    # A lane of its own, not the module's: the agents service works the tasks of
+    # every job of its lane, the other tests' too.
     shutil.copy(ROOT / "examples" / "catalog.yaml", lane.playbooks / "catalog.yaml")
     shutil.copytree(ROOT / "examples" / "skills", lane.playbooks / "skills")
     (lane.playbooks / "chat.yaml").write_text(CHAT)
@@ -268,18 +244,6 @@ def test_a_person_answers_in_the_browser_and_the_tools_move_the_job(
     assert not problems, problems
 
 
-# Counts the page's EventSources and how many are still open (readyState 2 is CLOSED).
-TRACK_STREAMS = """
-(() => {
-  const Native = window.EventSource;
-  window.__streams = [];
-  window.EventSource = class extends Native {
-    constructor(...args) { super(...args); window.__streams.push(this); }
-  };
-})();
-"""
-OPEN_STREAMS = "() => window.__streams.filter((s) => s.readyState !== 2).length"
-
 HELD = """\
 key: held
 version: 1
@@ -294,23 +258,7 @@ milestones:
     condition: reviewed
 """
 
-HOSTILE = '<img src=x onerror="window.__owned=1">'
 UTC_INSTANT = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
-
-
-def _page(browser: Browser, problems: list[str]) -> Page:
-    # A zone and locale other than the test machine's, so "local time" is checked.
-    page = browser.new_page(
-        viewport={"width": 1280, "height": 900}, timezone_id="Asia/Tokyo", locale="en-GB"
-    )
-    page.on("pageerror", lambda exc: problems.append(str(exc)))
-    # the UI runs under the gateway's Content-Security-Policy: nothing it does is refused
-    page.on(
-        "console",
-        lambda m: problems.append(m.text) if "Content Security Policy" in m.text else None,
-    )
-    page.add_init_script(TRACK_STREAMS)
-    return page
 
 
 def _seqs(page: Page) -> list[str]:
@@ -327,7 +275,7 @@ def test_each_visit_opens_one_stream_and_no_decision_is_doubled(
     _, gateway = served
     token = gateway.token(name="browser")
     problems: list[str] = []
-    page = _page(browser, problems)
+    page = new_page(browser, problems)
     streams: list[str] = []
 
     def seen(request: Request) -> None:
@@ -401,7 +349,7 @@ def test_the_job_page_says_what_is_settled_held_claimed_and_when(
     token = gateway.token(name="browser")
     agent = gateway.token(name="an-agent", source="agent")
     problems: list[str] = []
-    page = _page(browser, problems)
+    page = new_page(browser, problems)
     with gateway.client(token) as client:
         started = client.post(
             "/v1/jobs",
@@ -487,7 +435,7 @@ def test_a_decision_between_the_pages_lists_and_its_stream_is_shown(
     _, gateway = served
     token = gateway.token(name="browser")
     problems: list[str] = []
-    page = _page(browser, problems)
+    page = new_page(browser, problems)
     held: list[Route] = []
     page.route(re.compile(r"/events\?"), lambda route: held.append(route))
     with gateway.client(token) as client:
@@ -530,7 +478,7 @@ def test_an_unknown_job_is_said_to_be_unknown(
     gateway = shared_gateway  # pages of jobs no test starts
     token = gateway.token(name="browser")
     problems: list[str] = []
-    page = _page(browser, problems)
+    page = new_page(browser, problems)
     streams: list[str] = []
     page.on("request", lambda r: streams.append(r.url) if "/events?" in r.url else None)
     page.goto(f"{gateway.ui}/jobs/no-such-job#token={token}")
@@ -555,7 +503,7 @@ def test_a_malformed_job_link_says_so(shared_gateway: GatewayProcess, browser: B
     link is not valid instead of staying blank, and asks the gateway nothing."""
     token = gateway.token(name="browser")
     problems: list[str] = []
-    page = _page(browser, problems)
+    page = new_page(browser, problems)
     asked: list[str] = []
     page.on("request", lambda r: asked.append(r.url) if "/v1/jobs/" in r.url else None)
     page.goto(f"{gateway.ui}/jobs/%E0#token={token}")
@@ -571,12 +519,15 @@ def test_a_malformed_job_link_says_so(shared_gateway: GatewayProcess, browser: B
 
 
 def test_a_job_the_gateway_let_go_of_says_so(
-    lane: Lane, start_gateway: Callable[..., GatewayProcess], browser: Browser
+    served: tuple[Lane, GatewayProcess],
+    start_module_gateway: Callable[..., GatewayProcess],
+    browser: Browser,
 ) -> None:
     """Past LEMONGRAPH_GATEWAY_JOBS the read model keeps only a summary of idle
-    jobs: the page shows the summary and says that the history is not in memory."""
-    gateway = start_gateway(LEMONGRAPH_GATEWAY_JOBS="2")
-    lane.start_worker()
+    jobs: the page shows the summary and says that the history is not in memory.
+    A gateway of its own (the setting), the module's worker; of the jobs it reads,
+    the test looks at its own (mem-*)."""
+    gateway = start_module_gateway(LEMONGRAPH_GATEWAY_JOBS="2")
     token = gateway.token(name="browser")
     with gateway.client(token) as client:
         for i in range(5):
@@ -590,14 +541,16 @@ def test_a_job_the_gateway_let_go_of_says_so(
                 (
                     j["key"]
                     for j in client.get("/v1/jobs").json()["jobs"]
-                    if j["status"] == "running" and not j["in_memory"]
+                    if j["key"].startswith("mem-")
+                    and j["status"] == "running"
+                    and not j["in_memory"]
                 ),
                 None,
             ),
             what="a running job the gateway let go of",
         )
     problems: list[str] = []
-    page = _page(browser, problems)
+    page = new_page(browser, problems)
     page.goto(f"{gateway.ui}/jobs/{gone}#token={token}")
     notice = page.locator('#job-meta [data-in-memory="false"]')
     notice.wait_for(state="visible", timeout=30_000)
@@ -609,90 +562,40 @@ def test_a_job_the_gateway_let_go_of_says_so(
 
 # -- flows: their journal and their open questions -------------------------------------
 
-FLOW_RUN = "flow-1/resolve#1"
-APPROVAL = f"{FLOW_RUN}/confirm/1"
-CHOICE = f"{FLOW_RUN}/pick/1"
-FREE = f"{FLOW_RUN}/note/1"
-FLOW_AT = "2026-12-01T10:00:00Z"
-
-
-def _flow_job(lane: Lane, gateway: GatewayProcess, token: str) -> None:
-    """A job the gateway shows (its worker started it), ready for a flow's records."""
-    lane.start_worker()
-    with gateway.client(token) as client:
-        started = client.post("/v1/jobs", json={"key": "flow-1", "playbook_key": "onboarding"})
-        assert started.status_code == 202
-        wait_for(
-            lambda: client.get("/v1/jobs/flow-1").status_code == 200, what="the job on the gateway"
-        )
-
-
-def _publish(lane: Lane, topic: str, *records: Any) -> None:
-    # (in a thread of its own: Playwright's sync API holds this thread's event loop)
-    with ThreadPoolExecutor(1) as pool:
-        pool.submit(lane.produce, [(b"flow-1", encode(r)) for r in records], topic).result()
-
-
-def _interrupt(interrupt_id: str, node: str, **fields: Any) -> JournalInterrupt:
-    fields.setdefault("kind", "ask")
-    fields.setdefault("status", "open")
-    return JournalInterrupt(
-        job_key="flow-1", run_id=FLOW_RUN, flow="resolve", node=node,
-        interrupt_id=interrupt_id, at=FLOW_AT, **fields,
-    )  # fmt: skip
-
-
-def _flow_page(lane: Lane, gateway: GatewayProcess, browser: Browser, problems: list[str]) -> Page:
-    """The job's page, live, before any of the flow's records."""
-    token = gateway.token(name="browser")
-    _flow_job(lane, gateway, token)
-    page = _page(browser, problems)
-    page.goto(f"{gateway.ui}/jobs/flow-1#token={token}")
-    page.wait_for_selector("#job-live:has-text('live')", timeout=30_000)
-    return page
-
-
-def _shot(page: Page, name: str, problems: list[str]) -> None:
-    ARTIFACTS.mkdir(exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / name), full_page=True)
-    assert not problems, problems
-
-
-def _asked(gateway: GatewayProcess, token: str) -> list[str]:
-    with gateway.client(token) as client:
-        listed = client.get("/v1/jobs/flow-1/interrupts")
-        assert listed.status_code == 200
-        return [i["interrupt_id"] for i in listed.json()["interrupts"]]
+# Each test's flow runs on a job of its own (the module's gateway and worker).
+JOURNAL, QUESTIONS, TEXT = FlowJob("flow-1"), FlowJob("flow-2"), FlowJob("flow-3")
 
 
 def test_a_flows_journal_records_show_with_their_flow_and_node(
-    lane: Lane, gateway: GatewayProcess, browser: Browser
+    served: tuple[Lane, GatewayProcess], browser: Browser
 ) -> None:
+    lane, gateway = served
     problems: list[str] = []
-    page = _flow_page(lane, gateway, browser, problems)
-    run, at = FLOW_RUN, FLOW_AT
-    _publish(
+    job = JOURNAL
+    page = job.page(gateway, browser, problems)
+    key, run, at = job.key, job.run, FLOW_AT
+    publish(
         lane, "journal",
-        JournalFlow(job_key="flow-1", run_id=run, flow="resolve", task_id="flow-1/resolve",
+        JournalFlow(job_key=key, run_id=run, flow="resolve", task_id=f"{key}/resolve",
                     at=at, event="started"),
-        JournalModelCall(job_key="flow-1", run_id=run, agent="flow", at=at, request="Draft",
+        JournalModelCall(job_key=key, run_id=run, agent="flow", at=at, request="Draft",
                          response="a draft", latency_ms=7, outcome="ok", flow="resolve",
                          node="draft"),
-        JournalToolCall(job_key="flow-1", run_id=run, agent="flow", at=at, tool="crm_lookup",
+        JournalToolCall(job_key=key, run_id=run, agent="flow", at=at, tool="crm_lookup",
                         arguments="{}", outcome="done", result='{"ok": true}', latency_ms=3,
                         flow="resolve", node="lookup"),
-        JournalHandlerCall(job_key="flow-1", run_id=run, at=at, flow="resolve", node="route",
+        JournalHandlerCall(job_key=key, run_id=run, at=at, flow="resolve", node="route",
                            kind="router", name="by_size", call_id=f"{run}/route/1",
                            outcome="ok", result='"small"', latency_ms=1),
-        JournalFlow(job_key="flow-1", run_id=run, flow="resolve", task_id="flow-1/resolve",
+        JournalFlow(job_key=key, run_id=run, flow="resolve", task_id=f"{key}/resolve",
                     at=at, event="node", node="draft"),
-        JournalFlow(job_key="flow-1", run_id=run, flow="resolve", task_id="flow-1/resolve",
+        JournalFlow(job_key=key, run_id=run, flow="resolve", task_id=f"{key}/resolve",
                     at=at, event="finished", outputs={"summary": HOSTILE, "size": 3}),
-        JournalFlow(job_key="flow-1", run_id="flow-1/resolve#2", flow="resolve",
-                    task_id="flow-1/resolve", at=at, event="failed", node="lookup",
+        JournalFlow(job_key=key, run_id=f"{key}/resolve#2", flow="resolve",
+                    task_id=f"{key}/resolve", at=at, event="failed", node="lookup",
                     error=f"tool failed: {HOSTILE}"),
-        _interrupt(APPROVAL, "confirm", kind="approval", question="May I refund?"),
-        _interrupt(APPROVAL, "confirm", kind="approval", status="answered", answer="yes"),
+        job.interrupt(job.approval, "confirm", kind="approval", question="May I refund?"),
+        job.interrupt(job.approval, "confirm", kind="approval", status="answered", answer="yes"),
     )  # fmt: skip
     page.wait_for_selector('#journal tr[data-kind="journal.flow"][data-outcome="failed"]')
     rows = page.locator("#journal tr.journal-row")
@@ -728,33 +631,37 @@ def test_a_flows_journal_records_show_with_their_flow_and_node(
     assert page.evaluate("() => window.__owned") is None
     # opened and answered while the page looked: not an open question any more
     assert page.locator("#questions li.question").count() == 0
-    _shot(page, "ui-flow-journal.png", problems)
+    shot(page, "ui-flow-journal.png", problems)
 
 
 def test_an_open_question_is_answered_on_the_page(
-    lane: Lane, gateway: GatewayProcess, browser: Browser
+    served: tuple[Lane, GatewayProcess], browser: Browser
 ) -> None:
+    lane, gateway = served
     token = gateway.token(name="browser", approver=True)
-    _flow_job(lane, gateway, token)
-    _publish(
+    job = QUESTIONS
+    approval_id, choice_id, free_id = job.approval, job.choice, job.free
+    job.start(gateway, token)
+    publish(
         lane, "journal",
-        _interrupt(APPROVAL, "confirm", kind="approval", question="May I refund 120 EUR?",
-                   show={"amount": 120, "reason": "late delivery"},
-                   expires_at="2026-12-31T10:00:00Z"),
-        _interrupt(CHOICE, "pick", question="When shall we call?",
-                   answers=["morning", "afternoon"]),
+        job.interrupt(approval_id, "confirm", kind="approval",
+                      question="May I refund 120 EUR?",
+                      show={"amount": 120, "reason": "late delivery"},
+                      expires_at="2026-12-31T10:00:00Z"),
+        job.interrupt(choice_id, "pick", question="When shall we call?",
+                      answers=["morning", "afternoon"]),
     )  # fmt: skip
-    wait_for(lambda: len(_asked(gateway, token)) == 2, what="two open questions on the gateway")
+    wait_for(lambda: len(job.asked(gateway, token)) == 2, what="two open questions on the gateway")
     problems: list[str] = []
-    page = _page(browser, problems)
-    page.goto(f"{gateway.ui}/jobs/flow-1#token={token}")
+    page = new_page(browser, problems)
+    page.goto(f"{gateway.ui}/jobs/{job.key}#token={token}")
     page.wait_for_selector("#job-live:has-text('live')", timeout=30_000)
     # a page whose live stream never connects: it still shows the questions it read
-    stale = _page(browser, problems)
+    stale = new_page(browser, problems)
     stale.route(re.compile(r"/events\?"), lambda route: route.abort())
-    stale.goto(f"{gateway.ui}/jobs/flow-1#token={token}")
+    stale.goto(f"{gateway.ui}/jobs/{job.key}#token={token}")
 
-    approval = page.locator(f'#questions li[data-interrupt-id="{APPROVAL}"]')
+    approval = page.locator(f'#questions li[data-interrupt-id="{approval_id}"]')
     approval.wait_for(timeout=30_000)
     text = approval.inner_text()
     assert "May I refund 120 EUR?" in text
@@ -764,22 +671,22 @@ def test_an_open_question_is_answered_on_the_page(
     assert "flow resolve · node confirm" in text
     buttons = approval.locator("button.answer")
     assert buttons.all_inner_texts() == ["Approve", "Reject"]
-    choice = page.locator(f'#questions li[data-interrupt-id="{CHOICE}"]')
+    choice = page.locator(f'#questions li[data-interrupt-id="{choice_id}"]')
     assert choice.locator("button.answer").all_inner_texts() == ["morning", "afternoon"]
     assert choice.locator("input").count() == 0
 
     # a free-text question arriving live: a text box, no buttons
-    _publish(lane, "journal", _interrupt(FREE, "note", question="Anything else?"))
-    free = page.locator(f'#questions li[data-interrupt-id="{FREE}"]')
+    publish(lane, "journal", job.interrupt(free_id, "note", question="Anything else?"))
+    free = page.locator(f'#questions li[data-interrupt-id="{free_id}"]')
     free.wait_for(timeout=30_000)
     assert free.locator("button.answer").count() == 0
     assert free.locator("input.q-text").count() == 1
 
     # a clerk (a world token without the approver role) cannot approve: 403, said as
     # text, the question stays open on both pages, and the journal names who tried
-    clerk = _page(browser, problems)
-    clerk.goto(f"{gateway.ui}/jobs/flow-1#token={gateway.token(name='clerk')}")
-    clerk_approval = clerk.locator(f'#questions li[data-interrupt-id="{APPROVAL}"]')
+    clerk = new_page(browser, problems)
+    clerk.goto(f"{gateway.ui}/jobs/{job.key}#token={gateway.token(name='clerk')}")
+    clerk_approval = clerk.locator(f'#questions li[data-interrupt-id="{approval_id}"]')
     clerk_approval.wait_for(timeout=30_000)
     with clerk.expect_response(lambda r: r.url.endswith("/answers")) as forbidden:
         clerk_approval.locator("button", has_text="Approve").click()
@@ -789,32 +696,34 @@ def test_an_open_question_is_answered_on_the_page(
     refused = page.locator('#journal tr[data-kind="journal.interrupt"][data-outcome="refused"]')
     refused.wait_for(timeout=30_000)
     assert "refused from world token clerk" in refused.inner_text()
-    assert APPROVAL in _asked(gateway, token)  # still open
+    assert approval_id in job.asked(gateway, token)  # still open
     assert approval.locator("button:disabled").count() == 0
 
     # Approve: the page sends yes, the gateway answers 202 and no longer takes it
-    with page.expect_response(lambda r: r.url.endswith("/v1/jobs/flow-1/answers")) as answered:
+    with page.expect_response(lambda r: r.url.endswith(f"/v1/jobs/{job.key}/answers")) as answered:
         approval.locator("button", has_text="Approve").click()
     response = answered.value
     assert response.status == 202
     assert response.request.method == "POST"
-    assert response.request.post_data_json == {"interrupt_id": APPROVAL, "answer": "yes"}
-    assert response.json()["message_id"] == f"answer:{APPROVAL}"
-    page.wait_for_selector(f'#questions li[data-interrupt-id="{APPROVAL}"][data-state="sent"]')
+    assert response.request.post_data_json == {"interrupt_id": approval_id, "answer": "yes"}
+    assert response.json()["message_id"] == f"answer:{approval_id}"
+    page.wait_for_selector(f'#questions li[data-interrupt-id="{approval_id}"][data-state="sent"]')
     approval.locator(".q-status", has_text="answer yes accepted").wait_for(timeout=10_000)
     assert approval.locator("button:disabled").count() == 2
-    assert APPROVAL not in _asked(gateway, token)  # the read model marked it answered
+    assert approval_id not in job.asked(gateway, token)  # the read model marked it answered
     # the answer in the conversation, marked as the answer to the question
-    page.wait_for_selector(f'#conversation .msg.in.question[data-interrupt-id="{APPROVAL}"]')
+    page.wait_for_selector(f'#conversation .msg.in.question[data-interrupt-id="{approval_id}"]')
 
     # the stale page answers the same question: the gateway's 409, said as text
-    stale_approval = stale.locator(f'#questions li[data-interrupt-id="{APPROVAL}"]')
+    stale_approval = stale.locator(f'#questions li[data-interrupt-id="{approval_id}"]')
     stale_approval.wait_for(timeout=30_000)
     with stale.expect_response(lambda r: r.url.endswith("/answers")) as refused:
         stale_approval.locator("button", has_text="Reject").click()
     assert refused.value.status == 409
-    assert refused.value.request.post_data_json == {"interrupt_id": APPROVAL, "answer": "no"}
-    stale.wait_for_selector(f'#questions li[data-interrupt-id="{APPROVAL}"][data-state="closed"]')
+    assert refused.value.request.post_data_json == {"interrupt_id": approval_id, "answer": "no"}
+    stale.wait_for_selector(
+        f'#questions li[data-interrupt-id="{approval_id}"][data-state="closed"]'
+    )
     said = stale_approval.locator(".q-status").inner_text()
     assert said.startswith("409 interrupt_not_open:"), said
     assert "no open question" in said
@@ -824,48 +733,54 @@ def test_an_open_question_is_answered_on_the_page(
     with page.expect_response(lambda r: r.url.endswith("/answers")) as typed:
         free.locator("button[type=submit]").click()
     assert typed.value.status == 202
-    assert typed.value.request.post_data_json == {"interrupt_id": FREE, "answer": "Call after 5 pm"}
+    assert typed.value.request.post_data_json == {
+        "interrupt_id": free_id,
+        "answer": "Call after 5 pm",
+    }
 
     # the flow took the approval's answer; the choice expired: both leave the section
     assert approval.count() == 1  # still there until the flow says so
-    _publish(
+    publish(
         lane, "journal",
-        _interrupt(APPROVAL, "confirm", kind="approval", status="answered", answer="yes"),
-        _interrupt(CHOICE, "pick", status="expired"),
+        job.interrupt(approval_id, "confirm", kind="approval", status="answered", answer="yes"),
+        job.interrupt(choice_id, "pick", status="expired"),
     )  # fmt: skip
     approval.wait_for(state="detached", timeout=30_000)
     choice.wait_for(state="detached", timeout=30_000)
     assert page.locator("#questions li.question").count() == 1  # the free one, answered
-    _shot(page, "ui-flow-questions.png", problems)
+    shot(page, "ui-flow-questions.png", problems)
 
 
 def test_a_flows_question_is_text_on_the_page(
-    lane: Lane, gateway: GatewayProcess, browser: Browser
+    served: tuple[Lane, GatewayProcess], browser: Browser
 ) -> None:
+    lane, gateway = served
     problems: list[str] = []
-    page = _flow_page(lane, gateway, browser, problems)
+    job = TEXT
+    approval_id, choice_id = job.approval, job.choice
+    page = job.page(gateway, browser, problems)
     question = f"Refund {HOSTILE}?"
-    _publish(
+    publish(
         lane, "messages",
-        MessageRecord(job_key="flow-1", message_id=f"{APPROVAL}.q", direction="out",
+        MessageRecord(job_key=job.key, message_id=f"{approval_id}.q", direction="out",
                       channel="web", agent="flow resolve", text=question, at=FLOW_AT,
-                      interrupt_id=APPROVAL),
+                      interrupt_id=approval_id),
     )  # fmt: skip
-    _publish(
+    publish(
         lane, "journal",
-        _interrupt(APPROVAL, "confirm", kind="approval", question=question,
-                   show={HOSTILE: HOSTILE, "n": 2}),
-        _interrupt(CHOICE, "pick", question=question, answers=[HOSTILE, "no"]),
+        job.interrupt(approval_id, "confirm", kind="approval", question=question,
+                      show={HOSTILE: HOSTILE, "n": 2}),
+        job.interrupt(choice_id, "pick", question=question, answers=[HOSTILE, "no"]),
     )  # fmt: skip
-    asked = page.locator(f'#conversation .msg.out.question[data-interrupt-id="{APPROVAL}"]')
+    asked = page.locator(f'#conversation .msg.out.question[data-interrupt-id="{approval_id}"]')
     asked.wait_for(timeout=30_000)
     assert "question" in asked.locator(".chip").inner_text()
     assert question in asked.inner_text()
-    approval = page.locator(f'#questions li[data-interrupt-id="{APPROVAL}"]')
+    approval = page.locator(f'#questions li[data-interrupt-id="{approval_id}"]')
     approval.wait_for(timeout=30_000)
     assert question in approval.inner_text()
     assert approval.locator(".q-show").inner_text().count(HOSTILE) == 2
-    choice = page.locator(f'#questions li[data-interrupt-id="{CHOICE}"]')
+    choice = page.locator(f'#questions li[data-interrupt-id="{choice_id}"]')
     choice.wait_for(timeout=30_000)
     assert choice.locator("button.answer").first.inner_text() == HOSTILE
     assert page.locator("#job-view img").count() == 0
@@ -873,8 +788,8 @@ def test_a_flows_question_is_text_on_the_page(
     # a reload reads the same questions from GET /v1/jobs/{key}/interrupts, as text
     page.reload()
     page.wait_for_selector("#job-live:has-text('live')", timeout=30_000)
-    page.locator(f'#questions li[data-interrupt-id="{CHOICE}"]').wait_for(timeout=30_000)
+    page.locator(f'#questions li[data-interrupt-id="{choice_id}"]').wait_for(timeout=30_000)
     assert page.locator("#questions li.question").count() == 2
     assert page.locator("#job-view img").count() == 0
     assert page.evaluate("() => window.__owned") is None
-    _shot(page, "ui-flow-question-text.png", problems)
+    shot(page, "ui-flow-question-text.png", problems)

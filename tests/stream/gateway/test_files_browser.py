@@ -1,5 +1,5 @@
-"""File channels and tables on the job page, in headless Chromium (the fixtures of
-test_browser.py; one gateway for the module): a question that expects a file
+"""File channels and tables on the job page, in headless Chromium (the helpers of
+tests/stream/gateway/browser.py; the module's gateway and worker): a question that expects a file
 shows a file picker, uploads the chosen file (POST /v1/files) and answers with
 its value; that answer shows in the conversation as the image itself; a reply
 holding a Markdown table and one that is a list of records show as tables, with
@@ -13,25 +13,16 @@ import hashlib
 import pytest
 from playwright.sync_api import Browser
 
+from tests.lanes import WorkerProcess
+from tests.stream.gateway.browser import FLOW_AT, FlowJob, publish, shot
 from tests.stream.gateway.conftest import GatewayProcess, Lane
-from tests.stream.gateway.test_browser import (
-    FLOW_AT,
-    FLOW_RUN,
-    _flow_page,
-    _interrupt,
-    _publish,
-    _shot,
-    browser,
-    chromium,
-)
 from tests.stream.gateway.test_files import PNG
 from topics import MessageRecord
 
 pytestmark = [pytest.mark.broker, pytest.mark.browser, pytest.mark.timeout(240)]
 
-__all__ = ["browser", "chromium"]  # the fixtures, shared
-
-PHOTO = f"{FLOW_RUN}/photo/1"
+JOB = FlowJob("files-1")
+PHOTO = f"{JOB.run}/photo/1"
 INJECTED = '<img src=x id=injected onerror="document.title=1">'
 MARKDOWN = f"""Here are your orders:
 
@@ -46,22 +37,25 @@ RECORDS = '[{"sku": "W-1", "qty": 2}, {"sku": "<b>W-2</b>", "qty": 1}]'
 
 def _said(message_id: str, text: str) -> MessageRecord:
     return MessageRecord(
-        job_key="flow-1", message_id=message_id, direction="out", channel="web",
+        job_key=JOB.key, message_id=message_id, direction="out", channel="web",
         agent="flow:resolve", text=text, at=FLOW_AT,
     )  # fmt: skip
 
 
 def test_a_file_question_uploads_the_image_shows_it_and_replies_show_as_tables(
-    module_lane: Lane, shared_gateway: GatewayProcess, browser: Browser
+    module_lane: Lane,
+    shared_gateway: GatewayProcess,
+    module_worker: WorkerProcess,
+    browser: Browser,
 ) -> None:
     problems: list[str] = []
-    page = _flow_page(module_lane, shared_gateway, browser, problems)
-    _publish(
+    page = JOB.page(shared_gateway, browser, problems)
+    publish(
         module_lane, "journal",
-        _interrupt(PHOTO, "photo", question="Please send a photo. (send a file)",
-                   expects="file", accept="image/*"),
+        JOB.interrupt(PHOTO, "photo", question="Please send a photo. (send a file)",
+                      expects="file", accept="image/*"),
     )  # fmt: skip
-    _publish(module_lane, "messages", _said("out-1", MARKDOWN), _said("out-2", RECORDS))
+    publish(module_lane, "messages", _said("out-1", MARKDOWN), _said("out-2", RECORDS))
 
     # the picker: a file input taking what the channel accepts, no text box
     question = page.locator(f'#questions li[data-interrupt-id="{PHOTO}"]')
@@ -107,4 +101,4 @@ def test_a_file_question_uploads_the_image_shows_it_and_replies_show_as_tables(
     assert records.locator("b").count() == 0
     assert "[{" not in records.inner_text()
     assert page.title() != "1"
-    _shot(page, "ui-files-and-tables.png", problems)
+    shot(page, "ui-files-and-tables.png", problems)

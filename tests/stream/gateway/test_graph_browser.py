@@ -1,5 +1,5 @@
-"""The job page's milestone graph in headless Chromium (the fixtures of
-test_browser.py) draws no false dependency: with a playbook whose edges skip
+"""The job page's milestone graph in headless Chromium (the helpers of
+tests/stream/gateway/browser.py) draws no false dependency: with a playbook whose edges skip
 levels (tests/stream/gateway/skip-levels.yaml: ``settled`` needs ``paidOnTime`` one level
 down and ``escalate`` two levels down), every edge leaves its need's box and enters
 its milestone's box and passes through no other box, measured on the drawn paths;
@@ -15,12 +15,10 @@ import pytest
 from playwright.sync_api import Browser
 
 from tests.lanes import wait_for
+from tests.stream.gateway.browser import ARTIFACTS, new_page, shot
 from tests.stream.gateway.conftest import GatewayProcess, Lane
-from tests.stream.gateway.test_browser import ARTIFACTS, _page, _shot, browser, chromium
 
 pytestmark = [pytest.mark.broker, pytest.mark.browser, pytest.mark.timeout(240)]
-
-__all__ = ["browser", "chromium"]  # the fixtures, shared
 
 PLAYBOOK = Path(__file__).with_name("skip-levels.yaml")
 NEEDS = {
@@ -84,7 +82,7 @@ def test_no_edge_passes_through_a_box_other_than_its_own_two_ends(
     assert depth["settled"] - depth["escalate"] == 2
 
     problems: list[str] = []
-    page = _page(browser, problems)
+    page = new_page(browser, problems)
     page.goto(f"{gateway.ui}/jobs/graph-1#token={token}")
     page.wait_for_selector('#graph [data-milestone="archived"]', timeout=30_000)
     page.wait_for_selector("#job-live:has-text('live')", timeout=30_000)
@@ -100,5 +98,5 @@ def test_no_edge_passes_through_a_box_other_than_its_own_two_ends(
     assert ends == NEEDS  # each edge joins a need to its milestone
     through = {(e["from"][0], e["to"][0]): e["crossed"] for e in edges if e["crossed"]}
     page.locator("#graph").screenshot(path=str(ARTIFACTS / "ui-graph-skip-levels-graph.png"))
-    _shot(page, "ui-graph-skip-levels.png", problems)
+    shot(page, "ui-graph-skip-levels.png", problems)
     assert not through, f"edges drawn through boxes (a false dependency): {through}"

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import uvicorn
 from fastapi.testclient import TestClient
-from playwright.sync_api import expect, sync_playwright
+from playwright.sync_api import Browser, expect
 
 from stream.gateway.api import build_api
 from stream.gateway.guard import Guard
@@ -23,7 +23,6 @@ from stream.gateway.server import build_ui
 from stream.gateway.tokens import mint_token
 from stream.gateway.views import job_summary, job_view
 from tests.lanes import wait_for
-from tests.stream.gateway.test_browser import ARGS, CHROMIUM
 from tests.stream.gateway.test_readmodel import model_after
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)  # test_readmodel's: its worker clock is 30 days on
@@ -108,12 +107,11 @@ def test_the_api_lists_filters_and_shows_an_override_apart_from_done() -> None:
 
 @pytest.mark.browser
 @pytest.mark.timeout(120)
-def test_the_ui_says_completed_with_override_not_done() -> None:
+def test_the_ui_says_completed_with_override_not_done(browser: Browser) -> None:
     """The real page and API served (uvicorn, in this process) over a read model, in
-    headless Chromium: the list's badge says "completed with override", in
-    another colour than done's, and the status filter keeps only that job."""
-    if not CHROMIUM.exists():
-        pytest.fail(f"{CHROMIUM} is missing: scripts/test installs Debian's chromium")
+    headless Chromium (the test process's: tests/stream/gateway/browser.py): the
+    list's badge says "completed with override", in another colour than done's, and
+    the status filter keeps only that job."""
     model = model_after(
         start("overridden", 0),
         start("passed", 0),
@@ -132,22 +130,17 @@ def test_the_ui_says_completed_with_override_not_done() -> None:
         wait_for(lambda: server.started, timeout=30, what="the API serving")
         port = server.servers[0].sockets[0].getsockname()[1]
         token = mint_token(SECRET, now=time.time())
-        with sync_playwright() as playwright:
-            chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-            try:
-                page = chromium.new_page()
-                page.goto(f"http://127.0.0.1:{port}/#token={token}")
-                overridden = page.locator('tr[data-job="overridden"] .badge')
-                passed = page.locator('tr[data-job="passed"] .badge')
-                expect(overridden).to_have_text("completed with override")
-                expect(passed).to_have_text("done")
-                color = "el => getComputedStyle(el).color"
-                assert overridden.evaluate(color) != passed.evaluate(color)
-                page.select_option("#status-filter", "completed_with_override")
-                expect(page.locator("tr.job-row")).to_have_count(1)
-                expect(page.locator("tr.job-row")).to_have_attribute("data-job", "overridden")
-            finally:
-                chromium.close()
+        page = browser.new_page()
+        page.goto(f"http://127.0.0.1:{port}/#token={token}")
+        overridden = page.locator('tr[data-job="overridden"] .badge')
+        passed = page.locator('tr[data-job="passed"] .badge')
+        expect(overridden).to_have_text("completed with override")
+        expect(passed).to_have_text("done")
+        color = "el => getComputedStyle(el).color"
+        assert overridden.evaluate(color) != passed.evaluate(color)
+        page.select_option("#status-filter", "completed_with_override")
+        expect(page.locator("tr.job-row")).to_have_count(1)
+        expect(page.locator("tr.job-row")).to_have_attribute("data-job", "overridden")
     finally:
         server.should_exit = True
         thread.join(timeout=10)

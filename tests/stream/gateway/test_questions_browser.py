@@ -1,5 +1,5 @@
 """An approval's shown channels on the job page, in headless Chromium (the
-fixtures of test_browser.py): labelled and readable as the agents service wrote
+helpers of tests/stream/gateway/browser.py): labelled and readable as the agents service wrote
 them (``shown``: docs/flows.md, "What a person reads"), nested values as
 indented lines and lists as bullets; a record written without ``shown`` gets
 its ``show`` values as lines too; the journal's rows say a flow's values in
@@ -11,25 +11,16 @@ import pytest
 from playwright.sync_api import Browser
 
 from compiler import shown_fields
+from tests.lanes import WorkerProcess
+from tests.stream.gateway.browser import FLOW_AT, FlowJob, publish, shot
 from tests.stream.gateway.conftest import GatewayProcess, Lane
-from tests.stream.gateway.test_browser import (
-    APPROVAL,
-    FLOW_AT,
-    FLOW_RUN,
-    _flow_page,
-    _interrupt,
-    _publish,
-    _shot,
-    browser,
-    chromium,
-)
 from topics import JournalFlow, JournalWorktree
 
 pytestmark = [pytest.mark.broker, pytest.mark.browser, pytest.mark.timeout(240)]
 
-__all__ = ["browser", "chromium"]  # the fixtures, shared
-
-OLDER = f"{FLOW_RUN}/confirm/2"
+JOB = FlowJob("shown-1")
+TREE = FlowJob("tree-1")
+APPROVAL, OLDER = JOB.approval, f"{JOB.run}/confirm/2"
 ORDER = {
     "id": "A-17",
     "status": "shipped",
@@ -40,21 +31,25 @@ ORDER = {
 
 
 def test_an_approvals_nested_values_read_as_labelled_lines_never_json(
-    lane: Lane, gateway: GatewayProcess, browser: Browser
+    module_lane: Lane,
+    shared_gateway: GatewayProcess,
+    module_worker: WorkerProcess,
+    browser: Browser,
 ) -> None:
     problems: list[str] = []
-    page = _flow_page(lane, gateway, browser, problems)
+    page = JOB.page(shared_gateway, browser, problems)
     show = {"order_id": "A-17", "order": ORDER}
     shown = shown_fields(show, {"order": "The order as the shop returns it."})
-    _publish(
-        lane, "journal",
-        _interrupt(APPROVAL, "confirm", kind="approval", question="Refund A-17? (answer yes or no)",
-                   show=show, shown=shown),
+    publish(
+        module_lane, "journal",
+        JOB.interrupt(APPROVAL, "confirm", kind="approval",
+                      question="Refund A-17? (answer yes or no)", show=show, shown=shown),
         # as an older service wrote it: the values only
-        _interrupt(OLDER, "confirm", kind="approval", question="Refund A-18?",
-                   show={"order": ORDER}),
-        JournalFlow(job_key="flow-1", run_id=FLOW_RUN, flow="resolve", task_id="flow-1/resolve",
-                    at=FLOW_AT, event="finished", outputs={"refund": ORDER}),
+        JOB.interrupt(OLDER, "confirm", kind="approval", question="Refund A-18?",
+                      show={"order": ORDER}),
+        JournalFlow(job_key=JOB.key, run_id=JOB.run, flow="resolve",
+                    task_id=f"{JOB.key}/resolve", at=FLOW_AT, event="finished",
+                    outputs={"refund": ORDER}),
     )  # fmt: skip
     approval = page.locator(f'#questions li[data-interrupt-id="{APPROVAL}"]')
     approval.wait_for(timeout=30_000)
@@ -82,30 +77,33 @@ def test_an_approvals_nested_values_read_as_labelled_lines_never_json(
     journal = [rows.nth(i).inner_text() for i in range(2)] + [finished.inner_text()]
     for shown_text in (approval.locator(".q-show").inner_text(), text, *journal):
         assert not set(shown_text) & set('{}[]"'), shown_text
-    _shot(page, "ui-approval-fields.png", problems)
+    shot(page, "ui-approval-fields.png", problems)
 
 
 def test_a_changed_worktree_refuses_the_answer_and_leaves_the_question_open(
-    lane: Lane, gateway: GatewayProcess, browser: Browser
+    module_lane: Lane,
+    shared_gateway: GatewayProcess,
+    module_worker: WorkerProcess,
+    browser: Browser,
 ) -> None:
     """docs/coding.md, "A changed worktree: the 409": the page says the 409 and
     keeps the question answerable; once the watch says the files are back, the
     same button's answer is taken."""
     problems: list[str] = []
-    page = _flow_page(lane, gateway, browser, problems)
-    asked = f"{FLOW_RUN}/checkpoint/1"
+    page = TREE.page(shared_gateway, browser, problems)
+    asked = f"{TREE.run}/checkpoint/1"
     before, now = {"diff_sha256": "a" * 64}, {"diff_sha256": "b" * 64}
 
     def watch(status: str) -> JournalWorktree:
         return JournalWorktree(
-            job_key="flow-1", run_id=FLOW_RUN, watch="w-1", at=FLOW_AT, status=status,  # type: ignore[arg-type]
+            job_key=TREE.key, run_id=TREE.run, watch="w-1", at=FLOW_AT, status=status,  # type: ignore[arg-type]
             expected=before, found=now if status == "changed" else None,
             why="the worktree changed since the checkpoint (tracked files)",
         )  # fmt: skip
 
-    _publish(
-        lane, "journal", watch("same"),
-        _interrupt(asked, "checkpoint", question="What now?", answers=["revise", "abort"]),
+    publish(
+        module_lane, "journal", watch("same"),
+        TREE.interrupt(asked, "checkpoint", question="What now?", answers=["revise", "abort"]),
         watch("changed"),
     )  # fmt: skip
     question = page.locator(f'#questions li[data-interrupt-id="{asked}"]')
@@ -120,7 +118,7 @@ def test_a_changed_worktree_refuses_the_answer_and_leaves_the_question_open(
     assert question.get_attribute("data-state") == "error"  # not closed: still answerable
     assert question.locator("button:disabled").count() == 0
 
-    _publish(lane, "journal", watch("same"))  # the files put back
+    publish(module_lane, "journal", watch("same"))  # the files put back
     page.locator('#journal tr[data-kind="journal.worktree"][data-outcome="same"]').nth(1).wait_for(
         timeout=30_000
     )

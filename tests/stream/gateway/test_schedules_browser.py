@@ -1,9 +1,10 @@
-"""The UI's Schedules page in headless Chromium (the fixtures of test_browser.py):
+"""The UI's Schedules page in headless Chromium (tests/stream/gateway/browser.py):
 the nav link, schedules listed with their next runs in the schedule's own time
 zone and in UTC (not the browser's zone), enabled or paused as the API says, and
 per schedule its run history with every status shown — missed, skipped,
 suppressed and refused (a job that was not started is not linked) included —
-kept up to date without a reload, all under the page's Content-Security-Policy."""
+kept up to date without a reload, all under the page's Content-Security-Policy.
+The module's tests share its gateway, each with schedules of its own."""
 
 from __future__ import annotations
 
@@ -16,14 +17,11 @@ import orjson
 import pytest
 from playwright.sync_api import Browser
 
+from tests.stream.gateway.browser import ARTIFACTS, new_page
 from tests.stream.gateway.conftest import GatewayProcess, Lane
-from tests.stream.gateway.test_browser import ARTIFACTS, _page, browser, chromium
 from topics import HeartbeatAlert, ScheduleRunRecord, encode
 
 pytestmark = [pytest.mark.broker, pytest.mark.browser, pytest.mark.timeout(240)]
-
-__all__ = ["browser", "chromium"]  # the fixtures, shared
-
 REVIEW = {
     "id": "lead-review",
     "name": "Lead review",
@@ -39,11 +37,14 @@ HEARTBEAT = {
     "action": {"type": "prompt", "agent": "conversation", "prompt": "Anything?"},
     "meta": {"heartbeat": True},
 }
+PAGED = {**HEARTBEAT, "id": "paged", "name": "Paged"}
 
 
-def run(rid: str, status: str, at: str, **more: Any) -> tuple[bytes, bytes]:
+def run(
+    rid: str, status: str, at: str, schedule: str = "heartbeat", **more: Any
+) -> tuple[bytes, bytes]:
     record = ScheduleRunRecord(
-        schedule_id="heartbeat",
+        schedule_id=schedule,
         run_id=rid,
         status=status,  # type: ignore[arg-type]
         triggered_by=more.pop("triggered_by", "schedule"),
@@ -51,16 +52,18 @@ def run(rid: str, status: str, at: str, **more: Any) -> tuple[bytes, bytes]:
         at=at,
         **more,
     )
-    return b"heartbeat", encode(record)
+    return schedule.encode(), encode(record)
 
 
 def test_the_schedules_page_lists_next_runs_and_each_ones_history(
-    lane: Lane, gateway: GatewayProcess, browser: Browser
+    module_lane: Lane, shared_gateway: GatewayProcess, browser: Browser
 ) -> None:
+    lane, gateway = module_lane, shared_gateway
     token = gateway.token(name="browser")
     problems: list[str] = []
-    page = _page(browser, problems)  # the browser's zone is Asia/Tokyo
+    page = new_page(browser, problems)  # the browser's zone is Asia/Tokyo
     with gateway.client(token) as client:
+        before = client.get("/v1/schedules").json()["total"]  # the module's other tests'
         for body in (REVIEW, HEARTBEAT):
             assert client.post("/v1/schedules", json=body).status_code == 201
         assert client.patch("/v1/schedules/heartbeat", json={"enabled": False}).status_code == 200
@@ -84,7 +87,7 @@ def test_the_schedules_page_lists_next_runs_and_each_ones_history(
     assert expected["utc"] in text
     assert re.search(r"09:30 E[SD]T \(America/New_York\)", text)
     assert "none yet" in text
-    assert "2 schedule(s)" in page.locator("#schedules-count").inner_text()
+    assert f"{before + 2} schedule(s)" in page.locator("#schedules-count").inner_text()
 
     # Resumed elsewhere: the list follows without a reload.
     marker = page.evaluate("() => (window.__same = Date.now())")
@@ -206,18 +209,20 @@ def test_the_schedules_page_lists_next_runs_and_each_ones_history(
 
 
 def test_older_runs_are_paged_in_and_stay_while_the_page_refreshes(
-    lane: Lane, gateway: GatewayProcess, browser: Browser
+    module_lane: Lane, shared_gateway: GatewayProcess, browser: Browser
 ) -> None:
+    lane, gateway = module_lane, shared_gateway
     token = gateway.token(name="browser")
     problems: list[str] = []
-    page = _page(browser, problems)
+    page = new_page(browser, problems)
     with gateway.client(token) as client:
-        assert client.post("/v1/schedules", json=HEARTBEAT).status_code == 201
-    records = [run(f"sl-{n:03}", "completed", f"2026-12-01T{n // 60:02}:{n % 60:02}:00Z")
+        assert client.post("/v1/schedules", json=PAGED).status_code == 201
+    records = [run(f"sl-{n:03}", "completed", f"2026-12-01T{n // 60:02}:{n % 60:02}:00Z",
+                   "paged")
                for n in range(105)]  # fmt: skip
     with ThreadPoolExecutor(1) as pool:
         pool.submit(lane.produce, records, "schedule-runs").result()
-    page.goto(f"{gateway.ui}/schedules/heartbeat#token={token}")
+    page.goto(f"{gateway.ui}/schedules/paged#token={token}")
     page.wait_for_selector('#schedule-runs tr[data-run="sl-104"]', timeout=30_000)
     rows = "#schedule-runs tbody tr"
     page.wait_for_function(f"() => document.querySelectorAll('{rows}').length === 100")

@@ -1,5 +1,5 @@
 """The job page shows its subject's profile (docs/memory.md, "Reading it"), in
-headless Chromium (as tests/stream/gateway/test_browser.py drives it): each
+headless Chromium (the ``browser`` of tests/stream/gateway/conftest.py): each
 current fact with its value, source, a link to the event that proved it (its
 decision, marked on its job's page) and one to that job; a job whose subject has
 no profile says nothing is remembered."""
@@ -11,7 +11,6 @@ from playwright.sync_api import Browser, Page
 
 from tests.lanes import wait_for
 from tests.stream.gateway.conftest import GatewayProcess, Lane
-from tests.stream.gateway.test_browser import browser, chromium  # noqa: F401 - fixtures
 from tests.stream.gateway.test_subjects import gateway  # noqa: F401 - the module's gateway
 
 pytestmark = [pytest.mark.broker, pytest.mark.browser, pytest.mark.timeout(240)]
@@ -33,7 +32,7 @@ def served(module_lane: Lane, gateway: GatewayProcess) -> GatewayProcess:  # noq
     return gateway
 
 
-def test_the_job_page_shows_its_subjects_facts(served: GatewayProcess, browser: Browser) -> None:  # noqa: F811
+def test_the_job_page_shows_its_subjects_facts(served: GatewayProcess, browser: Browser) -> None:
     token = served.token(name="browser")
     with served.client(token) as client:
         for key, subject in (("pr-1", {"id": "s-ada"}), ("pr-2", {"id": "s-nobody"})):
