@@ -67,7 +67,7 @@ def test_the_job_page_shows_its_subjects_facts(served: GatewayProcess, browser: 
 
 def test_an_event_link_marks_the_decision_that_remembered_it(
     served: GatewayProcess,
-    browser: Browser,  # noqa: F811
+    browser: Browser,
 ) -> None:
     token = served.token(name="browser")
     with served.client(token) as client:
