@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from pydantic import TypeAdapter, ValidationError
@@ -10,6 +10,7 @@ from pydantic import TypeAdapter, ValidationError
 from topics._errors import ContractError, describe_errors
 from topics._limits import MAX_RECORD_BYTES, LimitError, exact_numbers, plain_json
 from topics._messages import InboxEvent, InboxMessage, JobStart, ScheduleWake
+from topics.build import inbox_event_fields, job_start_fields
 
 __all__ = ["RecordError", "decode_inbox", "encode"]
 
@@ -49,9 +50,11 @@ def decode_inbox(
     try:
         data = exact_numbers(raw, orjson.loads(raw))
         if isinstance(data, dict):
-            # Each field is measured as the gateway measures a body's fields.
+            # Each field is measured as the gateway measures a body's fields
+            # (text, null and booleans are within every limit: most fields).
             for name, item in data.items():
-                plain_json(item, str(name))
+                if not (item is None or type(item) is str or type(item) is bool):
+                    plain_json(item, name)
     except orjson.JSONDecodeError as exc:
         raise RecordError(f"not JSON: {exc}") from None
     except LimitError as exc:
@@ -60,10 +63,12 @@ def decode_inbox(
         raise RecordError(f"expected a JSON object, got {type(data).__name__}")
     if "type" not in data:
         raise RecordError("type: missing (expected 'job.start', 'event' or 'schedule.wake')")
-    try:
-        message: JobStart | InboxEvent | ScheduleWake = _INBOX.validate_python(data)
-    except ValidationError as exc:
-        raise RecordError(describe_errors(exc)) from None
+    message: JobStart | InboxEvent | ScheduleWake | None = checked_inbox(data)
+    if message is None:
+        try:
+            message = _INBOX.validate_python(data)
+        except ValidationError as exc:
+            raise RecordError(describe_errors(exc)) from None
     # Bytes, not decoded text: the partition is chosen from the key's bytes, and
     # two keys that are not UTF-8 would decode alike (U+FFFD) and be one job on
     # two partitions.
@@ -73,3 +78,50 @@ def decode_inbox(
             f"record key {key.decode('utf-8', 'replace')!r} is not the {what} {message.key!r}"
         )
     return message
+
+
+# -- the common records, without the model -------------------------------------------
+#
+# pydantic's validation was most of decode_inbox (5.8 of 7.9 µs per record;
+# benchmarks/README.md, issue 35). An event or a job start whose every field is
+# plainly what the model asks for is read by topics/build.py's compiled
+# ``inbox_event_fields`` / ``job_start_fields`` and made into the model here
+# without validating it again; anything else (a wake, a field of another type,
+# a value the model would coerce or refuse) is left to the model, so every
+# refusal and its reason is the model's.
+
+
+def checked_inbox(data: dict[str, Any]) -> JobStart | InboxEvent | None:
+    """``data`` (a decoded inbox record) as the model it is, when it is an event
+    or a job start that the model takes as it is; else None (the model decides,
+    and says what is wrong)."""
+    kind = data["type"]
+    if kind == "event":
+        values = inbox_event_fields(data)
+        return None if values is None else _built(InboxEvent, values, data)
+    if kind == "job.start":
+        values = job_start_fields(data)
+        return None if values is None else _built(JobStart, values, data)
+    return None
+
+
+_M = TypeVar("_M", InboxEvent, JobStart)
+_new = object.__new__
+_set = object.__setattr__
+
+
+def _built(model: type[_M], values: dict[str, Any], data: dict[str, Any]) -> _M:
+    """An instance of ``model`` holding ``values`` (every field, in the model's
+    order), as validating ``data`` would have made it: what ``model_construct``
+    does (pydantic 2's four instance attributes), without its generic walk over
+    the fields, which cost more than validating."""
+    given = set(data)
+    if "schema" in data:
+        given.discard("schema")
+        given.add("schema_")
+    instance = _new(model)
+    _set(instance, "__dict__", values)
+    _set(instance, "__pydantic_fields_set__", given)
+    _set(instance, "__pydantic_extra__", None)
+    _set(instance, "__pydantic_private__", None)
+    return instance

@@ -51,6 +51,7 @@ __all__ = [
     "IdempotencyKey",
     "JobKey",
     "JobKeyError",
+    "check_contacts",
     "check_key",
     "check_label",
 ]
@@ -191,7 +192,10 @@ def _validate_idempotency_key(value: str) -> str:
 CONTACT_NAMED_BY = ("email", "name", "id")
 
 
-def _validate_contacts(value: list[Any]) -> list[Any]:
+def check_contacts(value: list[Any]) -> list[Any]:
+    """``value`` unchanged when every contact in it obeys :func:`check_label`'s
+    rule (a string, or an object's ``email``, ``name`` and ``id`` where they are
+    strings), else :class:`JobKeyError` naming the first that does not."""
     for index, contact in enumerate(value):
         if isinstance(contact, str):
             names = [(f"{index}", contact)]
@@ -204,11 +208,15 @@ def _validate_contacts(value: list[Any]) -> list[Any]:
         else:
             continue
         for where, name in names:
-            try:
-                check_label(name, f"contact {where}", MAX_CONTACT_LENGTH, edges=False)
-            except JobKeyError as exc:
-                raise PydanticCustomError("contact", "{reason}", {"reason": str(exc)}) from None
+            check_label(name, f"contact {where}", MAX_CONTACT_LENGTH, edges=False)
     return value
+
+
+def _validate_contacts(value: list[Any]) -> list[Any]:
+    try:
+        return check_contacts(value)
+    except JobKeyError as exc:
+        raise PydanticCustomError("contact", "{reason}", {"reason": str(exc)}) from None
 
 
 #: A job key as a pydantic field: :func:`check_key`'s rule (its message names

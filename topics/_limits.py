@@ -37,6 +37,8 @@ INT64_MAX = 2**63 - 1
 
 #: 19 digits in a row: the only way to spell an integer beyond 64 bits.
 _LONG_DIGITS = re.compile(rb"\d{19}")
+#: Every byte but the ASCII digits (what ``bytes.translate`` deletes to count them).
+_NOT_DIGITS = bytes(b for b in range(256) if not 0x30 <= b <= 0x39)
 
 
 class LimitError(ContractError):
@@ -77,6 +79,8 @@ def exact_numbers(raw: bytes, parsed: Any) -> Any:
     """``parsed`` (what orjson read from ``raw``), re-read exactly when ``raw``
     may hold an integer beyond 64 bits, which orjson turns into a float.
     Raises :class:`LimitError` for such an integer."""
-    if _LONG_DIGITS.search(raw) is None:
+    # A record with fewer than 19 digits in all cannot hold such a run; counting
+    # them (the bytes without the others) costs a fifth of the search.
+    if len(raw.translate(None, _NOT_DIGITS)) < 19 or _LONG_DIGITS.search(raw) is None:
         return parsed
     return json.loads(raw, parse_int=_int64)

@@ -17,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from topics._vocab import SCHEMA
+from topics._keys import MAX_KEY_LENGTH, JobKeyError, check_contacts, check_key, check_label
+from topics._vocab import SCHEMA, SOURCES
 
 __all__ = [
     "decision_body",
@@ -25,8 +26,10 @@ __all__ = [
     "event_input",
     "explanation",
     "fact_remembered",
+    "inbox_event_fields",
     "job_finished",
     "job_snapshot",
+    "job_start_fields",
     "memory_fact_record",
     "milestone_snapshot",
     "record_origin",
@@ -350,4 +353,148 @@ def job_snapshot(state: Mapping[str, Any], frontier: Sequence[str]) -> dict[str,
         "detail": {mid: milestone_snapshot(m) for mid, m in parts.items()},
         "frontier": list(frontier),
         "timers": state["timers"],
+    }
+
+
+# -- the inbox's common records, read without the model ------------------------------
+#
+# The inverse direction, for the two records most of an inbox holds: the
+# fields of an ``InboxEvent`` or a ``JobStart`` from a decoded record, when the
+# model would take the record exactly as it is (nothing to coerce, nothing to
+# refuse); else None, and the model decides and says what is wrong
+# (topics/_codec.py, ``decode_inbox``). Compiled, this costs a fraction of the
+# model's validation (benchmarks/README.md, issue 35, third pass);
+# tests/topics/test_inbox_checked.py holds the two to the same result on
+# generated records, valid and not. ``data`` is what ``orjson.loads`` made of
+# a record (its keys strings), within topics/_limits.py's limits.
+
+#: The fields of each, by their names on the wire.
+_EVENT_FIELDS: frozenset[str] = frozenset(
+    ("type", "schema", "key", "action", "value", "properties", "idempotency_key", "source")
+)
+_START_FIELDS: frozenset[str] = frozenset(
+    ("type", "schema", "key", "playbook_key", "subject", "contacts")
+)
+
+
+class _Absent:
+    """Not in the record (None is a value some fields take)."""
+
+
+_ABSENT = _Absent()
+
+
+def _common_ok(data: dict[str, Any], fields: frozenset[str]) -> bool:
+    """Only ``fields``, the schema version this code reads (an ``int``: the
+    model would coerce anything else, or refuse it), and a key that obeys the
+    key rule."""
+    for name in data:
+        if name not in fields:
+            return False
+    schema = data.get("schema", SCHEMA)
+    if type(schema) is not int or schema != SCHEMA:
+        return False
+    key = data.get("key")
+    if type(key) is not str:
+        return False
+    if _plain_ascii(key) and "/" not in key and key != "." and key != "..":
+        return True
+    try:
+        check_key(key)
+    except JobKeyError:
+        return False
+    return True
+
+
+def _plain_ascii(value: str) -> bool:
+    """Printable ASCII of 1 to 200 characters, without a space at either end:
+    what topics/_keys.py's rule takes without looking at each character (the
+    rule itself, in plain Python, is for anything else)."""
+    return (
+        0 < len(value) <= MAX_KEY_LENGTH
+        and value.isascii()
+        and value.isprintable()
+        and value[0] != " "
+        and value[-1] != " "
+    )
+
+
+def _text_ok(value: object) -> bool:
+    """A ``StrictStr`` of 1 to 200 characters."""
+    return type(value) is str and 0 < len(value) <= 200
+
+
+def _object(value: object) -> dict[str, Any] | None:
+    """A ``dict[str, Any]`` field: a copy of the object, ``{}`` when absent,
+    None when it is anything else (the model refuses it)."""
+    if value is _ABSENT:
+        return {}
+    if isinstance(value, dict) and type(value) is dict:
+        return dict(value)
+    return None
+
+
+def inbox_event_fields(data: dict[str, Any]) -> dict[str, Any] | None:
+    """``InboxEvent``'s fields, in the model's order (``schema_`` first), or None."""
+    if not _common_ok(data, _EVENT_FIELDS):
+        return None
+    action = data.get("action")
+    value = data.get("value")
+    properties = _object(data.get("properties", _ABSENT))
+    idempotency_key = data.get("idempotency_key")
+    source = data.get("source", "world")
+    if not _text_ok(action):
+        return None
+    # A Scalar keeps its type (pydantic's smart union matches it exactly).
+    if value is not None and type(value) not in (str, int, float, bool):
+        return None
+    if properties is None:
+        return None
+    if type(source) is not str or source not in SOURCES:
+        return None
+    if idempotency_key is not None:
+        if type(idempotency_key) is not str:
+            return None
+        if not _plain_ascii(idempotency_key):
+            try:
+                check_label(idempotency_key, "idempotency key")
+            except JobKeyError:
+                return None
+    return {
+        "schema_": SCHEMA,
+        "type": "event",
+        "key": data["key"],
+        "action": action,
+        "value": value,
+        "properties": properties,
+        "idempotency_key": idempotency_key,
+        "source": source,
+    }
+
+
+def job_start_fields(data: dict[str, Any]) -> dict[str, Any] | None:
+    """``JobStart``'s fields, in the model's order (``schema_`` first), or None."""
+    if not _common_ok(data, _START_FIELDS):
+        return None
+    playbook_key = data.get("playbook_key")
+    subject = _object(data.get("subject", _ABSENT))
+    contacts = data.get("contacts", _ABSENT)
+    if not _text_ok(playbook_key) or subject is None:
+        return None
+    if contacts is _ABSENT:
+        contacts = []
+    elif type(contacts) is list:
+        try:
+            contacts = list(check_contacts(contacts))
+        except JobKeyError:
+            return None
+    else:
+        return None
+    return {
+        "schema_": SCHEMA,
+        "type": "job.start",
+        "key": data["key"],
+        "playbook_key": playbook_key,
+        "subject": subject,
+        "contacts": contacts,
     }

@@ -57,6 +57,10 @@ _JOB_STATUS: Final = {m.value: m for m in JobStatus}
 _OUTCOME: Final = {m.value: m for m in TaskOutcome}
 
 
+#: An empty SHA-256 hasher that each state's hash starts from (a copy).
+_SHA256: Final = hashlib.sha256()
+
+
 def canonical_json(data: Any) -> bytes:
     """Sorted keys, no whitespace: the bytes that hashes and comparisons use."""
     return orjson.dumps(data, option=orjson.OPT_SORT_KEYS)
@@ -421,6 +425,11 @@ class JobState:
     def hash(self) -> str:
         """SHA-256 of the canonical JSON, hex (computed once per state)."""
         if self._hash is None:
-            object.__setattr__(self, "_hash", hashlib.sha256(self.to_bytes()).hexdigest())
+            # A copy of an empty hasher: hashlib.sha256() looks the digest up in
+            # OpenSSL by name each time, a quarter of hashing a state's 1.7 KB
+            # (benchmarks/README.md, issue 35, third pass).
+            digest = _SHA256.copy()
+            digest.update(self.to_bytes())
+            object.__setattr__(self, "_hash", digest.hexdigest())
         assert self._hash is not None
         return self._hash
