@@ -19,6 +19,7 @@ from typing import Any, Final, cast
 
 from topics import InboxEvent, JournalWorktree
 
+from agents.coding.research import coding_research, coding_research_calls
 from agents.coding.validation import Validation, ValidationCommand, run_validation
 from agents.coding.watch import Watch, Watches
 from agents.flows.handlers import HandlerContext, handler, router
@@ -47,6 +48,8 @@ __all__ = [
     "coding_open",
     "coding_pause",
     "coding_refused",
+    "coding_research",
+    "coding_research_calls",
     "coding_resume",
     "coding_risk",
     "coding_validate",
