@@ -8,6 +8,8 @@ the playbook's milestones: validation's (``source: tool``, from
 ``run_validation``), ``patch_applied`` (``source: tool``), and a person's
 checkpoint answer (``failed_validation_accepted``, ``coding_aborted``:
 ``source: world``, as the agents service records a person's message).
+The research step's handlers (agents/coding/research.py) are registered here
+too, by their import.
 """
 
 from __future__ import annotations
