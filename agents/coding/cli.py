@@ -59,10 +59,13 @@ def new_job_key(now: datetime | None = None) -> str:
 
 
 def job_subject(
-    repo: Path, task: str, validation: Validation, max_attempts: int, review: str
-) -> dict[str, Any]:
+    repo: Path, task: str, validation: Validation, max_attempts: int, review: str,
+    research: bool = False,
+) -> dict[str, Any]:  # fmt: skip
     """The job's subject, the flow's inputs: the repository's top folder, the
-    task, the trusted commands as discovery found them, the bounds."""
+    task, the trusted commands as discovery found them, the bounds, and
+    whether the operator asked for the research step (docs/coding.md,
+    "Research": the route is decided by this, never by a model)."""
     return {
         "repo": str(repo),
         "task": task,
@@ -73,6 +76,7 @@ def job_subject(
         "validation_source": validation.source,
         "max_attempts": max_attempts,
         "review": review,
+        "research": research,
     }
 
 
@@ -164,11 +168,13 @@ def code() -> None:
               type=click.IntRange(1, 20), help="Attempts before a checkpoint.")  # fmt: skip
 @click.option("--review", type=click.Choice(["auto", "always", "never"]), default="auto",
               show_default=True, help="When the change is reviewed.")  # fmt: skip
+@click.option("--research", is_flag=True,
+              help="A read-only research step before the edits (docs/coding.md).")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="JSON lines instead of text.")
 @click.option("--no-wait", is_flag=True, help=NO_WAIT)
 def code_run(
     repo: Path, task: str, validate: Sequence[str], max_attempts: int, review: str,
-    as_json: bool, no_wait: bool,
+    research: bool, as_json: bool, no_wait: bool,
 ) -> None:  # fmt: skip
     """Start a coding job on REPO for TASK and follow it: exit 0 done, 1 failed
     or aborted, 4 completed with override, 5 waiting at a checkpoint."""
@@ -186,7 +192,7 @@ def code_run(
     printer.emit("job", key=key, repo=str(top), validation=validation.source)
     message = JobStart(
         key=key, playbook_key=PLAYBOOK,
-        subject=job_subject(top, task, validation, max_attempts, review),
+        subject=job_subject(top, task, validation, max_attempts, review, research),
     )  # fmt: skip
     view = JobView(key)
     # The job's records all come after this: read from here.

@@ -50,6 +50,10 @@ PAUSE_HANDLER: Final = "coding_pause"
 #: job holds the repository's lease): its ``refused`` is a step.
 REFUSED_HANDLER: Final = "coding_refused"
 RESUME_HANDLER: Final = "coding_resume"
+#: The research step (docs/coding.md, "Research"): the handler that checks the
+#: model's research answer, and the nodes whose tool calls are research's.
+RESEARCH_HANDLER: Final = "coding_research"
+RESEARCH_NODES: Final = ("research_check", "research_tools")
 SHOWN_NODES: Final = ("plan", "review")
 #: The exit codes of ``code run``, ``code resume`` and ``code status`` by where
 #: the job is (docs/coding.md, "`lemongraph code`"); 3: still running.
@@ -72,7 +76,7 @@ _SHOWN: Final = 200
 
 @dataclass(frozen=True)
 class Step:
-    """One line: ``kind`` (``plan``, ``edit``, ``validation``, ``review``,
+    """One line: ``kind`` (``plan``, ``research``, ``edit``, ``validation``, ``review``,
     ``checkpoint``, ``flow``, ``status``), its text, and the data it came from."""
 
     kind: str
@@ -161,6 +165,8 @@ class JobView:
             return [_edit(record)]
         if kind == "journal.handler_call" and record.get("name") == VALIDATE_HANDLER:
             return self._validation(record)
+        if kind == "journal.handler_call" and record.get("name") == RESEARCH_HANDLER:
+            return _research(record)
         if kind == "journal.handler_call" and record.get("outcome") == "ok":
             return self._around_checkpoint(record)
         if kind == "journal.flow" and record.get("event") == "failed":
@@ -262,11 +268,30 @@ def _input_kind(record: Mapping[str, Any]) -> str | None:
 
 
 def _edit(record: Mapping[str, Any]) -> Step:
-    """A workspace tool's call: the tool, the path, the outcome."""
+    """A workspace tool's call: the tool, the path, the outcome (a research
+    step's own: ``research``)."""
     args = _json(str(record.get("arguments") or ""))
     path = args.get("path") if isinstance(args, dict) else None
     text = f"{record.get('tool')}" + (f" {path}" if path else "") + f" ({record.get('outcome')})"
-    return Step("edit", text, record)
+    return Step("research" if record.get("node") in RESEARCH_NODES else "edit", text, record)
+
+
+def _research(record: Mapping[str, Any]) -> list[Step]:
+    """The research step's end (its answer asked for no more calls): how many
+    findings, on which files (the model's own notes, docs/coding.md, "Research")."""
+    result = str(record.get("result") or "")
+    said = _json(result)
+    if (
+        record.get("outcome") == "ok"
+        and result.startswith('{"asked":false')
+        and not isinstance(said, dict)
+    ):  # the journal keeps the opening of a long answer only
+        return [Step("research", "notes taken (longer than the journal shows)", {})]
+    if record.get("outcome") != "ok" or not isinstance(said, dict) or said.get("asked"):
+        return []
+    findings, files = said.get("findings") or [], said.get("files") or []
+    text = f"{len(findings)} finding(s)" + (f" on {', '.join(map(str, files))}" if files else "")
+    return [Step("research", _cut(text), said)]
 
 
 def _json(text: str) -> Any:

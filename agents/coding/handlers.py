@@ -8,6 +8,8 @@ the playbook's milestones: validation's (``source: tool``, from
 ``run_validation``), ``patch_applied`` (``source: tool``), and a person's
 checkpoint answer (``failed_validation_accepted``, ``coding_aborted``:
 ``source: world``, as the agents service records a person's message).
+The research step's handlers (agents/coding/research.py) are registered here
+too, by their import.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any, Final, cast
 
 from topics import InboxEvent, JournalWorktree
 
+from agents.coding.research import coding_research, coding_research_calls
 from agents.coding.validation import Validation, ValidationCommand, run_validation
 from agents.coding.watch import Watch, Watches
 from agents.flows.handlers import HandlerContext, handler, router
@@ -47,6 +50,8 @@ __all__ = [
     "coding_open",
     "coding_pause",
     "coding_refused",
+    "coding_research",
+    "coding_research_calls",
     "coding_resume",
     "coding_risk",
     "coding_validate",

@@ -1,7 +1,6 @@
 """``lemongraph code`` (docs/coding.md, "`lemongraph code`").
 
-In process: the fold of a job's records into its lines, status and checkpoint
-(agents/coding/follow.py), from records made with the topics' own models; the
+In process (the fold of a job's records into its lines: test_follow.py): the
 subject a job starts with, from a real git repository's trusted AGENTS.md; a
 repository with no validation command refused before anything is sent.
 
@@ -16,7 +15,10 @@ and the allowed answers; the source repository untouched); a response it does
 not take exits 2 listing them; `revise` with a message gives exactly one more
 attempt; `accept_failed_validation` ends `completed_with_override` (exit 4),
 and only then is the patch in the source repository. `abort` fails the job
-(exit 1): nothing goes back, the lease and the worktree are let go."""
+(exit 1): nothing goes back, the lease and the worktree are let go. With
+`--research` the job visits the read-only research step: a write there is
+refused and journaled, and the model's findings reach the edit step's prompt,
+labelled as its own notes; without it no research node runs."""
 
 from __future__ import annotations
 
@@ -38,7 +40,7 @@ import pytest
 import yaml
 
 from agents.coding.cli import job_subject, new_job_key
-from agents.coding.follow import FLOW, JobView
+from agents.coding.follow import FLOW
 from agents.coding.validation import discover
 from agents.dev.serving import AppThread
 from agents.dev.standin import StandinScript, build_standin
@@ -51,129 +53,8 @@ from tests.lanes import ROOT, Lane, wait_for
 from tests.stream.gateway.conftest import GatewayProcess, launch_gateway
 from topics import (
     Answerer,
-    JournalHandlerCall,
-    JournalInterrupt,
-    JournalModelCall,
-    JournalToolCall,
-    JournalWorktree,
     MessageRecord,
 )
-
-AT = "2026-12-06T22:00:00Z"
-ANSWERS = ["revise", "accept_failed_validation", "abort"]
-
-
-def _head(job: str) -> dict[str, Any]:
-    return {"job_key": job, "run_id": f"{job}/change#1", "at": AT}
-
-
-def _plan(job: str) -> dict[str, Any]:
-    return JournalModelCall(
-        **_head(job), agent="flow", request="...", latency_ms=3, outcome="ok", flow=FLOW,
-        node="plan", response='{"steps": ["fix add()", "run the tests"], "files": ["calc.py"]}',
-    ).model_dump(mode="json")  # fmt: skip
-
-
-def _edit(job: str) -> dict[str, Any]:
-    return JournalToolCall(
-        **_head(job), agent="flow", tool="write_file", outcome="done", result="{}",
-        arguments='{"content": "x", "path": "calc.py"}', latency_ms=2, flow=FLOW, node="tools",
-    ).model_dump(mode="json")  # fmt: skip
-
-
-def _validated(job: str, attempt: int, verdict: str, code: int) -> dict[str, Any]:
-    result = {"verdict": verdict, "attempt": attempt, "exit_codes": [code]}
-    return JournalHandlerCall(
-        **_head(job), flow=FLOW, node="validate", kind="handler", name="coding_validate",
-        call_id=f"{job}/change#1/validate/{attempt}/1", outcome="ok",
-        result=orjson.dumps(result).decode(), latency_ms=40,
-    ).model_dump(mode="json")  # fmt: skip
-
-
-def _interrupt(job: str, status: str, **extra: Any) -> dict[str, Any]:
-    return JournalInterrupt(
-        **_head(job), flow=FLOW, node="checkpoint", interrupt_id=f"{job}/change#1/checkpoint/1",
-        kind="ask", status=status, **extra,
-    ).model_dump(mode="json")  # fmt: skip
-
-
-def _decision(job: str, status: str) -> dict[str, Any]:
-    """The fields of a decision record the fold reads."""
-    return {"type": "decision", "job_key": job, "outcome": "applied", "status": status,
-            "input": {"type": "event"}}  # fmt: skip
-
-
-def test_the_fold_says_each_step_and_where_the_job_is() -> None:
-    job = "code-1"
-    view = JobView(job)
-    records = [
-        _decision(job, "running"),
-        _plan(job),
-        _edit(job),
-        _validated(job, 1, "failed", 1),
-        {**_plan("another-job")},  # another job's record: nothing
-        _interrupt(job, "open", question="Validation failed 3 times. What now?", answers=ANSWERS),
-    ]
-    lines = [step.line() for r in records for step in view.add(r)]
-    assert lines == [
-        "plan: fix add(); run the tests",
-        "edit: write_file calc.py (done)",
-        "validation 1: failed (exit 1)",
-        "checkpoint: Validation failed 3 times. What now?",
-    ]
-    assert view.where == "waiting"
-    asked = view.checkpoint
-    assert asked is not None
-    assert asked.answers == tuple(ANSWERS)
-    assert asked.allows(" Accept_Failed_Validation ") == "accept_failed_validation"
-    assert asked.allows("accept") is None
-    later = [
-        _interrupt(job, "answered", answer="revise"),
-        _validated(job, 2, "passed", 0),
-        _decision(job, "done"),
-    ]
-    lines = [step.line() for r in later for step in view.add(r)]
-    assert lines == ["answered: revise", "validation 2: passed (exit 0)", "status: done"]
-    assert view.where == "done"
-    assert view.checkpoint is None
-
-
-def test_the_fold_keeps_what_the_watch_last_said_of_the_worktree() -> None:
-    """docs/coding.md, "A changed worktree: the 409": a change is a step and
-    refuses an answer; an answer taken ends the watch; a later word of it is stale."""
-    job = "code-2"
-    view = JobView(job)
-    before, now = {"diff_sha256": "a" * 64}, {"diff_sha256": "b" * 64}
-
-    def watch(status: str, name: str = "w-1") -> dict[str, Any]:
-        return JournalWorktree(
-            job_key=job, run_id=f"{job}/change#1", watch=name, at=AT, status=status,  # type: ignore[arg-type]
-            expected=before, found=now if status == "changed" else None,
-            why="the worktree changed since the checkpoint (tracked files)"
-            if status == "changed" else "",
-        ).model_dump(mode="json")  # fmt: skip
-
-    steps = [s.line() for r in (watch("same"), watch("changed")) for s in view.add(r)]
-    assert steps == ["worktree: the worktree changed since the checkpoint (tracked files)"]
-    assert view.changed is not None
-    assert (view.changed["expected"], view.changed["found"]) == (before, now)
-    assert [s.line() for s in view.add(watch("same"))] == ["worktree: as at the checkpoint again"]
-    assert view.changed is None
-    view.add(watch("changed"))
-    assert view.add(watch("ended")) == []
-    assert view.changed is None
-    assert view.add(watch("changed")) == []  # said after its watch ended: stale
-    assert view.changed is None
-
-
-def test_a_refused_start_is_said() -> None:
-    view = JobView("code-2")
-    steps = view.add(
-        {"type": "decision", "job_key": "code-2", "outcome": "refused",
-         "refused": "unknown playbook 'coding-task'", "input": {"type": "job.start"}}
-    )  # fmt: skip
-    assert [s.line() for s in steps] == ["refused: unknown playbook 'coding-task'"]
-    assert view.where == "refused"
 
 
 def test_the_subject_carries_the_trusted_commands(tmp_path: Path) -> None:
@@ -191,9 +72,11 @@ def test_the_subject_carries_the_trusted_commands(tmp_path: Path) -> None:
         "validation_source": "AGENTS.md",
         "max_attempts": 3,
         "review": "auto",
+        "research": False,  # the research step only when the operator asks for it
     }
-    operator = job_subject(repo, "t", discover(repo, ["make check"]), 1, "never")
+    operator = job_subject(repo, "t", discover(repo, ["make check"]), 1, "never", True)
     assert [c["text"] for c in operator["validate"]] == ["make check"]
+    assert operator["research"] is True
     assert new_job_key().startswith("code-")
     assert new_job_key() != new_job_key()
 
@@ -244,7 +127,8 @@ def drills(root: Path) -> list[dict[str, Any]]:
     model tries paths out of its worktree and proposes a validation command that
     would write ``root/pwned``), ``REVIEW-CHANGES`` (a change the risk rule sends
     to review, whose reviewer asks for changes once, then approves) and
-    ``REVIEW-PERSON`` (the reviewer asks a person)."""
+    ``REVIEW-PERSON`` (the reviewer asks a person) and ``RESEARCH-WRITE`` (a
+    write tried in the research step)."""
     pwned = f"touch {root / 'pwned'}"
     fix = ESCAPES[-1][2]
     risky = [
@@ -255,7 +139,16 @@ def drills(root: Path) -> list[dict[str, Any]]:
     edit, review = {"flow": FLOW, "flow_node": "edit"}, {"flow": FLOW, "flow_node": "review"}
     why = {"path": "notes/reviewed.txt", "content": "why\n"}
     said = {"calls": [{"name": "write_file", "id": "why", "args": why}]}
+    research = {"flow": FLOW, "flow_node": "research"}
     return [
+        # RESEARCH-WRITE: a write among the research step's calls (refused),
+        # then, told so, its findings.
+        {"when": {**research, "prompt_contains": "the research step only reads"},
+         "json": {"calls": [], "findings": ["RESEARCH-NOTE-1: add() subtracts"],
+                  "files": ["calc.py"]}},
+        {"when": {**research, "prompt_contains": "RESEARCH-WRITE"}, "json": {"calls": [
+            {"name": "write_file", "id": "early", "args": fix},
+            {"name": "read_file", "id": "look", "args": {"path": "calc.py"}}]}},
         {"when": {"flow": FLOW, "flow_node": "plan", "prompt_contains": "ESCAPE-DRILL"},
          "json": {"steps": ["fix add()"], "validate": [pwned]}},
         {"when": {**edit, "prompt_contains": "notes/reviewed.txt"}, "json": {"calls": []}},
@@ -357,6 +250,46 @@ def test_code_run_fixes_the_repository_end_to_end(coding: Lane) -> None:
     assert facts["validation_failed"]["properties"]["exit_code"] == 1
     assert facts["patch_applied"]["properties"]["files"] == ["calc.py"]
     assert snapshot(repo)["calc.py"] == (repo / "calc.py").read_bytes()
+    # No --research: the flow went from plan straight to edit.
+    nodes = {r.get("node") for r in _journal(coding, job, "journal.model_call")}
+    assert nodes == {"plan", "edit"}
+
+
+@pytest.mark.timeout(240)
+def test_research_only_reads_and_its_findings_reach_the_edit(coding: Lane, tmp_path: Path) -> None:
+    """docs/coding.md, "Research": with --research the job visits the research
+    step; its write is refused and journaled (validation 1 fails: the fix it
+    tried to write there is not in the worktree), its read is made, and its
+    findings reach the edit step's prompt as its own notes."""
+    repo = calc_repo(tmp_path)
+    done = coding.cli("code", "run", "--repo", str(repo), "--task", "RESEARCH-WRITE: fix add()",
+                      "--research", check=False)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    job = done.stdout.splitlines()[0].removeprefix("job: ")
+    assert done.stdout.splitlines()[1:] == [
+        "plan: fix add() in calc.py; let the tests decide",
+        "research: write_file calc.py (refused)",
+        "research: read_file calc.py (done)",
+        "research: 1 finding(s) on calc.py",
+        "validation 1: failed (exit 1)",  # the refused write changed nothing
+        "edit: write_file calc.py (done)",
+        "validation 2: passed (exit 0)",
+        "status: done",
+    ], done.stdout
+    calls = _journal(coding, job, "journal.tool_call")
+    refused = [c for c in calls if c["outcome"] == "refused"]
+    assert [(c["tool"], c["node"]) for c in refused] == [("write_file", "research_check")]
+    assert "the research step only reads" in refused[0]["result"]
+    said = [r for r in _journal(coding, job, "journal.model_call") if r["node"] != "plan"]
+    assert [r["node"] for r in said][:2] == ["research", "research"]
+    assert "the research step only reads" in said[1]["request"]  # the model is told
+    edit = next(r for r in said if r["node"] == "edit")
+    assert "Your own notes from the research step (a claim of yours" in edit["request"]
+    assert "RESEARCH-NOTE-1: add() subtracts" in edit["request"]
+    # The notes are no fact: the job's facts are the validations' and the patch's.
+    actions = {r["value"]["input"]["action"] for r in coding.read("decisions")
+               if r["key"] == job and r["value"]["input"].get("type") == "event"}  # fmt: skip
+    assert actions == {"validation_failed", "validation_passed", "patch_applied"}
 
 
 @pytest.mark.timeout(240)

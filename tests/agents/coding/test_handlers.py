@@ -7,7 +7,9 @@ fingerprints said), after git moved its HEAD the route is ``moved`` (the job
 fails); the worktree is watched while the job waits (``journal.worktree``:
 each change said once, both fingerprints); the router counts attempts, and
 ``revise`` grants exactly one; the review rule is the operator's or
-deterministic (a changed AGENTS.md is reviewed)."""
+deterministic (a changed AGENTS.md is reviewed); the research step lets only
+the catalog's read-only tools through, refuses and journals the others, and
+bounds the model's notes."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from agents.catalog import load_catalog
 from agents.coding.cli import changed_here
 from agents.coding.handlers import (
     after_validation,
@@ -31,6 +34,7 @@ from agents.coding.handlers import (
     coding_validate,
     review_required,
 )
+from agents.coding.research import MAX_FINDINGS, coding_research, coding_research_calls
 from agents.coding.watch import Watches, watch_worktrees
 from agents.flows.handlers import HandlerContext
 from agents.workspace.fingerprint import fingerprint
@@ -38,7 +42,7 @@ from agents.workspace.lease import LeaseHeld, Leases
 from agents.workspace.worktree import Workspaces
 from stream.runtime.config import Settings
 from tests.agents.coding.repos import make_repo, sh_git
-from topics import JournalWorktree
+from topics import JournalToolCall, JournalWorktree
 
 VALIDATE = [{"text": "test -f answer.txt", "source": "operator", "line": 1, "kind": "validate"}]
 
@@ -239,3 +243,37 @@ def test_code_resume_checks_the_worktree_where_the_service_keeps_it(
     assert refused is not None
     assert (refused["route"], refused["expected"]) == ("changed", paused)
     assert refused["actual"] == dict(fingerprint(worktree))
+
+
+def test_research_lets_only_reads_through(tmp_path: Path) -> None:
+    """docs/coding.md, "Research": a call of a tool that writes, or of one the
+    catalog does not have, is refused and journaled; the notes are bounded."""
+    catalog = load_catalog(
+        "agents:\n  conversation: {instructions: You change repositories.}\ntools:\n"
+        "  read_file: {description: Read., workspace: {op: read}}\n"
+        "  write_file: {description: Write., workspace: {op: write}}\n"
+        "  peek: {description: Read too., workspace: {op: read}, writes: true}\n"
+    )
+    sent: list[tuple[str, BaseModel]] = []
+    ctx = context(tmp_path, "code-9", sent)
+    ctx.tools.catalog = catalog
+    ctx = HandlerContext(**{**vars(ctx), "node": "research_check"})
+    read = {"name": "read_file", "id": "r", "args": {"path": "a.py"}}
+    write = {"name": "write_file", "id": "w", "args": {"path": "a.py", "content": "x"}}
+    calls = [read, write, {"name": "peek", "id": "p", "args": {}}, {"name": "rm", "id": "x"}]
+    said = {"calls": calls, "findings": [f"f{i}" for i in range(30)], "files": ["a.py"]}
+    notes = asyncio.run(coding_research({"research_out": said}, ctx))
+    assert notes["asked"] is True
+    assert notes["calls"] == [read]
+    assert [r["name"] for r in notes["refused"]] == ["write_file", "peek", "rm"]
+    assert len(notes["findings"]) == MAX_FINDINGS
+    assert coding_research_calls({"notes": notes}) == [read]
+    journaled: list[Any] = [r for topic, r in sent if topic == "journal"]
+    assert all(isinstance(r, JournalToolCall) for r in journaled)
+    assert [(r.tool, r.outcome, r.node) for r in journaled] == [
+        ("write_file", "refused", "research_check"), ("peek", "refused", "research_check"),
+        ("rm", "refused", "research_check"),
+    ]  # fmt: skip
+    assert not [r for topic, r in sent if topic == "inbox"]  # no fact: notes are a claim
+    done = asyncio.run(coding_research({"research_out": {"calls": []}}, ctx))
+    assert (done["asked"], done["calls"], done["findings"]) == (False, [], [])
