@@ -22,8 +22,8 @@ Pure: data in, data out, no I/O and no clock; the processor
   or at or before the newest fact of the profile it removed, that arrives later
   is ignored (the processor keeps that instant, under a hash of the subject).
 * A note (``memory.note``: a job's rolling summary, a model's words) is kept
-  beside the facts, never among them: the newest per job (the most turns
-  covered), at most ``notes`` jobs per subject, the jobs whose note is oldest
+  beside the facts, never among them: the newest per job (the latest written,
+  then the most turns covered), at most ``notes`` jobs per subject, the jobs whose note is oldest
   dropped first (raising the notes' floor, so a dropped note sent again stays
   out). Erased with the subject, like the facts (docs/memory.md, "Summaries
   are claims").
@@ -89,9 +89,13 @@ def sort_key(version: Mapping[str, Any]) -> SortKey:
 NOTE_FIELDS = ("kind", "source", "job_key", "note_id", "text", "turn_from", "turn_to", "at")
 
 
-def note_key(note: Mapping[str, Any]) -> tuple[int, datetime, str]:
-    """Which of a job's notes is newest: the most turns covered, then the latest."""
-    return (note["turn_to"], instant(note["at"]), note["note_id"])
+def note_key(note: Mapping[str, Any]) -> tuple[datetime, int, str]:
+    """Which of a job's notes is newest: the latest written, then the most turns
+    covered. By instant first, as the ``notes`` bound drops and its floor
+    ignores: ordered by turns first, a job's note set aside for one of more
+    turns came back once that one was dropped for the bound, later than the
+    floor, when the batch was sent again (hypothesis found it)."""
+    return (instant(note["at"]), note["turn_to"], note["note_id"])
 
 
 class Profile:
