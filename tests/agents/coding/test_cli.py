@@ -669,7 +669,16 @@ def test_on_a_terminal_code_run_asks_the_checkpoint_itself(coding: Lane, tmp_pat
 
 @pytest.mark.timeout(240)
 def test_ctrl_c_leaves_the_job_running_and_no_wait_never_asks(coding: Lane, tmp_path: Path) -> None:
-    never = "from calc import add\n\nassert add(2, 3) == 10, add(2, 3)\n"
+    # The validation waits for the test's word, so that the Ctrl-C surely lands while
+    # the CLI follows the job: on a loaded machine the terminal's "plan:" could be
+    # read only once the job already waited at its checkpoint, where the CLI asks.
+    gate = tmp_path / "go"
+    never = (
+        "import os, time\nfrom calc import add\n\n"
+        f"deadline = time.monotonic() + 120\nwhile not os.path.exists({str(gate)!r}) "
+        "and time.monotonic() < deadline:\n    time.sleep(0.05)\n"
+        "assert add(2, 3) == 10, add(2, 3)\n"
+    )
     repo = calc_repo(tmp_path, **{"test_calc.py": never})
     seen = bytearray()
     with _terminal(coding, *_code_run(repo)) as (proc, main):
@@ -677,7 +686,9 @@ def test_ctrl_c_leaves_the_job_running_and_no_wait_never_asks(coding: Lane, tmp_
         proc.send_signal(signal.SIGINT)  # Ctrl-C while it follows the job
         shown = _read_until(main, "says where it is", seen)
         assert f"the job goes on: lemongraph code status {job} says where it is" in shown
+        assert "validation 1" not in shown  # it was still following
         assert proc.wait(60) == 130, shown
+    gate.touch()
     # It went on without the CLI, to its checkpoint.
     wait_for(lambda: coding.cli("code", "status", job, check=False).returncode == 5,
              timeout=90, interval=1, what="the job to wait at its checkpoint")  # fmt: skip
