@@ -89,6 +89,9 @@ class CostRecorder:
         self.original_init: Any = None
         #: CPU of the session broker, reaped during the current test.
         self.reaped = 0.0
+        #: CPU of the processes the fork server started that ended during it
+        #: (tests/zygote.py): its children, not this process's.
+        self.forked = 0.0
 
     def pytest_configure(self, config: pytest.Config) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -117,8 +120,8 @@ class CostRecorder:
             cost.broker += self.reaped - broker
         else:
             cost.broker += self.broker_cpu() - broker
-        cost.cpu += own_cpu() - cpu - self.reaped
-        self.reaped = 0.0
+        cost.cpu += own_cpu() - cpu - self.reaped + self.forked
+        self.reaped = self.forked = 0.0
         cost.wall += time.monotonic() - wall
         self.current = None
         # A line per test, written at once: an interrupted run's figures count.
@@ -191,6 +194,18 @@ def broker_started(pid: int | None) -> None:
 def broker_stopping() -> None:
     if RECORDER is not None:
         RECORDER.broker_stopping()
+
+
+def forked_process_started(argv: list[str]) -> None:
+    """The fork server started ``argv`` for the current test (tests/zygote.py)."""
+    if RECORDER is not None and RECORDER.current is not None:
+        RECORDER.current.starts[command_name(argv)] += 1
+
+
+def forked_process_ended(cpu: float) -> None:
+    """A process the fork server started ended, having used ``cpu`` seconds."""
+    if RECORDER is not None:
+        RECORDER.forked += cpu
 
 
 if __name__ == "__main__":

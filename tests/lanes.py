@@ -29,7 +29,9 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.partitioner import DefaultPartitioner
 
 from stream.runtime.kafka import bootstrap_of, new_consumer, producer, read_topic
+from tests import zygote
 from tests.inprocess import invoke
+from tests.zygote import ForkedProcess
 from topics import DeadLetter, Topics
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,11 +40,34 @@ LEMONGRAPH = Path(sys.executable).parent / "lemongraph"
 END_MARKER = "end-marker-"
 
 
+def start_lemongraph(
+    args: list[str], cwd: Path, env: dict[str, str]
+) -> subprocess.Popen[str] | ForkedProcess:
+    """``lemongraph ARGS`` as a process with stdout and stderr on one text pipe:
+    forked from the test process's fork server for the long-running services
+    (tests/zygote.py), else through the console script."""
+    if zygote.enabled(args):
+        return zygote.spawn(args, cwd, env)
+    return console_process(args, cwd, env)
+
+
+def console_process(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Popen[str]:
+    """``lemongraph ARGS`` through the console script, stdout and stderr on one text pipe."""
+    return subprocess.Popen(
+        [str(LEMONGRAPH), *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
 @dataclass
 class WorkerProcess:
     """A `lemongraph worker` subprocess and what it printed."""
 
-    proc: subprocess.Popen[str]
+    proc: subprocess.Popen[str] | ForkedProcess
     lines: list[str] = field(default_factory=list)
     reader: threading.Thread | None = None
 
@@ -76,9 +101,10 @@ class WorkerProcess:
                 self.proc.wait(timeout)
         if self.reader is not None:
             self.reader.join(timeout)  # it ends at EOF, once the process is gone
+        code = self.proc.wait()  # at once: it has ended
         if self.proc.stdout is not None:
             self.proc.stdout.close()
-        return self.proc.returncode
+        return code
 
 
 @dataclass
@@ -131,14 +157,7 @@ class Lane:
     def start(self, command: list[str], ready: str, **extra: str) -> WorkerProcess:
         """``lemongraph COMMAND`` in this lane, once it printed ``ready``; it is
         killed at the end of the test."""
-        proc = subprocess.Popen(
-            [str(LEMONGRAPH), *command],
-            cwd=self.root,
-            env=self.env(**extra),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
+        proc = start_lemongraph(command, self.root, self.env(**extra))
         worker = WorkerProcess(proc)
         assert proc.stdout is not None
         stream = proc.stdout

@@ -42,6 +42,11 @@ def client_of(dev: WorkerProcess, api_port: int) -> httpx.Client:
     )
 
 
+def decisions_of(client: httpx.Client, key: str) -> list[dict[str, object]]:
+    listed: list[dict[str, object]] = client.get(f"/v1/jobs/{key}/decisions").json()["decisions"]
+    return listed
+
+
 def stop(dev: WorkerProcess) -> str:
     """Ctrl-C, as a developer stops it; what it said."""
     dev.proc.send_signal(signal.SIGINT)
@@ -69,7 +74,13 @@ def test_dev_keep_restarts_with_the_jobs_and_schedules_it_had(tmp_path: Path) ->
             wait_for(lambda: job(client, "job-1").get("status") == "done", what="job-1 done")
             added = client.post("/v1/schedules", json=SCHEDULE)
             assert added.status_code == 201, added.text
-            decisions = client.get("/v1/jobs/job-1/decisions").json()["decisions"]
+            # The gateway reads a job's snapshot and its decisions from two topics:
+            # "done" can be read before the decision that made it so.
+            wait_for(
+                lambda: any(d.get("status") == "done" for d in decisions_of(client, "job-1")),
+                what="job-1's last decision read",
+            )
+            decisions = decisions_of(client, "job-1")
         said = stop(first)
     finally:
         first.stop(signal.SIGKILL)

@@ -19,8 +19,9 @@ import pytest
 
 from stream.gateway import mint_token
 from stream.runtime.broker import free_port
-from tests.lanes import LEMONGRAPH, Lane, WorkerProcess, wait_for
+from tests.lanes import Lane, WorkerProcess, start_lemongraph, wait_for
 from tests.stream.gateway.browser import Chromium
+from tests.zygote import ForkedProcess
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser
@@ -34,7 +35,7 @@ SECRET = "test-secret-0123456789-0123456789-0123"
 class GatewayProcess:
     """A `lemongraph gateway` subprocess, what it printed, and a client for it."""
 
-    proc: subprocess.Popen[str]
+    proc: subprocess.Popen[str] | ForkedProcess
     api: str
     ui: str
     secret: str
@@ -72,9 +73,10 @@ class GatewayProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
+        code = self.proc.wait()  # at once: it has ended
         if self.proc.stdout is not None:
             self.proc.stdout.close()
-        return self.proc.returncode
+        return code
 
 
 def launch_gateway(lane: Lane, **env: str) -> GatewayProcess:
@@ -89,14 +91,7 @@ def launch_gateway(lane: Lane, **env: str) -> GatewayProcess:
         "LEMONGRAPH_RATE_BURST": "1000",
         **env,
     }
-    proc = subprocess.Popen(
-        [str(LEMONGRAPH), "gateway"],
-        cwd=lane.root,
-        env=lane.env(**settings),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    proc = start_lemongraph(["gateway"], lane.root, lane.env(**settings))
     gateway = GatewayProcess(
         proc,
         api=f"http://127.0.0.1:{api_port}",
