@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,6 +61,20 @@ def console_process(args: list[str], cwd: Path, env: dict[str, str]) -> subproce
         stderr=subprocess.STDOUT,
         text=True,
     )
+
+
+def read_lines(proc: subprocess.Popen[str] | ForkedProcess, lines: list[str]) -> threading.Thread:
+    """A thread appending what ``proc`` prints to ``lines`` until its output ends;
+    join it before closing ``proc.stdout``."""
+    assert proc.stdout is not None
+    reader = threading.Thread(target=_append_lines, args=(proc.stdout, lines), daemon=True)
+    reader.start()
+    return reader
+
+
+def _append_lines(stream: Iterable[str], lines: list[str]) -> None:
+    for line in stream:
+        lines.append(line)
 
 
 @dataclass
@@ -159,15 +173,7 @@ class Lane:
         killed at the end of the test."""
         proc = start_lemongraph(command, self.root, self.env(**extra))
         worker = WorkerProcess(proc)
-        assert proc.stdout is not None
-        stream = proc.stdout
-
-        def pump() -> None:
-            for line in stream:
-                worker.lines.append(line)
-
-        worker.reader = threading.Thread(target=pump, daemon=True)
-        worker.reader.start()
+        worker.reader = read_lines(proc, worker.lines)
         self.workers.append(worker)
         worker.wait_for(ready, timeout=90)
         return worker

@@ -255,7 +255,8 @@ def _serve(path: str) -> None:
                 if pid == 0:
                     listener.close()
                     selector.close()
-                    for other in children.values():
+                    for pidfd, other in children.items():
+                        os.close(pidfd)
                         other.close()
                     conn.close()
                     _child(request, fds[0])  # never returns

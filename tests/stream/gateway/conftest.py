@@ -19,7 +19,7 @@ import pytest
 
 from stream.gateway import mint_token
 from stream.runtime.broker import free_port
-from tests.lanes import Lane, WorkerProcess, start_lemongraph, wait_for
+from tests.lanes import Lane, WorkerProcess, read_lines, start_lemongraph, wait_for
 from tests.stream.gateway.browser import Chromium
 from tests.zygote import ForkedProcess
 
@@ -40,6 +40,7 @@ class GatewayProcess:
     ui: str
     secret: str
     lines: list[str] = field(default_factory=list)
+    reader: threading.Thread | None = None
 
     def token(self, **options: Any) -> str:
         """A token signed with this gateway's secret."""
@@ -74,6 +75,8 @@ class GatewayProcess:
                 self.proc.kill()
                 self.proc.wait(10)
         code = self.proc.wait()  # at once: it has ended
+        if self.reader is not None:
+            self.reader.join(10)  # it ends at EOF, once the process is gone
         if self.proc.stdout is not None:
             self.proc.stdout.close()
         return code
@@ -98,14 +101,7 @@ def launch_gateway(lane: Lane, **env: str) -> GatewayProcess:
         ui=f"http://127.0.0.1:{ui_port}",
         secret=settings["API_TOKEN_SECRET"],
     )
-    assert proc.stdout is not None
-    stream = proc.stdout
-
-    def pump() -> None:
-        for line in stream:
-            gateway.lines.append(line)
-
-    threading.Thread(target=pump, daemon=True).start()
+    gateway.reader = read_lines(proc, gateway.lines)
     try:
         gateway.wait_healthy()
     except BaseException:
