@@ -44,6 +44,7 @@ from stream.engine.registry import Registry
 from stream.engine.store import next_due_ms
 from stream.engine.timers import DUE_VALUE, INDEX_MARK, JOBS, due_key
 from stream.runtime.broker import ensure_topics
+from stream.runtime.errors import BenchError
 from stream.runtime.files import load_playbook_file
 from stream.runtime.kafka import producer
 from stream.runtime.partitions import home_partition
@@ -279,7 +280,11 @@ class Idle:
             key = f"{seeded.name}-{jobs // 2:07d}"
             probe = encode(InboxEvent(key=key, action="meeting_cancelled").compact())
             asyncio.run(produce(bench.bootstrap, topics.inbox, [(key.encode(), probe)]))
-            stamps = bench.wait_decisions(topics.decisions, decided + 1, timeout)
+            try:
+                stamps = bench.wait_decisions(topics.decisions, decided + 1, timeout)
+            except BenchError as exc:  # what the worker said, for whoever looks into it
+                said = "".join(worker.lines[-40:])
+                raise BenchError(f"{exc}; the worker's last output:\n{said}") from None
             recovery = max(stamps) / 1000 - started
             samples = _rss_samples(worker.proc.pid, self.idle_seconds, rss_mb)
         finally:
