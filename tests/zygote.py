@@ -77,6 +77,27 @@ PRELOAD = (
     "agents.tools.executor",
     "agents.channels.mail_service",
     "openai",
+    # imported once they run (listed from what forked processes had imported 10 s in)
+    "faust.worker",
+    "faust.assignor",
+    "faust.app.router",
+    "stream.engine.app",
+    "stream.engine.engine",
+    "stream.engine.schedules",
+    "stream.runtime.produce",
+    "agents.coding.handlers",
+    "agents.coding.research",
+    "agents.coding.validation",
+    "agents.flows.demo_handlers",
+    "agents.workspace.lease",
+    "openai.resources.responses",
+    "openai.lib.streaming.responses",
+    "httpcore",
+    "anyio._backends._asyncio",
+    "uvicorn.lifespan.off",
+    "uvicorn.protocols.websockets.auto",
+    "truststore",
+    "certifi",
 )
 #: The commands a fork may run (others start through the console script).
 COMMANDS = frozenset({"worker", "gateway", "agents", "mail-ingress", "memory", "ticker"})
