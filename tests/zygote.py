@@ -242,6 +242,9 @@ def spawn(args: Sequence[str], cwd: Path, env: Mapping[str, str]) -> ForkedProce
 
 
 def _serve(path: str) -> None:
+    from stream.runtime.broker import die_with_parent
+
+    die_with_parent()  # a test process killed leaves no fork server behind
     for name in PRELOAD:
         importlib.import_module(name)
     from stream.cli.commands import main
@@ -255,7 +258,7 @@ def _serve(path: str) -> None:
     listener.listen(64)
     selector = selectors.DefaultSelector()
     selector.register(listener, selectors.EVENT_READ, None)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    signal.signal(signal.SIGTERM, _stop_serving)
     sys.stdout.write("ready\n")
     sys.stdout.flush()
     children: dict[int, socket.socket] = {}
@@ -358,8 +361,13 @@ def _end(kill: Any, code: int) -> None:
         os._exit(code)
 
 
-if __name__ == "__main__":
-    with contextlib.suppress(SystemExit):
-        _serve(sys.argv[1])
+def _stop_serving(signum: int, frame: Any) -> None:
+    """SIGTERM (the test process ends, or dies): the socket removed, and the end at
+    once (freeing the libraries imported took over a second)."""
     with contextlib.suppress(OSError):
         os.unlink(sys.argv[1])
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    _serve(sys.argv[1])
