@@ -28,7 +28,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import orjson
@@ -152,6 +152,16 @@ async def read_tasks(bootstrap: str, topic: str) -> list[tuple[str, str, bytes]]
         if value.get("type") in ("task.opened", "task.closed"):
             out.append((str(value["task_id"]), str(value["type"]), r.value or b""))
     return out
+
+
+@dataclass(frozen=True)
+class CpuLeg:
+    """One CPU leg: the workers' CPU µs per decided event, the same beyond
+    their idle rate over the leg's time, and one worker's idle CPU (ms/s)."""
+
+    us_per_event: float
+    net_us_per_event: float
+    idle_ms_per_s: float
 
 
 def _cpu(pids: Sequence[int]) -> float:
@@ -291,27 +301,39 @@ class ScaleOut(Cluster):
         idle: list[float] = []
         for round_ in range(plan.cpu_rounds):
             for workers in (1, 2) if round_ % 2 == 0 else (2, 1):
-                per_event, idle_ms = self.cpu_leg(workers, round_)
-                rounds = (
+                leg = self.cpu_leg(workers, round_)
+                one = workers == 1
+                gross = (
                     f.cpu_us_per_event_1_worker_rounds
-                    if workers == 1
+                    if one
                     else f.cpu_us_per_event_2_workers_rounds
                 )
-                rounds.append(round(per_event, 1))
-                idle.append(round(idle_ms, 1))
+                net = (
+                    f.cpu_net_us_per_event_1_worker_rounds
+                    if one
+                    else f.cpu_net_us_per_event_2_workers_rounds
+                )
+                gross.append(round(leg.us_per_event, 1))
+                net.append(round(leg.net_us_per_event, 1))
+                idle.append(round(leg.idle_ms_per_s, 1))
                 self.say(
-                    f"scale-out CPU, round {round_ + 1}, {workers} worker(s): {per_event:,.0f} µs "
-                    f"per event; idle {idle_ms:.1f} ms/s per worker"
+                    f"scale-out CPU, round {round_ + 1}, {workers} worker(s): "
+                    f"{leg.us_per_event:,.0f} µs per event ({leg.net_us_per_event:,.0f} beyond "
+                    f"idle); idle {leg.idle_ms_per_s:.1f} ms/s per worker"
                 )
         if plan.cpu_rounds:
-            f.cpu_us_per_event_1_worker = statistics.median(f.cpu_us_per_event_1_worker_rounds)
-            f.cpu_us_per_event_2_workers = statistics.median(f.cpu_us_per_event_2_workers_rounds)
+            median = statistics.median
+            f.cpu_us_per_event_1_worker = median(f.cpu_us_per_event_1_worker_rounds)
+            f.cpu_us_per_event_2_workers = median(f.cpu_us_per_event_2_workers_rounds)
             f.cpu_2_vs_1 = f.cpu_us_per_event_2_workers / f.cpu_us_per_event_1_worker
-            f.idle_cpu_ms_per_s_per_worker = statistics.median(idle)
+            f.cpu_net_us_per_event_1_worker = median(f.cpu_net_us_per_event_1_worker_rounds)
+            f.cpu_net_us_per_event_2_workers = median(f.cpu_net_us_per_event_2_workers_rounds)
+            f.cpu_net_2_vs_1 = f.cpu_net_us_per_event_2_workers / f.cpu_net_us_per_event_1_worker
+            f.idle_cpu_ms_per_s_per_worker = median(idle)
 
-    def cpu_leg(self, workers: int, round_: int) -> tuple[float, float]:
+    def cpu_leg(self, workers: int, round_: int) -> CpuLeg:
         """The CPU load through ``workers`` fresh workers on fresh topics: their
-        CPU µs per decided event, and a worker's idle CPU (ms/s) just before."""
+        CPU per decided event, in all and beyond what they spent idle just before."""
         plan = self.plan
         prefix = f"bench-{self.run_id}-scaleout-cpu{round_}-{workers}."
         records, deciding = steady_mix(
@@ -322,16 +344,17 @@ class ScaleOut(Cluster):
             pids = [w.proc.pid for w in group]
             before, started = _cpu(pids), time.monotonic()
             time.sleep(plan.idle_seconds)
-            idle_ms = (_cpu(pids) - before) * 1000 / (time.monotonic() - started) / workers
-            before = _cpu(pids)
+            idle_s = (_cpu(pids) - before) / (time.monotonic() - started)  # all workers, per s
+            before, started = _cpu(pids), time.monotonic()
             asyncio.run(steady_load(self.bootstrap, Topics(prefix).inbox, records, plan.cpu_rate))
             expected = sum(deciding)
             self.wait_decisions(Topics(prefix).decisions, expected + plan.partitions, 300)
-            used = _cpu(pids) - before
+            used, elapsed = _cpu(pids) - before, time.monotonic() - started
         finally:
             for worker in group:
                 worker.kill()
-        return 1e6 * used / expected, idle_ms
+        net = used - idle_s * elapsed
+        return CpuLeg(1e6 * used / expected, 1e6 * net / expected, 1000 * idle_s / workers)
 
 
 def run_scale_out(

@@ -102,6 +102,13 @@ class ScaleOutFigures:
     cpu_us_per_event_1_worker: float = 0.0
     cpu_us_per_event_2_workers: float = 0.0
     cpu_2_vs_1: float = 0.0
+    #: The same beyond what the workers spend idle (their idle rate, measured
+    #: just before, times the leg's time): the work of the events themselves.
+    cpu_net_us_per_event_1_worker_rounds: list[float] = field(default_factory=list)
+    cpu_net_us_per_event_2_workers_rounds: list[float] = field(default_factory=list)
+    cpu_net_us_per_event_1_worker: float = 0.0
+    cpu_net_us_per_event_2_workers: float = 0.0
+    cpu_net_2_vs_1: float = 0.0
     #: A worker's CPU idle in its group (ms per second; median over the rounds).
     idle_cpu_ms_per_s_per_worker: float = 0.0
     core: str = ""
@@ -142,8 +149,12 @@ def render_scale_out(f: ScaleOutFigures) -> str:
         f"  worker CPU per event: 1 worker {f.cpu_us_per_event_1_worker:,.0f} µs "
         f"({_rounds(f.cpu_us_per_event_1_worker_rounds)}), 2 workers "
         f"{f.cpu_us_per_event_2_workers:,.0f} µs ({_rounds(f.cpu_us_per_event_2_workers_rounds)}): "
-        f"{f.cpu_2_vs_1:.2f}x at {p.get('cpu_rate'):,}/s; idle "
-        f"{f.idle_cpu_ms_per_s_per_worker:.1f} ms/s per worker",
+        f"{f.cpu_2_vs_1:.2f}x at {p.get('cpu_rate'):,}/s",
+        f"  beyond idle: 1 worker {f.cpu_net_us_per_event_1_worker:,.0f} µs "
+        f"({_rounds(f.cpu_net_us_per_event_1_worker_rounds)}), 2 workers "
+        f"{f.cpu_net_us_per_event_2_workers:,.0f} µs "
+        f"({_rounds(f.cpu_net_us_per_event_2_workers_rounds)}): {f.cpu_net_2_vs_1:.2f}x; "
+        f"a worker idle {f.idle_cpu_ms_per_s_per_worker:.1f} ms of CPU per second",
         f.core,
     ]
     return "\n".join(lines)
@@ -159,4 +170,6 @@ def _rounds(values: Sequence[float]) -> str:
 
 def scale_out_json(f: ScaleOutFigures) -> bytes:
     """The figures as one JSON object: ``{"scale_out": {...}}``."""
-    return orjson.dumps({"scale_out": asdict(f)}, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)
+    # A pause's partitions are numbers: JSON's keys are text ("0", "1", ...).
+    options = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
+    return orjson.dumps({"scale_out": asdict(f)}, option=options)

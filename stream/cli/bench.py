@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import click
@@ -43,7 +45,7 @@ def bench(quick: bool, json_path: Path | None, scale_out: bool) -> None:
     from stream.bench.run import figures_json, render_table, run_bench
 
     figures = run_bench(quick, say, playbooks)
-    _show(render_table(figures), figures_json(figures), json_path)
+    _show(render_table(figures), partial(figures_json, figures), json_path)
 
 
 def _scale_out(quick: bool, json_path: Path | None, playbooks: Path | None) -> None:
@@ -52,15 +54,15 @@ def _scale_out(quick: bool, json_path: Path | None, playbooks: Path | None) -> N
     from stream.bench.scaleout_figures import render_scale_out, scale_out_json
 
     figures = run_scale_out(quick, say, playbooks)
-    _show(render_scale_out(figures), scale_out_json(figures), json_path)
+    _show(render_scale_out(figures), partial(scale_out_json, figures), json_path)
     if figures.failed:
         sys.exit(ExitCode.FAILED)
 
 
-def _show(table: str, figures: bytes, json_path: Path | None) -> None:
+def _show(table: str, figures: Callable[[], bytes], json_path: Path | None) -> None:
     """Print the table; write the figures' JSON to ``json_path`` when given."""
     click.echo()
     click.echo(table)
     if json_path is not None:
-        json_path.write_bytes(figures)
+        json_path.write_bytes(figures())
         click.echo(f"figures written to {json_path}")

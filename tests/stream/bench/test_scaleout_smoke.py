@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import orjson
 import pytest
 
 from stream.bench.scaleout import run_scale_out
-from stream.bench.scaleout_figures import ScaleOutPlan, render_scale_out
+from stream.bench.scaleout_figures import ScaleOutPlan, render_scale_out, scale_out_json
 
 pytestmark = [pytest.mark.timeout(240)]
 
@@ -67,3 +68,9 @@ def test_scale_out_loses_nothing_and_measures_the_pause(
     assert f.cpu_us_per_event_1_worker > 0, shown
     assert f.cpu_us_per_event_2_workers > 0, shown
     assert f.idle_cpu_ms_per_s_per_worker > 0, shown
+    assert f.cpu_net_us_per_event_1_worker_rounds, shown
+    # --json: every figure, the pauses by partition too.
+    written = orjson.loads(scale_out_json(f))["scale_out"]
+    assert written["lost"] == 0
+    assert written["rebalances"][0]["what"] == "kill worker 1"
+    assert set(written["rebalances"][0]["by_partition"]) == {"0", "1", "2", "3"}
