@@ -183,6 +183,9 @@ class RebalancePause:
     #: were stopped while the group re-joined).
     paused: list[int]
     max_s: float
+    #: The partitions that made no decision at all until the next rebalance:
+    #: their pause lasted at least its ``by_partition`` figure, maybe longer.
+    silent: list[int] = field(default_factory=list)
 
 
 def _longest_gap(stamps: Sequence[int], start: int, end: int) -> float:
@@ -196,6 +199,12 @@ def _longest_gap(stamps: Sequence[int], start: int, end: int) -> float:
     for before, after in itertools.pairwise(inside):
         longest = max(longest, after - before)
     return longest / 1000
+
+
+def _any_in(stamps: Sequence[int], start: int, end: int) -> bool:
+    """Whether a stamp falls in ``[start, end)``."""
+    i = bisect.bisect_left(stamps, start)
+    return i < len(stamps) and stamps[i] < end
 
 
 def pauses(
@@ -215,6 +224,8 @@ def pauses(
         until = ordered[n + 1].at_ms if n + 1 < len(ordered) else end_ms
         by = {p: _longest_gap(s, r.at_ms, until) for p, s in sorted(stamps.items())}
         paused = [p for p, s in by.items() if s >= floor_s]
+        silent = [p for p, s in sorted(stamps.items()) if not _any_in(s, r.at_ms, until)]
         top = max(by.values(), default=0.0)
-        out.append(RebalancePause(r.what, (r.at_ms - started_ms) / 1000, by, paused, top))
+        at = (r.at_ms - started_ms) / 1000
+        out.append(RebalancePause(r.what, at, by, paused, top, silent))
     return out

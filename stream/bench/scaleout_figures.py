@@ -29,8 +29,10 @@ class ScaleOutPlan:
     seconds: float = 60.0
     #: Each kill: (seconds into the load, index of the worker SIGKILLed); the
     #: worker is started again ``restart_after`` seconds later, on its data folder.
+    #: Longer than a kill's pause (the session, 6 s, and the re-join), so that
+    #: the restart's rebalance does not cut it short.
     kills: tuple[tuple[float, int], ...] = ((12.0, 1), (34.0, 2))
-    restart_after: float = 10.0
+    restart_after: float = 12.0
     #: Seconds to let the group settle once every partition has decided.
     settle_seconds: float = 8.0
     #: A partition that made no decision this long after a rebalance paused.
@@ -51,9 +53,10 @@ class ScaleOutPlan:
         return cls(
             quick=True,
             rate=150.0,
-            seconds=30.0,
-            kills=((5.0, 1), (17.0, 2)),
-            restart_after=8.0,
+            seconds=40.0,
+            kills=((5.0, 1), (21.0, 2)),
+            # Past the session (6 s) and the re-join, so the kill's pause ends first.
+            restart_after=12.0,
             settle_seconds=4.0,
             cpu_rounds=1,
             cpu_rate=500.0,
@@ -138,7 +141,12 @@ def render_scale_out(f: ScaleOutFigures) -> str:
         f"{f.tasks_differing:,} different  (must be 0)",
     ]
     for r in f.rebalances:
-        paused = ", ".join(f"p{n} {r.by_partition[n]:.1f}s" for n in r.paused) or "none"
+        paused = (
+            ", ".join(
+                f"p{n} {'>=' if n in r.silent else ''}{r.by_partition[n]:.1f}s" for n in r.paused
+            )
+            or "none"
+        )
         lines.append(
             f"  {r.what} at {r.at_s:.1f}s: longest pause {r.max_s:.1f}s; paused "
             f"(>= {p.get('pause_floor_s')}s): {paused}"

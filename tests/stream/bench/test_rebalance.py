@@ -97,6 +97,7 @@ def test_a_killed_partition_pauses_until_its_next_decision() -> None:
     assert out[0].paused == [1]
     assert out[0].max_s == 4.5
     assert out[1].paused == []  # nothing stopped after the restart
+    assert out[0].silent == out[1].silent == []
 
 
 def test_a_partition_silent_until_the_next_rebalance_paused_all_of_it() -> None:
@@ -104,6 +105,7 @@ def test_a_partition_silent_until_the_next_rebalance_paused_all_of_it() -> None:
     out = pauses([Rebalance("kill worker 0", 250)], stamps, 0, end_ms=3_250)
     assert out[0].by_partition == {0: 3.0, 1: 2.75}
     assert out[0].paused == [0, 1]
+    assert out[0].silent == [0]  # at least 3 s: the run ended first
 
 
 def test_latency_is_from_each_record_to_its_first_decision() -> None:
