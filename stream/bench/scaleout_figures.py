@@ -53,8 +53,9 @@ class ScaleOutPlan:
         return cls(
             quick=True,
             rate=150.0,
-            seconds=40.0,
-            kills=((5.0, 1), (21.0, 2)),
+            seconds=45.0,
+            # Each kill 8 s after the last restart: its join's rebalance is over.
+            kills=((5.0, 1), (25.0, 2)),
             # Past the session (6 s) and the re-join, so the kill's pause ends first.
             restart_after=12.0,
             settle_seconds=4.0,
