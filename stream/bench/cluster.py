@@ -9,18 +9,23 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import sys
+import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from stream.bench.figures import Parameters
+from stream.runtime.broker import EmbeddedBroker
 from stream.runtime.errors import BenchError
 from stream.runtime.kafka import bootstrap_of, configured_security, producer, read_topic
 from stream.runtime.processes import ChildProcess
 
-__all__ = ["PARTITIONS", "Cluster", "count_records", "produce"]
+__all__ = ["PARTITIONS", "Cluster", "Site", "bench_site", "count_records", "produce"]
 
 PARTITIONS = 4
 
@@ -41,6 +46,44 @@ async def count_records(bootstrap: str, topic: str) -> tuple[int, list[tuple[int
     """Records of a topic, and each record's (timestamp, partition)."""
     stamps = [(r.timestamp_ms, r.partition) async for r in read_topic(bootstrap, topic, idle=0.3)]
     return len(stamps), stamps
+
+
+@dataclass(frozen=True)
+class Site:
+    """Where a run measures: the broker (its process when embedded), a scratch
+    folder, and the playbooks folder holding ``onboarding.yaml``."""
+
+    url: str
+    broker_pid: int | None
+    workdir: Path
+    playbooks: Path
+
+
+@contextmanager
+def bench_site(say: Callable[[str], None], playbooks: Path | None) -> Iterator[Site]:
+    """The broker of LEMONGRAPH_KAFKA_URL, else an embedded one started here,
+    and a scratch folder; both gone at the end. ``playbooks``: the folder of
+    the onboarding playbook (None: the project's ``examples/``)."""
+    playbooks = (playbooks or Path(__file__).resolve().parents[2] / "examples").resolve()
+    if not (playbooks / "onboarding.yaml").is_file():
+        raise BenchError(
+            f"the benchmark runs the onboarding playbook: {playbooks / 'onboarding.yaml'} is "
+            "missing (set LEMONGRAPH_PLAYBOOKS_DIR to the project's playbooks folder)"
+        )
+    url = os.environ.get("LEMONGRAPH_KAFKA_URL", "").strip()
+    workdir = Path(tempfile.mkdtemp(prefix="lemongraph-bench-"))
+    broker = None
+    try:
+        if not url:
+            broker = EmbeddedBroker()
+            broker.start()
+            url = broker.url
+        say(f"broker: {url}{' (embedded Tansu)' if broker else ''}; cores: {os.cpu_count()}")
+        yield Site(url, broker.pid if broker is not None else None, workdir, playbooks)
+    finally:
+        if broker is not None:
+            broker.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 class Cluster:

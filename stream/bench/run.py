@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -32,14 +30,14 @@ import orjson
 from aiokafka.structs import TopicPartition
 
 from stream.bench.bytes import TopicBytes, topic_bytes_under
-from stream.bench.cluster import PARTITIONS, Cluster, produce
+from stream.bench.cluster import PARTITIONS, Cluster, bench_site, produce
 from stream.bench.figures import Figures, Parameters, figures_json, render_table
 from stream.bench.idle import Idle, IdleRun
 from stream.bench.micro import core_decisions_per_s, state_cache_bytes_per_entry, tick_cost_ms
 from stream.bench.schedules import schedule_memory, schedule_tick_ms
-from stream.bench.workload import onboarding_mix
+from stream.bench.workload import decides, onboarding_mix
 from stream.runtime import native
-from stream.runtime.broker import EmbeddedBroker, ensure_topics
+from stream.runtime.broker import ensure_topics
 from stream.runtime.errors import BenchError
 from stream.runtime.kafka import (
     configured_compression,
@@ -555,16 +553,7 @@ def _shown(by_topic: dict[str, float]) -> str:
 
 def _expected_decisions(mix: list[JobStart | InboxEvent]) -> int:
     """Every record is a decision except a retried idempotency key."""
-    seen: set[tuple[str, str]] = set()
-    count = 0
-    for m in mix:
-        key = m.idempotency_key if isinstance(m, InboxEvent) else None
-        if key is not None:
-            if (m.key, key) in seen:
-                continue
-            seen.add((m.key, key))
-        count += 1
-    return count
+    return sum(decides(mix))
 
 
 def run_bench(
@@ -572,24 +561,10 @@ def run_bench(
 ) -> Figures:
     """Run every part and return the figures."""
     params = Parameters.for_run(quick)
-    playbooks = (playbooks or Path(__file__).resolve().parents[2] / "examples").resolve()
-    if not (playbooks / "onboarding.yaml").is_file():
-        raise BenchError(
-            f"the benchmark runs the onboarding playbook: {playbooks / 'onboarding.yaml'} is "
-            "missing (set LEMONGRAPH_PLAYBOOKS_DIR to the project's playbooks folder)"
-        )
-    url = os.environ.get("LEMONGRAPH_KAFKA_URL", "").strip()
-    workdir = Path(tempfile.mkdtemp(prefix="lemongraph-bench-"))
-    broker = None
-    try:
-        if not url:
-            broker = EmbeddedBroker()
-            broker.start()
-            url = broker.url
-        say(f"parameters: {', '.join(f'{k}={v}' for k, v in asdict(params).items())}")
-        say(f"broker: {url}{' (embedded Tansu)' if broker else ''}; cores: {os.cpu_count()}")
-        broker_pid = broker.pid if broker is not None else None
-        bench = Bench(url, params, say, playbooks, workdir, broker_pid=broker_pid)
+    say(f"parameters: {', '.join(f'{k}={v}' for k, v in asdict(params).items())}")
+    with bench_site(say, playbooks) as site:
+        playbooks, workdir = site.playbooks, site.workdir
+        bench = Bench(site.url, params, say, playbooks, workdir, broker_pid=site.broker_pid)
         bench.figures.core = native.check().describe()
         records = bench.raw()
         faust_records = records[: params.faust_records]
@@ -621,10 +596,6 @@ def run_bench(
         )
         bench_schedules(f, params, say, workdir)
         return f
-    finally:
-        if broker is not None:
-            broker.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def bench_schedules(

@@ -6,7 +6,7 @@ import random
 
 from topics import SOURCES, InboxEvent, JobStart
 
-__all__ = ["onboarding_mix"]
+__all__ = ["decides", "onboarding_mix"]
 
 
 def onboarding_mix(jobs: int, seed: int = 1, prefix: str = "job") -> list[JobStart | InboxEvent]:
@@ -55,4 +55,17 @@ def onboarding_mix(jobs: int, seed: int = 1, prefix: str = "job") -> list[JobSta
             if job:
                 still.append(job)
         queues = still
+    return out
+
+
+def decides(mix: list[JobStart | InboxEvent]) -> list[bool]:
+    """For each record of ``mix``, whether it makes a decision: every record
+    does but a retried idempotency key (applied once already: no decision)."""
+    seen: set[tuple[str, str]] = set()
+    out: list[bool] = []
+    for m in mix:
+        key = m.idempotency_key if isinstance(m, InboxEvent) else None
+        out.append(key is None or (m.key, key) not in seen)
+        if key is not None:
+            seen.add((m.key, key))
     return out
