@@ -13,7 +13,9 @@ import pytest
 from stream.bench.scaleout import run_scale_out
 from stream.bench.scaleout_figures import ScaleOutPlan, render_scale_out, scale_out_json
 
-pytestmark = [pytest.mark.timeout(240)]
+# slow: a 45 s test starts among the first, not at the end of the run (tests/conftest.py,
+# longest_modules_first)
+pytestmark = [pytest.mark.broker, pytest.mark.slow, pytest.mark.timeout(240)]
 
 ROOT = Path(__file__).resolve().parents[3]
 
