@@ -19,7 +19,9 @@ done by hand, in Python's order: non-daemon threads joined, ``atexit``
 functions, the streams flushed, and an uncaught ``KeyboardInterrupt`` ends it
 by SIGINT as it ends an interpreter.
 
-What it does not share: the console script itself and the interpreter's start.
+What it does not share: the console script itself and the interpreter's start,
+and its command line: ``ps`` shows a forked process as the fork server's
+(``python -m tests.zygote SOCKET``), the pid being the process's own.
 The tests of those run the script (``Lane.cli(..., process=True)``,
 tests/inprocess.py ``lemongraph(..., process=True)``, tests/stream/cli/),
 as does every test when ``LEMONGRAPH_TEST_FORK=0``.
