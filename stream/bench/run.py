@@ -34,6 +34,7 @@ from stream.bench.cluster import PARTITIONS, Cluster, bench_site, produce
 from stream.bench.figures import Figures, Parameters, figures_json, render_table
 from stream.bench.idle import Idle, IdleRun
 from stream.bench.micro import core_decisions_per_s, state_cache_bytes_per_entry, tick_cost_ms
+from stream.bench.rebalance import percentile
 from stream.bench.schedules import schedule_memory, schedule_tick_ms
 from stream.bench.workload import decides, onboarding_mix
 from stream.runtime import native
@@ -477,7 +478,7 @@ class Bench(Cluster):
         if len(latencies) < count:
             raise BenchError(f"only {len(latencies)} of {count} tasks arrived")
         self.figures.p50_latency_ms = statistics.median(latencies)
-        self.figures.p99_latency_ms = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
+        self.figures.p99_latency_ms = percentile(latencies, 0.99)
         self.say(
             f"latency at {rate:,}/s for {seconds:g}s (achieved "
             f"{self.figures.latency_rate_achieved:,.0f}/s): "
