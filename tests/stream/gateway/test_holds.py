@@ -311,16 +311,22 @@ def test_event_streams_are_bounded_per_token_and_in_all(
             sock.close()
 
 
-def wait_healthy(gateway: GatewayProcess) -> bool:
-    deadline = time.monotonic() + 5
+def wait_healthy(gateway: GatewayProcess, timeout: float = 20) -> bool:
+    """The gateway answers ``/healthz`` 200 again within ``timeout`` (on a loaded
+    machine it first works through the backlog the kernel queued for it); an
+    AssertionError with its last answer and output when it does not."""
+    deadline = time.monotonic() + timeout
+    last = ""
     while time.monotonic() < deadline:
         try:
-            if httpx.get(f"{gateway.api}/healthz", timeout=2).status_code == 200:
+            response = httpx.get(f"{gateway.api}/healthz", timeout=2)
+            if response.status_code == 200:
                 return True
-        except httpx.TransportError:
-            pass
+            last = f"{response.status_code} {response.text}"
+        except httpx.TransportError as exc:
+            last = repr(exc)
         time.sleep(0.1)
-    return False
+    raise AssertionError(f"never healthy again ({last}); output:\n" + "".join(gateway.lines[-40:]))
 
 
 @pytest.mark.parametrize("chunked", [False, True])
