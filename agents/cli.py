@@ -35,7 +35,7 @@ def agents(loglevel: str) -> None:
     holds each job's conversation (docs/agents.md). The model is OPENAI_BASE_URL
     (the stand-in, `lemongraph standin`, or any compatible server) with
     OPENAI_API_KEY."""
-    import faust
+    from stream.runtime.faust_tuning import PromptWorker
 
     from agents.app import build_service
     from agents.catalog import load_catalog_file
@@ -80,7 +80,9 @@ def agents(loglevel: str) -> None:
     )
     metrics = serve_metrics("agents", settings.metrics_port, settings.metrics_host, say)
     tracing = start_tracing("agents", say)  # docs/operations.md, "Tracing"
-    worker = faust.Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
+    # Faust's worker without its fixed waits at the end of a stop (docs/operations.md,
+    # "How a worker stops").
+    worker = PromptWorker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
     worker.spinner = None
     try:
         worker.execute_from_commandline()

@@ -208,10 +208,11 @@ def _stop_anyway(say: Callable[[str], None]) -> None:
 
 
 def _worker_class() -> type[faust.Worker]:
-    import faust
+    from stream.runtime.faust_tuning import PromptWorker
 
-    class StoppingWorker(faust.Worker):
-        """Faust's worker, with a deadline on stopping (STOP_GRACE_SECONDS)."""
+    class StoppingWorker(PromptWorker):
+        """Faust's worker, with a deadline on stopping (STOP_GRACE_SECONDS) and
+        without its fixed waits at the end (PromptWorker)."""
 
         tell: Callable[[str], None] = print
         _deadline: threading.Timer | None = None

@@ -38,6 +38,7 @@ __all__ = [
     "compression_from_env",
     "compression_type",
     "configured_compression",
+    "leave_groups_of_generation_zero",
     "new_consumer",
     "partitions_of",
     "producer",
@@ -275,6 +276,38 @@ class GroupTimeouts:
         }
 
 
+def leave_groups_of_generation_zero() -> None:
+    """Make this process's group members leave their group when they stop, in its
+    generation 0 too (docs/operations.md, "How a worker stops").
+
+    aiokafka sends LeaveGroup on stop only when its generation is above 0, as
+    Apache Kafka numbers a group's generations from 1. The embedded broker numbers
+    them from 0, so the first member of each group never left it: its partitions
+    stayed with the stopped process until its session expired, and a process
+    starting within about a second of its stop waited 7 s instead of 2 s to be given
+    them (a join held, then a SyncGroup failed "due to group rebalance"). Once per
+    process; nothing changes for a member of a later generation."""
+    from aiokafka.consumer import group_coordinator as coordinator
+
+    leave = coordinator.GroupCoordinator._maybe_leave_group
+    if getattr(leave, "of_generation_zero", False):
+        return
+
+    async def _maybe_leave_group(self: Any) -> None:
+        if self.generation == 0 and self._group_instance_id is None:
+            request = coordinator.LeaveGroupRequest(self.group_id, self.member_id)
+            try:  # as aiokafka's own: a minimal effort, never resent
+                await self._send_req(request)
+            except KafkaError as err:
+                coordinator.log.error("LeaveGroup request failed: %s", err)
+            self.reset_generation()
+            return
+        await leave(self)
+
+    _maybe_leave_group.of_generation_zero = True  # type: ignore[attr-defined]
+    coordinator.GroupCoordinator._maybe_leave_group = _maybe_leave_group
+
+
 def new_consumer(
     bootstrap: str,
     security: KafkaSecurity | None = None,
@@ -294,6 +327,7 @@ def new_consumer(
     (aiokafka's fetch options); what is not given is aiokafka's default."""
     options: dict[str, Any] = {"enable_auto_commit": False}
     if group is not None:
+        leave_groups_of_generation_zero()
         options["group_id"] = group
         options.update(GroupTimeouts.from_env().aiokafka_kwargs())
     if offsets is not None:

@@ -11,6 +11,7 @@ upgrade moves them, these tests fail before a worker misbehaves.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import inspect
 from pathlib import Path
 from types import SimpleNamespace
@@ -222,3 +223,49 @@ def test_every_group_member_takes_the_session_timeout_of_the_environment(
     assert asyncio.run(made()) == (2400, 800)
     options = common_settings("kafka://127.0.0.1:9", tmp_path, 4, tansu=True)
     assert (options["broker_session_timeout"], options["broker_heartbeat_interval"]) == (2.4, 0.8)
+
+
+def test_a_worker_ends_its_stop_without_fausts_fixed_waits() -> None:
+    from mode.worker import Worker as ModeWorker
+
+    from stream.runtime.faust_tuning import PromptWorker
+
+    # What PromptWorker replaces: mode's end of a stop, after the services stopped.
+    source = inspect.getsource(ModeWorker._shutdown_loop)
+    assert "self._gather_all()" in source, "mode changed Worker._shutdown_loop"
+    assert "self._sentinel_task()" in source, "mode changed Worker._shutdown_loop"
+    assert "await asyncio.sleep(1.0)" in inspect.getsource(ModeWorker._sentinel_task)
+    assert "asyncio.sleep(0.1)" in inspect.getsource(ModeWorker._gather_all)
+
+    loop = asyncio.new_event_loop()
+    ended: list[str] = []
+
+    async def never_ends() -> None:  # as an aiokafka client's metadata loop
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            ended.append("cancelled")
+            raise
+
+    async def ends_soon() -> None:
+        await asyncio.sleep(0.01)
+        ended.append("by itself")
+
+    try:
+        stuck = loop.create_task(never_ends())
+        soon = loop.create_task(ends_soon())
+        worker = SimpleNamespace(loop=loop, SETTLE=0.1, UNWIND=1.0)
+        PromptWorker._gather_all(worker)  # type: ignore[arg-type]
+        assert stuck.cancelled()
+        assert soon.done()
+        assert not soon.cancelled()
+        assert sorted(ended) == ["by itself", "cancelled"]
+        assert not asyncio.all_tasks(loop)
+        PromptWorker._gather_all(worker)  # type: ignore[arg-type]  # nothing left: at once
+    finally:
+        loop.close()
+    # The worker's and the agents service's Faust worker are this one.
+    from stream.engine.worker import _worker_class
+
+    assert issubclass(_worker_class(), PromptWorker)
+    assert "PromptWorker(app" in inspect.getsource(importlib.import_module("agents.cli"))
