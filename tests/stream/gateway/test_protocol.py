@@ -4,7 +4,9 @@ behaviour itself is tested through a running gateway in test_holds.py)."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -79,3 +81,44 @@ def test_the_request_deadline_and_connection_bound_settings(tmp_path: Path) -> N
     ]:
         with pytest.raises(ConfigError, match=says):
             Settings.from_env(env, absent)
+
+
+class _Scarce:
+    """A listening socket whose accept() fails as a process out of file
+    descriptors does (EMFILE), counting the attempts."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.attempts = 0
+
+    def accept(self) -> tuple[socket.socket, Any]:
+        self.attempts += 1
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.sock, name)
+
+
+def test_out_of_file_descriptors_a_round_of_accepts_ends_and_retries_once() -> None:
+    reported: list[dict[str, Any]] = []
+    loop = asyncio.new_event_loop()
+    listening = socket.create_server(("127.0.0.1", 0), backlog=2048)
+    listening.setblocking(False)
+    scarce = _Scarce(listening)
+    client = socket.create_connection(listening.getsockname())  # readable: one waits
+    try:
+        loop.set_exception_handler(lambda _loop, context: reported.append(context))
+        quiet_accept_errors(loop, lambda _: None, every=3600)
+        loop._start_serving(lambda: asyncio.Protocol(), scarce, None, None, 2048)  # type: ignore[attr-defined]
+        loop.run_until_complete(asyncio.sleep(0.05))  # the loop's round for the readable socket
+        # Python 3.11 alone: 2048 attempts and as many retries scheduled (gh-151615).
+        assert scarce.attempts == 1
+        retries = list(loop._scheduled)  # type: ignore[attr-defined]  # the loop's timers
+        assert len(retries) == 1
+        listening.close()  # the server closes before the retry is due
+        retries[0]._run()  # the retry, a second early
+        assert reported == []  # the retry did nothing: no "Invalid file descriptor: -1"
+    finally:
+        client.close()
+        listening.close()
+        loop.close()
