@@ -41,8 +41,9 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("LEMONGRAPH_FETCH_MAX_WAIT_MS", "100")
     # And they are given their partitions in 1 s instead of 3: the embedded broker
     # holds a first JoinGroup for half the session, in whole seconds (docs/operations.md,
-    # "How long a start takes"). Faust's consumers heartbeat from a thread of their own,
-    # so a busy event loop does not end their session.
+    # "How long a start takes"). The worker's and the agents service's consumers (Faust's)
+    # heartbeat from a thread of their own, so a busy event loop does not end their
+    # session; the mail ingress and the memory processor heartbeat on their event loop.
     os.environ.setdefault("LEMONGRAPH_SESSION_TIMEOUT_MS", "2000")
     # Test what runs: a compiled module older than its source would be tested
     # in its old form (see stream/runtime/native.py).

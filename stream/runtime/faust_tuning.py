@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -143,9 +144,10 @@ class PromptWorker(FaustWorker):
     it. The tasks left there are an aiokafka client's metadata loop and connection
     reader, which never end by themselves, so every stop of a worker or an agents
     service took 2 s more than its work (SIGTERM to exit: 2.03 s against about
-    0.1 s here). Here the last tasks get 0.1 s to end, the rest are cancelled and
-    given at most 1 s to unwind, and the loop runs one last short turn for the
-    callbacks their cancellation scheduled."""
+    0.1 s here). Here the last tasks get 0.1 s to end; then whatever tasks are
+    left, those made meanwhile included, are cancelled until none is, within 1 s
+    in all; and the loop runs one last short turn for the callbacks their
+    cancellation scheduled."""
 
     #: How long the loop's last tasks may end by themselves, then unwind once
     #: cancelled; and its last turn (seconds).
@@ -155,11 +157,15 @@ class PromptWorker(FaustWorker):
         tasks = asyncio.all_tasks(loop=self.loop)
         if not tasks:
             return
-        _, left = self.loop.run_until_complete(asyncio.wait(tasks, timeout=self.SETTLE))
-        for task in left:
-            task.cancel()
-        if left:
-            self.loop.run_until_complete(asyncio.wait(left, timeout=self.UNWIND))
+        self.loop.run_until_complete(asyncio.wait(tasks, timeout=self.SETTLE))
+        deadline = time.monotonic() + self.UNWIND
+        while left := asyncio.all_tasks(loop=self.loop):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return  # mode's close says which tasks were still pending
+            for task in left:
+                task.cancel()
+            self.loop.run_until_complete(asyncio.wait(left, timeout=remaining))
 
     async def _sentinel_task(self) -> None:
         await asyncio.sleep(self.LAST_TURN)

@@ -305,6 +305,7 @@ def leave_groups_of_generation_zero() -> None:
         await leave(self)
 
     _maybe_leave_group.of_generation_zero = True  # type: ignore[attr-defined]
+    _maybe_leave_group.aiokafkas = leave  # type: ignore[attr-defined]
     coordinator.GroupCoordinator._maybe_leave_group = _maybe_leave_group
 
 

@@ -38,7 +38,9 @@ async def _first_member_stops(bootstrap: str, topic: str, group: str) -> list[An
             during = await _members(admin, group)
         finally:
             await member.stop()
-        return [generation, during, await _members(admin, group)]
+        after = await _members(admin, group)
+        await admin.delete_topics([topic])
+        return [generation, during, after]
     finally:
         await admin.close()
 
@@ -48,11 +50,19 @@ def test_the_first_member_of_a_group_leaves_it_when_it_stops(kafka_url: str) -> 
     generation, during, after = asyncio.run(
         _first_member_stops(bootstrap_of(kafka_url), name, name)
     )
+    if generation != 0:
+        pytest.skip(f"this broker numbers generations from 1 (got {generation}): aiokafka leaves")
     assert during == ("Stable", 1)
     # Gone at once, not when its session runs out (2 s in the suite).
     assert after == ("Empty", 0), (generation, after)
 
 
-def test_faust_apps_leave_their_groups_the_same_way(tmp_path: Any) -> None:
+def test_faust_apps_leave_their_groups_the_same_way(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    patched = GroupCoordinator._maybe_leave_group
+    if getattr(patched, "of_generation_zero", False):  # applied earlier in this process
+        monkeypatch.setattr(GroupCoordinator, "_maybe_leave_group", patched.aiokafkas)
+    assert not getattr(GroupCoordinator._maybe_leave_group, "of_generation_zero", False)
     common_settings("kafka://127.0.0.1:9", tmp_path, 4, tansu=True)
     assert getattr(GroupCoordinator._maybe_leave_group, "of_generation_zero", False)

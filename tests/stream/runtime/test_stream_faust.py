@@ -251,15 +251,25 @@ def test_a_worker_ends_its_stop_without_fausts_fixed_waits() -> None:
         await asyncio.sleep(0.01)
         ended.append("by itself")
 
+    async def leaves_one_behind() -> None:  # made while the others unwind
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            asyncio.get_running_loop().create_task(never_ends())
+            raise
+
     try:
         stuck = loop.create_task(never_ends())
         soon = loop.create_task(ends_soon())
+        behind = loop.create_task(leaves_one_behind())
         worker = SimpleNamespace(loop=loop, SETTLE=0.1, UNWIND=1.0)
         PromptWorker._gather_all(worker)  # type: ignore[arg-type]
         assert stuck.cancelled()
         assert soon.done()
         assert not soon.cancelled()
-        assert sorted(ended) == ["by itself", "cancelled"]
+        # and the task made while the others unwound was cancelled too
+        assert behind.cancelled()
+        assert sorted(ended) == ["by itself", "cancelled", "cancelled"]
         assert not asyncio.all_tasks(loop)
         PromptWorker._gather_all(worker)  # type: ignore[arg-type]  # nothing left: at once
     finally:
