@@ -30,7 +30,7 @@ import orjson
 from aiokafka.structs import TopicPartition
 
 from stream.bench.bytes import TopicBytes, topic_bytes_under
-from stream.bench.cluster import PARTITIONS, Cluster, bench_site, produce
+from stream.bench.cluster import PARTITIONS, Cluster, bench_site, collector_paused, produce
 from stream.bench.figures import Figures, Parameters, figures_json, render_table
 from stream.bench.idle import Idle, IdleRun
 from stream.bench.micro import core_decisions_per_s, state_cache_bytes_per_entry, tick_cost_ms
@@ -467,7 +467,8 @@ class Bench(Cluster):
                 for key, delivery in pending:
                     sent[key] = (await delivery).timestamp / 1000  # set when sent
 
-        asyncio.run(go())
+        with collector_paused():  # the bench's own pauses are not the engine's latency
+            asyncio.run(go())
         span = max(sent.values()) - min(sent.values())
         self.figures.latency_rate_achieved = (count - 1) / span if span > 0 else 0.0
         arrived: dict[str, float] = {}

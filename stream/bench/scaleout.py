@@ -33,7 +33,7 @@ from pathlib import Path
 
 import orjson
 
-from stream.bench.cluster import Cluster, bench_site, produce
+from stream.bench.cluster import Cluster, bench_site, collector_paused, produce
 from stream.bench.figures import Parameters
 from stream.bench.rebalance import (
     Decided,
@@ -244,9 +244,10 @@ class ScaleOut(Cluster):
                 f"scale-out: {len(records):,} records at {plan.rate:,.0f}/s through "
                 f"{plan.workers} workers on {plan.partitions} partitions"
             )
-            placed = asyncio.run(
-                steady_load(self.bootstrap, topics.inbox, records, plan.rate, actions)
-            )
+            with collector_paused():  # its pauses are not the workers' (cluster.py)
+                placed = asyncio.run(
+                    steady_load(self.bootstrap, topics.inbox, records, plan.rate, actions)
+                )
             sent = [
                 Sent(p, o, key.decode(), ts, d)
                 for (p, o, ts), (key, _value), d in zip(placed, records, deciding, strict=True)
