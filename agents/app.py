@@ -28,7 +28,11 @@ from agents.model import ModelSettings
 from agents.reload import CatalogReload
 from agents.service import AgentService, Where, data_path
 
-__all__ = ["ServiceHooks", "build_service"]
+__all__ = ["TAKE_AT_ONCE", "ServiceHooks", "build_service"]
+
+#: The most records one batch of the stream takes before its checkpoints are
+#: written and its runs start (agents/service/intake.py).
+TAKE_AT_ONCE = 500
 
 
 def build_service(
@@ -171,9 +175,17 @@ class ServiceHooks:
         )
 
     async def tasks(self, stream: Any) -> None:
-        """The Faust agent: each record of the stream, with where it was read."""
-        await self.service.start_mcp()  # before the first run: docs/agents.md, "MCP servers"
-        async for event in stream.events():
+        """The Faust agent: the records of the stream, with where each was read,
+        in batches: a batch ends when no record is waiting or at ``TAKE_AT_ONCE``;
+        then its checkpoints are written together, its runs start, and its
+        records are acknowledged (docs/agents.md, "Taking a burst")."""
+        service = self.service
+        await service.start_mcp()  # before the first run: docs/agents.md, "MCP servers"
+        service.batched = True
+        manual = stream.noack()  # a record is acknowledged once its checkpoint is written
+        waiting = manual.channel.queue
+        batch: list[Any] = []
+        async for event in manual.events():
             m = event.message
             stamp = m.timestamp
             where = Where(
@@ -181,15 +193,28 @@ class ServiceHooks:
                 round(stamp * 1000) if stamp is not None else -1,
                 m.key, _header_list(m.headers),
             )  # fmt: skip
-            tasks = m.topic == self.ours[0]
-            if tasks:
-                self.service.reading(m.partition, True)
-            await self.service.check_broker()  # a broker reset under us: docs/operations.md
+            if m.topic == self.ours[0]:
+                service.reading(m.partition, True)
+            if not batch:
+                await service.check_broker()  # a broker reset under us: docs/operations.md
             # The trace the record carries is the current one while it is taken:
             # a run it starts is that trace's (docs/operations.md, "Tracing").
             with resumed("agents", where.headers):
-                await self.service.on_record(event.value, where)
-            if tasks:
+                await service.on_record(event.value, where)
+            batch.append(event)
+            if len(batch) >= TAKE_AT_ONCE or waiting.empty():
+                await self._taken(manual, batch)
+                batch = []
+
+    async def _taken(self, stream: Any, batch: list[Any]) -> None:
+        """A batch's end: its checkpoints written and its runs started
+        (:meth:`AgentService.stored`), its records acknowledged, and each of its
+        ``tasks`` partitions said caught up or not."""
+        await self.service.stored()
+        for event in batch:
+            await stream.ack(event)
+            m = event.message
+            if m.topic == self.ours[0]:
                 self.service.reading(m.partition, m.offset + 1 < self._highwater(m))
 
     def _highwater(self, message: Any) -> int:

@@ -41,6 +41,7 @@ def agents(loglevel: str) -> None:
     from agents.catalog import load_catalog_file
     from agents.memory import Profiles
     from agents.model import ModelSettings
+    from agents.service.state import AGENT_CONCURRENCY
     from agents.tools.executor import tool_response_bound
 
     settings = env_settings()
@@ -57,7 +58,7 @@ def agents(loglevel: str) -> None:
             "agents: no model: set OPENAI_API_KEY (OpenAI) or OPENAI_BASE_URL (any "
             "compatible server, such as `lemongraph standin`)"
         )
-    concurrency = _at_least_one(env, "LEMONGRAPH_AGENT_CONCURRENCY", 8)
+    concurrency = _at_least_one(env, "LEMONGRAPH_AGENT_CONCURRENCY", AGENT_CONCURRENCY)
     prompts = _at_least_one(env, "LEMONGRAPH_PROMPT_CONCURRENCY", 4)
     live = _at_least_one(env, "LEMONGRAPH_AGENT_LIVE", 1000)
     catalog = load_catalog_file(settings.catalog_file)

@@ -49,6 +49,7 @@ from agents.catalog import Catalog, load_catalog, load_catalog_file
 from agents.compose import OpenTask, Turn, compose
 from agents.dev.serving import AppThread
 from agents.model import Exchange, Model, ModelSettings
+from agents.service.state import AGENT_CONCURRENCY
 
 __all__ = ["AgentFigures", "onboarding_tokens", "run_agents_bench"]
 
@@ -290,7 +291,7 @@ def _percentile(values: list[float], q: float) -> float:
 
 def run_agents_bench(
     jobs: int = 1000,
-    concurrency: int = 8,
+    concurrency: int = AGENT_CONCURRENCY,
     say: Callable[[str], None] = print,
     bundled_catalog: Path | None = None,
 ) -> AgentFigures:

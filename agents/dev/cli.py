@@ -62,7 +62,7 @@ def demo_tools(port: int, host: str) -> None:
 @click.option("--jobs", default=1000, show_default=True, type=click.IntRange(1, 100_000))
 @click.option(
     "--concurrency",
-    default=8,
+    default=64,  # LEMONGRAPH_AGENT_CONCURRENCY's default (agents/service/state.py)
     show_default=True,
     type=click.IntRange(1, 1000),
     help="LEMONGRAPH_AGENT_CONCURRENCY of the service, and of the direct baseline.",

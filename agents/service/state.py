@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import os
 from collections import OrderedDict
@@ -52,7 +53,13 @@ if TYPE_CHECKING:
     from agents.tools.mcp import McpServers
 
 
-__all__ = ["AgentStats", "ServiceState", "Where", "data_path"]
+__all__ = ["AGENT_CONCURRENCY", "AgentStats", "ServiceState", "Taken", "Where", "data_path"]
+
+#: ``LEMONGRAPH_AGENT_CONCURRENCY``'s default: runs of different jobs at once. A
+#: run waits on the model most of its time (seconds per call with a hosted one),
+#: so 8 held a burst of tasks in a queue; 64 took a burst of 1,000 as fast or
+#: faster on the stand-in (benchmarks/README.md, "The agents service").
+AGENT_CONCURRENCY = 64
 
 #: The service's one logger, named for the package whichever of its modules
 #: logs: a log line's source reads ``agents.service``, as it did before the split.
@@ -69,6 +76,16 @@ class Where:
     timestamp_ms: int
     key: bytes | None
     headers: Headers
+
+
+@dataclass(frozen=True)
+class Taken:
+    """A record taken in a batch whose checkpoint is not written yet: what its
+    dead letter needs if it cannot be."""
+
+    record: BaseModel
+    value: bytes | None
+    where: Where | None
 
 
 @dataclass
@@ -92,7 +109,7 @@ class ServiceState:
         catalog: Catalog,
         model_settings: ModelSettings,
         *,
-        concurrency: int = 8,
+        concurrency: int = AGENT_CONCURRENCY,
         prompt_concurrency: int = 4,
         history: int = 20,
         tool_env: Mapping[str, str] | None = None,
@@ -133,6 +150,18 @@ class ServiceState:
         self.live_max = max(1, live)
         #: The job whose record is being taken (its conversation is not dropped).
         self.changing: str | None = None
+        #: Take records in batches (the app's stream does; a direct caller of
+        #: ``on_record`` does not): a record's checkpoint is written with the
+        #: others of its batch, and the runs they owe start once those are
+        #: acknowledged (agents/service/intake.py, :meth:`Intake.stored`).
+        self.batched = False
+        #: In a batch: the conversations changed and not yet checkpointed, with
+        #: the records that changed them (for their dead letters if the
+        #: checkpoint cannot be written); they are never dropped from memory.
+        self.unsaved: dict[str, tuple[Conversation, list[Taken]]] = {}
+        #: In a batch: the jobs owed a run once their checkpoint is written, each
+        #: with the context its record was taken in (its trace).
+        self.owed: dict[str, contextvars.Context] = {}
         #: Per partition of ``tasks``: set while every record fetched of it has
         #: been taken (the records of one decision come together): what a
         #: closing turn waits for, so a task the decision opens is seen first.
@@ -181,8 +210,9 @@ class ServiceState:
 
     def _evict(self) -> None:
         """Drop the least recently used conversations beyond ``live_max``, but
-        never one whose run is in flight or whose record is being taken (every
-        change is in the store before it is acknowledged: :meth:`save`)."""
+        never one whose run is in flight, whose record is being taken, or whose
+        checkpoint waits for its batch (every change is in the store before it is
+        acknowledged: :meth:`save`)."""
         excess = len(self.live) - self.live_max
         if excess <= 0:
             return
@@ -190,7 +220,7 @@ class ServiceState:
             if excess <= 0:
                 break
             run = self.running.get(key)
-            if key == self.changing or (run is not None and not run.done()):
+            if key == self.changing or key in self.unsaved or (run is not None and not run.done()):
                 continue
             del self.live[key]
             excess -= 1

@@ -224,7 +224,7 @@ def test_slow_prompt_runs_never_delay_a_new_jobs_first_agent_run(
         lane,
         serve,
         SLOW_URL=serve(slow.app),
-        LEMONGRAPH_AGENT_CONCURRENCY="8",  # the defaults, said here
+        LEMONGRAPH_AGENT_CONCURRENCY="64",  # the defaults, said here
         LEMONGRAPH_PROMPT_CONCURRENCY="4",
     )
     try:
