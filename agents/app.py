@@ -140,6 +140,7 @@ class ServiceHooks:
 
     async def ready(self) -> None:
         dump_tasks_on_signal()  # docs/operations.md, "A process that seems stuck"
+        self.service.warm()  # the model's client, before the first task waits for it
         self.say(f"agents: ready (group {self.app.conf.id})")
 
     async def memory(self) -> None:

@@ -162,6 +162,13 @@ class Model:
             )
         return self._client
 
+    def warm(self) -> None:
+        """Import ``openai`` and make the client now, not at the first call: a
+        service that will call the model pays it before it is ready, not while
+        a burst of tasks waits (about 0.5 s of CPU: benchmarks/README.md, "The
+        agents service")."""
+        self.client  # noqa: B018 - made for its side effect
+
     async def close(self) -> None:
         """Release the HTTP connections (none before the first call)."""
         if self._client is not None:

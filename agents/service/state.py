@@ -337,6 +337,13 @@ class ServiceState:
             return False
         return not is_contact(self.load(record.job_key).contacts, record.contact)
 
+    def warm(self) -> None:
+        """Make the model's client before the first record (the service calls
+        the model: its import is paid at start, not by the first runs)."""
+        if self._model is None:
+            self._model = Model(self.model_settings)
+        self._model.warm()
+
     def runner(self) -> Runner:
         """The runner (its HTTP clients are made on first use, in the service's loop)."""
         if self._model is None:

@@ -83,3 +83,15 @@ def test_what_is_no_responses_object_is_refused(garbage: Any) -> None:
 def test_a_call_without_its_fields_is_refused() -> None:
     with pytest.raises(KeyError):
         _read_response(reply([{"type": "function_call", "name": "x"}]))
+
+
+def test_warm_makes_the_client_before_the_first_call() -> None:
+    from agents.model import Model, ModelSettings
+
+    def made(model: Model) -> Any:
+        return model._client
+
+    model = Model(ModelSettings(api_key="sk-test", base_url="http://127.0.0.1:9/v1"))
+    assert made(model) is None  # nothing made (and openai not needed) until asked
+    model.warm()
+    assert str(made(model).base_url) == "http://127.0.0.1:9/v1/"
