@@ -1,0 +1,111 @@
+"""A burst of tasks through the real ``lemongraph agents`` process, killed
+(SIGKILL) part way through it, then started again: every task is answered, and
+each job once (docs/agents.md, "Taking a burst", "Crash safety"). The kill
+finds most runs owed and not yet run (checkpointed at their batch's end, their
+records acknowledged) and, when it falls inside a batch, records taken but not
+yet acknowledged, which the restarted process takes again: a task taken again
+owes nothing new."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from aiokafka.structs import TopicPartition
+
+from agents.dev.standin import StandinScript, build_standin
+from stream.runtime.kafka import new_consumer
+from tests.lanes import Lane, wait_for
+from topics import TaskOpenedRecord, encode
+
+pytestmark = [pytest.mark.broker, pytest.mark.timeout(240)]
+
+TASKS = 300
+SCRIPT = StandinScript.model_validate({"rules": [{"say": "Hello, we are on it."}]})
+
+
+CATALOG = "integrations: {email: {}}\nagents: {conversation: {instructions: Help.}}\n"
+
+
+def opened(key: str) -> bytes:
+    record = TaskOpenedRecord(
+        task_id=f"{key}/first", job_key=key, milestone="first", at="2026-01-05T09:00:00Z",
+        instructions="Greet the customer.", playbook_instructions="Be brief.",
+        integrations=["email"], deadline="2026-01-08T09:00:00Z", frontier=["first"],
+        playbook_key="p",
+    )  # fmt: skip
+    return encode(record)
+
+
+class Slowed:
+    """The stand-in, each answer 40 ms late (as a model is, only less): four runs
+    at once take the burst in seconds, so the kill finds most of it taken and
+    owed, not yet answered."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(
+        self, scope: dict[str, Any], receive: Callable[[], Awaitable[Any]],
+        send: Callable[[Any], Awaitable[None]],
+    ) -> None:  # fmt: skip
+        if scope["type"] == "http":
+            await asyncio.sleep(0.04)
+        await self.app(scope, receive, send)
+
+
+def produced(lane: Lane, topic: str) -> int:
+    """The records on ``topic`` so far, from its partitions' end offsets."""
+    name = lane.topics.name(topic)
+
+    async def go() -> int:
+        consumer = new_consumer(lane.bootstrap)
+        await consumer.start()
+        try:
+            count = int(lane.env()["LEMONGRAPH_PARTITIONS"])
+            ends = await consumer.end_offsets([TopicPartition(name, p) for p in range(count)])
+            return sum(ends.values())
+        finally:
+            await consumer.stop()
+
+    return asyncio.run(go())
+
+
+def replies(messages: list[dict[str, Any]]) -> dict[str, set[str]]:
+    """Per job, the ids of the messages the agent sent (a re-published one has
+    the same id)."""
+    out: dict[str, set[str]] = {}
+    for record in messages:
+        value = record["value"]
+        if value.get("direction") == "out":
+            out.setdefault(value["job_key"], set()).add(value["message_id"])
+    return out
+
+
+def test_a_burst_cut_by_sigkill_is_answered_once_per_job(
+    lane: Lane, serve: Callable[[Any], str]
+) -> None:
+    (lane.playbooks / "catalog.yaml").write_text(CATALOG)
+    env = {
+        "OPENAI_BASE_URL": f"{serve(Slowed(build_standin(SCRIPT)))}/v1",
+        "OPENAI_API_KEY": "sk-t",
+        "LEMONGRAPH_AGENT_CONCURRENCY": "4",
+    }
+    agents = lane.start(["agents"], "agents: ready", **env)
+    keys = [f"burst-{n:03d}" for n in range(TASKS)]
+    lane.produce([(key.encode(), opened(key)) for key in keys], topic="tasks")
+    # Killed part way: some jobs answered, most not yet.
+    # (Reading the topic would wait for the burst to end: its end offsets do not.)
+    wait_for(lambda: produced(lane, "messages") >= 20, 120, 0.05, "20 replies")
+    agents.stop(signal.SIGKILL)
+    answered_before = len(replies(lane.read("messages")))
+    assert answered_before < TASKS, "the kill came after the whole burst: nothing was cut"
+    lane.start(["agents"], "agents: ready", **env)
+    messages = lane.wait_until("messages", lambda rs: set(replies(rs)) >= set(keys), timeout=180)
+    sent = replies(messages)
+    twice = {job: ids for job, ids in sent.items() if len(ids) != 1}
+    assert twice == {}, f"jobs answered more than once: {sorted(twice.items())[:5]}"
+    assert lane.read("deadletter") == []
