@@ -5,6 +5,8 @@ named method of :class:`ServiceHooks`. What the service does with a record is
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -28,11 +30,15 @@ from agents.model import ModelSettings
 from agents.reload import CatalogReload
 from agents.service import AgentService, Where, data_path
 
-__all__ = ["TAKE_AT_ONCE", "ServiceHooks", "build_service"]
+__all__ = ["BATCH_WAIT", "TAKE_AT_ONCE", "ServiceHooks", "build_service"]
+
+log = logging.getLogger("agents.service")
 
 #: The most records one batch of the stream takes before its checkpoints are
 #: written and its runs start (agents/service/intake.py).
 TAKE_AT_ONCE = 500
+#: How long an open batch waits for its next record before it ends (s).
+BATCH_WAIT = 0.005
 
 
 def build_service(
@@ -177,16 +183,49 @@ class ServiceHooks:
 
     async def tasks(self, stream: Any) -> None:
         """The Faust agent: the records of the stream, with where each was read,
-        in batches: a batch ends when no record is waiting or at ``TAKE_AT_ONCE``;
-        then its checkpoints are written together, its runs start, and its
-        records are acknowledged (docs/agents.md, "Taking a burst")."""
+        in batches: a batch ends when no record is waiting, when none comes
+        within ``BATCH_WAIT`` s, or at ``TAKE_AT_ONCE``; then its checkpoints are
+        written together, its runs start, and its records are acknowledged
+        (docs/agents.md, "Taking a burst"). A batch never waits open for a record
+        that may not come: a rebalance empties the stream's queue and then waits
+        for every record handed out to be acknowledged."""
         service = self.service
         await service.start_mcp()  # before the first run: docs/agents.md, "MCP servers"
         service.batched = True
         manual = stream.noack()  # a record is acknowledged once its checkpoint is written
         waiting = manual.channel.queue
+        records = manual.events().__aiter__()
         batch: list[Any] = []
-        async for event in manual.events():
+        coming: asyncio.Future[Any] | None = None
+        try:
+            while True:
+                if coming is None:
+                    coming = asyncio.ensure_future(records.__anext__())
+                if batch and not (await asyncio.wait({coming}, timeout=BATCH_WAIT))[0]:
+                    await self._taken(manual, batch)  # none came: the batch ends
+                    batch = []
+                try:
+                    event = await coming
+                except StopAsyncIteration:
+                    break
+                finally:
+                    if coming.done():
+                        coming = None
+                await self._take(event)
+                batch.append(event)
+                if len(batch) >= TAKE_AT_ONCE or waiting.empty():
+                    await self._taken(manual, batch)
+                    batch = []
+        finally:
+            if coming is not None:
+                coming.cancel()
+
+    async def _take(self, event: Any) -> None:
+        """One record of the stream, with where it was read. Whatever goes wrong
+        is logged and the record goes on with its batch: a record never stays
+        unacknowledged (a rebalance would wait for it for good)."""
+        service = self.service
+        try:
             m = event.message
             stamp = m.timestamp
             where = Where(
@@ -196,22 +235,26 @@ class ServiceHooks:
             )  # fmt: skip
             if m.topic == self.ours[0]:
                 service.reading(m.partition, True)
-            if not batch:
+            if not service.unsaved:
                 await service.check_broker()  # a broker reset under us: docs/operations.md
             # The trace the record carries is the current one while it is taken:
             # a run it starts is that trace's (docs/operations.md, "Tracing").
             with resumed("agents", where.headers):
                 await service.on_record(event.value, where)
-            batch.append(event)
-            if len(batch) >= TAKE_AT_ONCE or waiting.empty():
-                await self._taken(manual, batch)
-                batch = []
+        except Exception as exc:  # the broker refuses even the dead letter: logged
+            log.error("agents: a record of %s not taken and not dead-lettered: %s: %s",
+                      getattr(event.message, "topic", "?"), type(exc).__name__, exc,
+                      exc_info=True)  # fmt: skip
 
     async def _taken(self, stream: Any, batch: list[Any]) -> None:
         """A batch's end: its checkpoints written and its runs started
         (:meth:`AgentService.stored`), its records acknowledged, and each of its
         ``tasks`` partitions said caught up or not."""
-        await self.service.stored()
+        try:
+            await self.service.stored()
+        except Exception as exc:  # stored() logs and goes on; this is a bug's last net
+            log.error("agents: a batch's checkpoints: %s: %s", type(exc).__name__, exc,
+                      exc_info=True)  # fmt: skip
         for event in batch:
             await stream.ack(event)
             m = event.message

@@ -401,20 +401,23 @@ def _read_response(data: Any) -> tuple[str, tuple[ToolCall, ...], Usage | None]:
             calls.append(ToolCall(str(item["call_id"]), str(item["name"]), str(item["arguments"])))
         elif kind == "message":
             texts.extend(
-                str(part.get("text", ""))
+                part["text"]
                 for part in item.get("content") or ()
-                if isinstance(part, dict) and part.get("type") == "output_text"
+                if isinstance(part, dict)
+                and part.get("type") == "output_text"
+                and isinstance(part.get("text"), str)  # as the SDK's output_text: no null
             )
     usage = None
     u = data.get("usage")
     if isinstance(u, dict):
         details = u.get("input_tokens_details")
         cached = details.get("cached_tokens") if isinstance(details, dict) else 0
+        # A count a server leaves out or null is 0 (the reply is kept).
         usage = Usage(
-            int(u["input_tokens"]),
-            int(u["output_tokens"]),
+            int(u.get("input_tokens") or 0),
+            int(u.get("output_tokens") or 0),
             int(cached or 0),
-            int(u["total_tokens"]),
+            int(u.get("total_tokens") or 0),
         )
     return "".join(texts), tuple(calls), usage
 

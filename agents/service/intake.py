@@ -61,7 +61,7 @@ class Intake(Runs):
             # so a record whose taking fails leaves no half change to store.
             await self.stored()
         partition = where.partition if where is not None else None
-        self._taking = Taken(record, value, where)
+        self._taking = Taken(record, value, where, contextvars.copy_context())
         # each kind of record to its method (_TAKERS, below the class)
         try:
             await _TAKERS[type(record)](self, record, partition)
@@ -83,18 +83,39 @@ class Intake(Runs):
         owed, self.owed = self.owed, {}
         if not unsaved and not owed:
             return
-        done = await asyncio.gather(
-            *(self.save(conv) for conv, _taken in unsaved.values()), return_exceptions=True
-        )
-        for (key, (_conv, taken)), outcome in zip(unsaved.items(), done, strict=True):
-            if isinstance(outcome, BaseException):
-                if not isinstance(outcome, Exception):
-                    raise outcome  # cancelled: the stream stops
-                owed.pop(key, None)
-                for one in taken:
-                    await self._not_taken(one.record, one.value, one.where, outcome)
-        for key, context in owed.items():
-            context.run(self.start, key)
+        try:
+            # Each checkpoint in the trace of the first record that changed it.
+            saves = [
+                asyncio.create_task(self.save(conv), context=taken[0].context.copy())
+                if taken
+                else asyncio.ensure_future(self.save(conv))
+                for conv, taken in unsaved.values()
+            ]
+            done = await asyncio.gather(*saves, return_exceptions=True)
+            for (key, (_conv, taken)), outcome in zip(unsaved.items(), done, strict=True):
+                if isinstance(outcome, BaseException):
+                    if not isinstance(outcome, Exception):
+                        raise outcome  # cancelled: the stream stops
+                    owed.pop(key, None)
+                    for one in taken:
+                        await self._dead_letter_taken(one, outcome)
+        finally:
+            for key, context in owed.items():
+                context.run(self.start, key)
+
+    async def _dead_letter_taken(self, taken: Taken, exc: Exception) -> None:
+        """A record whose batch's checkpoint could not be written: dead-lettered
+        in its own trace (:meth:`_not_taken`). When even that cannot be written,
+        it is logged and the batch goes on."""
+        try:
+            await asyncio.create_task(
+                self._not_taken(taken.record, taken.value, taken.where, exc),
+                context=taken.context.copy(),
+            )
+        except Exception as again:
+            log.error("agents: a record of %s neither taken nor dead-lettered: %s: %s",
+                      taken.where.topic if taken.where else "tasks",
+                      type(again).__name__, again)  # fmt: skip
 
     async def _not_taken(
         self, record: BaseModel, value: bytes | None, where: Where | None, exc: Exception

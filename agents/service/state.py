@@ -86,6 +86,9 @@ class Taken:
     record: BaseModel
     value: bytes | None
     where: Where | None
+    #: The context it was taken in (its trace): its checkpoint and dead letter
+    #: are written in it.
+    context: contextvars.Context
 
 
 @dataclass

@@ -1,6 +1,9 @@
-"""A burst of tasks through the real ``lemongraph agents`` process, killed
-(SIGKILL) part way through it, then started again: every task is answered, and
-each job once (docs/agents.md, "Taking a burst", "Crash safety"). The kill
+"""The real ``lemongraph agents`` process taking records in batches
+(docs/agents.md, "Taking a burst"): a second process joins its group under
+steady traffic and the partitions are shared out (a rebalance waits for every
+record handed out to be acknowledged, so a batch must never wait open); and a
+burst of tasks, SIGKILLed part way through it and started again: every task is
+answered, and each job once (docs/agents.md, "Crash safety"). The kill
 finds most runs owed and not yet run (checkpointed at their batch's end, their
 records acknowledged) and, when it falls inside a batch, records taken but not
 yet acknowledged, which the restarted process takes again: a task taken again
@@ -10,6 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import tempfile
+import threading
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -74,6 +80,17 @@ def produced(lane: Lane, topic: str) -> int:
     return asyncio.run(go())
 
 
+def setting_up(lane: Lane, serve: Callable[[Any], str]) -> dict[str, str]:
+    """The catalog in the lane's playbooks folder; the environment of an agents
+    process on the slowed stand-in, four runs at once."""
+    (lane.playbooks / "catalog.yaml").write_text(CATALOG)
+    return {
+        "OPENAI_BASE_URL": f"{serve(Slowed(build_standin(SCRIPT)))}/v1",
+        "OPENAI_API_KEY": "sk-t",
+        "LEMONGRAPH_AGENT_CONCURRENCY": "4",
+    }
+
+
 def replies(messages: list[dict[str, Any]]) -> dict[str, set[str]]:
     """Per job, the ids of the messages the agent sent (a re-published one has
     the same id)."""
@@ -88,12 +105,7 @@ def replies(messages: list[dict[str, Any]]) -> dict[str, set[str]]:
 def test_a_burst_cut_by_sigkill_is_answered_once_per_job(
     lane: Lane, serve: Callable[[Any], str]
 ) -> None:
-    (lane.playbooks / "catalog.yaml").write_text(CATALOG)
-    env = {
-        "OPENAI_BASE_URL": f"{serve(Slowed(build_standin(SCRIPT)))}/v1",
-        "OPENAI_API_KEY": "sk-t",
-        "LEMONGRAPH_AGENT_CONCURRENCY": "4",
-    }
+    env = setting_up(lane, serve)
     agents = lane.start(["agents"], "agents: ready", **env)
     keys = [f"burst-{n:03d}" for n in range(TASKS)]
     lane.produce([(key.encode(), opened(key)) for key in keys], topic="tasks")
@@ -109,3 +121,40 @@ def test_a_burst_cut_by_sigkill_is_answered_once_per_job(
     twice = {job: ids for job, ids in sent.items() if len(ids) != 1}
     assert twice == {}, f"jobs answered more than once: {sorted(twice.items())[:5]}"
     assert lane.read("deadletter") == []
+
+
+def test_a_second_process_joins_under_steady_traffic(
+    lane: Lane, serve: Callable[[Any], str]
+) -> None:
+    env = setting_up(lane, serve)
+    first = lane.start(["agents"], "agents: ready", **env)
+    stop = threading.Event()
+
+    def feed() -> None:  # more tasks than the service answers: its queue is never empty
+        n = 0
+        while not stop.is_set():
+            keys = [f"steady-{n + i:06d}" for i in range(100)]
+            lane.produce([(k.encode(), opened(k)) for k in keys], topic="tasks")
+            n += len(keys)
+            time.sleep(0.05)
+
+    feeder = threading.Thread(target=feed, name="feed", daemon=True)
+    feeder.start()
+    try:
+        wait_for(lambda: produced(lane, "conversations") >= 200, 60, 0.05, "200 checkpoints")
+        folder = tempfile.mkdtemp(dir=lane.root)
+        second = lane.start(["agents"], "agents: ready", **env, LEMONGRAPH_DATA_DIR=folder)
+        # The first gives up some of its partitions, the second takes them.
+        wait_for(
+            lambda: (
+                sum("assigned" in line for line in first.lines) >= 2
+                and any("assigned" in line for line in second.lines)
+            ),
+            60,
+            0.2,
+            "the partitions shared out between the two processes",
+        )
+    finally:
+        stop.set()
+        feeder.join(30)
+    assert not any("wait_empty" in line for line in first.lines)

@@ -65,6 +65,17 @@ def test_read_as_the_sdk_reads_it(name: str) -> None:
     )
 
 
+def test_a_null_text_is_no_text_and_a_null_count_is_zero() -> None:
+    data = reply(
+        [message("Hi."), {**message("x"), "content": [{"type": "output_text", "text": None}]}]
+    )
+    data["usage"]["total_tokens"] = None
+    text, calls, usage = _read_response(data)
+    assert text == Response.construct(**reply([message("Hi.")])).output_text == "Hi."
+    assert calls == ()
+    assert usage == Usage(120, 7, 0, 0)
+
+
 def test_no_usage_is_none() -> None:
     data = reply([message("Hi.")])
     del data["usage"]
