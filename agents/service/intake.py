@@ -78,17 +78,15 @@ class Intake(Runs):
         (the writes go together, each acknowledged), then the runs it owes
         start, each in the context its record was taken in. A conversation
         whose checkpoint cannot be written is read again from the store, and the
-        records that changed it are dead-lettered (:meth:`_not_taken`)."""
+        record that changed it is dead-lettered (:meth:`_not_taken`)."""
         unsaved, self.unsaved = self.unsaved, {}
         owed, self.owed = self.owed, {}
         if not unsaved and not owed:
             return
         try:
-            # Each checkpoint in the trace of the first record that changed it.
+            # Each checkpoint in the trace of the record that changed it.
             saves = [
-                asyncio.create_task(self.save(conv), context=taken[0].context.copy())
-                if taken
-                else asyncio.ensure_future(self.save(conv))
+                asyncio.create_task(self.save(conv), context=taken.context.copy())
                 for conv, taken in unsaved.values()
             ]
             done = await asyncio.gather(*saves, return_exceptions=True)
@@ -97,8 +95,7 @@ class Intake(Runs):
                     if not isinstance(outcome, Exception):
                         raise outcome  # cancelled: the stream stops
                     owed.pop(key, None)
-                    for one in taken:
-                        await self._dead_letter_taken(one, outcome)
+                    await self._dead_letter_taken(taken, outcome)
         finally:
             for key, context in owed.items():
                 context.run(self.start, key)
@@ -183,11 +180,12 @@ class Intake(Runs):
             if owes:
                 self.start(conv.job_key)
             return
-        _conv, taken = self.unsaved.setdefault(conv.job_key, (conv, []))
-        if self._taking is not None:
-            taken.append(self._taking)
+        # One record per job per batch (on_record stores a job's earlier change
+        # first): the record being taken is the one that changed it.
+        assert self._taking is not None  # set by on_record, the only way here
+        self.unsaved[conv.job_key] = (conv, self._taking)
         if owes:
-            self.owed.setdefault(conv.job_key, contextvars.copy_context())
+            self.owed[conv.job_key] = self._taking.context
 
     async def _take_message(self, record: MessageRecord, partition: int | None) -> None:
         """A person's message: an answer to a flow's open question, else a turn

@@ -158,12 +158,13 @@ class ServiceState:
         #: others of its batch, and the runs they owe start once those are
         #: acknowledged (agents/service/intake.py, :meth:`Intake.stored`).
         self.batched = False
-        #: In a batch: the conversations changed and not yet checkpointed, with
-        #: the records that changed them (for their dead letters if the
-        #: checkpoint cannot be written); they are never dropped from memory.
-        self.unsaved: dict[str, tuple[Conversation, list[Taken]]] = {}
+        #: In a batch: the conversations changed and not yet checkpointed, each
+        #: with the record that changed it (a job's second record stores the
+        #: first one's change before it is taken): its dead letter if the
+        #: checkpoint cannot be written. They are never dropped from memory.
+        self.unsaved: dict[str, tuple[Conversation, Taken]] = {}
         #: In a batch: the jobs owed a run once their checkpoint is written, each
-        #: with the context its record was taken in (its trace).
+        #: with the context its record was taken in (its trace: ``Taken.context``).
         self.owed: dict[str, contextvars.Context] = {}
         #: Per partition of ``tasks``: set while every record fetched of it has
         #: been taken (the records of one decision come together): what a
