@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
 
-import httpx
+import httpx2
 import orjson
 from compiler import LemongraphError, load_located
 from topics import InboxEvent
@@ -547,7 +547,7 @@ async def run_validation(
     # would have (docs/coding.md, "Validation").
     allowed = {name: source[name] for name in env_names if name in source}
     steps: list[StepRun] = []
-    async with httpx.AsyncClient() as client:
+    async with httpx2.AsyncClient() as client:
         executor = Executor(catalog, client, allowed)
         for (name, tool), command in zip(tools.items(), validation.commands, strict=True):
             outcome = await executor.run(

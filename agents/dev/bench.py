@@ -37,7 +37,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import orjson
 from fastapi import FastAPI, Request
 from stream.runtime.broker import EmbeddedBroker, free_port
@@ -142,7 +142,7 @@ async def _direct(
     model = Model(ModelSettings(api_key="sk-bench", base_url=model_url))
     limit = asyncio.Semaphore(concurrency)
     counts = [0, 0]
-    async with httpx.AsyncClient() as client:
+    async with httpx2.AsyncClient() as client:
 
         async def one(i: int) -> None:
             task = _task(f"direct-{i}")
@@ -185,9 +185,9 @@ def _until_serving(url: str, timeout: float = 15.0) -> None:
     deadline = time.monotonic() + timeout
     while True:
         try:
-            httpx.get(url, timeout=1.0)
+            httpx2.get(url, timeout=1.0)
             return
-        except httpx.TransportError:
+        except httpx2.TransportError:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"nothing serves {url}") from None
             time.sleep(0.05)

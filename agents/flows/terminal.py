@@ -483,14 +483,14 @@ async def _run(
     stdin: IO[str],
     run_id: str,
 ) -> FlowState:
-    import httpx
+    import httpx2
 
     from agents.flows.executor import FlowExecutor
     from agents.model import Model, ModelSettings
 
     settings = ModelSettings.from_env(env)
     async with AsyncExitStack() as stack:
-        client = await stack.enter_async_context(httpx.AsyncClient())
+        client = await stack.enter_async_context(httpx2.AsyncClient())
         model = Model(settings)
         stack.push_async_callback(model.close)
         tools = await _tools(stack, catalog, client, env) if catalog is not None else None

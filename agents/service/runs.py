@@ -14,7 +14,7 @@ import asyncio
 from datetime import datetime
 from typing import Any
 
-import httpx
+import httpx2
 from compiler import to_iso
 from stream.runtime.filestore import FileStore
 from topics import JournalRun
@@ -160,7 +160,7 @@ class Runs(ServiceState):
         if self._model is None:
             self._model = Model(self.model_settings)
         if self._client is None:
-            self._client = httpx.AsyncClient()
+            self._client = httpx2.AsyncClient()
         tools = Executor(
             self.catalog, self._client, self.tool_env, max_response=self.max_tool_response,
             mcp=self.mcp,

@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import httpx
+import httpx2
 import orjson
 from compiler import to_iso
 from pydantic import BaseModel
@@ -193,7 +193,7 @@ class ServiceState:
         #: The assigned partitions of ``tasks``; set once its changelog is read back.
         self.partitions: dict[int, asyncio.Event] = {}
         self._model: Model | None = None
-        self._client: httpx.AsyncClient | None = None
+        self._client: httpx2.AsyncClient | None = None
         #: The ``schedule.prompt`` runs (agents/schedule_runs.py).
         self.prompts = PromptRuns(self)
         #: The subjects' current facts (docs/memory.md, "Given to agents"), followed by the app.
@@ -353,7 +353,7 @@ class ServiceState:
         if self._model is None:
             self._model = Model(self.model_settings)
         if self._client is None:
-            self._client = httpx.AsyncClient()
+            self._client = httpx2.AsyncClient()
         # MCP tools are offered as their servers list them now (docs/agents.md,
         # "MCP servers"); with none running, none is offered.
         if self.mcp is not None:

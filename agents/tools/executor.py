@@ -23,7 +23,7 @@ import time
 from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
-import httpx
+import httpx2
 import orjson
 from jsonschema import Draft202012Validator
 from opentelemetry.util.types import AttributeValue
@@ -81,7 +81,7 @@ class Executor:
     def __init__(
         self,
         catalog: Catalog,
-        client: httpx.AsyncClient,
+        client: httpx2.AsyncClient,
         env: Mapping[str, str] | None = None,
         *,
         max_response: int = MAX_TOOL_RESPONSE_BYTES,
@@ -213,10 +213,10 @@ class Executor:
         started = time.monotonic()
         try:
             status, body, cut = await self._send(tool, url, args, headers)
-        except httpx.TimeoutException:
+        except httpx2.TimeoutException:
             seconds = time.monotonic() - started
             return self._unanswered(tool, key, shown, seconds, f"timed out after {seconds:.1f}s")
-        except httpx.HTTPError as exc:
+        except httpx2.HTTPError as exc:
             seconds = time.monotonic() - started
             return self._unanswered(tool, key, shown, seconds, f"{type(exc).__name__}")
         seconds = time.monotonic() - started

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import orjson
 import pytest
 from fastapi import FastAPI
@@ -66,7 +66,7 @@ def desk(padding: int) -> FastAPI:
 
 def call(url: str, tool: str, max_response: int | None = None) -> Outcome:
     async def go() -> Outcome:
-        async with httpx.AsyncClient() as client:
+        async with httpx2.AsyncClient() as client:
             bound = {} if max_response is None else {"max_response": max_response}
             executor = Executor(TOOLS, client, {"DESK_URL": url}, **bound)
             return await executor.run(

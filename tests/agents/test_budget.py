@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import orjson
 import pytest
 from fastapi import FastAPI
@@ -161,7 +161,7 @@ def run_once(
 
     async def go() -> RunEnd:
         model = Model(ModelSettings(api_key="sk-test", base_url=f"{model_url}/v1"))
-        async with httpx.AsyncClient() as client:
+        async with httpx2.AsyncClient() as client:
             executor = Executor(catalog, client, {"TOOLS": tools_url})
             try:
                 return await Runner(catalog, model, executor).run(conv, Outbox(publish, save))

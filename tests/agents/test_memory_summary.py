@@ -14,7 +14,7 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
-import httpx
+import httpx2
 import orjson
 import pytest
 from pydantic import BaseModel
@@ -52,7 +52,7 @@ class Rig:
 
         async def go() -> RunEnd:
             model = Model(ModelSettings(api_key="sk-test", base_url=f"{self.url}/v1"))
-            async with httpx.AsyncClient() as client:
+            async with httpx2.AsyncClient() as client:
                 executor = Executor(CATALOG, client, {})
                 runner = Runner(CATALOG, model, executor, memory=self.memory)
                 try:

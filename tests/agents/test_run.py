@@ -9,7 +9,7 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
@@ -129,7 +129,7 @@ class Lane:
                 self.saves.append(copy.deepcopy(c.to_json()))
 
             model = Model(ModelSettings(api_key="sk-test", base_url=f"{self.model_url}/v1"))
-            async with httpx.AsyncClient() as client:
+            async with httpx2.AsyncClient() as client:
                 executor = Executor(CATALOG, client, {"TOOLS": self.tools_url})
                 try:
                     return await Runner(CATALOG, model, executor).run(conv, Outbox(publish, save))
@@ -555,7 +555,7 @@ async def drive(
         run.saves.append(copy.deepcopy(c.to_json()))
 
     model = Model(ModelSettings(api_key="sk-test", base_url=f"{run.model_url}/v1"))
-    async with httpx.AsyncClient() as client:
+    async with httpx2.AsyncClient() as client:
         executor = Executor(CATALOG, client, {"TOOLS": run.tools_url})
         runner = Runner(CATALOG, model, executor)
         outbox = Outbox(publish, save)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import httpx2
 import orjson
 
 from agents.catalog import load_catalog_file
@@ -68,7 +69,7 @@ def test_the_bundled_tools_succeed_on_the_demo_answers_and_declines_record_nothi
     ]
 
     async def go() -> list[Outcome]:
-        async with httpx.AsyncClient() as client:
+        async with httpx2.AsyncClient() as client:
             executor = Executor(catalog, client, env)
             return [
                 await executor.run(

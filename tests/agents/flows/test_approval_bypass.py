@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 from pydantic import BaseModel
 
 from agents.catalog import load_catalog
@@ -154,7 +154,7 @@ def test_the_agents_are_refused_and_the_flow_refunds_after_the_approval(
 
     async def go() -> Conversation:
         model = Model(ModelSettings(api_key="standin", base_url=rig.model_url, retries=0))
-        async with httpx.AsyncClient() as client:
+        async with httpx2.AsyncClient() as client:
             executor = Executor(catalog, client, rig.env)
             conv = Conversation("j-1")
             # At job start both are open: the flow's milestone and the sibling.

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from pydantic import BaseModel
 
@@ -69,7 +69,7 @@ class Rig:
 
     async def run(self, body: Callable[[FlowExecutor], Any], **options: Any) -> Any:
         model = Model(ModelSettings(api_key="standin", base_url=self.model_url, retries=0))
-        async with httpx.AsyncClient() as client:
+        async with httpx2.AsyncClient() as client:
             tools = Executor(load_catalog_file(CATALOG), client, self.env)
             registry = HandlerRegistry()
             registry.add_module(demo_handlers)

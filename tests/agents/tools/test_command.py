@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import orjson
 import pytest
 import yaml
@@ -118,7 +118,7 @@ def call(
     tmp_path: Path, name: str, args: dict[str, Any], granted: tuple[str, ...] = GRANTED
 ) -> Outcome:
     async def go() -> Outcome:
-        async with httpx.AsyncClient() as client:
+        async with httpx2.AsyncClient() as client:
             executor = Executor(CATALOG, client, env_of(tmp_path))
             return await executor.run(
                 job_key="job-1",
@@ -369,7 +369,7 @@ def test_a_flow_tool_node_runs_a_command_tool(tmp_path: Path) -> None:
 
     async def go() -> Any:
         env = {"PATH": os.environ["PATH"], "WORKDIR": str(tmp_path), "TEST_CMD": "pwd; exit 1"}
-        async with httpx.AsyncClient() as client:
+        async with httpx2.AsyncClient() as client:
             tools = Executor(catalog, client, env)
             executor = FlowExecutor(None, tools, HandlerRegistry(), publish)
             action = CallTool(call_id="j-1/ci/1/test/1/1", node="test", tool="run_tests")
@@ -422,7 +422,7 @@ def test_a_run_counts_command_calls_against_its_bounds(
             )
         )  # fmt: skip
         model = Model(ModelSettings(api_key="sk-test", base_url=f"{model_url}/v1"))
-        async with httpx.AsyncClient() as client:
+        async with httpx2.AsyncClient() as client:
             executor = Executor(CATALOG, client, env_of(tmp_path))
             try:
                 return await Runner(CATALOG, model, executor).run(conv, Outbox(publish, save))

@@ -9,7 +9,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-import httpx
+import httpx2
 import orjson
 import pytest
 from fastapi import FastAPI, Request
@@ -136,7 +136,7 @@ def run(serve: Callable[[Any], str]) -> Callable[..., tuple[Outcome, FastAPI]]:
         reply: str = "",
     ) -> Any:
         async def go() -> Outcome:
-            async with httpx.AsyncClient() as client:
+            async with httpx2.AsyncClient() as client:
                 executor = Executor(CATALOG, client, {**env, "REPLY": reply})
                 return await executor.run(
                     job_key="job-1",

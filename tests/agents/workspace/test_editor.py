@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import orjson
 import pytest
 from pydantic import BaseModel
@@ -80,7 +80,7 @@ def call(
     tmp_path: Path, name: str, args: dict[str, Any], *, job_key: str = JOB, workspaces: bool = True
 ) -> Outcome:
     async def go() -> Outcome:
-        async with httpx.AsyncClient() as client:
+        async with httpx2.AsyncClient() as client:
             found = Workspaces(tmp_path / "data") if workspaces else None
             executor = Executor(CATALOG, client, {}, workspaces=found)
             return await executor.run(
@@ -297,7 +297,7 @@ def test_a_run_journals_a_refused_escape_and_the_write_after_it(
             )
         )  # fmt: skip
         model = Model(ModelSettings(api_key="sk-test", base_url=f"{model_url}/v1"))
-        async with httpx.AsyncClient() as client:
+        async with httpx2.AsyncClient() as client:
             executor = Executor(CATALOG, client, {}, workspaces=Workspaces(tmp_path / "data"))
             try:
                 await Runner(CATALOG, model, executor).run(conv, Outbox(publish, save))
