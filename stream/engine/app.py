@@ -38,6 +38,7 @@ from stream.runtime.faust_tuning import (
 from stream.runtime.fetch import BatchApp, BatchConsumer, StopWorker
 from stream.runtime.kafka import bootstrap_of
 from stream.runtime.metrics import (
+    BATCH_RECORDS,
     CONSUMER_LAG,
     DEADLETTERS,
     DECISION_SECONDS,
@@ -218,7 +219,9 @@ class Worker:
         self.assignments = 1
         self.handled = 0
         app.on_partitions_assigned.connect(self.on_partitions_assigned)
-        app.consume_in_batches(source, self.on_batch, BATCH_MAX)
+        app.consume_in_batches(
+            source, self.on_batch, BATCH_MAX, linger=settings.batch_linger_ms / 1000
+        )
         CONSUMER_LAG.add(self.lag)
         if ticker:
             self.ticks = app.topic(
@@ -434,6 +437,7 @@ class Worker:
         stats.seconds["produce"] += acked - decided
         stats.seconds["store"] += ended - acked
         stats.count(len(records), batch)
+        BATCH_RECORDS.observe(len(records))
         count_batch(batch, time.time_ns() // 1_000_000 - round((ended - acked) * 1000))
 
     # -- the ticker -------------------------------------------------------------------

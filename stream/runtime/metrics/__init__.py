@@ -9,6 +9,7 @@ settings.metrics_host, say)`` once at start (it prints ``metrics: memory URL``
 and returns the server to ``stop()``)."""
 
 from stream.runtime.metrics._families import (
+    BATCH_RECORDS,
     CONSUMER_LAG,
     DEADLETTER_REASONS,
     DEADLETTERS,
@@ -37,6 +38,7 @@ from stream.runtime.metrics._serve import (
 )
 
 __all__ = [
+    "BATCH_RECORDS",
     "CONSUMER_LAG",
     "DEADLETTERS",
     "DEADLETTER_REASONS",

@@ -15,7 +15,7 @@ import threading
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.metrics_core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -28,6 +28,7 @@ from stream.runtime.metrics._serve import registry
 from topics import JournalModelCall, JournalToolCall
 
 __all__ = [
+    "BATCH_RECORDS",
     "CONSUMER_LAG",
     "DEADLETTERS",
     "DEADLETTER_REASONS",
@@ -85,6 +86,12 @@ DEADLETTERS = Counter(
 TIMERS_PENDING = Gauge(
     "lemongraph_timers_pending",
     "Timers in the due-time index of this worker's partitions (jobs, schedules, held wakes)",
+    registry=_WORKER,
+)
+BATCH_RECORDS = Histogram(
+    "lemongraph_batch_records",
+    "Records in each batch the worker decided (docs/operations.md, 'Batches at a steady rate')",
+    buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000),
     registry=_WORKER,
 )
 SCHEDULE_RUNS = Counter(

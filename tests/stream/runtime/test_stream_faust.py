@@ -139,11 +139,11 @@ def test_the_batch_app_makes_a_batch_consumer_for_its_topics(tmp_path: Path) -> 
 
     app = BatchApp("pin-batch", datadir=str(tmp_path), web_enabled=False)
     topic = app.topic("in-a", "in-b", key_type=bytes, value_type=bytes)
-    app.consume_in_batches(topic, handler, 123)
+    app.consume_in_batches(topic, handler, 123, linger=0.005)
     # The consumer itself is made at start (every broker test runs through it).
     transport = app.transport
     assert transport.Consumer is BatchConsumer
-    assert transport.batch == ({"in-a", "in-b"}, handler, 123)  # type: ignore[attr-defined]
+    assert transport.batch == ({"in-a", "in-b"}, handler, 123, 0.005)  # type: ignore[attr-defined]
     assert topic in app.topics  # subscribed through the conductor, without an agent
     with pytest.raises(RuntimeError, match="already consumes in batches"):
         app.consume_in_batches(topic, handler, 1)
@@ -279,3 +279,13 @@ def test_a_worker_ends_its_stop_without_fausts_fixed_waits() -> None:
 
     assert issubclass(_worker_class(), PromptWorker)
     assert "PromptWorker(app" in inspect.getsource(importlib.import_module("agents.cli"))
+
+
+def test_aiokafka_does_not_fetch_a_partition_again_while_its_records_wait() -> None:
+    # The batch linger (stream/runtime/fetch.py) waits without taking what was
+    # fetched, so that the next fetch of those partitions brings more at once.
+    from aiokafka.consumer.fetcher import Fetcher
+
+    source = inspect.getsource(Fetcher._get_actions_per_node)
+    assert "if tp in self._records:" in source
+    assert "We have data still not consumed by user" in source
