@@ -137,7 +137,11 @@ class BatchConsumer(faust_aiokafka.Consumer):
                     # A plain wait: the fetcher does not fetch a partition again
                     # while records of it are waiting to be taken.
                     await asyncio.sleep(linger)
-                    await self._take(batch, 0.0)
+                    # Not while a rebalance has stopped the flow: getmany would
+                    # wait for it to resume, and the rebalance waits for this
+                    # batch's records to be acknowledged.
+                    if self.flow_active:
+                        await self._take(batch, 0.0)
                 step = self.batch_max
                 for start in range(0, len(batch), step):
                     # Shielded: stopping the fetcher must not cut a batch in two.

@@ -4,6 +4,7 @@ more, and decides what came meanwhile in the same batch (docs/operations.md,
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -69,3 +70,34 @@ def test_a_record_that_comes_while_a_small_fetch_waits_joins_its_batch(lane: Lan
     decided = {r["key"]: r["timestamp"] for r in decisions if r["key"] in wanted}
     assert decided["first"] - sent["first"] >= 950, (sent, decided)
     assert abs(decided["first"] - decided["second"]) < 100, decided  # produced together
+
+
+@pytest.mark.broker
+@pytest.mark.timeout(240)
+def test_a_worker_joins_while_the_first_one_lingers_under_steady_traffic(lane: Lane) -> None:
+    # A rebalance stops the flow and waits for every record handed out to be
+    # acknowledged; a lingering batch must not wait for the flow meanwhile
+    # (stream/runtime/fetch.py). At one record every 100 ms and a linger of a
+    # second, the first worker is lingering nearly all the time.
+    linger = {"LEMONGRAPH_BATCH_LINGER_MS": "1000", "LEMONGRAPH_TICK_INTERVAL": "3600"}
+    lane.start_worker(**linger)
+    stop = threading.Event()
+    sent: list[str] = []
+
+    def traffic() -> None:
+        while not stop.is_set():
+            key = f"steady-{len(sent)}"
+            lane.send(start(key))
+            sent.append(key)
+            time.sleep(0.1)
+
+    thread = threading.Thread(target=traffic, name="traffic")
+    thread.start()
+    try:
+        lane.wait_until("decisions", lambda rs: len(rs) >= 3)
+        lane.join_worker(**linger)  # its "Worker ready": the rebalance completed
+    finally:
+        stop.set()
+        thread.join(30)
+    wanted = set(sent)
+    lane.wait_until("decisions", lambda rs: wanted <= {r["key"] for r in rs})
