@@ -210,9 +210,9 @@ class Settings:
     max_clock_skew: float = 300.0
     #: Decoded job states a worker keeps in memory (most recently used).
     state_cache: int = 10_000
-    #: Milliseconds a worker's fetch of fewer than 500 records waits for more
-    #: before it decides them (docs/operations.md, "Batches at a steady rate").
-    batch_linger_ms: int = 5
+    #: Milliseconds a worker waits after a batch of fewer than 500 records
+    #: before it takes the next (docs/operations.md, "Batches at a steady rate").
+    batch_linger_ms: int = 0
     #: The agent catalog (None: catalog.yaml in the playbooks folder).
     catalog: Path | None = None
     #: Whether the workers fire schedules (docs/schedules.md, "The global switch").
@@ -288,7 +288,7 @@ class Settings:
             streams_per_token=_int(env, "LEMONGRAPH_GATEWAY_STREAMS_PER_TOKEN", 20),
             max_clock_skew=_seconds(env, "LEMONGRAPH_MAX_CLOCK_SKEW", 300.0),
             state_cache=_int(env, "LEMONGRAPH_STATE_CACHE", 10_000, low=0),
-            batch_linger_ms=_int(env, "LEMONGRAPH_BATCH_LINGER_MS", 5, low=0, high=1000),
+            batch_linger_ms=_int(env, "LEMONGRAPH_BATCH_LINGER_MS", 0, low=0, high=1000),
             catalog=Path(env["LEMONGRAPH_CATALOG"].strip())
             if env.get("LEMONGRAPH_CATALOG", "").strip()
             else None,

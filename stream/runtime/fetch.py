@@ -20,11 +20,13 @@ own delivery.
 
 At a steady rate a fetch brings a few records, and a batch's fixed costs (the
 produce requests, the fetches, the table's write) dominate: a worker took about
-1 ms of CPU per event at 500 events/s against 0.1 ms in a burst. So a fetch of
-fewer than :data:`LINGER_BELOW` records waits ``linger`` seconds
-(``LEMONGRAPH_BATCH_LINGER_MS``, docs/operations.md, "Batches at a steady rate")
-and takes what came meanwhile into the same batch: not fetching again while it
-waits, so the next fetch brings more too.
+1 ms of CPU per event at 500 events/s against 0.1 ms in a burst. So after a
+batch of fewer than :data:`LINGER_BELOW` records the loop waits ``linger``
+seconds (``LEMONGRAPH_BATCH_LINGER_MS``, docs/operations.md, "Batches at a
+steady rate") before it takes the next: the fetcher goes on buffering
+meanwhile, and the next batch is what came. The wait holds no record: the
+batch before it is acknowledged, so a rebalance or a stop during it waits for
+nothing, and the first record after a quiet spell is taken at once.
 
 With ``stream/engine/table.py`` and ``stream/runtime/faust_tuning.py`` this is one of the
 three places that reach into Faust's internals; tests/stream/runtime/test_stream_faust.py pins
@@ -73,7 +75,7 @@ def exit_now(code: int) -> None:
     os._exit(code)
 
 
-#: A fetch of fewer records than this waits for more (``BatchConsumer.linger``).
+#: After a batch of fewer records than this, the next waits (``BatchConsumer.linger``).
 LINGER_BELOW = 500
 
 #: Receives a batch of Faust messages (``.topic .partition .offset .key .value
@@ -87,7 +89,7 @@ class BatchConsumer(faust_aiokafka.Consumer):
     batch_topics: frozenset[str] = frozenset()
     batch_handler: BatchHandler | None = None
     batch_max: int = 5000
-    #: Seconds a fetch of fewer than ``LINGER_BELOW`` records waits for more.
+    #: Seconds the next take waits after a batch of fewer than ``LINGER_BELOW`` records.
     linger: float = 0.0
     #: (topic, partition) → (last offset read, the lower one that came next),
     #: for the batch handler to look into; it removes what it has looked at.
@@ -133,15 +135,6 @@ class BatchConsumer(faust_aiokafka.Consumer):
                     continue
                 batch: list[Any] = []
                 await self._take(batch, 1.0)
-                if batch and linger > 0 and len(batch) < LINGER_BELOW:
-                    # A plain wait: the fetcher does not fetch a partition again
-                    # while records of it are waiting to be taken.
-                    await asyncio.sleep(linger)
-                    # Not while a rebalance has stopped the flow: getmany would
-                    # wait for it to resume, and the rebalance waits for this
-                    # batch's records to be acknowledged.
-                    if self.flow_active:
-                        await self._take(batch, 0.0)
                 step = self.batch_max
                 for start in range(0, len(batch), step):
                     # Shielded: stopping the fetcher must not cut a batch in two.
@@ -151,6 +144,10 @@ class BatchConsumer(faust_aiokafka.Consumer):
                 if self._commit_every is not None and self._n_acked >= self._commit_every:
                     self._n_acked = 0
                     await self.commit()
+                if batch and linger > 0 and len(batch) < LINGER_BELOW:
+                    # A small batch: let the fetcher buffer before the next
+                    # take. Every record taken is acknowledged by now.
+                    await asyncio.sleep(linger)
         except self.consumer_stopped_errors:
             if self.transport.app.should_stop:
                 return
@@ -236,9 +233,9 @@ class BatchApp(faust.App):
     ) -> None:
         """Subscribe to ``topic`` (a Faust topic, possibly of several names) and
         hand its records to ``handler`` in batches of at most ``batch_max``, in
-        the order fetched; a fetch of fewer than ``LINGER_BELOW`` records waits
-        ``linger`` seconds for more first. Call before the app starts; one
-        handler per app."""
+        the order fetched; after a batch of fewer than ``LINGER_BELOW`` records,
+        the next is taken ``linger`` seconds later. Call before the app starts;
+        one handler per app."""
         transport = self.transport
         assert isinstance(transport, _BatchTransport)
         if transport.batch is not None:

@@ -279,13 +279,3 @@ def test_a_worker_ends_its_stop_without_fausts_fixed_waits() -> None:
 
     assert issubclass(_worker_class(), PromptWorker)
     assert "PromptWorker(app" in inspect.getsource(importlib.import_module("agents.cli"))
-
-
-def test_aiokafka_does_not_fetch_a_partition_again_while_its_records_wait() -> None:
-    # The batch linger (stream/runtime/fetch.py) waits without taking what was
-    # fetched, so that the next fetch of those partitions brings more at once.
-    from aiokafka.consumer.fetcher import Fetcher
-
-    source = inspect.getsource(Fetcher._get_actions_per_node)
-    assert "if tp in self._records:" in source
-    assert "We have data still not consumed by user" in source
