@@ -8,7 +8,6 @@ both run on it.
 from __future__ import annotations
 
 import asyncio
-import gc
 import os
 import shutil
 import sys
@@ -31,7 +30,6 @@ __all__ = [
     "Cluster",
     "Site",
     "bench_site",
-    "collector_paused",
     "count_records",
     "produce",
 ]
@@ -49,30 +47,6 @@ async def produce(
         futures = [await client.send(topic, value, key=key) for key, value in records]
         await asyncio.gather(*futures)
         return time.perf_counter() - started
-
-
-@contextmanager
-def collector_paused() -> Iterator[None]:
-    """No garbage collection in this process while it produces a timed load.
-
-    A record's timestamp is set when it is handed to the producer, so a pause of
-    the producing process between that and the send counts as the engine's
-    latency. In a full run the bench holds the burst's records and figures, and a
-    full collection of that took 50-180 ms: the latency run's slowest events were
-    the bench's pauses, not the worker's (benchmarks/README.md, "Latency: the
-    load generator's pauses"). What exists now is frozen (never walked again) and
-    the collector is off until the block ends; reference counting still frees
-    what the load allocates."""
-    gc.collect()
-    gc.freeze()
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-        gc.unfreeze()
 
 
 async def count_records(bootstrap: str, topic: str) -> tuple[int, list[tuple[int, int]]]:

@@ -30,7 +30,7 @@ import orjson
 from aiokafka.structs import TopicPartition
 
 from stream.bench.bytes import TopicBytes, topic_bytes_under
-from stream.bench.cluster import PARTITIONS, Cluster, bench_site, collector_paused, produce
+from stream.bench.cluster import PARTITIONS, Cluster, bench_site, produce
 from stream.bench.figures import Figures, Parameters, figures_json, render_table
 from stream.bench.idle import Idle, IdleRun
 from stream.bench.micro import core_decisions_per_s, state_cache_bytes_per_entry, tick_cost_ms
@@ -47,7 +47,7 @@ from stream.runtime.kafka import (
     producer,
     read_topic,
 )
-from stream.runtime.processes import ChildProcess, cpu_s, rss_mb
+from stream.runtime.processes import ChildProcess, collector_paused, cpu_s, rss_mb
 from topics import InboxEvent, JobStart, Topics, encode
 
 __all__ = ["Bench", "Figures", "Parameters", "figures_json", "render_table", "run_bench"]

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import orjson
 
-from stream.bench.cluster import Cluster, bench_site, collector_paused, produce
+from stream.bench.cluster import Cluster, bench_site, produce
 from stream.bench.figures import Parameters
 from stream.bench.rebalance import (
     Decided,
@@ -51,7 +51,7 @@ from stream.runtime import native
 from stream.runtime.errors import BenchError
 from stream.runtime.kafka import producer, read_topic
 from stream.runtime.partitions import home_partition
-from stream.runtime.processes import ChildProcess, cpu_s
+from stream.runtime.processes import ChildProcess, collector_paused, cpu_s
 from topics import InboxEvent, JobStart, Topics, encode
 
 __all__ = ["ScaleOut", "read_decisions", "read_tasks", "run_scale_out", "steady_load", "steady_mix"]

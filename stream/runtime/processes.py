@@ -8,6 +8,7 @@ stack and every thread's (docs/operations.md, "A process that seems stuck").
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import signal
 import subprocess
@@ -15,14 +16,48 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from stream.runtime.errors import BenchError
 
-__all__ = ["DUMP_END", "ChildProcess", "cpu_s", "dump_tasks_on_signal", "rss_mb"]
+__all__ = [
+    "DUMP_END",
+    "ChildProcess",
+    "collector_paused",
+    "cpu_s",
+    "dump_tasks_on_signal",
+    "rss_mb",
+]
 
 #: The line that ends what :func:`dump_tasks_on_signal` prints.
 DUMP_END = "stacks: end"
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """No garbage collection in this process while it produces a timed load.
+
+    A record's timestamp is set when it is handed to the producer, so a pause of
+    the producing process between that and the send counts as the engine's
+    latency. In a full run the bench holds the burst's records and figures, and a
+    full collection of that took 50-180 ms: the latency run's slowest events were
+    the bench's pauses, not the worker's (benchmarks/README.md, "Latency: the
+    load generator's pauses"), and so were the outliers of ``bench-agents``'
+    tasks one at a time. What exists now is frozen (never walked again) and the
+    collector is off until the block ends; reference counting still frees what
+    the load allocates."""
+    gc.collect()
+    gc.freeze()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+        gc.unfreeze()
 
 
 def cpu_s(pid: int) -> float:

@@ -1,4 +1,4 @@
-"""``collector_paused`` (stream/bench/cluster.py): a timed load is produced with
+"""``collector_paused`` (stream/runtime/processes.py): a timed load is produced with
 the bench process's collector off, and everything is as before afterwards."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import gc
 
 import pytest
 
-from stream.bench.cluster import collector_paused
+from stream.runtime.processes import collector_paused
 
 
 class _Cycle:
