@@ -150,7 +150,7 @@ class ServiceHooks:
         self.service.warm()  # the model's client, before the first task waits for it
         # What start-up made (Faust, openai's and pydantic's types, the catalog)
         # lives as long as the process: out of the collector's sight, a full
-        # collection under a burst took 40-60 ms instead of 120-147
+        # collection under a burst took 15-30 ms instead of 119-147
         # (benchmarks/README.md, "The agents service").
         gc.collect()
         gc.freeze()

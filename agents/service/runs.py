@@ -14,7 +14,6 @@ import asyncio
 from datetime import datetime
 from typing import Any
 
-import httpx2
 from compiler import to_iso
 from stream.runtime.filestore import FileStore
 from topics import JournalRun
@@ -23,7 +22,6 @@ from agents.catalog import CONVERSATION
 from agents.flows.executor import FlowExecutor
 from agents.flows.handlers import load_registry
 from agents.flows.service import Execute, FlowDriver, tick_input
-from agents.model import Model
 from agents.run import Conversation, Outbox, RunEnd
 from agents.service.state import ServiceState, log
 from agents.stores import CheckpointTooLarge
@@ -157,12 +155,9 @@ class Runs(ServiceState):
         return self.flows.inputs(flow, conv.subject, conv.turns, conv.remembered.get(flow), known)
 
     def _flow_executor(self) -> Execute:
-        if self._model is None:
-            self._model = Model(self.model_settings)
-        if self._client is None:
-            self._client = httpx2.AsyncClient()
+        model, client = self._clients()
         tools = Executor(
-            self.catalog, self._client, self.tool_env, max_response=self.max_tool_response,
+            self.catalog, client, self.tool_env, max_response=self.max_tool_response,
             mcp=self.mcp,
             workspaces=self.workspaces,
         )  # fmt: skip
@@ -171,7 +166,7 @@ class Runs(ServiceState):
         # reads a file").
         files = FileStore(self.settings.file_store_dir, self.settings.file_max_bytes,
                           self.settings.file_types)  # fmt: skip
-        flow_executor = FlowExecutor(self._model, tools, registry, self.publish, files=files)
+        flow_executor = FlowExecutor(model, tools, registry, self.publish, files=files)
         self.flow_calls = flow_executor.calls
         return flow_executor.execute
 

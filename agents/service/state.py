@@ -344,16 +344,20 @@ class ServiceState:
     def warm(self) -> None:
         """Make the model's client before the first record (the service calls
         the model: its import is paid at start, not by the first runs)."""
-        if self._model is None:
-            self._model = Model(self.model_settings)
-        self._model.warm()
+        self._clients()[0].warm()
 
-    def runner(self) -> Runner:
-        """The runner (its HTTP clients are made on first use, in the service's loop)."""
+    def _clients(self) -> tuple[Model, httpx2.AsyncClient]:
+        """The model and the tools' HTTP client, made on first use (in the
+        service's loop) and shared by every run."""
         if self._model is None:
             self._model = Model(self.model_settings)
         if self._client is None:
             self._client = httpx2.AsyncClient()
+        return self._model, self._client
+
+    def runner(self) -> Runner:
+        """The runner (its HTTP clients are made on first use, in the service's loop)."""
+        model, client = self._clients()
         # MCP tools are offered as their servers list them now (docs/agents.md,
         # "MCP servers"); with none running, none is offered.
         if self.mcp is not None:
@@ -363,11 +367,11 @@ class ServiceState:
                 replace(self.catalog, mcp_listed={}) if self.catalog.mcp_servers else self.catalog
             )
         executor = Executor(
-            catalog, self._client, self.tool_env, max_response=self.max_tool_response,
+            catalog, client, self.tool_env, max_response=self.max_tool_response,
             mcp=self.mcp, workspaces=self.workspaces,
         )  # fmt: skip
         return Runner(
-            catalog, self._model, executor, history=self.history, guarded=self.flows.guarded,
+            catalog, model, executor, history=self.history, guarded=self.flows.guarded,
             memory=self.memory,
         )  # fmt: skip
 
