@@ -32,7 +32,7 @@ from stream.runtime.kafka import bootstrap_of, new_consumer, producer, read_topi
 from tests import zygote
 from tests.inprocess import invoke
 from tests.zygote import ForkedProcess
-from topics import DeadLetter, Topics
+from topics import DeadLetter, Topics, stored_job_state
 
 ROOT = Path(__file__).resolve().parents[1]
 LEMONGRAPH = Path(sys.executable).parent / "lemongraph"
@@ -251,7 +251,8 @@ class Lane:
         self.produce([(m["key"].encode(), orjson.dumps(m)) for m in messages])
 
     def read(self, topic: str, idle: float = 0.5) -> list[dict[str, Any]]:
-        """Every record of the topic so far, values decoded, with their offsets."""
+        """Every record of the topic so far, values decoded, with their offsets.
+        Of the job table's changelog, the jobs' rows only, each as its state."""
 
         async def go() -> list[dict[str, Any]]:
             out = []
@@ -261,6 +262,11 @@ class Lane:
                 if name == self.topics.deadletter:
                     # A dead letter's value is the original bytes; its headers say why.
                     value = DeadLetter.from_headers(r.headers).describe(r.key, r.value)
+                elif name == self.topics.jobstate:
+                    state = stored_job_state(r.key, r.value)
+                    if state is None:
+                        continue  # a worker's own row
+                    value = orjson.loads(state)
                 else:
                     value = orjson.loads(r.value) if r.value is not None else None
                 out.append(

@@ -50,6 +50,7 @@ from topics._decisions import (
     TimerSetEffect,
     TransitionRecord,
     VerdictRecord,
+    stored_job_state,
 )
 from topics._errors import ContractError, describe_errors, first_error
 from topics._journal import (
@@ -232,5 +233,6 @@ __all__ = [
     "mail",
     "plain_json",
     "replies",
+    "stored_job_state",
     "subject_key",
 ]

@@ -1,6 +1,8 @@
 """A decision and what it produces (docs/kafka.md): its input, verdicts,
 transitions and effects, where its record was read, the tasks on the tasks
-topic, a job's snapshot and a registered playbook.
+topic, a job's snapshot (the view read models build of its state: a job's row on
+the workers' table changelog, which ``stored_job_state`` reads) and a registered
+playbook.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ __all__ = [
     "TimerSetEffect",
     "TransitionRecord",
     "VerdictRecord",
+    "stored_job_state",
 ]
 
 
@@ -418,6 +421,28 @@ class JobSnapshot(TopicRecord):
     def milestones(self) -> dict[str, MilestoneStatus]:
         """Each milestone's state, by id (``detail``'s, in its order)."""
         return {mid: part.state for mid, part in self.detail.items()}
+
+
+# -- a job's state on the workers' table changelog (docs/kafka.md, "The job table's changelog") --
+#
+# Each record is one row of the workers' table, keyed by the table key. A job's
+# row (keyed by the job key) is a text header, a newline and the job's state as
+# canonical JSON (stream/engine/store.py writes it):
+# ``LG2 <partition> <next due ms or -> <p>:<offset>[,...]`` (``LG1 <partition>
+# <offset> <due>`` before it). The workers' own rows (the schedules', the
+# watermarks, the due-time index) have keys that start with NUL; a tombstone (no
+# value) deletes a row. Only the workers write it.
+
+_HEADERS = (b"LG2 ", b"LG1 ")
+
+
+def stored_job_state(key: bytes | None, value: bytes | None) -> bytes | None:
+    """The state JSON of a job's row; None for a worker's own row, a tombstone,
+    or a row in no format this code reads."""
+    if not key or key[0] == 0 or value is None or value[:4] not in _HEADERS:
+        return None
+    end = value.find(b"\n")
+    return None if end < 0 else value[end + 1 :]
 
 
 # -- playbooks ----------------------------------------------------------------------

@@ -16,7 +16,11 @@ TOPIC_NAMES: dict[str, tuple[str, bool]] = {
         False,
     ),
     "decisions": ("one record per decision: the audit log, replayable", False),
-    "jobs": ("job snapshots for read models, keyed by job key", True),
+    "engine-jobstate-changelog": (
+        "the workers' table changelog: each job's state by job key (the gateway's job "
+        "views are built from it), and the workers' own rows (keys starting with NUL)",
+        True,
+    ),
     "playbooks": ("the playbook registry, keyed KEY@vN (one key per version)", True),
     "deadletter": ("records that could not be decoded or were invalid, with the reason", False),
     "messages": ("the conversation: every message in and out, keyed by job key", False),
@@ -58,9 +62,10 @@ class Topics:
         return f"{self.prefix}decisions"
 
     @property
-    def jobs(self) -> str:
-        """Compacted job snapshots."""
-        return f"{self.prefix}jobs"
+    def jobstate(self) -> str:
+        """The workers' table changelog (compacted): each job's stored state
+        (``topics.stored_job_state``), written only by the workers."""
+        return f"{self.prefix}engine-jobstate-changelog"
 
     @property
     def playbooks(self) -> str:

@@ -232,7 +232,7 @@ class Idle:
         bench = self.bench
         prefix = f"bench-{bench.run_id}-{name}."
         topics = Topics(prefix)
-        changelog = f"{prefix}engine-jobstate-changelog"
+        changelog = topics.jobstate
         names = {topics.inbox: PARTITIONS, topics.decisions: PARTITIONS, changelog: PARTITIONS}
         asyncio.run(ensure_topics(bench.bootstrap, names, {changelog}, security=bench.security))
         data = bench.workdir / name
@@ -256,7 +256,7 @@ class Idle:
         index marks: a seed for ``restart`` (as ``seed`` makes one) with these
         ``jobs`` in its table."""
         shutil.rmtree(seeded.data)
-        changelog = f"{seeded.topics.prefix}engine-jobstate-changelog"
+        changelog = seeded.topics.jobstate
         began = time.perf_counter()
         rows = list(job_rows(self.bench.playbooks, jobs, PARTITIONS, prefix=seeded.name))
         rows.extend((p, INDEX_MARK.encode(), DUE_VALUE) for p in range(PARTITIONS))

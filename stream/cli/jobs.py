@@ -30,6 +30,7 @@ from topics import (
     decode_inbox,
     encode,
     plain_json,
+    stored_job_state,
 )
 
 __all__ = ["send_event", "start_job", "tail"]
@@ -202,8 +203,9 @@ def send_event(
     "--follow/--no-follow", default=True, show_default=True, help="Keep waiting for new records."
 )
 def tail(topic: str, follow: bool) -> None:
-    """Print the records of TOPIC (inbox, tasks, decisions, jobs, playbooks,
-    deadletter, ticks; or a full name) as JSON lines, from the beginning."""
+    """Print the records of TOPIC (inbox, tasks, decisions, playbooks, deadletter,
+    ticks, engine-jobstate-changelog...; or a full name) as JSON lines, from the
+    beginning. Of the job table's changelog, a job's row shows its state."""
     settings = env_settings()
     bootstrap = require_kafka(settings)
     try:
@@ -212,6 +214,7 @@ def tail(topic: str, follow: bool) -> None:
         raise click.BadParameter(str(exc), param_hint="TOPIC") from None
 
     deadletter = Topics(settings.topic_prefix).deadletter
+    jobstate = Topics(settings.topic_prefix).jobstate
 
     async def go() -> None:
         async for r in read_topic(bootstrap, name, follow=follow):
@@ -219,7 +222,10 @@ def tail(topic: str, follow: bool) -> None:
                 click.echo(orjson.dumps(_dead_letter_line(r)).decode())
                 continue
             value: object = None
-            if r.value is not None:
+            state = stored_job_state(r.key, r.value) if r.topic == jobstate else None
+            if state is not None:  # docs/kafka.md, "The job table's changelog"
+                value = orjson.loads(state)
+            elif r.value is not None:
                 try:
                     value = orjson.loads(r.value)
                 except orjson.JSONDecodeError:

@@ -165,7 +165,6 @@ class Worker:
         settings: Settings,
         registry: Registry,
         *,
-        app_id: str | None = None,
         tansu: bool = False,
         ticker: bool = True,
         stats: EngineStats | None = None,
@@ -177,7 +176,9 @@ class Worker:
         # Apache Kafka answers a fetch when data is there; Tansu waits out the whole
         # fetch wait, so keep it short there (see stream/runtime/faust_tuning.py).
         set_fetch_max_wait(fetch_max_wait(tansu))
-        app_name = app_id or f"{settings.topic_prefix}engine"
+        # Faust names the table's changelog `<app id>-jobstate-changelog`: with
+        # this id it is ``Topics.jobstate``, which the gateway reads.
+        app_name = f"{settings.topic_prefix}engine"
         app = self.app = BatchApp(app_name, **faust_settings(settings, tansu))
         self.stats = stats if stats is not None else EngineStats()
         source = app.topic(

@@ -170,8 +170,6 @@ class Batch:
     outputs: list[Output] = field(default_factory=list)
     #: job → (inbox records applied, state), the latest of the batch
     states: dict[JobRef, tuple[Applied, JobState]] = field(default_factory=dict)
-    #: jobs whose state changed (a refusal only records the offset it consumed)
-    changed: set[JobRef] = field(default_factory=set)
     decisions: int = 0
     deadletters: int = 0
     skipped: int = 0  # re-delivered inbox records recognised and skipped

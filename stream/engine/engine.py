@@ -70,7 +70,7 @@ from stream.engine.batch import (
 )
 from stream.engine.due import DueIndex, Scan, no_rows
 from stream.engine.held import HELD, HELD_PREFIX, Held, expired, peek_held
-from stream.engine.jobs import Jobs, snapshot_of
+from stream.engine.jobs import Jobs
 from stream.engine.registry import Registry
 from stream.engine.schedules import Decide, Forward, Schedules, schedule_key
 from stream.engine.store import peek_header
@@ -102,7 +102,6 @@ __all__ = [
     "StorageError",
     "fingerprint",
     "home_partition",
-    "snapshot_of",
     "watermark_key",
 ]
 
@@ -336,7 +335,6 @@ class Engine:
                     self.dead(record, f"could not be decided: {_why(exc)}", batch, "undecidable")
             else:
                 self.dead(record, f"unexpected topic {record.topic!r}", batch, "unexpected_topic")
-        self.jobs.snapshots(batch)
         return batch
 
     def committed(self, batch: Batch) -> None:

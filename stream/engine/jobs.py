@@ -2,8 +2,9 @@
 (``job.start`` or an event) or a tick becomes an input of the pure core
 (``JobGraph.next``, compiler/), and its step becomes the records to produce — a
 decision, the tasks it opened or closed, the fact it remembered (to
-``memory-facts``, on its subject's partition: docs/memory.md), and once per
-batch each changed job's snapshot — and the state to store (``Batch.states``).
+``memory-facts``, on its subject's partition: docs/memory.md) — and the state to
+store (``Batch.states``), whose changelog record is also what read models read
+of the job (docs/kafka.md, "The job table's changelog").
 The engine decides where a record is decided (its home partition), when a
 timer fires (the due-time index, stream/engine/due.py) and what is
 dead-lettered; this module reads a job's state (the batch's own first, then a
@@ -42,14 +43,13 @@ from stream.runtime.partitions import Homes
 from topics import InboxEvent, JobStart, Topics, event_id
 from topics.build import (
     decision_record,
-    job_snapshot,
     memory_fact_record,
     record_origin,
     task_closed_record,
     task_opened_record,
 )
 
-__all__ = ["Jobs", "snapshot_of"]
+__all__ = ["Jobs"]
 
 log = logging.getLogger("lemongraph.worker")
 
@@ -63,14 +63,6 @@ def _dumps(data: Any) -> bytes:
 
 def _instant(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, UTC)
-
-
-def snapshot_of(graph: JobGraph, state: JobState) -> dict[str, Any]:
-    """The read-model view of a job (what goes to the ``jobs`` topic): a
-    :class:`topics.JobSnapshot`, built by ``topics.build`` (this runs once per
-    changed job per batch: validating our own output there would cost more
-    than the decision)."""
-    return job_snapshot(state.json(), graph.frontier(state))
 
 
 class Jobs:
@@ -92,7 +84,6 @@ class Jobs:
         self._inbox_topic = topics.inbox
         self._decisions_topic = topics.decisions
         self._tasks_topic = topics.tasks
-        self._jobs_topic = topics.jobs
         self._memory_facts_topic = topics.memory_facts
         self._homes = homes
         self.registry = registry
@@ -213,23 +204,6 @@ class Jobs:
         """The playbook ``state`` runs, if registered."""
         return self.registry.graph(state.playbook_key, state.playbook_version)
 
-    def snapshots(self, batch: Batch) -> None:
-        """Each changed job's read-model view, to the ``jobs`` topic."""
-        # In the order the jobs were decided (a set's order is not stable across
-        # processes, and a re-decided batch must come out byte for byte alike).
-        for ref, (_applied, state) in batch.states.items():
-            if ref not in batch.changed:
-                continue
-            graph = self.registry.graph(state.playbook_key, state.playbook_version)
-            if graph is None:
-                continue
-            try:
-                snapshot = _dumps(snapshot_of(graph, state))
-            except Exception as exc:  # the decision is made; only its read-model view is lost
-                log.error("job %r: no snapshot: %s", ref[1], _why(exc))
-                continue
-            batch.outputs.append(Output(self._jobs_topic, ref[1].encode(), snapshot, ref[0]))
-
     def decided(
         self,
         record: Record,
@@ -291,7 +265,6 @@ class Jobs:
         # -- nothing below can fail --
         if state is not None:
             batch.states[ref] = (applied.after(origin[0], origin[1]) if inbox else applied, state)
-            batch.changed.add(ref)
             known = batch.timers.get(where)
             batch.timers[where] = (known[0] if known is not None else None, due)
         if clock is not None:

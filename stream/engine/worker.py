@@ -112,7 +112,6 @@ def run_worker(
     tansu: bool,
     ticker: bool = True,
     cluster: str = "",
-    app_id: str | None = None,
     loglevel: str = "warning",
     status_every: float = 0.0,
     say: Callable[[str], None] = print,
@@ -126,9 +125,7 @@ def run_worker(
 
     _Worker = _worker_class()
 
-    running = build_app(
-        settings, registry, app_id=app_id, tansu=tansu, ticker=ticker, cluster=cluster
-    )
+    running = build_app(settings, registry, tansu=tansu, ticker=ticker, cluster=cluster)
     app, stats, engine = running.app, running.stats, running.engine
 
     @app.task  # type: ignore[untyped-decorator]

@@ -365,7 +365,7 @@ SHORT = [
     "ticks",
     "tasks",
     "decisions",
-    "jobs",
+    "engine-jobstate-changelog",
     "playbooks",
     "deadletter",
     "messages",
@@ -387,7 +387,8 @@ def test_the_default_prefix_names_every_topic_of_the_spec() -> None:
     assert names.ticks == "lemongraph.ticks"
     assert names.tasks == "lemongraph.tasks"
     assert names.decisions == "lemongraph.decisions"
-    assert names.jobs == "lemongraph.jobs"
+    # the workers' table changelog: Faust's name for the table of app `<prefix>engine`
+    assert names.jobstate == "lemongraph.engine-jobstate-changelog"
     assert names.playbooks == "lemongraph.playbooks"
     assert names.deadletter == "lemongraph.deadletter"
     assert names.messages == "lemongraph.messages"
@@ -398,7 +399,7 @@ def test_the_default_prefix_names_every_topic_of_the_spec() -> None:
 
 def test_only_the_latest_state_topics_are_compacted() -> None:
     assert {s for s, (_what, compacted) in TOPIC_NAMES.items() if compacted} == {
-        "jobs",
+        "engine-jobstate-changelog",
         "playbooks",
         "conversations",
         "schedules",
@@ -412,7 +413,7 @@ def test_a_custom_prefix() -> None:
     names = Topics("acme.t1.")
     assert names.inbox == "acme.t1.inbox"
     assert names.deadletter == "acme.t1.deadletter"
-    assert names.all()["jobs"] == "acme.t1.jobs"
+    assert names.all()["engine-jobstate-changelog"] == "acme.t1.engine-jobstate-changelog"
     assert names.name("tasks") == "acme.t1.tasks"
     assert names.name("acme.t1.tasks") == "acme.t1.tasks"  # a full name passes through
     assert Topics("acme.t1.") == names  # a value: equal by prefix
@@ -421,7 +422,8 @@ def test_a_custom_prefix() -> None:
 @pytest.mark.parametrize("short", SHORT)
 def test_name_of_every_short_name(short: str) -> None:
     assert Topics("p-").name(short) == f"p-{short}"
-    assert getattr(Topics("p-"), short.replace("-", "_")) == f"p-{short}"
+    prop = {"engine-jobstate-changelog": "jobstate"}.get(short, short.replace("-", "_"))
+    assert getattr(Topics("p-"), prop) == f"p-{short}"
 
 
 @pytest.mark.parametrize("bad", ["nope", "lemongraph.inbox", "acme.nope", "", "INBOX"])

@@ -2,11 +2,13 @@
 and by the writes this gateway accepted itself (so a client reads its own writes).
 
 :meth:`ReadModel.follow` (the loop of stream/gateway/readmodels/follow.py, which also
-notices a broker reset) reads ``jobs``, ``decisions`` and ``playbooks`` from the
-beginning with a plain consumer (no group: every partition assigned) and keeps
-following. It is *caught up* when every partition's position has reached the
-high watermark the fetch responses report (the embedded broker's ListOffsets
-answer can be off by up to a batch, so it is not used).
+notices a broker reset) reads the job table's changelog (``Topics.jobstate``: each
+job's state, of which it builds the job's view, ``JobSnapshot``), ``decisions``,
+``playbooks``, ``journal`` and ``messages`` from the beginning with a plain
+consumer (no group: every partition assigned) and keeps following. It is
+*caught up* when every partition's position has reached the high watermark the
+fetch responses report (the embedded broker's ListOffsets answer can be off by
+up to a batch, so it is not used).
 
 An accepted write stays *pending* until a decision whose origin is its inbox
 partition and offset arrives — or any later offset of that partition is decided
@@ -58,6 +60,7 @@ from compiler import LemongraphError, Playbook, compile_playbook
 from stream.gateway.readmodels.entries import AcceptedWrite, JobEntry, idem
 from stream.gateway.readmodels.follow import Followed
 from stream.gateway.readmodels.interrupts import OpenQuestions
+from stream.gateway.readmodels.states import JobStates
 from topics import (
     JobSnapshot,
     JournalFlow,
@@ -178,6 +181,8 @@ class ReadModel(Followed):
         self._expired = 0.0  # when undecided writes were last expired (monotonic)
         self._watchers: dict[str, set[asyncio.Event]] = {}
         self._compiled: dict[tuple[str, int], Playbook | None] = {}
+        #: The jobs' states made into their views (stream/gateway/readmodels/states.py).
+        self.states = JobStates(self.playbook, self.compiled)
         #: Told every decision read (the schedules' read model joins its runs).
         self.decision_readers: list[Callable[[dict[str, Any]], None]] = []
         #: Told every message read (the webhook's reply tokens are filled so).
@@ -540,19 +545,20 @@ class ReadModel(Followed):
     # -- applying records -------------------------------------------------------------
 
     def apply(self, topic: str, key: bytes | None, value: bytes | None) -> None:
-        """One record of ``jobs``, ``decisions`` or ``playbooks``; a record that
-        does not decode is counted and skipped (the worker dead-letters inputs;
-        these are its outputs)."""
+        """One record of a followed topic; a record that does not decode is
+        counted and skipped (the worker dead-letters inputs; these are its outputs)."""
         if value is None:
             return
         try:
-            if topic == self.topics.jobs:
-                self._snapshot(JobSnapshot.model_validate_json(value), len(value))
+            if topic == self.topics.jobstate:
+                self._state(key, value)
             elif topic == self.topics.decisions:
                 self._decision(orjson.loads(value), len(value))
             elif topic == self.topics.playbooks:
                 record = PlaybookRecord.model_validate_json(value)
                 self.playbooks.setdefault(record.key, {})[record.version] = record.spec
+                for held_key, held in self.states.placed((record.key, record.version)):
+                    self.apply(self.topics.jobstate, held_key, held)
             elif topic == self.topics.messages:
                 self._message(MessageRecord.model_validate_json(value), len(value))
             elif topic == self.topics.journal:
@@ -611,6 +617,18 @@ class ReadModel(Followed):
         self.message_totals[key] = self.message_totals.get(key, 0) + 1
         self._changed(key)
         self._fit(key)
+
+    def _state(self, key: bytes | None, value: bytes) -> None:
+        """A row of the job table's changelog: a job's state becomes its view."""
+        found = self.states.view(key, value, self._seq_held)
+        if found is not None:
+            self._snapshot(*found)
+
+    def _seq_held(self, key: str) -> int | None:
+        entry = self.jobs.get(key)
+        if entry is None or not entry.in_memory or entry.snapshot is None:
+            return None
+        return entry.snapshot.seq
 
     def _snapshot(self, snapshot: JobSnapshot, size: int = 0) -> None:
         # An evicted job comes back as its summary first (held, counted and
@@ -731,7 +749,7 @@ class ReadModel(Followed):
 
     def followed(self) -> list[str]:
         t = self.topics
-        return [t.jobs, t.decisions, t.playbooks, t.journal, t.messages]
+        return [t.jobstate, t.decisions, t.playbooks, t.journal, t.messages]
 
     def take(self, tp: TopicPartition, key: bytes | None, value: bytes | None, offset: int) -> None:
         self.apply(tp.topic, key, value)

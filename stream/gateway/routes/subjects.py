@@ -47,7 +47,7 @@ RAW_LOGS: tuple[tuple[str, str], ...] = (
     ("messages", "the conversations of its jobs"),
     ("journal", "its jobs' model and tool calls, summary calls included (the text as its "
      "opening)"),
-    ("jobs", "its jobs' snapshots, with their subject and contacts"),
+    ("engine-jobstate-changelog", "its jobs' states, with their subject and contacts"),
     ("conversations", "the agents' state of its jobs, with their subject and turns (and a "
      "summary while the run that wrote it is in progress)"),
 )  # fmt: skip

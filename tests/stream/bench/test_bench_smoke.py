@@ -52,7 +52,7 @@ KEYS = (
     "steady_stored_bytes_per_event",
 )
 #: The topics the worker writes for every event (by name after the run's prefix).
-EVERY_EVENT = ("tasks", "decisions", "jobs", "engine-jobstate-changelog")
+EVERY_EVENT = ("tasks", "decisions", "engine-jobstate-changelog")
 
 
 def test_bench_quick_measures_every_figure(tmp_path: Path) -> None:

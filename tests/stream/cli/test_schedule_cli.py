@@ -376,7 +376,7 @@ def test_a_wake_from_the_cli_runs_on_the_worker_and_its_run_is_read_back(
     # Its health (docs/schedules.md, "Health"), folded from the same records.
     assert f"\nhealth: last run {run_id} completed at " in shown
     assert "; retries 0, suppressed 0, missed 0, skipped 0, failed 0, failed in a row 0," in shown
-    # The job the run started is on the jobs topic.
+    # The job the run started has its state on the job table's changelog.
     job = line.split("job ", 1)[1].split()[0]
-    jobs = [r for r in lane.read("jobs") if r["key"] == job]
-    assert jobs, f"no snapshot of {job}"
+    jobs = [r for r in lane.read("engine-jobstate-changelog") if r["key"] == job]
+    assert jobs, f"no state of {job}"

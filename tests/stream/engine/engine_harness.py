@@ -19,6 +19,7 @@ from stream.engine.batch import Batch, Output, Record
 from stream.engine.engine import Engine
 from stream.engine.registry import Registry
 from stream.engine.timers import DUE_PREFIX, parse_due_key
+from stream.gateway.readmodels.states import snapshot_of_state
 from stream.runtime.partitions import home_partition
 from topics import (
     DeadLetter,
@@ -27,6 +28,7 @@ from topics import (
     TaskClosedRecord,
     TaskOpenedRecord,
     Topics,
+    stored_job_state,
 )
 
 TOPICS = Topics("test.")
@@ -167,6 +169,19 @@ class Harness:
             self.engine.committed(batch)
         return batch
 
+    def snapshots(self, batch: Batch) -> list[JobSnapshot]:
+        """The job views a gateway builds from the batch's job rows (in the
+        order the table writes them)."""
+        out = []
+        for key, _partition, raw in batch.writes():
+            state = stored_job_state(key.encode(), raw)
+            if state is None:
+                continue
+            data = orjson.loads(state)
+            graph = self.engine.registry.graph(data["playbook_key"], data["playbook_version"])
+            out.append(snapshot_of_state(data, graph.playbook if graph is not None else None))
+        return out
+
     def state_bytes(self, key: str, partition: int = 0) -> bytes:
         raw = self.store[(key, partition)]
         return raw[raw.index(b"\n") + 1 :]
@@ -221,10 +236,6 @@ def tasks(batch: Batch) -> list[TaskOpenedRecord | TaskClosedRecord]:
         else:
             out.append(TaskClosedRecord.model_validate(data))
     return out
-
-
-def snapshots(batch: Batch) -> list[JobSnapshot]:
-    return [JobSnapshot.model_validate_json(o.value) for o in on(batch, "jobs")]
 
 
 @dataclass(frozen=True)

@@ -132,18 +132,17 @@ def test_sigkill_mid_stream_loses_nothing_and_repeats_nothing(lane: Lane) -> Non
             latest[r["key"]] = max(latest.get(r["key"], 0), r["value"]["seq"])
         return latest == want_seq
 
-    jobs = lane.wait_until("jobs", all_done, timeout=240)
+    jobs = lane.wait_until("engine-jobstate-changelog", all_done, timeout=240)
     finished = time.monotonic()
     assert second.stop() == 0
 
-    snapshots: dict[str, dict[str, Any]] = {}
+    stored: dict[str, dict[str, Any]] = {}
     for r in jobs:
-        if r["key"] not in snapshots or r["value"]["seq"] >= snapshots[r["key"]]["seq"]:
-            snapshots[r["key"]] = r["value"]
-    assert len(snapshots) == JOBS
-    # The state's hash is on the decisions (a snapshot leaves it out: docs/kafka.md).
+        if r["key"] not in stored or r["value"]["seq"] >= stored[r["key"]]["seq"]:
+            stored[r["key"]] = r["value"]
+    assert len(stored) == JOBS
     hashes = latest_hashes(lane.read("decisions", idle=1.0))
-    assert {k: s["seq"] for k, s in snapshots.items()} == {k: h[0] for k, h in hashes.items()}
+    assert {k: s["seq"] for k, s in stored.items()} == {k: h[0] for k, h in hashes.items()}
     wrong = [k for k, s in want_states.items() if hashes[k][1] != s.hash]
     assert wrong == [], f"{len(wrong)} jobs ended elsewhere than the pure core, e.g. {wrong[:3]}"
 

@@ -31,7 +31,6 @@ from tests.stream.engine.engine_harness import (
     parse_iso,
     registry,
     sha,
-    snapshots,
     start,
     tasks,
 )
@@ -41,7 +40,7 @@ from topics import (
     TickRecord,
 )
 
-# -- decisions, tasks and snapshots ---------------------------------------------------
+# -- decisions, tasks and job views -----------------------------------------------------
 
 
 def test_a_start_then_events_give_chained_decision_records() -> None:
@@ -121,9 +120,8 @@ def test_one_snapshot_per_changed_job_per_batch_with_the_latest_state() -> None:
         ]
     )
     assert batch.decisions == 4
-    snaps = snapshots(batch)
+    snaps = h.snapshots(batch)
     assert sorted(s.key for s in snaps) == ["job-1", "job-2"]
-    assert sorted(o.key for o in on(batch, "jobs") if o.key) == [b"job-1", b"job-2"]
     by_key = {s.key: s for s in snaps}
     one = by_key["job-1"]
     assert one.seq == 3
@@ -137,9 +135,9 @@ def test_one_snapshot_per_changed_job_per_batch_with_the_latest_state() -> None:
     assert (last.seq, last.state_hash) == (3, sha(h.state_bytes("job-1")))
     assert by_key["job-2"].milestones == {"collect": "open", "activate": "pending"}
     assert by_key["job-2"].seq == 1
-    # a batch that changes only job-2 snapshots only job-2
+    # a batch that changes only job-2 writes only job-2's state
     again = h.run([h.inbox(event("job-2", "id_uploaded"), at=T0 + timedelta(minutes=5))])
-    assert [s.key for s in snapshots(again)] == ["job-2"]
+    assert [s.key for s in h.snapshots(again)] == ["job-2"]
 
 
 def test_outputs_go_to_the_input_partition_and_the_state_is_written_per_job() -> None:
@@ -148,7 +146,7 @@ def test_outputs_go_to_the_input_partition_and_the_state_is_written_per_job() ->
     # Every topic has the inbox's partition count: a job keeps one partition.
     assert [o.partition for o in batch.outputs] == [2] * len(batch.outputs)
     assert all(o.key == b"job-2" for o in batch.outputs)
-    assert {o.topic for o in batch.outputs} == {"test.decisions", "test.tasks", "test.jobs"}
+    assert {o.topic for o in batch.outputs} == {"test.decisions", "test.tasks"}
     assert ("job-2", 2) in h.store
     # home partition, next due (7 days on), applied: offset 0 of partition 2
     assert h.store[("job-2", 2)].startswith(b"LG2 2 %d 2:0\n" % ms(T0 + timedelta(days=7)))
@@ -327,7 +325,7 @@ def test_an_event_for_an_unknown_job_is_refused() -> None:
     assert d.origin is not None
     assert d.origin.offset == 0
     assert tasks(batch) == []
-    assert snapshots(batch) == []
+    assert h.snapshots(batch) == []
     assert [o.key for o in on(batch, "decisions")] == [b"ghost"]
 
 
@@ -479,7 +477,7 @@ def test_a_tick_past_a_within_deadline_fires_it() -> None:
     [closed] = tasks(fired)
     assert isinstance(closed, TaskClosedRecord)
     assert (closed.task_id, closed.outcome) == ("job-s/reply", "timed_out")
-    [snap] = snapshots(fired)
+    [snap] = h.snapshots(fired)
     assert (snap.status, snap.milestones) == ("failed", {"reply": "knocked"})
     assert snap.seq == d.seq
     assert d.state_hash == sha(h.state_bytes("job-s", 1))
@@ -580,14 +578,14 @@ def test_agent_events_decide_but_never_settle_a_milestone() -> None:
     assert (d.outcome, d.seq, d.input.source) == ("applied", 2, "agent")
     assert d.transitions == []
     assert tasks(claim) == []
-    [snap] = snapshots(claim)
+    [snap] = h.snapshots(claim)
     assert snap.milestones == {"collect": "open", "activate": "pending"}
     assert snap.events == 1
 
     proof = h.run(
         [h.inbox(event("job-1", "id_uploaded", source="tool"), at=T0 + timedelta(minutes=2))]
     )
-    assert snapshots(proof)[0].milestones == {"collect": "done", "activate": "open"}
+    assert h.snapshots(proof)[0].milestones == {"collect": "done", "activate": "open"}
 
 
 def test_the_now_of_an_inbox_decision_is_the_record_timestamp() -> None:
@@ -603,7 +601,7 @@ def test_the_now_of_an_inbox_decision_is_the_record_timestamp() -> None:
     d1, d2 = decisions(batch)
     assert parse_iso(d1.now) == started_at
     assert parse_iso(d2.now) == event_at
-    [snap] = snapshots(batch)
+    [snap] = h.snapshots(batch)
     assert parse_iso(snap.started_at) == started_at
     assert snap.updated_at is not None
     assert parse_iso(snap.updated_at) == event_at

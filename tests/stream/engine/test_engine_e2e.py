@@ -38,10 +38,11 @@ def values(records: list[dict[str, Any]], *keys: str) -> list[dict[str, Any]]:
     return [r["value"] for r in records if not keys or r["key"] in keys]
 
 
-def latest_snapshot(lane: Lane, key: str) -> dict[str, Any]:
-    snapshots = values(lane.read("jobs"), key)
-    assert snapshots, f"no snapshot of {key}"
-    return max(snapshots, key=lambda s: s["seq"])
+def latest_state(lane: Lane, key: str) -> dict[str, Any]:
+    """The job's latest state on the job table's changelog."""
+    states = values(lane.read("engine-jobstate-changelog"), key)
+    assert states, f"no state of {key}"
+    return max(states, key=lambda s: s["seq"])
 
 
 @pytest.fixture(scope="module")
@@ -80,9 +81,12 @@ def test_a_job_runs_end_to_end_and_tasks_arrive_in_order(worked: Lane) -> None:
     opened = values(tasks, "job-1")[2]
     assert opened["task_id"] == "job-1/bookCall"
     assert opened["frontier"] == ["bookCall", "selfServe"]
-    lane.wait_until("jobs", lambda rs: any(v["status"] == "done" for v in values(rs, "job-1")))
-    final = latest_snapshot(lane, "job-1")
-    assert {m: d["state"] for m, d in final["detail"].items()} == {
+    lane.wait_until(
+        "engine-jobstate-changelog",
+        lambda rs: any(v["status"] == "done" for v in values(rs, "job-1")),
+    )
+    final = latest_state(lane, "job-1")
+    assert {m: d["status"] for m, d in final["milestones"].items()} == {
         "collectIdentity": "done",
         "bookCall": "dropped",
         "selfServe": "done",
@@ -146,12 +150,17 @@ def test_a_within_deadline_fires_from_ticks(worked: Lane) -> None:
     tasks = lane.wait_until("tasks", lambda rs: len(values(rs, "job-t")) >= 2, timeout=30)
     closed = values(tasks, "job-t")[1]
     assert (closed["type"], closed["outcome"]) == ("task.closed", "timed_out")
-    final = latest_snapshot(lane, "job-t")
+    final = latest_state(lane, "job-t")
     assert final["status"] == "failed"
-    assert {m: d["state"] for m, d in final["detail"].items()} == {"reply": "knocked"}
+    assert {m: d["status"] for m, d in final["milestones"].items()} == {"reply": "knocked"}
     fired = [d for d in values(lane.read("decisions"), "job-t") if d["input"]["type"] == "tick"]
     assert len(fired) == 1
     assert fired[0]["fired"][0]["kind"] == "settle"
+    # `lemongraph tail` shows a job's rows on the table's changelog as its state.
+    shown = lane.cli("tail", "engine-jobstate-changelog", "--no-follow").stdout.splitlines()
+    states = [line["value"] for line in map(orjson.loads, shown) if line["key"] == "job-t"]
+    assert [s["seq"] for s in states] == sorted(s["seq"] for s in states)
+    assert (states[-1]["status"], states[-1]["seq"]) == ("failed", final["seq"])
 
 
 def test_a_retried_idempotency_key_gives_one_decision_and_one_task(worked: Lane) -> None:

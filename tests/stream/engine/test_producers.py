@@ -256,7 +256,7 @@ def test_a_future_stamped_event_and_a_future_tick_fail_no_job(lane: Lane) -> Non
     lane.wait_committed(worker.group, "ticks", {home: future[0] + 5})
     statuses = [r["value"]["status"] for r in lane.read("decisions")]
     assert "failed" not in statuses
-    assert lane.read("jobs")[-1]["value"]["status"] == "running"
+    assert lane.read("engine-jobstate-changelog")[-1]["value"]["status"] == "running"
 
 
 def test_sigterm_stops_a_worker_whose_broker_is_gone_within_seconds(

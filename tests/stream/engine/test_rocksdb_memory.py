@@ -22,6 +22,7 @@ from stream.engine.timers import DUE_VALUE, INDEX_MARK, JOBS, due_range, parse_d
 from stream.runtime.config import ConfigError, RocksDBMemory, Settings
 from stream.runtime.faust_tuning import BoundedRocksDBOptions, bound_rocksdb, rocksdb_memory
 from stream.runtime.partitions import home_partition
+from topics import Topics
 
 ROOT = Path(__file__).resolve().parents[3]
 MB = 1 << 20
@@ -132,6 +133,8 @@ def test_the_worker_app_opens_its_table_with_the_settings(tmp_path: Path) -> Non
     assert isinstance(options, BoundedRocksDBOptions)
     assert options.block_cache_size == 12 * MB
     assert options.memory == settings.rocksdb
+    # The table's changelog is the topic the gateway reads the jobs' states from.
+    assert running.table.changelog_topic == Topics(settings.topic_prefix).jobstate
 
 
 def test_sleeping_jobs_are_written_as_the_engine_stores_them(tmp_path: Path) -> None:

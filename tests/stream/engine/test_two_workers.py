@@ -52,13 +52,12 @@ def test_a_second_worker_takes_over_partitions_with_their_state(lane: Lane) -> N
         if isinstance(item, Event):
             item = Event(item.action, id=f"p{record['partition']}@{record['offset']}")
         states[value["key"]] = graph.next(states[value["key"]], now, item).state
-    snapshots: dict[str, dict[str, Any]] = {}
-    for r in lane.read("jobs", idle=1.0):
-        if r["key"] not in snapshots or r["value"]["seq"] >= snapshots[r["key"]]["seq"]:
-            snapshots[r["key"]] = r["value"]
-    # The state's hash is on the decisions (a snapshot leaves it out: docs/kafka.md).
+    stored: dict[str, dict[str, Any]] = {}
+    for r in lane.read("engine-jobstate-changelog", idle=1.0):
+        if r["key"] not in stored or r["value"]["seq"] >= stored[r["key"]]["seq"]:
+            stored[r["key"]] = r["value"]
     hashes = latest_hashes(lane.read("decisions", idle=1.0))
-    assert {k: s["seq"] for k, s in snapshots.items()} == {k: h[0] for k, h in hashes.items()}
+    assert {k: s["seq"] for k, s in stored.items()} == {k: h[0] for k, h in hashes.items()}
     wrong = [k for k, s in states.items() if s is None or hashes[k][1] != s.hash]
     assert wrong == [], f"{len(wrong)} jobs differ from the pure core, e.g. {wrong[:3]}"
     # Both took part: each stops with a count of the records it decided.

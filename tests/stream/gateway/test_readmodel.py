@@ -13,12 +13,22 @@ from typing import Any
 import orjson
 import yaml
 
-from compiler import compile_playbook
+from compiler import JobGraph, JobState, compile_playbook
 from stream.engine.engine import Engine, Record
 from stream.engine.registry import Registry
 from stream.gateway.readmodels.jobs import JOURNAL_KEPT, ReadModel
 from stream.gateway.views import job_summary, job_view
-from topics import JournalFlow, JournalRun, JournalWorktree, PlaybookRecord, Topics, encode
+from topics import (
+    JobSnapshot,
+    JournalFlow,
+    JournalRun,
+    JournalWorktree,
+    PlaybookRecord,
+    Topics,
+    encode,
+    stored_job_state,
+)
+from topics.build import job_snapshot
 
 TOPICS = Topics("rm.")
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
@@ -63,7 +73,8 @@ def model_after(
         batch = engine.process([inbox])
         for output in batch.outputs:
             model.apply(output.topic, output.key, output.value)
-        for k, _p, raw in batch.writes():
+        for k, _p, raw in batch.writes():  # the table's changelog, produced with them
+            model.apply(TOPICS.jobstate, k.encode(), raw)
             store[k] = raw
         engine.committed(batch)
     return model
@@ -188,3 +199,96 @@ def test_a_changed_worktree_refuses_answers_to_its_run_until_its_watch_says_othe
     said("changed", watch="w-2")  # the next checkpoint's watch
     assert model.interrupts.worktree_changed("j-3", asked) is not None
     assert [r["type"] for r in model.journal["j-3"]][-1] == "journal.worktree"
+
+
+# -- job views from the job table's changelog (docs/kafka.md, "The job table's changelog") --
+
+
+def _engine_rows(*messages: tuple[dict[str, object], datetime]) -> list[tuple[str, bytes | None]]:
+    """The table rows (key, value) a real engine wrote for ``messages`` on SPEC."""
+    store: dict[str, bytes] = {}
+    engine = Engine(
+        TOPICS,
+        Registry([compile_playbook(SPEC)]),
+        lambda k, p: store.get(k),
+        partitions=1,
+        wall_ms=lambda: int((T0 + timedelta(days=30)).timestamp() * 1000),
+    )
+    rows: list[tuple[str, bytes | None]] = []
+    for offset, (message, at) in enumerate(messages):
+        key = str(message["key"]).encode()
+        inbox = Record(
+            TOPICS.inbox, 0, offset, key, orjson.dumps(message), int(at.timestamp() * 1000)
+        )
+        batch = engine.process([inbox])
+        for k, _p, raw in batch.writes():
+            rows.append((k, raw))
+            if raw is not None:
+                store[k] = raw
+        engine.committed(batch)
+    return rows
+
+
+def _registered(model: ReadModel) -> None:
+    playbook = compile_playbook(SPEC)
+    record = PlaybookRecord(key=playbook.key, version=playbook.version, spec=playbook.to_json())
+    model.apply(TOPICS.playbooks, playbook.key.encode(), encode(record))
+
+
+def test_a_job_s_view_is_what_its_stored_state_and_playbook_say() -> None:
+    rows = _engine_rows(
+        ({"type": "job.start", "key": "j", "playbook_key": "ranks"}, T0),
+        ({"type": "event", "key": "j", "action": "r"}, T0 + timedelta(hours=1)),
+    )
+    model = ReadModel(TOPICS, {})
+    _registered(model)
+    for key, raw in rows:
+        model.apply(TOPICS.jobstate, key.encode(), raw)
+    # The workers' own rows (due-time index, watermarks: keys starting with NUL)
+    # are read past: one job, nothing else.
+    assert sorted(model.jobs) == ["j"]
+    assert any(key.startswith("\x00") for key, _raw in rows)
+    entry = model.entry("j")
+    assert entry is not None
+    assert entry.snapshot is not None
+    # The view the worker wrote to the `jobs` topic before issue 35, byte for byte.
+    state = JobState.from_bytes(stored_job_state(b"j", rows_of(rows, "j")[-1]) or b"")
+    graph = JobGraph(compile_playbook(SPEC))
+    assert encode(entry.snapshot) == encode(
+        JobSnapshot.model_validate(job_snapshot(state.json(), graph.frontier(state)))
+    )
+    assert (entry.snapshot.seq, entry.snapshot.frontier) == (2, ["other", "late"])
+    assert entry.snapshot.milestones == {"late": "open", "root": "done", "other": "open"}
+
+
+def rows_of(rows: list[tuple[str, bytes | None]], key: str) -> list[bytes]:
+    return [raw for k, raw in rows if k == key and raw is not None]
+
+
+def test_a_state_read_before_its_playbook_is_shown_once_the_playbook_is_read() -> None:
+    rows = _engine_rows(({"type": "job.start", "key": "j", "playbook_key": "ranks"}, T0))
+    model = ReadModel(TOPICS, {})
+    for key, raw in rows:
+        model.apply(TOPICS.jobstate, key.encode(), raw)
+    assert model.entry("j") is None  # its frontier needs the playbook
+    _registered(model)
+    entry = model.entry("j")
+    assert entry is not None
+    assert entry.snapshot is not None
+    assert (entry.snapshot.status, entry.snapshot.frontier) == ("running", ["root", "other"])
+
+
+def test_an_older_state_read_again_does_not_replace_a_newer_one() -> None:
+    rows = _engine_rows(
+        ({"type": "job.start", "key": "j", "playbook_key": "ranks"}, T0),
+        ({"type": "event", "key": "j", "action": "r"}, T0 + timedelta(hours=1)),
+    )
+    model = ReadModel(TOPICS, {})
+    _registered(model)
+    first, second = rows_of(rows, "j")
+    model.apply(TOPICS.jobstate, b"j", second)
+    model.apply(TOPICS.jobstate, b"j", first)
+    entry = model.entry("j")
+    assert entry is not None
+    assert entry.snapshot is not None
+    assert entry.snapshot.seq == 2

@@ -59,7 +59,8 @@ class Feed:
         batch = self.engine.process([inbox])
         for output in batch.outputs:
             (model or self.model).apply(output.topic, output.key, output.value)
-        for k, _p, raw in batch.writes():
+        for k, _p, raw in batch.writes():  # the table's changelog, produced with them
+            (model or self.model).apply(TOPICS.jobstate, k.encode(), raw)
             self.store[k] = raw
         self.engine.committed(batch)
         return batch.decisions
@@ -227,25 +228,19 @@ def test_the_model_stays_within_its_memory_in_all() -> None:
     assert len(feed.model.jobs) < 40
 
 
-def snapshot_of(model: ReadModel, key: str) -> bytes:
-    entry = model.jobs[key]
-    assert entry.snapshot is not None
-    return encode(entry.snapshot)
-
-
 def test_a_snapshot_older_than_an_evicted_jobs_summary_leaves_no_stranded_entry() -> None:
     feed = Feed(ReadModel(TOPICS, {}, jobs_kept=2))
     model = feed.model
     feed.decide(*feed.produce({**START, "key": "job-a"}))
-    older = snapshot_of(model, "job-a")
+    older = feed.store["job-a"]  # its state's row on the changelog
     feed.decide(*feed.produce({**PAID, "key": "job-a"}))
     for i in range(3):
         feed.decide(*feed.produce({**START, "key": f"job-{i}"}))
     assert "job-a" in model.gone
     assert "job-a" not in model.jobs
-    # The older snapshot read again (a consumer re-reading the log): the
+    # The older state read again (a consumer re-reading the log): the
     # summary, newer, stays what the job shows, held and used like any entry...
-    model.apply(TOPICS.jobs, b"job-a", older)
+    model.apply(TOPICS.jobstate, b"job-a", older)
     entry = model.jobs["job-a"]
     assert entry.snapshot is not None
     assert entry.snapshot.seq > 1
@@ -360,7 +355,7 @@ def test_a_decision_read_after_its_snapshot_and_an_eviction_does_not_hide_the_jo
     model = feed.model
     captured = Captured()
     feed.decide(*feed.produce({**START, "key": "job-a"}), model=captured)
-    snapshots = [r for r in captured.records if r[0] == TOPICS.jobs]
+    snapshots = [r for r in captured.records if r[0] == TOPICS.jobstate]
     decisions = [r for r in captured.records if r[0] == TOPICS.decisions]
     for record in snapshots:
         model.apply(*record)

@@ -14,10 +14,12 @@ import httpx
 import pytest
 from aiokafka.structs import TopicPartition
 
+from compiler import JobGraph, Start, compile_playbook, from_iso
+from stream.engine.store import NOTHING_APPLIED, encode_stored
 from stream.gateway.readmodels import follow
 from stream.gateway.readmodels.follow import Replay
 from tests.stream.gateway.conftest import Lane, launch_gateway
-from topics import JobSnapshot, JournalInterrupt, MessageRecord, encode
+from topics import JournalInterrupt, MessageRecord, PlaybookRecord, encode
 
 pytestmark = [pytest.mark.timeout(180)]
 
@@ -45,12 +47,17 @@ def open_questions(client: httpx.Client) -> list[str]:
 @pytest.mark.broker
 def test_an_answered_question_stays_answered_after_a_restart(module_lane: Lane) -> None:
     lane = module_lane
-    snapshot = JobSnapshot(
-        key=KEY, status="running", playbook_key="onboarding", playbook_version=1, seq=1,
-        started_at=AT, updated_at=AT, milestones={}, detail={}, frontier=[], timers=[],
-        state_hash="0",
+    # The job, as a worker stores it (the gateway builds its view from its state).
+    playbook = compile_playbook(
+        {"key": "replay-order", "version": 1,
+         "milestones": [{"id": "ask", "condition": "answered WITHIN 7d"}]}
     )  # fmt: skip
-    lane.produce([(KEY.encode(), encode(snapshot))], "jobs")
+    registered = PlaybookRecord(key="replay-order", version=1, spec=playbook.to_json())
+    lane.produce([(b"replay-order@v1", encode(registered))], "playbooks")
+    state = JobGraph(playbook).next(None, from_iso(AT), Start(KEY, "replay-order")).state
+    assert state is not None
+    row = encode_stored(0, NOTHING_APPLIED, state)
+    lane.produce([(KEY.encode(), row)], "engine-jobstate-changelog")
     # Questions that expired, then the one answered below (no journal record
     # says it was answered: the answer on messages is all that closes it).
     filler = [(KEY.encode(), encode(interrupt(f"old-{n}", "expired"))) for n in range(FILLER)]

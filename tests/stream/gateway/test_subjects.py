@@ -190,12 +190,14 @@ def test_an_erasure_is_one_record_and_says_what_remains(
     assert first["removes"]
     assert first["partition"] is not None
     remains = {r["topic"].removeprefix(module_lane.prefix): r for r in first["remains"]}
-    assert set(remains) >= {"inbox", "decisions", "memory-facts", "messages", "journal", "jobs"}
+    assert set(remains) >= {
+        "inbox", "decisions", "memory-facts", "messages", "journal", "engine-jobstate-changelog"
+    }  # fmt: skip
     for r in remains.values():
         assert r["known_from"] in ("broker", "default")
         assert r["retention"]
         assert r["holds"]
-    assert remains["jobs"]["cleanup_policy"].startswith("compact")
+    assert remains["engine-jobstate-changelog"]["cleanup_policy"].startswith("compact")
     assert "delete" in remains["inbox"]["cleanup_policy"]
     erasures = [
         r["value"] for r in module_lane.read("memory-facts")
