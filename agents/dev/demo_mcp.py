@@ -1,10 +1,11 @@
 """The demo MCP server (docs/agents.md, "MCP servers"): built with the ``mcp``
 SDK's server API (MCPServer), so that ``lemongraph dev`` shows an MCP tool's
-result settling a milestone offline. ``lemongraph dev`` serves it over
-streamable HTTP from a thread of its own (``SETUP_MCP_URL``, when unset);
-``python -m agents.dev.demo_mcp`` runs it over stdio; ``python -m
-agents.dev.demo_mcp orders`` runs the demo order desk instead (its customers
-and orders: the MCP order desk of docs/flows.md, "Coming from LGFlow").
+result settling a milestone offline. ``lemongraph dev`` serves it, and the
+demo order desk (its customers and orders: the MCP order desk of
+docs/flows.md, "Coming from LGFlow"), over streamable HTTP from threads of
+their own (``SETUP_MCP_URL`` and ``ORDERS_MCP_URL``, when unset: ``DEMO_MCP``);
+``python -m agents.dev.demo_mcp`` runs the first over stdio, ``python -m
+agents.dev.demo_mcp orders`` the second.
 
 Its one tool, ``setup_progress``, says how far a customer is through the
 self-service setup guide; the demo says every step is done, so the bundled
@@ -16,11 +17,12 @@ from __future__ import annotations
 
 import hashlib
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from mcp.server.mcpserver import MCPServer
 
-__all__ = ["SETUP_MCP_URL", "build_demo_mcp", "build_orders_mcp"]
+__all__ = ["DEMO_MCP", "SETUP_MCP_URL", "build_demo_mcp", "build_orders_mcp"]
 
 #: The catalog's ``${VAR}`` for the demo server's streamable HTTP endpoint.
 SETUP_MCP_URL = "SETUP_MCP_URL"
@@ -86,6 +88,13 @@ def add_order(customer_id: str, item: str, quantity: int = 1) -> dict[str, Any]:
         "quantity": quantity,
         "status": "placed",
     }
+
+
+#: What ``lemongraph dev`` serves: the catalog's ``${VAR}`` → the server it names.
+DEMO_MCP: dict[str, Callable[[], MCPServer]] = {
+    SETUP_MCP_URL: build_demo_mcp,
+    "ORDERS_MCP_URL": build_orders_mcp,
+}
 
 
 if __name__ == "__main__":

@@ -114,21 +114,25 @@ class DevAgents:
         children.append(_child(["mail-ingress"], env))
 
     def start_demo_mcp(self, env: dict[str, str], settings: Settings) -> None:
-        """The demo MCP server over streamable HTTP, when the catalog names
-        ``${SETUP_MCP_URL}`` and it is unset (docs/agents.md, "MCP servers")."""
-        from agents.dev.demo_mcp import SETUP_MCP_URL, build_demo_mcp
+        """The demo MCP servers over streamable HTTP, each when the catalog names
+        its ``${VAR}`` and it is unset (docs/agents.md, "MCP servers"): the setup
+        guide (``SETUP_MCP_URL``) and the order desk (``ORDERS_MCP_URL``)."""
+        from agents.dev.demo_mcp import DEMO_MCP
         from agents.dev.serving import AppThread
 
-        named = "${" + SETUP_MCP_URL + "}"
-        if env.get(SETUP_MCP_URL) or named not in settings.catalog_file.read_text("utf-8"):
-            return
-        app = build_demo_mcp().streamable_http_app()
-        server = AppThread(app, "127.0.0.1", free_port(), "demo MCP server").start()
-        self.stops.append(server.stop)
-        env[SETUP_MCP_URL] = f"{server.url}/mcp"
-        self.say(
-            f"agents: demo MCP server at {server.url}/mcp for {SETUP_MCP_URL} (docs/agents.md)"
-        )
+        catalog = settings.catalog_file.read_text("utf-8")
+        served = []
+        for name, build in DEMO_MCP.items():
+            if env.get(name) or "${" + name + "}" not in catalog:
+                continue
+            server = AppThread(
+                build().streamable_http_app(), "127.0.0.1", free_port(), "demo MCP server"
+            ).start()
+            self.stops.append(server.stop)
+            env[name] = f"{server.url}/mcp"
+            served.append(f"{env[name]} for {name}")
+        if served:
+            self.say(f"agents: demo MCP servers at {', '.join(served)} (docs/agents.md)")
 
     def start_model(self, env: dict[str, str], flows: Path) -> None:
         """The stand-in model when ``LEMONGRAPH_STANDIN_SCRIPT`` names a script, or

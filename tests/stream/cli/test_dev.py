@@ -229,6 +229,14 @@ def test_the_dev_loop_of_the_readme_closes_offline(dev: RunningDev) -> None:
     tools; the job ends done with every milestone settled by a world or tool event."""
     said = dev.said
     assert "agents: demo tools at" in said
+    # Both demo MCP servers the bundled catalog names are served: none is left unstarted.
+    [served] = re.findall(r"agents: demo MCP servers at (.*) \(docs/agents.md\)", said)
+    assert re.fullmatch(
+        r"http://127.0.0.1:\d+/mcp for SETUP_MCP_URL, "
+        r"http://127.0.0.1:\d+/mcp for ORDERS_MCP_URL",
+        served,
+    ), served
+    assert "MCP servers not started" not in said
     assert "mail: outbound mail is caught at smtp://" in said
     token = dev.token
     # The UI's address, signed in: the token in the fragment (docs/operations.md, "The UI").
