@@ -126,11 +126,24 @@ async def _follow(
                 here[i] = total - len(records) + n + 1
                 yield _sse(event, record, ".".join(map(str, here)))
 
+    shown: dict[str, Any] | None = None
+
+    def job() -> Iterator[bytes]:
+        """The job's view, when it is not the one this stream sent last (a
+        message or a journal record wakes the stream too, and leaves it alone)."""
+        nonlocal shown
+        entry = model.jobs.get(key)
+        if entry is None:
+            return
+        view = held_view(model, entry).model_dump(mode="json")
+        if view != shown:
+            shown = view
+            yield _sse("job", view)
+
     try:
         yield b"retry: 2000\n\n"
-        entry = model.jobs.get(key)
-        if entry is not None:
-            yield _sse("job", held_view(model, entry).model_dump(mode="json"))
+        for chunk in job():
+            yield chunk
         for chunk in since():
             yield chunk
         while not gateway.stopping.is_set():
@@ -144,8 +157,7 @@ async def _follow(
                 break
             for chunk in since():
                 yield chunk
-            entry = model.jobs.get(key)
-            if entry is not None:
-                yield _sse("job", held_view(model, entry).model_dump(mode="json"))
+            for chunk in job():
+                yield chunk
     finally:
         model.unwatch(key, flag)

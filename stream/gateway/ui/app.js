@@ -366,7 +366,9 @@ function journalRow(r) {
   } else if (r.type === "journal.tool_call") {
     what = "tool " + r.tool + (label ? " · " + label : "");
     outcome = r.outcome;
-    detail = [r.http_status ? "HTTP " + r.http_status : null,
+    // An MCP tool's address is `mcp:<server>/<tool>`, then where the server is.
+    const mcp = (r.url || "").startsWith("mcp:") ? r.url.split(" ")[0] : null;
+    detail = [r.http_status ? "HTTP " + r.http_status : null, mcp,
       r.exit_code != null ? "exit " + r.exit_code : null, r.fact ? "recorded " + r.fact : null,
       `${r.latency_ms} ms`, r.result].filter(Boolean).join(" · ");
   } else if (r.type === "journal.mail") {

@@ -6,6 +6,7 @@ poll the broker, which costs CPU while they wait) only while these tests run."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from typing import Any
 
@@ -76,6 +77,9 @@ def test_job_changes_arrive_as_server_sent_events(worked: tuple[Lane, GatewayPro
         kinds = [kind for kind, _ in seen]
         assert kinds[0] == "job"
         assert "decision" in kinds
+        # A view is sent when it changed: never the same one twice in a row.
+        views = [orjson.dumps(data) for kind, data in seen if kind == "job"]
+        assert all(a != b for a, b in itertools.pairwise(views)), views
 
 
 def _decisions_on_stream(

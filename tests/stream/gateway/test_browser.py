@@ -136,6 +136,11 @@ def test_a_milestone_turns_done_on_the_page_without_a_reload(
                 tool="schedule_meeting", arguments='{"when": "10:00"}', outcome="done",
                 http_status=200, result='{"ok": true}', latency_ms=5,
                 fact="meeting_scheduled"))),
+            (b"ui-job", encode(JournalToolCall(
+                job_key="ui-job", run_id=run, agent="setup_agent", at=at,
+                tool="check_setup", arguments="{}", outcome="done",
+                url="mcp:setup_guide/setup_progress (http://127.0.0.1:9/mcp)",
+                result='{"completed": true}', latency_ms=13, fact="self_service_completed"))),
             (b"ui-job", encode(JournalRun(
                 job_key="ui-job", run_id=run, agent="conversation", at=at, ended="done",
                 turns=2, tool_calls=1, tokens=250))),
@@ -148,6 +153,8 @@ def test_a_milestone_turns_done_on_the_page_without_a_reload(
     assert "tokens 120 in / 8 out = 128" in journal
     assert "tool schedule_meeting" in journal
     assert "recorded meeting_scheduled" in journal
+    # An MCP tool's call says which server's tool it was (README, "Try it", step 3).
+    assert "mcp:setup_guide/setup_progress · recorded self_service_completed" in journal
     assert "2 turn(s), 1 tool call(s), 250 tokens" in journal
     assert hostile in journal  # as text...
     assert page.locator("#journal img").count() == 0  # ...never as HTML

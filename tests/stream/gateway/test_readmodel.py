@@ -7,6 +7,8 @@ playbook listed out of rank order must still come back in rank order."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -292,3 +294,64 @@ def test_an_older_state_read_again_does_not_replace_a_newer_one() -> None:
     assert entry is not None
     assert entry.snapshot is not None
     assert entry.snapshot.seq == 2
+
+
+# -- the job's event stream (docs/api.md, "Live") ------------------------------------------
+
+
+def test_the_event_stream_sends_a_job_view_only_when_it_changed() -> None:
+    """A journal record or a message wakes the stream and leaves the job's view
+    as it was: the view is not sent again; a new state is."""
+    from types import SimpleNamespace
+
+    from stream.gateway.routes.streams import _follow
+
+    rows = _engine_rows(
+        ({"type": "job.start", "key": "j", "playbook_key": "ranks"}, T0),
+        ({"type": "event", "key": "j", "action": "r"}, T0 + timedelta(hours=1)),
+    )
+    first, second = rows_of(rows, "j")
+    model = ReadModel(TOPICS, {})
+    _registered(model)
+    model.apply(TOPICS.jobstate, b"j", first)
+    run = JournalRun(
+        job_key="j", run_id="j#1", agent="conversation", at="2026-01-05T09:00:00Z",
+        ended="done", turns=1, tool_calls=0, tokens=10,
+    )  # fmt: skip
+
+    async def watch() -> list[tuple[str, int | None]]:
+        gateway = SimpleNamespace(model=model, stopping=asyncio.Event())
+        stream = _follow(gateway, "j")  # type: ignore[arg-type]
+        events: list[tuple[str, int | None]] = []
+
+        async def next_event() -> tuple[str, int | None]:
+            while True:
+                chunk = await anext(stream)
+                if b"event: " in chunk:
+                    head, data = chunk.split(b"event: ", 1)[1].split(b"\ndata: ", 1)
+                    return head.decode(), orjson.loads(data).get("seq")
+
+        async def then(apply: Callable[[], None]) -> tuple[str, int | None]:
+            """The next event, asked for first: the stream runs on to what it
+            sends next or to its wait for a change (one turn of the loop, no
+            time passing), and only then ``apply`` reads a record."""
+            asked = asyncio.ensure_future(next_event())
+            await asyncio.sleep(0)
+            apply()
+            return await asked
+
+        events.append(await next_event())  # the view, at once
+        # A journal record wakes the stream and leaves the view as it was...
+        events.append(await then(lambda: model.apply(TOPICS.journal, b"j", encode(run))))
+        # ... and a new state is a new view.
+        events.append(await then(lambda: model.apply(TOPICS.jobstate, b"j", second)))
+        while events[-1] != ("job", 2):
+            events.append(await next_event())
+        gateway.stopping.set()
+        model.wake_all()
+        await stream.aclose()
+        return events
+
+    assert asyncio.run(asyncio.wait_for(watch(), 10)) == [
+        ("job", 1), ("journal", None), ("job", 2),
+    ]  # fmt: skip
