@@ -334,7 +334,8 @@ def milestone_snapshot(state: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def job_snapshot(state: Mapping[str, Any], frontier: Sequence[str]) -> dict[str, Any]:
-    """``JobSnapshot`` (jobs topic), from job state as JSON and the frontier.
+    """``JobSnapshot`` (a job's view, which the gateway builds: docs/kafka.md, "The
+    job table's changelog"), from job state as JSON and the frontier.
     Each milestone's state is in its ``detail`` only, and the state's hash is
     on the decision only (docs/kafka.md, "What a record no longer carries")."""
     parts: Mapping[str, Any] = state["milestones"]

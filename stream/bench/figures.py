@@ -190,9 +190,8 @@ class Figures:
     stored_bytes_per_event: float = 0.0
     stored_bytes_per_event_by_topic: dict[str, float] = field(default_factory=dict)
     compression: str = ""
-    #: Records per inbox event by topic (a job's snapshot and changelog row are
-    #: written once per batch, so these depend on how many of a job's events
-    #: one batch holds).
+    #: Records per inbox event by topic (a job's changelog row is written once
+    #: per batch, so these depend on how many of a job's events one batch holds).
     records_per_event_by_topic: dict[str, float] = field(default_factory=dict)
     #: The latency run's job starts at ``latency_rate`` (small batches, so less
     #: for the codec to share between records): stored and produced bytes per event.

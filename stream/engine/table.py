@@ -38,7 +38,8 @@ class JobTable:
 
     @property
     def changelog_topic(self) -> str:
-        """The table's changelog topic (created by Faust at start)."""
+        """The table's changelog topic, ``Topics.jobstate`` (created with the other
+        topics, else by Faust at start)."""
         return str(self.table.changelog_topic_name)
 
     def _db(self, partition: int) -> Any:

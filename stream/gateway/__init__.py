@@ -1,5 +1,6 @@
 """The HTTP gateway (docs/api.md): the API, the token scheme, the read model fed by
-the ``jobs``, ``decisions`` and ``playbooks`` topics, and the UI page.
+the jobs' states (the workers' table changelog), the ``decisions`` and the
+``playbooks``, and the UI page.
 
 Modules: ``tokens`` (minting and checking ``lemongraph_sk_`` tokens), ``errors``
 (the one error shape), ``guard`` and ``ratelimit`` (what every ``/v1`` call

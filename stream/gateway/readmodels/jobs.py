@@ -557,6 +557,7 @@ class ReadModel(Followed):
             elif topic == self.topics.playbooks:
                 record = PlaybookRecord.model_validate_json(value)
                 self.playbooks.setdefault(record.key, {})[record.version] = record.spec
+                self._compiled.pop((record.key, record.version), None)  # compiled from it
                 for held_key, held in self.states.placed((record.key, record.version)):
                     self.apply(self.topics.jobstate, held_key, held)
             elif topic == self.topics.messages:

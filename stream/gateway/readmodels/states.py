@@ -9,6 +9,7 @@ time, so it rarely is) waits here for it, the latest per job."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +21,8 @@ from topics.build import job_snapshot
 
 __all__ = ["JobStates", "snapshot_of_state"]
 
+log = logging.getLogger("lemongraph.gateway")
+
 #: A playbook version: its key and version.
 Pin = tuple[str, int]
 
@@ -27,8 +30,15 @@ Pin = tuple[str, int]
 def snapshot_of_state(state: dict[str, Any], playbook: Playbook | None) -> JobSnapshot:
     """A job's view from its state (as JSON) and its playbook version (None:
     a spec no worker could compile, so no frontier)."""
+    return _view(state, playbook)[0]
+
+
+def _view(state: dict[str, Any], playbook: Playbook | None) -> tuple[JobSnapshot, int]:
+    """The view, and what it weighs as JSON (what the read model holds of
+    it: the state's idempotency keys and tallies are not part of it)."""
     frontier = JobGraph(playbook).frontier(JobState.from_json(state)) if playbook else ()
-    return JobSnapshot.model_validate(job_snapshot(state, frontier))
+    view = job_snapshot(state, frontier)
+    return JobSnapshot.model_validate(view), len(orjson.dumps(view))
 
 
 class JobStates:
@@ -48,7 +58,7 @@ class JobStates:
     def view(
         self, key: bytes | None, value: bytes, seq_held: Callable[[str], int | None]
     ) -> tuple[JobSnapshot, int] | None:
-        """The view of a job row and the bytes its state weighs; None for the
+        """The view of a job row and the bytes it weighs; None for the
         workers' own rows, for a state whose ``seq`` is the one held already
         (``seq_held``: the row was written again only for its header), and for
         one whose playbook version is not read yet (kept until it is)."""
@@ -60,9 +70,20 @@ class JobStates:
         if seq_held(job) == data["seq"]:
             return None
         if self._spec(*pin) is None:
+            if pin not in self._waiting:  # (during a catch-up, for a moment at most)
+                log.info(
+                    "gateway: job %r runs playbook %s v%d, not read on `playbooks` yet: "
+                    "its view (and any other job's of that version) waits for it",
+                    job, pin[0], pin[1],
+                )  # fmt: skip
             self._waiting.setdefault(pin, {})[job] = value
             return None
-        return snapshot_of_state(data, self._compiled(*pin)), len(raw)
+        return _view(data, self._compiled(*pin))
+
+    @property
+    def waiting(self) -> int:
+        """Job states held for a playbook version not read yet."""
+        return sum(len(rows) for rows in self._waiting.values())
 
     def placed(self, pin: Pin) -> list[tuple[bytes, bytes]]:
         """The rows that waited for playbook version ``pin``, now read: (key, value)."""

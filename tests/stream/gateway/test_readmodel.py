@@ -355,3 +355,69 @@ def test_the_event_stream_sends_a_job_view_only_when_it_changed() -> None:
     assert asyncio.run(asyncio.wait_for(watch(), 10)) == [
         ("job", 1), ("journal", None), ("job", 2),
     ]  # fmt: skip
+
+
+def test_a_row_written_again_with_the_same_seq_changes_nothing_held() -> None:
+    """A refusal, or a batch decided again, writes the job's row again with the
+    state as it was: watchers are not woken, nothing is counted twice."""
+    rows = _engine_rows(({"type": "job.start", "key": "j", "playbook_key": "ranks"}, T0))
+    [first] = rows_of(rows, "j")
+    model = ReadModel(TOPICS, {})
+    _registered(model)
+    model.apply(TOPICS.jobstate, b"j", first)
+    flag = model.watch("j")
+    held = dict(model._held["j"])
+    model.apply(TOPICS.jobstate, b"j", first)
+    assert not flag.is_set()
+    assert model._held["j"] == held
+
+
+def test_a_job_view_is_counted_as_what_it_weighs_not_as_its_state() -> None:
+    """The state keeps the job's recent idempotency keys and its tallies, which
+    grow with its events; the view held has neither (docs/operations.md, "The
+    gateway's memory": counted as JSON)."""
+    keyed = [
+        ({"type": "event", "key": "j", "action": "o", "idempotency_key": f"{n:03d}" + "k" * 190},
+         T0 + timedelta(minutes=n + 1))
+        for n in range(40)
+    ]  # fmt: skip
+    rows = _engine_rows(({"type": "job.start", "key": "j", "playbook_key": "ranks"}, T0), *keyed)
+    last = rows_of(rows, "j")[-1]
+    model = ReadModel(TOPICS, {})
+    _registered(model)
+    model.apply(TOPICS.jobstate, b"j", last)
+    state = stored_job_state(b"j", last)
+    assert state is not None
+    assert len(state) > 8_000  # 40 keys of 193 characters
+    assert 300 < model._held["j"]["snapshot"] < 2_000
+
+
+def test_an_evicted_job_gets_its_view_back_from_a_row_with_the_seq_its_summary_has() -> None:
+    rows = _engine_rows(
+        ({"type": "job.start", "key": "j", "playbook_key": "ranks"}, T0),
+        ({"type": "job.start", "key": "k", "playbook_key": "ranks"}, T0),
+        ({"type": "job.start", "key": "l", "playbook_key": "ranks"}, T0),
+    )
+    model = ReadModel(TOPICS, {}, jobs_kept=1)
+    _registered(model)
+    for key in ("j", "k", "l"):
+        model.apply(TOPICS.jobstate, key.encode(), rows_of(rows, key)[-1])
+    assert "j" in model.gone  # evicted: its summary only
+    model.apply(TOPICS.jobstate, b"j", rows_of(rows, "j")[-1])  # the same seq
+    entry = model.jobs["j"]
+    assert entry.in_memory
+    assert entry.snapshot is not None
+    assert entry.snapshot.timers  # the full view again, not the summary
+
+
+def test_a_playbook_version_read_on_the_topic_replaces_what_was_compiled_before() -> None:
+    """The gateway may compile a version from its own folder before the
+    workers' record of it is read; the record is what the jobs ran."""
+    model = ReadModel(TOPICS, {"ranks": {3: {**SPEC, "milestones": SPEC["milestones"][1:2]}}})
+    before = model.compiled("ranks", 3)
+    assert before is not None
+    assert [m.id for m in before.milestones] == ["root"]
+    _registered(model)
+    after = model.compiled("ranks", 3)
+    assert after is not None
+    assert sorted(m.id for m in after.milestones) == ["late", "other", "root"]

@@ -273,7 +273,7 @@ def test_jobs_past_the_memory_limit_answer_their_summary_not_a_404(
             )
 
         # The first six, then six more: a record of an early job read after its
-        # eviction (the decisions and the jobs topics keep no order between them)
+        # eviction (the decisions and the jobs' states keep no order between them)
         # brings that record back, and the six later jobs evict it again.
         start_running(keys[:6])
         start_running(keys[6:])
