@@ -167,6 +167,7 @@ async function sendEvent(ev) {
   document.getElementById("event-action").value = "";
   document.getElementById("event-value").value = "";
   document.getElementById("event-idem").value = "";
+  actions.awaiting.duplicate = Boolean(accepted.duplicate);
   const again = accepted.duplicate ? " (a key already sent: it counts once)" : "";
   say("event-status", `event ${action} accepted as ${accepted.event_id}${again}; waiting for its decision…`, "sent");
   // A duplicate's decision was made before this page listened: the log has it.
@@ -184,7 +185,9 @@ function eventDecided(d) {
   if (!waiting || waiting.view !== state.view || !sameEvent(d, waiting.idem)) return;
   actions.awaiting = null;
   const moved = movesText(d);  // app.js
-  say("event-status", `event ${d.input.action} decided: ${decisionOutcome(d)}` +
+  // A key sent before is that event's one decision, not a second one.
+  const once = waiting.duplicate ? ": this key was sent before, decided once" : " decided";
+  say("event-status", `event ${d.input.action}${once}: ${decisionOutcome(d)}` +
     (moved ? ` — ${moved}` : " — nothing moved"), d.outcome === "refused" ? "refused" : "decided");
 }
 

@@ -156,6 +156,13 @@ def test_a_token_that_may_not_act_is_told_why(acting: GatewayProcess, browser: B
     page.click("#event-form button[type=submit]")
     said = _status(page, "#event-status", "decided")
     assert "applied (claim, not evidence) — nothing moved" in said, said
+    # The same key again: the page says it is the one decision of that key.
+    page.fill("#event-action", "id_uploaded")
+    page.fill("#event-idem", "claim-1")
+    page.click("#event-form button[type=submit]")
+    said = _status(page, "#event-status", "sent before")
+    assert said.startswith("event id_uploaded: this key was sent before, decided once: "), said
+    assert page.get_attribute("#event-status", "data-kind") == "decided"
     # A key past the key rule's 200 characters: the API's 422 names the field.
     page.fill("#event-action", "id_uploaded")
     page.fill("#event-idem", "k" * 201)
