@@ -80,11 +80,6 @@ class JobStates:
             return None
         return _view(data, self._compiled(*pin))
 
-    @property
-    def waiting(self) -> int:
-        """Job states held for a playbook version not read yet."""
-        return sum(len(rows) for rows in self._waiting.values())
-
     def placed(self, pin: Pin) -> list[tuple[bytes, bytes]]:
         """The rows that waited for playbook version ``pin``, now read: (key, value)."""
         return [(job.encode(), value) for job, value in self._waiting.pop(pin, {}).items()]

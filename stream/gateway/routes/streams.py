@@ -128,22 +128,23 @@ async def _follow(
 
     shown: dict[str, Any] | None = None
 
-    def job() -> Iterator[bytes]:
+    def job() -> bytes:
         """The job's view, when it is not the one this stream sent last (a
         message or a journal record wakes the stream too, and leaves it alone)."""
         nonlocal shown
         entry = model.jobs.get(key)
         if entry is None:
-            return
+            return b""
         view = held_view(model, entry).model_dump(mode="json")
-        if view != shown:
-            shown = view
-            yield _sse("job", view)
+        if view == shown:
+            return b""
+        shown = view
+        return _sse("job", view)
 
     try:
         yield b"retry: 2000\n\n"
-        for chunk in job():
-            yield chunk
+        if viewed := job():
+            yield viewed
         for chunk in since():
             yield chunk
         while not gateway.stopping.is_set():
@@ -157,7 +158,7 @@ async def _follow(
                 break
             for chunk in since():
                 yield chunk
-            for chunk in job():
-                yield chunk
+            if viewed := job():
+                yield viewed
     finally:
         model.unwatch(key, flag)
